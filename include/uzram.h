@@ -1,0 +1,301 @@
+/* uzram.h - public API of libuzram, a compressed, deduplicating RAM page store.
+ * This header is the manual of the engine: read it top to bottom once. */
+#ifndef UZRAM_H
+#define UZRAM_H
+
+/*
+ * Introduction
+ * ============
+ * A uzram device is a virtual disk of `disksize` bytes kept in memory as 4 KiB
+ * pages. Each page is kept in the cheapest form that holds it exactly:
+ *
+ *   empty        never written or discarded: no memory, reads as zeros
+ *   same-filled  one 8-byte word repeated over the page: only the word is kept
+ *   duplicate    (use_dedup on) a reference to an identical page already stored
+ *   compressed   an object in the engine's size-class pool
+ *   huge         the raw page, when compression would not save memory
+ *
+ * The engine never prints, never exits and never opens sockets: frontends
+ * (the NBD server, `uzram estimate`, `uzram bench`) are built on this header.
+ *
+ * Conventions
+ * -----------
+ * - Every function that can fail returns 0 (or a non-negative count where
+ *   stated) on success and a negative errno on failure. Nothing is printed.
+ * - Offsets and lengths are bytes. I/O must be aligned to UZRAM_SECTOR_SIZE
+ *   (512) and lie inside the disk; anything else is -EINVAL and counts in
+ *   io_stat's invalid_io, and nothing stored changes.
+ * - Thread safety: all I/O functions, uzram_compact(), the stats calls and
+ *   the attribute calls may be used by any number of threads at once on the
+ *   same device. Locking is per page; a read racing with a write of the same
+ *   page returns the old or the new page whole, never a mix. Only
+ *   uzram_destroy() needs the caller to have stopped all other calls first.
+ * - Statistics names follow Linux zram's sysfs attributes (mm_stat, io_stat,
+ *   comp_algorithm, mem_limit, ...), so a zram user already knows them.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UZRAM_PAGE_SIZE 4096u
+#define UZRAM_SECTOR_SIZE 512u
+
+/* Opaque device handle. */
+struct uzram;
+
+/* ------------------------------------------------------------------------
+ * Creating and destroying a device
+ * ---------------------------------------------------------------------- */
+
+/* Settings of a device. Fill with uzram_config_init(), then change fields. */
+struct uzram_config {
+    uint64_t disksize;          /* bytes; a non-zero multiple of 4096 */
+    const char *comp_algorithm; /* "lz4" (default), "lz4hc", "zstd", "lzo", "deflate" */
+    int comp_level;             /* 0: the algorithm's default; see uzram_algorithm_levels() */
+    bool same_filled;           /* store same-filled pages as one word (default true) */
+    bool use_dedup;             /* store identical pages once (default false) */
+    uint64_t mem_limit;         /* bytes of pool memory allowed; 0 means no limit */
+};
+
+/* Fill `config` with the defaults: disksize 0 (must be set), lz4 at its
+ * default level, same_filled on, use_dedup off, no mem_limit. */
+void uzram_config_init(struct uzram_config *config);
+
+/* Create a device. On success *out owns the device; free it with
+ * uzram_destroy().
+ * Errors: -EINVAL  config or out is NULL, disksize is 0, not a multiple of
+ *                  4096, or larger than 2^44 pages; comp_level outside the
+ *                  algorithm's range
+ *         -ENOENT  comp_algorithm names no algorithm this build has
+ *         -ENOMEM  out of memory. */
+int uzram_create(const struct uzram_config *config, struct uzram **out);
+
+/* Free every page and the device itself. NULL is accepted. The caller must
+ * make sure no other call on this device is running or will start. */
+void uzram_destroy(struct uzram *dev);
+
+/* Drop all data and zero every statistic except mem_limit, keeping the
+ * settings (algorithm, level, same_filled, use_dedup, disksize, mem_limit).
+ * The dedup index, once made, stays allocated until uzram_destroy().
+ * Like zram, a reset is meant for a device nobody is using: I/O that runs
+ * at the same time is safe (nothing crashes or corrupts) but pages it writes
+ * may survive the reset. Returns 0. Thread-safe. */
+int uzram_reset(struct uzram *dev);
+
+/* ------------------------------------------------------------------------
+ * I/O
+ * ---------------------------------------------------------------------- */
+
+/* Read `length` bytes at `offset` into `buf`. Never-written and discarded
+ * space reads as zeros.
+ * Errors: -EINVAL  misaligned or out of range (counted in invalid_io)
+ *         -EIO     a stored page failed to decompress (counted in failed_reads;
+ *                  this means memory corruption and should never happen)
+ *         -ENOMEM  no memory for a decompression context. */
+int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length);
+
+/* Write `length` bytes from `buf` at `offset`. A partial page is read,
+ * patched and written back whole. Pages are written in order; if one fails,
+ * the pages before it hold the new data, that page and the ones after it keep
+ * their old content, and the error is returned (counted in failed_writes).
+ * Errors: -EINVAL  misaligned or out of range (counted in invalid_io)
+ *         -ENOSPC  storing the page would take the pool past mem_limit
+ *         -ENOMEM  the system is out of memory
+ *         -EIO     an old page needed for a partial write failed to decompress. */
+int uzram_write(struct uzram *dev, uint64_t offset, const void *buf, size_t length);
+
+/* Drop the data of whole pages inside the range; they read as zeros and hold
+ * no memory. Partial pages at either end are zeroed in place instead (so the
+ * range always reads back as zeros afterwards), which may fail like a write.
+ * Errors: as uzram_write(). */
+int uzram_discard(struct uzram *dev, uint64_t offset, uint64_t length);
+
+/* Make the range read as zeros. With `keep_allocated` false this is
+ * uzram_discard(); with it true whole pages are stored as same-filled zero
+ * pages (as a device with NBD's NO_HOLE flag must) and still use no pool
+ * memory. Errors: as uzram_write(). */
+int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length,
+                       bool keep_allocated);
+
+/* Allocation status of the run that starts at `offset`, for NBD's
+ * BLOCK_STATUS and for sparse copies. On success *flags is a combination of
+ * UZRAM_EXTENT_HOLE (no page stored) and UZRAM_EXTENT_ZERO (reads as zeros),
+ * and *run_length (> 0, <= length) is how many bytes from `offset` share it.
+ * Offsets need not be aligned; status is per page.
+ * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io). */
+#define UZRAM_EXTENT_HOLE 1u
+#define UZRAM_EXTENT_ZERO 2u
+int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
+                 uint64_t *run_length, unsigned *flags);
+
+/* Move objects out of sparsely used pool pages and return the pages that
+ * become empty to the operating system, while I/O goes on. Adds the pages
+ * freed to pages_compacted and, when `pages_freed` is not NULL, stores the
+ * number there. Returns 0. Thread-safe; objects in use at that instant are
+ * left where they are. */
+int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
+
+/* ------------------------------------------------------------------------
+ * Settings
+ * ---------------------------------------------------------------------- */
+
+/* The settings below are the ones zram only accepts before initialisation:
+ * each returns -EBUSY while the device holds any page (other than empty
+ * ones), and is accepted again after uzram_reset() or once every page has
+ * been discarded. */
+
+/* Errors: -ENOENT unknown name, -EINVAL level out of range, -EBUSY. */
+int uzram_set_algorithm(struct uzram *dev, const char *name, int level);
+/* Errors: -EBUSY. */
+int uzram_set_same_filled(struct uzram *dev, bool on);
+/* Errors: -EBUSY, -ENOMEM (the index could not be allocated). */
+int uzram_set_dedup(struct uzram *dev, bool on);
+
+/* Change the pool memory limit at any time; 0 removes it. Pages already
+ * stored stay; later writes that do not fit fail with -ENOSPC. Returns 0. */
+int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
+
+/* Set mem_used_max back to the current mem_used_total. Returns 0. */
+int uzram_reset_mem_used_max(struct uzram *dev);
+
+/* Read back the current settings into `config` (comp_algorithm points to a
+ * static string). Returns 0. */
+int uzram_get_config(struct uzram *dev, struct uzram_config *config);
+
+/* ------------------------------------------------------------------------
+ * Statistics
+ * ---------------------------------------------------------------------- */
+
+/* One snapshot of all counters. Fields may be added at the end in later
+ * versions; pass sizeof(struct uzram_stats) so old callers keep working.
+ * All sizes are bytes. */
+struct uzram_stats {
+    /* mm_stat, in zram's order */
+    uint64_t orig_data_size;  /* pages stored (any form) * 4096 */
+    uint64_t compr_data_size; /* bytes of distinct stored objects (huge: 4096 each) */
+    uint64_t mem_used_total;  /* pool memory really held, fragmentation included */
+    uint64_t mem_limit;       /* 0: no limit */
+    uint64_t mem_used_max;    /* peak of mem_used_total since create/reset */
+    uint64_t same_pages;      /* pages stored as one repeated word */
+    uint64_t pages_compacted; /* pool pages given back by compaction */
+    uint64_t huge_pages;      /* pages stored raw now */
+    uint64_t huge_pages_since;/* pages ever stored raw since create/reset */
+    uint64_t dup_data_size;   /* bytes that duplicates did not have to store */
+    uint64_t meta_data_size;  /* memory of the dedup index */
+    /* io_stat */
+    uint64_t failed_reads;
+    uint64_t failed_writes;
+    uint64_t invalid_io;
+    uint64_t notify_free;     /* pages freed by discard or write-zeroes */
+    /* debug_stat */
+    uint64_t dedup_hash_collisions; /* hash matched, content differed */
+    uint64_t pages_stored;    /* orig_data_size / 4096 */
+    uint64_t zero_pages;      /* same-filled pages whose word is 0 */
+};
+
+/* Fill `stats` (of `size` bytes, normally sizeof *stats). Counters are read
+ * one by one without stopping I/O, so under load they may be a few
+ * operations apart from each other. Errors: -EINVAL if size is too small. */
+int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size);
+
+/* Text forms of a snapshot. Each writes a NUL-terminated line ending in '\n'
+ * into buf and returns the length written (without the NUL), or -ERANGE if
+ * `size` is too small (256 bytes is always enough for mm_stat and io_stat,
+ * 2048 for JSON).
+ *   mm_stat: zram's nine mm_stat fields then dup_data_size and
+ *            meta_data_size, space separated (11 fields)
+ *   io_stat: failed_reads failed_writes invalid_io notify_free
+ *   json:    one object with every field of struct uzram_stats by name */
+int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size);
+int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size);
+int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size);
+
+/* ------------------------------------------------------------------------
+ * Attributes by name, as zram's sysfs has them
+ * ---------------------------------------------------------------------- */
+
+/* Read attribute `name` as text (one line, '\n'-terminated) into buf.
+ * Names: disksize initstate comp_algorithm algorithm_params same_filled
+ *        use_dedup mem_limit mem_used_max mm_stat io_stat debug_stat
+ *        stat_json
+ * Returns the length written, -ENOENT for an unknown name, -EACCES for a
+ * write-only attribute (compact, reset), -ERANGE if buf is too small. */
+int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size);
+
+/* Write attribute `name` from text. disksize is fixed at creation (a zram
+ * device is initialised once too). Writable: comp_algorithm
+ * algorithm_params ("level=N") same_filled use_dedup (0/1) mem_limit
+ * (bytes, K/M/G/T suffixes) mem_used_max (only "0": reset the peak)
+ * compact (any value) reset (1).
+ * Errors: -ENOENT unknown name, -EACCES read-only attribute, -EINVAL bad
+ * value, and whatever the setting's own function returns (-EBUSY ...). */
+int uzram_attr_set(struct uzram *dev, const char *name, const char *value);
+
+/* The names of all attributes, space separated, in a static string. */
+const char *uzram_attr_names(void);
+
+/* ------------------------------------------------------------------------
+ * Algorithms and helpers
+ * ---------------------------------------------------------------------- */
+
+/* Write the names of the algorithms this build has, space separated, with
+ * `current` in brackets as zram's comp_algorithm shows it ("lzo [lz4] zstd").
+ * `current` may be NULL. Returns the length written or -ERANGE. */
+int uzram_algorithm_list(const char *current, char *buf, size_t size);
+
+/* Level range of an algorithm: *min..*max and the default. An algorithm
+ * without levels reports 0, 0, 0. Errors: -ENOENT unknown name. */
+int uzram_algorithm_levels(const char *name, int *min, int *max, int *dflt);
+
+/* Parse a size such as "4096", "512K", "1.5G" or "2T" (binary multiples,
+ * optional trailing "iB"/"B"). Errors: -EINVAL not a size, -ERANGE too big. */
+int uzram_parse_size(const char *text, uint64_t *bytes);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+const char *uzram_version(void);
+
+/* ------------------------------------------------------------------------
+ * Page analysis, for estimators (`uzram estimate`) and benchmarks
+ * ---------------------------------------------------------------------- */
+
+/* If the 4096-byte `page` is one 8-byte word repeated, store the word in
+ * *word and return true. Checks the last word before scanning. */
+bool uzram_page_same_filled(const void *page, uint64_t *word);
+
+/* A compressor for one thread. */
+struct uzram_codec;
+
+/* Errors: -ENOENT unknown algorithm, -EINVAL bad level, -ENOMEM. */
+int uzram_codec_open(const char *name, int level, struct uzram_codec **out);
+void uzram_codec_close(struct uzram_codec *codec);
+
+/* Compress one page (4096 bytes) into dst (capacity `capacity`). Returns the
+ * compressed length, 0 when it does not fit in `capacity`, or -EIO. */
+int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst,
+                         size_t capacity);
+
+/* Decompress `length` bytes from src into a 4096-byte page. Returns 0, or
+ * -EIO when the data is corrupt or does not decompress to exactly a page. */
+int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length,
+                           void *page);
+
+/* Memory the pool would hold for one object of `length` compressed bytes,
+ * averaged over a full pool page group (size-class rounding, object header
+ * and tail waste included); 4096 for a page stored huge. */
+double uzram_pool_object_cost(size_t length);
+
+/* The compressed length from which a page is stored raw (huge). */
+size_t uzram_huge_threshold(void);
+
+/* Memory the dedup index uses per unique stored object. */
+size_t uzram_dedup_entry_cost(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* UZRAM_H */

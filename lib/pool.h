@@ -1,0 +1,81 @@
+/* pool.h - size-class allocator for compressed objects (internal).
+ * The job zsmalloc does for zram: pack objects densely into spans of pages. */
+#ifndef UZRAM_POOL_H
+#define UZRAM_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Objects of 1..POOL_MAX_OBJECT bytes live in size classes; each class packs
+ * its objects into spans of 1..16 contiguous 4 KiB pages, the span length
+ * chosen per class to waste the least tail space. An object of exactly
+ * 4096 bytes (a huge page) gets a span of one page of its own.
+ *
+ * Every object carries an `owner` (an opaque 64-bit value given at alloc
+ * time, never 0) so that compaction can find who refers to it and ask that
+ * owner to let it be moved.
+ *
+ * Handles are opaque non-zero values below 2^48. A handle stays valid until
+ * pool_free() or until compaction moves the object (which it only does while
+ * the owner is locked through the callbacks below).
+ *
+ * Thread safety: every function may be called from any number of threads.
+ * Lock order: a class lock is taken after any slot or dedup lock a caller
+ * holds; compaction, which holds a class lock while it asks owners, only
+ * ever *tries* owner locks, so it cannot deadlock.
+ */
+
+#define POOL_MAX_OBJECT 4096u
+#define POOL_HANDLE_BITS 48
+
+struct pool;
+
+int pool_create(struct pool **out);
+void pool_destroy(struct pool *pool);
+
+/* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero).
+ * Errors: -ENOSPC the pool would exceed its limit, -ENOMEM, -EINVAL. */
+int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle);
+
+/* Free an object. The caller must be the only one still using the handle. */
+void pool_free(struct pool *pool, uint64_t handle);
+
+/* Address of the object's bytes. Valid until the object is freed or moved. */
+void *pool_map(struct pool *pool, uint64_t handle);
+
+/* Memory limit in bytes of pool pages (0: none); checked when a new span is
+ * needed. */
+void pool_set_limit(struct pool *pool, uint64_t bytes);
+
+/* Bytes of pages the pool holds now, the peak, and pages given back by
+ * compaction since create. */
+uint64_t pool_mem_used(struct pool *pool);
+uint64_t pool_mem_used_max(struct pool *pool);
+void pool_reset_mem_used_max(struct pool *pool);
+uint64_t pool_pages_compacted(struct pool *pool);
+
+/* Compaction callbacks. try_lock_owner() is called with a class lock held:
+ * it must not block; it returns true only if it locked `owner` AND the owner
+ * still refers to `handle`. relocate() is then called with the object already
+ * copied to `new_handle`: it makes the owner refer to new_handle and unlocks
+ * the owner. unlock_owner() undoes try_lock_owner() without a move. */
+struct pool_owner_ops {
+    bool (*try_lock_owner)(void *arg, uint64_t owner, uint64_t handle);
+    void (*relocate)(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+    void (*unlock_owner)(void *arg, uint64_t owner);
+    void *arg;
+};
+
+/* Move objects out of the sparsest spans of each class into the fullest
+ * ones and give the pages of spans that become empty back to the OS.
+ * Works in bounded steps (the class lock is dropped between source spans)
+ * so writers are not stalled. Returns the number of pages freed. */
+uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops);
+
+/* Memory held per object of `size` bytes in a full span of its class
+ * (class rounding, header and tail waste included). */
+double pool_object_cost(size_t size);
+
+#endif

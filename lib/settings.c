@@ -1,0 +1,118 @@
+/* settings.c - device settings that zram takes before initialisation, and mem_limit.
+ * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
+#include <errno.h>
+
+#include "comp.h"
+#include "dedup.h"
+#include "device.h"
+#include "pool.h"
+
+/* zram refuses these once the device is in use; here "in use" means a page
+ * is stored. Each page records its own algorithm, so a write that races
+ * with a change still reads back correctly. */
+static bool device_holds_data(struct uzram *dev)
+{
+    return counter_get(&dev->pages_stored) != 0;
+}
+
+int uzram_set_algorithm(struct uzram *dev, const char *name, int level)
+{
+    int algo = comp_find(name);
+    if (algo < 0)
+        return algo;
+    int resolved = comp_resolve_level(algo, level);
+    if (resolved < 0)
+        return resolved;
+    int rc = 0;
+    pthread_mutex_lock(&dev->settings_lock);
+    if (device_holds_data(dev)) {
+        rc = -EBUSY;
+    } else {
+        atomic_store(&dev->algorithm, algo);
+        atomic_store(&dev->level, resolved);
+    }
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+int uzram_set_same_filled(struct uzram *dev, bool on)
+{
+    int rc = 0;
+    pthread_mutex_lock(&dev->settings_lock);
+    if (device_holds_data(dev))
+        rc = -EBUSY;
+    else
+        atomic_store(&dev->same_filled, on);
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+int uzram_set_dedup(struct uzram *dev, bool on)
+{
+    int rc = 0;
+    pthread_mutex_lock(&dev->settings_lock);
+    if (device_holds_data(dev)) {
+        rc = -EBUSY;
+    } else {
+        /* The index is published before the switch and kept until
+         * uzram_destroy(), so a writer that saw the switch always finds it. */
+        if (on && !dev->dedup)
+            rc = dedup_create(dev->page_count, &dev->dedup);
+        if (rc == 0)
+            atomic_store(&dev->use_dedup, on);
+    }
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes)
+{
+    atomic_store(&dev->mem_limit, bytes);
+    pool_set_limit(dev->pool, bytes);
+    return 0;
+}
+
+int uzram_reset_mem_used_max(struct uzram *dev)
+{
+    pool_reset_mem_used_max(dev->pool);
+    return 0;
+}
+
+int uzram_get_config(struct uzram *dev, struct uzram_config *config)
+{
+    config->disksize = dev->disksize;
+    config->comp_algorithm = comp_name(atomic_load(&dev->algorithm));
+    config->comp_level = atomic_load(&dev->level);
+    config->same_filled = atomic_load(&dev->same_filled);
+    config->use_dedup = atomic_load(&dev->use_dedup);
+    config->mem_limit = atomic_load(&dev->mem_limit);
+    return 0;
+}
+
+int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
+{
+    if (!stats || size < sizeof *stats)
+        return -EINVAL;
+    uint64_t pages = counter_get(&dev->pages_stored);
+    *stats = (struct uzram_stats){
+        .orig_data_size = pages * UZRAM_PAGE_SIZE,
+        .compr_data_size = counter_get(&dev->compr_data_size),
+        .mem_used_total = pool_mem_used(dev->pool),
+        .mem_limit = atomic_load(&dev->mem_limit),
+        .mem_used_max = pool_mem_used_max(dev->pool),
+        .same_pages = counter_get(&dev->same_pages),
+        .pages_compacted = counter_get(&dev->pages_compacted),
+        .huge_pages = counter_get(&dev->huge_pages),
+        .huge_pages_since = counter_get(&dev->huge_pages_since),
+        .dup_data_size = counter_get(&dev->dup_data_size),
+        .meta_data_size = dedup_meta_size(dev->dedup),
+        .failed_reads = counter_get(&dev->failed_reads),
+        .failed_writes = counter_get(&dev->failed_writes),
+        .invalid_io = counter_get(&dev->invalid_io),
+        .notify_free = counter_get(&dev->notify_free),
+        .dedup_hash_collisions = counter_get(&dev->dedup_hash_collisions),
+        .pages_stored = pages,
+        .zero_pages = counter_get(&dev->zero_pages),
+    };
+    return 0;
+}

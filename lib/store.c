@@ -1,0 +1,587 @@
+/* store.c - the page table, slot locking, and the read, write and discard paths.
+ * Expensive work (same-filled check, compression, allocation) happens before a
+ * slot lock is taken; the lock only covers swapping the old form for the new. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "comp.h"
+#include "dedup.h"
+#include "device.h"
+#include "pool.h"
+#include "same.h"
+
+/* Scratch pages per thread: compression output, and the old page of a
+ * partial write or a page that the caller wants only part of. */
+static __thread unsigned char compress_buffer[UZRAM_PAGE_SIZE];
+static __thread unsigned char page_buffer[UZRAM_PAGE_SIZE];
+
+/* ---- slot lock ---------------------------------------------------------- */
+
+static void slot_lock(struct slot *slot)
+{
+    unsigned spins = 0;
+    for (;;) {
+        uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+        if (!(info & SLOT_LOCK) &&
+            atomic_compare_exchange_weak_explicit(&slot->info, &info, info | SLOT_LOCK,
+                                                  memory_order_acquire, memory_order_relaxed))
+            return;
+        lock_backoff(&spins);
+    }
+}
+
+static bool slot_trylock(struct slot *slot)
+{
+    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+    return !(info & SLOT_LOCK) &&
+           atomic_compare_exchange_strong_explicit(&slot->info, &info, info | SLOT_LOCK,
+                                                   memory_order_acquire, memory_order_relaxed);
+}
+
+static void slot_unlock(struct slot *slot)
+{
+    atomic_fetch_and_explicit(&slot->info, ~SLOT_LOCK, memory_order_release);
+}
+
+/* An empty slot is recognised without taking its lock: locking writes to
+ * the table, which would back the table of a sparse disk with memory. */
+static bool slot_seems_empty(struct slot *slot)
+{
+    return atomic_load_explicit(&slot->info, memory_order_acquire) == 0;
+}
+
+/* Only with the lock held. */
+static uint32_t slot_info(struct slot *slot)
+{
+    return atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+}
+
+static void slot_set(struct slot *slot, const struct page_object *object)
+{
+    slot->value = object->value;
+    atomic_store_explicit(&slot->info,
+                          slot_info_make(object->state, object->algo, object->size) | SLOT_LOCK,
+                          memory_order_relaxed);
+}
+
+static void slot_get(struct slot *slot, struct page_object *object)
+{
+    uint32_t info = slot_info(slot);
+    object->state = slot_info_state(info);
+    object->algo = slot_info_algo(info);
+    object->size = slot_info_size(info);
+    object->value = slot->value;
+}
+
+/* ---- objects ------------------------------------------------------------- */
+
+int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
+                        struct page_object *object)
+{
+    int algo = atomic_load_explicit(&dev->algorithm, memory_order_relaxed);
+    int level = atomic_load_explicit(&dev->level, memory_order_relaxed);
+    int length = comp_compress(algo, level, page, compress_buffer, HUGE_THRESHOLD);
+    if (length < 0)
+        return length;
+
+    const void *source = compress_buffer;
+    object->state = SLOT_COMPRESSED;
+    object->algo = (unsigned)algo;
+    object->size = (unsigned)length;
+    if (length == 0) {
+        source = page;
+        object->state = SLOT_HUGE;
+        object->algo = 0;
+        object->size = UZRAM_PAGE_SIZE;
+    }
+    int rc = pool_alloc(dev->pool, object->size, owner, &object->value);
+    if (rc < 0)
+        return rc;
+    memcpy(pool_map(dev->pool, object->value), source, object->size);
+    counter_add(&dev->compr_data_size, object->size);
+    return 0;
+}
+
+void store_free_object(struct uzram *dev, const struct page_object *object)
+{
+    pool_free(dev->pool, object->value);
+    counter_sub(&dev->compr_data_size, object->size);
+}
+
+int store_load_object(struct uzram *dev, const struct page_object *object, void *page)
+{
+    const void *data = pool_map(dev->pool, object->value);
+    if (object->state == SLOT_HUGE) {
+        memcpy(page, data, UZRAM_PAGE_SIZE);
+        return 0;
+    }
+    return comp_decompress((int)object->algo, data, object->size, page);
+}
+
+/* ---- forms of a page ------------------------------------------------------ */
+
+static bool object_is_huge(struct uzram *dev, const struct page_object *object)
+{
+    if (object->state == SLOT_HUGE)
+        return true;
+    return object->state == SLOT_DEDUP && dedup_is_huge(dev, (uint32_t)object->value);
+}
+
+/* Count a form that was just published in a slot that held `old`. */
+static void account_new(struct uzram *dev, const struct page_object *object, bool huge)
+{
+    if (object->state == SLOT_EMPTY)
+        return;
+    counter_add(&dev->pages_stored, 1);
+    if (object->state == SLOT_SAME) {
+        counter_add(&dev->same_pages, 1);
+        if (object->value == 0)
+            counter_add(&dev->zero_pages, 1);
+    }
+    if (huge) {
+        counter_add(&dev->huge_pages, 1);
+        counter_add(&dev->huge_pages_since, 1);
+    }
+}
+
+/* Release what a slot held before, after the slot no longer refers to it. */
+static void release_old(struct uzram *dev, const struct page_object *old, bool huge)
+{
+    if (old->state == SLOT_EMPTY)
+        return;
+    counter_sub(&dev->pages_stored, 1);
+    if (huge)
+        counter_sub(&dev->huge_pages, 1);
+    switch (old->state) {
+    case SLOT_SAME:
+        counter_sub(&dev->same_pages, 1);
+        if (old->value == 0)
+            counter_sub(&dev->zero_pages, 1);
+        break;
+    case SLOT_COMPRESSED:
+    case SLOT_HUGE:
+        store_free_object(dev, old);
+        break;
+    case SLOT_DEDUP:
+        dedup_put(dev, (uint32_t)old->value);
+        break;
+    case SLOT_EMPTY:
+        break;
+    }
+}
+
+/* Turn a whole page into the form it will be stored in. */
+static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
+                        struct page_object *object, bool *huge)
+{
+    uint64_t word;
+    *huge = false;
+    if (atomic_load_explicit(&dev->same_filled, memory_order_relaxed) &&
+        same_filled_check(page, &word)) {
+        *object = (struct page_object){.state = SLOT_SAME, .value = word};
+        return 0;
+    }
+    if (atomic_load_explicit(&dev->use_dedup, memory_order_relaxed) && dev->dedup) {
+        uint32_t id;
+        int rc = dedup_store(dev, page, &id, huge);
+        if (rc < 0)
+            return rc;
+        *object = (struct page_object){.state = SLOT_DEDUP, .value = id};
+        return 0;
+    }
+    int rc = store_compress_page(dev, page, index + 1, object);
+    *huge = object->state == SLOT_HUGE;
+    return rc;
+}
+
+/* Read the page of a locked slot. */
+static int load_locked(struct uzram *dev, struct slot *slot, void *page)
+{
+    struct page_object object;
+    slot_get(slot, &object);
+    switch (object.state) {
+    case SLOT_EMPTY:
+        memset(page, 0, UZRAM_PAGE_SIZE);
+        return 0;
+    case SLOT_SAME:
+        same_filled_fill(page, object.value);
+        return 0;
+    case SLOT_COMPRESSED:
+    case SLOT_HUGE:
+        return store_load_object(dev, &object, page);
+    case SLOT_DEDUP:
+        return dedup_read(dev, (uint32_t)object.value, page);
+    }
+    return -EIO;
+}
+
+/* Store a whole page in slot `index`; the old form is released after the
+ * swap, so a failure anywhere before leaves the old content in place.
+ * `locked`: the caller already holds the slot lock (partial writes). */
+static int store_page(struct uzram *dev, uint64_t index, const void *page, bool locked)
+{
+    struct slot *slot = &dev->slots[index];
+    struct page_object object, old;
+    bool huge, old_huge;
+    int rc = prepare_page(dev, index, page, &object, &huge);
+    if (rc < 0) {
+        if (locked)
+            slot_unlock(slot);
+        return rc;
+    }
+    if (!locked)
+        slot_lock(slot);
+    slot_get(slot, &old);
+    /* dedup_is_huge needs the reference the slot still holds */
+    old_huge = object_is_huge(dev, &old);
+    slot_set(slot, &object);
+    account_new(dev, &object, huge);
+    slot_unlock(slot);
+    release_old(dev, &old, old_huge);
+    return 0;
+}
+
+static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, const void *data,
+                         unsigned length)
+{
+    struct slot *slot = &dev->slots[index];
+    /* Hold the lock across read, patch and store so that two partial writes
+     * to different sectors of one page cannot lose each other's data. */
+    slot_lock(slot);
+    int rc = load_locked(dev, slot, page_buffer);
+    if (rc < 0) {
+        slot_unlock(slot);
+        return rc;
+    }
+    if (data)
+        memcpy(page_buffer + offset, data, length);
+    else
+        memset(page_buffer + offset, 0, length);
+    return store_page(dev, index, page_buffer, true);
+}
+
+static void discard_page(struct uzram *dev, uint64_t index)
+{
+    struct slot *slot = &dev->slots[index];
+    struct page_object old;
+    if (slot_seems_empty(slot))
+        return;
+    slot_lock(slot);
+    slot_get(slot, &old);
+    if (old.state == SLOT_EMPTY) {
+        slot_unlock(slot);
+        return;
+    }
+    bool old_huge = object_is_huge(dev, &old);
+    slot_set(slot, &(struct page_object){.state = SLOT_EMPTY});
+    slot_unlock(slot);
+    release_old(dev, &old, old_huge);
+    counter_add(&dev->notify_free, 1);
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static int check_range(struct uzram *dev, uint64_t offset, uint64_t length)
+{
+    if (offset % UZRAM_SECTOR_SIZE || length % UZRAM_SECTOR_SIZE || offset > dev->disksize ||
+        length > dev->disksize - offset) {
+        counter_add(&dev->invalid_io, 1);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
+{
+    int rc = check_range(dev, offset, length);
+    unsigned char *out = buf;
+    while (rc == 0 && length > 0) {
+        uint64_t index = offset / UZRAM_PAGE_SIZE;
+        unsigned in_page = (unsigned)(offset % UZRAM_PAGE_SIZE);
+        unsigned chunk = UZRAM_PAGE_SIZE - in_page;
+        if (chunk > length)
+            chunk = (unsigned)length;
+        struct slot *slot = &dev->slots[index];
+        if (slot_seems_empty(slot)) {
+            memset(out, 0, chunk);
+            offset += chunk;
+            out += chunk;
+            length -= chunk;
+            continue;
+        }
+        slot_lock(slot);
+        if (chunk == UZRAM_PAGE_SIZE) {
+            rc = load_locked(dev, slot, out);
+        } else {
+            rc = load_locked(dev, slot, page_buffer);
+            memcpy(out, page_buffer + in_page, chunk);
+        }
+        slot_unlock(slot);
+        if (rc < 0)
+            counter_add(&dev->failed_reads, 1);
+        offset += chunk;
+        out += chunk;
+        length -= chunk;
+    }
+    return rc;
+}
+
+/* Write `data` (NULL: zeros) over the range, page by page in order. */
+static int write_range(struct uzram *dev, uint64_t offset, const unsigned char *data,
+                       uint64_t length)
+{
+    int rc = 0;
+    while (rc == 0 && length > 0) {
+        uint64_t index = offset / UZRAM_PAGE_SIZE;
+        unsigned in_page = (unsigned)(offset % UZRAM_PAGE_SIZE);
+        unsigned chunk = UZRAM_PAGE_SIZE - in_page;
+        if (chunk > length)
+            chunk = (unsigned)length;
+        if (chunk == UZRAM_PAGE_SIZE && data)
+            rc = store_page(dev, index, data, false);
+        else
+            rc = write_partial(dev, index, in_page, data, chunk);
+        if (rc < 0)
+            counter_add(&dev->failed_writes, 1);
+        offset += chunk;
+        if (data)
+            data += chunk;
+        length -= chunk;
+    }
+    return rc;
+}
+
+int uzram_write(struct uzram *dev, uint64_t offset, const void *buf, size_t length)
+{
+    int rc = check_range(dev, offset, length);
+    return rc < 0 ? rc : write_range(dev, offset, buf, length);
+}
+
+/* Zero the range: whole pages are freed (or, keep_allocated, stored as the
+ * zero word), partial pages are patched with zeros. */
+static int zero_range(struct uzram *dev, uint64_t offset, uint64_t length, bool keep_allocated)
+{
+    int rc = check_range(dev, offset, length);
+    while (rc == 0 && length > 0) {
+        uint64_t index = offset / UZRAM_PAGE_SIZE;
+        unsigned in_page = (unsigned)(offset % UZRAM_PAGE_SIZE);
+        uint64_t chunk = UZRAM_PAGE_SIZE - in_page;
+        if (chunk > length)
+            chunk = length;
+        if (chunk < UZRAM_PAGE_SIZE) {
+            rc = write_range(dev, offset, NULL, chunk);
+        } else if (keep_allocated) {
+            struct slot *slot = &dev->slots[index];
+            struct page_object old, zero = {.state = SLOT_SAME, .value = 0};
+            slot_lock(slot);
+            slot_get(slot, &old);
+            bool old_huge = object_is_huge(dev, &old);
+            slot_set(slot, &zero);
+            account_new(dev, &zero, false);
+            slot_unlock(slot);
+            release_old(dev, &old, old_huge);
+        } else {
+            discard_page(dev, index);
+        }
+        offset += chunk;
+        length -= chunk;
+    }
+    return rc;
+}
+
+int uzram_discard(struct uzram *dev, uint64_t offset, uint64_t length)
+{
+    return zero_range(dev, offset, length, false);
+}
+
+int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length, bool keep_allocated)
+{
+    return zero_range(dev, offset, length, keep_allocated);
+}
+
+static unsigned extent_flags(struct uzram *dev, uint64_t index)
+{
+    struct slot *slot = &dev->slots[index];
+    if (slot_seems_empty(slot))
+        return UZRAM_EXTENT_HOLE | UZRAM_EXTENT_ZERO;
+    slot_lock(slot);
+    uint32_t info = slot_info(slot);
+    unsigned flags = 0;
+    if (slot_info_state(info) == SLOT_EMPTY)
+        flags = UZRAM_EXTENT_HOLE | UZRAM_EXTENT_ZERO;
+    else if (slot_info_state(info) == SLOT_SAME && slot->value == 0)
+        flags = UZRAM_EXTENT_ZERO;
+    slot_unlock(slot);
+    return flags;
+}
+
+int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *run_length,
+                 unsigned *flags)
+{
+    if (length == 0 || offset >= dev->disksize || length > dev->disksize - offset) {
+        counter_add(&dev->invalid_io, 1);
+        return -EINVAL;
+    }
+    uint64_t index = offset / UZRAM_PAGE_SIZE;
+    unsigned first = extent_flags(dev, index);
+    uint64_t end = offset + length;
+    uint64_t run_end = (index + 1) * UZRAM_PAGE_SIZE;
+    while (run_end < end && extent_flags(dev, run_end / UZRAM_PAGE_SIZE) == first)
+        run_end += UZRAM_PAGE_SIZE;
+    *run_length = (run_end < end ? run_end : end) - offset;
+    *flags = first;
+    return 0;
+}
+
+/* ---- compaction ------------------------------------------------------------ */
+
+static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
+{
+    struct uzram *dev = arg;
+    if (owner & OWNER_DEDUP_BIT)
+        return dedup_try_lock_owner(dev, (uint32_t)(owner & ~OWNER_DEDUP_BIT), handle);
+    if (owner == 0 || owner > dev->page_count)
+        return false;
+    struct slot *slot = &dev->slots[owner - 1];
+    if (!slot_trylock(slot))
+        return false;
+    enum slot_state state = slot_info_state(slot_info(slot));
+    if ((state == SLOT_COMPRESSED || state == SLOT_HUGE) && slot->value == handle)
+        return true;
+    slot_unlock(slot);
+    return false;
+}
+
+static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+{
+    struct uzram *dev = arg;
+    (void)old_handle;
+    if (owner & OWNER_DEDUP_BIT) {
+        dedup_relocate(dev, (uint32_t)(owner & ~OWNER_DEDUP_BIT), new_handle);
+        return;
+    }
+    struct slot *slot = &dev->slots[owner - 1];
+    slot->value = new_handle;
+    slot_unlock(slot);
+}
+
+static void owner_unlock(void *arg, uint64_t owner)
+{
+    struct uzram *dev = arg;
+    if (owner & OWNER_DEDUP_BIT)
+        dedup_unlock_owner(dev, (uint32_t)(owner & ~OWNER_DEDUP_BIT));
+    else
+        slot_unlock(&dev->slots[owner - 1]);
+}
+
+int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
+{
+    const struct pool_owner_ops ops = {
+        .try_lock_owner = owner_try_lock,
+        .relocate = owner_relocate,
+        .unlock_owner = owner_unlock,
+        .arg = dev,
+    };
+    uint64_t freed = pool_compact(dev->pool, &ops);
+    counter_add(&dev->pages_compacted, freed);
+    if (pages_freed)
+        *pages_freed = freed;
+    return 0;
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+void uzram_config_init(struct uzram_config *config)
+{
+    *config = (struct uzram_config){
+        .comp_algorithm = "lz4",
+        .same_filled = true,
+    };
+}
+
+/* 2^44 pages of 4 KiB is 64 PiB: far past any machine, and slot values
+ * and dedup ids stay well inside their bit fields. */
+#define MAX_PAGE_COUNT (1ull << 44)
+
+int uzram_create(const struct uzram_config *config, struct uzram **out)
+{
+    if (!config || !out || config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE ||
+        config->disksize / UZRAM_PAGE_SIZE > MAX_PAGE_COUNT)
+        return -EINVAL;
+    int algo = comp_find(config->comp_algorithm ? config->comp_algorithm : "lz4");
+    if (algo < 0)
+        return algo;
+    int level = comp_resolve_level(algo, config->comp_level);
+    if (level < 0)
+        return level;
+
+    struct uzram *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return -ENOMEM;
+    int rc = -ENOMEM;
+    dev->disksize = config->disksize;
+    dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
+    /* mmap rather than calloc: the table of a large disk is only backed by
+     * memory where pages have been written. */
+    size_t table_bytes = dev->page_count * sizeof(struct slot);
+    void *table = mmap(NULL, table_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (table == MAP_FAILED)
+        goto fail_table;
+    dev->slots = table;
+    rc = pool_create(&dev->pool);
+    if (rc < 0)
+        goto fail_pool;
+    if (config->use_dedup) {
+        rc = dedup_create(dev->page_count, &dev->dedup);
+        if (rc < 0)
+            goto fail_dedup;
+    }
+    pthread_mutex_init(&dev->settings_lock, NULL);
+    atomic_init(&dev->algorithm, algo);
+    atomic_init(&dev->level, level);
+    atomic_init(&dev->same_filled, config->same_filled);
+    atomic_init(&dev->use_dedup, config->use_dedup);
+    atomic_init(&dev->mem_limit, config->mem_limit);
+    pool_set_limit(dev->pool, config->mem_limit);
+    *out = dev;
+    return 0;
+
+fail_dedup:
+    pool_destroy(dev->pool);
+fail_pool:
+    munmap(dev->slots, table_bytes);
+fail_table:
+    free(dev);
+    return rc;
+}
+
+void uzram_destroy(struct uzram *dev)
+{
+    if (!dev)
+        return;
+    dedup_destroy(dev->dedup);
+    pool_destroy(dev->pool);
+    munmap(dev->slots, dev->page_count * sizeof(struct slot));
+    pthread_mutex_destroy(&dev->settings_lock);
+    free(dev);
+}
+
+int uzram_reset(struct uzram *dev)
+{
+    pthread_mutex_lock(&dev->settings_lock);
+    for (uint64_t index = 0; index < dev->page_count; index++)
+        discard_page(dev, index);
+    _Atomic uint64_t *cumulative[] = {
+        &dev->huge_pages_since, &dev->pages_compacted, &dev->failed_reads,
+        &dev->failed_writes,    &dev->invalid_io,      &dev->notify_free,
+        &dev->dedup_hash_collisions,
+    };
+    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
+        atomic_store(cumulative[i], 0);
+    pool_reset_mem_used_max(dev->pool);
+    pthread_mutex_unlock(&dev->settings_lock);
+    return 0;
+}

@@ -1,0 +1,29 @@
+#!/bin/bash
+# deps.sh - installs the Debian packages the build, tests and benches need.
+# As root it runs apt-get itself; otherwise it prints the exact command.
+set -euo pipefail
+
+packages=(
+    gcc make pkg-config
+    liblz4-dev libzstd-dev liblzo2-dev zlib1g-dev libdeflate-dev libxxhash-dev
+    libcmocka-dev clang libclang-rt-14-dev valgrind
+    libnbd-bin nbdfuse python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs
+    gnuplot-nox
+)
+
+missing=()
+for package in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$package")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "uzram: missing packages: ${missing[*]}" >&2
+    echo "run:   sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+fi
+echo "uzram: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,11 @@
+/* commands.h - the subcommands of the uzram program.
+ * Each takes the arguments after its name and returns the exit status. */
+#ifndef UZRAM_COMMANDS_H
+#define UZRAM_COMMANDS_H
+
+int cmd_serve(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_attr(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,210 @@
+/* test_dedup.c - unit tests of deduplication: sharing, unsharing, collisions.
+ * Uses the internal force-collision switch so only full comparison separates pages. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dedup.h"
+#include "device.h"
+#include "test_util.h"
+
+#define DISK (16u << 20)
+#define PAGE UZRAM_PAGE_SIZE
+
+static void fill_page(unsigned char *page, uint64_t seed, enum test_data_kind kind)
+{
+    struct test_rng rng;
+    test_rng_seed(&rng, seed);
+    test_fill(&rng, kind, page, PAGE);
+}
+
+static void write_page(struct uzram *dev, uint64_t index, const unsigned char *page)
+{
+    assert_int_equal(uzram_write(dev, index * PAGE, page, PAGE), 0);
+}
+
+static void expect_page(struct uzram *dev, uint64_t index, const unsigned char *page)
+{
+    unsigned char back[PAGE];
+    assert_int_equal(uzram_read(dev, index * PAGE, back, PAGE), 0);
+    assert_memory_equal(back, page, PAGE);
+}
+
+/* The size the one shared object takes: what a single copy adds. */
+static uint64_t single_copy_size(const unsigned char *page)
+{
+    struct uzram *dev = test_device(DISK, NULL, 1);
+    write_page(dev, 0, page);
+    uint64_t size = test_stats(dev).compr_data_size;
+    uzram_destroy(dev);
+    return size;
+}
+
+static void test_identical_pages_share(void **state)
+{
+    (void)state;
+    unsigned char page[PAGE];
+    fill_page(page, 1, TEST_DATA_TEXT);
+    uint64_t size = single_copy_size(page);
+    struct uzram *dev = test_device(DISK, NULL, 1);
+    uint64_t meta_before = test_stats(dev).meta_data_size;
+    for (uint64_t i = 0; i < 10; i++)
+        write_page(dev, i * 3, page);
+    struct uzram_stats s = test_stats(dev);
+    assert_int_equal(s.orig_data_size, 10 * PAGE);
+    assert_int_equal(s.compr_data_size, size);
+    assert_int_equal(s.dup_data_size, 9 * size);
+    assert_int_equal(s.meta_data_size, meta_before + dedup_entry_size());
+    for (uint64_t i = 0; i < 10; i++)
+        expect_page(dev, i * 3, page);
+
+    /* Discard, overwrite and write-zeroes each drop only their own reference. */
+    assert_int_equal(uzram_discard(dev, 0, PAGE), 0);
+    unsigned char other[PAGE];
+    fill_page(other, 2, TEST_DATA_HALF);
+    write_page(dev, 3, other);
+    assert_int_equal(uzram_write_zeroes(dev, 6 * PAGE, PAGE, true), 0);
+    s = test_stats(dev);
+    assert_int_equal(s.dup_data_size, 6 * size);
+    for (uint64_t i = 3; i < 10; i++)
+        expect_page(dev, i * 3, page);
+    expect_page(dev, 3, other);
+
+    /* The last reference frees the object and the index returns to start. */
+    assert_int_equal(uzram_discard(dev, 0, DISK), 0);
+    s = test_stats(dev);
+    assert_int_equal(s.dup_data_size, 0);
+    assert_int_equal(s.compr_data_size, 0);
+    assert_int_equal(s.mem_used_total, 0);
+    assert_int_equal(s.meta_data_size, meta_before);
+    uzram_destroy(dev);
+}
+
+static void test_huge_pages_share(void **state)
+{
+    (void)state;
+    unsigned char page[PAGE];
+    fill_page(page, 3, TEST_DATA_RANDOM);
+    struct uzram *dev = test_device(DISK, NULL, 1);
+    write_page(dev, 1, page);
+    write_page(dev, 2, page);
+    struct uzram_stats s = test_stats(dev);
+    assert_int_equal(s.compr_data_size, PAGE);
+    assert_int_equal(s.dup_data_size, PAGE);
+    assert_int_equal(s.huge_pages, 2);
+    assert_int_equal(s.mem_used_total, PAGE);
+    expect_page(dev, 2, page);
+    write_page(dev, 1, (unsigned char[PAGE]){1});
+    s = test_stats(dev);
+    assert_int_equal(s.huge_pages, 1);
+    assert_int_equal(s.dup_data_size, 0);
+    expect_page(dev, 2, page);
+    uzram_destroy(dev);
+}
+
+/* With every hash equal, pages that differ must still never be merged. */
+static void test_forced_collisions_compare_in_full(void **state)
+{
+    (void)state;
+    enum { CONTENTS = 24 };
+    static unsigned char pages[CONTENTS][PAGE];
+    struct uzram *dev = test_device(DISK, NULL, 1);
+    dedup_force_collisions(dev->dedup, true);
+    for (int c = 0; c < CONTENTS; c++) {
+        fill_page(pages[c], 100 + c, c % 2 ? TEST_DATA_TEXT : TEST_DATA_RANDOM);
+        /* pages that differ only in their last byte are the hardest case */
+        if (c >= 20) {
+            memcpy(pages[c], pages[c - 2], PAGE);
+            pages[c][PAGE - 1] ^= (unsigned char)c;
+        }
+    }
+    for (int round = 0; round < 3; round++)
+        for (int c = 0; c < CONTENTS; c++)
+            write_page(dev, (uint64_t)round * CONTENTS + c, pages[c]);
+    for (int round = 0; round < 3; round++)
+        for (int c = 0; c < CONTENTS; c++)
+            expect_page(dev, (uint64_t)round * CONTENTS + c, pages[c]);
+    struct uzram_stats s = test_stats(dev);
+    assert_true(s.dedup_hash_collisions > 0);
+    assert_int_equal(s.pages_stored, 3 * CONTENTS);
+    /* every content is stored once; the other two rounds are duplicates */
+    assert_int_equal(s.dup_data_size, 2 * s.compr_data_size);
+    assert_int_equal(uzram_discard(dev, 0, DISK), 0);
+    s = test_stats(dev);
+    assert_int_equal(s.compr_data_size, 0);
+    assert_int_equal(s.dup_data_size, 0);
+    uzram_destroy(dev);
+}
+
+static void test_reset_and_setting(void **state)
+{
+    (void)state;
+    unsigned char page[PAGE];
+    fill_page(page, 5, TEST_DATA_HALF);
+    struct uzram *dev = test_device(DISK, NULL, 0);
+    write_page(dev, 0, page);
+    write_page(dev, 1, page);
+    assert_int_equal(test_stats(dev).dup_data_size, 0);
+    assert_int_equal(uzram_set_dedup(dev, true), -EBUSY);
+    assert_int_equal(uzram_reset(dev), 0);
+    assert_int_equal(uzram_set_dedup(dev, true), 0);
+    write_page(dev, 0, page);
+    write_page(dev, 1, page);
+    struct uzram_stats s = test_stats(dev);
+    assert_true(s.dup_data_size > 0);
+    assert_true(s.meta_data_size > 0);
+    assert_int_equal(uzram_reset(dev), 0);
+    s = test_stats(dev);
+    assert_int_equal(s.dup_data_size, 0);
+    assert_int_equal(s.orig_data_size, 0);
+    assert_int_equal(s.mem_used_total, 0);
+    char text[64];
+    assert_true(uzram_attr_get(dev, "use_dedup", text, sizeof text) > 0);
+    assert_string_equal(text, "1\n");
+    uzram_destroy(dev);
+}
+
+/* Compaction moves shared objects; every page that refers to them still
+ * reads its content. */
+static void test_compaction_moves_shared_objects(void **state)
+{
+    (void)state;
+    enum { PAGES = 3000, CONTENTS = 300 };
+    static unsigned char pages[CONTENTS][PAGE];
+    struct uzram *dev = test_device(DISK, NULL, 1);
+    for (int c = 0; c < CONTENTS; c++)
+        fill_page(pages[c], 1000 + c, c % 3 ? TEST_DATA_HALF : TEST_DATA_TEXT);
+    for (int i = 0; i < PAGES; i++)
+        write_page(dev, (uint64_t)i, pages[i % CONTENTS]);
+    /* Free every content but a scattered few: sparse pool pages remain. */
+    for (int i = 0; i < PAGES; i++)
+        if ((i % CONTENTS) % 7 != 0)
+            assert_int_equal(uzram_discard(dev, (uint64_t)i * PAGE, PAGE), 0);
+    uint64_t used = test_stats(dev).mem_used_total;
+    uint64_t freed = 0;
+    assert_int_equal(uzram_compact(dev, &freed), 0);
+    struct uzram_stats s = test_stats(dev);
+    assert_true(freed > 0);
+    assert_int_equal(s.pages_compacted, freed);
+    assert_int_equal(s.mem_used_total, used - freed * PAGE);
+    for (int i = 0; i < PAGES; i++)
+        if ((i % CONTENTS) % 7 == 0)
+            expect_page(dev, (uint64_t)i, pages[i % CONTENTS]);
+    uzram_destroy(dev);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identical_pages_share),
+        cmocka_unit_test(test_huge_pages_share),
+        cmocka_unit_test(test_forced_collisions_compare_in_full),
+        cmocka_unit_test(test_reset_and_setting),
+        cmocka_unit_test(test_compaction_moves_shared_objects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
