@@ -1,0 +1,683 @@
+/* pool.c - size-class allocator for compressed objects (see pool.h).
+ * Packs objects into spans of pages, tracks pool memory and compacts sparse spans. */
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/*
+ * Handle bit layout (48 bits used, bits 48..63 always zero):
+ *
+ *   bits  0..11  object index inside its span (a span holds at most
+ *                16 pages / 16 bytes = 4096 objects)
+ *   bits 12..47  span id + 1 (so that no handle is 0)
+ *
+ * The span id is also the index of the span's 64 KiB slot of address space:
+ * slot id = chunk number * SLOTS_PER_CHUNK + slot within the chunk. Ids are
+ * recycled when a span is released.
+ *
+ * Address space: chunks of CHUNK_BYTES are reserved with one mmap each and
+ * cut into fixed 64 KiB slots, one per span; a span of k pages touches only
+ * the first k pages of its slot. One mapping per chunk (not per span) keeps
+ * the process far below vm.max_map_count.
+ */
+#define PAGE_BYTES 4096u
+#define MAX_SPAN_PAGES 16u
+#define SLOT_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
+#define SLOTS_PER_CHUNK_SHIFT 10u
+#define SLOTS_PER_CHUNK (1u << SLOTS_PER_CHUNK_SHIFT)
+#define CHUNK_BYTES ((size_t)SLOTS_PER_CHUNK * SLOT_BYTES) /* 64 MiB */
+#define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
+
+#define OBJECT_INDEX_BITS 12u
+#define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
+
+/* Each object starts with a header holding its owner, so that compaction
+ * can ask the owner's permission to move it. */
+#define HEADER_BYTES 8u
+#define CLASS_GRANULE 16u
+/* Footprints 16, 32, ..., 4096 (header included), then the huge class. */
+#define NORMAL_CLASSES (PAGE_BYTES / CLASS_GRANULE)
+#define HUGE_CLASS NORMAL_CLASSES
+#define CLASS_COUNT (NORMAL_CLASSES + 1)
+
+/* Fullness groups: spans less than 1/4, 2/4, 3/4 used, not full, full. */
+#define GROUP_COUNT 5
+#define GROUP_FULL 4
+
+/* Values of span->next_free[] besides the index of the next free object. */
+#define OBJECT_ALLOCATED 0xffffu
+#define FREE_LIST_END 0xfffeu
+
+/* Shape of a class: shared by every pool, computed once. */
+struct class_shape {
+    uint32_t footprint;    /* bytes per object slot, header included */
+    uint16_t pages;        /* span length */
+    uint16_t objects;      /* objects per span */
+    uint16_t header_bytes; /* 0 for the huge class */
+    uint16_t home;         /* class that actually serves this footprint */
+};
+
+struct pool_span {
+    struct pool_span *prev; /* fullness group list, under the class lock */
+    struct pool_span *next;
+    unsigned char *base;  /* first byte of the span's slot; immutable */
+    uint64_t huge_owner;  /* owner of the single object of a huge span */
+    uint64_t compact_gen; /* last compaction round that tried to empty it */
+    uint32_t slot;        /* span id; immutable */
+    uint16_t class_index; /* immutable */
+    uint16_t in_use;
+    uint16_t free_head;
+    uint8_t group;
+    bool isolated; /* taken off the lists while compaction empties it */
+    /* Per object: OBJECT_ALLOCATED or the next free object's index. */
+    uint16_t next_free[];
+};
+
+/* Second level of the span table: one per chunk of address space. */
+struct pool_chunk {
+    unsigned char *base;
+    _Atomic(struct pool_span *) spans[SLOTS_PER_CHUNK];
+};
+
+struct pool_class {
+    /* Protects everything below and the mutable fields of this class's
+     * spans (lists, in_use, free list, headers of objects). */
+    pthread_mutex_t lock;
+    struct pool_span *groups[GROUP_COUNT];
+    uint64_t span_count;
+    uint64_t object_count;
+} __attribute__((aligned(64)));
+
+/*
+ * Lock order (outermost first):
+ *   caller's slot/dedup/owner locks -> one class lock.
+ * Only one class lock is ever held at a time. slot_lock is a leaf, never
+ * held together with a class lock: spans are made and released outside
+ * class locks, so mapping a chunk or madvise never stalls a class. Compaction holds a class
+ * lock while calling owner callbacks, but only *tries* owner locks, so the
+ * inverted order cannot deadlock. pool_map takes no lock at all: it reads
+ * the span table through acquire loads of pointers published with release
+ * stores.
+ */
+struct pool {
+    struct pool_class classes[CLASS_COUNT];
+
+    pthread_mutex_t slot_lock;
+    _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
+    uint32_t chunk_count;       /* under slot_lock */
+    uint32_t next_unused_slot;  /* under slot_lock: slots never used yet */
+    uint32_t *free_slots;       /* under slot_lock: stack of released slots */
+    size_t free_slot_count;
+    size_t free_slot_capacity;
+
+    _Atomic uint64_t mem_used;
+    _Atomic uint64_t mem_used_max;
+    _Atomic uint64_t limit;
+    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t compact_gen;
+};
+
+static struct class_shape class_shapes[CLASS_COUNT];
+static pthread_once_t class_shapes_once = PTHREAD_ONCE_INIT;
+
+/* Tail waste a span may have and still be preferred to a longer span.
+ * Longer spans waste less at their end, but every class in use keeps about
+ * half a span empty on average (and compaction leaves up to one span of
+ * free objects per class), a fixed cost of about 3.8 MB over all classes
+ * with the least-waste rule. Accepting 1% of tail waste brings that to 2.9 MB
+ * for +0.15% per object: a saving below about 600 MB of stored data, about
+ * even above. 0 gives the pure least-waste rule. */
+#define SPAN_WASTE_TOLERANCE_PERMILLE 10u
+
+/* Pick the shortest span whose tail waste is within the tolerance, or else
+ * the one that wastes the smallest fraction of itself (on a tie the shorter
+ * span, because a span can only be given back once all its objects are
+ * gone). */
+static void choose_span_length(uint32_t footprint, uint16_t *pages, uint16_t *objects)
+{
+    uint32_t best_pages = 0;
+    uint32_t best_objects = 0;
+    uint64_t best_waste = 0;
+    for (uint32_t k = 1; k <= MAX_SPAN_PAGES; k++) {
+        uint32_t bytes = k * PAGE_BYTES;
+        uint32_t objects_here = bytes / footprint;
+        uint64_t waste = bytes - (uint64_t)objects_here * footprint;
+        /* waste / bytes < best_waste / best_bytes, without division */
+        if (best_pages == 0 || waste * best_pages < best_waste * k) {
+            best_pages = k;
+            best_objects = objects_here;
+            best_waste = waste;
+        }
+        if (waste * 1000 <= (uint64_t)SPAN_WASTE_TOLERANCE_PERMILLE * bytes)
+            break;
+    }
+    *pages = (uint16_t)best_pages;
+    *objects = (uint16_t)best_objects;
+}
+
+static void init_class_shapes(void)
+{
+    for (uint32_t i = 0; i < NORMAL_CLASSES; i++) {
+        struct class_shape *shape = &class_shapes[i];
+        shape->footprint = (i + 1) * CLASS_GRANULE;
+        shape->header_bytes = HEADER_BYTES;
+        choose_span_length(shape->footprint, &shape->pages, &shape->objects);
+        shape->home = (uint16_t)i;
+    }
+    struct class_shape *huge = &class_shapes[HUGE_CLASS];
+    huge->footprint = PAGE_BYTES;
+    huge->pages = 1;
+    huge->objects = 1;
+    huge->header_bytes = 0;
+    huge->home = HUGE_CLASS;
+    /* Neighbouring footprints with the same span length and object count
+     * cost the same per object: serve them from the largest one so that
+     * fewer half-empty spans exist (zsmalloc merges classes the same way). */
+    for (int i = (int)NORMAL_CLASSES - 2; i >= 0; i--) {
+        const struct class_shape *larger = &class_shapes[class_shapes[i + 1].home];
+        if (larger->header_bytes == HEADER_BYTES && larger->pages == class_shapes[i].pages &&
+            larger->objects == class_shapes[i].objects)
+            class_shapes[i].home = class_shapes[i + 1].home;
+    }
+}
+
+static const struct class_shape *shapes(void)
+{
+    pthread_once(&class_shapes_once, init_class_shapes);
+    return class_shapes;
+}
+
+/* Class serving objects of `size` bytes (1..4096). */
+static unsigned class_of(const struct class_shape *all, size_t size)
+{
+    size_t footprint = size + HEADER_BYTES;
+    if (footprint > PAGE_BYTES)
+        return HUGE_CLASS;
+    return all[(footprint + CLASS_GRANULE - 1) / CLASS_GRANULE - 1].home;
+}
+
+static uint64_t make_handle(const struct pool_span *span, unsigned index)
+{
+    return ((uint64_t)span->slot + 1) << OBJECT_INDEX_BITS | index;
+}
+
+/* Span of a handle, or NULL for a handle that names no live span. */
+static struct pool_span *span_of(struct pool *pool, uint64_t handle)
+{
+    uint64_t id = handle >> OBJECT_INDEX_BITS;
+    if (id == 0 || id > (uint64_t)MAX_CHUNKS * SLOTS_PER_CHUNK)
+        return NULL;
+    uint64_t slot = id - 1;
+    struct pool_chunk *chunk =
+        atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT], memory_order_acquire);
+    if (!chunk)
+        return NULL;
+    return atomic_load_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)],
+                                memory_order_acquire);
+}
+
+static unsigned char *object_start(const struct class_shape *shape, const struct pool_span *span,
+                                   unsigned index)
+{
+    return span->base + (size_t)index * shape->footprint;
+}
+
+static unsigned group_of(const struct class_shape *shape, unsigned in_use)
+{
+    if (in_use >= shape->objects)
+        return GROUP_FULL;
+    return in_use * 4u / shape->objects;
+}
+
+static void list_unlink(struct pool_class *class, struct pool_span *span)
+{
+    if (span->prev)
+        span->prev->next = span->next;
+    else
+        class->groups[span->group] = span->next;
+    if (span->next)
+        span->next->prev = span->prev;
+    span->prev = span->next = NULL;
+}
+
+static void list_push(struct pool_class *class, struct pool_span *span, unsigned group)
+{
+    span->group = (uint8_t)group;
+    span->prev = NULL;
+    span->next = class->groups[group];
+    if (span->next)
+        span->next->prev = span;
+    class->groups[group] = span;
+}
+
+/* Move a span to the list matching its fill after in_use changed. */
+static void regroup(struct pool_class *class, const struct class_shape *shape,
+                    struct pool_span *span)
+{
+    if (span->isolated)
+        return;
+    unsigned group = group_of(shape, span->in_use);
+    if (group != span->group) {
+        list_unlink(class, span);
+        list_push(class, span, group);
+    }
+}
+
+/* Fullest span that still has a free object, or NULL. */
+static struct pool_span *fullest_open_span(struct pool_class *class)
+{
+    for (int group = GROUP_FULL - 1; group >= 0; group--)
+        if (class->groups[group])
+            return class->groups[group];
+    return NULL;
+}
+
+/* Take a free object of `span`; the caller checked one exists. */
+static unsigned take_object(struct pool_class *class, const struct class_shape *shape,
+                            struct pool_span *span, uint64_t owner)
+{
+    unsigned index = span->free_head;
+    span->free_head = span->next_free[index];
+    span->next_free[index] = OBJECT_ALLOCATED;
+    span->in_use++;
+    class->object_count++;
+    if (shape->header_bytes)
+        memcpy(object_start(shape, span, index), &owner, sizeof owner);
+    else
+        span->huge_owner = owner;
+    regroup(class, shape, span);
+    return index;
+}
+
+static void put_object(struct pool_class *class, const struct class_shape *shape,
+                       struct pool_span *span, unsigned index)
+{
+    span->next_free[index] = (uint16_t)span->free_head;
+    span->free_head = (uint16_t)index;
+    span->in_use--;
+    class->object_count--;
+    regroup(class, shape, span);
+}
+
+static uint64_t owner_of(const struct class_shape *shape, const struct pool_span *span,
+                         unsigned index)
+{
+    uint64_t owner;
+    if (!shape->header_bytes)
+        return span->huge_owner;
+    memcpy(&owner, object_start(shape, span, index), sizeof owner);
+    return owner;
+}
+
+/* Account `bytes` more pool memory unless that would pass the limit. */
+static int reserve_memory(struct pool *pool, uint64_t bytes)
+{
+    uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
+    uint64_t used = atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
+    do {
+        if (limit != 0 && used + bytes > limit)
+            return -ENOSPC;
+    } while (!atomic_compare_exchange_weak_explicit(&pool->mem_used, &used, used + bytes,
+                                                    memory_order_relaxed,
+                                                    memory_order_relaxed));
+    uint64_t now = used + bytes;
+    uint64_t peak = atomic_load_explicit(&pool->mem_used_max, memory_order_relaxed);
+    while (peak < now && !atomic_compare_exchange_weak_explicit(&pool->mem_used_max, &peak, now,
+                                                                memory_order_relaxed,
+                                                                memory_order_relaxed))
+        ;
+    return 0;
+}
+
+/* Reserve one more chunk of address space. Called with slot_lock held. */
+static int map_chunk(struct pool *pool)
+{
+    if (pool->chunk_count >= MAX_CHUNKS)
+        return -ENOMEM;
+    size_t capacity = ((size_t)pool->chunk_count + 1) * SLOTS_PER_CHUNK;
+    /* Size the free-slot stack for every slot now, so releasing a span can
+     * never fail for lack of memory. */
+    if (capacity > pool->free_slot_capacity) {
+        uint32_t *grown = realloc(pool->free_slots, capacity * sizeof *grown);
+        if (!grown)
+            return -ENOMEM;
+        pool->free_slots = grown;
+        pool->free_slot_capacity = capacity;
+    }
+    struct pool_chunk *chunk = calloc(1, sizeof *chunk);
+    if (!chunk)
+        return -ENOMEM;
+    void *base = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        free(chunk);
+        return -ENOMEM;
+    }
+    /* A transparent huge page would turn one touched 4 KiB page into 2 MiB
+     * of resident memory; spans are sparse in their slots, so refuse them.
+     * Failure only costs memory, hence ignored. */
+    (void)madvise(base, CHUNK_BYTES, MADV_NOHUGEPAGE);
+    chunk->base = base;
+    atomic_store_explicit(&pool->chunks[pool->chunk_count], chunk, memory_order_release);
+    pool->chunk_count++;
+    return 0;
+}
+
+static int take_slot(struct pool *pool, uint32_t *slot)
+{
+    int rc = 0;
+    pthread_mutex_lock(&pool->slot_lock);
+    if (pool->free_slot_count > 0) {
+        *slot = pool->free_slots[--pool->free_slot_count];
+    } else {
+        if (pool->next_unused_slot == pool->chunk_count * SLOTS_PER_CHUNK)
+            rc = map_chunk(pool);
+        if (rc == 0)
+            *slot = pool->next_unused_slot++;
+    }
+    pthread_mutex_unlock(&pool->slot_lock);
+    return rc;
+}
+
+static void give_back_slot(struct pool *pool, uint32_t slot)
+{
+    pthread_mutex_lock(&pool->slot_lock);
+    pool->free_slots[pool->free_slot_count++] = slot;
+    pthread_mutex_unlock(&pool->slot_lock);
+}
+
+static struct pool_chunk *chunk_of_slot(struct pool *pool, uint32_t slot)
+{
+    return atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT],
+                                memory_order_acquire);
+}
+
+/* Make an empty span of class `class_index`, published in the span table
+ * but on no list yet. Called without any class lock. */
+static int create_span(struct pool *pool, unsigned class_index, struct pool_span **out)
+{
+    const struct class_shape *shape = &shapes()[class_index];
+    uint64_t bytes = (uint64_t)shape->pages * PAGE_BYTES;
+    int rc = reserve_memory(pool, bytes);
+    if (rc)
+        return rc;
+    struct pool_span *span =
+        malloc(sizeof *span + (size_t)shape->objects * sizeof span->next_free[0]);
+    if (!span) {
+        atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+        return -ENOMEM;
+    }
+    uint32_t slot;
+    rc = take_slot(pool, &slot);
+    if (rc) {
+        free(span);
+        atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+        return rc;
+    }
+    struct pool_chunk *chunk = chunk_of_slot(pool, slot);
+    memset(span, 0, sizeof *span);
+    span->base = chunk->base + (size_t)(slot & (SLOTS_PER_CHUNK - 1)) * SLOT_BYTES;
+    span->slot = slot;
+    span->class_index = (uint16_t)class_index;
+    span->free_head = 0;
+    for (unsigned i = 0; i < shape->objects; i++)
+        span->next_free[i] = (uint16_t)(i + 1 < shape->objects ? i + 1 : FREE_LIST_END);
+    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], span,
+                          memory_order_release);
+    *out = span;
+    return 0;
+}
+
+/* Give an empty span back: its pages to the OS, its slot to the free
+ * stack. Called without any class lock (madvise can take a while). */
+static void release_span(struct pool *pool, struct pool_span *span)
+{
+    const struct class_shape *shape = &shapes()[span->class_index];
+    size_t bytes = (size_t)shape->pages * PAGE_BYTES;
+    uint32_t slot = span->slot;
+    /* MADV_DONTNEED on private anonymous memory cannot fail on a range we
+     * mapped; if it did, the pages would merely stay resident. */
+    (void)madvise(span->base, bytes, MADV_DONTNEED);
+    struct pool_chunk *chunk = chunk_of_slot(pool, slot);
+    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], NULL,
+                          memory_order_release);
+    free(span);
+    give_back_slot(pool, slot);
+    atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+}
+
+int pool_create(struct pool **out)
+{
+    if (!out)
+        return -EINVAL;
+    shapes();
+    /* Class locks sit on their own cache lines: the struct needs its
+     * 64-byte alignment honoured, which calloc does not promise. */
+    struct pool *pool = aligned_alloc(_Alignof(struct pool), sizeof *pool);
+    if (!pool)
+        return -ENOMEM;
+    memset(pool, 0, sizeof *pool);
+    pool->chunks = calloc(MAX_CHUNKS, sizeof *pool->chunks);
+    if (!pool->chunks) {
+        free(pool);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&pool->slot_lock, NULL);
+    for (unsigned i = 0; i < CLASS_COUNT; i++)
+        pthread_mutex_init(&pool->classes[i].lock, NULL);
+    *out = pool;
+    return 0;
+}
+
+void pool_destroy(struct pool *pool)
+{
+    if (!pool)
+        return;
+    for (uint32_t c = 0; c < pool->chunk_count; c++) {
+        struct pool_chunk *chunk = atomic_load_explicit(&pool->chunks[c], memory_order_acquire);
+        for (unsigned s = 0; s < SLOTS_PER_CHUNK; s++)
+            free(atomic_load_explicit(&chunk->spans[s], memory_order_relaxed));
+        munmap(chunk->base, CHUNK_BYTES);
+        free(chunk);
+    }
+    for (unsigned i = 0; i < CLASS_COUNT; i++)
+        pthread_mutex_destroy(&pool->classes[i].lock);
+    pthread_mutex_destroy(&pool->slot_lock);
+    free(pool->free_slots);
+    free(pool->chunks);
+    free(pool);
+}
+
+int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
+{
+    if (!pool || !handle || owner == 0 || size == 0 || size > POOL_MAX_OBJECT)
+        return -EINVAL;
+    const struct class_shape *all = shapes();
+    unsigned class_index = class_of(all, size);
+    const struct class_shape *shape = &all[class_index];
+    struct pool_class *class = &pool->classes[class_index];
+
+    pthread_mutex_lock(&class->lock);
+    struct pool_span *span = fullest_open_span(class);
+    if (!span) {
+        /* Make the span without the class lock so that frees and other
+         * allocations of the class go on meanwhile; if someone else made
+         * room in the meantime, the new span is used anyway (rare, and it
+         * is as dense as any other once filled). */
+        pthread_mutex_unlock(&class->lock);
+        int rc = create_span(pool, class_index, &span);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&class->lock);
+        class->span_count++;
+        list_push(class, span, 0);
+    }
+    unsigned index = take_object(class, shape, span, owner);
+    *handle = make_handle(span, index);
+    pthread_mutex_unlock(&class->lock);
+    return 0;
+}
+
+void pool_free(struct pool *pool, uint64_t handle)
+{
+    if (!pool)
+        return;
+    struct pool_span *span = span_of(pool, handle);
+    if (!span)
+        return;
+    const struct class_shape *shape = &shapes()[span->class_index];
+    unsigned index = handle & OBJECT_INDEX_MASK;
+    struct pool_class *class = &pool->classes[span->class_index];
+
+    pthread_mutex_lock(&class->lock);
+    if (index >= shape->objects || span->next_free[index] != OBJECT_ALLOCATED) {
+        /* Not an allocated object: a caller bug that must not corrupt the
+         * free list. */
+        pthread_mutex_unlock(&class->lock);
+        return;
+    }
+    put_object(class, shape, span, index);
+    bool empty = span->in_use == 0 && !span->isolated;
+    if (empty) {
+        list_unlink(class, span);
+        class->span_count--;
+    }
+    pthread_mutex_unlock(&class->lock);
+    if (empty)
+        release_span(pool, span);
+}
+
+void *pool_map(struct pool *pool, uint64_t handle)
+{
+    struct pool_span *span = span_of(pool, handle);
+    if (!span)
+        return NULL;
+    const struct class_shape *shape = &shapes()[span->class_index];
+    unsigned index = handle & OBJECT_INDEX_MASK;
+    return object_start(shape, span, index) + shape->header_bytes;
+}
+
+void pool_set_limit(struct pool *pool, uint64_t bytes)
+{
+    atomic_store_explicit(&pool->limit, bytes, memory_order_relaxed);
+}
+
+uint64_t pool_mem_used(struct pool *pool)
+{
+    return atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
+}
+
+uint64_t pool_mem_used_max(struct pool *pool)
+{
+    return atomic_load_explicit(&pool->mem_used_max, memory_order_relaxed);
+}
+
+void pool_reset_mem_used_max(struct pool *pool)
+{
+    atomic_store_explicit(&pool->mem_used_max,
+                          atomic_load_explicit(&pool->mem_used, memory_order_relaxed),
+                          memory_order_relaxed);
+}
+
+uint64_t pool_pages_compacted(struct pool *pool)
+{
+    return atomic_load_explicit(&pool->pages_compacted, memory_order_relaxed);
+}
+
+/* Sparsest span with a free object that this round has not tried yet. */
+static struct pool_span *sparsest_untried_span(struct pool_class *class, uint64_t gen)
+{
+    for (unsigned group = 0; group < GROUP_FULL; group++)
+        for (struct pool_span *span = class->groups[group]; span; span = span->next)
+            if (span->compact_gen != gen)
+                return span;
+    return NULL;
+}
+
+/* Try to empty one source span of a class. Returns false when the class
+ * has nothing left worth trying; adds the pages it freed to *freed. */
+static bool compact_one_span(struct pool *pool, unsigned class_index,
+                             const struct pool_owner_ops *ops, uint64_t gen, uint64_t *freed)
+{
+    const struct class_shape *shape = &shapes()[class_index];
+    struct pool_class *class = &pool->classes[class_index];
+
+    pthread_mutex_lock(&class->lock);
+    uint64_t free_objects = class->span_count * shape->objects - class->object_count;
+    struct pool_span *source = NULL;
+    if (free_objects >= shape->objects)
+        source = sparsest_untried_span(class, gen);
+    /* The other spans must have room for all of the source's objects,
+     * otherwise no span can be emptied (the source is the sparsest). */
+    if (!source || free_objects - (shape->objects - source->in_use) < source->in_use) {
+        pthread_mutex_unlock(&class->lock);
+        return false;
+    }
+    source->compact_gen = gen;
+    list_unlink(class, source);
+    source->isolated = true;
+
+    for (unsigned index = 0; index < shape->objects && source->in_use > 0; index++) {
+        if (source->next_free[index] != OBJECT_ALLOCATED)
+            continue;
+        struct pool_span *target = fullest_open_span(class);
+        if (!target)
+            break;
+        uint64_t old_handle = make_handle(source, index);
+        uint64_t owner = owner_of(shape, source, index);
+        if (!ops->try_lock_owner(ops->arg, owner, old_handle))
+            continue;
+        unsigned new_index = take_object(class, shape, target, owner);
+        memcpy(object_start(shape, target, new_index) + shape->header_bytes,
+               object_start(shape, source, index) + shape->header_bytes,
+               shape->footprint - shape->header_bytes);
+        ops->relocate(ops->arg, owner, old_handle, make_handle(target, new_index));
+        put_object(class, shape, source, index);
+    }
+
+    source->isolated = false;
+    bool empty = source->in_use == 0;
+    if (empty)
+        class->span_count--;
+    else
+        list_push(class, source, group_of(shape, source->in_use));
+    pthread_mutex_unlock(&class->lock);
+    if (empty) {
+        release_span(pool, source);
+        *freed += shape->pages;
+        atomic_fetch_add_explicit(&pool->pages_compacted, shape->pages, memory_order_relaxed);
+    }
+    return true;
+}
+
+uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
+{
+    if (!pool || !ops || !ops->try_lock_owner || !ops->relocate)
+        return 0;
+    const struct class_shape *all = shapes();
+    /* A fresh generation per call marks the spans this call already tried,
+     * so a span that keeps a locked object is not picked again and again. */
+    uint64_t gen = atomic_fetch_add_explicit(&pool->compact_gen, 1, memory_order_relaxed) + 1;
+    uint64_t freed = 0;
+    for (unsigned class_index = 0; class_index < NORMAL_CLASSES; class_index++) {
+        if (all[class_index].home != class_index)
+            continue;
+        while (compact_one_span(pool, class_index, ops, gen, &freed))
+            ;
+    }
+    return freed;
+}
+
+double pool_object_cost(size_t size)
+{
+    if (size == 0 || size > POOL_MAX_OBJECT)
+        return 0.0;
+    const struct class_shape *all = shapes();
+    const struct class_shape *shape = &all[class_of(all, size)];
+    return (double)shape->pages * PAGE_BYTES / shape->objects;
+}
