@@ -1,0 +1,92 @@
+/* codec.c - the public face of the compression backends: algorithm names,
+ * level ranges and uzram_codec, a compressor for estimators and benchmarks. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comp.h"
+#include "uzram.h"
+
+/* A codec only remembers what to call: the contexts themselves are the
+ * calling thread's (see comp.c), so a codec costs nothing to keep open. */
+struct uzram_codec {
+    int algorithm;
+    int level;
+};
+
+int uzram_algorithm_list(const char *current, char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return -ERANGE;
+    size_t used = 0;
+    for (int id = 0; id < COMP_COUNT; id++) {
+        const char *name = comp_name(id);
+        bool selected = current && strcmp(current, name) == 0;
+        int n = snprintf(buf + used, size - used, selected ? "%s[%s]" : "%s%s",
+                         id == 0 ? "" : " ", name);
+        if (n < 0 || (size_t)n >= size - used) {
+            buf[0] = '\0';
+            return -ERANGE;
+        }
+        used += (size_t)n;
+    }
+    return (int)used;
+}
+
+int uzram_algorithm_levels(const char *name, int *min, int *max, int *dflt)
+{
+    int id = comp_find(name);
+    if (id < 0)
+        return id;
+    int lo, hi, def;
+    comp_levels(id, &lo, &hi, &def);
+    if (min)
+        *min = lo;
+    if (max)
+        *max = hi;
+    if (dflt)
+        *dflt = def;
+    return 0;
+}
+
+int uzram_codec_open(const char *name, int level, struct uzram_codec **out)
+{
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    int id = comp_find(name);
+    if (id < 0)
+        return id;
+    int resolved = comp_resolve_level(id, level);
+    if (resolved < 0)
+        return resolved;
+    struct uzram_codec *codec = malloc(sizeof *codec);
+    if (!codec)
+        return -ENOMEM;
+    codec->algorithm = id;
+    codec->level = resolved;
+    *out = codec;
+    return 0;
+}
+
+void uzram_codec_close(struct uzram_codec *codec)
+{
+    free(codec);
+}
+
+int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst,
+                         size_t capacity)
+{
+    if (!codec || !page || (!dst && capacity))
+        return -EINVAL;
+    return comp_compress(codec->algorithm, codec->level, page, dst, capacity);
+}
+
+int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length,
+                           void *page)
+{
+    if (!codec || !page || (!src && length))
+        return -EINVAL;
+    return comp_decompress(codec->algorithm, src, length, page);
+}

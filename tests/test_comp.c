@@ -1,0 +1,545 @@
+/* test_comp.c - unit tests of the compression backends (lib/comp.c) and the public codec API.
+ * Round trips, exact capacity limits, hostile input to the decoders, names, levels, threads. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <libdeflate.h>
+#include <lz4.h>
+#include <lzo/lzo1x.h>
+#define ZSTD_STATIC_LINKING_ONLY /* for the magicless format uzram stores */
+#include <zstd.h>
+
+#include "comp.h"
+#include "test_util.h"
+#include "uzram.h"
+
+#define PAGE 4096
+#define GUARD 64
+#define GUARD_BYTE 0xa5
+
+/* The levels worth trying for an algorithm: min, default and max, or just
+ * 0 for an algorithm without levels. Returns how many were stored. */
+static int test_levels(int id, int levels[3])
+{
+    int min, max, dflt;
+    comp_levels(id, &min, &max, &dflt);
+    if (min == 0 && max == 0) {
+        levels[0] = 0;
+        return 1;
+    }
+    levels[0] = min;
+    levels[1] = dflt;
+    levels[2] = max;
+    return 3;
+}
+
+static const enum test_data_kind round_trip_kinds[] = {
+    TEST_DATA_ZERO, TEST_DATA_SAME, TEST_DATA_TEXT, TEST_DATA_HALF, TEST_DATA_RANDOM,
+};
+
+static void test_round_trip_all(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 1);
+    unsigned char page[PAGE], back[PAGE], out[2 * PAGE];
+    for (size_t k = 0; k < sizeof round_trip_kinds / sizeof round_trip_kinds[0]; k++) {
+        enum test_data_kind kind = round_trip_kinds[k];
+        test_fill(&rng, kind, page, PAGE);
+        for (int id = 0; id < COMP_COUNT; id++) {
+            int levels[3];
+            int count = test_levels(id, levels);
+            for (int l = 0; l < count; l++) {
+                int level = comp_resolve_level(id, levels[l]);
+                assert_true(level >= 0);
+                /* Room for any expansion: always succeeds and round-trips. */
+                int length = comp_compress(id, level, page, out, sizeof out);
+                assert_true(length > 0);
+                memset(back, 0x11, sizeof back);
+                assert_int_equal(comp_decompress(id, out, (size_t)length, back), 0);
+                assert_memory_equal(page, back, PAGE);
+
+                /* The way the store calls it: only if it saves something. */
+                length = comp_compress(id, level, page, out, PAGE - 1);
+                if (kind == TEST_DATA_RANDOM) {
+                    /* Random data cannot shrink, but a shorter result must
+                     * still be a valid one. */
+                    if (length != 0) {
+                        assert_in_range(length, 1, PAGE - 1);
+                        assert_int_equal(comp_decompress(id, out, (size_t)length, back), 0);
+                        assert_memory_equal(page, back, PAGE);
+                    }
+                    continue;
+                }
+                /* Every level of every backend shrinks the other kinds. */
+                assert_in_range(length, 1, PAGE - 1);
+                assert_int_equal(comp_decompress(id, out, (size_t)length, back), 0);
+                assert_memory_equal(page, back, PAGE);
+            }
+        }
+    }
+}
+
+/* Zero and text pages really compress, and compressed text is smaller than
+ * half-compressible data, for the default level of every backend. */
+static void test_compresses(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 2);
+    unsigned char page[PAGE], out[2 * PAGE];
+    for (int id = 0; id < COMP_COUNT; id++) {
+        int level = comp_resolve_level(id, 0);
+        test_fill(&rng, TEST_DATA_ZERO, page, PAGE);
+        int zero = comp_compress(id, level, page, out, sizeof out);
+        assert_in_range(zero, 1, 64);
+        test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+        int text = comp_compress(id, level, page, out, sizeof out);
+        test_fill(&rng, TEST_DATA_HALF, page, PAGE);
+        int half = comp_compress(id, level, page, out, sizeof out);
+        assert_in_range(text, 1, PAGE * 3 / 5);
+        assert_in_range(half, text, PAGE * 4 / 5);
+    }
+}
+
+/* A result must fit in `capacity` exactly: one byte less gives 0, the exact
+ * length succeeds, and nothing is ever written past dst + capacity. */
+static void test_capacity_limits(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 3);
+    unsigned char page[PAGE], back[PAGE], full[2 * PAGE];
+    static const enum test_data_kind kinds[] = {TEST_DATA_ZERO, TEST_DATA_TEXT, TEST_DATA_HALF,
+                                                TEST_DATA_RANDOM};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        test_fill(&rng, kinds[k], page, PAGE);
+        for (int id = 0; id < COMP_COUNT; id++) {
+            int levels[3];
+            int count = test_levels(id, levels);
+            for (int l = 0; l < count; l++) {
+                int level = comp_resolve_level(id, levels[l]);
+                int length = comp_compress(id, level, page, full, sizeof full);
+                assert_true(length > 0);
+                size_t capacities[] = {0, 1, 2, 7, 16, (size_t)length / 2, (size_t)length - 1,
+                                       (size_t)length, (size_t)length + 1, PAGE - 1};
+                for (size_t c = 0; c < sizeof capacities / sizeof capacities[0]; c++) {
+                    size_t capacity = capacities[c];
+                    /* Exact-size heap buffer plus guard: ASan catches any
+                     * write past the guard, the guard bytes catch the rest. */
+                    unsigned char *dst = malloc(capacity + GUARD);
+                    assert_non_null(dst);
+                    memset(dst, GUARD_BYTE, capacity + GUARD);
+                    int rc = comp_compress(id, level, page, dst, capacity);
+                    for (size_t g = 0; g < GUARD; g++)
+                        assert_int_equal(dst[capacity + g], GUARD_BYTE);
+                    if (capacity < (size_t)length) {
+                        assert_int_equal(rc, 0);
+                    } else {
+                        assert_int_equal(rc, length);
+                        assert_memory_equal(dst, full, (size_t)length);
+                        assert_int_equal(comp_decompress(id, dst, (size_t)rc, back), 0);
+                        assert_memory_equal(back, page, PAGE);
+                    }
+                    free(dst);
+                }
+            }
+        }
+    }
+}
+
+/* Decode `length` bytes copied into an exact-size heap buffer, so that ASan
+ * sees any read past the end. */
+static int decompress_exact(int id, const unsigned char *src, size_t length, unsigned char *page)
+{
+    unsigned char *copy = malloc(length ? length : 1);
+    assert_non_null(copy);
+    memcpy(copy, src, length);
+    int rc = comp_decompress(id, copy, length, page);
+    free(copy);
+    return rc;
+}
+
+static void test_decompress_truncated(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 4);
+    unsigned char page[PAGE], back[PAGE], out[2 * PAGE];
+    static const enum test_data_kind kinds[] = {TEST_DATA_ZERO, TEST_DATA_TEXT, TEST_DATA_HALF,
+                                                TEST_DATA_RANDOM};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        test_fill(&rng, kinds[k], page, PAGE);
+        for (int id = 0; id < COMP_COUNT; id++) {
+            int length = comp_compress(id, comp_resolve_level(id, 0), page, out, sizeof out);
+            assert_true(length > 1);
+            /* Every proper prefix is rejected. */
+            for (int cut = 0; cut < length; cut += cut < 16 || cut > length - 16 ? 1 : 37)
+                assert_int_equal(decompress_exact(id, out, (size_t)cut, back), -EIO);
+            /* So is trailing garbage after a complete stream. */
+            for (int extra = 1; extra <= 8; extra++) {
+                for (int i = 0; i < extra; i++)
+                    out[length + i] = (unsigned char)test_rng_next(&rng);
+                assert_int_equal(decompress_exact(id, out, (size_t)(length + extra), back), -EIO);
+            }
+            /* The intact stream still decodes. */
+            assert_int_equal(decompress_exact(id, out, (size_t)length, back), 0);
+            assert_memory_equal(back, page, PAGE);
+        }
+    }
+    assert_int_equal(comp_decompress(COMP_LZ4, NULL, 0, back), -EIO);
+}
+
+/* Flipped bytes may still decode to some page (a changed literal is valid
+ * data), but must never crash, read or write out of bounds, or give anything
+ * other than 0 or -EIO. */
+static void test_decompress_corrupted(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 5);
+    unsigned char page[PAGE], back[PAGE], out[2 * PAGE], bad[2 * PAGE];
+    static const enum test_data_kind kinds[] = {TEST_DATA_ZERO, TEST_DATA_TEXT, TEST_DATA_HALF};
+    int rejected[COMP_COUNT] = {0};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        test_fill(&rng, kinds[k], page, PAGE);
+        for (int id = 0; id < COMP_COUNT; id++) {
+            int length = comp_compress(id, comp_resolve_level(id, 0), page, out, sizeof out);
+            assert_true(length > 0);
+            for (int trial = 0; trial < 300; trial++) {
+                memcpy(bad, out, (size_t)length);
+                int flips = 1 + (int)test_rng_below(&rng, 4);
+                for (int f = 0; f < flips; f++) {
+                    size_t at = test_rng_below(&rng, (uint64_t)length);
+                    /* Headers are at the start: hit them more often. */
+                    if (trial % 3 == 0)
+                        at = test_rng_below(&rng, length < 8 ? (uint64_t)length : 8);
+                    bad[at] ^= (unsigned char)(1 + test_rng_below(&rng, 255));
+                }
+                int rc = decompress_exact(id, bad, (size_t)length, back);
+                assert_true(rc == 0 || rc == -EIO);
+                rejected[id] += rc == -EIO;
+            }
+        }
+    }
+    for (int id = 0; id < COMP_COUNT; id++)
+        assert_true(rejected[id] > 0);
+}
+
+static void test_decompress_garbage(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 6);
+    unsigned char back[PAGE], garbage[2 * PAGE];
+    for (int id = 0; id < COMP_COUNT; id++) {
+        for (int trial = 0; trial < 400; trial++) {
+            size_t length = 1 + test_rng_below(&rng, sizeof garbage);
+            if (trial % 2)
+                length = 1 + test_rng_below(&rng, 64);
+            test_fill(&rng, trial % 4 == 3 ? TEST_DATA_HALF : TEST_DATA_RANDOM, garbage, length);
+            int rc = decompress_exact(id, garbage, length, back);
+            assert_true(rc == 0 || rc == -EIO);
+        }
+    }
+}
+
+/* Valid streams of the right format that decode to less or more than one
+ * page are rejected: a page is exactly 4096 bytes. Made with the libraries
+ * directly, in the format uzram stores. */
+static size_t make_stream(int id, const unsigned char *data, size_t size, unsigned char *out,
+                          size_t capacity)
+{
+    switch (id) {
+    case COMP_LZO: {
+        static unsigned char work[LZO1X_1_MEM_COMPRESS];
+        lzo_uint length = capacity;
+        assert_int_equal(lzo_init(), LZO_E_OK);
+        assert_int_equal(lzo1x_1_compress(data, size, out, &length, work), LZO_E_OK);
+        return length;
+    }
+    case COMP_LZ4:
+    case COMP_LZ4HC:
+        return (size_t)LZ4_compress_default((const char *)data, (char *)out, (int)size,
+                                            (int)capacity);
+    case COMP_ZSTD: {
+        ZSTD_CCtx *cctx = ZSTD_createCCtx();
+        assert_non_null(cctx);
+        assert_false(ZSTD_isError(
+            ZSTD_CCtx_setParameter(cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless)));
+        assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0)));
+        size_t length = ZSTD_compress2(cctx, out, capacity, data, size);
+        assert_false(ZSTD_isError(length));
+        ZSTD_freeCCtx(cctx);
+        return length;
+    }
+    case COMP_DEFLATE: {
+        struct libdeflate_compressor *compressor = libdeflate_alloc_compressor(6);
+        assert_non_null(compressor);
+        size_t length = libdeflate_deflate_compress(compressor, data, size, out, capacity);
+        libdeflate_free_compressor(compressor);
+        return length;
+    }
+    default:
+        fail();
+        return 0;
+    }
+}
+
+static void test_decompress_wrong_size(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 7);
+    static unsigned char data[3 * PAGE], out[4 * PAGE];
+    unsigned char back[PAGE];
+    test_fill(&rng, TEST_DATA_TEXT, data, sizeof data);
+    static const size_t sizes[] = {1, 2048, PAGE - 1, PAGE, PAGE + 1, 2 * PAGE, 3 * PAGE};
+    for (int id = 0; id < COMP_COUNT; id++) {
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            size_t length = make_stream(id, data, sizes[s], out, sizeof out);
+            assert_true(length > 0);
+            int rc = decompress_exact(id, out, length, back);
+            if (sizes[s] == PAGE) {
+                /* The control: a page made outside comp.c decodes too. */
+                assert_int_equal(rc, 0);
+                assert_memory_equal(back, data, PAGE);
+            } else {
+                assert_int_equal(rc, -EIO);
+            }
+        }
+    }
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    static const char *const names[COMP_COUNT] = {"lzo", "lz4", "lz4hc", "zstd", "deflate"};
+    for (int id = 0; id < COMP_COUNT; id++) {
+        assert_int_equal(comp_find(names[id]), id);
+        assert_string_equal(comp_name(id), names[id]);
+    }
+    assert_int_equal(comp_find("lz5"), -ENOENT);
+    assert_int_equal(comp_find(""), -ENOENT);
+    assert_int_equal(comp_find("LZ4"), -ENOENT);
+    assert_int_equal(comp_find("lz4 "), -ENOENT);
+    assert_int_equal(comp_find("lzo-rle"), -ENOENT);
+    assert_int_equal(comp_find(NULL), -ENOENT);
+
+    int min, max, dflt;
+    assert_int_equal(uzram_algorithm_levels("nope", &min, &max, &dflt), -ENOENT);
+    assert_int_equal(uzram_algorithm_levels("lz4", &min, &max, &dflt), 0);
+    assert_int_equal(min, 0);
+    assert_int_equal(max, 0);
+    assert_int_equal(dflt, 0);
+    assert_int_equal(uzram_algorithm_levels("lzo", &min, &max, &dflt), 0);
+    assert_int_equal(max, 0);
+    assert_int_equal(uzram_algorithm_levels("lz4hc", &min, &max, &dflt), 0);
+    assert_int_equal(min, 3);
+    assert_int_equal(max, 12);
+    assert_int_equal(dflt, 9);
+    assert_int_equal(uzram_algorithm_levels("zstd", &min, &max, &dflt), 0);
+    assert_int_equal(min, 1);
+    assert_int_equal(max, ZSTD_maxCLevel());
+    assert_int_equal(dflt, 3);
+    assert_int_equal(uzram_algorithm_levels("deflate", &min, &max, &dflt), 0);
+    assert_int_equal(min, 1);
+    assert_int_equal(max, 12);
+    assert_int_equal(dflt, 6);
+}
+
+static void test_levels_resolve(void **state)
+{
+    (void)state;
+    for (int id = 0; id < COMP_COUNT; id++) {
+        int min, max, dflt;
+        comp_levels(id, &min, &max, &dflt);
+        assert_int_equal(comp_resolve_level(id, 0), dflt);
+        assert_int_equal(comp_resolve_level(id, max + 1), -EINVAL);
+        assert_int_equal(comp_resolve_level(id, min - 1 == 0 ? -1 : min - 1), -EINVAL);
+        assert_int_equal(comp_resolve_level(id, 1000), -EINVAL);
+        if (max != 0) {
+            assert_int_equal(comp_resolve_level(id, min), min);
+            assert_int_equal(comp_resolve_level(id, max), max);
+        } else {
+            assert_int_equal(comp_resolve_level(id, 1), -EINVAL);
+        }
+    }
+    assert_int_equal(comp_resolve_level(COMP_COUNT, 0), -EINVAL);
+    assert_int_equal(comp_resolve_level(-1, 0), -EINVAL);
+
+    /* The same checks through the public codec. */
+    struct uzram_codec *codec = (struct uzram_codec *)1;
+    assert_int_equal(uzram_codec_open("zstd", ZSTD_maxCLevel() + 1, &codec), -EINVAL);
+    assert_int_equal(uzram_codec_open("zstd", -1, &codec), -EINVAL);
+    assert_null(codec);
+    assert_int_equal(uzram_codec_open("lz4", 1, &codec), -EINVAL);
+    assert_int_equal(uzram_codec_open("lz4hc", 2, &codec), -EINVAL);
+    assert_int_equal(uzram_codec_open("deflate", 13, &codec), -EINVAL);
+    assert_int_equal(uzram_codec_open("xz", 0, &codec), -ENOENT);
+    assert_int_equal(uzram_codec_open(NULL, 0, &codec), -ENOENT);
+    assert_int_equal(uzram_codec_open("lz4", 0, NULL), -EINVAL);
+}
+
+static void test_algorithm_list(void **state)
+{
+    (void)state;
+    char buf[128];
+    const char *all = "lzo lz4 lz4hc zstd deflate";
+    int n = uzram_algorithm_list(NULL, buf, sizeof buf);
+    assert_int_equal(n, (int)strlen(all));
+    assert_string_equal(buf, all);
+    assert_int_equal(uzram_algorithm_list("lz4", buf, sizeof buf), (int)strlen(all) + 2);
+    assert_string_equal(buf, "lzo [lz4] lz4hc zstd deflate");
+    assert_int_equal(uzram_algorithm_list("lzo", buf, sizeof buf), (int)strlen(all) + 2);
+    assert_string_equal(buf, "[lzo] lz4 lz4hc zstd deflate");
+    assert_int_equal(uzram_algorithm_list("deflate", buf, sizeof buf), (int)strlen(all) + 2);
+    assert_string_equal(buf, "lzo lz4 lz4hc zstd [deflate]");
+    assert_int_equal(uzram_algorithm_list("zst", buf, sizeof buf), (int)strlen(all));
+    assert_string_equal(buf, all);
+
+    /* Exactly enough room (length + NUL) works; one byte less is -ERANGE. */
+    size_t need = strlen("lzo lz4 lz4hc [zstd] deflate") + 1;
+    assert_int_equal(uzram_algorithm_list("zstd", buf, need), (int)need - 1);
+    assert_string_equal(buf, "lzo lz4 lz4hc [zstd] deflate");
+    for (size_t size = 0; size < need; size++)
+        assert_int_equal(uzram_algorithm_list("zstd", buf, size), -ERANGE);
+    assert_int_equal(uzram_algorithm_list("zstd", NULL, 0), -ERANGE);
+}
+
+static void test_codec(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 8);
+    unsigned char page[PAGE], back[PAGE], out[2 * PAGE];
+    static const char *const names[] = {"lzo", "lz4", "lz4hc", "zstd", "deflate"};
+    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        struct uzram_codec *codec = NULL;
+        assert_int_equal(uzram_codec_open(names[i], 0, &codec), 0);
+        assert_non_null(codec);
+        int length = uzram_codec_compress(codec, page, out, PAGE - 1);
+        assert_in_range(length, 1, PAGE - 1);
+        /* A failed attempt may leave partial output: use another buffer. */
+        unsigned char small[PAGE];
+        assert_int_equal(uzram_codec_compress(codec, page, small, (size_t)length - 1), 0);
+        assert_int_equal(uzram_codec_decompress(codec, out, (size_t)length, back), 0);
+        assert_memory_equal(page, back, PAGE);
+        assert_int_equal(uzram_codec_decompress(codec, out, (size_t)length / 2, back), -EIO);
+        uzram_codec_close(codec);
+    }
+    uzram_codec_close(NULL);
+
+    /* Codecs at different levels of one algorithm, used alternately by one
+     * thread (libdeflate remakes its per-level compressor). */
+    struct uzram_codec *fast = NULL, *best = NULL;
+    assert_int_equal(uzram_codec_open("deflate", 1, &fast), 0);
+    assert_int_equal(uzram_codec_open("deflate", 12, &best), 0);
+    for (int round = 0; round < 4; round++) {
+        struct uzram_codec *codec = round % 2 ? best : fast;
+        int length = uzram_codec_compress(codec, page, out, sizeof out);
+        assert_true(length > 0);
+        assert_int_equal(uzram_codec_decompress(round % 2 ? fast : best, out, (size_t)length,
+                                                back),
+                         0);
+        assert_memory_equal(page, back, PAGE);
+    }
+    uzram_codec_close(fast);
+    uzram_codec_close(best);
+}
+
+/* Several threads at once, each with its own contexts made on first use and
+ * freed when it exits (LeakSanitizer checks that). Failures are counted and
+ * checked by the main thread, as cmocka's asserts are not thread-safe. */
+#define THREADS 4
+#define THREAD_ROUND_TRIPS 2000
+
+struct thread_result {
+    uint64_t seed;
+    int failures;
+    int stored;
+};
+
+static void *round_trip_thread(void *arg)
+{
+    struct thread_result *result = arg;
+    struct test_rng rng;
+    test_rng_seed(&rng, result->seed);
+    unsigned char page[PAGE], back[PAGE], out[PAGE];
+    static const enum test_data_kind kinds[] = {TEST_DATA_ZERO, TEST_DATA_SAME, TEST_DATA_TEXT,
+                                                TEST_DATA_HALF, TEST_DATA_RANDOM};
+    for (int i = 0; i < THREAD_ROUND_TRIPS; i++) {
+        int id = (int)test_rng_below(&rng, COMP_COUNT);
+        int min, max, dflt;
+        comp_levels(id, &min, &max, &dflt);
+        int level = dflt;
+        /* Now and then another level, to switch per-level contexts; the
+         * slowest levels rarely, to keep the test quick. */
+        uint64_t pick = test_rng_below(&rng, 16);
+        if (max != 0 && pick == 0)
+            level = max;
+        else if (max != 0 && pick < 4)
+            level = min > 0 ? min : 1;
+        enum test_data_kind kind = kinds[test_rng_below(&rng, 5)];
+        test_fill(&rng, kind, page, PAGE);
+        int length = comp_compress(id, level, page, out, PAGE - 1);
+        if (length < 0) {
+            result->failures++;
+            continue;
+        }
+        if (length == 0) {
+            if (kind != TEST_DATA_RANDOM)
+                result->failures++;
+            continue;
+        }
+        if (comp_decompress(id, out, (size_t)length, back) != 0 || memcmp(page, back, PAGE))
+            result->failures++;
+        else
+            result->stored++;
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    pthread_t threads[THREADS];
+    struct thread_result results[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        results[t] = (struct thread_result){.seed = 100 + (uint64_t)t};
+        assert_int_equal(pthread_create(&threads[t], NULL, round_trip_thread, &results[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        assert_int_equal(pthread_join(threads[t], NULL), 0);
+        assert_int_equal(results[t].failures, 0);
+        assert_true(results[t].stored > THREAD_ROUND_TRIPS / 2);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_all),
+        cmocka_unit_test(test_compresses),
+        cmocka_unit_test(test_capacity_limits),
+        cmocka_unit_test(test_decompress_truncated),
+        cmocka_unit_test(test_decompress_corrupted),
+        cmocka_unit_test(test_decompress_garbage),
+        cmocka_unit_test(test_decompress_wrong_size),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_levels_resolve),
+        cmocka_unit_test(test_algorithm_list),
+        cmocka_unit_test(test_codec),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
