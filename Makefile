@@ -25,7 +25,7 @@ endif
 
 LIB_SRCS := $(sort $(wildcard lib/*.c))
 SRC_SRCS := $(sort $(wildcard src/*.c))
-TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TEST_SRCS := $(filter-out tests/test_util.c,$(sort $(wildcard tests/test_*.c)))
 FUZZ_SRCS := $(sort $(wildcard fuzz/fuzz_*.c))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(O)/%.o)

@@ -1,7 +1,6 @@
 /* util.c - small public helpers: size parsing, version, cost figures for estimators.
  * Kept apart from the engine so frontends can use them without a device. */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,20 +13,33 @@ const char *uzram_version(void)
     return "0.1.0";
 }
 
+/* Integers are parsed exactly (a double would round sizes above 2^53);
+ * a fraction is allowed only where it gives a whole number of bytes. */
 int uzram_parse_size(const char *text, uint64_t *bytes)
 {
     if (!text || !bytes)
         return -EINVAL;
     while (*text == ' ' || *text == '\t')
         text++;
-    if (!(*text >= '0' && *text <= '9') && *text != '.')
+    if (!(*text >= '0' && *text <= '9'))
         return -EINVAL;
     char *end;
     errno = 0;
-    double number = strtod(text, &end);
-    if (end == text || errno == ERANGE || number < 0)
-        return errno == ERANGE ? -ERANGE : -EINVAL;
-    double multiplier = 1;
+    unsigned long long whole = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    uint64_t fraction_numerator = 0, fraction_denominator = 1;
+    if (*end == '.') {
+        end++;
+        while (*end >= '0' && *end <= '9') {
+            if (fraction_denominator < 1000000000000ull) {
+                fraction_numerator = fraction_numerator * 10 + (uint64_t)(*end - '0');
+                fraction_denominator *= 10;
+            }
+            end++;
+        }
+    }
+    uint64_t multiplier = 1;
     const char *units = "KMGTPE";
     const char *unit = *end ? strchr(units, *end & ~0x20) : NULL;
     if (*end && unit) {
@@ -43,12 +55,21 @@ int uzram_parse_size(const char *text, uint64_t *bytes)
         end++;
     if (*end)
         return -EINVAL;
-    double value = number * multiplier;
-    if (value >= 18446744073709551616.0)
+    if (whole > UINT64_MAX / multiplier)
         return -ERANGE;
-    if (value != floor(value))
-        return -EINVAL;
-    *bytes = (uint64_t)value;
+    uint64_t value = whole * multiplier;
+    if (fraction_numerator) {
+        /* multiplier is a power of two up to 2^60 and the denominator a power
+         * of ten up to 10^12, so split to stay inside 64 bits */
+        unsigned __int128 part = (unsigned __int128)fraction_numerator * multiplier;
+        if (part % fraction_denominator)
+            return -EINVAL;
+        uint64_t extra = (uint64_t)(part / fraction_denominator);
+        if (value > UINT64_MAX - extra)
+            return -ERANGE;
+        value += extra;
+    }
+    *bytes = value;
     return 0;
 }
 
