@@ -24,7 +24,8 @@
  *   stated) on success and a negative errno on failure. Nothing is printed.
  * - Offsets and lengths are bytes. I/O must be aligned to UZRAM_SECTOR_SIZE
  *   (512) and lie inside the disk; anything else is -EINVAL and counts in
- *   io_stat's invalid_io, and nothing stored changes.
+ *   io_stat's invalid_io, and nothing stored changes. A zero length at a
+ *   valid offset (the end of the disk included) succeeds and does nothing.
  * - Thread safety: all I/O functions, uzram_compact(), the stats calls and
  *   the attribute calls may be used by any number of threads at once on the
  *   same device. Locking is per page; a read racing with a write of the same

@@ -1,0 +1,892 @@
+/* test_stats_attr.c - unit tests of the statistics text forms and the attributes by name.
+ * mm_stat/io_stat/JSON formats, zram-style attributes, size parsing and dedup accounting. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+
+#define PAGE UZRAM_PAGE_SIZE
+#define DISK_SIZE (256ull * PAGE)
+
+static int setup_device(void **state)
+{
+    *state = test_device(DISK_SIZE, NULL, 0);
+    return 0;
+}
+
+static int setup_dedup_device(void **state)
+{
+    *state = test_device(DISK_SIZE, NULL, 1);
+    return 0;
+}
+
+static int teardown_device(void **state)
+{
+    uzram_destroy(*state);
+    return 0;
+}
+
+/* A stats struct whose every field has a distinct value, so a field in
+ * the wrong place is caught. */
+static struct uzram_stats distinct_stats(void)
+{
+    struct uzram_stats s;
+    memset(&s, 0, sizeof s);
+    s.orig_data_size = 1000001;
+    s.compr_data_size = 1000002;
+    s.mem_used_total = 1000003;
+    s.mem_limit = 1000004;
+    s.mem_used_max = 1000005;
+    s.same_pages = 1000006;
+    s.pages_compacted = 1000007;
+    s.huge_pages = 1000008;
+    s.huge_pages_since = 1000009;
+    s.dup_data_size = 1000010;
+    s.meta_data_size = UINT64_MAX; /* the widest value must print whole */
+    s.failed_reads = 2000001;
+    s.failed_writes = 2000002;
+    s.invalid_io = 2000003;
+    s.notify_free = 2000004;
+    s.dedup_hash_collisions = 3000001;
+    s.pages_stored = 3000002;
+    s.zero_pages = 3000003;
+    return s;
+}
+
+/* Split a '\n'-terminated line of space-separated decimal numbers; every
+ * field must be all digits. Returns the number of fields. */
+static int parse_fields(const char *line, uint64_t *fields, int max)
+{
+    int count = 0;
+    const char *p = line;
+    size_t length = strlen(line);
+    assert_true(length > 0);
+    assert_int_equal(line[length - 1], '\n');
+    assert_true(strchr(line, '\n') == line + length - 1); /* one line */
+    while (*p && *p != '\n') {
+        while (*p == ' ')
+            p++;
+        if (*p == '\n' || !*p)
+            break;
+        if (*p < '0' || *p > '9')
+            fail_msg("field %d does not start with a digit: \"%s\"", count, line);
+        char *end;
+        uint64_t value = strtoull(p, &end, 10);
+        if (*end != ' ' && *end != '\n')
+            fail_msg("field %d is not a plain number: \"%s\"", count, line);
+        if (count < max)
+            fields[count] = value;
+        count++;
+        p = end;
+    }
+    return count;
+}
+
+/* ------------------------------------------------------------------------
+ * Text forms
+ * ---------------------------------------------------------------------- */
+
+static void test_mm_stat_format(void **state)
+{
+    (void)state;
+    struct uzram_stats s = distinct_stats();
+    char buf[256];
+    int length = uzram_format_mm_stat(&s, buf, sizeof buf);
+    assert_true(length > 0);
+    assert_int_equal((size_t)length, strlen(buf));
+    uint64_t fields[16];
+    assert_int_equal(parse_fields(buf, fields, 16), 11);
+    /* zram's nine in zram's order, then the dedup seed's two. */
+    assert_int_equal(fields[0], s.orig_data_size);
+    assert_int_equal(fields[1], s.compr_data_size);
+    assert_int_equal(fields[2], s.mem_used_total);
+    assert_int_equal(fields[3], s.mem_limit);
+    assert_int_equal(fields[4], s.mem_used_max);
+    assert_int_equal(fields[5], s.same_pages);
+    assert_int_equal(fields[6], s.pages_compacted);
+    assert_int_equal(fields[7], s.huge_pages);
+    assert_int_equal(fields[8], s.huge_pages_since);
+    assert_int_equal(fields[9], s.dup_data_size);
+    assert_true(fields[10] == UINT64_MAX);
+
+    /* All zeros prints eleven zeros. */
+    memset(&s, 0, sizeof s);
+    length = uzram_format_mm_stat(&s, buf, sizeof buf);
+    assert_true(length > 0);
+    assert_int_equal(parse_fields(buf, fields, 16), 11);
+    for (int i = 0; i < 11; i++)
+        assert_int_equal(fields[i], 0);
+}
+
+static void test_io_stat_format(void **state)
+{
+    (void)state;
+    struct uzram_stats s = distinct_stats();
+    char buf[256];
+    int length = uzram_format_io_stat(&s, buf, sizeof buf);
+    assert_true(length > 0);
+    assert_int_equal((size_t)length, strlen(buf));
+    uint64_t fields[8];
+    assert_int_equal(parse_fields(buf, fields, 8), 4);
+    assert_int_equal(fields[0], s.failed_reads);
+    assert_int_equal(fields[1], s.failed_writes);
+    assert_int_equal(fields[2], s.invalid_io);
+    assert_int_equal(fields[3], s.notify_free);
+}
+
+/* A small strict JSON parser: enough to prove the text is valid JSON and to
+ * pull out every "key": number pair at any depth. */
+struct json {
+    const char *p;
+    bool ok;
+    int keys;
+    char names[64][48];
+    uint64_t values[64];
+    bool numeric[64];
+};
+
+static void json_space(struct json *j)
+{
+    while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')
+        j->p++;
+}
+
+static bool json_string(struct json *j, char *out, size_t size)
+{
+    if (*j->p != '"')
+        return false;
+    j->p++;
+    size_t n = 0;
+    while (*j->p && *j->p != '"') {
+        if ((unsigned char)*j->p < 0x20)
+            return false;
+        if (*j->p == '\\') {
+            j->p++;
+            if (!strchr("\"\\/bfnrtu", *j->p) || !*j->p)
+                return false;
+        }
+        if (out && n + 1 < size)
+            out[n++] = *j->p;
+        j->p++;
+    }
+    if (*j->p != '"')
+        return false;
+    j->p++;
+    if (out)
+        out[n] = '\0';
+    return true;
+}
+
+static bool json_value(struct json *j, uint64_t *number, bool *is_number);
+
+static bool json_number(struct json *j, uint64_t *number)
+{
+    const char *start = j->p;
+    if (*j->p == '-')
+        j->p++;
+    if (*j->p < '0' || *j->p > '9')
+        return false;
+    if (*j->p == '0' && j->p[1] >= '0' && j->p[1] <= '9')
+        return false; /* leading zeros are not JSON */
+    while (*j->p >= '0' && *j->p <= '9')
+        j->p++;
+    bool integer = true;
+    if (*j->p == '.') {
+        integer = false;
+        j->p++;
+        if (*j->p < '0' || *j->p > '9')
+            return false;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
+    }
+    if (*j->p == 'e' || *j->p == 'E') {
+        integer = false;
+        j->p++;
+        if (*j->p == '+' || *j->p == '-')
+            j->p++;
+        if (*j->p < '0' || *j->p > '9')
+            return false;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
+    }
+    *number = integer && *start != '-' ? strtoull(start, NULL, 10) : 0;
+    return true;
+}
+
+static bool json_object(struct json *j)
+{
+    j->p++; /* '{' */
+    json_space(j);
+    if (*j->p == '}') {
+        j->p++;
+        return true;
+    }
+    for (;;) {
+        char key[48];
+        json_space(j);
+        if (!json_string(j, key, sizeof key))
+            return false;
+        json_space(j);
+        if (*j->p != ':')
+            return false;
+        j->p++;
+        json_space(j);
+        uint64_t number = 0;
+        bool is_number = false;
+        if (!json_value(j, &number, &is_number))
+            return false;
+        if (j->keys < 64) {
+            snprintf(j->names[j->keys], sizeof j->names[0], "%s", key);
+            j->values[j->keys] = number;
+            j->numeric[j->keys] = is_number;
+            j->keys++;
+        }
+        json_space(j);
+        if (*j->p == ',') {
+            j->p++;
+            continue;
+        }
+        if (*j->p == '}') {
+            j->p++;
+            return true;
+        }
+        return false;
+    }
+}
+
+static bool json_array(struct json *j)
+{
+    j->p++; /* '[' */
+    json_space(j);
+    if (*j->p == ']') {
+        j->p++;
+        return true;
+    }
+    for (;;) {
+        uint64_t number;
+        bool is_number;
+        json_space(j);
+        if (!json_value(j, &number, &is_number))
+            return false;
+        json_space(j);
+        if (*j->p == ',') {
+            j->p++;
+            continue;
+        }
+        if (*j->p == ']') {
+            j->p++;
+            return true;
+        }
+        return false;
+    }
+}
+
+static bool json_value(struct json *j, uint64_t *number, bool *is_number)
+{
+    *is_number = false;
+    switch (*j->p) {
+    case '{':
+        return json_object(j);
+    case '[':
+        return json_array(j);
+    case '"':
+        return json_string(j, NULL, 0);
+    case 't':
+        return strncmp(j->p, "true", 4) == 0 && (j->p += 4);
+    case 'f':
+        return strncmp(j->p, "false", 5) == 0 && (j->p += 5);
+    case 'n':
+        return strncmp(j->p, "null", 4) == 0 && (j->p += 4);
+    default:
+        *is_number = true;
+        return json_number(j, number);
+    }
+}
+
+static bool json_parse(struct json *j, const char *text)
+{
+    memset(j, 0, sizeof *j);
+    j->p = text;
+    json_space(j);
+    if (*j->p != '{' || !json_object(j))
+        return false;
+    json_space(j);
+    return *j->p == '\0';
+}
+
+static void expect_json_key(const struct json *j, const char *key, uint64_t value)
+{
+    for (int i = 0; i < j->keys; i++) {
+        if (strcmp(j->names[i], key) == 0) {
+            if (!j->numeric[i] || j->values[i] != value)
+                fail_msg("JSON key \"%s\": %s %llu, expected %llu", key,
+                         j->numeric[i] ? "value" : "not a number",
+                         (unsigned long long)j->values[i], (unsigned long long)value);
+            return;
+        }
+    }
+    fail_msg("JSON has no key \"%s\"", key);
+}
+
+static void test_json_format(void **state)
+{
+    (void)state;
+    struct uzram_stats s = distinct_stats();
+    char buf[2048];
+    int length = uzram_format_json(&s, buf, sizeof buf);
+    assert_true(length > 0);
+    assert_int_equal((size_t)length, strlen(buf));
+    assert_int_equal(buf[length - 1], '\n');
+    struct json j;
+    if (!json_parse(&j, buf))
+        fail_msg("not valid JSON near \"%.30s\": %s", j.p, buf);
+#define KEY(field) expect_json_key(&j, #field, s.field)
+    KEY(orig_data_size);
+    KEY(compr_data_size);
+    KEY(mem_used_total);
+    KEY(mem_limit);
+    KEY(mem_used_max);
+    KEY(same_pages);
+    KEY(pages_compacted);
+    KEY(huge_pages);
+    KEY(huge_pages_since);
+    KEY(dup_data_size);
+    KEY(meta_data_size);
+    KEY(failed_reads);
+    KEY(failed_writes);
+    KEY(invalid_io);
+    KEY(notify_free);
+    KEY(dedup_hash_collisions);
+    KEY(pages_stored);
+    KEY(zero_pages);
+#undef KEY
+    /* The validator itself rejects broken JSON. */
+    assert_false(json_parse(&j, "{\"a\": 1,}"));
+    assert_false(json_parse(&j, "{\"a\" 1}"));
+    assert_false(json_parse(&j, "{\"a\": 01}"));
+    assert_false(json_parse(&j, "{\"a\": 1} x"));
+    assert_true(json_parse(&j, "{\"a\": {\"b\": [1, 2.5, \"x\", true, null]}}\n"));
+}
+
+/* Every size up to the length needed (including its NUL) is -ERANGE, the
+ * exact size fits, and a failed call never overruns `size`. */
+static void expect_erange(int (*format)(const struct uzram_stats *, char *, size_t))
+{
+    struct uzram_stats s = distinct_stats();
+    char full[2048];
+    int length = format(&s, full, sizeof full);
+    assert_true(length > 0);
+    char *buf = malloc((size_t)length + 1);
+    for (int size = 0; size <= length; size++) {
+        int rc = format(&s, buf, (size_t)size);
+        if (rc != -ERANGE)
+            fail_msg("size %d of needed %d: returned %d, expected -ERANGE", size, length + 1, rc);
+    }
+    /* Exactly enough; heap-allocated so ASan sees any overrun. */
+    assert_int_equal(format(&s, buf, (size_t)length + 1), length);
+    assert_string_equal(buf, full);
+    free(buf);
+}
+
+static void test_format_erange(void **state)
+{
+    (void)state;
+    expect_erange(uzram_format_mm_stat);
+    expect_erange(uzram_format_io_stat);
+    expect_erange(uzram_format_json);
+}
+
+/* ------------------------------------------------------------------------
+ * Attributes
+ * ---------------------------------------------------------------------- */
+
+static int attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
+{
+    int rc = uzram_attr_get(dev, name, buf, size);
+    if (rc > 0) {
+        assert_int_equal((size_t)rc, strlen(buf));
+        assert_int_equal(buf[rc - 1], '\n');
+    }
+    return rc;
+}
+
+static uint64_t attr_number(struct uzram *dev, const char *name)
+{
+    char buf[256];
+    int rc = attr_get(dev, name, buf, sizeof buf);
+    if (rc <= 0)
+        fail_msg("attr_get(%s) returned %d", name, rc);
+    char *end;
+    uint64_t value = strtoull(buf, &end, 10);
+    if (end == buf || *end != '\n')
+        fail_msg("attribute %s is not one number: \"%s\"", name, buf);
+    return value;
+}
+
+static void test_attr_names_readable(void **state)
+{
+    struct uzram *dev = *state;
+    const char *names = uzram_attr_names();
+    assert_non_null(names);
+    static const char *const documented[] = {
+        "disksize", "initstate", "comp_algorithm", "algorithm_params", "same_filled",
+        "use_dedup", "mem_limit", "mem_used_max", "mm_stat", "io_stat", "debug_stat",
+        "stat_json", "compact", "reset",
+    };
+    char list[1024];
+    snprintf(list, sizeof list, " %s ", names);
+    for (size_t i = 0; i < sizeof documented / sizeof documented[0]; i++) {
+        char word[64];
+        snprintf(word, sizeof word, " %s ", documented[i]);
+        if (!strstr(list, word))
+            fail_msg("uzram_attr_names() lacks \"%s\": \"%s\"", documented[i], names);
+    }
+
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", names);
+    int count = 0;
+    for (char *save = NULL, *name = strtok_r(copy, " ", &save); name;
+         name = strtok_r(NULL, " ", &save)) {
+        char buf[2048];
+        int rc = attr_get(dev, name, buf, sizeof buf);
+        if (strcmp(name, "compact") == 0 || strcmp(name, "reset") == 0) {
+            if (rc != -EACCES)
+                fail_msg("attr_get(%s) returned %d, expected -EACCES", name, rc);
+        } else if (rc <= 0) {
+            fail_msg("attr_get(%s) returned %d", name, rc);
+        }
+        count++;
+    }
+    assert_true(count >= 14);
+
+    char buf[64];
+    assert_int_equal(uzram_attr_get(dev, "nosuch", buf, sizeof buf), -ENOENT);
+    assert_int_equal(uzram_attr_set(dev, "nosuch", "1"), -ENOENT);
+    assert_int_equal(uzram_attr_get(dev, "", buf, sizeof buf), -ENOENT);
+    /* Too small a buffer. */
+    assert_int_equal(uzram_attr_get(dev, "mm_stat", buf, 4), -ERANGE);
+    assert_int_equal(uzram_attr_get(dev, "stat_json", buf, sizeof buf), -ERANGE);
+
+    assert_int_equal(attr_number(dev, "disksize"), DISK_SIZE);
+    /* Read-only attributes refuse writes. */
+    static const char *const read_only[] = {"mm_stat", "io_stat", "debug_stat", "stat_json",
+                                            "initstate", "disksize"};
+    for (size_t i = 0; i < sizeof read_only / sizeof read_only[0]; i++) {
+        int rc = uzram_attr_set(dev, read_only[i], "1");
+        if (rc != -EACCES)
+            fail_msg("attr_set(%s) returned %d, expected -EACCES", read_only[i], rc);
+    }
+}
+
+static void test_attr_stats_match_formats(void **state)
+{
+    struct uzram *dev = *state;
+    uint8_t page[PAGE];
+    struct test_rng rng;
+    test_rng_seed(&rng, 1);
+    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_read(dev, 1, page, 512), -EINVAL);
+
+    struct uzram_stats s = test_stats(dev);
+    char expected[2048], got[2048];
+    assert_true(uzram_format_mm_stat(&s, expected, sizeof expected) > 0);
+    assert_true(attr_get(dev, "mm_stat", got, sizeof got) > 0);
+    assert_string_equal(got, expected);
+    assert_true(uzram_format_io_stat(&s, expected, sizeof expected) > 0);
+    assert_true(attr_get(dev, "io_stat", got, sizeof got) > 0);
+    assert_string_equal(got, expected);
+    assert_true(uzram_format_json(&s, expected, sizeof expected) > 0);
+    assert_true(attr_get(dev, "stat_json", got, sizeof got) > 0);
+    assert_string_equal(got, expected);
+    uint64_t fields[16];
+    assert_true(attr_get(dev, "io_stat", got, sizeof got) > 0);
+    assert_int_equal(parse_fields(got, fields, 16), 4);
+    assert_int_equal(fields[2], 1); /* the one invalid read */
+}
+
+static void test_attr_comp_algorithm(void **state)
+{
+    struct uzram *dev = *state;
+    char buf[256];
+    assert_true(attr_get(dev, "comp_algorithm", buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "[lz4]"));
+    assert_null(strstr(buf, "[zstd]"));
+    /* Exactly one name in brackets. */
+    assert_null(strchr(strchr(buf, '[') + 1, '['));
+
+    assert_int_equal(uzram_attr_set(dev, "comp_algorithm", "zstd"), 0);
+    assert_true(attr_get(dev, "comp_algorithm", buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "[zstd]"));
+    assert_null(strstr(buf, "[lz4]"));
+    /* The list matches uzram_algorithm_list(). */
+    char list[256];
+    int length = uzram_algorithm_list("zstd", list, sizeof list);
+    assert_true(length > 0);
+    assert_int_equal(strncmp(buf, list, (size_t)length - (list[length - 1] == '\n')), 0);
+    assert_int_equal(uzram_algorithm_list("zstd", list, 3), -ERANGE);
+
+    int rc = uzram_attr_set(dev, "comp_algorithm", "nosuch");
+    assert_true(rc == -ENOENT || rc == -EINVAL);
+
+    uint8_t page[PAGE];
+    memset(page, 'x', PAGE);
+    page[100] = 'y';
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_attr_set(dev, "comp_algorithm", "lz4"), -EBUSY);
+    assert_true(attr_get(dev, "comp_algorithm", buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "[zstd]"));
+
+    /* reset "1" drops the data and lets the setting through again. */
+    assert_int_equal(uzram_attr_set(dev, "reset", "1"), 0);
+    assert_int_equal(test_stats(dev).pages_stored, 0);
+    assert_int_equal(uzram_attr_set(dev, "comp_algorithm", "lz4"), 0);
+    assert_true(attr_get(dev, "comp_algorithm", buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "[lz4]"));
+}
+
+static void test_attr_algorithm_params(void **state)
+{
+    struct uzram *dev = *state;
+    int min, max, dflt;
+    assert_int_equal(uzram_algorithm_levels("zstd", &min, &max, &dflt), 0);
+    assert_true(min <= dflt && dflt <= max);
+    assert_int_equal(uzram_algorithm_levels("nosuch", &min, &max, &dflt), -ENOENT);
+    assert_int_equal(uzram_attr_set(dev, "comp_algorithm", "zstd"), 0);
+    assert_int_equal(uzram_attr_set(dev, "algorithm_params", "level=5"), 0);
+    struct uzram_config config;
+    assert_int_equal(uzram_get_config(dev, &config), 0);
+    assert_string_equal(config.comp_algorithm, "zstd");
+    assert_int_equal(config.comp_level, 5);
+    char buf[256];
+    assert_true(attr_get(dev, "algorithm_params", buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "5"));
+
+    char text[32];
+    snprintf(text, sizeof text, "level=%d", max + 1);
+    assert_int_equal(uzram_attr_set(dev, "algorithm_params", text), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "algorithm_params", "level="), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "algorithm_params", "level=abc"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "algorithm_params", "bogus"), -EINVAL);
+    assert_int_equal(uzram_get_config(dev, &config), 0);
+    assert_int_equal(config.comp_level, 5);
+
+    /* The level is used: data still round-trips. */
+    uint8_t page[PAGE], got[PAGE];
+    struct test_rng rng;
+    test_rng_seed(&rng, 3);
+    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_read(dev, 0, got, PAGE), 0);
+    assert_memory_equal(got, page, PAGE);
+    assert_int_equal(uzram_attr_set(dev, "algorithm_params", "level=3"), -EBUSY);
+}
+
+static void test_attr_switches(void **state)
+{
+    struct uzram *dev = *state;
+    char buf[64];
+    assert_int_equal(attr_number(dev, "use_dedup"), 0);
+    assert_int_equal(attr_number(dev, "same_filled"), 1);
+    assert_int_equal(uzram_attr_set(dev, "use_dedup", "1"), 0);
+    assert_int_equal(attr_number(dev, "use_dedup"), 1);
+    struct uzram_config config;
+    assert_int_equal(uzram_get_config(dev, &config), 0);
+    assert_true(config.use_dedup);
+    assert_int_equal(uzram_attr_set(dev, "use_dedup", "0"), 0);
+    assert_int_equal(attr_number(dev, "use_dedup"), 0);
+    assert_int_equal(uzram_attr_set(dev, "use_dedup", "2"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "use_dedup", "abc"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "use_dedup", ""), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "same_filled", "0"), 0);
+    assert_int_equal(attr_number(dev, "same_filled"), 0);
+    assert_int_equal(uzram_attr_set(dev, "same_filled", "1"), 0);
+    assert_int_equal(uzram_attr_set(dev, "same_filled", "yes please"), -EINVAL);
+
+    uint8_t page[PAGE];
+    memset(page, 0, PAGE);
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_attr_set(dev, "use_dedup", "1"), -EBUSY);
+    assert_int_equal(uzram_attr_set(dev, "same_filled", "0"), -EBUSY);
+    assert_int_equal(attr_number(dev, "use_dedup"), 0);
+    assert_int_equal(uzram_attr_get(dev, "use_dedup", buf, sizeof buf), 2);
+}
+
+static void test_attr_mem_limit(void **state)
+{
+    struct uzram *dev = *state;
+    assert_int_equal(attr_number(dev, "mem_limit"), 0);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "64M"), 0);
+    assert_int_equal(attr_number(dev, "mem_limit"), 67108864ull);
+    assert_int_equal(test_stats(dev).mem_limit, 67108864ull);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "1G"), 0);
+    assert_int_equal(attr_number(dev, "mem_limit"), 1ull << 30);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "4096"), 0);
+    assert_int_equal(attr_number(dev, "mem_limit"), 4096);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "512K"), 0);
+    assert_int_equal(attr_number(dev, "mem_limit"), 512 * 1024);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "abc"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "-5"), -EINVAL);
+    assert_int_equal(attr_number(dev, "mem_limit"), 512 * 1024);
+
+    /* Changeable while data is stored. */
+    uint8_t page[PAGE];
+    struct test_rng rng;
+    test_rng_seed(&rng, 4);
+    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "2T"), 0);
+    assert_int_equal(attr_number(dev, "mem_limit"), 2ull << 40);
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "0"), 0);
+    assert_int_equal(attr_number(dev, "mem_limit"), 0);
+}
+
+static void test_attr_mem_used_max(void **state)
+{
+    struct uzram *dev = *state;
+    enum { PAGES = 32 };
+    uint8_t *pages = malloc(PAGES * PAGE);
+    struct test_rng rng;
+    test_rng_seed(&rng, 5);
+    test_fill(&rng, TEST_DATA_RANDOM, pages, PAGES * PAGE);
+    assert_int_equal(uzram_write(dev, 0, pages, PAGES * PAGE), 0);
+    assert_int_equal(uzram_discard(dev, 0, (PAGES - 2) * PAGE), 0);
+    struct uzram_stats s = test_stats(dev);
+    assert_true(s.mem_used_max > s.mem_used_total);
+    assert_int_equal(attr_number(dev, "mem_used_max"), s.mem_used_max);
+
+    assert_int_equal(uzram_attr_set(dev, "mem_used_max", "5"), -EINVAL);
+    assert_int_equal(attr_number(dev, "mem_used_max"), s.mem_used_max);
+    assert_int_equal(uzram_attr_set(dev, "mem_used_max", "0"), 0);
+    s = test_stats(dev);
+    assert_int_equal(s.mem_used_max, s.mem_used_total);
+    assert_int_equal(attr_number(dev, "mem_used_max"), s.mem_used_total);
+    free(pages);
+}
+
+static void test_attr_compact_reset(void **state)
+{
+    struct uzram *dev = *state;
+    uint8_t page[PAGE];
+    struct test_rng rng;
+    test_rng_seed(&rng, 6);
+    for (unsigned p = 0; p < 64; p++) {
+        test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+        assert_int_equal(uzram_write(dev, (uint64_t)p * PAGE, page, PAGE), 0);
+    }
+    for (unsigned p = 0; p < 64; p += 2)
+        assert_int_equal(uzram_discard(dev, (uint64_t)p * PAGE, PAGE), 0);
+    assert_int_equal(uzram_attr_set(dev, "compact", "1"), 0);
+    assert_int_equal(uzram_attr_set(dev, "compact", "anything"), 0);
+    char buf[64];
+    assert_int_equal(uzram_attr_get(dev, "compact", buf, sizeof buf), -EACCES);
+    assert_int_equal(uzram_attr_get(dev, "reset", buf, sizeof buf), -EACCES);
+
+    assert_int_equal(uzram_attr_set(dev, "mem_limit", "1M"), 0);
+    assert_int_equal(uzram_attr_set(dev, "reset", "1"), 0);
+    struct uzram_stats s = test_stats(dev);
+    assert_int_equal(s.pages_stored, 0);
+    assert_int_equal(s.orig_data_size, 0);
+    assert_int_equal(s.mem_used_total, 0);
+    assert_int_equal(s.mem_limit, 1 << 20);
+    assert_int_equal(s.pages_compacted, 0);
+    assert_int_equal(uzram_read(dev, PAGE, page, PAGE), 0);
+    for (unsigned i = 0; i < PAGE; i++)
+        assert_int_equal(page[i], 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Size parsing
+ * ---------------------------------------------------------------------- */
+
+static void expect_size(const char *text, int expected_rc, uint64_t expected)
+{
+    uint64_t bytes = 12345;
+    int rc = uzram_parse_size(text, &bytes);
+    if (rc != expected_rc || (rc == 0 && bytes != expected))
+        fail_msg("uzram_parse_size(\"%s\"): rc %d bytes %llu, expected rc %d bytes %llu", text,
+                 rc, (unsigned long long)bytes, expected_rc, (unsigned long long)expected);
+}
+
+static void test_parse_size(void **state)
+{
+    (void)state;
+    expect_size("4096", 0, 4096);
+    expect_size("4K", 0, 4096);
+    expect_size("512K", 0, 512 * 1024);
+    expect_size("1.5M", 0, 1572864);
+    expect_size("2G", 0, 2ull << 30);
+    expect_size("1T", 0, 1ull << 40);
+    expect_size("1.5G", 0, 3ull << 29);
+    expect_size("0", 0, 0);
+    expect_size("4KiB", 0, 4096);
+    expect_size("4KB", 0, 4096);
+    expect_size("64MiB", 0, 64ull << 20);
+    /* Plain integers are exact, beyond a double's 53 bits too. */
+    expect_size("9007199254740993", 0, 9007199254740993ull);
+    expect_size("18446744073709551615", 0, UINT64_MAX);
+    expect_size("", -EINVAL, 0);
+    expect_size("abc", -EINVAL, 0);
+    expect_size("5X", -EINVAL, 0);
+    expect_size("-1", -EINVAL, 0);
+    expect_size("K", -EINVAL, 0);
+    expect_size("4 K", -EINVAL, 0);
+    expect_size("4KX", -EINVAL, 0);
+    expect_size("99999999999999999999", -ERANGE, 0);
+    expect_size("18446744073709551616", -ERANGE, 0);
+    expect_size("16777216T", -ERANGE, 0); /* 2^64 */
+    expect_size("17179869184G", -ERANGE, 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Dedup accounting
+ * ---------------------------------------------------------------------- */
+
+static void test_dedup_accounting(void **state)
+{
+    struct uzram *dev = *state;
+    uint8_t page[PAGE], got[PAGE];
+    struct test_rng rng;
+    test_rng_seed(&rng, 7);
+    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+
+    struct uzram_stats s0 = test_stats(dev);
+    assert_int_equal(s0.dup_data_size, 0);
+    uint64_t meta_before = s0.meta_data_size;
+
+    assert_int_equal(uzram_write(dev, 10 * PAGE, page, PAGE), 0);
+    struct uzram_stats s1 = test_stats(dev);
+    uint64_t object = s1.compr_data_size;
+    assert_true(object > 0 && object < PAGE);
+    assert_int_equal(s1.dup_data_size, 0);
+    assert_true(s1.meta_data_size >= meta_before);
+
+    /* The same content at another offset: a reference, nothing new. */
+    assert_int_equal(uzram_write(dev, 50 * PAGE, page, PAGE), 0);
+    struct uzram_stats s2 = test_stats(dev);
+    assert_int_equal(s2.orig_data_size, 2 * PAGE);
+    assert_int_equal(s2.pages_stored, 2);
+    assert_int_equal(s2.compr_data_size, object);
+    assert_int_equal(s2.dup_data_size, object);
+    assert_int_equal(s2.mem_used_total, s1.mem_used_total);
+    assert_int_equal(s2.meta_data_size, s1.meta_data_size);
+
+    /* A third copy. */
+    assert_int_equal(uzram_write(dev, 51 * PAGE, page, PAGE), 0);
+    struct uzram_stats s3 = test_stats(dev);
+    assert_int_equal(s3.dup_data_size, 2 * object);
+    assert_int_equal(s3.compr_data_size, object);
+    assert_int_equal(s3.orig_data_size, 3 * PAGE);
+
+    for (unsigned p = 10; p <= 51; p += 41) {
+        assert_int_equal(uzram_read(dev, (uint64_t)p * PAGE, got, PAGE), 0);
+        assert_memory_equal(got, page, PAGE);
+    }
+
+    /* Overwriting one copy drops only its reference. */
+    uint8_t other[PAGE];
+    test_fill(&rng, TEST_DATA_HALF, other, PAGE);
+    assert_int_equal(uzram_write(dev, 51 * PAGE, other, PAGE), 0);
+    struct uzram_stats s4 = test_stats(dev);
+    assert_int_equal(s4.dup_data_size, object);
+    assert_int_equal(uzram_read(dev, 10 * PAGE, got, PAGE), 0);
+    assert_memory_equal(got, page, PAGE);
+    assert_int_equal(uzram_read(dev, 51 * PAGE, got, PAGE), 0);
+    assert_memory_equal(got, other, PAGE);
+    assert_int_equal(uzram_discard(dev, 51 * PAGE, PAGE), 0);
+
+    /* Discard the first: the object lives on for the second. */
+    assert_int_equal(uzram_discard(dev, 10 * PAGE, PAGE), 0);
+    struct uzram_stats s5 = test_stats(dev);
+    assert_int_equal(s5.dup_data_size, 0);
+    assert_int_equal(s5.compr_data_size, object);
+    assert_int_equal(s5.orig_data_size, PAGE);
+    assert_int_equal(uzram_read(dev, 50 * PAGE, got, PAGE), 0);
+    assert_memory_equal(got, page, PAGE);
+
+    /* Discard the last: everything back where it started. */
+    assert_int_equal(uzram_discard(dev, 50 * PAGE, PAGE), 0);
+    struct uzram_stats s6 = test_stats(dev);
+    assert_int_equal(s6.dup_data_size, 0);
+    assert_int_equal(s6.compr_data_size, 0);
+    assert_int_equal(s6.orig_data_size, 0);
+    assert_int_equal(s6.mem_used_total, 0);
+    assert_int_equal(s6.meta_data_size, meta_before);
+
+    /* mm_stat carries the two dedup fields in positions 10 and 11. */
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_write(dev, PAGE, page, PAGE), 0);
+    struct uzram_stats s7 = test_stats(dev);
+    char buf[256];
+    assert_true(attr_get(dev, "mm_stat", buf, sizeof buf) > 0);
+    uint64_t fields[16];
+    assert_int_equal(parse_fields(buf, fields, 16), 11);
+    assert_int_equal(fields[9], s7.dup_data_size);
+    assert_int_equal(fields[9], object);
+    assert_int_equal(fields[10], s7.meta_data_size);
+}
+
+static void test_dedup_same_filled_not_indexed(void **state)
+{
+    /* Same-filled pages are stored as a word before dedup sees them. */
+    struct uzram *dev = *state;
+    uint8_t page[PAGE];
+    memset(page, 0x3c, PAGE);
+    struct uzram_stats s0 = test_stats(dev);
+    for (unsigned p = 0; p < 4; p++)
+        assert_int_equal(uzram_write(dev, (uint64_t)p * PAGE, page, PAGE), 0);
+    struct uzram_stats s1 = test_stats(dev);
+    assert_int_equal(s1.same_pages, 4);
+    assert_int_equal(s1.dup_data_size, 0);
+    assert_int_equal(s1.compr_data_size, 0);
+    assert_int_equal(s1.meta_data_size, s0.meta_data_size);
+}
+
+/* Accept "concurrent" as well as a cmocka glob; see test_model.c. */
+static void apply_filter(int argc, char **argv)
+{
+    static char pattern[256];
+    const char *filter = argc > 1 ? argv[1] : getenv("UZRAM_TEST_FILTER");
+    if (!filter || !*filter)
+        return;
+    if (strpbrk(filter, "*?"))
+        snprintf(pattern, sizeof pattern, "%s", filter);
+    else
+        snprintf(pattern, sizeof pattern, "*%s*", filter);
+    cmocka_set_test_filter(pattern);
+}
+
+#define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
+#define DEDUP_TEST(name) cmocka_unit_test_setup_teardown(name, setup_dedup_device, teardown_device)
+
+int main(int argc, char **argv)
+{
+    apply_filter(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mm_stat_format),
+        cmocka_unit_test(test_io_stat_format),
+        cmocka_unit_test(test_json_format),
+        cmocka_unit_test(test_format_erange),
+        DEVICE_TEST(test_attr_names_readable),
+        DEVICE_TEST(test_attr_stats_match_formats),
+        DEVICE_TEST(test_attr_comp_algorithm),
+        DEVICE_TEST(test_attr_algorithm_params),
+        DEVICE_TEST(test_attr_switches),
+        DEVICE_TEST(test_attr_mem_limit),
+        DEVICE_TEST(test_attr_mem_used_max),
+        DEVICE_TEST(test_attr_compact_reset),
+        cmocka_unit_test(test_parse_size),
+        DEDUP_TEST(test_dedup_accounting),
+        DEDUP_TEST(test_dedup_same_filled_not_indexed),
+    };
+    return cmocka_run_group_tests_name("stats_attr", tests, NULL, NULL);
+}
