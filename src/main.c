@@ -1,0 +1,66 @@
+/* main.c - entry point of the uzram program: picks the subcommand.
+ * Prints the overall help and version; each subcommand parses its own options. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "uzram.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"serve", cmd_serve, "create a compressed RAM disk and serve it over NBD"},
+    {"status", cmd_status, "show running devices and their statistics, like zramctl"},
+    {"attr", cmd_attr, "read or write an attribute of a running device"},
+    {"estimate", cmd_estimate, "estimate what same-filled pages, compression and dedup save on data"},
+    {"bench", cmd_bench, "measure the engine on generated data"},
+};
+
+static void usage(FILE *out)
+{
+    fputs("Usage: uzram COMMAND [OPTION]...\n"
+          "       uzram --help | --version\n"
+          "zram in user space: a compressed, deduplicating RAM disk served over NBD.\n"
+          "\n"
+          "Commands:\n",
+          out);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "Run 'uzram COMMAND --help' for the options of a command; see uzram(1).\n"
+          "Example:\n"
+          "  uzram serve -s 2G &\n"
+          "  nbdinfo \"nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock\"\n"
+          "  uzram status\n",
+          out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+        printf("uzram %s\n", uzram_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(name, commands[i].name) == 0) {
+            /* getopt prefixes its messages with argv[0]: make it "uzram serve". */
+            char program[32];
+            snprintf(program, sizeof program, "uzram %s", commands[i].name);
+            argv[1] = program;
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "uzram: unknown command '%s'; try 'uzram --help'\n", name);
+    return 2;
+}

@@ -1,0 +1,634 @@
+/* nbd_transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
+ * The reader validates each request once, worker threads run it on the engine and reply. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "nbd_protocol.h"
+#include "nbd_server.h"
+#include "util.h"
+
+#define LOG_LINES_PER_CLIENT 20
+
+bool nbd_log_quiet;
+
+void nbd_log(struct nbd_session *session, const char *format, ...)
+{
+    if (nbd_log_quiet)
+        return;
+    /* Only the connection's own threads log about it, but the reader and a
+     * worker may race on the counter; an off-by-one in the cap is harmless. */
+    unsigned lines = __atomic_fetch_add(&session->log_lines, 1, __ATOMIC_RELAXED);
+    if (lines > LOG_LINES_PER_CLIENT)
+        return;
+    char message[512];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(message, sizeof message, format, args);
+    va_end(args);
+    if (lines == LOG_LINES_PER_CLIENT)
+        fprintf(stderr, "uzram: client %u: %s (further messages about this client suppressed)\n",
+                session->id, message);
+    else
+        fprintf(stderr, "uzram: client %u: %s\n", session->id, message);
+}
+
+uint32_t nbd_errno_to_wire(int err)
+{
+    switch (err) {
+    case 0:
+        return 0;
+    case EPERM:
+    case EROFS:
+        return NBD_EPERM;
+    case ENOMEM:
+        return NBD_ENOMEM;
+    case EINVAL:
+        return NBD_EINVAL;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return NBD_ENOSPC;
+    case EOVERFLOW:
+        return NBD_EOVERFLOW;
+    case ENOTSUP:
+        return NBD_ENOTSUP;
+    case ESHUTDOWN:
+        return NBD_ESHUTDOWN;
+    default:
+        return NBD_EIO;
+    }
+}
+
+static const char *command_name(uint16_t type)
+{
+    static const char *const names[] = {"READ",  "WRITE", "DISC",         "FLUSH",
+                                        "TRIM",  "CACHE", "WRITE_ZEROES", "BLOCK_STATUS"};
+    return type < sizeof names / sizeof names[0] ? names[type] : "unknown command";
+}
+
+static const char *wire_error_name(uint32_t error)
+{
+    switch (error) {
+    case NBD_EPERM:
+        return "EPERM";
+    case NBD_EIO:
+        return "EIO";
+    case NBD_ENOMEM:
+        return "ENOMEM";
+    case NBD_EINVAL:
+        return "EINVAL";
+    case NBD_ENOSPC:
+        return "ENOSPC";
+    case NBD_EOVERFLOW:
+        return "EOVERFLOW";
+    case NBD_ENOTSUP:
+        return "ENOTSUP";
+    default:
+        return "error";
+    }
+}
+
+uint32_t nbd_check_request(const struct nbd_session *s, bool read_only,
+                           const struct nbd_request *r, const char **reason)
+{
+    /* FUA must be accepted on every command once SEND_FUA is advertised. */
+    uint16_t allowed = NBD_CMD_FLAG_FUA;
+    bool ranged = true, writes = false;
+    const char *unused;
+
+    if (reason == NULL)
+        reason = &unused;
+    switch (r->type) {
+    case NBD_CMD_READ:
+        if (s->structured)
+            allowed |= NBD_CMD_FLAG_DF;
+        break;
+    case NBD_CMD_WRITE:
+    case NBD_CMD_TRIM:
+        writes = true;
+        break;
+    case NBD_CMD_WRITE_ZEROES:
+        writes = true;
+        allowed |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
+        break;
+    case NBD_CMD_DISC:
+    case NBD_CMD_FLUSH:
+        ranged = false;
+        break;
+    case NBD_CMD_CACHE:
+        break;
+    case NBD_CMD_BLOCK_STATUS:
+        allowed |= NBD_CMD_FLAG_REQ_ONE;
+        break;
+    default:
+        *reason = "unknown command";
+        return NBD_EINVAL;
+    }
+    if (r->flags & ~allowed) {
+        *reason = "command flag not valid for this command";
+        return NBD_EINVAL;
+    }
+    if (r->type == NBD_CMD_BLOCK_STATUS && !s->meta_allocation) {
+        *reason = "BLOCK_STATUS without a selected meta context";
+        return NBD_EINVAL;
+    }
+    if (writes && read_only) {
+        *reason = "the export is read-only";
+        return NBD_EPERM;
+    }
+    if (!ranged)
+        return 0;
+    if (r->offset % NBD_SERVER_MIN_BLOCK != 0 || r->length % NBD_SERVER_MIN_BLOCK != 0) {
+        *reason = "offset or length not a multiple of 512";
+        return NBD_EINVAL;
+    }
+    if ((r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) &&
+        r->length > NBD_SERVER_MAX_PAYLOAD) {
+        *reason = "length above the 32 MiB maximum block size";
+        return r->type == NBD_CMD_READ && s->structured ? NBD_EOVERFLOW : NBD_EINVAL;
+    }
+    /* A BLOCK_STATUS reply needs at least one non-empty descriptor. */
+    if (r->type == NBD_CMD_BLOCK_STATUS && r->length == 0) {
+        *reason = "zero-length BLOCK_STATUS";
+        return NBD_EINVAL;
+    }
+    if (r->offset > s->size || r->length > s->size - r->offset) {
+        *reason = "range past the end of the export";
+        return (r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES) ? NBD_ENOSPC
+                                                                             : NBD_EINVAL;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Sending replies
+ * ---------------------------------------------------------------------- */
+
+/* Send one whole reply under the connection's send lock. A failed or timed
+ * out send kills the connection: its reader is woken by shutdown(). */
+static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
+{
+    if (atomic_load(&conn->dead))
+        return;
+    pthread_mutex_lock(&conn->send_lock);
+    int rc = atomic_load(&conn->dead)
+                 ? 0
+                 : util_send_iov_timeout(conn->session.fd, iov, count, NBD_SERVER_SEND_TIMEOUT);
+    if (rc < 0) {
+        atomic_store(&conn->dead, true);
+        shutdown(conn->session.fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&conn->send_lock);
+    if (rc == -ETIMEDOUT)
+        nbd_log(&conn->session, "a reply could not be sent within %d s (client not reading); "
+                "dropping the connection", NBD_SERVER_SEND_TIMEOUT);
+}
+
+static void put_simple_header(unsigned char *h, uint32_t error, uint64_t cookie)
+{
+    util_put32(h, NBD_SIMPLE_REPLY_MAGIC);
+    util_put32(h + 4, error);
+    util_put64(h + 8, cookie);
+}
+
+static void put_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t cookie,
+                             uint32_t length)
+{
+    util_put32(h, NBD_STRUCTURED_REPLY_MAGIC);
+    util_put16(h + 4, flags);
+    util_put16(h + 6, type);
+    util_put64(h + 8, cookie);
+    util_put32(h + 16, length);
+}
+
+static void reply_simple(struct nbd_connection *conn, uint64_t cookie, uint32_t error)
+{
+    unsigned char header[NBD_SIMPLE_REPLY_SIZE];
+    put_simple_header(header, error, cookie);
+    struct iovec iov = {header, sizeof header};
+    conn_send(conn, &iov, 1);
+}
+
+/* An error reply: a structured ERROR chunk with a message when structured
+ * replies are on (required for READ, preferred for the rest), else simple. */
+static void reply_error(struct nbd_connection *conn, const struct nbd_request *r, uint32_t error,
+                        const char *message)
+{
+    if (!conn->session.structured) {
+        reply_simple(conn, r->cookie, error);
+        return;
+    }
+    size_t message_length = strlen(message);
+    unsigned char header[NBD_STRUCTURED_REPLY_SIZE + 6];
+    put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, r->cookie,
+                     (uint32_t)(6 + message_length));
+    util_put32(header + NBD_STRUCTURED_REPLY_SIZE, error);
+    util_put16(header + NBD_STRUCTURED_REPLY_SIZE + 4, (uint16_t)message_length);
+    struct iovec iov[2] = {{header, sizeof header}, {(void *)message, message_length}};
+    conn_send(conn, iov, 2);
+}
+
+static void reply_engine_error(struct nbd_connection *conn, const struct nbd_request *r, int rc)
+{
+    uint32_t error = nbd_errno_to_wire(-rc);
+    char message[128];
+    snprintf(message, sizeof message, "%s failed: %s", command_name(r->type), strerror(-rc));
+    /* ENOSPC from a full mem_limit is the user's setting, not a fault. */
+    if (error != NBD_ENOSPC)
+        nbd_log(&conn->session, "%s at %llu+%u: %s", command_name(r->type),
+                (unsigned long long)r->offset, r->length, strerror(-rc));
+    reply_error(conn, r, error, message);
+}
+
+/* ------------------------------------------------------------------------
+ * Commands
+ * ---------------------------------------------------------------------- */
+
+struct read_segment {
+    uint64_t offset; /* relative to the request */
+    uint64_t length;
+    bool hole;
+};
+
+static int add_segment(struct read_segment *segs, size_t max_segs, size_t *n, uint64_t offset,
+                       uint64_t length, bool hole)
+{
+    if (*n > 0 && segs[*n - 1].hole == hole) {
+        segs[*n - 1].length += length;
+        return 0;
+    }
+    if (*n == max_segs)
+        return -ENOBUFS;
+    segs[(*n)++] = (struct read_segment){offset, length, hole};
+    return 0;
+}
+
+/* Split a read into data and hole segments using the engine's extents. Zero
+ * runs shorter than NBD_SERVER_HOLE_MIN stay inside data segments so that
+ * fragmented devices do not turn every read into hundreds of chunks.
+ * -ENOBUFS when the table is too small (the caller then sends one chunk). */
+static int plan_read(struct uzram *dev, const struct nbd_request *r, struct read_segment *segs,
+                     size_t max_segs, size_t *count)
+{
+    size_t n = 0;
+    uint64_t position = 0, zero_start = 0, zero_length = 0;
+    int rc = 0;
+
+    while (rc == 0 && position < r->length) {
+        uint64_t run = 0;
+        unsigned flags = 0;
+        rc = uzram_extent(dev, r->offset + position, r->length - position, &run, &flags);
+        if (rc < 0)
+            return rc;
+        if (run == 0 || run > r->length - position)
+            run = r->length - position;
+        if (flags & UZRAM_EXTENT_ZERO) {
+            if (zero_length == 0)
+                zero_start = position;
+            zero_length += run;
+        } else {
+            if (zero_length > 0)
+                rc = add_segment(segs, max_segs, &n, zero_start, zero_length,
+                                 zero_length >= NBD_SERVER_HOLE_MIN);
+            zero_length = 0;
+            if (rc == 0)
+                rc = add_segment(segs, max_segs, &n, position, run, false);
+        }
+        position += run;
+    }
+    if (rc == 0 && zero_length > 0)
+        rc = add_segment(segs, max_segs, &n, zero_start, zero_length,
+                         zero_length >= NBD_SERVER_HOLE_MIN);
+    *count = n;
+    return rc;
+}
+
+static void do_read_simple(struct nbd_connection *conn, struct uzram *dev,
+                           const struct nbd_request *r)
+{
+    unsigned char header[NBD_SIMPLE_REPLY_SIZE];
+    void *buf = r->length ? malloc(r->length) : NULL;
+    int rc = 0;
+
+    if (r->length && buf == NULL)
+        rc = -ENOMEM;
+    else if (r->length)
+        rc = uzram_read(dev, r->offset, buf, r->length);
+    if (rc < 0) {
+        free(buf);
+        reply_engine_error(conn, r, rc);
+        return;
+    }
+    put_simple_header(header, 0, r->cookie);
+    struct iovec iov[2] = {{header, sizeof header}, {buf, r->length}};
+    conn_send(conn, iov, r->length ? 2 : 1);
+    free(buf);
+}
+
+static void do_read_structured(struct nbd_connection *conn, struct uzram *dev,
+                               const struct nbd_request *r)
+{
+    if (r->length == 0) {
+        unsigned char header[NBD_STRUCTURED_REPLY_SIZE];
+        put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, r->cookie, 0);
+        struct iovec iov = {header, sizeof header};
+        conn_send(conn, &iov, 1);
+        return;
+    }
+
+    /* One segment for small reads and for DF; more only when holes pay. */
+    /* Holes are at least HOLE_MIN long and alternate with data segments. */
+    enum { MAX_SEGMENTS = 2 * (NBD_SERVER_MAX_PAYLOAD / NBD_SERVER_HOLE_MIN) + 2 };
+    struct read_segment *segs = malloc(MAX_SEGMENTS * sizeof *segs);
+    unsigned char *headers = malloc(MAX_SEGMENTS * (NBD_STRUCTURED_REPLY_SIZE + 12));
+    struct iovec *iov = malloc(MAX_SEGMENTS * 2 * sizeof *iov);
+    void *buf = malloc(r->length);
+    size_t count = 1;
+    int rc = 0;
+
+    if (segs == NULL || headers == NULL || iov == NULL || buf == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    segs[0] = (struct read_segment){0, r->length, false};
+    if (!(r->flags & NBD_CMD_FLAG_DF) && r->length >= 2 * NBD_SERVER_HOLE_MIN)
+        rc = plan_read(dev, r, segs, MAX_SEGMENTS, &count);
+    if (rc == -ENOBUFS) {
+        segs[0] = (struct read_segment){0, r->length, false};
+        count = 1;
+        rc = 0;
+    }
+    if (rc == 0 && (r->flags & NBD_CMD_FLAG_DF)) {
+        /* DF: one content chunk; a hole only if the whole range is zero. */
+        uint64_t run = 0;
+        unsigned flags = 0;
+        rc = uzram_extent(dev, r->offset, r->length, &run, &flags);
+        if (rc == 0 && run == r->length && (flags & UZRAM_EXTENT_ZERO))
+            segs[0].hole = true;
+    }
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        if (!segs[i].hole)
+            rc = uzram_read(dev, r->offset + segs[i].offset, (char *)buf + segs[i].offset,
+                            segs[i].length);
+    if (rc < 0)
+        goto out;
+
+    int n = 0;
+    for (size_t i = 0; i < count; i++) {
+        unsigned char *h = headers + i * (NBD_STRUCTURED_REPLY_SIZE + 12);
+        uint16_t done = i + 1 == count ? NBD_REPLY_FLAG_DONE : 0;
+        if (segs[i].hole) {
+            put_chunk_header(h, done, NBD_REPLY_TYPE_OFFSET_HOLE, r->cookie, 12);
+            util_put64(h + NBD_STRUCTURED_REPLY_SIZE, r->offset + segs[i].offset);
+            util_put32(h + NBD_STRUCTURED_REPLY_SIZE + 8, (uint32_t)segs[i].length);
+            iov[n++] = (struct iovec){h, NBD_STRUCTURED_REPLY_SIZE + 12};
+        } else {
+            put_chunk_header(h, done, NBD_REPLY_TYPE_OFFSET_DATA, r->cookie,
+                             (uint32_t)(8 + segs[i].length));
+            util_put64(h + NBD_STRUCTURED_REPLY_SIZE, r->offset + segs[i].offset);
+            iov[n++] = (struct iovec){h, NBD_STRUCTURED_REPLY_SIZE + 8};
+            iov[n++] = (struct iovec){(char *)buf + segs[i].offset, segs[i].length};
+        }
+    }
+    conn_send(conn, iov, n);
+out:
+    if (rc < 0)
+        reply_engine_error(conn, r, rc);
+    free(buf);
+    free(iov);
+    free(headers);
+    free(segs);
+}
+
+static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
+                            const struct nbd_request *r)
+{
+    unsigned max = (r->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_SERVER_MAX_EXTENTS;
+    size_t size = NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)max;
+    unsigned char *reply = malloc(size);
+    unsigned count = 0;
+    uint64_t position = 0;
+    uint32_t last_flags = 0;
+    int rc = 0;
+
+    if (reply == NULL) {
+        reply_engine_error(conn, r, -ENOMEM);
+        return;
+    }
+    unsigned char *descriptors = reply + NBD_STRUCTURED_REPLY_SIZE + 4;
+    while (position < r->length) {
+        uint64_t run = 0;
+        unsigned flags = 0;
+        rc = uzram_extent(dev, r->offset + position, r->length - position, &run, &flags);
+        if (rc < 0)
+            break;
+        if (run == 0 || run > r->length - position)
+            run = r->length - position;
+        uint32_t state = ((flags & UZRAM_EXTENT_HOLE) ? NBD_STATE_HOLE : 0) |
+                         ((flags & UZRAM_EXTENT_ZERO) ? NBD_STATE_ZERO : 0);
+        if (count > 0 && state == last_flags) {
+            unsigned char *d = descriptors + 8 * (count - 1);
+            util_put32(d, util_get32(d) + (uint32_t)run);
+        } else if (count == max) {
+            break;
+        } else {
+            unsigned char *d = descriptors + 8 * count;
+            util_put32(d, (uint32_t)run);
+            util_put32(d + 4, state);
+            last_flags = state;
+            count++;
+        }
+        position += run;
+    }
+    if (rc < 0 || count == 0) {
+        free(reply);
+        reply_engine_error(conn, r, rc < 0 ? rc : -EIO);
+        return;
+    }
+    put_chunk_header(reply, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->cookie,
+                     4 + 8 * count);
+    util_put32(reply + NBD_STRUCTURED_REPLY_SIZE, 1); /* id given in SET_META_CONTEXT */
+    struct iovec iov = {reply, NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)count};
+    conn_send(conn, &iov, 1);
+    free(reply);
+}
+
+void nbd_execute(struct nbd_job *job)
+{
+    struct nbd_connection *conn = job->conn;
+    const struct nbd_request *r = &job->request;
+    struct uzram *dev = nbd_server_export(conn->server)->dev;
+    int rc = 0;
+
+    /* Nobody will see the reply of a dead connection; skip the work. */
+    if (atomic_load(&conn->dead))
+        goto done;
+
+    switch (r->type) {
+    case NBD_CMD_READ:
+        if (conn->session.structured)
+            do_read_structured(conn, dev, r);
+        else
+            do_read_simple(conn, dev, r);
+        goto done;
+    case NBD_CMD_BLOCK_STATUS:
+        do_block_status(conn, dev, r);
+        goto done;
+    case NBD_CMD_WRITE:
+        if (r->length)
+            rc = uzram_write(dev, r->offset, job->payload, r->length);
+        break;
+    case NBD_CMD_TRIM:
+        if (r->length)
+            rc = uzram_discard(dev, r->offset, r->length);
+        break;
+    case NBD_CMD_WRITE_ZEROES:
+        /* FAST_ZERO needs no check: zeroing is as fast as it gets here. */
+        if (r->length)
+            rc = uzram_write_zeroes(dev, r->offset, r->length,
+                                    (r->flags & NBD_CMD_FLAG_NO_HOLE) != 0);
+        break;
+    case NBD_CMD_FLUSH:
+    case NBD_CMD_CACHE:
+        /* Data lives in RAM and writes finish before their reply, so there is
+         * nothing to flush (which is also why FUA and MULTI_CONN are true). */
+        break;
+    default:
+        rc = -EINVAL;
+        break;
+    }
+    if (rc < 0)
+        reply_engine_error(conn, r, rc);
+    else
+        reply_simple(conn, r->cookie, 0);
+
+done:
+    pthread_mutex_lock(&conn->lock);
+    conn->in_flight--;
+    conn->in_flight_bytes -= job->charged_bytes;
+    pthread_cond_broadcast(&conn->room);
+    pthread_mutex_unlock(&conn->lock);
+    free(job->payload);
+    free(job);
+    nbd_connection_put(conn);
+}
+
+/* ------------------------------------------------------------------------
+ * The reader
+ * ---------------------------------------------------------------------- */
+
+/* Block until this request fits in the connection's in-flight budget. A
+ * request larger than the byte budget is let through alone. */
+static void wait_for_room(struct nbd_connection *conn, uint64_t bytes)
+{
+    pthread_mutex_lock(&conn->lock);
+    while (conn->in_flight >= NBD_SERVER_MAX_IN_FLIGHT ||
+           (conn->in_flight > 0 &&
+            conn->in_flight_bytes + bytes > NBD_SERVER_MAX_IN_FLIGHT_BYTES))
+        pthread_cond_wait(&conn->room, &conn->lock);
+    conn->in_flight++;
+    conn->in_flight_bytes += bytes;
+    pthread_mutex_unlock(&conn->lock);
+}
+
+static void release_room(struct nbd_connection *conn, uint64_t bytes)
+{
+    pthread_mutex_lock(&conn->lock);
+    conn->in_flight--;
+    conn->in_flight_bytes -= bytes;
+    pthread_cond_broadcast(&conn->room);
+    pthread_mutex_unlock(&conn->lock);
+}
+
+void nbd_transmission(struct nbd_connection *conn)
+{
+    struct nbd_session *s = &conn->session;
+    bool read_only = nbd_server_export(conn->server)->read_only;
+
+    for (;;) {
+        unsigned char header[NBD_REQUEST_SIZE];
+        int rc = util_read_full(s->fd, header, sizeof header);
+        if (rc == 0)
+            return; /* the client closed without DISC: allowed, nothing to say */
+        if (rc < 0) {
+            if (!atomic_load(&conn->dead) && rc != -ECONNRESET)
+                nbd_log(s, "receive failed: %s", strerror(-rc));
+            else if (rc == -ECONNRESET)
+                nbd_log(s, "connection closed in the middle of a request");
+            return;
+        }
+        uint32_t magic = util_get32(header);
+        if (magic != NBD_REQUEST_MAGIC) {
+            nbd_log(s, "bad request magic 0x%08x; closing", (unsigned)magic);
+            return;
+        }
+        struct nbd_request r = {
+            .flags = util_get16(header + 4),
+            .type = util_get16(header + 6),
+            .cookie = util_get64(header + 8),
+            .offset = util_get64(header + 16),
+            .length = util_get32(header + 24),
+        };
+
+        const char *reason = NULL;
+        uint32_t error = nbd_check_request(s, read_only, &r, &reason);
+        if (r.type == NBD_CMD_DISC) {
+            if (error)
+                nbd_log(s, "DISC with invalid flags 0x%x; disconnecting anyway",
+                        (unsigned)r.flags);
+            return;
+        }
+        if (r.type == NBD_CMD_WRITE && r.length > NBD_SERVER_WRITE_DISCARD_CAP) {
+            nbd_log(s, "WRITE of %u bytes exceeds the %u byte limit; closing", r.length,
+                    NBD_SERVER_WRITE_DISCARD_CAP);
+            return;
+        }
+        if (error) {
+            nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s",
+                    command_name(r.type), r.type, (unsigned)r.flags,
+                    (unsigned long long)r.offset, r.length, wire_error_name(error), reason);
+            /* The payload of a refused WRITE is skipped to stay in step. */
+            if (r.type == NBD_CMD_WRITE && util_discard(s->fd, r.length) < 0)
+                return;
+            reply_error(conn, &r, error, reason);
+            continue;
+        }
+
+        uint64_t bytes = (r.type == NBD_CMD_READ || r.type == NBD_CMD_WRITE) ? r.length : 0;
+        wait_for_room(conn, bytes);
+        struct nbd_job *job = calloc(1, sizeof *job);
+        if (job != NULL && r.type == NBD_CMD_WRITE && r.length > 0) {
+            job->payload = malloc(r.length);
+            if (job->payload == NULL) {
+                free(job);
+                job = NULL;
+            }
+        }
+        if (job == NULL) {
+            release_room(conn, bytes);
+            if (r.type == NBD_CMD_WRITE && util_discard(s->fd, r.length) < 0)
+                return;
+            reply_error(conn, &r, NBD_ENOMEM, "server out of memory");
+            continue;
+        }
+        if (r.type == NBD_CMD_WRITE && r.length > 0) {
+            rc = util_read_full(s->fd, job->payload, r.length);
+            if (rc <= 0) {
+                nbd_log(s, "connection closed in the middle of a WRITE payload");
+                release_room(conn, bytes);
+                free(job->payload);
+                free(job);
+                return;
+            }
+        }
+        job->conn = conn;
+        job->request = r;
+        job->charged_bytes = bytes;
+        atomic_fetch_add(&conn->refs, 1);
+        nbd_pool_submit(conn->server, job);
+    }
+}

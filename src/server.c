@@ -1,0 +1,492 @@
+/* server.c - sockets, threads and shutdown of the NBD server behind `uzram serve`.
+ * Listens on Unix/TCP and the control socket, runs one reader per client and a worker pool. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "nbd_server.h"
+#include "util.h"
+
+struct nbd_server {
+    struct nbd_export export;
+
+    /* Worker pool: one queue for every connection. */
+    pthread_mutex_t queue_lock;
+    pthread_cond_t queue_ready;
+    struct nbd_job *queue_head, *queue_tail;
+    bool queue_stopping;
+    pthread_t *workers;
+    unsigned worker_count;
+
+    /* Live connections, so shutdown can wake their readers. */
+    pthread_mutex_t connections_lock;
+    pthread_cond_t connections_gone;
+    struct nbd_connection *connections;
+    unsigned connection_count;
+    unsigned next_id;
+};
+
+const struct nbd_export *nbd_server_export(struct nbd_server *server)
+{
+    return &server->export;
+}
+
+unsigned nbd_server_clients(struct nbd_server *server)
+{
+    pthread_mutex_lock(&server->connections_lock);
+    unsigned count = server->connection_count;
+    pthread_mutex_unlock(&server->connections_lock);
+    return count;
+}
+
+/* ------------------------------------------------------------------------
+ * Worker pool
+ * ---------------------------------------------------------------------- */
+
+void nbd_pool_submit(struct nbd_server *server, struct nbd_job *job)
+{
+    job->next = NULL;
+    pthread_mutex_lock(&server->queue_lock);
+    if (server->queue_tail)
+        server->queue_tail->next = job;
+    else
+        server->queue_head = job;
+    server->queue_tail = job;
+    pthread_cond_signal(&server->queue_ready);
+    pthread_mutex_unlock(&server->queue_lock);
+}
+
+static void *worker_main(void *arg)
+{
+    struct nbd_server *server = arg;
+
+    for (;;) {
+        pthread_mutex_lock(&server->queue_lock);
+        while (server->queue_head == NULL && !server->queue_stopping)
+            pthread_cond_wait(&server->queue_ready, &server->queue_lock);
+        struct nbd_job *job = server->queue_head;
+        if (job == NULL) {
+            /* Stopping and the queue is drained. */
+            pthread_mutex_unlock(&server->queue_lock);
+            return NULL;
+        }
+        server->queue_head = job->next;
+        if (server->queue_head == NULL)
+            server->queue_tail = NULL;
+        pthread_mutex_unlock(&server->queue_lock);
+        nbd_execute(job);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Connections
+ * ---------------------------------------------------------------------- */
+
+void nbd_connection_put(struct nbd_connection *conn)
+{
+    if (atomic_fetch_sub(&conn->refs, 1) != 1)
+        return;
+    struct nbd_server *server = conn->server;
+    pthread_mutex_lock(&server->connections_lock);
+    if (conn->prev)
+        conn->prev->next = conn->next;
+    else
+        server->connections = conn->next;
+    if (conn->next)
+        conn->next->prev = conn->prev;
+    server->connection_count--;
+    pthread_cond_broadcast(&server->connections_gone);
+    pthread_mutex_unlock(&server->connections_lock);
+    /* Closed only after leaving the list, so shutdown never sees a reused fd. */
+    close(conn->session.fd);
+    pthread_mutex_destroy(&conn->send_lock);
+    pthread_mutex_destroy(&conn->lock);
+    pthread_cond_destroy(&conn->room);
+    free(conn);
+}
+
+static void *connection_main(void *arg)
+{
+    struct nbd_connection *conn = arg;
+    struct nbd_session *s = &conn->session;
+
+    /* A client must not hold a thread forever without finishing the handshake. */
+    util_set_timeouts(s->fd, NBD_SERVER_HANDSHAKE_TIMEOUT, NBD_SERVER_SEND_TIMEOUT);
+    int rc = nbd_handshake(s, &conn->server->export);
+    if (rc == -EAGAIN)
+        nbd_log(s, "handshake not finished within %d s; closing", NBD_SERVER_HANDSHAKE_TIMEOUT);
+    if (rc == 1) {
+        /* Idle clients are fine during transmission: no receive timeout. */
+        util_set_timeouts(s->fd, 0, -1);
+        nbd_transmission(conn);
+    }
+    nbd_connection_put(conn);
+    return NULL;
+}
+
+static void accept_client(struct nbd_server *server, int listener, bool tcp)
+{
+    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+        return; /* EAGAIN, ECONNABORTED, EMFILE: try again on the next wakeup */
+
+    pthread_mutex_lock(&server->connections_lock);
+    unsigned id = ++server->next_id;
+    bool full = server->connection_count >= NBD_SERVER_MAX_CONNECTIONS;
+    pthread_mutex_unlock(&server->connections_lock);
+    if (full) {
+        fprintf(stderr, "uzram: client %u refused: %u clients already connected\n", id,
+                NBD_SERVER_MAX_CONNECTIONS);
+        close(fd);
+        return;
+    }
+    if (tcp) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+
+    struct nbd_connection *conn = calloc(1, sizeof *conn);
+    if (conn == NULL) {
+        close(fd);
+        return;
+    }
+    conn->session.fd = fd;
+    conn->session.id = id;
+    conn->server = server;
+    pthread_mutex_init(&conn->send_lock, NULL);
+    pthread_mutex_init(&conn->lock, NULL);
+    pthread_cond_init(&conn->room, NULL);
+    atomic_init(&conn->refs, 1);
+    atomic_init(&conn->dead, false);
+
+    pthread_mutex_lock(&server->connections_lock);
+    conn->next = server->connections;
+    if (conn->next)
+        conn->next->prev = conn;
+    server->connections = conn;
+    server->connection_count++;
+    pthread_mutex_unlock(&server->connections_lock);
+
+    pthread_attr_t attr;
+    pthread_t thread;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 512 * 1024);
+    if (pthread_create(&thread, &attr, connection_main, conn) != 0) {
+        fprintf(stderr, "uzram: client %u refused: cannot start a thread\n", id);
+        nbd_connection_put(conn);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* ------------------------------------------------------------------------
+ * Listening sockets
+ * ---------------------------------------------------------------------- */
+
+/* Bind a Unix socket at `path`. A socket file nobody listens on is stale and
+ * replaced; a live one means another server owns the name. */
+static int listen_unix(const char *path, unsigned mode, long gid)
+{
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof address.sun_path) {
+        fprintf(stderr, "uzram: socket path %s is too long (at most %zu bytes); choose a shorter --unix\n",
+                path, sizeof address.sun_path - 1);
+        return -1;
+    }
+    strcpy(address.sun_path, path);
+
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            fprintf(stderr, "uzram: %s exists and is not a socket; remove it or choose --name/--unix\n",
+                    path);
+            return -1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *)&address, sizeof address) == 0) {
+            close(probe);
+            fprintf(stderr,
+                    "uzram: %s is in use by another server; stop it or choose --name/--unix\n",
+                    path);
+            return -1;
+        }
+        if (probe >= 0)
+            close(probe);
+        unlink(path);
+    }
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "uzram: socket: %s\n", strerror(errno));
+        return -1;
+    }
+    /* The umask closes the window between bind() and chmod(). */
+    mode_t old_mask = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&address, sizeof address);
+    umask(old_mask);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: cannot bind %s: %s\n", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (chmod(path, mode) < 0 || (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) < 0)) {
+        fprintf(stderr, "uzram: cannot set mode/group of %s: %s\n", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    if (listen(fd, 128) < 0) {
+        fprintf(stderr, "uzram: cannot listen on %s: %s\n", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    return fd;
+}
+
+/* "[ADDR:]PORT", ADDR may be "[v6]". Fills `shown` with "ADDR:PORT" as bound. */
+static int listen_tcp(const char *spec, char *shown, size_t shown_size)
+{
+    char host[256] = "127.0.0.1";
+    const char *port = spec;
+    const char *colon = strrchr(spec, ':');
+
+    if (colon != NULL) {
+        size_t length = (size_t)(colon - spec);
+        const char *start = spec;
+        if (length >= 2 && spec[0] == '[' && spec[length - 1] == ']') {
+            start++;
+            length -= 2;
+        }
+        if (length == 0 || length >= sizeof host) {
+            fprintf(stderr, "uzram: bad --tcp address '%s'; use [ADDR:]PORT\n", spec);
+            return -1;
+        }
+        memcpy(host, start, length);
+        host[length] = '\0';
+        port = colon + 1;
+    }
+    char *end;
+    long number = strtol(port, &end, 10);
+    if (*port == '\0' || *end != '\0' || number < 0 || number > 65535) {
+        fprintf(stderr, "uzram: bad --tcp port '%s'; use [ADDR:]PORT with PORT 0-65535\n", port);
+        return -1;
+    }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *found;
+    int gai = getaddrinfo(host, port, &hints, &found);
+    if (gai != 0) {
+        fprintf(stderr, "uzram: cannot resolve --tcp address '%s': %s\n", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+        fprintf(stderr, "uzram: cannot listen on tcp %s: %s; choose another --tcp port\n", spec,
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(found);
+        return -1;
+    }
+    freeaddrinfo(found);
+
+    struct sockaddr_storage bound;
+    socklen_t bound_length = sizeof bound;
+    getsockname(fd, (struct sockaddr *)&bound, &bound_length);
+    char address[INET6_ADDRSTRLEN] = "?";
+    unsigned bound_port = 0;
+    bool loopback = false;
+    if (bound.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&bound;
+        inet_ntop(AF_INET, &in->sin_addr, address, sizeof address);
+        bound_port = ntohs(in->sin_port);
+        loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        snprintf(shown, shown_size, "%s:%u", address, bound_port);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
+        inet_ntop(AF_INET6, &in6->sin6_addr, address, sizeof address);
+        bound_port = ntohs(in6->sin6_port);
+        loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+        snprintf(shown, shown_size, "[%s]:%u", address, bound_port);
+    }
+    if (!loopback)
+        fprintf(stderr,
+                "uzram: warning: listening on %s; NBD has no authentication, anyone who can "
+                "reach this address can read and write the device\n",
+                shown);
+    return fd;
+}
+
+/* ------------------------------------------------------------------------
+ * Running
+ * ---------------------------------------------------------------------- */
+
+static void stop_connections(struct nbd_server *server)
+{
+    pthread_mutex_lock(&server->connections_lock);
+    /* SHUT_RD wakes each reader with end of file; replies still go out. */
+    for (struct nbd_connection *c = server->connections; c; c = c->next)
+        shutdown(c->session.fd, SHUT_RD);
+    while (server->connection_count > 0)
+        pthread_cond_wait(&server->connections_gone, &server->connections_lock);
+    pthread_mutex_unlock(&server->connections_lock);
+}
+
+int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
+{
+    struct nbd_server server = {
+        .export = {.dev = dev, .name = options->name, .read_only = options->read_only},
+    };
+    int unix_fd = -1, tcp_fd = -1, ctl_fd = -1, signal_fd = -1;
+    int status = 1;
+    char tcp_shown[300] = "";
+
+    nbd_log_quiet = options->quiet;
+    pthread_mutex_init(&server.queue_lock, NULL);
+    pthread_cond_init(&server.queue_ready, NULL);
+    pthread_mutex_init(&server.connections_lock, NULL);
+    pthread_cond_init(&server.connections_gone, NULL);
+
+    /* Signals are taken synchronously through a signalfd in the main loop;
+     * every thread created later inherits the blocked mask. */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    signal_fd = signalfd(-1, &signals, SFD_CLOEXEC);
+    if (signal_fd < 0) {
+        fprintf(stderr, "uzram: signalfd: %s\n", strerror(errno));
+        goto out;
+    }
+
+    if (options->unix_path) {
+        unix_fd = listen_unix(options->unix_path, options->socket_mode, options->socket_gid);
+        if (unix_fd < 0)
+            goto out;
+    }
+    ctl_fd = listen_unix(options->ctl_path, 0600, -1);
+    if (ctl_fd < 0)
+        goto out;
+    if (options->tcp) {
+        tcp_fd = listen_tcp(options->tcp, tcp_shown, sizeof tcp_shown);
+        if (tcp_fd < 0)
+            goto out;
+    }
+
+    server.worker_count = options->threads;
+    server.workers = calloc(server.worker_count, sizeof *server.workers);
+    if (server.workers == NULL) {
+        fprintf(stderr, "uzram: out of memory\n");
+        goto out;
+    }
+    for (unsigned i = 0; i < server.worker_count; i++) {
+        if (pthread_create(&server.workers[i], NULL, worker_main, &server) != 0) {
+            fprintf(stderr, "uzram: cannot start worker threads\n");
+            server.worker_count = i;
+            goto out;
+        }
+    }
+
+    if (!options->quiet) {
+        struct uzram_config config;
+        uzram_get_config(dev, &config);
+        printf("uzram: serving %s (%llu bytes, %s) on ", options->name,
+               (unsigned long long)config.disksize, config.comp_algorithm);
+        if (options->unix_path)
+            printf("unix:%s%s", options->unix_path, tcp_fd >= 0 ? ", " : "");
+        if (tcp_fd >= 0)
+            printf("tcp:%s", tcp_shown);
+        printf("; control: %s\n", options->ctl_path);
+        if (options->unix_path)
+            printf("  connect: nbdinfo 'nbd+unix:///?socket=%s'   stats: uzram status\n",
+                   options->unix_path);
+        else
+            printf("  connect: nbdinfo 'nbd://%s'   stats: uzram status\n", tcp_shown);
+        fflush(stdout);
+    }
+
+    for (;;) {
+        struct pollfd fds[4] = {
+            {signal_fd, POLLIN, 0}, {ctl_fd, POLLIN, 0}, {unix_fd, POLLIN, 0}, {tcp_fd, POLLIN, 0}};
+        if (poll(fds, 4, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "uzram: poll: %s\n", strerror(errno));
+            break;
+        }
+        if (fds[0].revents) {
+            struct signalfd_siginfo info;
+            if (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info && !options->quiet)
+                fprintf(stderr, "uzram: %s received; finishing requests in flight\n",
+                        info.ssi_signo == SIGINT    ? "SIGINT"
+                        : info.ssi_signo == SIGTERM ? "SIGTERM"
+                                                    : "SIGHUP");
+            status = 0;
+            break;
+        }
+        if (fds[1].revents & POLLIN) {
+            int fd = accept4(ctl_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0) {
+                /* Control requests are short; the timeouts bound a stuck peer. */
+                util_set_timeouts(fd, 5, 5);
+                control_serve_one(fd, &server);
+                close(fd);
+            }
+        }
+        if (fds[2].revents & POLLIN)
+            accept_client(&server, unix_fd, false);
+        if (fds[3].revents & POLLIN)
+            accept_client(&server, tcp_fd, true);
+    }
+
+out:
+    /* Stop accepting and remove the names first, so no new client arrives
+     * while the connections drain. */
+    if (unix_fd >= 0) {
+        close(unix_fd);
+        unlink(options->unix_path);
+    }
+    if (ctl_fd >= 0) {
+        close(ctl_fd);
+        unlink(options->ctl_path);
+    }
+    if (tcp_fd >= 0)
+        close(tcp_fd);
+    stop_connections(&server);
+
+    pthread_mutex_lock(&server.queue_lock);
+    server.queue_stopping = true;
+    pthread_cond_broadcast(&server.queue_ready);
+    pthread_mutex_unlock(&server.queue_lock);
+    for (unsigned i = 0; i < server.worker_count; i++)
+        pthread_join(server.workers[i], NULL);
+    free(server.workers);
+    if (signal_fd >= 0)
+        close(signal_fd);
+    pthread_mutex_destroy(&server.queue_lock);
+    pthread_cond_destroy(&server.queue_ready);
+    pthread_mutex_destroy(&server.connections_lock);
+    pthread_cond_destroy(&server.connections_gone);
+    return status;
+}

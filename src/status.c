@@ -1,0 +1,327 @@
+/* status.c - `uzram status` (a zramctl-like table of running devices) and `uzram attr`.
+ * Both talk to the servers' control sockets (NAME.ctl) in the runtime directory. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "control.h"
+#include "util.h"
+#include "uzram.h"
+
+/* The fields of one device as the "stats" control request reports them. */
+struct device_status {
+    char name[72];
+    char algorithm[32];
+    unsigned long long disksize, clients, read_only, use_dedup;
+    unsigned long long orig_data_size, compr_data_size, mem_used_total, mem_limit,
+        mem_used_max, same_pages, pages_compacted, huge_pages, huge_pages_since, dup_data_size,
+        meta_data_size, failed_reads, failed_writes, invalid_io, notify_free, zero_pages;
+};
+
+static const struct {
+    const char *key;
+    size_t offset;
+} number_fields[] = {
+#define FIELD(f) {#f, offsetof(struct device_status, f)}
+    FIELD(disksize),         FIELD(clients),        FIELD(read_only),
+    FIELD(use_dedup),        FIELD(orig_data_size), FIELD(compr_data_size),
+    FIELD(mem_used_total),   FIELD(mem_limit),      FIELD(mem_used_max),
+    FIELD(same_pages),       FIELD(pages_compacted), FIELD(huge_pages),
+    FIELD(huge_pages_since), FIELD(dup_data_size),  FIELD(meta_data_size),
+    FIELD(failed_reads),     FIELD(failed_writes),  FIELD(invalid_io),
+    FIELD(notify_free),      FIELD(zero_pages),
+#undef FIELD
+};
+
+static void parse_status(char *body, struct device_status *st)
+{
+    char *save = NULL;
+    for (char *line = strtok_r(body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *space = strchr(line, ' ');
+        if (space == NULL)
+            continue;
+        *space = '\0';
+        const char *value = space + 1;
+        if (strcmp(line, "name") == 0) {
+            snprintf(st->name, sizeof st->name, "%s", value);
+        } else if (strcmp(line, "algorithm") == 0) {
+            snprintf(st->algorithm, sizeof st->algorithm, "%s", value);
+        } else {
+            for (size_t i = 0; i < sizeof number_fields / sizeof number_fields[0]; i++)
+                if (strcmp(line, number_fields[i].key) == 0)
+                    *(unsigned long long *)((char *)st + number_fields[i].offset) =
+                        strtoull(value, NULL, 10);
+        }
+    }
+}
+
+/* DATA per byte of memory really used (pool plus dedup index); 0 if none. */
+static double compression_ratio(const struct device_status *st)
+{
+    unsigned long long used = st->mem_used_total + st->meta_data_size;
+    return used ? (double)st->orig_data_size / (double)used : 0.0;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void status_usage(FILE *out)
+{
+    fputs("Usage: uzram status [--json] [-u DIR] [NAME...]\n"
+          "Show the devices served by `uzram serve`, like zramctl.\n"
+          "\n"
+          "  -j, --json              print a JSON array of objects with raw numbers\n"
+          "  -u, --runtime-dir DIR   look for NAME.ctl sockets in DIR (default\n"
+          "                          $XDG_RUNTIME_DIR/uzram or /run/uzram)\n"
+          "  -h, --help              show this help\n"
+          "\n"
+          "Columns: NAME ALGORITHM DISKSIZE DATA (uncompressed bytes stored) COMPR (compressed)\n"
+          "TOTAL (memory used, fragmentation included) MEM-LIMIT MEM-USED (peak) ZERO-PAGES\n"
+          "(same-filled pages) DUP (bytes saved by dedup) META (dedup index) COMP-RATIO\n"
+          "(DATA / (TOTAL + META)) CLIENTS (connected NBD clients).\n",
+          out);
+}
+
+static void print_json_string(const char *text)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+int cmd_status(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    bool json = false;
+    char runtime_dir[PATH_MAX] = "";
+    int c;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "ju:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            json = true;
+            break;
+        case 'u':
+            snprintf(runtime_dir, sizeof runtime_dir, "%s", optarg);
+            break;
+        case 'h':
+            status_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram status --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    if (runtime_dir[0] == '\0' && util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
+        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
+        return 1;
+    }
+
+    /* Names to show: the ones given, or every NAME.ctl in the directory. */
+    char **names = NULL;
+    size_t count = 0;
+    bool listed = optind < argc;
+    int status = 0;
+    if (listed) {
+        names = calloc((size_t)(argc - optind), sizeof *names);
+        if (names == NULL)
+            return 1;
+        for (int i = optind; i < argc; i++)
+            names[count++] = strdup(argv[i]);
+    } else {
+        DIR *dir = opendir(runtime_dir);
+        size_t capacity = 0;
+        struct dirent *entry;
+        while (dir != NULL && (entry = readdir(dir)) != NULL) {
+            size_t length = strlen(entry->d_name);
+            if (length <= 4 || strcmp(entry->d_name + length - 4, ".ctl") != 0)
+                continue;
+            if (count == capacity) {
+                capacity = capacity ? capacity * 2 : 8;
+                char **bigger = realloc(names, capacity * sizeof *names);
+                if (bigger == NULL)
+                    break;
+                names = bigger;
+            }
+            names[count++] = strndup(entry->d_name, length - 4);
+        }
+        if (dir != NULL)
+            closedir(dir);
+        qsort(names, count, sizeof *names, compare_names);
+    }
+
+    struct device_status *rows = calloc(count ? count : 1, sizeof *rows);
+    size_t row_count = 0;
+    for (size_t i = 0; rows != NULL && i < count; i++) {
+        char path[PATH_MAX], message[512], *body;
+        int rc = control_resolve(names[i], runtime_dir, path, sizeof path, message,
+                                 sizeof message);
+        if (rc == 0)
+            rc = control_request(path, "stats", &body, message, sizeof message);
+        if (rc < 0) {
+            /* A stale socket from a killed server is only worth a word when
+             * the user asked for that device by name. */
+            if (listed) {
+                fprintf(stderr, "uzram: %s: %s\n", names[i], message);
+                status = 1;
+            }
+            continue;
+        }
+        parse_status(body, &rows[row_count]);
+        free(body);
+        row_count++;
+    }
+
+    if (json) {
+        printf("[");
+        for (size_t i = 0; i < row_count; i++) {
+            const struct device_status *st = &rows[i];
+            printf("%s\n  {\"name\": ", i ? "," : "");
+            print_json_string(st->name);
+            printf(", \"algorithm\": ");
+            print_json_string(st->algorithm);
+            for (size_t f = 0; f < sizeof number_fields / sizeof number_fields[0]; f++)
+                printf(", \"%s\": %llu", number_fields[f].key,
+                       *(const unsigned long long *)((const char *)st + number_fields[f].offset));
+            printf(", \"comp_ratio\": %.3f}", compression_ratio(st));
+        }
+        printf("%s]\n", row_count ? "\n" : "");
+    } else if (row_count > 0) {
+        printf("%-10s %-9s %8s %8s %8s %8s %9s %8s %10s %8s %8s %10s %7s\n", "NAME", "ALGORITHM",
+               "DISKSIZE", "DATA", "COMPR", "TOTAL", "MEM-LIMIT", "MEM-USED", "ZERO-PAGES", "DUP",
+               "META", "COMP-RATIO", "CLIENTS");
+        for (size_t i = 0; i < row_count; i++) {
+            const struct device_status *st = &rows[i];
+            char disksize[16], data[16], compr[16], total[16], limit[16], used[16], dup[16],
+                meta[16], ratio[16];
+            util_human_size(st->disksize, disksize, sizeof disksize);
+            util_human_size(st->orig_data_size, data, sizeof data);
+            util_human_size(st->compr_data_size, compr, sizeof compr);
+            util_human_size(st->mem_used_total, total, sizeof total);
+            util_human_size(st->mem_limit, limit, sizeof limit);
+            util_human_size(st->mem_used_max, used, sizeof used);
+            util_human_size(st->dup_data_size, dup, sizeof dup);
+            util_human_size(st->meta_data_size, meta, sizeof meta);
+            if (st->orig_data_size && st->mem_used_total + st->meta_data_size)
+                snprintf(ratio, sizeof ratio, "%.2f", compression_ratio(st));
+            else
+                snprintf(ratio, sizeof ratio, "-");
+            printf("%-10s %-9s %8s %8s %8s %8s %9s %8s %10llu %8s %8s %10s %7llu\n", st->name,
+                   st->algorithm, disksize, data, compr, total, limit, used, st->same_pages, dup,
+                   meta, ratio, st->clients);
+        }
+    }
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+    free(rows);
+    return status;
+}
+
+static void attr_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: uzram attr [-u DIR] DEVICE NAME [VALUE]\n"
+            "Read (or, with VALUE, write) an attribute of a served device, with zram's names.\n"
+            "DEVICE is a device name (looked up in the runtime directory) or the path of\n"
+            "its .ctl control socket.\n"
+            "\n"
+            "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
+            "  -h, --help              show this help\n"
+            "\n"
+            "Attributes: %s clients\n"
+            "Writable: disksize comp_algorithm algorithm_params same_filled use_dedup\n"
+            "  mem_limit mem_used_max (0) compact reset (1, only with no client connected)\n",
+            uzram_attr_names());
+}
+
+int cmd_attr(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char runtime_dir[PATH_MAX] = "";
+    int c;
+
+    optind = 1;
+    /* "+": stop at the first operand so VALUE may start with '-'. */
+    while ((c = getopt_long(argc, argv, "+u:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'u':
+            snprintf(runtime_dir, sizeof runtime_dir, "%s", optarg);
+            break;
+        case 'h':
+            attr_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram attr --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    int operands = argc - optind;
+    if (operands < 2 || operands > 3) {
+        fputs("uzram attr: expected DEVICE NAME [VALUE]\n"
+              "Try 'uzram attr --help' for more information.\n",
+              stderr);
+        return 2;
+    }
+    const char *device = argv[optind], *name = argv[optind + 1];
+    const char *value = operands == 3 ? argv[optind + 2] : NULL;
+    if (runtime_dir[0] == '\0' && util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
+        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
+        return 1;
+    }
+    if (strpbrk(name, " \n") != NULL || (value != NULL && strchr(value, '\n') != NULL) ||
+        (value != NULL && value[0] == '\0')) {
+        fprintf(stderr, "uzram: bad attribute name or value\n");
+        return 1;
+    }
+
+    char path[PATH_MAX], message[512], request[PATH_MAX + 64], *body;
+    int rc = control_resolve(device, runtime_dir, path, sizeof path, message, sizeof message);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
+        return 1;
+    }
+    if (value != NULL)
+        snprintf(request, sizeof request, "set %s %s", name, value);
+    else if (strcmp(name, "clients") == 0)
+        snprintf(request, sizeof request, "clients");
+    else
+        snprintf(request, sizeof request, "get %s", name);
+    rc = control_request(path, request, &body, message, sizeof message);
+    if (rc < 0) {
+        if (value != NULL)
+            fprintf(stderr, "uzram: cannot set %s: %s\n", name, message);
+        else
+            fprintf(stderr, "uzram: cannot read %s: %s\n", name, message);
+        return 1;
+    }
+    if (value == NULL)
+        fputs(body, stdout);
+    free(body);
+    return 0;
+}

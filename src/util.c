@@ -1,0 +1,261 @@
+/* util.c - small helpers shared by the uzram subcommands (not part of libuzram).
+ * Socket I/O that survives partial transfers, big-endian packing, paths, sizes, errno names. */
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+int util_read_full(int fd, void *buf, size_t length)
+{
+    unsigned char *p = buf;
+    size_t done = 0;
+
+    while (done < length) {
+        ssize_t n = recv(fd, p + done, length - done, 0);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return done == 0 ? 0 : -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno == EWOULDBLOCK)
+            return -EAGAIN;
+        return -errno;
+    }
+    return 1;
+}
+
+int util_discard(int fd, uint64_t length)
+{
+    unsigned char scratch[65536];
+
+    while (length > 0) {
+        size_t chunk = length < sizeof scratch ? (size_t)length : sizeof scratch;
+        int rc = util_read_full(fd, scratch, chunk);
+        if (rc <= 0)
+            return rc == 0 ? -ECONNRESET : rc;
+        length -= chunk;
+    }
+    return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* deadline_ms < 0: plain blocking sends (SO_SNDTIMEO still applies). */
+static int send_iov(int fd, struct iovec *iov, int count, int64_t deadline_ms)
+{
+    while (count > 0) {
+        /* Skip exhausted entries so a zero-length buffer never stalls the loop. */
+        if (iov->iov_len == 0) {
+            iov++;
+            count--;
+            continue;
+        }
+        struct msghdr message = {0};
+        message.msg_iov = iov;
+        message.msg_iovlen = count < IOV_MAX ? (size_t)count : IOV_MAX;
+        ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL | (deadline_ms >= 0 ? MSG_DONTWAIT : 0));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EWOULDBLOCK && deadline_ms >= 0) {
+                int64_t left = deadline_ms - now_ms();
+                if (left <= 0)
+                    return -ETIMEDOUT;
+                struct pollfd pfd = {fd, POLLOUT, 0};
+                if (poll(&pfd, 1, (int)(left > 60000 ? 60000 : left)) < 0 && errno != EINTR)
+                    return -errno;
+                continue;
+            }
+            if (errno == EWOULDBLOCK)
+                return -EAGAIN;
+            return -errno;
+        }
+        size_t sent = (size_t)n;
+        while (count > 0 && sent >= iov->iov_len) {
+            sent -= iov->iov_len;
+            iov++;
+            count--;
+        }
+        if (count > 0) {
+            iov->iov_base = (char *)iov->iov_base + sent;
+            iov->iov_len -= sent;
+        }
+    }
+    return 0;
+}
+
+int util_send_iov(int fd, struct iovec *iov, int count)
+{
+    return send_iov(fd, iov, count, -1);
+}
+
+int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seconds)
+{
+    return send_iov(fd, iov, count, now_ms() + (int64_t)timeout_seconds * 1000);
+}
+
+int util_send_all(int fd, const void *buf, size_t length)
+{
+    struct iovec iov = {(void *)buf, length};
+    return util_send_iov(fd, &iov, 1);
+}
+
+void util_put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+void util_put32(unsigned char *p, uint32_t v)
+{
+    util_put16(p, (uint16_t)(v >> 16));
+    util_put16(p + 2, (uint16_t)v);
+}
+
+void util_put64(unsigned char *p, uint64_t v)
+{
+    util_put32(p, (uint32_t)(v >> 32));
+    util_put32(p + 4, (uint32_t)v);
+}
+
+uint16_t util_get16(const unsigned char *p)
+{
+    return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+uint32_t util_get32(const unsigned char *p)
+{
+    return ((uint32_t)util_get16(p) << 16) | util_get16(p + 2);
+}
+
+uint64_t util_get64(const unsigned char *p)
+{
+    return ((uint64_t)util_get32(p) << 32) | util_get32(p + 4);
+}
+
+int util_set_timeouts(int fd, int receive_seconds, int send_seconds)
+{
+    struct timeval receive = {receive_seconds, 0};
+    struct timeval send = {send_seconds, 0};
+
+    if (receive_seconds >= 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &receive, sizeof receive) < 0)
+        return -errno;
+    if (send_seconds >= 0 && setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send, sizeof send) < 0)
+        return -errno;
+    return 0;
+}
+
+int util_runtime_dir(char *buf, size_t size)
+{
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    int n;
+
+    if (base != NULL && base[0] != '\0')
+        n = snprintf(buf, size, "%s/uzram", base);
+    else
+        n = snprintf(buf, size, "/run/uzram");
+    if (n < 0 || (size_t)n >= size)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int util_make_dir(const char *path)
+{
+    struct stat st;
+
+    if (mkdir(path, 0700) == 0)
+        return 0;
+    if (errno != EEXIST)
+        return -errno;
+    if (stat(path, &st) < 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+bool util_valid_name(const char *name)
+{
+    size_t length = strlen(name);
+
+    if (length == 0 || length > 64 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return false;
+    for (const char *p = name; *p; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+void util_human_size(uint64_t bytes, char *buf, size_t size)
+{
+    static const char units[] = "BKMGTPE";
+    int exponent = 0;
+
+    while (exponent < 6 && bytes >= (UINT64_C(1) << (10 * (exponent + 1))))
+        exponent++;
+    if (exponent == 0) {
+        snprintf(buf, size, "%lluB", (unsigned long long)bytes);
+        return;
+    }
+    uint64_t unit = UINT64_C(1) << (10 * exponent);
+    uint64_t whole = bytes / unit;
+    /* One decimal, rounded, as zramctl does; "2.0" is shown as "2". */
+    uint64_t tenths = ((bytes % unit) * 10 + unit / 2) / unit;
+    if (tenths >= 10) {
+        whole++;
+        tenths = 0;
+    }
+    if (tenths == 0)
+        snprintf(buf, size, "%llu%c", (unsigned long long)whole, units[exponent]);
+    else
+        snprintf(buf, size, "%llu.%llu%c", (unsigned long long)whole,
+                 (unsigned long long)tenths, units[exponent]);
+}
+
+static const struct {
+    int value;
+    const char *name;
+} errno_names[] = {
+    {EPERM, "EPERM"},   {ENOENT, "ENOENT"},     {EIO, "EIO"},
+    {ENOMEM, "ENOMEM"}, {EACCES, "EACCES"},     {EBUSY, "EBUSY"},
+    {EEXIST, "EEXIST"}, {EINVAL, "EINVAL"},     {ENOSPC, "ENOSPC"},
+    {ERANGE, "ERANGE"}, {ENOTSUP, "ENOTSUP"},   {EPROTO, "EPROTO"},
+    {ENAMETOOLONG, "ENAMETOOLONG"},             {EOVERFLOW, "EOVERFLOW"},
+};
+
+const char *util_errno_name(int err, char *buf, size_t size)
+{
+    for (size_t i = 0; i < sizeof errno_names / sizeof errno_names[0]; i++)
+        if (errno_names[i].value == err)
+            return errno_names[i].name;
+    snprintf(buf, size, "E%d", err);
+    return buf;
+}
+
+int util_errno_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof errno_names / sizeof errno_names[0]; i++)
+        if (strcmp(errno_names[i].name, name) == 0)
+            return errno_names[i].value;
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* util.h - small helpers shared by the uzram subcommands (not part of libuzram).
+ * Socket I/O that survives partial transfers, big-endian packing, paths, sizes, errno names. */
+#ifndef UZRAM_UTIL_H
+#define UZRAM_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* Read exactly `length` bytes. Returns 1 when done, 0 on end of file before
+ * the first byte, -ECONNRESET on end of file in the middle, -errno on error
+ * (-EAGAIN when a receive timeout expired). */
+int util_read_full(int fd, void *buf, size_t length);
+
+/* Read and throw away `length` bytes (a payload we refuse but must skip). */
+int util_discard(int fd, uint64_t length);
+
+/* Send every byte of the iovec array (which is modified), looping over
+ * partial sends and IOV_MAX. MSG_NOSIGNAL: a vanished peer is -EPIPE, not a
+ * signal. Returns 0 or -errno (-EAGAIN when a send timeout expired). */
+int util_send_iov(int fd, struct iovec *iov, int count);
+/* The same with an overall deadline: -ETIMEDOUT if the whole message is not
+ * out within `timeout_seconds` (a peer that reads a trickle cannot hold the
+ * sender for longer). */
+int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seconds);
+int util_send_all(int fd, const void *buf, size_t length);
+
+/* Big-endian loads and stores. */
+void util_put16(unsigned char *p, uint16_t v);
+void util_put32(unsigned char *p, uint32_t v);
+void util_put64(unsigned char *p, uint64_t v);
+uint16_t util_get16(const unsigned char *p);
+uint32_t util_get32(const unsigned char *p);
+uint64_t util_get64(const unsigned char *p);
+
+/* Set SO_RCVTIMEO / SO_SNDTIMEO in seconds (0: no timeout). */
+int util_set_timeouts(int fd, int receive_seconds, int send_seconds);
+
+/* The directory that holds the sockets: $XDG_RUNTIME_DIR/uzram, or
+ * /run/uzram when XDG_RUNTIME_DIR is unset or empty. */
+int util_runtime_dir(char *buf, size_t size);
+
+/* Create `path` (one level) with mode 0700 if it does not exist. */
+int util_make_dir(const char *path);
+
+/* true for names made of [A-Za-z0-9._-], 1..64 characters, not "." or "..". */
+bool util_valid_name(const char *name);
+
+/* Sizes the way util-linux zramctl prints them: 0B, 512B, 4K, 1.5M, 2G. */
+void util_human_size(uint64_t bytes, char *buf, size_t size);
+
+/* "EBUSY" for EBUSY (positive errno), "E<n>" for ones not in the table. */
+const char *util_errno_name(int err, char *buf, size_t size);
+/* Inverse of util_errno_name for the names the table knows; 0 if unknown. */
+int util_errno_from_name(const char *name);
+
+#endif
