@@ -7,5 +7,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_attr(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_estimate(int argc, char **argv);
 
 #endif

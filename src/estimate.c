@@ -1,0 +1,286 @@
+/* estimate.c - `uzram estimate`: what same-filled pages, compression and dedup would save.
+ * Parses the options, opens every source first (so a typo fails at once), runs, reports. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "estimate.h"
+#include "uzram.h"
+
+static void usage(FILE *out)
+{
+    fputs("Usage: uzram estimate [OPTION]... SOURCE...\n"
+          "Estimate what zram, zram with dedup and uzram would save on your own data.\n"
+          "A SOURCE is a file, a block device (read only), '-' for standard input,\n"
+          "or --pid PID for the memory of a live process. Several sources are each\n"
+          "reported, then totalled; a duplicate is a page seen earlier in the run.\n"
+          "\n"
+          "  -p, --pid PID          a live process: its private anonymous and private\n"
+          "                         writable mappings, read through /proc/PID/mem\n"
+          "      --all-mappings     with --pid: every readable mapping\n"
+          "  -a, --algorithms LIST  comma-separated algorithms to try (default: all the\n"
+          "                         engine has; 'none' for classes and dedup only)\n"
+          "      --page-size SIZE   page size (default 4096; compression only at 4096)\n"
+          "  -j, --jobs N           worker threads (default: number of CPUs)\n"
+          "      --json             print JSON instead of tables\n"
+          "  -q, --quiet            no progress line on the terminal\n"
+          "  -h, --help             show this help\n"
+          "\n"
+          "Examples:\n"
+          "  uzram estimate /var/tmp/build.img\n"
+          "  uzram estimate -a lz4,zstd --pid $(pidof firefox)\n"
+          "  tar cf - ~/src | uzram estimate --json -\n",
+          out);
+}
+
+enum { OPT_PAGE_SIZE = 256, OPT_ALL_MAPPINGS, OPT_JSON };
+
+/* Split `list` (commas or spaces) into options->algorithms, checked against
+ * the engine. `storage` keeps the strings. Returns 0, or -1 after a message. */
+static int parse_algorithms(const char *list, char *storage, size_t size,
+                            struct estimate_options *options)
+{
+    snprintf(storage, size, "%s", list);
+    options->algorithm_count = 0;
+    if (strcmp(storage, "none") == 0)
+        return 0;
+    char *save = NULL;
+    for (char *name = strtok_r(storage, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        int min, max, dflt;
+        if (uzram_algorithm_levels(name, &min, &max, &dflt) < 0) {
+            char known[256];
+            if (uzram_algorithm_list(NULL, known, sizeof known) < 0)
+                known[0] = 0;
+            known[strcspn(known, "\n")] = 0;
+            fprintf(stderr, "uzram estimate: unknown algorithm '%s' (this build has: %s)\n", name,
+                    known);
+            return -1;
+        }
+        bool seen = false;
+        for (unsigned a = 0; a < options->algorithm_count; a++)
+            seen |= strcmp(options->algorithms[a], name) == 0;
+        if (seen)
+            continue;
+        if (options->algorithm_count == ESTIMATE_MAX_ALGORITHMS) {
+            fprintf(stderr, "uzram estimate: at most %d algorithms\n", ESTIMATE_MAX_ALGORITHMS);
+            return -1;
+        }
+        options->algorithms[options->algorithm_count++] = name;
+    }
+    return 0;
+}
+
+struct source_arg {
+    const char *text;
+    bool is_pid;
+};
+
+int cmd_estimate(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"pid", required_argument, NULL, 'p'},
+        {"all-mappings", no_argument, NULL, OPT_ALL_MAPPINGS},
+        {"algorithms", required_argument, NULL, 'a'},
+        {"algorithm", required_argument, NULL, 'a'},
+        {"page-size", required_argument, NULL, OPT_PAGE_SIZE},
+        {"jobs", required_argument, NULL, 'j'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct estimate_options options = {.page_size = UZRAM_PAGE_SIZE, .progress = true};
+    static char algorithm_storage[512];
+    const char *algorithm_list = NULL;
+    struct source_arg *args = calloc((size_t)argc + 1, sizeof *args);
+    size_t arg_count = 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    options.jobs = cpus < 1 ? 1 : cpus > 256 ? 256 : (unsigned)cpus;
+    if (!args) {
+        fputs("uzram estimate: out of memory\n", stderr);
+        return 1;
+    }
+
+    /* A leading '-' in optstring keeps the sources in command-line order,
+     * interleaved with --pid, so the report lists them as given. */
+    optind = 1;
+    opterr = 1;
+    int c, status = 2;
+    while ((c = getopt_long(argc, argv, "-p:a:j:qh", long_options, NULL)) != -1) {
+        switch (c) {
+        case 1:
+            args[arg_count++] = (struct source_arg){optarg, false};
+            break;
+        case 'p':
+            args[arg_count++] = (struct source_arg){optarg, true};
+            break;
+        case OPT_ALL_MAPPINGS:
+            options.all_mappings = true;
+            break;
+        case 'a':
+            algorithm_list = optarg;
+            break;
+        case OPT_PAGE_SIZE: {
+            uint64_t size;
+            if (uzram_parse_size(optarg, &size) < 0 || size < 512 || size > 65536 ||
+                (size & (size - 1))) {
+                fprintf(stderr,
+                        "uzram estimate: --page-size wants a power of two from 512 to 64K, "
+                        "not '%s'\n",
+                        optarg);
+                goto out;
+            }
+            options.page_size = (size_t)size;
+            break;
+        }
+        case 'j': {
+            char *end;
+            long jobs = strtol(optarg, &end, 10);
+            if (end == optarg || *end || jobs < 1 || jobs > 256) {
+                fprintf(stderr, "uzram estimate: --jobs wants 1 to 256, not '%s'\n", optarg);
+                goto out;
+            }
+            options.jobs = (unsigned)jobs;
+            break;
+        }
+        case OPT_JSON:
+            options.json = true;
+            break;
+        case 'q':
+            options.progress = false;
+            break;
+        case 'h':
+            usage(stdout);
+            status = 0;
+            goto out;
+        default:
+            fputs("Try 'uzram estimate --help'.\n", stderr);
+            goto out;
+        }
+    }
+    for (; optind < argc; optind++) /* after "--" */
+        args[arg_count++] = (struct source_arg){argv[optind], false};
+    if (!arg_count) {
+        fputs("uzram estimate: no source given (a file, a device, '-' or --pid PID)\n"
+              "Try 'uzram estimate --help'.\n",
+              stderr);
+        goto out;
+    }
+
+    if (options.page_size != UZRAM_PAGE_SIZE) {
+        /* the engine (and its codecs and pool) only has 4 KiB pages */
+        if (algorithm_list && strcmp(algorithm_list, "none") != 0) {
+            fprintf(stderr,
+                    "uzram estimate: compression is only estimated for %u-byte pages; "
+                    "use -a none with --page-size %zu\n",
+                    UZRAM_PAGE_SIZE, options.page_size);
+            goto out;
+        }
+        algorithm_list = "none";
+    }
+    if (!algorithm_list) {
+        char all[256];
+        if (uzram_algorithm_list(NULL, all, sizeof all) < 0) {
+            fputs("uzram estimate: cannot list the algorithms\n", stderr);
+            goto out;
+        }
+        all[strcspn(all, "\n")] = 0;
+        /* the engine's default algorithm first: the histogram's compressed
+         * columns and the docs' examples use the first one */
+        struct uzram_config defaults;
+        uzram_config_init(&defaults);
+        const char *first = defaults.comp_algorithm ? defaults.comp_algorithm : "lz4";
+        char ordered[300];
+        snprintf(ordered, sizeof ordered, "%s %s", first, all);
+        if (parse_algorithms(ordered, algorithm_storage, sizeof algorithm_storage, &options) < 0)
+            goto out;
+    } else if (parse_algorithms(algorithm_list, algorithm_storage, sizeof algorithm_storage,
+                                &options) < 0) {
+        goto out;
+    }
+    for (size_t i = 0; i < arg_count; i++)
+        if (args[i].is_pid && options.page_size != 4096) {
+            fputs("uzram estimate: --pid reads the system's 4096-byte pages; drop --page-size\n",
+                  stderr);
+            goto out;
+        }
+
+    /* Open every source before reading any: a missing file is one line and
+     * exit status 1, not a failure after an hour of work on the others. */
+    status = 1;
+    struct estimate_source *sources = calloc(arg_count, sizeof *sources);
+    struct estimate_counts total = {0};
+    size_t opened = 0;
+    struct estimate_analyzer *analyzer = NULL;
+    if (!sources)
+        goto out;
+    bool stdin_seen = false;
+    for (; opened < arg_count; opened++) {
+        struct estimate_source *source = &sources[opened];
+        int rc;
+        if (args[opened].is_pid) {
+            rc = estimate_open_process(source, args[opened].text, options.all_mappings);
+        } else {
+            if (strcmp(args[opened].text, "-") == 0) {
+                if (stdin_seen) {
+                    fputs("uzram estimate: '-' (standard input) given twice\n", stderr);
+                    rc = -EINVAL;
+                    opened++;
+                    goto close;
+                }
+                stdin_seen = true;
+            }
+            rc = estimate_open_file(source, args[opened].text);
+        }
+        if (rc == 0 && options.algorithm_count) {
+            source->counts.lengths =
+                calloc(options.algorithm_count, sizeof *source->counts.lengths);
+            if (!source->counts.lengths)
+                rc = -ENOMEM;
+        }
+        if (rc < 0) {
+            opened++;
+            goto close;
+        }
+    }
+    if (options.algorithm_count) {
+        total.lengths = calloc(options.algorithm_count, sizeof *total.lengths);
+        if (!total.lengths) {
+            fputs("uzram estimate: out of memory\n", stderr);
+            goto close;
+        }
+    }
+    if (estimate_analyzer_start(&options, &analyzer) < 0)
+        goto close;
+
+    bool show_progress = options.progress && isatty(STDERR_FILENO);
+    for (size_t i = 0; i < arg_count; i++) {
+        if (estimate_analyze_source(analyzer, &sources[i], show_progress) < 0)
+            goto close;
+        estimate_counts_add(&total, &sources[i].counts, options.algorithm_count);
+    }
+
+    struct estimate_bucket buckets[ESTIMATE_BUCKETS];
+    struct estimate_index_info info;
+    estimate_histogram(analyzer, buckets, &info);
+    if (options.json)
+        estimate_report_json(stdout, &options, sources, arg_count, &total, buckets, &info);
+    else
+        estimate_report_text(stdout, &options, sources, arg_count, &total, buckets, &info);
+    fflush(stdout);
+    status = ferror(stdout) ? 1 : 0;
+
+close:
+    estimate_analyzer_stop(analyzer);
+    for (size_t i = 0; i < opened; i++)
+        estimate_close(&sources[i]);
+    free(sources);
+    free(total.lengths);
+out:
+    free(args);
+    return status;
+}

@@ -1,0 +1,176 @@
+/* estimate.h - internal interfaces of `uzram estimate`: sources, page analysis, report.
+ * Split by job: estimate_input.c reads, estimate_analyze.c classifies, estimate_report.c prints. */
+#ifndef UZRAM_ESTIMATE_H
+#define UZRAM_ESTIMATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ESTIMATE_MAX_ALGORITHMS 8
+#define ESTIMATE_WORD 8 /* the seed's same-filled check compares unsigned longs (64-bit) */
+/* Histogram buckets of reference counts: 1, 2, 3-4, 5-8, ... up to 2^32. */
+#define ESTIMATE_BUCKETS 34
+/* Stored length recorded for a page kept raw; real compressed lengths are
+ * always below it (the engine's huge threshold is smaller than a page). */
+#define ESTIMATE_RAW 4096u
+
+/* ------------------------------------------------------------------------
+ * Counters: additive, one set per source and one for the whole run
+ * ---------------------------------------------------------------------- */
+
+/* Per algorithm, how many pages compressed to each stored length (1..4095;
+ * ESTIMATE_RAW for pages kept raw). Keeping the distribution instead of
+ * running sums makes every derived figure (pool cost of each model) exact and
+ * independent of thread timing. */
+struct estimate_lengths {
+    uint64_t unique[ESTIMATE_RAW + 1]; /* first copy of each content */
+    uint64_t all[ESTIMATE_RAW + 1];    /* every non-same-filled page */
+};
+
+struct estimate_counts {
+    uint64_t bytes;             /* input bytes analysed (without padding) */
+    uint64_t pages;             /* pages analysed */
+    uint64_t partial_bytes;     /* bytes of a last partial page, padded with zeros */
+    uint64_t unreadable_bytes;  /* process ranges that could not be read (skipped) */
+    uint64_t unpopulated_pages; /* process pages never touched: not in memory, skipped */
+    uint64_t zero_pages;
+    uint64_t same_pages; /* same-filled with a non-zero word */
+    uint64_t duplicate_pages;
+    uint64_t unique_pages;
+    /* Word comparisons of the seed's three same-filled checks, summed over all pages */
+    uint64_t scan_forward;
+    uint64_t scan_backward;
+    uint64_t scan_precheck;
+    struct estimate_lengths *lengths; /* [algorithm_count], NULL without compression */
+};
+
+/* ------------------------------------------------------------------------
+ * Sources
+ * ---------------------------------------------------------------------- */
+
+enum estimate_source_kind { SOURCE_FILE, SOURCE_DEVICE, SOURCE_STDIN, SOURCE_PROCESS };
+
+struct estimate_mapping {
+    uint64_t start, end;
+};
+
+struct estimate_source {
+    enum estimate_source_kind kind;
+    char *name; /* as given: path, "-" or "pid N" */
+    int fd;
+    int pagemap_fd;   /* processes: -1 when pagemap cannot be read */
+    uint64_t size;    /* bytes expected (0 unknown): for progress */
+    bool at_end;      /* files: end of file reached */
+    /* processes */
+    int pid;
+    struct estimate_mapping *mappings;
+    size_t mapping_count, mapping_index;
+    uint64_t address; /* next address to read in mappings[mapping_index] */
+    uint64_t mapped_bytes;
+    uint64_t position; /* bytes consumed so far (progress) */
+    struct estimate_counts counts;
+};
+
+/* Open a source. `path` is a file, a block device or "-" (standard input).
+ * On failure prints one line naming the source and the reason and returns
+ * a negative errno. */
+int estimate_open_file(struct estimate_source *source, const char *path);
+/* Read /proc/PID/maps and open /proc/PID/mem. `all_mappings` selects every
+ * readable mapping, otherwise the private anonymous or private writable ones
+ * (the pages a swap device would see). */
+int estimate_open_process(struct estimate_source *source, const char *pid_text, bool all_mappings);
+void estimate_close(struct estimate_source *source);
+
+/* Fill `buffer` (capacity a multiple of page_size) with the next whole pages
+ * of the source. Returns the number of bytes (a multiple of page_size), 0 at
+ * the end, or a negative errno for a fatal error (a message was printed).
+ * Counts padding, unreadable and unpopulated ranges in source->counts. */
+long estimate_read(struct estimate_source *source, unsigned char *buffer, size_t capacity,
+                   size_t page_size);
+
+/* ------------------------------------------------------------------------
+ * Analysis
+ * ---------------------------------------------------------------------- */
+
+struct estimate_options {
+    size_t page_size;
+    unsigned jobs;
+    unsigned algorithm_count;
+    const char *algorithms[ESTIMATE_MAX_ALGORITHMS];
+    bool json;
+    bool progress;
+    bool all_mappings;
+};
+
+struct estimate_analyzer;
+
+/* Start `options->jobs` workers (and open their codecs). Errors print a line. */
+int estimate_analyzer_start(const struct estimate_options *options,
+                            struct estimate_analyzer **out);
+/* Read the whole source, spreading the pages over the workers, and fill
+ * source->counts. `show_progress` draws a progress line on stderr. */
+int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_source *source,
+                            bool show_progress);
+void estimate_analyzer_stop(struct estimate_analyzer *analyzer);
+
+/* Duplicate-reference histogram of the run (like zdb -S), after every source. */
+struct estimate_bucket {
+    uint64_t contents;          /* distinct contents referenced this many times */
+    uint64_t pages;             /* pages referring to them */
+    uint64_t compressed_bytes;  /* stored length of each content once (first algorithm) */
+    uint64_t referenced_compressed_bytes; /* the same, once per referring page */
+    double pool_bytes;          /* pool cost of each content once (first algorithm) */
+};
+struct estimate_index_info {
+    uint64_t entries;
+    uint64_t capacity;
+    uint64_t memory_bytes;
+};
+void estimate_histogram(struct estimate_analyzer *analyzer, struct estimate_bucket *buckets,
+                        struct estimate_index_info *info);
+
+/* Add every counter of `from` into `to` (lengths too, when both have them). */
+void estimate_counts_add(struct estimate_counts *to, const struct estimate_counts *from,
+                         unsigned algorithm_count);
+
+/* Word comparisons of the three same-filled checks on one page of `words`
+ * 8-byte words; returns true if the page is one word repeated (*word set). */
+bool estimate_scan_page(const uint64_t *page, size_t words, uint64_t *word, uint64_t *forward,
+                        uint64_t *backward, uint64_t *precheck);
+
+/* ------------------------------------------------------------------------
+ * Report
+ * ---------------------------------------------------------------------- */
+
+/* Memory the models would use for the pages counted in `counts`. */
+struct estimate_projection {
+    double kernel_zram;      /* pool, no dedup */
+    double seed_dedup_pool;  /* pool, each content once */
+    double seed_dedup_meta;  /* the seed's zram_entry per stored object */
+    double uzram;            /* pool, no dedup */
+    double uzram_dedup_pool; /* pool, each content once */
+    double uzram_dedup_meta; /* uzram_dedup_entry_cost per stored object */
+    uint64_t compressed_unique; /* compr_data_size with dedup: each content once */
+    uint64_t compressed_all;    /* compr_data_size without dedup */
+    uint64_t huge_unique, huge_all;
+};
+void estimate_project(const struct estimate_counts *counts, unsigned algorithm,
+                      struct estimate_projection *projection);
+
+/* The seed's zram_entry: rb_node (3 words) + len + checksum + refcount + handle. */
+#define ESTIMATE_SEED_ENTRY_BYTES 48u
+
+void estimate_report_text(FILE *out, const struct estimate_options *options,
+                          struct estimate_source *sources, size_t source_count,
+                          const struct estimate_counts *total,
+                          const struct estimate_bucket *buckets,
+                          const struct estimate_index_info *info);
+void estimate_report_json(FILE *out, const struct estimate_options *options,
+                          struct estimate_source *sources, size_t source_count,
+                          const struct estimate_counts *total,
+                          const struct estimate_bucket *buckets,
+                          const struct estimate_index_info *info);
+
+#endif

@@ -1,0 +1,642 @@
+/* estimate_analyze.c - page analysis of `uzram estimate`: classification, dedup index, workers.
+ * One reader fills big chunks; worker threads scan, hash and compress their pages in parallel. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "estimate.h"
+#include "util.h"
+#include "uzram.h"
+
+/* Pages handled under one hold of the index's read lock: small enough that a
+ * worker wanting to grow the index never waits long, big enough that the
+ * lock costs nothing per page. */
+#define BATCH_PAGES 64
+#define INITIAL_CAPACITY (1u << 12) /* small: growing is cheap and gets tested */
+
+/*
+ * The dedup index: open addressing over parallel arrays, 64-bit content
+ * hashes as keys (0 means empty), a reference count and, per algorithm, the
+ * stored length of the content. 12 + 2 * algorithms bytes per slot, kept at
+ * most 70% full. Workers insert concurrently with compare-and-swap under the
+ * read side of `lock`; only growing takes the write side.
+ *
+ * Exactness: pages are not kept, so a hash match cannot be confirmed by
+ * comparing content (standard input cannot be read twice). A match of the
+ * 64-bit XXH3 hash is taken as a duplicate; two different pages collide with
+ * probability about 2^-64 per pair (n^2 / 2^65 for n distinct pages: 1 in
+ * 500 for a whole terabyte of distinct pages).
+ */
+struct dedup_index {
+    pthread_rwlock_t lock;
+    _Atomic uint64_t *keys;
+    _Atomic uint32_t *counts;
+    _Atomic uint16_t *lengths; /* [capacity * algorithm_count]; 0 until known */
+    uint64_t capacity;         /* power of two */
+    _Atomic uint64_t used;
+    unsigned algorithm_count;
+};
+
+struct chunk {
+    unsigned char *data;
+    size_t length;
+    struct chunk *next;
+};
+
+struct worker {
+    pthread_t thread;
+    struct estimate_analyzer *analyzer;
+    struct uzram_codec *codecs[ESTIMATE_MAX_ALGORITHMS];
+    unsigned char *scratch;
+    struct estimate_counts counts; /* of the current source, merged at its end */
+    bool started;
+};
+
+struct estimate_analyzer {
+    struct estimate_options options;
+    struct dedup_index index;
+    size_t chunk_size;
+    unsigned chunk_count;
+    struct chunk *chunks;
+    pthread_mutex_t lock;
+    pthread_cond_t work_ready; /* a chunk was queued, or stopping */
+    pthread_cond_t chunk_done; /* a chunk came back */
+    struct chunk *queue_head, *queue_tail, *free_list;
+    unsigned in_flight;
+    bool stopping;
+    int error; /* first compression error of a worker */
+    _Atomic uint64_t bytes_done;
+    struct worker *workers;
+};
+
+/* ------------------------------------------------------------------------
+ * Same-filled check statistics
+ * ---------------------------------------------------------------------- */
+
+bool estimate_scan_page(const uint64_t *page, size_t words, uint64_t *word, uint64_t *forward,
+                        uint64_t *backward, uint64_t *precheck)
+{
+    uint64_t first = page[0];
+    size_t i = 1;
+    while (i < words && page[i] == first)
+        i++;
+    bool same = i == words;
+    /* Forward (zram before the seed): compare words 1..n-1 with word 0,
+     * stopping at the first difference. */
+    *forward = same ? words - 1 : i;
+    /* Backward: the same loop from word n-1 down to 1. */
+    if (same) {
+        *backward = words - 1;
+    } else {
+        size_t j = words - 1;
+        while (page[j] == first)
+            j--;
+        *backward = words - j;
+    }
+    /* The seed: compare the last word first, then words 1..n-2 forward. */
+    if (page[words - 1] != first)
+        *precheck = 1;
+    else
+        *precheck = same ? words - 1 : 1 + i;
+    *word = first;
+    return same;
+}
+
+/* ------------------------------------------------------------------------
+ * Counters
+ * ---------------------------------------------------------------------- */
+
+void estimate_counts_add(struct estimate_counts *to, const struct estimate_counts *from,
+                         unsigned algorithm_count)
+{
+    to->bytes += from->bytes;
+    to->pages += from->pages;
+    to->partial_bytes += from->partial_bytes;
+    to->unreadable_bytes += from->unreadable_bytes;
+    to->unpopulated_pages += from->unpopulated_pages;
+    to->zero_pages += from->zero_pages;
+    to->same_pages += from->same_pages;
+    to->duplicate_pages += from->duplicate_pages;
+    to->unique_pages += from->unique_pages;
+    to->scan_forward += from->scan_forward;
+    to->scan_backward += from->scan_backward;
+    to->scan_precheck += from->scan_precheck;
+    if (!to->lengths || !from->lengths)
+        return;
+    for (unsigned a = 0; a < algorithm_count; a++)
+        for (unsigned length = 0; length <= ESTIMATE_RAW; length++) {
+            to->lengths[a].unique[length] += from->lengths[a].unique[length];
+            to->lengths[a].all[length] += from->lengths[a].all[length];
+        }
+}
+
+static void counts_clear(struct estimate_counts *counts, unsigned algorithm_count)
+{
+    struct estimate_lengths *lengths = counts->lengths;
+    memset(counts, 0, sizeof *counts);
+    if (lengths)
+        memset(lengths, 0, algorithm_count * sizeof *lengths);
+    counts->lengths = lengths;
+}
+
+/* ------------------------------------------------------------------------
+ * Dedup index
+ * ---------------------------------------------------------------------- */
+
+static int index_allocate(struct dedup_index *index, uint64_t capacity)
+{
+    index->keys = calloc(capacity, sizeof *index->keys);
+    index->counts = calloc(capacity, sizeof *index->counts);
+    index->lengths = index->algorithm_count
+                         ? calloc(capacity * index->algorithm_count, sizeof *index->lengths)
+                         : NULL;
+    if (!index->keys || !index->counts || (index->algorithm_count && !index->lengths)) {
+        free(index->keys);
+        free(index->counts);
+        free(index->lengths);
+        return -ENOMEM;
+    }
+    index->capacity = capacity;
+    return 0;
+}
+
+/* Find or claim the slot of `hash`; *is_new tells whether this call claimed it. */
+static uint64_t index_insert(struct dedup_index *index, uint64_t hash, bool *is_new)
+{
+    uint64_t mask = index->capacity - 1;
+    for (uint64_t slot = hash & mask;; slot = (slot + 1) & mask) {
+        uint64_t key = atomic_load_explicit(&index->keys[slot], memory_order_acquire);
+        if (key == 0) {
+            if (atomic_compare_exchange_strong_explicit(&index->keys[slot], &key, hash,
+                                                        memory_order_acq_rel,
+                                                        memory_order_acquire)) {
+                atomic_fetch_add_explicit(&index->counts[slot], 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&index->used, 1, memory_order_relaxed);
+                *is_new = true;
+                return slot;
+            }
+            /* lost the race: `key` now holds the winner's hash */
+        }
+        if (key == hash) {
+            atomic_fetch_add_explicit(&index->counts[slot], 1, memory_order_relaxed);
+            *is_new = false;
+            return slot;
+        }
+    }
+}
+
+/* Double the table (write lock held: no worker is inside a batch). */
+static int index_grow(struct dedup_index *index)
+{
+    struct dedup_index old = *index;
+    uint64_t capacity = old.capacity * 2;
+    if (index_allocate(index, capacity) < 0) {
+        index->keys = old.keys;
+        index->counts = old.counts;
+        index->lengths = old.lengths;
+        return -ENOMEM;
+    }
+    unsigned algorithms = index->algorithm_count;
+    for (uint64_t slot = 0; slot < old.capacity; slot++) {
+        uint64_t key = atomic_load_explicit(&old.keys[slot], memory_order_relaxed);
+        if (!key)
+            continue;
+        uint64_t target = key & (capacity - 1);
+        while (atomic_load_explicit(&index->keys[target], memory_order_relaxed))
+            target = (target + 1) & (capacity - 1);
+        atomic_store_explicit(&index->keys[target], key, memory_order_relaxed);
+        atomic_store_explicit(&index->counts[target],
+                              atomic_load_explicit(&old.counts[slot], memory_order_relaxed),
+                              memory_order_relaxed);
+        for (unsigned a = 0; a < algorithms; a++)
+            atomic_store_explicit(
+                &index->lengths[target * algorithms + a],
+                atomic_load_explicit(&old.lengths[slot * algorithms + a], memory_order_relaxed),
+                memory_order_relaxed);
+    }
+    free(old.keys);
+    free(old.counts);
+    free(old.lengths);
+    return 0;
+}
+
+/* Make room for one batch of every worker before taking the read lock, so
+ * the table can never fill up while batches run. */
+static int index_reserve(struct estimate_analyzer *analyzer)
+{
+    struct dedup_index *index = &analyzer->index;
+    uint64_t reserve = (uint64_t)analyzer->options.jobs * BATCH_PAGES;
+    for (;;) {
+        pthread_rwlock_rdlock(&index->lock);
+        uint64_t used = atomic_load_explicit(&index->used, memory_order_relaxed);
+        bool fits = (used + reserve) * 10 <= index->capacity * 7;
+        if (fits)
+            return 0; /* the read lock stays held for the batch */
+        pthread_rwlock_unlock(&index->lock);
+        pthread_rwlock_wrlock(&index->lock);
+        int rc = 0;
+        used = atomic_load_explicit(&index->used, memory_order_relaxed);
+        if ((used + reserve) * 10 > index->capacity * 7)
+            rc = index_grow(index);
+        pthread_rwlock_unlock(&index->lock);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Workers
+ * ---------------------------------------------------------------------- */
+
+static void set_error(struct estimate_analyzer *analyzer, int rc)
+{
+    pthread_mutex_lock(&analyzer->lock);
+    if (!analyzer->error)
+        analyzer->error = rc;
+    pthread_mutex_unlock(&analyzer->lock);
+}
+
+static void analyze_page(struct worker *worker, const unsigned char *page)
+{
+    struct estimate_analyzer *analyzer = worker->analyzer;
+    struct dedup_index *index = &analyzer->index;
+    struct estimate_counts *counts = &worker->counts;
+    size_t page_size = analyzer->options.page_size;
+    unsigned algorithms = index->algorithm_count;
+    uint64_t word, forward, backward, precheck;
+
+    bool same = estimate_scan_page((const uint64_t *)page, page_size / ESTIMATE_WORD, &word,
+                                   &forward, &backward, &precheck);
+    if (page_size == UZRAM_PAGE_SIZE) {
+        /* the engine decides what the device would do; the scan above only counts */
+        same = uzram_page_same_filled(page, &word);
+    }
+    counts->pages++;
+    counts->scan_forward += forward;
+    counts->scan_backward += backward;
+    counts->scan_precheck += precheck;
+    if (same) {
+        if (word == 0)
+            counts->zero_pages++;
+        else
+            counts->same_pages++;
+        return;
+    }
+
+    uint64_t hash = XXH3_64bits(page, page_size);
+    if (hash == 0)
+        hash = 1; /* 0 marks an empty slot */
+    bool is_new;
+    uint64_t slot = index_insert(index, hash, &is_new);
+    if (is_new)
+        counts->unique_pages++;
+    else
+        counts->duplicate_pages++;
+
+    for (unsigned a = 0; a < algorithms; a++) {
+        _Atomic uint16_t *stored = &index->lengths[slot * algorithms + a];
+        unsigned length;
+        if (is_new) {
+            /* capacity one below the engine's huge threshold: a page that
+             * does not fit is stored raw, exactly as the engine decides */
+            int rc = uzram_codec_compress(worker->codecs[a], page, worker->scratch,
+                                          uzram_huge_threshold() - 1);
+            if (rc < 0)
+                set_error(analyzer, rc);
+            length = rc > 0 ? (unsigned)rc : ESTIMATE_RAW;
+            atomic_store_explicit(stored, (uint16_t)length, memory_order_release);
+            counts->lengths[a].unique[length]++;
+        } else {
+            /* the first copy may still be compressing in another worker,
+             * which holds the read lock too and never waits: a short spin */
+            while ((length = atomic_load_explicit(stored, memory_order_acquire)) == 0)
+                sched_yield();
+        }
+        counts->lengths[a].all[length]++;
+    }
+}
+
+static int analyze_chunk(struct worker *worker, struct chunk *chunk)
+{
+    struct estimate_analyzer *analyzer = worker->analyzer;
+    size_t page_size = analyzer->options.page_size;
+    size_t pages = chunk->length / page_size;
+    for (size_t first = 0; first < pages; first += BATCH_PAGES) {
+        size_t last = first + BATCH_PAGES < pages ? first + BATCH_PAGES : pages;
+        int rc = index_reserve(analyzer);
+        if (rc < 0)
+            return rc;
+        for (size_t i = first; i < last; i++)
+            analyze_page(worker, chunk->data + i * page_size);
+        pthread_rwlock_unlock(&analyzer->index.lock);
+        atomic_fetch_add_explicit(&analyzer->bytes_done, (last - first) * page_size,
+                                  memory_order_relaxed);
+    }
+    return 0;
+}
+
+static void *worker_main(void *argument)
+{
+    struct worker *worker = argument;
+    struct estimate_analyzer *analyzer = worker->analyzer;
+    for (;;) {
+        pthread_mutex_lock(&analyzer->lock);
+        while (!analyzer->queue_head && !analyzer->stopping)
+            pthread_cond_wait(&analyzer->work_ready, &analyzer->lock);
+        struct chunk *chunk = analyzer->queue_head;
+        if (!chunk) {
+            pthread_mutex_unlock(&analyzer->lock);
+            return NULL;
+        }
+        analyzer->queue_head = chunk->next;
+        if (!analyzer->queue_head)
+            analyzer->queue_tail = NULL;
+        pthread_mutex_unlock(&analyzer->lock);
+
+        int rc = analyze_chunk(worker, chunk);
+        if (rc < 0)
+            set_error(analyzer, rc);
+
+        pthread_mutex_lock(&analyzer->lock);
+        chunk->next = analyzer->free_list;
+        analyzer->free_list = chunk;
+        analyzer->in_flight--;
+        pthread_cond_broadcast(&analyzer->chunk_done);
+        pthread_mutex_unlock(&analyzer->lock);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Start and stop
+ * ---------------------------------------------------------------------- */
+
+static int worker_open(struct worker *worker, const struct estimate_options *options)
+{
+    worker->scratch = malloc(2 * UZRAM_PAGE_SIZE);
+    if (!worker->scratch)
+        return -ENOMEM;
+    if (options->algorithm_count) {
+        worker->counts.lengths = calloc(options->algorithm_count, sizeof(struct estimate_lengths));
+        if (!worker->counts.lengths)
+            return -ENOMEM;
+    }
+    for (unsigned a = 0; a < options->algorithm_count; a++) {
+        int rc = uzram_codec_open(options->algorithms[a], 0, &worker->codecs[a]);
+        if (rc < 0) {
+            fprintf(stderr, "uzram estimate: cannot open a %s compressor: %s\n",
+                    options->algorithms[a], strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int estimate_analyzer_start(const struct estimate_options *options,
+                            struct estimate_analyzer **out)
+{
+    struct estimate_analyzer *analyzer = calloc(1, sizeof *analyzer);
+    if (!analyzer)
+        goto no_memory;
+    analyzer->options = *options;
+    pthread_mutex_init(&analyzer->lock, NULL);
+    pthread_cond_init(&analyzer->work_ready, NULL);
+    pthread_cond_init(&analyzer->chunk_done, NULL);
+    pthread_rwlock_init(&analyzer->index.lock, NULL);
+    analyzer->index.algorithm_count = options->algorithm_count;
+    if (index_allocate(&analyzer->index, INITIAL_CAPACITY) < 0)
+        goto no_memory;
+
+    /* 8 MiB reads keep any disk streaming; two spare chunks let the reader
+     * run ahead of the workers. Past 4 workers, 4 MiB bounds the memory. */
+    analyzer->chunk_size = options->jobs <= 4 ? 8u << 20 : 4u << 20;
+    analyzer->chunk_size -= analyzer->chunk_size % options->page_size;
+    analyzer->chunk_count = options->jobs + 2;
+    analyzer->chunks = calloc(analyzer->chunk_count, sizeof *analyzer->chunks);
+    if (!analyzer->chunks)
+        goto no_memory;
+    for (unsigned i = 0; i < analyzer->chunk_count; i++) {
+        struct chunk *chunk = &analyzer->chunks[i];
+        chunk->data = aligned_alloc(4096, analyzer->chunk_size);
+        if (!chunk->data)
+            goto no_memory;
+        chunk->next = analyzer->free_list;
+        analyzer->free_list = chunk;
+    }
+
+    analyzer->workers = calloc(options->jobs, sizeof *analyzer->workers);
+    if (!analyzer->workers)
+        goto no_memory;
+    for (unsigned i = 0; i < options->jobs; i++) {
+        struct worker *worker = &analyzer->workers[i];
+        worker->analyzer = analyzer;
+        int rc = worker_open(worker, options);
+        if (rc == -ENOMEM)
+            goto no_memory;
+        if (rc < 0) {
+            estimate_analyzer_stop(analyzer);
+            return rc;
+        }
+    }
+    for (unsigned i = 0; i < options->jobs; i++) {
+        struct worker *worker = &analyzer->workers[i];
+        int rc = pthread_create(&worker->thread, NULL, worker_main, worker);
+        if (rc) {
+            fprintf(stderr, "uzram estimate: cannot start a worker thread: %s\n", strerror(rc));
+            estimate_analyzer_stop(analyzer);
+            return -rc;
+        }
+        worker->started = true;
+    }
+    *out = analyzer;
+    return 0;
+
+no_memory:
+    fprintf(stderr, "uzram estimate: out of memory while starting\n");
+    estimate_analyzer_stop(analyzer);
+    return -ENOMEM;
+}
+
+void estimate_analyzer_stop(struct estimate_analyzer *analyzer)
+{
+    if (!analyzer)
+        return;
+    pthread_mutex_lock(&analyzer->lock);
+    analyzer->stopping = true;
+    pthread_cond_broadcast(&analyzer->work_ready);
+    pthread_mutex_unlock(&analyzer->lock);
+    if (analyzer->workers) {
+        for (unsigned i = 0; i < analyzer->options.jobs; i++) {
+            struct worker *worker = &analyzer->workers[i];
+            if (worker->started)
+                pthread_join(worker->thread, NULL);
+            for (unsigned a = 0; a < ESTIMATE_MAX_ALGORITHMS; a++)
+                uzram_codec_close(worker->codecs[a]);
+            free(worker->scratch);
+            free(worker->counts.lengths);
+        }
+        free(analyzer->workers);
+    }
+    if (analyzer->chunks)
+        for (unsigned i = 0; i < analyzer->chunk_count; i++)
+            free(analyzer->chunks[i].data);
+    free(analyzer->chunks);
+    free(analyzer->index.keys);
+    free(analyzer->index.counts);
+    free(analyzer->index.lengths);
+    pthread_rwlock_destroy(&analyzer->index.lock);
+    pthread_cond_destroy(&analyzer->work_ready);
+    pthread_cond_destroy(&analyzer->chunk_done);
+    pthread_mutex_destroy(&analyzer->lock);
+    free(analyzer);
+}
+
+/* ------------------------------------------------------------------------
+ * One source
+ * ---------------------------------------------------------------------- */
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void draw_progress(struct estimate_analyzer *analyzer, struct estimate_source *source,
+                          double elapsed)
+{
+    uint64_t done = atomic_load_explicit(&analyzer->bytes_done, memory_order_relaxed);
+    char done_text[16], total_text[16], rate_text[16];
+    double rate = elapsed > 0 ? done / elapsed : 0;
+    util_human_size(done, done_text, sizeof done_text);
+    util_human_size((uint64_t)rate, rate_text, sizeof rate_text);
+    fprintf(stderr, "\r\033[K%s: %s", source->name, done_text);
+    if (source->size) {
+        util_human_size(source->size, total_text, sizeof total_text);
+        fprintf(stderr, " of %s", total_text);
+    }
+    fprintf(stderr, ", %s/s", rate_text);
+    /* processes skip unpopulated ranges, so measure them by address consumed */
+    uint64_t position = source->kind == SOURCE_PROCESS ? source->position : done;
+    if (source->size && rate > 0 && position <= source->size) {
+        double rate_position = elapsed > 0 ? position / elapsed : 0;
+        double left = rate_position > 0 ? (source->size - position) / rate_position : 0;
+        fprintf(stderr, ", %d:%02d left", (int)(left / 60), (int)left % 60);
+    }
+    fflush(stderr);
+}
+
+int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_source *source,
+                            bool show_progress)
+{
+    double start = now_seconds(), last_draw = 0;
+    bool drawn = false;
+    int status = 0;
+    atomic_store_explicit(&analyzer->bytes_done, 0, memory_order_relaxed);
+
+    for (;;) {
+        pthread_mutex_lock(&analyzer->lock);
+        while (!analyzer->free_list)
+            pthread_cond_wait(&analyzer->chunk_done, &analyzer->lock);
+        struct chunk *chunk = analyzer->free_list;
+        analyzer->free_list = chunk->next;
+        int error = analyzer->error;
+        pthread_mutex_unlock(&analyzer->lock);
+
+        /* a worker failed: stop reading, the error is reported below */
+        long got = error ? 0
+                         : estimate_read(source, chunk->data, analyzer->chunk_size,
+                                         analyzer->options.page_size);
+        pthread_mutex_lock(&analyzer->lock);
+        if (got <= 0) {
+            chunk->next = analyzer->free_list;
+            analyzer->free_list = chunk;
+        } else {
+            chunk->length = (size_t)got;
+            chunk->next = NULL;
+            if (analyzer->queue_tail)
+                analyzer->queue_tail->next = chunk;
+            else
+                analyzer->queue_head = chunk;
+            analyzer->queue_tail = chunk;
+            analyzer->in_flight++;
+            pthread_cond_signal(&analyzer->work_ready);
+        }
+        pthread_mutex_unlock(&analyzer->lock);
+        if (got < 0)
+            status = (int)got;
+        if (got <= 0)
+            break;
+
+        double now = now_seconds();
+        /* only inputs that take more than a moment get a progress line */
+        if (show_progress && now - start >= 1.0 && now - last_draw >= 0.25) {
+            draw_progress(analyzer, source, now - start);
+            last_draw = now;
+            drawn = true;
+        }
+    }
+
+    /* Wait for every chunk of this source: duplicates are "of a page seen
+     * earlier in the run", so the next source must not overlap this one. */
+    pthread_mutex_lock(&analyzer->lock);
+    while (analyzer->in_flight)
+        pthread_cond_wait(&analyzer->chunk_done, &analyzer->lock);
+    int worker_error = analyzer->error;
+    pthread_mutex_unlock(&analyzer->lock);
+    if (drawn) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+
+    for (unsigned i = 0; i < analyzer->options.jobs; i++) {
+        struct worker *worker = &analyzer->workers[i];
+        estimate_counts_add(&source->counts, &worker->counts, analyzer->options.algorithm_count);
+        counts_clear(&worker->counts, analyzer->options.algorithm_count);
+    }
+    if (worker_error == -ENOMEM)
+        fprintf(stderr, "uzram estimate: out of memory for the dedup index\n");
+    else if (worker_error)
+        fprintf(stderr, "uzram estimate: compression failed: %s\n", strerror(-worker_error));
+    return status ? status : worker_error;
+}
+
+/* ------------------------------------------------------------------------
+ * Histogram
+ * ---------------------------------------------------------------------- */
+
+void estimate_histogram(struct estimate_analyzer *analyzer, struct estimate_bucket *buckets,
+                        struct estimate_index_info *info)
+{
+    struct dedup_index *index = &analyzer->index;
+    unsigned algorithms = index->algorithm_count;
+    memset(buckets, 0, ESTIMATE_BUCKETS * sizeof *buckets);
+    for (uint64_t slot = 0; slot < index->capacity; slot++) {
+        if (!atomic_load_explicit(&index->keys[slot], memory_order_relaxed))
+            continue;
+        uint64_t count = atomic_load_explicit(&index->counts[slot], memory_order_relaxed);
+        unsigned bucket = count <= 1 ? 0 : 64 - (unsigned)__builtin_clzll(count - 1);
+        if (bucket >= ESTIMATE_BUCKETS)
+            bucket = ESTIMATE_BUCKETS - 1;
+        buckets[bucket].contents++;
+        buckets[bucket].pages += count;
+        if (algorithms) {
+            unsigned length = atomic_load_explicit(&index->lengths[slot * algorithms],
+                                                   memory_order_relaxed);
+            buckets[bucket].compressed_bytes += length;
+            buckets[bucket].referenced_compressed_bytes += count * length;
+            buckets[bucket].pool_bytes += uzram_pool_object_cost(length);
+        }
+    }
+    info->entries = atomic_load_explicit(&index->used, memory_order_relaxed);
+    info->capacity = index->capacity;
+    info->memory_bytes = index->capacity * (sizeof(uint64_t) + sizeof(uint32_t) +
+                                            algorithms * sizeof(uint16_t));
+}
