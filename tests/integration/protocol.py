@@ -1,0 +1,884 @@
+#!/usr/bin/python3
+# protocol.py - raw-socket NBD clients that drive `uzram serve` byte by byte: malformed and
+# truncated handshakes and requests, edge-case errors, BLOCK_STATUS and structured reads.
+#
+# Run by protocol.sh: protocol.py SOCKET READ_ONLY_SOCKET SERVER_PID READ_ONLY_PID.
+# Throughout, a well-behaved libnbd client stays connected and keeps working, and data written
+# at the start must be intact at the end. Prints one line per check; exits 1 if any failed.
+import errno
+import hashlib
+import os
+import random
+import socket
+import struct
+import sys
+import time
+import traceback
+
+import nbd
+
+NBDMAGIC = 0x4E42444D41474943
+IHAVEOPT = 0x49484156454F5054
+REP_MAGIC = 0x0003E889045565A9
+REQ_MAGIC = 0x25609513
+SIMPLE_MAGIC = 0x67446698
+STRUCT_MAGIC = 0x668E33EF
+
+FLAG_FIXED_NEWSTYLE, FLAG_NO_ZEROES = 1, 2
+OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS = 1, 2, 3, 5
+OPT_INFO, OPT_GO, OPT_STRUCTURED_REPLY = 6, 7, 8
+OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT, OPT_EXTENDED_HEADERS = 9, 10, 11
+REP_ACK, REP_SERVER, REP_INFO, REP_META_CONTEXT = 1, 2, 3, 4
+ERR_UNSUP, ERR_POLICY, ERR_INVALID = 0x80000001, 0x80000002, 0x80000003
+ERR_UNKNOWN, ERR_TOO_BIG = 0x80000006, 0x80000009
+INFO_EXPORT, INFO_NAME, INFO_BLOCK_SIZE = 0, 1, 3
+TFLAG_READ_ONLY, TFLAG_MULTI_CONN = 0x2, 0x100
+
+CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_TRIM = 0, 1, 2, 3, 4
+CMD_CACHE, CMD_WRITE_ZEROES, CMD_BLOCK_STATUS = 5, 6, 7
+CMD_FLAG_FUA, CMD_FLAG_NO_HOLE, CMD_FLAG_DF, CMD_FLAG_REQ_ONE = 1, 2, 4, 8
+CHUNK_NONE, CHUNK_DATA, CHUNK_HOLE, CHUNK_BLOCK_STATUS = 0, 1, 2, 5
+CHUNK_ERROR, CHUNK_ERROR_OFFSET = 0x8001, 0x8002
+STATE_HOLE, STATE_ZERO = 1, 2
+EPERM, EINVAL, ENOSPC, EOVERFLOW = 1, 22, 28, 75
+
+MiB = 1 << 20
+TIMEOUT = 5.0
+
+SOCK, RO_SOCK = sys.argv[1], sys.argv[2]
+SERVER_PID, RO_PID = int(sys.argv[3]), int(sys.argv[4])
+
+failures = []
+
+
+class Closed(Exception):
+    """The server closed the connection (EOF or reset)."""
+
+
+class Check(Exception):
+    """A check failed; the message says what was expected and what came."""
+
+
+def expect(condition, message):
+    if not condition:
+        raise Check(message)
+
+
+class Raw:
+    """One NBD connection driven by hand over a Unix socket."""
+
+    def __init__(self, path=SOCK):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(TIMEOUT)
+        self.sock.connect(path)
+        self.size = None
+        self.flags = None
+        self.structured = False
+        self.greeted = False
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def recv(self, n):
+        out = bytearray()
+        while len(out) < n:
+            try:
+                part = self.sock.recv(min(n - len(out), 1 << 20))
+            except (ConnectionResetError, BrokenPipeError):
+                raise Closed()
+            except socket.timeout:
+                raise Check(f"no answer from the server within {TIMEOUT} s "
+                            f"(wanted {n} bytes, got {len(out)})")
+            if not part:
+                raise Closed()
+            out += part
+        return bytes(out)
+
+    def expect_closed(self, what):
+        """The server must close this connection (any bytes before EOF are drained)."""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                part = self.sock.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                return
+            except socket.timeout:
+                break
+            if not part:
+                return
+        raise Check(f"{what}: expected the server to drop the connection, it stayed open")
+
+    # --- handshake ---
+    def greeting(self, client_flags=FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES):
+        self.greeted = True
+        magic, opt, hflags = struct.unpack(">QQH", self.recv(18))
+        expect(magic == NBDMAGIC and opt == IHAVEOPT, f"bad greeting {magic:#x} {opt:#x}")
+        expect(hflags & FLAG_FIXED_NEWSTYLE, "server does not offer FIXED_NEWSTYLE")
+        if client_flags is not None:
+            self.send(struct.pack(">I", client_flags))
+        return hflags
+
+    def option(self, option, data=b""):
+        self.send(struct.pack(">QII", IHAVEOPT, option, len(data)) + data)
+
+    def reply(self, option):
+        """One option reply: (type, data). Checks magic and the echoed option."""
+        magic, opt, rtype, length = struct.unpack(">QIII", self.recv(20))
+        expect(magic == REP_MAGIC, f"option reply magic {magic:#x}")
+        expect(opt == option, f"option reply echoes option {opt}, sent {option}")
+        return rtype, self.recv(length)
+
+    def replies(self, option):
+        """Replies up to and including the final one (ACK or an error)."""
+        out = []
+        while True:
+            rtype, data = self.reply(option)
+            out.append((rtype, data))
+            if rtype == REP_ACK or rtype & 0x80000000:
+                return out
+
+    def go(self, name=b"", structured=False, meta=False):
+        if not self.greeted:
+            self.greeting()
+        if structured:
+            self.option(OPT_STRUCTURED_REPLY)
+            expect(self.reply(OPT_STRUCTURED_REPLY)[0] == REP_ACK, "STRUCTURED_REPLY not ACKed")
+            self.structured = True
+        if meta:
+            query = b"base:allocation"
+            data = struct.pack(">I", len(name)) + name + struct.pack(">II", 1, len(query)) + query
+            self.option(OPT_SET_META_CONTEXT, data)
+            r = self.replies(OPT_SET_META_CONTEXT)
+            expect([t for t, _ in r] == [REP_META_CONTEXT, REP_ACK],
+                   f"SET_META_CONTEXT replies {[hex(t) for t, _ in r]}")
+            self.context_id = struct.unpack(">I", r[0][1][:4])[0]
+            expect(r[0][1][4:] == query, f"context name {r[0][1][4:]!r}")
+        self.option(OPT_GO, struct.pack(">I", len(name)) + name + struct.pack(">HH", 1, INFO_BLOCK_SIZE))
+        for rtype, data in self.replies(OPT_GO):
+            expect(rtype in (REP_INFO, REP_ACK), f"GO reply type {rtype:#x}")
+            if rtype == REP_INFO and struct.unpack(">H", data[:2])[0] == INFO_EXPORT:
+                self.size, self.flags = struct.unpack(">QH", data[2:12])
+        expect(self.size is not None, "GO gave no INFO_EXPORT")
+        return self
+
+    # --- transmission ---
+    def request(self, cmd, offset=0, length=0, flags=0, cookie=None, payload=b""):
+        if cookie is None:
+            cookie = random.getrandbits(64)
+        self.send(struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie, offset, length) + payload)
+        return cookie
+
+    def simple_reply(self, cookie, data_length=0):
+        """A simple reply: (error, data). data only for a successful READ."""
+        magic, error, got = struct.unpack(">IIQ", self.recv(16))
+        expect(magic == SIMPLE_MAGIC, f"simple reply magic {magic:#x}")
+        expect(got == cookie, f"reply cookie {got:#x}, expected {cookie:#x}")
+        data = self.recv(data_length) if error == 0 and data_length else b""
+        return error, data
+
+    def chunks(self, cookie):
+        """Structured chunks of one reply until DONE: list of (type, payload)."""
+        out = []
+        while True:
+            magic, = struct.unpack(">I", self.recv(4))
+            if magic == SIMPLE_MAGIC:  # allowed for non-READ replies
+                error, got = struct.unpack(">IQ", self.recv(12))
+                expect(got == cookie, f"reply cookie {got:#x}, expected {cookie:#x}")
+                out.append(("simple", error))
+                return out
+            expect(magic == STRUCT_MAGIC, f"structured reply magic {magic:#x}")
+            flags, ctype, got, length = struct.unpack(">HHQI", self.recv(16))
+            expect(got == cookie, f"chunk cookie {got:#x}, expected {cookie:#x}")
+            out.append((ctype, self.recv(length)))
+            if flags & 1:
+                return out
+
+    def result(self, cookie, data_length=0):
+        """Error code of any reply (simple or structured), and the READ data if any."""
+        if not self.structured:
+            return self.simple_reply(cookie, data_length)
+        error, data = 0, bytearray(data_length)
+        for ctype, payload in self.chunks(cookie):
+            if ctype == "simple":
+                error = payload
+            elif ctype in (CHUNK_ERROR, CHUNK_ERROR_OFFSET):
+                error = struct.unpack(">I", payload[:4])[0]
+                expect(error != 0, "ERROR chunk with error 0")
+            elif ctype == CHUNK_DATA:
+                off, = struct.unpack(">Q", payload[:8])
+                data[off - self.base:off - self.base + len(payload) - 8] = payload[8:]
+        return error, bytes(data)
+
+    def do(self, cmd, offset=0, length=0, flags=0, payload=b"", data_length=0):
+        self.base = offset
+        cookie = self.request(cmd, offset, length, flags, payload=payload)
+        return self.result(cookie, data_length)
+
+    def read(self, offset, length, flags=0):
+        error, data = self.do(CMD_READ, offset, length, flags, data_length=length)
+        expect(error == 0, f"READ {offset}+{length} failed with {error}")
+        return data
+
+    def write(self, offset, data, flags=0):
+        error, _ = self.do(CMD_WRITE, offset, len(data), flags, payload=data)
+        expect(error == 0, f"WRITE {offset}+{len(data)} failed with {error}")
+
+    def in_step(self, what):
+        """After an error: a normal READ on the same connection must still work."""
+        try:
+            self.read(0, 4096)
+        except Closed:
+            raise Check(f"{what}: the connection was dropped, expected it to stay in step")
+
+
+# ---------------------------------------------------------------------------
+# The well-behaved companion, the server's liveness, and the check runner
+# ---------------------------------------------------------------------------
+
+companion = nbd.NBD()
+companion.connect_uri("nbd+unix:///?socket=" + SOCK)
+SIZE = companion.get_size()
+rng = random.Random(20240601)
+KNOWN_OFFSET, KNOWN = 16 * MiB, rng.randbytes(4 * MiB)
+companion.pwrite(KNOWN, KNOWN_OFFSET)
+KNOWN_SUM = hashlib.sha256(KNOWN).hexdigest()
+companion_round = 0
+
+
+def servers_healthy(what):
+    for pid, label in ((SERVER_PID, "server"), (RO_PID, "read-only server")):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            raise Check(f"after {what}: the {label} process {pid} is gone")
+    # The companion, connected all along, does a write and a read of its own page.
+    global companion_round
+    companion_round += 1
+    page = struct.pack(">Q", companion_round) * 512
+    try:
+        companion.pwrite(page, 60 * MiB)
+        expect(companion.pread(4096, 60 * MiB) == page, "companion read back other data")
+    except nbd.Error as e:
+        raise Check(f"after {what}: the companion client failed: {e}")
+    # And a new connection still gets through the handshake.
+    fresh = Raw().go()
+    fresh.read(0, 512)
+    fresh.close()
+
+
+def check(name):
+    """Decorator: run a check now, then verify the server is still healthy."""
+    def run(function):
+        try:
+            function()
+            servers_healthy(name)
+            print(f"ok - {name}")
+        except Exception as e:  # a bug in one check must not hide the others
+            detail = str(e) or type(e).__name__
+            if isinstance(e, Closed):
+                detail = "the server closed the connection unexpectedly"
+            if not isinstance(e, (Check, Closed)):
+                detail = f"{type(e).__name__}: {detail} at " + \
+                    traceback.format_exc().strip().splitlines()[-3].strip()
+            failures.append(f"{name}: {detail}")
+            print(f"not ok - {name}: {detail}")
+        return function
+    return run
+
+
+# ---------------------------------------------------------------------------
+# Handshake
+# ---------------------------------------------------------------------------
+
+@check("unknown client flag bits: connection dropped")
+def _():
+    c = Raw()
+    c.greeting(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES | 0x40)
+    c.expect_closed("client flags 0x43")
+
+
+@check("garbage instead of client flags: connection dropped")
+def _():
+    c = Raw()
+    c.greeting(0xDEADBEEF)
+    c.expect_closed("client flags 0xdeadbeef")
+
+
+@check("bad option magic: connection dropped")
+def _():
+    c = Raw()
+    c.greeting()
+    c.send(struct.pack(">QII", 0x1122334455667788, OPT_GO, 0))
+    c.expect_closed("option magic 0x1122334455667788")
+
+
+@check("unknown option: ERR_UNSUP, the session continues to GO")
+def _():
+    c = Raw()
+    c.greeting()
+    c.option(0x1234, b"some data")
+    rtype, _ = c.reply(0x1234)
+    expect(rtype == ERR_UNSUP, f"unknown option answered with {rtype:#x}, expected ERR_UNSUP")
+    c.option(4)  # PEEK_EXPORT: withdrawn from the spec, so unknown too
+    expect(c.reply(4)[0] == ERR_UNSUP, "PEEK_EXPORT not ERR_UNSUP")
+    c.go()
+    expect(c.size == SIZE, f"size {c.size} after GO, expected {SIZE}")
+    c.read(0, 4096)
+
+
+@check("option with a 1 GiB length (no data sent): error or disconnect")
+def _():
+    c = Raw()
+    c.greeting()
+    c.send(struct.pack(">QII", IHAVEOPT, OPT_LIST, 1 << 30))
+    try:
+        rtype, _ = c.reply(OPT_LIST)
+    except Closed:
+        return
+    expect(rtype & 0x80000000, f"1 GiB option answered with {rtype:#x}, expected an error")
+
+
+@check("option with 200 KiB of data: error reply and in step, or disconnect")
+def _():
+    c = Raw()
+    c.greeting()
+    try:
+        c.option(0x4321, bytes(200 * 1024))
+        rtype, _ = c.reply(0x4321)
+    except (Closed, BrokenPipeError, ConnectionResetError):
+        return
+    expect(rtype & 0x80000000, f"200 KiB option answered with {rtype:#x}")
+    c.go()  # the server read (or skipped) the whole option: still in step
+    c.read(0, 512)
+
+
+@check("LIST with data: ERR_INVALID; LIST: the export, then ACK")
+def _():
+    c = Raw()
+    c.greeting()
+    c.option(OPT_LIST, b"junk")
+    rtype, _ = c.reply(OPT_LIST)
+    expect(rtype == ERR_INVALID, f"LIST with data answered with {rtype:#x}, expected ERR_INVALID")
+    c.option(OPT_LIST)
+    r = c.replies(OPT_LIST)
+    expect([t for t, _ in r] == [REP_SERVER, REP_ACK], f"LIST replies {[hex(t) for t, _ in r]}")
+    n, = struct.unpack(">I", r[0][1][:4])
+    expect(r[0][1][4:4 + n] == b"proto", f"LIST names {r[0][1][4:4 + n]!r}, expected b'proto'")
+    c.option(OPT_ABORT)
+
+
+@check("INFO and GO with an unknown export: ERR_UNKNOWN, session continues")
+def _():
+    c = Raw()
+    c.greeting()
+    for option in (OPT_INFO, OPT_GO):
+        c.option(option, struct.pack(">I", 5) + b"nosuc" + struct.pack(">H", 0))
+        rtype, _ = c.reply(option)
+        expect(rtype == ERR_UNKNOWN, f"option {option} for 'nosuc' answered {rtype:#x}")
+    c.option(OPT_INFO, struct.pack(">I", 5) + b"proto" + struct.pack(">HHH", 2, INFO_NAME, INFO_BLOCK_SIZE))
+    infos = {}
+    for rtype, data in c.replies(OPT_INFO):
+        if rtype == REP_INFO:
+            infos[struct.unpack(">H", data[:2])[0]] = data[2:]
+        else:
+            expect(rtype == REP_ACK, f"INFO reply {rtype:#x}")
+    size, flags = struct.unpack(">QH", infos[INFO_EXPORT])
+    expect(size == SIZE and flags & TFLAG_MULTI_CONN, f"INFO_EXPORT size {size} flags {flags:#x}")
+    mn, pref, mx = struct.unpack(">III", infos[INFO_BLOCK_SIZE])
+    expect((mn, pref, mx) == (512, 4096, 32 * MiB), f"block sizes {mn} {pref} {mx}")
+    if INFO_NAME in infos:
+        expect(infos[INFO_NAME] == b"proto", f"INFO_NAME {infos[INFO_NAME]!r}")
+    c.go(b"proto")
+    c.read(0, 512)
+
+
+@check("malformed INFO/GO bodies: ERR_INVALID, session continues")
+def _():
+    c = Raw()
+    c.greeting()
+    for body in (b"", b"\0\0", struct.pack(">I", 1000) + b"x",
+                 struct.pack(">I", 0) + struct.pack(">H", 5) + b"\0\0",
+                 struct.pack(">I", 0xFFFFFFFF) + b"\0\0"):
+        c.option(OPT_INFO, body)
+        rtype, _ = c.reply(OPT_INFO)
+        expect(rtype == ERR_INVALID, f"INFO body {body!r} answered {rtype:#x}, expected ERR_INVALID")
+    c.go()
+    c.read(0, 512)
+
+
+@check("SET_META_CONTEXT before STRUCTURED_REPLY: ERR_INVALID")
+def _():
+    c = Raw()
+    c.greeting()
+    q = b"base:allocation"
+    c.option(OPT_SET_META_CONTEXT, struct.pack(">I", 0) + struct.pack(">II", 1, len(q)) + q)
+    rtype, _ = c.reply(OPT_SET_META_CONTEXT)
+    expect(rtype == ERR_INVALID, f"answered {rtype:#x}, expected ERR_INVALID")
+    c.go(structured=True, meta=True)  # and the proper order still works
+    c.read(0, 512)
+
+
+@check("LIST_META_CONTEXT offers base:allocation")
+def _():
+    c = Raw()
+    c.greeting()
+    c.option(OPT_STRUCTURED_REPLY)
+    expect(c.reply(OPT_STRUCTURED_REPLY)[0] == REP_ACK, "STRUCTURED_REPLY")
+    c.option(OPT_LIST_META_CONTEXT, struct.pack(">II", 0, 0))
+    r = c.replies(OPT_LIST_META_CONTEXT)
+    names = [d[4:] for t, d in r if t == REP_META_CONTEXT]
+    expect(r[-1][0] == REP_ACK and b"base:allocation" in names, f"LIST_META_CONTEXT {r!r}")
+    c.option(OPT_ABORT)
+
+
+@check("STARTTLS: ERR_UNSUP or ERR_POLICY; EXTENDED_HEADERS: ERR_UNSUP")
+def _():
+    c = Raw()
+    c.greeting()
+    c.option(OPT_STARTTLS)
+    rtype, _ = c.reply(OPT_STARTTLS)
+    expect(rtype in (ERR_UNSUP, ERR_POLICY), f"STARTTLS answered {rtype:#x}")
+    c.option(OPT_EXTENDED_HEADERS)
+    rtype, _ = c.reply(OPT_EXTENDED_HEADERS)
+    expect(rtype == ERR_UNSUP, f"EXTENDED_HEADERS answered {rtype:#x}, expected ERR_UNSUP")
+    c.go()
+    c.read(0, 512)
+
+
+@check("ABORT: ACK, then the server closes")
+def _():
+    c = Raw()
+    c.greeting()
+    c.option(OPT_ABORT)
+    try:
+        rtype, _ = c.reply(OPT_ABORT)
+        expect(rtype == REP_ACK, f"ABORT answered {rtype:#x}")
+    except Closed:
+        pass  # the spec lets the server close without the ACK too
+    c.expect_closed("after ABORT")
+
+
+@check("EXPORT_NAME: size+flags (10 bytes with NO_ZEROES, 134 without); unknown name closes")
+def _():
+    c = Raw()
+    c.greeting()
+    c.option(OPT_EXPORT_NAME, b"proto")
+    size, flags = struct.unpack(">QH", c.recv(10))
+    expect(size == SIZE, f"EXPORT_NAME size {size}")
+    c.read(0, 512)  # no zero padding: the next bytes are our reply
+    c = Raw()
+    c.greeting(FLAG_FIXED_NEWSTYLE)
+    c.option(OPT_EXPORT_NAME, b"")
+    data = c.recv(134)
+    expect(data[10:] == bytes(124), "124 zero bytes of padding expected without NO_ZEROES")
+    c.read(0, 512)
+    c = Raw()
+    c.greeting()
+    c.option(OPT_EXPORT_NAME, b"nosuch")
+    c.expect_closed("EXPORT_NAME of an unknown export")
+
+
+@check("truncated handshakes at every boundary: server survives")
+def _():
+    cuts = [b"",                                                     # right after the greeting
+            b"\0\0",                                                 # mid client flags
+            struct.pack(">I", 3),                                    # after client flags
+            struct.pack(">I", 3) + struct.pack(">Q", IHAVEOPT)[:5],  # mid option magic
+            struct.pack(">I", 3) + struct.pack(">QI", IHAVEOPT, OPT_GO),  # mid option header
+            struct.pack(">I", 3) + struct.pack(">QII", IHAVEOPT, OPT_GO, 30) + b"\0\0\0\5pro"]
+    for i, cut in enumerate(cuts):
+        for how in ("close", "shutdown"):
+            c = Raw()
+            c.greeting(None)
+            c.send(cut)
+            if how == "shutdown":  # half-close: the server sees EOF but could still write
+                c.sock.shutdown(socket.SHUT_WR)
+                c.expect_closed(f"EOF after {len(cut)} handshake bytes")
+            c.close()
+    # also: connect and close before even reading the greeting
+    for _ in range(5):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(SOCK)
+        s.close()
+
+
+# ---------------------------------------------------------------------------
+# Transmission
+# ---------------------------------------------------------------------------
+
+def block_status(c, offset, length, flags=0):
+    """[(length, state)] of one BLOCK_STATUS reply."""
+    cookie = c.request(CMD_BLOCK_STATUS, offset, length, flags)
+    chunks = c.chunks(cookie)
+    expect(len(chunks) == 1 and chunks[0][0] == CHUNK_BLOCK_STATUS,
+           f"BLOCK_STATUS reply chunks {[t for t, _ in chunks]}")
+    payload = chunks[0][1]
+    cid, = struct.unpack(">I", payload[:4])
+    expect(cid == c.context_id, f"context id {cid}, negotiated {c.context_id}")
+    extents = [struct.unpack(">II", payload[i:i + 8]) for i in range(4, len(payload), 8)]
+    expect(extents and sum(n for n, _ in extents) <= length or len(extents) == 1,
+           f"extents {extents} reach past the request")
+    return extents
+
+
+def state_at(c, offset):
+    return block_status(c, offset, 4096, CMD_FLAG_REQ_ONE)[0][1]
+
+
+@check("truncated requests: mid-header, mid-write-payload; server survives")
+def _():
+    for n in (1, 4, 10, 27):
+        c = Raw().go()
+        c.send(struct.pack(">IHHQQI", REQ_MAGIC, 0, CMD_READ, 1, 0, 4096)[:n])
+        c.close()
+    for structured in (False, True):
+        c = Raw().go(structured=structured)
+        c.send(struct.pack(">IHHQQI", REQ_MAGIC, 0, CMD_WRITE, 2, 32 * MiB, 65536) + b"\x55" * 1000)
+        c.close()
+    # A big write cut off half way must not have been applied even in part.
+    c = Raw().go()
+    c.send(struct.pack(">IHHQQI", REQ_MAGIC, 0, CMD_WRITE, 3, 36 * MiB, 4 * MiB) + b"\x66" * (2 * MiB))
+    c.close()
+    time.sleep(0.2)
+    got = companion.pread(4 * MiB, 36 * MiB)
+    expect(got == bytes(4 * MiB), "a WRITE whose payload was cut off changed the device")
+
+
+@check("bad request magic: connection dropped")
+def _():
+    c = Raw().go()
+    c.send(struct.pack(">IHHQQI", 0x12345678, 0, CMD_READ, 1, 0, 512))
+    c.expect_closed("request magic 0x12345678")
+    c = Raw().go()
+    c.send(struct.pack(">IHHQQI", 0x21E41C71, 0, CMD_READ, 1, 0, 512) + bytes(4))
+    c.expect_closed("extended request magic without extended headers")
+
+
+@check("unknown command and unknown flags: EINVAL, stream in step")
+def _():
+    for structured in (False, True):
+        c = Raw().go(structured=structured)
+        for cmd, flags, what in ((42, 0, "command 42"), (9, 0, "command 9"),
+                                 (CMD_READ, 0x8000, "READ flag 0x8000"),
+                                 (CMD_READ, CMD_FLAG_NO_HOLE, "READ with NO_HOLE"),
+                                 (CMD_WRITE_ZEROES, CMD_FLAG_REQ_ONE, "WRITE_ZEROES with REQ_ONE"),
+                                 (CMD_FLUSH, CMD_FLAG_NO_HOLE, "FLUSH with NO_HOLE")):
+            error, _ = c.do(cmd, 0, 4096, flags)
+            expect(error == EINVAL, f"{what} (structured={structured}): error {error}, expected EINVAL")
+            c.in_step(what)
+        if not structured:
+            error, _ = c.do(CMD_READ, 0, 4096, CMD_FLAG_DF)
+            expect(error == EINVAL, f"READ with DF without structured replies: {error}, expected EINVAL")
+            c.in_step("DF")
+        # a WRITE with a bad flag: refused, but its payload must still be consumed
+        error, _ = c.do(CMD_WRITE, 0, 4096, 0x4000, payload=b"\x77" * 4096)
+        expect(error == EINVAL, f"WRITE with flag 0x4000: {error}, expected EINVAL")
+        c.in_step("WRITE with a bad flag")
+        expect(c.read(0, 4096) != b"\x77" * 4096, "a refused WRITE was applied")
+
+
+@check("past the end: READ/TRIM/BLOCK_STATUS EINVAL, WRITE/WRITE_ZEROES ENOSPC, in step")
+def _():
+    for structured in (False, True):
+        c = Raw().go(structured=structured, meta=structured)
+        cases = [(CMD_READ, SIZE, 4096, EINVAL), (CMD_READ, SIZE - 4096, 8192, EINVAL),
+                 (CMD_TRIM, SIZE - 512, 1024, EINVAL), (CMD_CACHE, SIZE, 512, EINVAL),
+                 (CMD_WRITE_ZEROES, SIZE, 4096, ENOSPC),
+                 (CMD_WRITE_ZEROES, SIZE - 4096, 1 << 30, ENOSPC),
+                 (CMD_READ, (1 << 64) - 512, 1024, EINVAL),        # offset + length wraps
+                 (CMD_TRIM, (1 << 64) - 4096, 8192, EINVAL)]
+        if structured:
+            cases.append((CMD_BLOCK_STATUS, SIZE, 4096, EINVAL))
+        for cmd, off, length, want in cases:
+            error, _ = c.do(cmd, off, length)
+            expect(error == want, f"cmd {cmd} at {off}+{length} (structured={structured}): "
+                   f"error {error}, expected {want}")
+            c.in_step(f"cmd {cmd} past the end")
+        for off in (SIZE, SIZE - 512, (1 << 64) - 4096):
+            error, _ = c.do(CMD_WRITE, off, 4096, payload=b"\x99" * 4096)
+            expect(error == ENOSPC, f"WRITE at {off}+4096: error {error}, expected ENOSPC")
+            c.in_step("WRITE past the end")
+        expect(companion.pread(512, SIZE - 512) != b"\x99" * 512, "a WRITE past the end was applied in part")
+
+
+@check("misaligned requests (not multiples of 512): EINVAL, in step; libnbd strict mode off")
+def _():
+    c = Raw().go()
+    for cmd, off, length in ((CMD_READ, 100, 512), (CMD_READ, 0, 100), (CMD_TRIM, 512, 1000),
+                             (CMD_WRITE_ZEROES, 1, 4096)):
+        error, _ = c.do(cmd, off, length, data_length=0)
+        expect(error == EINVAL, f"cmd {cmd} at {off}+{length}: error {error}, expected EINVAL")
+        c.in_step("misaligned")
+    error, _ = c.do(CMD_WRITE, 4096, 100, payload=b"\x42" * 100)
+    expect(error == EINVAL, f"WRITE of 100 bytes: error {error}, expected EINVAL")
+    c.in_step("misaligned WRITE")
+    # libnbd with strict mode off sends them too
+    h = nbd.NBD()
+    h.connect_uri("nbd+unix:///?socket=" + SOCK)
+    h.set_strict_mode(0)
+    for f in (lambda: h.pread(100, 0), lambda: h.pread(512, 7), lambda: h.pwrite(b"x" * 513, 0)):
+        try:
+            f()
+            raise Check("libnbd unaligned request succeeded")
+        except nbd.Error as e:
+            expect(e.errno in (errno.EINVAL, "EINVAL"), f"libnbd unaligned: {e}")
+    # and out-of-range ones
+    for f, want in ((lambda: h.pread(4096, SIZE), "EINVAL"), (lambda: h.pwrite(b"x" * 4096, SIZE), "ENOSPC"),
+                    (lambda: h.zero(8192, SIZE - 4096), "ENOSPC"), (lambda: h.trim(4096, SIZE), "EINVAL")):
+        try:
+            f()
+            raise Check(f"libnbd out-of-range request succeeded (wanted {want})")
+        except nbd.Error as e:
+            expect(e.errno in (getattr(errno, want), want), f"libnbd out of range: {e}, wanted {want}")
+    h.pread(512, 0)
+    h.shutdown()
+
+
+@check("READ over 32 MiB: EINVAL/EOVERFLOW or disconnect; WRITE over 32 MiB: error or disconnect")
+def _():
+    for structured in (False, True):
+        c = Raw().go(structured=structured)
+        cookie = c.request(CMD_READ, 0, 32 * MiB + 4096)
+        try:
+            error, _ = c.result(cookie)
+            expect(error in (EINVAL, EOVERFLOW), f"READ of 32 MiB + 4 KiB: error {error}")
+            c.in_step("oversized READ")
+        except Closed:
+            pass
+        # exactly 32 MiB is normal
+        c = Raw().go(structured=structured)
+        data = c.read(0, 32 * MiB)
+        expect(len(data) == 32 * MiB, "32 MiB READ")
+        # a 40 MiB WRITE with its payload sent: an error and in step, or a disconnect
+        c.base = 0
+        cookie = c.request(CMD_WRITE, 8 * MiB, 40 * MiB)
+        try:
+            c.send(b"\xee" * (40 * MiB))
+            error, _ = c.result(cookie)
+            expect(error != 0, "a 40 MiB WRITE succeeded (above the advertised maximum)")
+            c.in_step("40 MiB WRITE")
+        except (Closed, BrokenPipeError, ConnectionResetError):
+            pass
+        # a 1 GiB WRITE whose payload never comes: the server may refuse at once (an error
+        # reply, or a disconnect) or wait for the payload; it must never apply it, and the
+        # client giving up must not hurt the server.
+        c = Raw().go(structured=structured)
+        cookie = c.request(CMD_WRITE, 0, 1 << 30)
+        c.sock.settimeout(1.0)
+        try:
+            error, _ = c.result(cookie)
+            expect(error != 0, "a 1 GiB WRITE succeeded")
+        except Closed:
+            pass
+        except Check as e:
+            expect("no answer" in str(e), str(e))
+        c.close()
+    expect(companion.pread(4096, 8 * MiB) != b"\xee" * 4096, "an oversized WRITE was applied")
+
+
+@check("zero-length READ and WRITE succeed; zero-length TRIM/WRITE_ZEROES keep the stream")
+def _():
+    for structured in (False, True):
+        c = Raw().go(structured=structured)
+        for cmd in (CMD_READ, CMD_WRITE):
+            error, data = c.do(cmd, 4096, 0)
+            expect(error == 0 and data == b"", f"zero-length cmd {cmd}: error {error}")
+        for cmd in (CMD_TRIM, CMD_WRITE_ZEROES, CMD_CACHE, CMD_FLUSH):
+            error, _ = c.do(cmd, 4096 if cmd != CMD_FLUSH else 0, 0)
+            expect(error in (0, EINVAL), f"zero-length cmd {cmd}: error {error}")
+            c.in_step(f"zero-length cmd {cmd}")
+        error, _ = c.do(CMD_READ, SIZE, 0)  # zero-length at the very end is in range
+        expect(error in (0, EINVAL), f"zero-length READ at the end: {error}")
+        c.in_step("zero-length READ at the end")
+
+
+@check("FLUSH, CACHE, FUA writes, FAST_ZERO and FUA trims succeed")
+def _():
+    c = Raw().go()
+    c.write(48 * MiB, b"\x31" * 8192, CMD_FLAG_FUA)
+    for cmd in (CMD_FLUSH, CMD_CACHE):
+        error, _ = c.do(cmd, 0 if cmd == CMD_FLUSH else 48 * MiB, 0 if cmd == CMD_FLUSH else 8192)
+        expect(error == 0, f"cmd {cmd}: error {error}")
+    expect(c.read(48 * MiB, 8192) == b"\x31" * 8192, "FUA write not read back")
+    error, _ = c.do(CMD_WRITE_ZEROES, 48 * MiB, 4096, 0x10 | CMD_FLAG_FUA)  # FAST_ZERO
+    expect(error == 0, f"WRITE_ZEROES with FAST_ZERO|FUA: error {error}")
+    error, _ = c.do(CMD_TRIM, 48 * MiB + 4096, 4096, CMD_FLAG_FUA)
+    expect(error == 0, f"TRIM with FUA: error {error}")
+    expect(c.read(48 * MiB, 8192) == bytes(8192), "zeroed and trimmed pages do not read as zeros")
+
+
+@check("sub-page TRIM and WRITE_ZEROES (512-byte units) leave the rest of the page intact")
+def _():
+    c = Raw().go(structured=True, meta=True)
+    base = 54 * MiB
+    page = rng.randbytes(4096)
+    c.write(base, page + page)
+    error, _ = c.do(CMD_TRIM, base + 512, 1024)
+    expect(error == 0, f"TRIM of 1 KiB inside a page: {error}")
+    got = c.read(base, 4096)
+    expect(got[:512] == page[:512] and got[1536:] == page[1536:],
+           "bytes outside a sub-page TRIM changed")
+    error, _ = c.do(CMD_WRITE_ZEROES, base + 4096 + 1024, 2048)
+    expect(error == 0, f"WRITE_ZEROES of 2 KiB inside a page: {error}")
+    got = c.read(base + 4096, 4096)
+    expect(got == page[:1024] + bytes(2048) + page[3072:], "sub-page WRITE_ZEROES wrong")
+    expect(state_at(c, base + 4096) == 0, "a partly zeroed page is not reported as data")
+
+
+@check("pipelined requests: every reply echoes its cookie, data right")
+def _():
+    c = Raw().go()
+    pages = {i: bytes([i]) * 4096 for i in range(1, 49)}
+    cookies = {}
+    for i, page in pages.items():
+        cookies[c.request(CMD_WRITE, 50 * MiB + i * 4096, 4096, payload=page)] = i
+    seen = set()
+    for _ in pages:
+        magic, error, cookie = struct.unpack(">IIQ", c.recv(16))
+        expect(magic == SIMPLE_MAGIC and error == 0, f"pipelined write reply {magic:#x} {error}")
+        expect(cookie in cookies and cookie not in seen, f"unexpected cookie {cookie:#x}")
+        seen.add(cookie)
+    reads = {c.request(CMD_READ, 50 * MiB + i * 4096, 4096): i for i in pages}
+    for _ in pages:
+        magic, error, cookie = struct.unpack(">IIQ", c.recv(16))
+        expect(magic == SIMPLE_MAGIC and error == 0 and cookie in reads, "pipelined read reply")
+        expect(c.recv(4096) == pages[reads.pop(cookie)], "pipelined read returned other data")
+
+
+@check("read-only export: WRITE/TRIM/WRITE_ZEROES EPERM, in step, READ works")
+def _():
+    c = Raw(RO_SOCK).go()
+    expect(c.flags & TFLAG_READ_ONLY, f"read-only export flags {c.flags:#x} lack READ_ONLY")
+    for cmd, payload in ((CMD_WRITE, b"\x13" * 4096), (CMD_TRIM, b""), (CMD_WRITE_ZEROES, b"")):
+        error, _ = c.do(cmd, 0, 4096, payload=payload)
+        expect(error == EPERM, f"read-only cmd {cmd}: error {error}, expected EPERM")
+        c.in_step(f"read-only cmd {cmd}")
+    expect(c.read(0, 4096) == bytes(4096), "read-only export does not read zeros")
+    for flags in (0, CMD_FLAG_FUA):
+        error, _ = c.do(CMD_FLUSH, 0, 0, flags)
+        expect(error == 0, f"FLUSH on the read-only export: {error}")
+
+
+@check("BLOCK_STATUS: HOLE|ZERO never written, ZERO for zeros, 0 for data, HOLE|ZERO trimmed")
+def _():
+    c = Raw().go(structured=True, meta=True)
+    base = 40 * MiB
+    expect(state_at(c, base) == STATE_HOLE | STATE_ZERO, "never-written page is not HOLE|ZERO")
+    c.write(base, rng.randbytes(8192))
+    c.write(base + 8192, bytes(4096))             # a zero page written with WRITE
+    error, _ = c.do(CMD_WRITE_ZEROES, base + 12288, 4096, CMD_FLAG_NO_HOLE)
+    expect(error == 0, f"WRITE_ZEROES NO_HOLE: {error}")
+    c.write(base + 16384, b"\x5a" * 4096)
+    error, _ = c.do(CMD_TRIM, base + 16384, 4096)
+    expect(error == 0, f"TRIM: {error}")
+    got = [state_at(c, base + i * 4096) for i in range(6)]
+    expect(got[0] == 0 and got[1] == 0, f"data pages: states {got[:2]}, expected 0")
+    expect(got[2] == STATE_ZERO, f"zero page written with WRITE: state {got[2]}, expected ZERO")
+    expect(got[3] == STATE_ZERO, f"WRITE_ZEROES with NO_HOLE: state {got[3]}, expected ZERO only")
+    expect(got[4] == STATE_HOLE | STATE_ZERO, f"trimmed page: state {got[4]}, expected HOLE|ZERO")
+    expect(got[5] == STATE_HOLE | STATE_ZERO, f"never-written page: state {got[5]}")
+    # One request over the whole area: extents cover it in order and agree with the above.
+    extents = block_status(c, base, 6 * 4096)
+    expect(sum(n for n, _ in extents) == 6 * 4096, f"extents {extents} do not cover 24 KiB")
+    expanded = []
+    for n, state in extents:
+        expanded += [state] * (n // 4096)
+    expect(expanded[:2] == [0, 0] and expanded[4:] == [3, 3], f"extents {extents}")
+    # REQ_ONE: exactly one extent
+    expect(len(block_status(c, base, 6 * 4096, CMD_FLAG_REQ_ONE)) == 1, "REQ_ONE gave several")
+    # Without a meta context BLOCK_STATUS is invalid
+    d = Raw().go(structured=True)
+    error, _ = d.do(CMD_BLOCK_STATUS, 0, 4096)
+    expect(error == EINVAL, f"BLOCK_STATUS without a context: {error}, expected EINVAL")
+    d.in_step("BLOCK_STATUS without a context")
+
+
+@check("structured READ of a hole area: OFFSET_HOLE chunks, contents right; DF: one chunk")
+def _():
+    c = Raw().go(structured=True)
+    base = 44 * MiB
+    c.write(base, b"\xc3" * 4096)
+    c.write(base + 2 * MiB - 4096, b"\x3c" * 4096)
+    cookie = c.request(CMD_READ, base, 2 * MiB)
+    chunks = c.chunks(cookie)
+    covered, data = 0, bytearray(2 * MiB)
+    kinds = set()
+    for ctype, payload in chunks:
+        kinds.add(ctype)
+        off, = struct.unpack(">Q", payload[:8])
+        expect(base <= off < base + 2 * MiB, f"chunk offset {off} outside the request")
+        if ctype == CHUNK_DATA:
+            data[off - base:off - base + len(payload) - 8] = payload[8:]
+            covered += len(payload) - 8
+        elif ctype == CHUNK_HOLE:
+            n, = struct.unpack(">I", payload[8:12])
+            covered += n
+        else:
+            raise Check(f"unexpected chunk type {ctype:#x} in a READ")
+    expect(CHUNK_HOLE in kinds, f"no OFFSET_HOLE chunk for 2 MiB with 2 MiB - 8 KiB of hole: {kinds}")
+    expect(covered == 2 * MiB, f"chunks cover {covered} bytes, not 2 MiB")
+    expect(data[:4096] == b"\xc3" * 4096 and data[-4096:] == b"\x3c" * 4096
+           and data[4096:-4096] == bytes(2 * MiB - 8192), "structured READ data wrong")
+    cookie = c.request(CMD_READ, base, 2 * MiB, CMD_FLAG_DF)
+    chunks = c.chunks(cookie)
+    expect(len(chunks) == 1 and chunks[0][0] == CHUNK_DATA, f"DF read gave {[t for t, _ in chunks]}")
+    # An error on a structured READ is an ERROR chunk with DONE
+    cookie = c.request(CMD_READ, SIZE, 4096)
+    chunks = c.chunks(cookie)
+    expect(len(chunks) == 1 and chunks[0][0] in (CHUNK_ERROR, CHUNK_ERROR_OFFSET, "simple") and
+           (chunks[0][0] == "simple" and chunks[0][1] == EINVAL or
+            chunks[0][0] != "simple" and struct.unpack(">I", chunks[0][1][:4])[0] == EINVAL),
+           f"structured READ past the end gave {chunks}")
+
+
+@check("DISC: the server closes after replying to what is in flight")
+def _():
+    c = Raw().go()
+    cookie = c.request(CMD_WRITE, 52 * MiB, 4096, payload=b"\x21" * 4096)
+    c.request(CMD_DISC)
+    error, _ = c.simple_reply(cookie)
+    expect(error == 0, f"write before DISC: {error}")
+    c.expect_closed("after DISC")
+    expect(companion.pread(4096, 52 * MiB) == b"\x21" * 4096, "write before DISC lost")
+
+
+@check("many malformed connections at once while the companion works")
+def _():
+    conns = []
+    for i in range(40):
+        c = Raw()
+        if i % 3 == 0:
+            c.greeting(0xFFFFFFFF)
+        elif i % 3 == 1:
+            c.greeting()
+            c.send(b"IHAVEOP")
+        conns.append(c)
+    expect(companion.pread(4 * MiB, KNOWN_OFFSET) == KNOWN, "known data changed")
+    # Stalled handshakes must not hold up a new client's handshake.
+    fresh = Raw().go(structured=True, meta=True)
+    fresh.read(KNOWN_OFFSET, 4096)
+    fresh.close()
+    for c in conns:
+        c.close()
+
+
+@check("data written at the start is intact at the end")
+def _():
+    got = companion.pread(4 * MiB, KNOWN_OFFSET)
+    expect(hashlib.sha256(got).hexdigest() == KNOWN_SUM, "sha256 of the known region changed")
+    fresh = Raw().go(structured=True)
+    fresh.base = KNOWN_OFFSET
+    error, data = fresh.do(CMD_READ, KNOWN_OFFSET, 4 * MiB, data_length=4 * MiB)
+    expect(error == 0 and data == KNOWN, "known region reads differently on a new connection")
+
+
+companion.shutdown()
+if failures:
+    print(f"{len(failures)} protocol check(s) failed:", file=sys.stderr)
+    for f in failures:
+        print(f"  {f}", file=sys.stderr)
+    sys.exit(1)
+print("all protocol checks passed")
