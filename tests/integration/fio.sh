@@ -15,11 +15,12 @@ run_fio() {
     local name=$1 label=$2
     shift 2
     local out=$WORK/fio-$name-$label.json
-    if ! fio --output-format=json --output="$out" \
+    # fio leaves *-verify.state files in its working directory: keep them in $WORK
+    if ! (cd "$WORK" && fio --output-format=json --output="$out" \
         --name="$label" --ioengine=nbd --uri="$(uri_of "$name")" \
         --numjobs=2 --size=64M --offset_increment=64M --iodepth=16 \
         --do_verify=1 --verify_fatal=1 --verify_dump=0 --exitall_on_error=1 \
-        "$@" >"$WORK/fio.log" 2>&1; then
+        "$@" >"$WORK/fio.log" 2>&1); then
         cat "$WORK/fio.log" >&2
         fail "fio $label on server $name exited with an error (see above)"
     fi
