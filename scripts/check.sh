@@ -27,6 +27,16 @@ for dir in build build/asan; do
     [[ $f -eq 0 ]] || failures+=("unit tests in $dir")
 done
 
+echo "== ThreadSanitizer: concurrent tests"
+if make -s -j"$jobs" O=build/tsan SAN=thread CC=clang OPT=-O1 tests; then
+    ./scripts/run-tests.sh build/tsan concurrent
+    read -r p _ f _ <build/tsan/tests/summary
+    passed=$((passed + p)); failed=$((failed + f))
+    [[ $f -eq 0 ]] || failures+=("concurrent tests under TSan")
+else
+    failed=$((failed + 1)); failures+=("TSan build")
+fi
+
 echo "== integration tests"
 for test in tests/integration/*.sh; do
     [[ -f "$test" ]] || continue

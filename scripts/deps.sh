@@ -7,7 +7,8 @@ packages=(
     gcc make pkg-config
     liblz4-dev libzstd-dev liblzo2-dev zlib1g-dev libdeflate-dev libxxhash-dev
     libcmocka-dev clang libclang-rt-14-dev valgrind
-    libnbd-bin nbdfuse python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs
+    # libnbd-bin brings nbdinfo, nbdcopy and nbdfuse
+    libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs
     gnuplot-nox
 )
 
