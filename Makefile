@@ -88,3 +88,45 @@ format:
 
 clean:
 	rm -rf build
+
+# ---- reliability: fuzzing and fault injection (issue 7; scripts/fuzz.sh) ----
+# fuzz:        every fuzz/fuzz_*.c under libFuzzer (clang, ASan+UBSan) in
+#              build/fuzz, FUZZ_SECONDS each (default 60)
+# fuzz-replay: the same targets as plain programs (gcc, ASan+UBSan) in
+#              build/fuzz-replay, run over the committed fuzz/corpus/<name>/
+# fuzz-check:  replay plus a short libFuzzer run (FUZZ_CHECK_SECONDS, 10)
+# fault:       build/fault, where every allocation and compression call can
+#              be made to fail (-DUZRAM_FAULT_INJECTION, ASan+UBSan)
+# fault-check: the fault injection sweep (tests/test_fault.c) in build/fault
+FUZZ_SECONDS ?= 60
+FUZZ_CHECK_SECONDS ?= 10
+.PHONY: fuzz fuzz-replay fuzz-check fault fault-check
+
+fuzz: deps
+	./scripts/fuzz.sh run $(FUZZ_SECONDS)
+
+fuzz-replay: deps
+	./scripts/fuzz.sh replay
+
+fuzz-check: deps
+	./scripts/fuzz.sh replay
+	./scripts/fuzz.sh run $(FUZZ_CHECK_SECONDS)
+
+fault: deps
+	$(MAKE) O=build/fault SAN=address,undefined OPT=-O1 \
+		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault
+
+fault-check: fault
+	./build/fault/tests/test_fault
+# ---- end of reliability block ----
+
+# ---- benchmarks (issue 6; bench/run.sh, docs/BENCHMARKS.md) ----
+# bench:       (above) the full run, < 30 min on 2 cores: fio throughput matrix, memory
+#              table, uzram bench, kernel zram comparison; rewrites the results part of
+#              docs/BENCHMARKS.md and the plots in docs/bench/
+# bench-quick: the same report layout in < 3 min, written to build/bench-quick/
+.PHONY: bench-quick
+bench-quick: deps
+	$(MAKE) programs
+	UZRAM=$(UZRAM) ./bench/run.sh --quick
+# ---- end of benchmarks block ----

@@ -18,6 +18,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "fault.h"
 #include "uzram.h"
 
 #define PAGE_SIZE UZRAM_PAGE_SIZE
@@ -487,6 +488,8 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
         return -EINVAL;
     if (capacity == 0)
         return 0;
+    if (FAULT_POINT(FAULT_COMPRESS))
+        return -EIO;
     const struct comp_backend *backend = backends[id];
     struct comp_thread_contexts *contexts = &thread_contexts;
     void *context = contexts->compress[id];
@@ -496,7 +499,7 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
     }
     if (!context) {
         register_thread();
-        context = backend->compress_context_new(level);
+        context = FAULT_POINT(FAULT_ALLOC) ? NULL : backend->compress_context_new(level);
         if (!context)
             return -ENOMEM;
         contexts->compress[id] = context;
@@ -508,7 +511,7 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
     /* Give the library its slack in scratch; copying a few KiB costs far
      * less than the compression itself. */
     if (!contexts->scratch) {
-        contexts->scratch = malloc(SCRATCH_SIZE);
+        contexts->scratch = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(SCRATCH_SIZE);
         if (!contexts->scratch)
             return -ENOMEM;
     }
@@ -535,7 +538,7 @@ int comp_decompress(int id, const void *src, size_t length, void *page)
         context = thread_contexts.decompress[id];
         if (!context) {
             register_thread();
-            context = backend->decompress_context_new();
+            context = FAULT_POINT(FAULT_ALLOC) ? NULL : backend->decompress_context_new();
             if (!context)
                 return -ENOMEM;
             thread_contexts.decompress[id] = context;

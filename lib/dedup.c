@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "dedup.h"
+#include "fault.h"
 #include "pool.h"
 
 /*
@@ -73,7 +74,7 @@ static size_t entries_bytes(uint64_t capacity)
 
 int dedup_create(uint64_t page_count, struct dedup **out)
 {
-    struct dedup *dedup = calloc(1, sizeof *dedup);
+    struct dedup *dedup = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dedup);
     if (!dedup)
         return -ENOMEM;
     /* Live entries never exceed pages stored plus writers in flight. */
@@ -85,11 +86,14 @@ int dedup_create(uint64_t page_count, struct dedup **out)
         bucket_count *= 2;
     dedup->capacity = capacity;
     dedup->bucket_mask = bucket_count - 1;
-    dedup->entries = mmap(NULL, entries_bytes(capacity), PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    dedup->entries = FAULT_POINT(FAULT_ALLOC)
+                         ? MAP_FAILED
+                         : mmap(NULL, entries_bytes(capacity), PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (dedup->entries == MAP_FAILED)
         goto fail_entries;
-    dedup->buckets = calloc(bucket_count, sizeof *dedup->buckets);
+    dedup->buckets =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(bucket_count, sizeof *dedup->buckets);
     if (!dedup->buckets)
         goto fail_buckets;
     for (int i = 0; i < STRIPE_COUNT; i++)
@@ -295,7 +299,7 @@ int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *hug
         return 0;
     }
 
-    id = id_alloc(dedup);
+    id = FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : id_alloc(dedup);
     if (id == UINT32_MAX)
         return -ENOMEM;
     struct page_object object;
@@ -399,7 +403,3 @@ void dedup_relocate(struct uzram *dev, uint32_t id, uint64_t new_handle)
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
 }
 
-void dedup_unlock_owner(struct uzram *dev, uint32_t id)
-{
-    atomic_fetch_and_explicit(&entry_at(dev->dedup, id)->state, ~MOVING, memory_order_release);
-}

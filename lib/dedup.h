@@ -34,7 +34,6 @@ uint64_t dedup_meta_size(struct dedup *dedup);
 /* Compaction hooks for objects owned by entries (see struct pool_owner_ops). */
 bool dedup_try_lock_owner(struct uzram *dev, uint32_t id, uint64_t handle);
 void dedup_relocate(struct uzram *dev, uint32_t id, uint64_t new_handle);
-void dedup_unlock_owner(struct uzram *dev, uint32_t id);
 
 /* Test switch: make every page hash to the same value, so that every stored
  * object becomes a candidate and only the full comparison tells them apart. */

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fault.h"
+
 /*
  * Handle bit layout (48 bits used, bits 48..63 always zero):
  *
@@ -343,17 +345,20 @@ static int map_chunk(struct pool *pool)
     /* Size the free-slot stack for every slot now, so releasing a span can
      * never fail for lack of memory. */
     if (capacity > pool->free_slot_capacity) {
-        uint32_t *grown = realloc(pool->free_slots, capacity * sizeof *grown);
+        uint32_t *grown =
+            FAULT_POINT(FAULT_ALLOC) ? NULL : realloc(pool->free_slots, capacity * sizeof *grown);
         if (!grown)
             return -ENOMEM;
         pool->free_slots = grown;
         pool->free_slot_capacity = capacity;
     }
-    struct pool_chunk *chunk = calloc(1, sizeof *chunk);
+    struct pool_chunk *chunk = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *chunk);
     if (!chunk)
         return -ENOMEM;
-    void *base = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *base = FAULT_POINT(FAULT_ALLOC)
+                     ? MAP_FAILED
+                     : mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
         free(chunk);
         return -ENOMEM;
@@ -407,7 +412,9 @@ static int create_span(struct pool *pool, unsigned class_index, struct pool_span
     if (rc)
         return rc;
     struct pool_span *span =
-        malloc(sizeof *span + (size_t)shape->objects * sizeof span->next_free[0]);
+        FAULT_POINT(FAULT_ALLOC)
+            ? NULL
+            : malloc(sizeof *span + (size_t)shape->objects * sizeof span->next_free[0]);
     if (!span) {
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
         return -ENOMEM;
@@ -458,11 +465,12 @@ int pool_create(struct pool **out)
     shapes();
     /* Class locks sit on their own cache lines: the struct needs its
      * 64-byte alignment honoured, which calloc does not promise. */
-    struct pool *pool = aligned_alloc(_Alignof(struct pool), sizeof *pool);
+    struct pool *pool =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : aligned_alloc(_Alignof(struct pool), sizeof *pool);
     if (!pool)
         return -ENOMEM;
     memset(pool, 0, sizeof *pool);
-    pool->chunks = calloc(MAX_CHUNKS, sizeof *pool->chunks);
+    pool->chunks = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(MAX_CHUNKS, sizeof *pool->chunks);
     if (!pool->chunks) {
         free(pool);
         return -ENOMEM;

@@ -60,11 +60,11 @@ uint64_t pool_pages_compacted(struct pool *pool);
  * it must not block; it returns true only if it locked `owner` AND the owner
  * still refers to `handle`. relocate() is then called with the object already
  * copied to `new_handle`: it makes the owner refer to new_handle and unlocks
- * the owner. unlock_owner() undoes try_lock_owner() without a move. */
+ * the owner. Compaction picks the destination before it locks an owner, so
+ * a locked owner is always moved. */
 struct pool_owner_ops {
     bool (*try_lock_owner)(void *arg, uint64_t owner, uint64_t handle);
     void (*relocate)(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
-    void (*unlock_owner)(void *arg, uint64_t owner);
     void *arg;
 };
 

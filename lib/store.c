@@ -9,6 +9,7 @@
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
+#include "fault.h"
 #include "pool.h"
 #include "same.h"
 
@@ -467,21 +468,11 @@ static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
     slot_unlock(slot);
 }
 
-static void owner_unlock(void *arg, uint64_t owner)
-{
-    struct uzram *dev = arg;
-    if (owner & OWNER_DEDUP_BIT)
-        dedup_unlock_owner(dev, (uint32_t)(owner & ~OWNER_DEDUP_BIT));
-    else
-        slot_unlock(&dev->slots[owner - 1]);
-}
-
 int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
 {
     const struct pool_owner_ops ops = {
         .try_lock_owner = owner_try_lock,
         .relocate = owner_relocate,
-        .unlock_owner = owner_unlock,
         .arg = dev,
     };
     uint64_t freed = pool_compact(dev->pool, &ops);
@@ -517,7 +508,7 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
     if (level < 0)
         return level;
 
-    struct uzram *dev = calloc(1, sizeof *dev);
+    struct uzram *dev = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dev);
     if (!dev)
         return -ENOMEM;
     int rc = -ENOMEM;
@@ -526,8 +517,10 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
     /* mmap rather than calloc: the table of a large disk is only backed by
      * memory where pages have been written. */
     size_t table_bytes = dev->page_count * sizeof(struct slot);
-    void *table = mmap(NULL, table_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *table = FAULT_POINT(FAULT_ALLOC)
+                      ? MAP_FAILED
+                      : mmap(NULL, table_bytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (table == MAP_FAILED)
         goto fail_table;
     dev->slots = table;

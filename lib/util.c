@@ -41,7 +41,9 @@ int uzram_parse_size(const char *text, uint64_t *bytes)
     }
     uint64_t multiplier = 1;
     const char *units = "KMGTPE";
-    const char *unit = *end ? strchr(units, *end & ~0x20) : NULL;
+    /* strchr() finds the terminator too, so a space (0x20, which the case
+     * folding turns into 0) must not reach it */
+    const char *unit = (*end & ~0x20) ? strchr(units, *end & ~0x20) : NULL;
     if (*end && unit) {
         for (const char *u = units; u <= unit; u++)
             multiplier *= 1024;

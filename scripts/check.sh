@@ -37,6 +37,22 @@ else
     failed=$((failed + 1)); failures+=("TSan build")
 fi
 
+# Fault injection sweeps every allocation and compression site; the fuzz
+# corpus replays as a regression test, then each target fuzzes briefly.
+for target in fault-check fuzz-check; do
+    echo "== $target"
+    log="build/$target.log"
+    make -s "$target" FUZZ_CHECK_SECONDS=20 >"$log" 2>&1
+    status=$?
+    count "$target" "$status"
+    if [[ $status -eq 0 ]]; then
+        echo "PASS $target"
+    else
+        echo "FAIL $target: last lines of $log:"
+        tail -n 30 "$log" | sed 's/^/    /'
+    fi
+done
+
 echo "== integration tests"
 for test in tests/integration/*.sh; do
     [[ -f "$test" ]] || continue

@@ -262,12 +262,6 @@ static void table_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
     pthread_mutex_unlock(&entry->lock);
 }
 
-static void table_unlock(void *arg, uint64_t owner)
-{
-    struct owner_table *table = arg;
-    pthread_mutex_unlock(&table->entries[owner - 1].lock);
-}
-
 static void table_init(struct owner_table *table, size_t count)
 {
     table->entries = calloc(count, sizeof *table->entries);
@@ -291,7 +285,6 @@ static struct pool_owner_ops table_ops(struct owner_table *table)
     struct pool_owner_ops ops = {
         .try_lock_owner = table_try_lock,
         .relocate = table_relocate,
-        .unlock_owner = table_unlock,
         .arg = table,
     };
     return ops;

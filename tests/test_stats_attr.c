@@ -736,6 +736,10 @@ static void test_parse_size(void **state)
     expect_size("18446744073709551615", 0, UINT64_MAX);
     expect_size("", -EINVAL, 0);
     expect_size("abc", -EINVAL, 0);
+    /* a trailing space once folded into strchr(units, 0) and a 1024^7 multiplier */
+    expect_size("4096 ", 0, 4096);
+    expect_size("0 ", 0, 0);
+    expect_size("2K ", 0, 2048);
     expect_size("5X", -EINVAL, 0);
     expect_size("-1", -EINVAL, 0);
     expect_size("K", -EINVAL, 0);
