@@ -1,35 +1,145 @@
 #!/bin/bash
-# run.sh - the whole benchmark, as `make bench` runs it: engine throughput, dedup off/on, and
-# kernel zram on the same data (when root and /dev/zram0 exist). Output is also saved to a log.
+# run.sh - the whole benchmark in one command (`make bench`, `make bench-quick`): throughput matrix,
+# memory table, `uzram bench` micro-benchmarks, kernel zram comparison, plots and the report.
 #
-# Environment: UZRAM (default build/uzram), LOG (default build/bench-results.txt); SIZE,
-# POOL_SIZE, DEDUP_TREES and friends are passed on to bench/zram-compare.sh.
+# Usage: bench/run.sh [--quick] [--doc | --no-doc]
+#   --quick   the everyday check, under 3 minutes: fewer cells, 1 s runs, smaller data; the
+#             report has the same layout. Results in build/bench-quick/.
+#   (default) the full run, under 30 minutes on 2 cores. Results in build/bench-results/; the
+#             report replaces the results part of docs/BENCHMARKS.md and the plots in docs/bench/.
+#   --doc / --no-doc  force writing docs/BENCHMARKS.md and docs/bench/ on or off.
+# Environment: UZRAM (default build/uzram), UZRAM_GIT (the commit it was built from, for the
+# report; default: this checkout's), RESULTS (results folder), PARTS (default
+# "matrix memory micro zram-compare": run only some), and each script's own variables.
+# The parts run one after another, never two at once: both the matrix and the memory table
+# reset /dev/zram0, and the machine has 2 cores. A part that fails is reported as not run.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
+QUICK=0
+DOC=auto
+ARGS="$*"
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) QUICK=1 ;;
+    --doc) DOC=1 ;;
+    --no-doc) DOC=0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ "$DOC" = auto ] && DOC=$((1 - QUICK))
+
 export UZRAM=${UZRAM:-build/uzram}
-LOG=${LOG:-build/bench-results.txt}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+if [ "$QUICK" = 1 ]; then
+    RESULTS=${RESULTS:-build/bench-quick}
+    MODE=quick
+    QUICK_ARG=--quick
+else
+    RESULTS=${RESULTS:-build/bench-results}
+    MODE=full
+    QUICK_ARG=
+fi
+PARTS=${PARTS:-"matrix memory micro zram-compare"}
 if [ ! -x "$UZRAM" ]; then
     echo "bench/run.sh: no uzram binary at $UZRAM (run 'make programs' first)" >&2
     exit 1
 fi
-mkdir -p "$(dirname "$LOG")"
+mkdir -p "$RESULTS" || exit 1
+rm -f "$RESULTS"/{matrix,memory,micro,micro-dedup,machine}.json "$RESULTS"/zram-compare.txt "$RESULTS"/results.md
+LOG=$RESULTS/log.txt
+if [ "$DOC" = 1 ]; then PLOTS=docs/bench; else PLOTS=$RESULTS/plots; fi
 
+START=$(date +%s)
+START_DATE=$(date -u '+%Y-%m-%d %H:%M')
+LOADS=""
+note_load() { LOADS="$LOADS${LOADS:+, }$1 $(cut -d' ' -f1 /proc/loadavg)"; }
 status=0
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
 {
-    echo "### uzram bench: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "### $(LC_ALL=C lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, kernel $(uname -r)"
+    echo "### uzram benchmarks, $MODE run: $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+    if part matrix; then
+        note_load matrix
+        bench/matrix.sh $QUICK_ARG --out "$RESULTS" || { echo "### matrix.sh failed"; status=1; }
+    fi
+    if part memory; then
+        note_load memory
+        bench/memory.sh $QUICK_ARG --out "$RESULTS" || { echo "### memory.sh failed"; status=1; }
+    fi
+    if part micro; then
+        note_load micro
+        if [ "$QUICK" = 1 ]; then
+            # shellcheck disable=SC2054 # the commas belong to uzram bench's lists
+            MICRO=(-a lz4 -k same,half -s 32M -r 2)
+            DEDUP=(-s 32M -r 2)
+        else
+            MICRO=()
+            DEDUP=()
+        fi
+        echo "### $UZRAM bench ${MICRO[*]} --json"
+        "$UZRAM" bench "${MICRO[@]}" --json > "$RESULTS/micro.json" ||
+            { echo "### uzram bench failed"; rm -f "$RESULTS/micro.json"; status=1; }
+        echo "### $UZRAM bench --dedup ${DEDUP[*]} --json"
+        "$UZRAM" bench --dedup "${DEDUP[@]}" --json > "$RESULTS/micro-dedup.json" ||
+            { echo "### uzram bench --dedup failed"; rm -f "$RESULTS/micro-dedup.json"; status=1; }
+    fi
+    if part zram-compare; then
+        note_load zram-compare
+        if [ "$QUICK" = 1 ]; then
+            echo "### SIZE=32M REPEAT=1 POOL_SIZE=32M DEDUP_TREES=/usr/include/linux bench/zram-compare.sh"
+            SIZE=32M REPEAT=1 POOL_SIZE=32M DEDUP_TREES=/usr/include/linux \
+                bench/zram-compare.sh > "$RESULTS/zram-compare.txt" 2>&1 || status=1
+        else
+            echo "### bench/zram-compare.sh"
+            bench/zram-compare.sh > "$RESULTS/zram-compare.txt" 2>&1 || status=1
+        fi
+        cat "$RESULTS/zram-compare.txt"
+    fi
+    note_load end
+    END=$(date +%s)
+
+    # What the report says about the machine and the run.
+    COMMAND="bench/run.sh${ARGS:+ $ARGS}"
+    [ "$UZRAM" != build/uzram ] && COMMAND="UZRAM=$UZRAM${UZRAM_GIT:+ UZRAM_GIT=$UZRAM_GIT} $COMMAND"
+    [ -n "${MAKELEVEL:-}" ] && COMMAND="make $([ "$QUICK" = 1 ] && echo bench-quick || echo bench) (= $COMMAND)"
+    # UZRAM_GIT names the source of a binary built elsewhere (e.g. from `git archive`).
+    GIT=${UZRAM_GIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+    [ -z "${UZRAM_GIT:-}" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] &&
+        GIT="$GIT + uncommitted changes"
+    "$PY" - "$RESULTS/machine.json" <<EOF
+import json, sys
+json.dump({
+    "mode": "$MODE",
+    "date": "$START_DATE-$(date -u '+%H:%M') UTC",
+    "command": "$COMMAND",
+    "total": "$(((END - START) / 60)) min $(((END - START) % 60)) s",
+    "cpu": "$(LC_ALL=C lscpu | sed -n 's/^Model name: *//p' | head -1)",
+    "nproc": "$(nproc)",
+    "memory": "$(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)",
+    "kernel": "$(uname -r)",
+    "os": "$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}")",
+    "uzram": "$("$UZRAM" --version 2>/dev/null | awk '{print $2}')",
+    "git": "$GIT",
+    "fio": "$(fio --version 2>/dev/null || echo 'fio not installed')",
+    "nbdkit": "$(nbdkit --version 2>/dev/null || echo 'nbdkit not installed')",
+    "qemu": "$(qemu-img --version 2>/dev/null | head -1 | sed 's/ (.*//' || echo 'qemu-img not installed')",
+    "cc": "$(${CC:-gcc} --version 2>/dev/null | head -1)",
+    "loads": "$LOADS",
+}, open(sys.argv[1], "w"), indent=1)
+EOF
+    bench/plot.sh "$RESULTS" "$PLOTS" || status=1
     echo
-    echo "### \$ $UZRAM bench"
-    "$UZRAM" bench || status=1
-    echo
-    echo "### \$ $UZRAM bench --dedup"
-    "$UZRAM" bench --dedup || status=1
-    echo
-    echo "### \$ bench/zram-compare.sh"
-    bench/zram-compare.sh || status=1
+    if [ "$DOC" = 1 ]; then
+        "$PY" bench/report.py "$RESULTS" --plots bench --doc docs/BENCHMARKS.md || status=1
+        echo "(docs/BENCHMARKS.md and docs/bench/ updated)"
+    else
+        "$PY" bench/report.py "$RESULTS" --plots plots || status=1
+    fi
+    echo "(results in $RESULTS: results.md, *.json, log.txt; took $(((END - START) / 60)) min $(((END - START) % 60)) s)"
     exit $status
 } 2>&1 | tee "$LOG"
-status=${PIPESTATUS[0]}
-echo "(saved to $LOG)"
-exit "$status"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,428 @@
+#!/usr/bin/python3
+# report.py - turns one benchmark run's results (bench/run.sh's folder of JSON and text) into the
+# markdown of docs/BENCHMARKS.md: targets table, throughput matrix with ratios, memory table.
+#
+# Usage: /usr/bin/python3 bench/report.py RESULTS_DIR [--plots REL_DIR] [--doc docs/BENCHMARKS.md]
+# Reads RESULTS_DIR/{machine,matrix,memory,micro,micro-dedup}.json and zram-compare.txt (each
+# optional: a missing part is reported as not run), writes RESULTS_DIR/results.md and prints it.
+# With --doc, replaces the part of that file between the RESULTS markers with the same text.
+import argparse
+import json
+import os
+import re
+import sys
+
+BEGIN = "<!-- BEGIN RESULTS (written by bench/report.py; do not edit by hand) -->"
+END = "<!-- END RESULTS -->"
+
+SIDE_NAMES = {
+    "uzram-off": "uzram lz4",
+    "uzram-on": "uzram lz4 dedup",
+    "nbdkit-sparse": "nbdkit sparse",
+    "nbdkit-zstd": "nbdkit zstd",
+    "zram": "kernel zram lz4",
+}
+UZRAM_SIDES = ("uzram-off", "uzram-on")
+PEERS = ("nbdkit-sparse", "nbdkit-zstd", "zram")
+WORKLOAD_NAMES = {
+    "read": "seq read", "write": "seq write", "rw": "seq mixed 70/30",
+    "randread": "rand read", "randwrite": "rand write", "randrw": "rand mixed 70/30",
+}
+BUFFER_NAMES = {"static": "static pattern (every page identical)", "half": "50% compressible"}
+
+
+def load_json(directory, name):
+    path = os.path.join(directory, name)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def size(n):
+    """Bytes as MiB (or KiB below one MiB), for tables people read."""
+    if n is None:
+        return "-"
+    if abs(n) >= 1 << 20:
+        return "%.1f MiB" % (n / (1 << 20))
+    return "%.1f KiB" % (n / 1024)
+
+
+def ratio_text(value, digits=2):
+    return "-" if value is None else "%.*fx" % (digits, value)
+
+
+class Targets:
+    """Rows of the "target / measured / met" table."""
+
+    def __init__(self):
+        self.rows = []
+
+    def add(self, issue, target, value, want, at_most=False, text=None, note=""):
+        if value is None:
+            met = "not measured"
+        else:
+            ok = value <= want if at_most else value >= want
+            met = "**yes**" if ok else "**no**"
+        if text is None:
+            text = "-" if value is None else "%.3f" % value
+        self.rows.append((issue, target, text, met, note))
+
+    def markdown(self):
+        out = ["| issue | target | measured | met | notes |", "| --- | --- | --- | --- | --- |"]
+        out += ["| %s | %s | %s | %s | %s |" % row for row in self.rows]
+        return out
+
+
+def matrix_lookup(matrix):
+    table = {}
+    if matrix:
+        for r in matrix["results"]:
+            table[(r["buffer"], r["workload"], r["jobs"], r["side"])] = r
+    return table
+
+
+def cell_value(row):
+    if row is None:
+        return None
+    return row.get("MBps")
+
+
+def zram_compare_ratio(text, label):
+    """Value of a judge line of bench/zram-compare.sh, e.g. "write, 'half' data: uzram / zram"."""
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith(label):
+            m = re.match(r"\s*([0-9.]+)", line[len(label):].strip())
+            if m:
+                return float(m.group(1))
+    return None
+
+
+def zram_compare_skip(text):
+    if not text:
+        return "bench/zram-compare.sh did not run"
+    m = re.search(r"kernel zram: skipped: (.*)", text)
+    return m.group(1) if m else None
+
+
+def targets_section(machine, matrix, memory, micro, dedup, zc_text):
+    t = Targets()
+    quick = machine.get("mode") == "quick"
+    # ---- issue 2: engine
+    skip = zram_compare_skip(zc_text)
+    w = zram_compare_ratio(zc_text, "write, 'half' data: uzram / zram")
+    r = zram_compare_ratio(zc_text, "read,  'half' data: uzram / zram")
+    wf = zram_compare_ratio(zc_text, "write, fio data: uzram / zram (fio, gross)")
+    rf = zram_compare_ratio(zc_text, "read,  fio data: uzram / zram (fio)")
+    note = "kernel zram skipped: %s" % skip if skip else "same bytes (`uzram bench --dump-data half`); fio's own 50%% data: %s" % (
+        "%.2fx" % wf if wf is not None else "-")
+    t.add("2 engine", "lz4, 50% data, 1 thread: engine write >= 1.5x kernel zram", w, 1.5,
+          text=ratio_text(w), note=note)
+    note = "kernel zram skipped: %s" % skip if skip else "fio's own 50%% data: %s" % (
+        "%.2fx" % rf if rf is not None else "-")
+    t.add("2 engine", "lz4, 50% data, 1 thread: engine read >= 2x kernel zram", r, 2.0,
+          text=ratio_text(r), note=note)
+    same = None
+    zero = None
+    if micro:
+        for row in micro.get("same_filled_check", []):
+            if row["page"].startswith("same-filled page"):
+                same = row["GBps"]
+            if row["page"].startswith("zero page"):
+                zero = row["GBps"]
+    t.add("2 engine", "same-filled check of a full page >= 20 GB/s", same, 20.0,
+          text="-" if same is None else "%.1f GB/s" % same,
+          note="" if zero is None else "zero page: %.1f GB/s" % zero)
+    pool = None
+    pool_note = "usr-lib data set not measured"
+    if memory:
+        for ds in memory["datasets"]:
+            side = ds.get("sides", {}).get("uzram-off", {})
+            if ds["name"] == "usr-lib" and side.get("compr_data_size"):
+                pool = side["mem_used_total"] / side["compr_data_size"]
+                zr = ds["sides"].get("zram", {})
+                pool_note = "%s of /usr/lib" % size(ds["bytes"])
+                if zr.get("compr_data_size"):
+                    pool_note += "; kernel zram's zsmalloc: %.4f" % (zr["mem_used_total"] / zr["compr_data_size"])
+                if quick:
+                    pool_note += "; quick mode: small data leaves partly filled spans"
+    t.add("2 engine", "pool: mem_used_total / compr_data_size <= 1.03 on /usr/lib", pool, 1.03,
+          at_most=True, text="-" if pool is None else "%.4f" % pool, note=pool_note)
+    # ---- issue 3: dedup
+    checks = {c["check"]: c for c in (dedup or {}).get("dedup_checks", [])}
+
+    def check(name):
+        c = checks.get(name)
+        return None if c is None else c.get("value")
+    t.add("3 dedup", "unique pages: dedup-on / off write >= 0.9 (1 thread)", check("unique_write_on_off_1t"), 0.9,
+          note="2 threads: %s" % ratio_text(check("unique_write_on_off_2t"), 3))
+    t.add("3 dedup", "identical pages: dedup-on / off write >= 1.0 (1 thread)", check("identical_write_on_off_1t"), 1.0)
+    t.add("3 dedup", "identical pages, dedup on: 2 threads / 1 thread write >= 1.5",
+          check("identical_dedup_on_write_2t_1t"), 1.5,
+          note="dedup off: %s (2 CPUs shared with the load)" % ratio_text(check("identical_dedup_off_write_2t_1t"), 3))
+    detail = checks.get("dedup_meta_detail", {})
+    t.add("3 dedup", "dedup metadata <= 24 B per unique object", check("dedup_meta_bytes_per_object"), 24.0,
+          at_most=True, text=("-" if check("dedup_meta_bytes_per_object") is None
+                              else "%.2f B" % check("dedup_meta_bytes_per_object")),
+          note=("meta_data_size %s B / %s objects" % (detail.get("meta_data_size"), detail.get("unique_objects"))
+                if detail else ""))
+    if memory:
+        for ds in memory["datasets"]:
+            if ds["name"] not in ("build-tree", "py-releases"):
+                continue
+            off = ds.get("sides", {}).get("uzram-off", {})
+            on = ds.get("sides", {}).get("uzram-on", {})
+            saved = None
+            if off.get("memory") and on.get("memory"):
+                saved = 1 - on["memory"] / off["memory"]
+            label = {"build-tree": "source tree + build output",
+                     "py-releases": "two releases of one source tree"}[ds["name"]]
+            t.add("3 dedup", "real data (%s, `%s`): dedup saves vs dedup off; seed: 23-42%% on build outputs"
+                  % (label, ds["name"]), None if saved is None else saved * 100, 23.0,
+                  text="-" if saved is None else "%.1f%%" % (saved * 100),
+                  note=ds.get("skipped", "memory incl. dedup metadata; the seed's data were kernel and Android build trees"))
+    # ---- issue 4: NBD
+    table = matrix_lookup(matrix)
+    jobs = (matrix or {}).get("config", {}).get("jobs", [1, 2])
+    for workload, peer, want in (("randwrite", "nbdkit-zstd", 3.0), ("randwrite", "nbdkit-sparse", 1.0),
+                                 ("randread", "nbdkit-sparse", 1.0)):
+        for j in jobs[:2]:
+            mine = cell_value(table.get(("half", workload, j, "uzram-off")))
+            theirs = cell_value(table.get(("half", workload, j, peer)))
+            value = mine / theirs if mine and theirs else None
+            peer_row = table.get(("half", workload, j, peer), {})
+            note = "%s vs %s MB/s" % ("%.0f" % mine if mine else "-", "%.0f" % theirs if theirs else "-")
+            if peer_row.get("skipped"):
+                note = "%s skipped: %s" % (peer, peer_row["skipped"])
+            t.add("4 NBD", "fio nbd %s, 50%% data, %d job%s, iodepth 16: uzram >= %gx %s"
+                  % (workload, j, "" if j == 1 else "s", want, SIDE_NAMES[peer]),
+                  value, want, text=ratio_text(value), note=note)
+    return t.markdown()
+
+
+def matrix_section(matrix, plots):
+    out = []
+    if not matrix:
+        return ["The throughput matrix did not run."]
+    cfg = matrix["config"]
+    sides = [s["side"] for s in matrix["sides"]]
+    ran = [s["side"] for s in matrix["sides"] if not s["skipped"]]
+    out.append("fio, 4 KiB blocks, iodepth %d, %d s per run, region %s, jobs %s; MB/s = 10^6 bytes/s "
+               "(read + write for the mixes). NBD sides: `--ioengine=nbd` over a Unix socket, one "
+               "connection per job; kernel zram: `--ioengine=libaio --direct=1` on /dev/zram0. "
+               "Each cell ran all sides back to back, the order rotated by one side per cell. "
+               "Matrix time: %d s." % (cfg["iodepth"], cfg["runtime_s"], size(cfg["region_bytes"]),
+                                       ", ".join(map(str, cfg["jobs"])), cfg["seconds"]))
+    out.append("")
+    for s in matrix["sides"]:
+        if s["skipped"]:
+            out.append("- %s: **skipped**: %s" % (SIDE_NAMES.get(s["side"], s["side"]), s["skipped"]))
+    if any(s["skipped"] for s in matrix["sides"]):
+        out.append("")
+    table = matrix_lookup(matrix)
+    peers = [p for p in PEERS if p in ran]
+    for buffer in ("static", "half"):
+        cells = sorted({(r["workload"], r["jobs"]) for r in matrix["results"] if r["buffer"] == buffer},
+                       key=lambda c: (list(WORKLOAD_NAMES).index(c[0]), c[1]))
+        if not cells:
+            continue
+        out.append("**Buffer: %s** (`%s`)" % (BUFFER_NAMES[buffer], cfg["buffers"][buffer]))
+        out.append("")
+        head = ["workload", "jobs"] + [SIDE_NAMES.get(s, s) for s in sides]
+        head += ["%s / best peer" % SIDE_NAMES[s] for s in UZRAM_SIDES if s in ran]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + " --- |" * 2 + " ---: |" * (len(head) - 2))
+        for workload, j in cells:
+            values = {s: cell_value(table.get((buffer, workload, j, s))) for s in sides}
+            best = max((v for v in values.values() if v), default=None)
+            row = [WORKLOAD_NAMES[workload], str(j)]
+            for s in sides:
+                r = table.get((buffer, workload, j, s), {})
+                v = values[s]
+                if r.get("skipped"):
+                    row.append("skipped")
+                elif r.get("failed"):
+                    row.append("failed")
+                elif v is None:
+                    row.append("-")
+                else:
+                    row.append(("**%.0f**" if v == best else "%.0f") % v)
+            best_peer = max((values[p] for p in peers if values.get(p)), default=None)
+            for s in UZRAM_SIDES:
+                if s in ran:
+                    row.append(ratio_text(values[s] / best_peer) if values[s] and best_peer else "-")
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    failures = [r for r in matrix["results"] if r.get("failed")]
+    for r in failures:
+        out.append("- failed: %s %s %s jobs %d: %s" % (r["side"], r["buffer"], r["workload"], r["jobs"], r["failed"]))
+    if failures:
+        out.append("")
+    out.append("Best peer: the fastest of %s in that row; bold: the fastest side of the row." %
+               ", ".join(SIDE_NAMES[p] for p in peers))
+    if plots:
+        out.append("")
+        out.append("![throughput by jobs](%s/throughput.png)" % plots)
+    return out
+
+
+def memory_section(memory, plots):
+    if not memory:
+        return ["The memory table did not run."]
+    out = ["Every side stores the same bytes: the data set's file, written whole (zero pages "
+           "too). Memory = mem_used_total + meta_data_size (the dedup index) for uzram, "
+           "mem_used_total for kernel zram, and the growth of the server's VmRSS for nbdkit zstd "
+           "(no mm_stat there: marked *RSS*). Savings = 1 - memory / original bytes. "
+           "Memory table time: %d s." % memory["seconds"], ""]
+    head = ["data set", "side", "orig", "compr", "mem_used_total", "same_pages", "dup_data_size",
+            "meta_data_size", "savings", "memory vs kernel zram", "process RSS growth"]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("| --- | --- |" + " ---: |" * (len(head) - 2))
+    notes = []
+    for ds in memory["datasets"]:
+        if ds.get("skipped"):
+            out.append("| %s | all | skipped: %s |" % (ds["name"], ds["skipped"]) + " |" * (len(head) - 3))
+            continue
+        notes.append("- `%s` (%s): %s" % (ds["name"], size(ds["bytes"]), ds["description"]))
+        zr = ds["sides"].get("zram", {})
+        zmem = zr.get("memory")
+        for side, row in ds["sides"].items():
+            name = SIDE_NAMES.get(side, side)
+            if "skipped" in row or "failed" in row:
+                why = row.get("skipped") or row.get("failed")
+                out.append("| %s | %s | %s |" % (ds["name"], name, ("skipped: " if "skipped" in row else "failed: ") + why)
+                           + " |" * (len(head) - 3))
+                continue
+            rss = row.get("memory_is_rss")
+            cells = [ds["name"], name,
+                     size(row.get("orig_data_size", ds["bytes"])),
+                     "-" if rss else size(row.get("compr_data_size")),
+                     ("*RSS %s*" % size(row["memory"])) if rss else size(row.get("mem_used_total")),
+                     "-" if rss else str(row.get("same_pages", "-")),
+                     size(row["dup_data_size"]) if "dup_data_size" in row else "-",
+                     size(row["meta_data_size"]) if "meta_data_size" in row else "-",
+                     "%.1f%%" % (100 * row["savings"]),
+                     ratio_text(row["memory"] / zmem, 3) if zmem else "-",
+                     size(row["rss_growth"]) if "rss_growth" in row else "-"]
+            out.append("| " + " | ".join(cells) + " |")
+        off, on = ds["sides"].get("uzram-off", {}), ds["sides"].get("uzram-on", {})
+        if off.get("memory") and on.get("memory"):
+            notes.append("  dedup on saves %.1f%% against dedup off" % (100 * (1 - on["memory"] / off["memory"])))
+    out.append("")
+    out += notes
+    if plots:
+        out.append("")
+        out.append("![memory by data set](%s/memory.png)" % plots)
+    return out
+
+
+def micro_section(micro, dedup):
+    out = []
+    if micro and micro.get("throughput"):
+        out.append("`uzram bench` (in-process, through the public API; best of %d; MB/s = 10^6 B/s; "
+                   "load average at its start: %s):" % (micro.get("repeat", 0), micro.get("loadavg_1min")))
+        out.append("")
+        out.append("| algorithm | data | threads | write MB/s | read MB/s | ratio | mem/compr | pages |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in micro["throughput"]:
+            out.append("| %s | %s | %d | %.1f | %.1f | %s | %s | %d |" % (
+                r["algorithm"], r["kind"], r["threads"], r["write_MBps"], r["read_MBps"],
+                "-" if r["ratio"] is None else "%.3f" % r["ratio"],
+                "-" if r["pool_overhead"] is None else "%.3f" % r["pool_overhead"], r["pages"]))
+        out.append("")
+    if micro and micro.get("codec"):
+        out.append("| codec alone, 'half' pages, 1 thread | compress MB/s | decompress MB/s | ratio |")
+        out.append("| --- | ---: | ---: | ---: |")
+        for r in micro["codec"]:
+            out.append("| %s | %.1f | %.1f | %.3f |" % (r["algorithm"], r["compress_MBps"], r["decompress_MBps"], r["ratio"]))
+        out.append("")
+    if micro and micro.get("same_filled_check"):
+        out.append("| same-filled check | GB/s | ns per call |")
+        out.append("| --- | ---: | ---: |")
+        for r in micro["same_filled_check"]:
+            out.append("| %s | %.2f | %.2f |" % (r["page"], r["GBps"], r["ns_per_call"]))
+        out.append("")
+    if dedup and dedup.get("dedup"):
+        out.append("`uzram bench --dedup` (load average at its start: %s):" % dedup.get("loadavg_1min"))
+        out.append("")
+        out.append("| workload | threads | dedup | write MB/s | read MB/s | compr | mem_used_total | dup_data_size | meta_data_size |")
+        out.append("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in dedup["dedup"]:
+            out.append("| %s | %d | %s | %.1f | %.1f | %s | %s | %s | %s |" % (
+                r["workload"], r["threads"], "on" if r["dedup"] else "off", r["write_MBps"], r["read_MBps"],
+                size(r["compr_data_size"]), size(r["mem_used_total"]), size(r["dup_data_size"]),
+                size(r["meta_data_size"])))
+        out.append("")
+    return out or ["The micro-benchmarks did not run."]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("results")
+    parser.add_argument("--plots", help="folder of the plots, relative to the document")
+    parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
+    args = parser.parse_args()
+    d = args.results
+    machine = load_json(d, "machine.json") or {}
+    matrix = load_json(d, "matrix.json")
+    memory = load_json(d, "memory.json")
+    micro = load_json(d, "micro.json")
+    dedup = load_json(d, "micro-dedup.json")
+    try:
+        zc_text = open(os.path.join(d, "zram-compare.txt")).read()
+    except OSError:
+        zc_text = None
+
+    md = []
+    md.append("## Results: %s run of %s" % (machine.get("mode", "?"), machine.get("date", "?")))
+    md.append("")
+    md.append("- Command: `%s` (%s)" % (machine.get("command", "bench/run.sh"), machine.get("total", "")))
+    md.append("- Machine: %s, `nproc` %s, %s RAM, kernel %s, %s" % (
+        machine.get("cpu", "?"), machine.get("nproc", "?"), machine.get("memory", "?"),
+        machine.get("kernel", "?"), machine.get("os", "?")))
+    md.append("- Versions: uzram %s (git %s), %s, %s, %s, %s" % (
+        machine.get("uzram", "?"), machine.get("git", "?"), machine.get("fio", "?"), machine.get("nbdkit", "?"),
+        machine.get("qemu", "?"), machine.get("cc", "?")))
+    md.append("- Load average (1 min) at the start of each part: %s" % machine.get("loads", "?"))
+    md.append("")
+    md.append("### Targets")
+    md.append("")
+    md += targets_section(machine, matrix, memory, micro, dedup, zc_text)
+    md.append("")
+    md.append("### Throughput matrix (`bench/matrix.sh`)")
+    md.append("")
+    md += matrix_section(matrix, args.plots)
+    md.append("")
+    md.append("### Memory table (`bench/memory.sh`)")
+    md.append("")
+    md += memory_section(memory, args.plots)
+    md.append("")
+    md.append("### Engine micro-benchmarks (`uzram bench`)")
+    md.append("")
+    md += micro_section(micro, dedup)
+    md.append("### Engine against kernel zram on the same bytes (`bench/zram-compare.sh`)")
+    md.append("")
+    md += ["```"] + (zc_text or "did not run\n").rstrip("\n").splitlines() + ["```"]
+    text = "\n".join(md) + "\n"
+
+    with open(os.path.join(d, "results.md"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+    if args.doc:
+        doc = open(args.doc).read()
+        if BEGIN in doc and END in doc:
+            head, rest = doc.split(BEGIN, 1)
+            _, tail = rest.split(END, 1)
+            doc = head + BEGIN + "\n" + text + END + tail
+        else:
+            doc = doc.rstrip("\n") + "\n\n" + BEGIN + "\n" + text + END + "\n"
+        with open(args.doc, "w") as f:
+            f.write(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
