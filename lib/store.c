@@ -294,17 +294,32 @@ static int check_range(struct uzram *dev, uint64_t offset, uint64_t length)
     return 0;
 }
 
+/* The part of a request that falls in one page. */
+struct page_part {
+    uint64_t index;  /* page number */
+    unsigned offset; /* first byte inside the page */
+    unsigned length; /* bytes inside the page, 1..4096 */
+};
+
+static struct page_part page_part_at(uint64_t offset, uint64_t remaining)
+{
+    struct page_part part = {
+        .index = offset / UZRAM_PAGE_SIZE,
+        .offset = (unsigned)(offset % UZRAM_PAGE_SIZE),
+    };
+    uint64_t room = UZRAM_PAGE_SIZE - part.offset;
+    part.length = (unsigned)(remaining < room ? remaining : room);
+    return part;
+}
+
 int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
 {
     int rc = check_range(dev, offset, length);
     unsigned char *out = buf;
     while (rc == 0 && length > 0) {
-        uint64_t index = offset / UZRAM_PAGE_SIZE;
-        unsigned in_page = (unsigned)(offset % UZRAM_PAGE_SIZE);
-        unsigned chunk = UZRAM_PAGE_SIZE - in_page;
-        if (chunk > length)
-            chunk = (unsigned)length;
-        struct slot *slot = &dev->slots[index];
+        struct page_part part = page_part_at(offset, length);
+        unsigned chunk = part.length;
+        struct slot *slot = &dev->slots[part.index];
         if (slot_seems_empty(slot)) {
             memset(out, 0, chunk);
             offset += chunk;
@@ -317,7 +332,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
             rc = load_locked(dev, slot, out);
         } else {
             rc = load_locked(dev, slot, page_buffer);
-            memcpy(out, page_buffer + in_page, chunk);
+            memcpy(out, page_buffer + part.offset, chunk);
         }
         slot_unlock(slot);
         if (rc < 0)
@@ -335,15 +350,12 @@ static int write_range(struct uzram *dev, uint64_t offset, const unsigned char *
 {
     int rc = 0;
     while (rc == 0 && length > 0) {
-        uint64_t index = offset / UZRAM_PAGE_SIZE;
-        unsigned in_page = (unsigned)(offset % UZRAM_PAGE_SIZE);
-        unsigned chunk = UZRAM_PAGE_SIZE - in_page;
-        if (chunk > length)
-            chunk = (unsigned)length;
+        struct page_part part = page_part_at(offset, length);
+        unsigned chunk = part.length;
         if (chunk == UZRAM_PAGE_SIZE && data)
-            rc = store_page(dev, index, data, false);
+            rc = store_page(dev, part.index, data, false);
         else
-            rc = write_partial(dev, index, in_page, data, chunk);
+            rc = write_partial(dev, part.index, part.offset, data, chunk);
         if (rc < 0)
             counter_add(&dev->failed_writes, 1);
         offset += chunk;
@@ -366,11 +378,9 @@ static int zero_range(struct uzram *dev, uint64_t offset, uint64_t length, bool 
 {
     int rc = check_range(dev, offset, length);
     while (rc == 0 && length > 0) {
-        uint64_t index = offset / UZRAM_PAGE_SIZE;
-        unsigned in_page = (unsigned)(offset % UZRAM_PAGE_SIZE);
-        uint64_t chunk = UZRAM_PAGE_SIZE - in_page;
-        if (chunk > length)
-            chunk = length;
+        struct page_part part = page_part_at(offset, length);
+        uint64_t index = part.index;
+        unsigned chunk = part.length;
         if (chunk < UZRAM_PAGE_SIZE) {
             rc = write_range(dev, offset, NULL, chunk);
         } else if (keep_allocated) {

@@ -509,7 +509,7 @@ static void *round_trip_thread(void *arg)
     return NULL;
 }
 
-static void test_threads(void **state)
+static void test_concurrent_threads(void **state)
 {
     (void)state;
     pthread_t threads[THREADS];
@@ -525,8 +525,9 @@ static void test_threads(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_all),
         cmocka_unit_test(test_compresses),
@@ -539,7 +540,7 @@ int main(void)
         cmocka_unit_test(test_levels_resolve),
         cmocka_unit_test(test_algorithm_list),
         cmocka_unit_test(test_codec),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_concurrent_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

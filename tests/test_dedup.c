@@ -197,8 +197,9 @@ static void test_compaction_moves_shared_objects(void **state)
     uzram_destroy(dev);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_pages_share),
         cmocka_unit_test(test_huge_pages_share),

@@ -613,22 +613,9 @@ static void test_report_sites(void **unused)
 
 /* Accept "concurrent" as well as a cmocka glob, as the other tests do;
  * nothing here is concurrent, so `make tsan` runs none of it. */
-static void apply_filter(int argc, char **argv)
-{
-    static char pattern[256];
-    const char *filter = argc > 1 ? argv[1] : getenv("UZRAM_TEST_FILTER");
-    if (!filter || !*filter)
-        return;
-    if (strpbrk(filter, "*?"))
-        snprintf(pattern, sizeof pattern, "%s", filter);
-    else
-        snprintf(pattern, sizeof pattern, "*%s*", filter);
-    cmocka_set_test_filter(pattern);
-}
-
 int main(int argc, char **argv)
 {
-    apply_filter(argc, argv);
+    test_apply_filter(argc, argv);
     if (!fault_enabled())
         printf("fault injection not built in (needs -DUZRAM_FAULT_INJECTION): skipped\n");
     const struct CMUnitTest tests[] = {

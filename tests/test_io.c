@@ -908,25 +908,11 @@ static void test_create_errors(void **state)
     uzram_destroy(NULL);
 }
 
-/* Accept "concurrent" as well as a cmocka glob; see test_model.c. */
-static void apply_filter(int argc, char **argv)
-{
-    static char pattern[256];
-    const char *filter = argc > 1 ? argv[1] : getenv("UZRAM_TEST_FILTER");
-    if (!filter || !*filter)
-        return;
-    if (strpbrk(filter, "*?"))
-        snprintf(pattern, sizeof pattern, "%s", filter);
-    else
-        snprintf(pattern, sizeof pattern, "*%s*", filter);
-    cmocka_set_test_filter(pattern);
-}
-
 #define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
 
 int main(int argc, char **argv)
 {
-    apply_filter(argc, argv);
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         DEVICE_TEST(test_fresh_device_reads_zeros),
         DEVICE_TEST(test_whole_pages_roundtrip),

@@ -1460,25 +1460,11 @@ static void test_overlap_checker(void **state)
 
 /* ------------------------------------------------------------------------ */
 
-/* Accept "concurrent" as well as a cmocka glob such as "*dedup*". */
-static void apply_filter(int argc, char **argv)
-{
-    static char pattern[256];
-    const char *filter = argc > 1 ? argv[1] : getenv("UZRAM_TEST_FILTER");
-    if (!filter || !*filter)
-        return;
-    if (strpbrk(filter, "*?"))
-        snprintf(pattern, sizeof pattern, "%s", filter);
-    else
-        snprintf(pattern, sizeof pattern, "*%s*", filter);
-    cmocka_set_test_filter(pattern);
-}
-
 int main(int argc, char **argv)
 {
     make_dedup_set();
     make_templates();
-    apply_filter(argc, argv);
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_lz4),
         cmocka_unit_test(test_model_lz4hc),

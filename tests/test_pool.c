@@ -504,7 +504,7 @@ static void *compactor_main(void *opaque)
     return NULL;
 }
 
-static void test_threads(void **state)
+static void test_concurrent_threads(void **state)
 {
     (void)state;
     struct thread_test test;
@@ -533,8 +533,9 @@ static void test_threads(void **state)
     pool_destroy(test.pool);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_every_size),
@@ -545,7 +546,7 @@ int main(void)
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_compact_with_refusals),
         cmocka_unit_test(test_destroy_with_live_objects),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_concurrent_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

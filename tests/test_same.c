@@ -196,8 +196,9 @@ static void test_agrees_with_forward(void **state)
     free(page);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_filled_words),
         cmocka_unit_test(test_every_position_detected),

@@ -855,26 +855,12 @@ static void test_dedup_same_filled_not_indexed(void **state)
     assert_int_equal(s1.meta_data_size, s0.meta_data_size);
 }
 
-/* Accept "concurrent" as well as a cmocka glob; see test_model.c. */
-static void apply_filter(int argc, char **argv)
-{
-    static char pattern[256];
-    const char *filter = argc > 1 ? argv[1] : getenv("UZRAM_TEST_FILTER");
-    if (!filter || !*filter)
-        return;
-    if (strpbrk(filter, "*?"))
-        snprintf(pattern, sizeof pattern, "%s", filter);
-    else
-        snprintf(pattern, sizeof pattern, "*%s*", filter);
-    cmocka_set_test_filter(pattern);
-}
-
 #define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
 #define DEDUP_TEST(name) cmocka_unit_test_setup_teardown(name, setup_dedup_device, teardown_device)
 
 int main(int argc, char **argv)
 {
-    apply_filter(argc, argv);
+    test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm_stat_format),
         cmocka_unit_test(test_io_stat_format),

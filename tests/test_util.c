@@ -2,9 +2,14 @@
  * Seeded data generators (so runs repeat) and a few assertions on devices. */
 #include "test_util.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 void test_rng_seed(struct test_rng *rng, uint64_t seed)
 {
@@ -100,4 +105,17 @@ void test_fill(struct test_rng *rng, enum test_data_kind kind, void *buf, size_t
             out[i] = (unsigned char)test_rng_next(rng);
         break;
     }
+}
+
+void test_apply_filter(int argc, char **argv)
+{
+    static char pattern[256];
+    const char *filter = argc > 1 ? argv[1] : getenv("UZRAM_TEST_FILTER");
+    if (!filter || !*filter)
+        return;
+    if (strpbrk(filter, "*?"))
+        snprintf(pattern, sizeof pattern, "%s", filter);
+    else
+        snprintf(pattern, sizeof pattern, "*%s*", filter);
+    cmocka_set_test_filter(pattern);
 }

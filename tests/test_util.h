@@ -34,6 +34,11 @@ const char *test_data_kind_name(enum test_data_kind kind);
 /* Fill `length` bytes with data of `kind` from `rng`. */
 void test_fill(struct test_rng *rng, enum test_data_kind kind, void *buf, size_t length);
 
+/* Run only the tests whose names match argv[1] or $UZRAM_TEST_FILTER: a
+ * cmocka glob, or a bare word such as "concurrent" meaning "*concurrent*"
+ * (`make tsan` runs the concurrent tests this way). */
+void test_apply_filter(int argc, char **argv);
+
 /* Make a device of `disksize` bytes with `algorithm` (NULL: lz4) and dedup
  * on or off; aborts the test on failure. Inline so that tests of internal
  * parts (pool, comp) link without the rest of the engine. */
