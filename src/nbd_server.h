@@ -1,5 +1,5 @@
 /* nbd_server.h - internal interfaces of the NBD server behind `uzram serve`.
- * Shared by the handshake, transmission, worker pool, control and listener files. */
+ * Shared by the handshake, transmission, control and listener files. */
 #ifndef UZRAM_NBD_SERVER_H
 #define UZRAM_NBD_SERVER_H
 
@@ -18,10 +18,18 @@
 /* A WRITE larger than the maximum but at most this is read and thrown away
  * (EINVAL); a larger one cannot be skipped cheaply, so the client is dropped. */
 #define NBD_SERVER_WRITE_DISCARD_CAP (64u << 20)
-/* Per connection: the reader stops reading requests while this many are
- * queued or being served, or while their payloads add up to this many bytes. */
-#define NBD_SERVER_MAX_IN_FLIGHT 64u
-#define NBD_SERVER_MAX_IN_FLIGHT_BYTES (64u << 20)
+/* Each connection reads requests into an input buffer of this size with one
+ * recv() that takes whatever the client has sent, so a pipelining client's
+ * headers and small WRITE payloads cost one system call for many requests. */
+#define NBD_SERVER_INPUT_BUFFER (256u << 10)
+/* WRITE payloads up to this size are gathered in the input buffer; the rest of
+ * a larger one is received straight into the request's buffer. */
+#define NBD_SERVER_SMALL_PAYLOAD (64u << 10)
+/* Every worker keeps a buffer this large for WRITE payloads and READ data;
+ * only larger requests allocate. */
+#define NBD_SERVER_WORKER_BUFFER (128u << 10)
+/* Most worker threads per connection (--threads). */
+#define NBD_SERVER_MAX_THREADS 256u
 /* A client that does not read its replies for this long is dropped. */
 #define NBD_SERVER_SEND_TIMEOUT 30
 /* A client must finish the handshake within this time. */
@@ -63,29 +71,34 @@ struct nbd_request {
 
 struct nbd_server;
 
-/* A client connection. Reference counted: the reader thread holds one
- * reference and every queued request holds one; the last put closes the
- * socket, so DISC and client exits let in-flight requests finish first. */
+/* A client connection in transmission: a small group of worker threads of its
+ * own (nbdkit's "parallel" model). Each worker takes the receive lock, reads
+ * one request, releases it, runs the request and sends the reply whole under
+ * the send lock. A slow or stalled client therefore holds only its own
+ * threads, and per-connection memory stays bounded by threads x request size.
+ * The thread that did the handshake runs one worker, joins the others, then
+ * frees the connection. */
 struct nbd_connection {
     struct nbd_session session;
     struct nbd_server *server;
+    bool read_only;
+
+    pthread_mutex_t receive_lock;
+    /* Under receive_lock: received bytes not yet parsed are input[start, end). */
+    unsigned char *input;
+    size_t input_start, input_end;
+    bool receive_done; /* DISC, end of file or an error: nobody reads any more */
+
     pthread_mutex_t send_lock; /* one reply goes out whole */
-    pthread_mutex_t lock;      /* in-flight accounting */
-    pthread_cond_t room;       /* signalled when a request finishes */
-    unsigned in_flight;
-    uint64_t in_flight_bytes;
-    atomic_int refs;
-    atomic_bool dead; /* sending failed: later replies are dropped */
+    atomic_bool dead;          /* sending failed: later replies are dropped */
     struct nbd_connection *prev, *next;
 };
 
-/* A request handed to the worker pool. */
-struct nbd_job {
-    struct nbd_job *next;
+/* One worker thread of a connection. */
+struct nbd_worker {
     struct nbd_connection *conn;
-    struct nbd_request request;
-    void *payload; /* WRITE data, owned by the job */
-    uint64_t charged_bytes;
+    unsigned char *buffer; /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request */
+    pthread_t thread;
 };
 
 /* Log one line to stderr about a client: "uzram: client N: ...". Capped per
@@ -112,20 +125,13 @@ uint32_t nbd_check_request(const struct nbd_session *session, bool read_only,
 /* Map a positive errno from the engine to the NBD error value. */
 uint32_t nbd_errno_to_wire(int err);
 
-/* The reader loop of one connection after a successful handshake: parses
- * requests, answers invalid ones, queues the others, returns on DISC, EOF or
- * a violation that forbids going on. */
-void nbd_transmission(struct nbd_connection *conn);
+/* Set up a worker of `conn` with its buffer (0 or -ENOMEM); free it again. */
+int nbd_worker_init(struct nbd_worker *worker, struct nbd_connection *conn);
+void nbd_worker_destroy(struct nbd_worker *worker);
 
-/* Serve one queued request and send its reply (worker threads). Frees the job
- * and drops its connection reference. */
-void nbd_execute(struct nbd_job *job);
-
-/* Connection references (server.c). */
-void nbd_connection_put(struct nbd_connection *conn);
-
-/* Worker pool (server.c): queue a job; never blocks. */
-void nbd_pool_submit(struct nbd_server *server, struct nbd_job *job);
+/* A worker's loop: serve requests until DISC, end of file, a failed send or a
+ * protocol violation that forbids going on. Runs as a thread start routine. */
+void *nbd_worker_main(void *worker);
 
 /* The device exported by this server. */
 const struct nbd_export *nbd_server_export(struct nbd_server *server);
@@ -141,7 +147,7 @@ struct nbd_server_options {
     const char *tcp;       /* "[ADDR:]PORT" or NULL */
     unsigned socket_mode;
     long socket_gid; /* -1: leave the group alone */
-    unsigned threads;
+    unsigned threads; /* worker threads per connection */
     bool read_only;
     bool quiet;
 };

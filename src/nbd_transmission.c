@@ -1,5 +1,5 @@
 /* nbd_transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
- * The reader validates each request once, worker threads run it on the engine and reply. */
+ * Each connection's workers take turns reading a request, run it on the engine and reply. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,8 +19,8 @@ void nbd_log(struct nbd_session *session, const char *format, ...)
 {
     if (nbd_log_quiet)
         return;
-    /* Only the connection's own threads log about it, but the reader and a
-     * worker may race on the counter; an off-by-one in the cap is harmless. */
+    /* Only the connection's own threads log about it, but they may race on
+     * the counter; an off-by-one in the cap is harmless. */
     unsigned lines = __atomic_fetch_add(&session->log_lines, 1, __ATOMIC_RELAXED);
     if (lines > LOG_LINES_PER_CLIENT)
         return;
@@ -169,7 +169,8 @@ uint32_t nbd_check_request(const struct nbd_session *s, bool read_only,
  * ---------------------------------------------------------------------- */
 
 /* Send one whole reply under the connection's send lock. A failed or timed
- * out send kills the connection: its reader is woken by shutdown(). */
+ * out send kills the connection: shutdown() wakes the worker that waits in
+ * recv(), and the others stop at their next turn. */
 static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
 {
     if (atomic_load(&conn->dead))
@@ -248,6 +249,21 @@ static void reply_engine_error(struct nbd_connection *conn, const struct nbd_req
  * Commands
  * ---------------------------------------------------------------------- */
 
+/* A buffer for `length` bytes of request data: the worker's own when it is
+ * big enough (no allocation per request), else a fresh one. */
+static void *request_buffer(struct nbd_worker *w, size_t length)
+{
+    if (length <= NBD_SERVER_WORKER_BUFFER)
+        return w->buffer;
+    return malloc(length);
+}
+
+static void release_buffer(struct nbd_worker *w, void *buffer)
+{
+    if (buffer != w->buffer)
+        free(buffer);
+}
+
 struct read_segment {
     uint64_t offset; /* relative to the request */
     uint64_t length;
@@ -307,31 +323,36 @@ static int plan_read(struct uzram *dev, const struct nbd_request *r, struct read
     return rc;
 }
 
-static void do_read_simple(struct nbd_connection *conn, struct uzram *dev,
-                           const struct nbd_request *r)
+static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
+    struct nbd_connection *conn = w->conn;
     unsigned char header[NBD_SIMPLE_REPLY_SIZE];
-    void *buf = r->length ? malloc(r->length) : NULL;
+    void *buf = request_buffer(w, r->length);
     int rc = 0;
 
-    if (r->length && buf == NULL)
+    if (buf == NULL)
         rc = -ENOMEM;
     else if (r->length)
         rc = uzram_read(dev, r->offset, buf, r->length);
     if (rc < 0) {
-        free(buf);
         reply_engine_error(conn, r, rc);
-        return;
+    } else {
+        put_simple_header(header, 0, r->cookie);
+        struct iovec iov[2] = {{header, sizeof header}, {buf, r->length}};
+        conn_send(conn, iov, r->length ? 2 : 1);
     }
-    put_simple_header(header, 0, r->cookie);
-    struct iovec iov[2] = {{header, sizeof header}, {buf, r->length}};
-    conn_send(conn, iov, r->length ? 2 : 1);
-    free(buf);
+    if (buf != NULL)
+        release_buffer(w, buf);
 }
 
-static void do_read_structured(struct nbd_connection *conn, struct uzram *dev,
+/* The chunk headers of a structured read: OFFSET_DATA needs 8 bytes after the
+ * common header, OFFSET_HOLE 12. */
+#define CHUNK_HEADER_MAX (NBD_STRUCTURED_REPLY_SIZE + 12)
+
+static void do_read_structured(struct nbd_worker *w, struct uzram *dev,
                                const struct nbd_request *r)
 {
+    struct nbd_connection *conn = w->conn;
     if (r->length == 0) {
         unsigned char header[NBD_STRUCTURED_REPLY_SIZE];
         put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, r->cookie, 0);
@@ -340,22 +361,31 @@ static void do_read_structured(struct nbd_connection *conn, struct uzram *dev,
         return;
     }
 
-    /* One segment for small reads and for DF; more only when holes pay. */
     /* Holes are at least HOLE_MIN long and alternate with data segments. */
     enum { MAX_SEGMENTS = 2 * (NBD_SERVER_MAX_PAYLOAD / NBD_SERVER_HOLE_MIN) + 2 };
-    struct read_segment *segs = malloc(MAX_SEGMENTS * sizeof *segs);
-    unsigned char *headers = malloc(MAX_SEGMENTS * (NBD_STRUCTURED_REPLY_SIZE + 12));
-    struct iovec *iov = malloc(MAX_SEGMENTS * 2 * sizeof *iov);
-    void *buf = malloc(r->length);
+    /* Small reads and DF reads are one chunk: no tables to allocate. */
+    bool planned = !(r->flags & NBD_CMD_FLAG_DF) && r->length >= 2 * NBD_SERVER_HOLE_MIN;
+    struct read_segment one_segment;
+    unsigned char one_header[CHUNK_HEADER_MAX];
+    struct iovec one_iov[2];
+    struct read_segment *segs = &one_segment;
+    unsigned char *headers = one_header;
+    struct iovec *iov = one_iov;
+    void *buf = request_buffer(w, r->length);
     size_t count = 1;
     int rc = 0;
 
+    if (planned) {
+        segs = malloc(MAX_SEGMENTS * sizeof *segs);
+        headers = malloc(MAX_SEGMENTS * CHUNK_HEADER_MAX);
+        iov = malloc(MAX_SEGMENTS * 2 * sizeof *iov);
+    }
     if (segs == NULL || headers == NULL || iov == NULL || buf == NULL) {
         rc = -ENOMEM;
         goto out;
     }
     segs[0] = (struct read_segment){0, r->length, false};
-    if (!(r->flags & NBD_CMD_FLAG_DF) && r->length >= 2 * NBD_SERVER_HOLE_MIN)
+    if (planned)
         rc = plan_read(dev, r, segs, MAX_SEGMENTS, &count);
     if (rc == -ENOBUFS) {
         segs[0] = (struct read_segment){0, r->length, false};
@@ -379,7 +409,7 @@ static void do_read_structured(struct nbd_connection *conn, struct uzram *dev,
 
     int n = 0;
     for (size_t i = 0; i < count; i++) {
-        unsigned char *h = headers + i * (NBD_STRUCTURED_REPLY_SIZE + 12);
+        unsigned char *h = headers + i * CHUNK_HEADER_MAX;
         uint16_t done = i + 1 == count ? NBD_REPLY_FLAG_DONE : 0;
         if (segs[i].hole) {
             put_chunk_header(h, done, NBD_REPLY_TYPE_OFFSET_HOLE, r->cookie, 12);
@@ -398,10 +428,13 @@ static void do_read_structured(struct nbd_connection *conn, struct uzram *dev,
 out:
     if (rc < 0)
         reply_engine_error(conn, r, rc);
-    free(buf);
-    free(iov);
-    free(headers);
-    free(segs);
+    if (buf != NULL)
+        release_buffer(w, buf);
+    if (planned) {
+        free(iov);
+        free(headers);
+        free(segs);
+    }
 }
 
 static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
@@ -457,30 +490,30 @@ static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
     free(reply);
 }
 
-void nbd_execute(struct nbd_job *job)
+/* Run one checked request on the engine and send its reply. */
+static void execute(struct nbd_worker *w, const struct nbd_request *r, const void *payload)
 {
-    struct nbd_connection *conn = job->conn;
-    const struct nbd_request *r = &job->request;
+    struct nbd_connection *conn = w->conn;
     struct uzram *dev = nbd_server_export(conn->server)->dev;
     int rc = 0;
 
     /* Nobody will see the reply of a dead connection; skip the work. */
-    if (atomic_load(&conn->dead))
-        goto done;
+    if (atomic_load_explicit(&conn->dead, memory_order_relaxed))
+        return;
 
     switch (r->type) {
     case NBD_CMD_READ:
         if (conn->session.structured)
-            do_read_structured(conn, dev, r);
+            do_read_structured(w, dev, r);
         else
-            do_read_simple(conn, dev, r);
-        goto done;
+            do_read_simple(w, dev, r);
+        return;
     case NBD_CMD_BLOCK_STATUS:
         do_block_status(conn, dev, r);
-        goto done;
+        return;
     case NBD_CMD_WRITE:
         if (r->length)
-            rc = uzram_write(dev, r->offset, job->payload, r->length);
+            rc = uzram_write(dev, r->offset, payload, r->length);
         break;
     case NBD_CMD_TRIM:
         if (r->length)
@@ -505,130 +538,212 @@ void nbd_execute(struct nbd_job *job)
         reply_engine_error(conn, r, rc);
     else
         reply_simple(conn, r->cookie, 0);
-
-done:
-    pthread_mutex_lock(&conn->lock);
-    conn->in_flight--;
-    conn->in_flight_bytes -= job->charged_bytes;
-    pthread_cond_broadcast(&conn->room);
-    pthread_mutex_unlock(&conn->lock);
-    free(job->payload);
-    free(job);
-    nbd_connection_put(conn);
 }
 
 /* ------------------------------------------------------------------------
- * The reader
+ * Receiving (every function here runs under the connection's receive lock)
  * ---------------------------------------------------------------------- */
 
-/* Block until this request fits in the connection's in-flight budget. A
- * request larger than the byte budget is let through alone. */
-static void wait_for_room(struct nbd_connection *conn, uint64_t bytes)
+static size_t input_available(const struct nbd_connection *conn)
 {
-    pthread_mutex_lock(&conn->lock);
-    while (conn->in_flight >= NBD_SERVER_MAX_IN_FLIGHT ||
-           (conn->in_flight > 0 &&
-            conn->in_flight_bytes + bytes > NBD_SERVER_MAX_IN_FLIGHT_BYTES))
-        pthread_cond_wait(&conn->room, &conn->lock);
-    conn->in_flight++;
-    conn->in_flight_bytes += bytes;
-    pthread_mutex_unlock(&conn->lock);
+    return conn->input_end - conn->input_start;
 }
 
-static void release_room(struct nbd_connection *conn, uint64_t bytes)
+/* Make at least `need` (<= NBD_SERVER_INPUT_BUFFER) bytes available in the
+ * input buffer. Each recv() takes whatever the client has sent, up to the free
+ * space, so later requests usually need no system call at all. Returns 1, 0
+ * on end of file before any unparsed byte, -ECONNRESET on end of file in the
+ * middle, -errno on error. */
+static int input_fill(struct nbd_connection *conn, size_t need)
 {
-    pthread_mutex_lock(&conn->lock);
-    conn->in_flight--;
-    conn->in_flight_bytes -= bytes;
-    pthread_cond_broadcast(&conn->room);
-    pthread_mutex_unlock(&conn->lock);
+    while (input_available(conn) < need) {
+        if (conn->input_start == conn->input_end) {
+            conn->input_start = conn->input_end = 0;
+        } else if (NBD_SERVER_INPUT_BUFFER - conn->input_start < need) {
+            memmove(conn->input, conn->input + conn->input_start, input_available(conn));
+            conn->input_end -= conn->input_start;
+            conn->input_start = 0;
+        }
+        ssize_t n = recv(conn->session.fd, conn->input + conn->input_end,
+                         NBD_SERVER_INPUT_BUFFER - conn->input_end, 0);
+        if (n > 0) {
+            conn->input_end += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return input_available(conn) == 0 ? 0 : -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno == EWOULDBLOCK)
+            return -EAGAIN;
+        return -errno;
+    }
+    return 1;
 }
 
-void nbd_transmission(struct nbd_connection *conn)
+/* Copy up to `length` buffered bytes to `to` (NULL: drop them); returns how many. */
+static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
 {
+    size_t n = input_available(conn) < length ? input_available(conn) : length;
+    if (to != NULL)
+        memcpy(to, conn->input + conn->input_start, n);
+    conn->input_start += n;
+    return n;
+}
+
+/* Receive a WRITE payload into `buf` (NULL: skip it). Returns 0 or a negative
+ * errno (-ECONNRESET when the client closed in the middle). */
+static int receive_payload(struct nbd_connection *conn, void *buf, uint32_t length)
+{
+    if (length <= NBD_SERVER_SMALL_PAYLOAD) {
+        int rc = input_fill(conn, length);
+        if (rc <= 0)
+            return rc == 0 ? -ECONNRESET : rc;
+        input_take(conn, buf, length);
+        return 0;
+    }
+    /* Large: what is buffered already, then the rest straight from the socket. */
+    size_t done = input_take(conn, buf, length);
+    if (buf == NULL)
+        return util_discard(conn->session.fd, length - done);
+    int rc = util_read_full(conn->session.fd, (char *)buf + done, length - done);
+    return rc == 1 ? 0 : rc == 0 ? -ECONNRESET : rc;
+}
+
+/* What the worker should do after receive_request(). */
+enum receive_result {
+    RECEIVE_STOP,    /* no more requests on this connection */
+    RECEIVE_REQUEST, /* run *r (with *payload for a WRITE) */
+    RECEIVE_REFUSED, /* reply *error / *reason to *r */
+};
+
+static void log_receive_failure(struct nbd_connection *conn, int rc)
+{
+    if (rc == -ECONNRESET)
+        nbd_log(&conn->session, "connection closed in the middle of a request");
+    else if (!atomic_load(&conn->dead))
+        nbd_log(&conn->session, "receive failed: %s", strerror(-rc));
+}
+
+/* Read and check one request (and a WRITE's payload). Called with the receive
+ * lock held; sets receive_done when the connection must not be read again. */
+static enum receive_result receive_request(struct nbd_worker *w, struct nbd_request *r,
+                                           void **payload, uint32_t *error,
+                                           const char **reason)
+{
+    struct nbd_connection *conn = w->conn;
     struct nbd_session *s = &conn->session;
-    bool read_only = nbd_server_export(conn->server)->read_only;
+
+    *payload = NULL;
+    /* After a failed send nobody would see the replies: stop reading. */
+    if (conn->receive_done || atomic_load_explicit(&conn->dead, memory_order_relaxed))
+        goto stop;
+    int rc = input_fill(conn, NBD_REQUEST_SIZE);
+    if (rc <= 0) {
+        /* rc == 0: the client closed without DISC: allowed, nothing to say. */
+        if (rc < 0)
+            log_receive_failure(conn, rc);
+        goto stop;
+    }
+    const unsigned char *header = conn->input + conn->input_start;
+    uint32_t magic = util_get32(header);
+    if (magic != NBD_REQUEST_MAGIC) {
+        nbd_log(s, "bad request magic 0x%08x; closing", (unsigned)magic);
+        goto stop;
+    }
+    *r = (struct nbd_request){
+        .flags = util_get16(header + 4),
+        .type = util_get16(header + 6),
+        .cookie = util_get64(header + 8),
+        .offset = util_get64(header + 16),
+        .length = util_get32(header + 24),
+    };
+    conn->input_start += NBD_REQUEST_SIZE;
+
+    *reason = NULL;
+    *error = nbd_check_request(s, conn->read_only, r, reason);
+    if (r->type == NBD_CMD_DISC) {
+        if (*error)
+            nbd_log(s, "DISC with invalid flags 0x%x; disconnecting anyway", (unsigned)r->flags);
+        /* Requests already read finish and reply on their own threads. */
+        goto stop;
+    }
+    if (r->type == NBD_CMD_WRITE && r->length > NBD_SERVER_WRITE_DISCARD_CAP) {
+        nbd_log(s, "WRITE of %u bytes exceeds the %u byte limit; closing", r->length,
+                NBD_SERVER_WRITE_DISCARD_CAP);
+        goto stop;
+    }
+    if (*error) {
+        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s",
+                command_name(r->type), r->type, (unsigned)r->flags,
+                (unsigned long long)r->offset, r->length, wire_error_name(*error), *reason);
+    } else if (r->type == NBD_CMD_WRITE && r->length > 0) {
+        *payload = request_buffer(w, r->length);
+        if (*payload == NULL) {
+            *error = NBD_ENOMEM;
+            *reason = "server out of memory";
+        }
+    }
+    if (r->type == NBD_CMD_WRITE && r->length > 0) {
+        /* A refused WRITE's payload is skipped to stay in step. */
+        rc = receive_payload(conn, *payload, r->length);
+        if (rc < 0) {
+            if (rc == -ECONNRESET)
+                nbd_log(s, "connection closed in the middle of a WRITE payload");
+            else
+                log_receive_failure(conn, rc);
+            if (*payload != NULL)
+                release_buffer(w, *payload);
+            *payload = NULL;
+            goto stop;
+        }
+    }
+    return *error ? RECEIVE_REFUSED : RECEIVE_REQUEST;
+
+stop:
+    conn->receive_done = true;
+    return RECEIVE_STOP;
+}
+
+/* ------------------------------------------------------------------------
+ * Workers
+ * ---------------------------------------------------------------------- */
+
+int nbd_worker_init(struct nbd_worker *worker, struct nbd_connection *conn)
+{
+    worker->conn = conn;
+    worker->buffer = malloc(NBD_SERVER_WORKER_BUFFER);
+    return worker->buffer ? 0 : -ENOMEM;
+}
+
+void nbd_worker_destroy(struct nbd_worker *worker)
+{
+    free(worker->buffer);
+    worker->buffer = NULL;
+}
+
+void *nbd_worker_main(void *arg)
+{
+    struct nbd_worker *w = arg;
+    struct nbd_connection *conn = w->conn;
 
     for (;;) {
-        unsigned char header[NBD_REQUEST_SIZE];
-        int rc = util_read_full(s->fd, header, sizeof header);
-        if (rc == 0)
-            return; /* the client closed without DISC: allowed, nothing to say */
-        if (rc < 0) {
-            if (!atomic_load(&conn->dead) && rc != -ECONNRESET)
-                nbd_log(s, "receive failed: %s", strerror(-rc));
-            else if (rc == -ECONNRESET)
-                nbd_log(s, "connection closed in the middle of a request");
-            return;
-        }
-        uint32_t magic = util_get32(header);
-        if (magic != NBD_REQUEST_MAGIC) {
-            nbd_log(s, "bad request magic 0x%08x; closing", (unsigned)magic);
-            return;
-        }
-        struct nbd_request r = {
-            .flags = util_get16(header + 4),
-            .type = util_get16(header + 6),
-            .cookie = util_get64(header + 8),
-            .offset = util_get64(header + 16),
-            .length = util_get32(header + 24),
-        };
-
+        struct nbd_request r;
+        void *payload;
+        uint32_t error = 0;
         const char *reason = NULL;
-        uint32_t error = nbd_check_request(s, read_only, &r, &reason);
-        if (r.type == NBD_CMD_DISC) {
-            if (error)
-                nbd_log(s, "DISC with invalid flags 0x%x; disconnecting anyway",
-                        (unsigned)r.flags);
-            return;
-        }
-        if (r.type == NBD_CMD_WRITE && r.length > NBD_SERVER_WRITE_DISCARD_CAP) {
-            nbd_log(s, "WRITE of %u bytes exceeds the %u byte limit; closing", r.length,
-                    NBD_SERVER_WRITE_DISCARD_CAP);
-            return;
-        }
-        if (error) {
-            nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s",
-                    command_name(r.type), r.type, (unsigned)r.flags,
-                    (unsigned long long)r.offset, r.length, wire_error_name(error), reason);
-            /* The payload of a refused WRITE is skipped to stay in step. */
-            if (r.type == NBD_CMD_WRITE && util_discard(s->fd, r.length) < 0)
-                return;
-            reply_error(conn, &r, error, reason);
-            continue;
-        }
 
-        uint64_t bytes = (r.type == NBD_CMD_READ || r.type == NBD_CMD_WRITE) ? r.length : 0;
-        wait_for_room(conn, bytes);
-        struct nbd_job *job = calloc(1, sizeof *job);
-        if (job != NULL && r.type == NBD_CMD_WRITE && r.length > 0) {
-            job->payload = malloc(r.length);
-            if (job->payload == NULL) {
-                free(job);
-                job = NULL;
-            }
-        }
-        if (job == NULL) {
-            release_room(conn, bytes);
-            if (r.type == NBD_CMD_WRITE && util_discard(s->fd, r.length) < 0)
-                return;
-            reply_error(conn, &r, NBD_ENOMEM, "server out of memory");
-            continue;
-        }
-        if (r.type == NBD_CMD_WRITE && r.length > 0) {
-            rc = util_read_full(s->fd, job->payload, r.length);
-            if (rc <= 0) {
-                nbd_log(s, "connection closed in the middle of a WRITE payload");
-                release_room(conn, bytes);
-                free(job->payload);
-                free(job);
-                return;
-            }
-        }
-        job->conn = conn;
-        job->request = r;
-        job->charged_bytes = bytes;
-        atomic_fetch_add(&conn->refs, 1);
-        nbd_pool_submit(conn->server, job);
+        pthread_mutex_lock(&conn->receive_lock);
+        enum receive_result result = receive_request(w, &r, &payload, &error, &reason);
+        pthread_mutex_unlock(&conn->receive_lock);
+
+        if (result == RECEIVE_STOP)
+            return NULL;
+        if (result == RECEIVE_REFUSED)
+            reply_error(conn, &r, error, reason);
+        else
+            execute(w, &r, payload);
+        if (payload != NULL)
+            release_buffer(w, payload);
     }
 }

@@ -35,7 +35,8 @@ static void serve_usage(FILE *out)
           "  -t, --tcp [ADDR:]PORT   also listen on TCP (default address 127.0.0.1)\n"
           "      --socket-mode OCTAL mode of the NBD Unix socket (default 0600)\n"
           "      --socket-group GROUP  group of the NBD Unix socket\n"
-          "      --threads N         worker threads (default: number of CPUs)\n"
+          "      --threads N         worker threads per client connection (default: number\n"
+          "                          of CPUs, at least 2)\n"
           "  -q, --quiet             print no banner and no per-client messages\n"
           "  -h, --help              show this help\n"
           "\n"
@@ -114,7 +115,10 @@ int cmd_serve(int argc, char **argv)
 
     uzram_config_init(&config);
     config.comp_algorithm = "lz4";
-    options.threads = cpus < 1 ? 1 : cpus > 256 ? 256 : (unsigned)cpus;
+    /* Per connection: with 2 workers one can run a request while the other
+     * reads the next, so one pipelining client keeps 2 cores busy. */
+    options.threads = cpus < 2 ? 2 : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
+                                                                    : (unsigned)cpus;
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:a:l:dm:n:ru:t:qh", long_options, NULL)) != -1) {
         switch (c) {
@@ -180,7 +184,7 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case OPT_THREADS:
-            if (parse_uint(optarg, 256, 10, &value) < 0 || value == 0) {
+            if (parse_uint(optarg, NBD_SERVER_MAX_THREADS, 10, &value) < 0 || value == 0) {
                 fprintf(stderr, "uzram: bad --threads '%s'; use a number from 1 to 256\n",
                         optarg);
                 return 1;

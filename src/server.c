@@ -1,5 +1,5 @@
 /* server.c - sockets, threads and shutdown of the NBD server behind `uzram serve`.
- * Listens on Unix/TCP and the control socket, runs one reader per client and a worker pool. */
+ * Listens on Unix/TCP and the control socket; each client gets its own group of worker threads. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,16 +22,9 @@
 
 struct nbd_server {
     struct nbd_export export;
+    unsigned threads_per_connection;
 
-    /* Worker pool: one queue for every connection. */
-    pthread_mutex_t queue_lock;
-    pthread_cond_t queue_ready;
-    struct nbd_job *queue_head, *queue_tail;
-    bool queue_stopping;
-    pthread_t *workers;
-    unsigned worker_count;
-
-    /* Live connections, so shutdown can wake their readers. */
+    /* Live connections, so shutdown can wake them and wait for them. */
     pthread_mutex_t connections_lock;
     pthread_cond_t connections_gone;
     struct nbd_connection *connections;
@@ -53,52 +46,16 @@ unsigned nbd_server_clients(struct nbd_server *server)
 }
 
 /* ------------------------------------------------------------------------
- * Worker pool
- * ---------------------------------------------------------------------- */
-
-void nbd_pool_submit(struct nbd_server *server, struct nbd_job *job)
-{
-    job->next = NULL;
-    pthread_mutex_lock(&server->queue_lock);
-    if (server->queue_tail)
-        server->queue_tail->next = job;
-    else
-        server->queue_head = job;
-    server->queue_tail = job;
-    pthread_cond_signal(&server->queue_ready);
-    pthread_mutex_unlock(&server->queue_lock);
-}
-
-static void *worker_main(void *arg)
-{
-    struct nbd_server *server = arg;
-
-    for (;;) {
-        pthread_mutex_lock(&server->queue_lock);
-        while (server->queue_head == NULL && !server->queue_stopping)
-            pthread_cond_wait(&server->queue_ready, &server->queue_lock);
-        struct nbd_job *job = server->queue_head;
-        if (job == NULL) {
-            /* Stopping and the queue is drained. */
-            pthread_mutex_unlock(&server->queue_lock);
-            return NULL;
-        }
-        server->queue_head = job->next;
-        if (server->queue_head == NULL)
-            server->queue_tail = NULL;
-        pthread_mutex_unlock(&server->queue_lock);
-        nbd_execute(job);
-    }
-}
-
-/* ------------------------------------------------------------------------
  * Connections
  * ---------------------------------------------------------------------- */
 
-void nbd_connection_put(struct nbd_connection *conn)
+/* Stack of every connection thread: the engine keeps page buffers on it (lzo
+ * needs over 128 KiB), and sanitizers make frames larger. Only touched pages
+ * cost memory. */
+#define CONNECTION_STACK_SIZE (2u << 20)
+
+static void connection_free(struct nbd_connection *conn)
 {
-    if (atomic_fetch_sub(&conn->refs, 1) != 1)
-        return;
     struct nbd_server *server = conn->server;
     pthread_mutex_lock(&server->connections_lock);
     if (conn->prev)
@@ -112,10 +69,49 @@ void nbd_connection_put(struct nbd_connection *conn)
     pthread_mutex_unlock(&server->connections_lock);
     /* Closed only after leaving the list, so shutdown never sees a reused fd. */
     close(conn->session.fd);
+    pthread_mutex_destroy(&conn->receive_lock);
     pthread_mutex_destroy(&conn->send_lock);
-    pthread_mutex_destroy(&conn->lock);
-    pthread_cond_destroy(&conn->room);
+    free(conn->input);
     free(conn);
+}
+
+/* The transmission phase: this thread is worker 0 and starts the others; it
+ * returns when all of them have stopped, so every reply has been sent (or
+ * the connection is dead) and nothing refers to `conn` any more. */
+static void transmission(struct nbd_connection *conn)
+{
+    unsigned count = conn->server->threads_per_connection;
+    struct nbd_worker *workers = calloc(count, sizeof *workers);
+    unsigned started = 0;
+
+    conn->input = malloc(NBD_SERVER_INPUT_BUFFER);
+    if (workers == NULL || conn->input == NULL || nbd_worker_init(&workers[0], conn) < 0) {
+        nbd_log(&conn->session, "out of memory; closing");
+        goto out;
+    }
+    started = 1;
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, CONNECTION_STACK_SIZE);
+    for (unsigned i = 1; i < count; i++) {
+        /* Fewer threads than asked for still serve the client correctly. */
+        if (nbd_worker_init(&workers[i], conn) < 0 ||
+            pthread_create(&workers[i].thread, &attr, nbd_worker_main, &workers[i]) != 0) {
+            nbd_worker_destroy(&workers[i]);
+            break;
+        }
+        started++;
+    }
+    pthread_attr_destroy(&attr);
+
+    nbd_worker_main(&workers[0]);
+    for (unsigned i = 1; i < started; i++)
+        pthread_join(workers[i].thread, NULL);
+out:
+    for (unsigned i = 0; workers != NULL && i < started; i++)
+        nbd_worker_destroy(&workers[i]);
+    free(workers);
 }
 
 static void *connection_main(void *arg)
@@ -131,9 +127,9 @@ static void *connection_main(void *arg)
     if (rc == 1) {
         /* Idle clients are fine during transmission: no receive timeout. */
         util_set_timeouts(s->fd, 0, -1);
-        nbd_transmission(conn);
+        transmission(conn);
     }
-    nbd_connection_put(conn);
+    connection_free(conn);
     return NULL;
 }
 
@@ -166,10 +162,9 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
     conn->session.fd = fd;
     conn->session.id = id;
     conn->server = server;
+    conn->read_only = server->export.read_only;
+    pthread_mutex_init(&conn->receive_lock, NULL);
     pthread_mutex_init(&conn->send_lock, NULL);
-    pthread_mutex_init(&conn->lock, NULL);
-    pthread_cond_init(&conn->room, NULL);
-    atomic_init(&conn->refs, 1);
     atomic_init(&conn->dead, false);
 
     pthread_mutex_lock(&server->connections_lock);
@@ -184,10 +179,10 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
     pthread_t thread;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 512 * 1024);
+    pthread_attr_setstacksize(&attr, CONNECTION_STACK_SIZE);
     if (pthread_create(&thread, &attr, connection_main, conn) != 0) {
         fprintf(stderr, "uzram: client %u refused: cannot start a thread\n", id);
-        nbd_connection_put(conn);
+        connection_free(conn);
     }
     pthread_attr_destroy(&attr);
 }
@@ -342,7 +337,8 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
 static void stop_connections(struct nbd_server *server)
 {
     pthread_mutex_lock(&server->connections_lock);
-    /* SHUT_RD wakes each reader with end of file; replies still go out. */
+    /* SHUT_RD wakes the worker waiting in recv() with end of file, so the
+     * connection stops reading; replies to requests in flight still go out. */
     for (struct nbd_connection *c = server->connections; c; c = c->next)
         shutdown(c->session.fd, SHUT_RD);
     while (server->connection_count > 0)
@@ -360,8 +356,7 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
     char tcp_shown[300] = "";
 
     nbd_log_quiet = options->quiet;
-    pthread_mutex_init(&server.queue_lock, NULL);
-    pthread_cond_init(&server.queue_ready, NULL);
+    server.threads_per_connection = options->threads < 1 ? 1 : options->threads;
     pthread_mutex_init(&server.connections_lock, NULL);
     pthread_cond_init(&server.connections_gone, NULL);
 
@@ -392,20 +387,6 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         tcp_fd = listen_tcp(options->tcp, tcp_shown, sizeof tcp_shown);
         if (tcp_fd < 0)
             goto out;
-    }
-
-    server.worker_count = options->threads;
-    server.workers = calloc(server.worker_count, sizeof *server.workers);
-    if (server.workers == NULL) {
-        fprintf(stderr, "uzram: out of memory\n");
-        goto out;
-    }
-    for (unsigned i = 0; i < server.worker_count; i++) {
-        if (pthread_create(&server.workers[i], NULL, worker_main, &server) != 0) {
-            fprintf(stderr, "uzram: cannot start worker threads\n");
-            server.worker_count = i;
-            goto out;
-        }
     }
 
     if (!options->quiet) {
@@ -475,17 +456,8 @@ out:
         close(tcp_fd);
     stop_connections(&server);
 
-    pthread_mutex_lock(&server.queue_lock);
-    server.queue_stopping = true;
-    pthread_cond_broadcast(&server.queue_ready);
-    pthread_mutex_unlock(&server.queue_lock);
-    for (unsigned i = 0; i < server.worker_count; i++)
-        pthread_join(server.workers[i], NULL);
-    free(server.workers);
     if (signal_fd >= 0)
         close(signal_fd);
-    pthread_mutex_destroy(&server.queue_lock);
-    pthread_cond_destroy(&server.queue_ready);
     pthread_mutex_destroy(&server.connections_lock);
     pthread_cond_destroy(&server.connections_gone);
     return status;

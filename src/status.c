@@ -168,7 +168,8 @@ int cmd_status(int argc, char **argv)
         }
         if (dir != NULL)
             closedir(dir);
-        qsort(names, count, sizeof *names, compare_names);
+        if (count > 0)
+            qsort(names, count, sizeof *names, compare_names);
     }
 
     struct device_status *rows = calloc(count ? count : 1, sizeof *rows);
