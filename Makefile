@@ -130,3 +130,15 @@ bench-quick: deps
 	$(MAKE) programs
 	UZRAM=$(UZRAM) ./bench/run.sh --quick
 # ---- end of benchmarks block ----
+
+# ---- soak (issue 7; tests/soak/soak.sh, docs/TESTING.md) ----
+# soak: SOAK_SECONDS (default 300) of 12 checker clients + 4 fio verify jobs on one server,
+#       clients killed and reconnected at random, compaction and stat reads meanwhile; then
+#       every checker region verified whole, a full discard (memory back to 0) and a clean
+#       SIGTERM. SOAK_UZRAM=build/asan/uzram soaks another build (e.g. after `make asan`).
+SOAK_SECONDS ?= 300
+.PHONY: soak
+soak: deps
+	$(MAKE) programs
+	SOAK_SECONDS=$(SOAK_SECONDS) UZRAM=$(or $(SOAK_UZRAM),$(UZRAM)) ./tests/soak/soak.sh
+# ---- end of soak block ----

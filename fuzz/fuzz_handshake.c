@@ -1,0 +1,236 @@
+/* fuzz_handshake.c - libFuzzer target: the fuzz input is a client's byte stream during the NBD
+ * handshake, fed to nbd_handshake() over a socketpair; the server's replies must parse. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nbd_protocol.h"
+#include "nbd_server.h"
+#include "uzram.h"
+#include "util.h"
+
+/*
+ * The input is exactly what a client would send after reading the greeting:
+ * 4 bytes of client flags, then options (IHAVEOPT, u32 option, u32 length,
+ * data). A helper thread writes it into one end of a socketpair, shuts that
+ * direction down (so the server sees end of file rather than waiting) and
+ * meanwhile drains everything the server sends, so neither side can block
+ * the other. Then the reply stream is checked: the greeting, a sequence of
+ * well-formed option replies, and, when the handshake says transmission
+ * starts, either an ACK to NBD_OPT_GO or the EXPORT_NAME answer at the end.
+ *
+ * Only the handshake and the socket helpers are linked; nbd_log() is defined
+ * here so that no server state is needed.
+ * fuzz-link: src/nbd_handshake.c src/util.c
+ * fuzz-options: -max_len=16384
+ */
+
+#define DISK (1024u * 1024u)
+#define EXPORT_NAME "fuzz"
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_handshake: check failed: %s: ", #cond);                          \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* The handshake logs through this; format the message so that bad format
+ * arguments still show up under the sanitizers, but print nothing. */
+void nbd_log(struct nbd_session *session, const char *format, ...)
+{
+    char message[512];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(message, sizeof message, format, args);
+    va_end(args);
+    session->log_lines++;
+}
+
+static struct uzram *device;
+
+/* One device for the whole run: the handshake only asks it for its size. */
+static struct uzram *get_device(void)
+{
+    if (device == NULL) {
+        struct uzram_config config;
+        uzram_config_init(&config);
+        config.disksize = DISK;
+        CHECK(uzram_create(&config, &device) == 0, "uzram_create");
+    }
+    return device;
+}
+
+/* The client side: write the input, read every reply until end of file. */
+struct client {
+    int fd;
+    const uint8_t *input;
+    size_t input_size;
+    uint8_t *output;
+    size_t output_size, output_capacity;
+};
+
+static void *client_main(void *arg)
+{
+    struct client *c = arg;
+    size_t written = 0;
+    bool writing = true;
+
+    if (c->input_size == 0) {
+        shutdown(c->fd, SHUT_WR);
+        writing = false;
+    }
+    for (;;) {
+        struct pollfd p = {c->fd, POLLIN | (writing ? POLLOUT : 0), 0};
+        if (poll(&p, 1, -1) < 0) {
+            CHECK(errno == EINTR, "poll: %s", strerror(errno));
+            continue;
+        }
+        if (writing && (p.revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t n = send(c->fd, c->input + written, c->input_size - written,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0)
+                written += (size_t)n;
+            /* EPIPE: the server stopped reading; the rest is never needed. */
+            if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == c->input_size) {
+                shutdown(c->fd, SHUT_WR);
+                writing = false;
+            }
+        }
+        if (p.revents & (POLLIN | POLLERR | POLLHUP)) {
+            if (c->output_capacity - c->output_size < 65536) {
+                c->output_capacity = c->output_capacity * 2 + 65536;
+                c->output = realloc(c->output, c->output_capacity);
+                CHECK(c->output != NULL, "out of memory");
+            }
+            ssize_t n = recv(c->fd, c->output + c->output_size,
+                             c->output_capacity - c->output_size, MSG_DONTWAIT);
+            if (n > 0)
+                c->output_size += (size_t)n;
+            else if (n == 0)
+                return NULL; /* the server closed its sending side */
+            else
+                CHECK(errno == EAGAIN || errno == EINTR, "recv: %s", strerror(errno));
+        }
+    }
+}
+
+/* Check the server's byte stream against what nbd_handshake() returned. */
+static void check_replies(const uint8_t *out, size_t size, int rc, const struct nbd_session *s,
+                          const struct nbd_export *export)
+{
+    CHECK(size >= 18, "no greeting (%zu bytes)", size);
+    CHECK(util_get64(out) == NBD_MAGIC && util_get64(out + 8) == NBD_OPT_MAGIC,
+          "bad greeting");
+    CHECK(util_get16(out + 16) == (NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES),
+          "greeting flags");
+
+    size_t position = 18;
+    uint32_t last_option = 0, last_type = 0;
+    bool any_reply = false;
+    while (size - position >= 20 && util_get64(out + position) == NBD_REP_MAGIC) {
+        uint32_t option = util_get32(out + position + 8);
+        uint32_t type = util_get32(out + position + 12);
+        uint32_t length = util_get32(out + position + 16);
+        CHECK(length <= 4096 + 64, "reply of %u bytes", length);
+        CHECK(size - position - 20 >= length, "truncated reply");
+        const uint8_t *data = out + position + 20;
+        switch (type) {
+        case NBD_REP_ACK:
+            CHECK(length == 0, "ACK with data");
+            break;
+        case NBD_REP_SERVER:
+            CHECK(option == NBD_OPT_LIST, "SERVER reply to option %u", option);
+            CHECK(length >= 4 && util_get32(data) == length - 4, "SERVER reply length");
+            break;
+        case NBD_REP_INFO:
+            CHECK(option == NBD_OPT_INFO || option == NBD_OPT_GO, "INFO reply to %u", option);
+            CHECK(length >= 2, "INFO reply without type");
+            if (util_get16(data) == NBD_INFO_EXPORT) {
+                CHECK(length == 12, "INFO_EXPORT length %u", length);
+                CHECK(util_get64(data + 2) == DISK, "INFO_EXPORT size");
+            } else if (util_get16(data) == NBD_INFO_BLOCK_SIZE) {
+                CHECK(length == 14, "INFO_BLOCK_SIZE length %u", length);
+            } else {
+                CHECK(util_get16(data) == NBD_INFO_NAME, "INFO type %u", util_get16(data));
+                CHECK(length == 2 + strlen(EXPORT_NAME) &&
+                          memcmp(data + 2, EXPORT_NAME, length - 2) == 0,
+                      "INFO_NAME");
+            }
+            break;
+        case NBD_REP_META_CONTEXT:
+            CHECK(option == NBD_OPT_LIST_META_CONTEXT || option == NBD_OPT_SET_META_CONTEXT,
+                  "META_CONTEXT reply to %u", option);
+            CHECK(length == 4 + strlen(NBD_CONTEXT_BASE_ALLOCATION) &&
+                      memcmp(data + 4, NBD_CONTEXT_BASE_ALLOCATION, length - 4) == 0,
+                  "META_CONTEXT reply");
+            break;
+        default:
+            CHECK(type & NBD_REP_FLAG_ERROR, "unknown reply type 0x%x", type);
+            break;
+        }
+        last_option = option;
+        last_type = type;
+        any_reply = true;
+        position += 20 + length;
+    }
+
+    size_t rest = size - position;
+    if (rc != 1) {
+        CHECK(rest == 0, "%zu stray bytes after the option replies (rc %d)", rest, rc);
+        return;
+    }
+    CHECK(s->size == DISK, "session size %llu", (unsigned long long)s->size);
+    CHECK(s->flags == nbd_transmission_flags(export, s), "transmission flags");
+    CHECK(!s->meta_allocation || s->structured, "meta context without structured replies");
+    if (rest == 0) {
+        CHECK(any_reply && last_option == NBD_OPT_GO && last_type == NBD_REP_ACK,
+              "transmission without an ACK to GO");
+    } else {
+        /* NBD_OPT_EXPORT_NAME: size, flags and maybe 124 zero bytes. */
+        CHECK(rest == (s->no_zeroes ? 10u : 10u + NBD_EXPORT_NAME_PADDING),
+              "EXPORT_NAME answer of %zu bytes", rest);
+        CHECK(util_get64(out + position) == DISK, "EXPORT_NAME size");
+        CHECK(util_get16(out + position + 8) == s->flags, "EXPORT_NAME flags");
+        for (size_t i = 10; i < rest; i++)
+            CHECK(out[position + i] == 0, "EXPORT_NAME padding");
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct nbd_export export = {.dev = get_device(), .name = EXPORT_NAME, .read_only = false};
+    int fds[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
+
+    struct client client = {.fd = fds[1], .input = data, .input_size = size};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, client_main, &client) == 0, "pthread_create");
+
+    struct nbd_session session = {.fd = fds[0], .id = 1};
+    int rc = nbd_handshake(&session, &export);
+    CHECK(rc == 1 || rc == 0 || rc == -EPROTO || rc == -ENOENT || rc == -ECONNRESET,
+          "nbd_handshake returned %d", rc);
+
+    /* End of file for the client, after every reply already queued. */
+    shutdown(fds[0], SHUT_WR);
+    CHECK(pthread_join(thread, NULL) == 0, "pthread_join");
+    close(fds[0]);
+    close(fds[1]);
+
+    check_replies(client.output, client.output_size, rc, &session, &export);
+    free(client.output);
+    return 0;
+}
