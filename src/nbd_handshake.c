@@ -240,7 +240,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
         return rc;
 
     unsigned char client_flags[4];
-    rc = util_read_full(s->fd, client_flags, sizeof client_flags);
+    rc = util_read_full_by(s->fd, client_flags, sizeof client_flags, s->handshake_deadline_ms);
     if (rc <= 0)
         return rc;
     uint32_t flags = util_get32(client_flags);
@@ -255,7 +255,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
         return -ENOMEM;
     for (;;) {
         unsigned char header[16];
-        rc = util_read_full(s->fd, header, sizeof header);
+        rc = util_read_full_by(s->fd, header, sizeof header, s->handshake_deadline_ms);
         if (rc <= 0)
             break;
         if (util_get64(header) != NBD_OPT_MAGIC) {
@@ -272,14 +272,14 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
                 break;
             }
             nbd_log(s, "option %u with %u bytes of data refused as too big", option, length);
-            rc = util_discard(s->fd, length);
+            rc = util_discard_by(s->fd, length, s->handshake_deadline_ms);
             if (rc == 0)
                 rc = send_error(s, option, NBD_REP_ERR_TOO_BIG, "option data too large");
             if (rc < 0)
                 break;
             continue;
         }
-        rc = util_read_full(s->fd, data, length);
+        rc = util_read_full_by(s->fd, data, length, s->handshake_deadline_ms);
         if (length > 0 && rc <= 0) {
             rc = rc == 0 ? -ECONNRESET : rc;
             break;

@@ -30,6 +30,8 @@
 #define NBD_SERVER_WORKER_BUFFER (128u << 10)
 /* Most worker threads per connection (--threads). */
 #define NBD_SERVER_MAX_THREADS 256u
+/* Request buffers larger than a worker's own, over all connections. */
+#define NBD_SERVER_BUFFER_BUDGET (1ull << 30)
 /* A client that does not read its replies for this long is dropped. */
 #define NBD_SERVER_SEND_TIMEOUT 30
 /* A client must finish the handshake within this time. */
@@ -58,6 +60,10 @@ struct nbd_session {
     uint64_t size;        /* export size at GO/EXPORT_NAME time */
     uint16_t flags;       /* transmission flags sent */
     unsigned log_lines;   /* violation lines printed, to cap log flooding */
+    /* CLOCK_MONOTONIC milliseconds by which the handshake must be done; 0:
+     * none. A receive timeout alone would let a client that trickles one
+     * byte at a time hold its connection slot for ever. */
+    uint64_t handshake_deadline_ms;
 };
 
 /* One parsed transmission request. */

@@ -249,19 +249,43 @@ static void reply_engine_error(struct nbd_connection *conn, const struct nbd_req
  * Commands
  * ---------------------------------------------------------------------- */
 
+/* Large request buffers of all connections together stay under
+ * NBD_SERVER_BUFFER_BUDGET: a worker that would pass it waits for others to
+ * finish, so many clients sending 32 MiB requests cannot exhaust memory. */
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t budget_freed = PTHREAD_COND_INITIALIZER;
+static uint64_t budget_used;
+
 /* A buffer for `length` bytes of request data: the worker's own when it is
  * big enough (no allocation per request), else a fresh one. */
 static void *request_buffer(struct nbd_worker *w, size_t length)
 {
     if (length <= NBD_SERVER_WORKER_BUFFER)
         return w->buffer;
-    return malloc(length);
+    pthread_mutex_lock(&budget_lock);
+    while (budget_used + length > NBD_SERVER_BUFFER_BUDGET)
+        pthread_cond_wait(&budget_freed, &budget_lock);
+    budget_used += length;
+    pthread_mutex_unlock(&budget_lock);
+    void *buffer = malloc(length);
+    if (!buffer) {
+        pthread_mutex_lock(&budget_lock);
+        budget_used -= length;
+        pthread_cond_broadcast(&budget_freed);
+        pthread_mutex_unlock(&budget_lock);
+    }
+    return buffer;
 }
 
-static void release_buffer(struct nbd_worker *w, void *buffer)
+static void release_buffer(struct nbd_worker *w, void *buffer, size_t length)
 {
-    if (buffer != w->buffer)
-        free(buffer);
+    if (buffer == w->buffer || buffer == NULL)
+        return;
+    free(buffer);
+    pthread_mutex_lock(&budget_lock);
+    budget_used -= length;
+    pthread_cond_broadcast(&budget_freed);
+    pthread_mutex_unlock(&budget_lock);
 }
 
 struct read_segment {
@@ -342,7 +366,7 @@ static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct
         conn_send(conn, iov, r->length ? 2 : 1);
     }
     if (buf != NULL)
-        release_buffer(w, buf);
+        release_buffer(w, buf, r->length);
 }
 
 /* The chunk headers of a structured read: OFFSET_DATA needs 8 bytes after the
@@ -429,7 +453,7 @@ out:
     if (rc < 0)
         reply_engine_error(conn, r, rc);
     if (buf != NULL)
-        release_buffer(w, buf);
+        release_buffer(w, buf, r->length);
     if (planned) {
         free(iov);
         free(headers);
@@ -693,7 +717,7 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
             else
                 log_receive_failure(conn, rc);
             if (*payload != NULL)
-                release_buffer(w, *payload);
+                release_buffer(w, *payload, r->length);
             *payload = NULL;
             goto stop;
         }
@@ -744,6 +768,6 @@ void *nbd_worker_main(void *arg)
         else
             execute(w, &r, payload);
         if (payload != NULL)
-            release_buffer(w, payload);
+            release_buffer(w, payload, r.length);
     }
 }

@@ -121,6 +121,7 @@ static void *connection_main(void *arg)
 
     /* A client must not hold a thread forever without finishing the handshake. */
     util_set_timeouts(s->fd, NBD_SERVER_HANDSHAKE_TIMEOUT, NBD_SERVER_SEND_TIMEOUT);
+    s->handshake_deadline_ms = util_now_ms() + NBD_SERVER_HANDSHAKE_TIMEOUT * 1000ull;
     int rc = nbd_handshake(s, &conn->server->export);
     if (rc == -EAGAIN)
         nbd_log(s, "handshake not finished within %d s; closing", NBD_SERVER_HANDSHAKE_TIMEOUT);

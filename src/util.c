@@ -14,12 +14,35 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+uint64_t util_now_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+}
+
 int util_read_full(int fd, void *buf, size_t length)
+{
+    return util_read_full_by(fd, buf, length, 0);
+}
+
+int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms)
 {
     unsigned char *p = buf;
     size_t done = 0;
 
     while (done < length) {
+        if (deadline_ms) {
+            uint64_t now = util_now_ms();
+            if (now >= deadline_ms)
+                return -EAGAIN;
+            struct pollfd wait = {.fd = fd, .events = POLLIN};
+            int ready = poll(&wait, 1, (int)(deadline_ms - now));
+            if (ready < 0 && errno != EINTR)
+                return -errno;
+            if (ready <= 0)
+                continue;
+        }
         ssize_t n = recv(fd, p + done, length - done, 0);
         if (n > 0) {
             done += (size_t)n;
@@ -38,23 +61,21 @@ int util_read_full(int fd, void *buf, size_t length)
 
 int util_discard(int fd, uint64_t length)
 {
+    return util_discard_by(fd, length, 0);
+}
+
+int util_discard_by(int fd, uint64_t length, uint64_t deadline_ms)
+{
     unsigned char scratch[65536];
 
     while (length > 0) {
         size_t chunk = length < sizeof scratch ? (size_t)length : sizeof scratch;
-        int rc = util_read_full(fd, scratch, chunk);
+        int rc = util_read_full_by(fd, scratch, chunk, deadline_ms);
         if (rc <= 0)
             return rc == 0 ? -ECONNRESET : rc;
         length -= chunk;
     }
     return 0;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* deadline_ms < 0: plain blocking sends (SO_SNDTIMEO still applies). */
@@ -75,7 +96,7 @@ static int send_iov(int fd, struct iovec *iov, int count, int64_t deadline_ms)
             if (errno == EINTR)
                 continue;
             if (errno == EWOULDBLOCK && deadline_ms >= 0) {
-                int64_t left = deadline_ms - now_ms();
+                int64_t left = deadline_ms - (int64_t)util_now_ms();
                 if (left <= 0)
                     return -ETIMEDOUT;
                 struct pollfd pfd = {fd, POLLOUT, 0};
@@ -108,7 +129,7 @@ int util_send_iov(int fd, struct iovec *iov, int count)
 
 int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seconds)
 {
-    return send_iov(fd, iov, count, now_ms() + (int64_t)timeout_seconds * 1000);
+    return send_iov(fd, iov, count, (int64_t)util_now_ms() + (int64_t)timeout_seconds * 1000);
 }
 
 int util_send_all(int fd, const void *buf, size_t length)

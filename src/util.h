@@ -12,9 +12,16 @@
  * the first byte, -ECONNRESET on end of file in the middle, -errno on error
  * (-EAGAIN when a receive timeout expired). */
 int util_read_full(int fd, void *buf, size_t length);
+/* util_read_full() that gives up with -EAGAIN once CLOCK_MONOTONIC passes
+ * `deadline_ms` (0: no deadline), however the bytes trickle in. */
+int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms);
+/* CLOCK_MONOTONIC now, in milliseconds. */
+uint64_t util_now_ms(void);
 
 /* Read and throw away `length` bytes (a payload we refuse but must skip). */
 int util_discard(int fd, uint64_t length);
+/* util_discard() with a deadline, as util_read_full_by(). */
+int util_discard_by(int fd, uint64_t length, uint64_t deadline_ms);
 
 /* Send every byte of the iovec array (which is modified), looping over
  * partial sends and IOV_MAX. MSG_NOSIGNAL: a vanished peer is -EPIPE, not a
