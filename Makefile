@@ -34,7 +34,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 LIBUZRAM := $(O)/libuzram.a
 UZRAM := $(O)/uzram
 
-.PHONY: all lib programs tests check run deps tsan asan valgrind format bench clean
+.PHONY: all lib programs tests check run deps tsan asan valgrind format format-check bench clean
 all: $(LIBUZRAM) $(UZRAM) $(TEST_BINS)
 lib: $(LIBUZRAM)
 programs: $(UZRAM)
@@ -83,8 +83,13 @@ bench: deps
 	$(MAKE) programs
 	./bench/run.sh
 
+FORMAT_FILES = include/*.h lib/*.[ch] src/*.[ch] tests/*.[ch] $(wildcard fuzz/*.c bench/*.c)
 format:
-	clang-format -i include/*.h lib/*.[ch] src/*.[ch] tests/*.[ch] $(wildcard fuzz/*.c bench/*.c)
+	clang-format -i $(FORMAT_FILES)
+
+# Fails when a file is not in the style of .clang-format.
+format-check:
+	clang-format --dry-run -Werror $(FORMAT_FILES)
 
 clean:
 	rm -rf build

@@ -42,9 +42,9 @@
 
 static const char *const algorithms[] = {"lzo", "lz4", "lz4hc", "zstd", "deflate"};
 static const char *const attributes[] = {
-    "disksize",   "initstate",    "comp_algorithm", "algorithm_params", "same_filled",
-    "use_dedup",  "mem_limit",    "mem_used_max",   "mm_stat",          "io_stat",
-    "debug_stat", "stat_json",    "compact",        "reset",            "nonexistent",
+    "disksize",  "initstate",    "comp_algorithm", "algorithm_params", "same_filled", "use_dedup",
+    "mem_limit", "mem_used_max", "mm_stat",        "io_stat",          "debug_stat",  "stat_json",
+    "compact",   "reset",        "nonexistent",
 };
 
 static uint8_t model[DISK];
@@ -353,7 +353,6 @@ static void expect_settable(struct state *st, int rc, bool stored)
     (void)st;
 }
 
-
 static void note_dedup(struct state *st)
 {
     if (st->dev->dedup && !st->meta_baseline)
@@ -509,8 +508,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ settings;
     for (int p = 0; p < PALETTE; p++)
         for (size_t i = 0; i < PAGE; i++)
-            palette[p][i] = p % 2 ? (uint8_t)("xyz \n"[next_random(&seed) % 5])
-                                  : (uint8_t)(i / 64 + p);
+            palette[p][i] =
+                p % 2 ? (uint8_t)("xyz \n"[next_random(&seed) % 5]) : (uint8_t)(i / 64 + p);
 
     for (op_index = 0; op_index < MAX_OPS && in.pos < in.size; op_index++)
         run_op(&st, &in);

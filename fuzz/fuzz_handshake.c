@@ -115,8 +115,8 @@ static void *client_main(void *arg)
                 c->output = realloc(c->output, c->output_capacity);
                 CHECK(c->output != NULL, "out of memory");
             }
-            ssize_t n = recv(c->fd, c->output + c->output_size,
-                             c->output_capacity - c->output_size, MSG_DONTWAIT);
+            ssize_t n = recv(c->fd, c->output + c->output_size, c->output_capacity - c->output_size,
+                             MSG_DONTWAIT);
             if (n > 0)
                 c->output_size += (size_t)n;
             else if (n == 0)
@@ -132,10 +132,8 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
                           const struct nbd_export *export)
 {
     CHECK(size >= 18, "no greeting (%zu bytes)", size);
-    CHECK(util_get64(out) == NBD_MAGIC && util_get64(out + 8) == NBD_OPT_MAGIC,
-          "bad greeting");
-    CHECK(util_get16(out + 16) == (NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES),
-          "greeting flags");
+    CHECK(util_get64(out) == NBD_MAGIC && util_get64(out + 8) == NBD_OPT_MAGIC, "bad greeting");
+    CHECK(util_get16(out + 16) == (NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES), "greeting flags");
 
     size_t position = 18;
     uint32_t last_option = 0, last_type = 0;

@@ -52,8 +52,7 @@
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_request: request %u: check failed: %s: ", request_index,         \
-                    #cond);                                                                        \
+            fprintf(stderr, "fuzz_request: request %u: check failed: %s: ", request_index, #cond); \
             fprintf(stderr, __VA_ARGS__);                                                          \
             fputc('\n', stderr);                                                                   \
             abort();                                                                               \
@@ -111,8 +110,8 @@ static void *client_main(void *arg)
                 c->output = realloc(c->output, c->output_capacity);
                 CHECK(c->output != NULL, "out of memory");
             }
-            ssize_t n = recv(c->fd, c->output + c->output_size,
-                             c->output_capacity - c->output_size, MSG_DONTWAIT);
+            ssize_t n = recv(c->fd, c->output + c->output_size, c->output_capacity - c->output_size,
+                             MSG_DONTWAIT);
             if (n > 0)
                 c->output_size += (size_t)n;
             else if (n == 0)
@@ -137,8 +136,8 @@ struct stream {
 
 static const uint8_t *take(struct stream *s, size_t length, const char *what)
 {
-    CHECK(s->size - s->position >= length, "reply stream ends inside %s (%zu of %zu bytes)",
-          what, s->size - s->position, length);
+    CHECK(s->size - s->position >= length, "reply stream ends inside %s (%zu of %zu bytes)", what,
+          s->size - s->position, length);
     const uint8_t *p = s->data + s->position;
     s->position += length;
     return p;
@@ -181,8 +180,8 @@ static bool engine_error_allowed(const struct session_settings *set, const struc
 {
     if (error == NBD_ENOMEM)
         return true;
-    bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_TRIM ||
-                  r->type == NBD_CMD_WRITE_ZEROES;
+    bool writes =
+        r->type == NBD_CMD_WRITE || r->type == NBD_CMD_TRIM || r->type == NBD_CMD_WRITE_ZEROES;
     return writes && set->mem_limit && error == NBD_ENOSPC;
 }
 
@@ -206,8 +205,7 @@ static uint32_t check_structured(struct stream *out, const struct nbd_request *r
     }
     while (!done) {
         const uint8_t *h = take(out, NBD_STRUCTURED_REPLY_SIZE, "a chunk header");
-        CHECK(util_get32(h) == NBD_STRUCTURED_REPLY_MAGIC, "chunk magic 0x%08x",
-              util_get32(h));
+        CHECK(util_get32(h) == NBD_STRUCTURED_REPLY_MAGIC, "chunk magic 0x%08x", util_get32(h));
         uint16_t flags = util_get16(h + 4), type = util_get16(h + 6);
         uint32_t length = util_get32(h + 16);
         CHECK(util_get64(h + 8) == r->cookie, "chunk cookie");
@@ -239,13 +237,12 @@ static uint32_t check_structured(struct stream *out, const struct nbd_request *r
                       offset - r->offset <= r->length - size,
                   "chunk %llu+%llu outside the request %llu+%u", (unsigned long long)offset,
                   (unsigned long long)size, (unsigned long long)r->offset, r->length);
-            CHECK(!(r->flags & NBD_CMD_FLAG_DF) || size == r->length,
-                  "DF read split into chunks");
+            CHECK(!(r->flags & NBD_CMD_FLAG_DF) || size == r->length, "DF read split into chunks");
             /* The server splits on 512-byte boundaries (it only serves
              * aligned requests), so a sector table finds overlaps. */
             CHECK(offset % SECTOR == 0 && size % SECTOR == 0, "unaligned chunk");
-            for (uint64_t s = (offset - r->offset) / SECTOR; s < (offset - r->offset + size) / SECTOR;
-                 s++) {
+            for (uint64_t s = (offset - r->offset) / SECTOR;
+                 s < (offset - r->offset + size) / SECTOR; s++) {
                 CHECK(!covered[s], "chunks overlap at sector %llu", (unsigned long long)s);
                 covered[s] = true;
             }
@@ -336,23 +333,23 @@ static void check_replies(const uint8_t *input, size_t size, const uint8_t *outp
         if (expected != 0) {
             CHECK(error == expected, "error %u, nbd_check_request says %u", error, expected);
         } else {
-            CHECK(error == 0 || engine_error_allowed(set, &r, error), "error %u for type %u",
-                  error, r.type);
+            CHECK(error == 0 || engine_error_allowed(set, &r, error), "error %u for type %u", error,
+                  r.type);
         }
         /* Independent of nbd_check_request: what must never succeed. */
         if (error == 0) {
             CHECK(r.type <= NBD_CMD_BLOCK_STATUS, "unknown type %u accepted", r.type);
             if (r.type != NBD_CMD_FLUSH)
-                CHECK(range_valid(&r), "range %llu+%u accepted",
-                      (unsigned long long)r.offset, r.length);
+                CHECK(range_valid(&r), "range %llu+%u accepted", (unsigned long long)r.offset,
+                      r.length);
             CHECK(!set->read_only || r.type == NBD_CMD_READ || r.type == NBD_CMD_FLUSH ||
                       r.type == NBD_CMD_CACHE || r.type == NBD_CMD_BLOCK_STATUS,
                   "type %u accepted on a read-only export", r.type);
             CHECK(r.type != NBD_CMD_BLOCK_STATUS || set->meta, "BLOCK_STATUS without context");
         }
 
-        bool writes = r.type == NBD_CMD_WRITE || r.type == NBD_CMD_TRIM ||
-                      r.type == NBD_CMD_WRITE_ZEROES;
+        bool writes =
+            r.type == NBD_CMD_WRITE || r.type == NBD_CMD_TRIM || r.type == NBD_CMD_WRITE_ZEROES;
         if (writes && error == 0) {
             if (r.type == NBD_CMD_WRITE)
                 memcpy(model + r.offset, payload, r.length);
@@ -446,8 +443,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(pthread_join(client_thread, NULL) == 0, "pthread_join");
     CHECK(!atomic_load(&conn->dead), "a send failed although the client reads everything");
     if (workers_wanted == 1)
-        check_replies(stream, stream_size, client.output, client.output_size, &set,
-                      &conn->session);
+        check_replies(stream, stream_size, client.output, client.output_size, &set, &conn->session);
 
     close(fds[0]);
     close(fds[1]);

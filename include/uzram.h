@@ -120,8 +120,7 @@ int uzram_discard(struct uzram *dev, uint64_t offset, uint64_t length);
  * uzram_discard(); with it true whole pages are stored as same-filled zero
  * pages (as a device with NBD's NO_HOLE flag must) and still use no pool
  * memory. Errors: as uzram_write(). */
-int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length,
-                       bool keep_allocated);
+int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length, bool keep_allocated);
 
 /* Allocation status of the run that starts at `offset`, for NBD's
  * BLOCK_STATUS and for sparse copies. On success *flags is a combination of
@@ -131,8 +130,8 @@ int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length,
  * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io). */
 #define UZRAM_EXTENT_HOLE 1u
 #define UZRAM_EXTENT_ZERO 2u
-int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
-                 uint64_t *run_length, unsigned *flags);
+int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *run_length,
+                 unsigned *flags);
 
 /* Move objects out of sparsely used pool pages and return the pages that
  * become empty to the operating system, while I/O goes on. Adds the pages
@@ -177,26 +176,26 @@ int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * All sizes are bytes. */
 struct uzram_stats {
     /* mm_stat, in zram's order */
-    uint64_t orig_data_size;  /* pages stored (any form) * 4096 */
-    uint64_t compr_data_size; /* bytes of distinct stored objects (huge: 4096 each) */
-    uint64_t mem_used_total;  /* pool memory really held, fragmentation included */
-    uint64_t mem_limit;       /* 0: no limit */
-    uint64_t mem_used_max;    /* peak of mem_used_total since create/reset */
-    uint64_t same_pages;      /* pages stored as one repeated word */
-    uint64_t pages_compacted; /* pool pages given back by compaction */
-    uint64_t huge_pages;      /* pages stored raw now */
-    uint64_t huge_pages_since;/* pages ever stored raw since create/reset */
-    uint64_t dup_data_size;   /* bytes that duplicates did not have to store */
-    uint64_t meta_data_size;  /* memory of the dedup index */
+    uint64_t orig_data_size;   /* pages stored (any form) * 4096 */
+    uint64_t compr_data_size;  /* bytes of distinct stored objects (huge: 4096 each) */
+    uint64_t mem_used_total;   /* pool memory really held, fragmentation included */
+    uint64_t mem_limit;        /* 0: no limit */
+    uint64_t mem_used_max;     /* peak of mem_used_total since create/reset */
+    uint64_t same_pages;       /* pages stored as one repeated word */
+    uint64_t pages_compacted;  /* pool pages given back by compaction */
+    uint64_t huge_pages;       /* pages stored raw now */
+    uint64_t huge_pages_since; /* pages ever stored raw since create/reset */
+    uint64_t dup_data_size;    /* bytes that duplicates did not have to store */
+    uint64_t meta_data_size;   /* memory of the dedup index */
     /* io_stat */
     uint64_t failed_reads;
     uint64_t failed_writes;
     uint64_t invalid_io;
-    uint64_t notify_free;     /* pages freed by discard or write-zeroes */
+    uint64_t notify_free; /* pages freed by discard or write-zeroes */
     /* debug_stat */
     uint64_t dedup_hash_collisions; /* hash matched, content differed */
-    uint64_t pages_stored;    /* orig_data_size / 4096 */
-    uint64_t zero_pages;      /* same-filled pages whose word is 0 */
+    uint64_t pages_stored;          /* orig_data_size / 4096 */
+    uint64_t zero_pages;            /* same-filled pages whose word is 0 */
 };
 
 /* Fill `stats` (of `size` bytes, normally sizeof *stats). Counters are read
@@ -277,13 +276,11 @@ void uzram_codec_close(struct uzram_codec *codec);
 
 /* Compress one page (4096 bytes) into dst (capacity `capacity`). Returns the
  * compressed length, 0 when it does not fit in `capacity`, or -EIO. */
-int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst,
-                         size_t capacity);
+int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst, size_t capacity);
 
 /* Decompress `length` bytes from src into a 4096-byte page. Returns 0, or
  * -EIO when the data is corrupt or does not decompress to exactly a page. */
-int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length,
-                           void *page);
+int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length, void *page);
 
 /* Memory the pool would hold for one object of `length` compressed bytes,
  * averaged over a full pool page group (size-class rounding, object header

@@ -77,8 +77,8 @@ int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
         return length;
     }
     if (strcmp(name, "algorithm_params") == 0) {
-        int length = snprintf(buf, size, "algo=%s level=%d\n", config.comp_algorithm,
-                              config.comp_level);
+        int length =
+            snprintf(buf, size, "algo=%s level=%d\n", config.comp_algorithm, config.comp_level);
         return length < 0 || (size_t)length >= size ? -ERANGE : length;
     }
     if (strcmp(name, "same_filled") == 0)
@@ -95,11 +95,12 @@ int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
         return uzram_format_io_stat(&stats, buf, size);
     if (strcmp(name, "debug_stat") == 0) {
         /* zram's debug_stat starts with a version field */
-        int length = snprintf(buf, size, "version: 1\nhash_collisions: %llu\npages_stored: %llu\n"
-                              "zero_pages: %llu\n",
-                              (unsigned long long)stats.dedup_hash_collisions,
-                              (unsigned long long)stats.pages_stored,
-                              (unsigned long long)stats.zero_pages);
+        int length =
+            snprintf(buf, size,
+                     "version: 1\nhash_collisions: %llu\npages_stored: %llu\n"
+                     "zero_pages: %llu\n",
+                     (unsigned long long)stats.dedup_hash_collisions,
+                     (unsigned long long)stats.pages_stored, (unsigned long long)stats.zero_pages);
         return length < 0 || (size_t)length >= size ? -ERANGE : length;
     }
     return uzram_format_json(&stats, buf, size); /* stat_json */

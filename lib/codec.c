@@ -23,8 +23,8 @@ int uzram_algorithm_list(const char *current, char *buf, size_t size)
     for (int id = 0; id < COMP_COUNT; id++) {
         const char *name = comp_name(id);
         bool selected = current && strcmp(current, name) == 0;
-        int n = snprintf(buf + used, size - used, selected ? "%s[%s]" : "%s%s",
-                         id == 0 ? "" : " ", name);
+        int n = snprintf(buf + used, size - used, selected ? "%s[%s]" : "%s%s", id == 0 ? "" : " ",
+                         name);
         if (n < 0 || (size_t)n >= size - used) {
             buf[0] = '\0';
             return -ERANGE;
@@ -75,16 +75,14 @@ void uzram_codec_close(struct uzram_codec *codec)
     free(codec);
 }
 
-int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst,
-                         size_t capacity)
+int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst, size_t capacity)
 {
     if (!codec || !page || (!dst && capacity))
         return -EINVAL;
     return comp_compress(codec->algorithm, codec->level, page, dst, capacity);
 }
 
-int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length,
-                           void *page)
+int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length, void *page)
 {
     if (!codec || !page || (!src && length))
         return -EINVAL;

@@ -87,8 +87,7 @@ static void *lzo_compress_context_new(int level)
     return malloc(sizeof(struct lzo_context));
 }
 
-static int lzo_compress_page(void *context, int level, const void *page, void *dst,
-                             size_t capacity)
+static int lzo_compress_page(void *context, int level, const void *page, void *dst, size_t capacity)
 {
     struct lzo_context *lzo = context;
     lzo_uint length = 0;
@@ -133,8 +132,7 @@ static void *lz4_compress_context_new(int level)
     return malloc((size_t)LZ4_sizeofState());
 }
 
-static int lz4_compress_page(void *context, int level, const void *page, void *dst,
-                             size_t capacity)
+static int lz4_compress_page(void *context, int level, const void *page, void *dst, size_t capacity)
 {
     (void)level;
     int cap = capacity > (size_t)LZ4_compressBound(PAGE_SIZE) ? LZ4_compressBound(PAGE_SIZE)
@@ -369,9 +367,8 @@ static const struct comp_backend deflate_backend = {
 
 /* Indexed by enum comp_algorithm: the ids are stored in page slots. */
 static const struct comp_backend *const backends[COMP_COUNT] = {
-    [COMP_LZO] = &lzo_backend,         [COMP_LZ4] = &lz4_backend,
-    [COMP_LZ4HC] = &lz4hc_backend,     [COMP_ZSTD] = &zstd_backend,
-    [COMP_DEFLATE] = &deflate_backend,
+    [COMP_LZO] = &lzo_backend,   [COMP_LZ4] = &lz4_backend,         [COMP_LZ4HC] = &lz4hc_backend,
+    [COMP_ZSTD] = &zstd_backend, [COMP_DEFLATE] = &deflate_backend,
 };
 
 /* This thread's contexts, made on first use. A pthread key whose value

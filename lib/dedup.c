@@ -92,8 +92,7 @@ int dedup_create(uint64_t page_count, struct dedup **out)
                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (dedup->entries == MAP_FAILED)
         goto fail_entries;
-    dedup->buckets =
-        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(bucket_count, sizeof *dedup->buckets);
+    dedup->buckets = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(bucket_count, sizeof *dedup->buckets);
     if (!dedup->buckets)
         goto fail_buckets;
     for (int i = 0; i < STRIPE_COUNT; i++)
@@ -402,4 +401,3 @@ void dedup_relocate(struct uzram *dev, uint32_t id, uint64_t new_handle)
     entry_set_handle(entry, new_handle);
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
 }
-

@@ -33,7 +33,7 @@
 #define SLOTS_PER_CHUNK_SHIFT 10u
 #define SLOTS_PER_CHUNK (1u << SLOTS_PER_CHUNK_SHIFT)
 #define CHUNK_BYTES ((size_t)SLOTS_PER_CHUNK * SLOT_BYTES) /* 64 MiB */
-#define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
+#define MAX_CHUNKS (1u << 16)                              /* 4 TiB of address space, 2^26 spans */
 
 #define OBJECT_INDEX_BITS 12u
 #define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
@@ -111,9 +111,9 @@ struct pool {
 
     pthread_mutex_t slot_lock;
     _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
-    uint32_t chunk_count;       /* under slot_lock */
-    uint32_t next_unused_slot;  /* under slot_lock: slots never used yet */
-    uint32_t *free_slots;       /* under slot_lock: stack of released slots */
+    uint32_t chunk_count;                 /* under slot_lock */
+    uint32_t next_unused_slot;            /* under slot_lock: slots never used yet */
+    uint32_t *free_slots;                 /* under slot_lock: stack of released slots */
     size_t free_slot_count;
     size_t free_slot_capacity;
 
@@ -219,8 +219,7 @@ static struct pool_span *span_of(struct pool *pool, uint64_t handle)
         atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT], memory_order_acquire);
     if (!chunk)
         return NULL;
-    return atomic_load_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)],
-                                memory_order_acquire);
+    return atomic_load_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], memory_order_acquire);
 }
 
 static unsigned char *object_start(const struct class_shape *shape, const struct pool_span *span,
@@ -325,13 +324,12 @@ static int reserve_memory(struct pool *pool, uint64_t bytes)
         if (limit != 0 && used + bytes > limit)
             return -ENOSPC;
     } while (!atomic_compare_exchange_weak_explicit(&pool->mem_used, &used, used + bytes,
-                                                    memory_order_relaxed,
-                                                    memory_order_relaxed));
+                                                    memory_order_relaxed, memory_order_relaxed));
     uint64_t now = used + bytes;
     uint64_t peak = atomic_load_explicit(&pool->mem_used_max, memory_order_relaxed);
-    while (peak < now && !atomic_compare_exchange_weak_explicit(&pool->mem_used_max, &peak, now,
-                                                                memory_order_relaxed,
-                                                                memory_order_relaxed))
+    while (peak < now &&
+           !atomic_compare_exchange_weak_explicit(&pool->mem_used_max, &peak, now,
+                                                  memory_order_relaxed, memory_order_relaxed))
         ;
     return 0;
 }
@@ -398,8 +396,7 @@ static void give_back_slot(struct pool *pool, uint32_t slot)
 
 static struct pool_chunk *chunk_of_slot(struct pool *pool, uint32_t slot)
 {
-    return atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT],
-                                memory_order_acquire);
+    return atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT], memory_order_acquire);
 }
 
 /* Make an empty span of class `class_index`, published in the span table
@@ -434,8 +431,7 @@ static int create_span(struct pool *pool, unsigned class_index, struct pool_span
     span->free_head = 0;
     for (unsigned i = 0; i < shape->objects; i++)
         span->next_free[i] = (uint16_t)(i + 1 < shape->objects ? i + 1 : FREE_LIST_END);
-    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], span,
-                          memory_order_release);
+    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], span, memory_order_release);
     *out = span;
     return 0;
 }
@@ -451,8 +447,7 @@ static void release_span(struct pool *pool, struct pool_span *span)
      * mapped; if it did, the pages would merely stay resident. */
     (void)madvise(span->base, bytes, MADV_DONTNEED);
     struct pool_chunk *chunk = chunk_of_slot(pool, slot);
-    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], NULL,
-                          memory_order_release);
+    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], NULL, memory_order_release);
     free(span);
     give_back_slot(pool, slot);
     atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);

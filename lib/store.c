@@ -578,8 +578,8 @@ int uzram_reset(struct uzram *dev)
     for (uint64_t index = 0; index < dev->page_count; index++)
         discard_page(dev, index);
     _Atomic uint64_t *cumulative[] = {
-        &dev->huge_pages_since, &dev->pages_compacted, &dev->failed_reads,
-        &dev->failed_writes,    &dev->invalid_io,      &dev->notify_free,
+        &dev->huge_pages_since,      &dev->pages_compacted, &dev->failed_reads,
+        &dev->failed_writes,         &dev->invalid_io,      &dev->notify_free,
         &dev->dedup_hash_collisions,
     };
     for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)

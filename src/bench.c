@@ -403,8 +403,7 @@ static int run_phase(struct worker *workers, unsigned threads, bool reading, dou
     for (unsigned t = 0; t < threads; t++) {
         if (workers[t].error) {
             fprintf(stderr, "uzram bench: uzram_%s of page %" PRIu64 " failed: %s\n",
-                    reading ? "read" : "write", workers[t].error_page,
-                    strerror(-workers[t].error));
+                    reading ? "read" : "write", workers[t].error_page, strerror(-workers[t].error));
             return workers[t].error;
         }
         if (workers[t].start_ns < start)
@@ -432,7 +431,7 @@ struct measure_request {
 struct measure_result {
     double write_mbps, write_pps;
     double read_mbps, read_pps;
-    uint64_t pages; /* written in the last repetition */
+    uint64_t pages;           /* written in the last repetition */
     struct uzram_stats stats; /* right after the last write phase */
 };
 
@@ -446,13 +445,12 @@ static int verify_sample(struct uzram *dev, const struct bench_data *data,
             uint64_t index = workers[t].first + i;
             int rc = uzram_read(dev, index * PAGE, page, PAGE);
             if (rc) {
-                fprintf(stderr, "uzram bench: verify read of page %" PRIu64 " failed: %s\n",
-                        index, strerror(-rc));
+                fprintf(stderr, "uzram bench: verify read of page %" PRIu64 " failed: %s\n", index,
+                        strerror(-rc));
                 return rc;
             }
             if (memcmp(page, page_at(data, index), PAGE) != 0) {
-                fprintf(stderr, "uzram bench: page %" PRIu64 " reads back different data\n",
-                        index);
+                fprintf(stderr, "uzram bench: page %" PRIu64 " reads back different data\n", index);
                 return -EIO;
             }
         }
@@ -478,7 +476,8 @@ static int measure(const struct measure_request *req, struct measure_result *out
         struct uzram *dev = NULL;
         rc = uzram_create(&config, &dev);
         if (rc) {
-            fprintf(stderr, "uzram bench: uzram_create(%s, %" PRIu64 " bytes, dedup %s) failed: %s\n",
+            fprintf(stderr,
+                    "uzram bench: uzram_create(%s, %" PRIu64 " bytes, dedup %s) failed: %s\n",
                     req->algorithm, config.disksize, req->dedup ? "on" : "off", strerror(-rc));
             break;
         }
@@ -528,11 +527,12 @@ static int measure(const struct measure_request *req, struct measure_result *out
 
 static int run_sweep(const struct bench_options *opt, struct output *out)
 {
-    section_begin(out, "throughput", "write then read of 4 KiB pages into a fresh device (MB/s = 10^6 B/s, best of repeats)");
+    section_begin(
+        out, "throughput",
+        "write then read of 4 KiB pages into a fresh device (MB/s = 10^6 B/s, best of repeats)");
     if (!out->json)
-        printf("%-8s %-7s %3s %9s %10s %9s %10s %7s %8s %9s\n", "algo", "data", "thr",
-               "write MB/s", "pages/s", "read MB/s", "pages/s", "ratio", "mem/compr",
-               "pages");
+        printf("%-8s %-7s %3s %9s %10s %9s %10s %7s %8s %9s\n", "algo", "data", "thr", "write MB/s",
+               "pages/s", "read MB/s", "pages/s", "ratio", "mem/compr", "pages");
     int rc = 0;
     for (int k = 0; k < opt->kind_count && rc == 0; k++) {
         struct bench_data data = {0};
@@ -545,9 +545,12 @@ static int run_sweep(const struct bench_options *opt, struct output *out)
         for (int a = 0; a < opt->algorithm_count && rc == 0; a++) {
             for (int t = 0; t < opt->thread_count && rc == 0; t++) {
                 struct measure_request req = {
-                    .algorithm = opt->algorithms[a], .dedup = false,
-                    .threads = opt->threads[t], .data = &data,
-                    .budget = opt->budget, .repeat = opt->repeat,
+                    .algorithm = opt->algorithms[a],
+                    .dedup = false,
+                    .threads = opt->threads[t],
+                    .data = &data,
+                    .budget = opt->budget,
+                    .repeat = opt->repeat,
                 };
                 struct measure_result res;
                 rc = measure(&req, &res);
@@ -564,8 +567,8 @@ static int run_sweep(const struct bench_options *opt, struct output *out)
                     printf(", \"threads\": %u, \"pages\": %" PRIu64
                            ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
                            ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f, \"ratio\": ",
-                           req.threads, res.pages, res.write_mbps, res.write_pps,
-                           res.read_mbps, res.read_pps);
+                           req.threads, res.pages, res.write_mbps, res.write_pps, res.read_mbps,
+                           res.read_pps);
                     json_ratio(ratio);
                     printf(", \"pool_overhead\": ");
                     json_ratio(overhead);
@@ -573,16 +576,14 @@ static int run_sweep(const struct bench_options *opt, struct output *out)
                            ", \"mem_used_total\": %" PRIu64 ", \"same_pages\": %" PRIu64
                            ", \"huge_pages\": %" PRIu64 "}",
                            res.stats.orig_data_size, res.stats.compr_data_size,
-                           res.stats.mem_used_total, res.stats.same_pages,
-                           res.stats.huge_pages);
+                           res.stats.mem_used_total, res.stats.same_pages, res.stats.huge_pages);
                 } else {
                     char ratio_text[16], overhead_text[16];
                     format_ratio(ratio_text, sizeof ratio_text, ratio);
                     format_ratio(overhead_text, sizeof overhead_text, overhead);
                     printf("%-8s %-7s %3u %10.1f %10.0f %9.1f %10.0f %7s %9s %9" PRIu64 "\n",
-                           req.algorithm, data.name, req.threads, res.write_mbps,
-                           res.write_pps, res.read_mbps, res.read_pps, ratio_text,
-                           overhead_text, res.pages);
+                           req.algorithm, data.name, req.threads, res.write_mbps, res.write_pps,
+                           res.read_mbps, res.read_pps, ratio_text, overhead_text, res.pages);
                 }
                 fflush(stdout);
             }
@@ -617,15 +618,16 @@ static int run_codec(const struct bench_options *opt, struct output *out)
         goto out;
     }
     double budget = opt->budget < 0.1 ? opt->budget : 0.1;
-    section_begin(out, "codec", "codecs alone on 'half' pages, 1 thread, uzram_codec_* (MB/s of pages)");
+    section_begin(out, "codec",
+                  "codecs alone on 'half' pages, 1 thread, uzram_codec_* (MB/s of pages)");
     if (!out->json)
         printf("%-8s %12s %14s %7s\n", "algo", "compress MB/s", "decompress MB/s", "ratio");
     for (int a = 0; a < opt->algorithm_count && rc == 0; a++) {
         struct uzram_codec *codec = NULL;
         rc = uzram_codec_open(opt->algorithms[a], 0, &codec);
         if (rc) {
-            fprintf(stderr, "uzram bench: uzram_codec_open(%s) failed: %s\n",
-                    opt->algorithms[a], strerror(-rc));
+            fprintf(stderr, "uzram bench: uzram_codec_open(%s) failed: %s\n", opt->algorithms[a],
+                    strerror(-rc));
             break;
         }
         double best[2] = {0, 0};
@@ -744,7 +746,9 @@ static int run_same_check(const struct bench_options *opt, struct output *out)
     };
     /* shorter slices than the throughput phases: these loops are tiny and steady */
     double budget = opt->budget < 0.1 ? opt->budget : 0.1;
-    section_begin(out, "same_filled_check", "uzram_page_same_filled alone (GB/s = 10^9 B/s of pages checked, best of repeats)");
+    section_begin(
+        out, "same_filled_check",
+        "uzram_page_same_filled alone (GB/s = 10^9 B/s of pages checked, best of repeats)");
     if (!out->json)
         printf("%-32s %10s %10s\n", "page", "GB/s", "ns/call");
     int rc = 0;
@@ -814,7 +818,8 @@ static int run_dedup(const struct bench_options *opt, struct output *out)
     const char *algorithm = opt->algorithms[0];
     int rc = 0;
 
-    section_begin(out, "dedup", "dedup off vs on: half-compressible pages, all unique / all identical");
+    section_begin(out, "dedup",
+                  "dedup off vs on: half-compressible pages, all unique / all identical");
     if (!out->json)
         printf("algorithm %s; identical = every page written from one static buffer\n"
                "%-10s %3s %12s %12s %7s %12s %12s %7s\n",
@@ -831,8 +836,12 @@ static int run_dedup(const struct bench_options *opt, struct output *out)
         for (int t = 0; t < opt->thread_count && rc == 0; t++) {
             for (int d = 0; d < 2 && rc == 0; d++) {
                 struct measure_request req = {
-                    .algorithm = algorithm, .dedup = d == 1, .threads = opt->threads[t],
-                    .data = &data, .budget = opt->budget, .repeat = opt->repeat,
+                    .algorithm = algorithm,
+                    .dedup = d == 1,
+                    .threads = opt->threads[t],
+                    .data = &data,
+                    .budget = opt->budget,
+                    .repeat = opt->repeat,
                 };
                 rc = measure(&req, &cells[w][t][d].result);
                 cells[w][t][d].valid = rc == 0;
@@ -845,22 +854,24 @@ static int run_dedup(const struct bench_options *opt, struct output *out)
                 for (int d = 0; d < 2; d++) {
                     const struct measure_result *r = &cells[w][t][d].result;
                     item_begin(out);
-                    printf("\"workload\": \"%s\", \"threads\": %u, \"dedup\": %s, \"pages\": %" PRIu64
-                           ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
-                           ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f"
-                           ", \"compr_data_size\": %" PRIu64 ", \"mem_used_total\": %" PRIu64
-                           ", \"dup_data_size\": %" PRIu64 ", \"meta_data_size\": %" PRIu64 "}",
-                           workloads[w], opt->threads[t], d ? "true" : "false", r->pages,
-                           r->write_mbps, r->write_pps, r->read_mbps, r->read_pps,
-                           r->stats.compr_data_size, r->stats.mem_used_total,
-                           r->stats.dup_data_size, r->stats.meta_data_size);
+                    printf(
+                        "\"workload\": \"%s\", \"threads\": %u, \"dedup\": %s, \"pages\": %" PRIu64
+                        ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
+                        ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f"
+                        ", \"compr_data_size\": %" PRIu64 ", \"mem_used_total\": %" PRIu64
+                        ", \"dup_data_size\": %" PRIu64 ", \"meta_data_size\": %" PRIu64 "}",
+                        workloads[w], opt->threads[t], d ? "true" : "false", r->pages,
+                        r->write_mbps, r->write_pps, r->read_mbps, r->read_pps,
+                        r->stats.compr_data_size, r->stats.mem_used_total, r->stats.dup_data_size,
+                        r->stats.meta_data_size);
                 }
             } else {
-                printf("%-10s %3u %12.1f %12.1f %7.3f %12.1f %12.1f %7.3f\n", workloads[w],
-                       opt->threads[t], off->write_mbps, on->write_mbps,
-                       ratio_of((uint64_t)(on->write_mbps * 1000), (uint64_t)(off->write_mbps * 1000)),
-                       off->read_mbps, on->read_mbps,
-                       ratio_of((uint64_t)(on->read_mbps * 1000), (uint64_t)(off->read_mbps * 1000)));
+                printf(
+                    "%-10s %3u %12.1f %12.1f %7.3f %12.1f %12.1f %7.3f\n", workloads[w],
+                    opt->threads[t], off->write_mbps, on->write_mbps,
+                    ratio_of((uint64_t)(on->write_mbps * 1000), (uint64_t)(off->write_mbps * 1000)),
+                    off->read_mbps, on->read_mbps,
+                    ratio_of((uint64_t)(on->read_mbps * 1000), (uint64_t)(off->read_mbps * 1000)));
             }
             fflush(stdout);
         }
@@ -888,17 +899,18 @@ static int run_dedup(const struct bench_options *opt, struct output *out)
         snprintf(name, sizeof name, "unique_write_on_off_%ut", opt->threads[t]);
         snprintf(text, sizeof text, "unique pages, write on/off, %u thread(s)", opt->threads[t]);
         print_target(out, name, text,
-                     cells[0][t][1].result.write_mbps / cells[0][t][0].result.write_mbps, 0.9,
-                     true, &first);
+                     cells[0][t][1].result.write_mbps / cells[0][t][0].result.write_mbps, 0.9, true,
+                     &first);
     }
     if (one >= 0)
         print_target(out, "identical_write_on_off_1t", "identical pages, write on/off, 1 thread",
-                     cells[1][one][1].result.write_mbps / cells[1][one][0].result.write_mbps,
-                     1.0, true, &first);
+                     cells[1][one][1].result.write_mbps / cells[1][one][0].result.write_mbps, 1.0,
+                     true, &first);
     if (one >= 0 && two >= 0) {
-        print_target(out, "identical_dedup_on_write_2t_1t", "identical pages, dedup on, write 2t/1t",
-                     cells[1][two][1].result.write_mbps / cells[1][one][1].result.write_mbps,
-                     1.5, true, &first);
+        print_target(out, "identical_dedup_on_write_2t_1t",
+                     "identical pages, dedup on, write 2t/1t",
+                     cells[1][two][1].result.write_mbps / cells[1][one][1].result.write_mbps, 1.5,
+                     true, &first);
         double off_scaling =
             cells[1][two][0].result.write_mbps / cells[1][one][0].result.write_mbps;
         if (out->json)
@@ -918,8 +930,12 @@ static int run_dedup(const struct bench_options *opt, struct output *out)
         return rc;
     }
     struct measure_request req = {
-        .algorithm = algorithm, .dedup = true, .threads = 1, .data = &data,
-        .budget = 0, .repeat = 1,
+        .algorithm = algorithm,
+        .dedup = true,
+        .threads = 1,
+        .data = &data,
+        .budget = 0,
+        .repeat = 1,
     };
     struct measure_result full;
     rc = measure(&req, &full);
@@ -930,8 +946,8 @@ static int run_dedup(const struct bench_options *opt, struct output *out)
     uint64_t objects = st->pages_stored - st->same_pages;
     if (objects) {
         double per_object = (double)st->meta_data_size / (double)objects;
-        print_target(out, "dedup_meta_bytes_per_object",
-                     "dedup metadata, bytes per unique object", per_object, 24, false, &first);
+        print_target(out, "dedup_meta_bytes_per_object", "dedup metadata, bytes per unique object",
+                     per_object, 24, false, &first);
         if (out->json)
             printf(",\n    {\"check\": \"dedup_meta_detail\", \"meta_data_size\": %" PRIu64
                    ", \"unique_objects\": %" PRIu64 ", \"entry_cost\": %zu"
@@ -962,16 +978,19 @@ static int run_file(const struct bench_options *opt, struct output *out)
         return rc;
     section_begin(out, "file", "pages of real data (whole data set, no time limit)");
     if (!out->json)
-        printf("%-8s %5s %3s %10s %9s %7s %12s %12s %12s %9s %12s %10s\n", "algo", "dedup",
-               "thr", "write MB/s", "read MB/s", "ratio", "orig", "compr", "mem_used",
-               "mem/compr", "dup_data", "meta");
+        printf("%-8s %5s %3s %10s %9s %7s %12s %12s %12s %9s %12s %10s\n", "algo", "dedup", "thr",
+               "write MB/s", "read MB/s", "ratio", "orig", "compr", "mem_used", "mem/compr",
+               "dup_data", "meta");
     for (int a = 0; a < opt->algorithm_count && rc == 0; a++) {
         for (int d = 0; d < (opt->run_dedup ? 2 : 1) && rc == 0; d++) {
             for (int t = 0; t < opt->thread_count && rc == 0; t++) {
                 struct measure_request req = {
-                    .algorithm = opt->algorithms[a], .dedup = d == 1,
-                    .threads = opt->threads[t], .data = &data,
-                    .budget = 0, .repeat = opt->repeat,
+                    .algorithm = opt->algorithms[a],
+                    .dedup = d == 1,
+                    .threads = opt->threads[t],
+                    .data = &data,
+                    .budget = 0,
+                    .repeat = opt->repeat,
                 };
                 struct measure_result res;
                 rc = measure(&req, &res);
@@ -1003,16 +1022,15 @@ static int run_file(const struct bench_options *opt, struct output *out)
                            ", \"huge_pages\": %" PRIu64 ", \"dup_data_size\": %" PRIu64
                            ", \"meta_data_size\": %" PRIu64 ", \"mm_stat\": ",
                            st->orig_data_size, st->compr_data_size, st->mem_used_total,
-                           st->same_pages, st->huge_pages, st->dup_data_size,
-                           st->meta_data_size);
+                           st->same_pages, st->huge_pages, st->dup_data_size, st->meta_data_size);
                     json_string(mm_stat);
                     printf("}");
                 } else {
                     char ratio_text[16], overhead_text[16];
                     format_ratio(ratio_text, sizeof ratio_text, ratio);
                     format_ratio(overhead_text, sizeof overhead_text, overhead);
-                    printf("%-8s %5s %3u %10.1f %9.1f %7s %12" PRIu64 " %12" PRIu64
-                           " %12" PRIu64 " %9s %12" PRIu64 " %10" PRIu64 "\n",
+                    printf("%-8s %5s %3u %10.1f %9.1f %7s %12" PRIu64 " %12" PRIu64 " %12" PRIu64
+                           " %9s %12" PRIu64 " %10" PRIu64 "\n",
                            req.algorithm, d ? "on" : "off", req.threads, res.write_mbps,
                            res.read_mbps, ratio_text, st->orig_data_size, st->compr_data_size,
                            st->mem_used_total, overhead_text, st->dup_data_size,
@@ -1108,35 +1126,38 @@ static int dump_data(const struct bench_options *opt)
 
 static void usage(FILE *to)
 {
-    fprintf(to,
-            "usage: uzram bench [options]\n"
-            "  Measures the engine in-process through its public API.\n"
-            "  With no section option: throughput of every algorithm x data kind x thread\n"
-            "  count, then the same-filled check alone.\n"
-            "\n"
-            "sections:\n"
-            "  --dedup            dedup off vs on side by side (unique and identical pages);\n"
-            "                     with --file/--tree: the real data with dedup off and on\n"
-            "  --same-check       only the same-filled check\n"
-            "  --all              throughput, same-filled check and dedup\n"
-            "  --file PATH        store the pages of a file (- for stdin) and report memory\n"
-            "  --tree DIR         store every regular file under DIR, each from a page boundary\n"
-            "                     (may be given many times; the trees are stored one after another)\n"
-            "  --dump-data KIND   write --size bytes of generated pages of KIND to stdout;\n"
-            "                     KIND 'loaded' writes the pages of --file/--tree as stored\n"
-            "\n"
-            "options:\n"
-            "  -a, --algorithms LIST   comma-separated (default lz4,lz4hc,zstd,lzo,deflate;\n"
-            "                          lz4 for --dedup, --file, --tree)\n"
-            "  -k, --kinds LIST        data kinds: same,half,text,random,zero (default same,half,text,random)\n"
-            "  -t, --threads LIST      thread counts (default 1,2; 1 for --file/--tree)\n"
-            "  -s, --size SIZE         bytes of pages per measurement (default 256M; for --file/--tree\n"
-            "                          the most to load, default all)\n"
-            "  -r, --repeat N          repetitions of each measurement, best is kept (default 3)\n"
-            "  -b, --budget SECONDS    a timed phase stops early after this long (default 0.25)\n"
-            "      --seed N            data generator seed (default 1)\n"
-            "      --json              one JSON document instead of tables\n"
-            "  -h, --help\n");
+    fprintf(
+        to,
+        "usage: uzram bench [options]\n"
+        "  Measures the engine in-process through its public API.\n"
+        "  With no section option: throughput of every algorithm x data kind x thread\n"
+        "  count, then the same-filled check alone.\n"
+        "\n"
+        "sections:\n"
+        "  --dedup            dedup off vs on side by side (unique and identical pages);\n"
+        "                     with --file/--tree: the real data with dedup off and on\n"
+        "  --same-check       only the same-filled check\n"
+        "  --all              throughput, same-filled check and dedup\n"
+        "  --file PATH        store the pages of a file (- for stdin) and report memory\n"
+        "  --tree DIR         store every regular file under DIR, each from a page boundary\n"
+        "                     (may be given many times; the trees are stored one after another)\n"
+        "  --dump-data KIND   write --size bytes of generated pages of KIND to stdout;\n"
+        "                     KIND 'loaded' writes the pages of --file/--tree as stored\n"
+        "\n"
+        "options:\n"
+        "  -a, --algorithms LIST   comma-separated (default lz4,lz4hc,zstd,lzo,deflate;\n"
+        "                          lz4 for --dedup, --file, --tree)\n"
+        "  -k, --kinds LIST        data kinds: same,half,text,random,zero (default "
+        "same,half,text,random)\n"
+        "  -t, --threads LIST      thread counts (default 1,2; 1 for --file/--tree)\n"
+        "  -s, --size SIZE         bytes of pages per measurement (default 256M; for "
+        "--file/--tree\n"
+        "                          the most to load, default all)\n"
+        "  -r, --repeat N          repetitions of each measurement, best is kept (default 3)\n"
+        "  -b, --budget SECONDS    a timed phase stops early after this long (default 0.25)\n"
+        "      --seed N            data generator seed (default 1)\n"
+        "      --json              one JSON document instead of tables\n"
+        "  -h, --help\n");
 }
 
 /* Split a comma-separated list in place into at most MAX_LIST items. */
@@ -1222,7 +1243,8 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
             for (int i = 0; i < n; i++) {
                 opt->kinds[i] = datagen_kind_from_name(items[i]);
                 if (opt->kinds[i] < 0) {
-                    fprintf(stderr, "uzram bench: unknown data kind '%s' (zero same text half random)\n",
+                    fprintf(stderr,
+                            "uzram bench: unknown data kind '%s' (zero same text half random)\n",
                             items[i]);
                     return -EINVAL;
                 }
@@ -1324,7 +1346,8 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
     }
     if (!opt->algorithms_given) {
         bool one = real_data || (opt->run_dedup && !opt->run_sweep);
-        opt->algorithm_count = one ? 1 : (int)(sizeof default_algorithms / sizeof default_algorithms[0]);
+        opt->algorithm_count =
+            one ? 1 : (int)(sizeof default_algorithms / sizeof default_algorithms[0]);
         for (int i = 0; i < opt->algorithm_count; i++)
             opt->algorithms[i] = default_algorithms[i];
     }
@@ -1389,7 +1412,8 @@ int cmd_bench(int argc, char **argv)
                    uzram_version(), opt.size >> 20, opt.repeat, opt.budget, opt.seed);
         if (load[0] > 0.5)
             printf("note: load average %.2f on %ld CPUs: other work is running, numbers will be"
-                   " low and noisy\n", load[0], cores);
+                   " low and noisy\n",
+                   load[0], cores);
     }
     fflush(stdout);
 

@@ -1,5 +1,6 @@
 /* control.c - the control socket of a served device: a tiny line protocol, both ends.
- * Requests: "get NAME", "set NAME VALUE", "clients", "stats"; replies "ok\n..." or "error E: msg". */
+ * Requests: "get NAME", "set NAME VALUE", "clients", "stats"; replies "ok\n..." or "error E: msg".
+ */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,8 +107,10 @@ static void handle_set(int fd, struct nbd_server *server, const char *name, cons
         reply_error(fd, EINVAL, "invalid value '%s' for %s", value, name);
         break;
     case EBUSY:
-        reply_error(fd, EBUSY, "%s can only change while the device holds no data "
-                    "(set reset 1 first)", name);
+        reply_error(fd, EBUSY,
+                    "%s can only change while the device holds no data "
+                    "(set reset 1 first)",
+                    name);
         break;
     default:
         reply_error(fd, -rc, "%s", strerror(-rc));
@@ -175,8 +178,8 @@ void control_serve_one(int fd, struct nbd_server *server)
     } else if (strcmp(verb, "stats") == 0) {
         handle_stats(fd, server);
     } else {
-        reply_error(fd, EINVAL, "unknown request '%s'; try: get NAME, set NAME VALUE, clients, stats",
-                    verb);
+        reply_error(fd, EINVAL,
+                    "unknown request '%s'; try: get NAME, set NAME VALUE, clients, stats", verb);
     }
 }
 
@@ -299,8 +302,8 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
     }
     if (stat(path, &st) < 0) {
         snprintf(message, message_size,
-                 "no device %s is running (no %s); start one with: uzram serve --name %s",
-                 device, path, device);
+                 "no device %s is running (no %s); start one with: uzram serve --name %s", device,
+                 path, device);
         return -ENOENT;
     }
     return 0;

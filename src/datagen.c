@@ -36,7 +36,7 @@ uint64_t datagen_rng_below(struct datagen_rng *rng, uint64_t bound)
 }
 
 static const char *const kind_names[DATAGEN_KIND_COUNT] = {"zero", "same", "text", "half",
-                                                          "random"};
+                                                           "random"};
 
 const char *datagen_kind_name(enum datagen_kind kind)
 {
@@ -53,8 +53,7 @@ int datagen_kind_from_name(const char *name)
     return -1;
 }
 
-void datagen_fill_compressible(struct datagen_rng *rng, unsigned percent, void *buf,
-                               size_t length)
+void datagen_fill_compressible(struct datagen_rng *rng, unsigned percent, void *buf, size_t length)
 {
     unsigned char *out = buf;
     size_t pos = 0;

@@ -44,7 +44,6 @@ void datagen_page(uint64_t seed, enum datagen_kind kind, uint64_t index, void *p
 /* Compressibility knob: fill `length` bytes so that about `percent` of them
  * are runs of a 16-symbol alphabet and the rest random bytes. lz4 keeps
  * roughly (100 - percent)% plus a little; percent is clamped to 0..100. */
-void datagen_fill_compressible(struct datagen_rng *rng, unsigned percent, void *buf,
-                               size_t length);
+void datagen_fill_compressible(struct datagen_rng *rng, unsigned percent, void *buf, size_t length);
 
 #endif

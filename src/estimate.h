@@ -60,9 +60,9 @@ struct estimate_source {
     enum estimate_source_kind kind;
     char *name; /* as given: path, "-" or "pid N" */
     int fd;
-    int pagemap_fd;   /* processes: -1 when pagemap cannot be read */
-    uint64_t size;    /* bytes expected (0 unknown): for progress */
-    bool at_end;      /* files: end of file reached */
+    int pagemap_fd; /* processes: -1 when pagemap cannot be read */
+    uint64_t size;  /* bytes expected (0 unknown): for progress */
+    bool at_end;    /* files: end of file reached */
     /* processes */
     int pid;
     struct estimate_mapping *mappings;
@@ -107,8 +107,7 @@ struct estimate_options {
 struct estimate_analyzer;
 
 /* Start `options->jobs` workers (and open their codecs). Errors print a line. */
-int estimate_analyzer_start(const struct estimate_options *options,
-                            struct estimate_analyzer **out);
+int estimate_analyzer_start(const struct estimate_options *options, struct estimate_analyzer **out);
 /* Read the whole source, spreading the pages over the workers, and fill
  * source->counts. `show_progress` draws a progress line on stderr. */
 int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_source *source,
@@ -117,11 +116,11 @@ void estimate_analyzer_stop(struct estimate_analyzer *analyzer);
 
 /* Duplicate-reference histogram of the run (like zdb -S), after every source. */
 struct estimate_bucket {
-    uint64_t contents;          /* distinct contents referenced this many times */
-    uint64_t pages;             /* pages referring to them */
-    uint64_t compressed_bytes;  /* stored length of each content once (first algorithm) */
+    uint64_t contents;                    /* distinct contents referenced this many times */
+    uint64_t pages;                       /* pages referring to them */
+    uint64_t compressed_bytes;            /* stored length of each content once (first algorithm) */
     uint64_t referenced_compressed_bytes; /* the same, once per referring page */
-    double pool_bytes;          /* pool cost of each content once (first algorithm) */
+    double pool_bytes;                    /* pool cost of each content once (first algorithm) */
 };
 struct estimate_index_info {
     uint64_t entries;
@@ -146,12 +145,12 @@ bool estimate_scan_page(const uint64_t *page, size_t words, uint64_t *word, uint
 
 /* Memory the models would use for the pages counted in `counts`. */
 struct estimate_projection {
-    double kernel_zram;      /* pool, no dedup */
-    double seed_dedup_pool;  /* pool, each content once */
-    double seed_dedup_meta;  /* the seed's zram_entry per stored object */
-    double uzram;            /* pool, no dedup */
-    double uzram_dedup_pool; /* pool, each content once */
-    double uzram_dedup_meta; /* uzram_dedup_entry_cost per stored object */
+    double kernel_zram;         /* pool, no dedup */
+    double seed_dedup_pool;     /* pool, each content once */
+    double seed_dedup_meta;     /* the seed's zram_entry per stored object */
+    double uzram;               /* pool, no dedup */
+    double uzram_dedup_pool;    /* pool, each content once */
+    double uzram_dedup_meta;    /* uzram_dedup_entry_cost per stored object */
     uint64_t compressed_unique; /* compr_data_size with dedup: each content once */
     uint64_t compressed_all;    /* compr_data_size without dedup */
     uint64_t huge_unique, huge_all;

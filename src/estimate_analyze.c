@@ -175,9 +175,8 @@ static uint64_t index_insert(struct dedup_index *index, uint64_t hash, bool *is_
     for (uint64_t slot = hash & mask;; slot = (slot + 1) & mask) {
         uint64_t key = atomic_load_explicit(&index->keys[slot], memory_order_acquire);
         if (key == 0) {
-            if (atomic_compare_exchange_strong_explicit(&index->keys[slot], &key, hash,
-                                                        memory_order_acq_rel,
-                                                        memory_order_acquire)) {
+            if (atomic_compare_exchange_strong_explicit(
+                    &index->keys[slot], &key, hash, memory_order_acq_rel, memory_order_acquire)) {
                 atomic_fetch_add_explicit(&index->counts[slot], 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&index->used, 1, memory_order_relaxed);
                 *is_new = true;
@@ -399,8 +398,7 @@ static int worker_open(struct worker *worker, const struct estimate_options *opt
     return 0;
 }
 
-int estimate_analyzer_start(const struct estimate_options *options,
-                            struct estimate_analyzer **out)
+int estimate_analyzer_start(const struct estimate_options *options, struct estimate_analyzer **out)
 {
     struct estimate_analyzer *analyzer = calloc(1, sizeof *analyzer);
     if (!analyzer)
@@ -628,8 +626,8 @@ void estimate_histogram(struct estimate_analyzer *analyzer, struct estimate_buck
         buckets[bucket].contents++;
         buckets[bucket].pages += count;
         if (algorithms) {
-            unsigned length = atomic_load_explicit(&index->lengths[slot * algorithms],
-                                                   memory_order_relaxed);
+            unsigned length =
+                atomic_load_explicit(&index->lengths[slot * algorithms], memory_order_relaxed);
             buckets[bucket].compressed_bytes += length;
             buckets[bucket].referenced_compressed_bytes += count * length;
             buckets[bucket].pool_bytes += uzram_pool_object_cost(length);
@@ -637,6 +635,6 @@ void estimate_histogram(struct estimate_analyzer *analyzer, struct estimate_buck
     }
     info->entries = atomic_load_explicit(&index->used, memory_order_relaxed);
     info->capacity = index->capacity;
-    info->memory_bytes = index->capacity * (sizeof(uint64_t) + sizeof(uint32_t) +
-                                            algorithms * sizeof(uint16_t));
+    info->memory_bytes =
+        index->capacity * (sizeof(uint64_t) + sizeof(uint32_t) + algorithms * sizeof(uint16_t));
 }

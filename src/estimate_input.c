@@ -267,9 +267,8 @@ static long read_process(struct estimate_source *source, unsigned char *buffer, 
                    (j >= known || (entries[j] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED))) == populated)
                 j++;
             if (populated) {
-                size_t kept = read_process_run(source, buffer + got,
-                                               source->address + i * SYSTEM_PAGE,
-                                               (j - i) * SYSTEM_PAGE);
+                size_t kept = read_process_run(
+                    source, buffer + got, source->address + i * SYSTEM_PAGE, (j - i) * SYSTEM_PAGE);
                 got += kept;
                 source->counts.bytes += kept;
             } else {

@@ -63,10 +63,14 @@ static double average(uint64_t sum, uint64_t pages)
 static const char *kind_name(enum estimate_source_kind kind)
 {
     switch (kind) {
-    case SOURCE_FILE: return "file";
-    case SOURCE_DEVICE: return "device";
-    case SOURCE_STDIN: return "stdin";
-    case SOURCE_PROCESS: return "process";
+    case SOURCE_FILE:
+        return "file";
+    case SOURCE_DEVICE:
+        return "device";
+    case SOURCE_STDIN:
+        return "stdin";
+    case SOURCE_PROCESS:
+        return "process";
     }
     return "?";
 }
@@ -84,7 +88,8 @@ static const char *human(uint64_t bytes, char *buf, size_t size)
 static void class_cell(FILE *out, uint64_t count, uint64_t pages)
 {
     char cell[32];
-    snprintf(cell, sizeof cell, "%" PRIu64 " %5.1f%%", count, percent((double)count, (double)pages));
+    snprintf(cell, sizeof cell, "%" PRIu64 " %5.1f%%", count,
+             percent((double)count, (double)pages));
     fprintf(out, " %17s", cell);
 }
 
@@ -101,8 +106,8 @@ static void class_row(FILE *out, const char *name, const struct estimate_counts 
 static void model_cell(FILE *out, double pool, double meta, double input)
 {
     char cell[48], size[16];
-    snprintf(cell, sizeof cell, "%s %5.1f%%", human((uint64_t)(pool + meta + 0.5), size, sizeof size),
-             percent(pool + meta, input));
+    snprintf(cell, sizeof cell, "%s %5.1f%%",
+             human((uint64_t)(pool + meta + 0.5), size, sizeof size), percent(pool + meta, input));
     fprintf(out, " %17s", cell);
 }
 
@@ -139,8 +144,8 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
             source_count == 1 ? "" : "s", options->page_size, options->jobs,
             options->jobs == 1 ? "" : "s");
 
-    fprintf(out, "\n%-24s %11s %17s %17s %17s %17s\n", "source", "pages", "zero",
-            "same-filled", "duplicate", "unique");
+    fprintf(out, "\n%-24s %11s %17s %17s %17s %17s\n", "source", "pages", "zero", "same-filled",
+            "duplicate", "unique");
     for (size_t i = 0; i < source_count; i++)
         class_row(out, sources[i].name, &sources[i].counts);
     if (source_count > 1)
@@ -173,7 +178,8 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
               "  ratio: pages / uzram+dedup memory; huge: unique pages kept raw.\n",
               out);
     } else if (options->page_size != UZRAM_PAGE_SIZE) {
-        fprintf(out, "\nCompression is only estimated for %u-byte pages (the engine's page size).\n",
+        fprintf(out,
+                "\nCompression is only estimated for %u-byte pages (the engine's page size).\n",
                 UZRAM_PAGE_SIZE);
     } else {
         fputs("\nNo compression asked for (-a none): no memory projections.\n", out);
@@ -198,11 +204,12 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
             snprintf(refs, sizeof refs, "%" PRIu64 "-%" PRIu64, low, high);
         fprintf(out, "%-11s %10" PRIu64 " %10s %10s %10" PRIu64 " %10s %10s\n", refs,
                 bucket->contents, human(bucket->contents * options->page_size, size, sizeof size),
-                options->algorithm_count
-                    ? human(bucket->compressed_bytes, size2, sizeof size2) : "-",
+                options->algorithm_count ? human(bucket->compressed_bytes, size2, sizeof size2)
+                                         : "-",
                 bucket->pages, human(bucket->pages * options->page_size, size3, sizeof size3),
                 options->algorithm_count
-                    ? human(bucket->referenced_compressed_bytes, size4, sizeof size4) : "-");
+                    ? human(bucket->referenced_compressed_bytes, size4, sizeof size4)
+                    : "-");
         contents += bucket->contents;
         pages += bucket->pages;
         compressed += bucket->compressed_bytes;
@@ -217,9 +224,10 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
             contents ? (double)pages / (double)contents : 1.0, info->entries,
             human(info->memory_bytes, size, sizeof size));
 
-    fprintf(out,
-            "\nSame-filled check, word comparisons per page (the seed's table; %zu words a page):\n",
-            options->page_size / ESTIMATE_WORD);
+    fprintf(
+        out,
+        "\nSame-filled check, word comparisons per page (the seed's table; %zu words a page):\n",
+        options->page_size / ESTIMATE_WORD);
     fprintf(out, "  forward scan          %8.2f\n", average(total->scan_forward, total->pages));
     fprintf(out, "  backward scan         %8.2f\n", average(total->scan_backward, total->pages));
     fprintf(out, "  last-word pre-check   %8.2f\n", average(total->scan_precheck, total->pages));
@@ -261,13 +269,14 @@ static void json_counts(FILE *out, const struct estimate_options *options,
             "%s\"zero_pages\": %" PRIu64 ", \"same_pages\": %" PRIu64
             ", \"duplicate_pages\": %" PRIu64 ", \"unique_pages\": %" PRIu64 ",\n",
             indent, c->zero_pages, c->same_pages, c->duplicate_pages, c->unique_pages);
-    fprintf(out,
-            "%s\"same_filled_check\": {\"words_per_page\": %zu, \"forward_comparisons\": %" PRIu64
-            ", \"backward_comparisons\": %" PRIu64 ", \"precheck_comparisons\": %" PRIu64
-            ", \"forward_average\": %.4f, \"backward_average\": %.4f, \"precheck_average\": %.4f},\n",
-            indent, options->page_size / ESTIMATE_WORD, c->scan_forward, c->scan_backward,
-            c->scan_precheck, average(c->scan_forward, c->pages),
-            average(c->scan_backward, c->pages), average(c->scan_precheck, c->pages));
+    fprintf(
+        out,
+        "%s\"same_filled_check\": {\"words_per_page\": %zu, \"forward_comparisons\": %" PRIu64
+        ", \"backward_comparisons\": %" PRIu64 ", \"precheck_comparisons\": %" PRIu64
+        ", \"forward_average\": %.4f, \"backward_average\": %.4f, \"precheck_average\": %.4f},\n",
+        indent, options->page_size / ESTIMATE_WORD, c->scan_forward, c->scan_backward,
+        c->scan_precheck, average(c->scan_forward, c->pages), average(c->scan_backward, c->pages),
+        average(c->scan_precheck, c->pages));
     fprintf(out, "%s\"algorithms\": {", indent);
     for (unsigned a = 0; a < options->algorithm_count; a++) {
         struct estimate_projection p;

@@ -14,7 +14,8 @@ static const struct {
     {"serve", cmd_serve, "create a compressed RAM disk and serve it over NBD"},
     {"status", cmd_status, "show running devices and their statistics, like zramctl"},
     {"attr", cmd_attr, "read or write an attribute of a running device"},
-    {"estimate", cmd_estimate, "estimate what same-filled pages, compression and dedup save on data"},
+    {"estimate", cmd_estimate,
+     "estimate what same-filled pages, compression and dedup save on data"},
     {"bench", cmd_bench, "measure the engine on generated data"},
 };
 

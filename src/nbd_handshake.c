@@ -65,8 +65,7 @@ static bool name_matches(const struct nbd_export *export, const unsigned char *n
     return length == strlen(export->name) && memcmp(name, export->name, length) == 0;
 }
 
-static int send_info_export(struct nbd_session *s, uint32_t option,
-                            const struct nbd_export *export)
+static int send_info_export(struct nbd_session *s, uint32_t option, const struct nbd_export *export)
 {
     unsigned char info[12];
     util_put16(info, NBD_INFO_EXPORT);
@@ -152,8 +151,7 @@ static int option_meta_context(struct nbd_session *s, uint32_t option, const uns
     bool set = option == NBD_OPT_SET_META_CONTEXT;
 
     if (!s->structured)
-        return send_error(s, option, NBD_REP_ERR_INVALID,
-                          "negotiate structured replies first");
+        return send_error(s, option, NBD_REP_ERR_INVALID, "negotiate structured replies first");
     if (length < 8)
         return send_error(s, option, NBD_REP_ERR_INVALID, "option too short");
     uint32_t name_length = util_get32(data);

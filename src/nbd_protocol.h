@@ -13,8 +13,8 @@
  * ---------------------------------------------------------------------- */
 
 /* S: NBD_MAGIC, NBD_OPT_MAGIC, u16 handshake flags (18 bytes) */
-#define NBD_MAGIC UINT64_C(0x4e42444d41474943)     /* "NBDMAGIC" */
-#define NBD_OPT_MAGIC UINT64_C(0x49484156454F5054) /* "IHAVEOPT" */
+#define NBD_MAGIC UINT64_C(0x4e42444d41474943)       /* "NBDMAGIC" */
+#define NBD_OPT_MAGIC UINT64_C(0x49484156454F5054)   /* "IHAVEOPT" */
 #define NBD_OLD_VERSION UINT64_C(0x0000420281861253) /* oldstyle; never sent by uzram */
 
 /* Handshake flags (u16, server to client) */
@@ -115,11 +115,11 @@
 #define NBD_CMD_RESIZE 8
 
 /* Command flags */
-#define NBD_CMD_FLAG_FUA (1u << 0)       /* valid on every command once SEND_FUA is set */
-#define NBD_CMD_FLAG_NO_HOLE (1u << 1)   /* WRITE_ZEROES: keep the range allocated */
-#define NBD_CMD_FLAG_DF (1u << 2)        /* READ: at most one content chunk */
-#define NBD_CMD_FLAG_REQ_ONE (1u << 3)   /* BLOCK_STATUS: one descriptor is enough */
-#define NBD_CMD_FLAG_FAST_ZERO (1u << 4) /* WRITE_ZEROES: fail with ENOTSUP if slow */
+#define NBD_CMD_FLAG_FUA (1u << 0)         /* valid on every command once SEND_FUA is set */
+#define NBD_CMD_FLAG_NO_HOLE (1u << 1)     /* WRITE_ZEROES: keep the range allocated */
+#define NBD_CMD_FLAG_DF (1u << 2)          /* READ: at most one content chunk */
+#define NBD_CMD_FLAG_REQ_ONE (1u << 3)     /* BLOCK_STATUS: one descriptor is enough */
+#define NBD_CMD_FLAG_FAST_ZERO (1u << 4)   /* WRITE_ZEROES: fail with ENOTSUP if slow */
 #define NBD_CMD_FLAG_PAYLOAD_LEN (1u << 5) /* extended headers only */
 
 /* ------------------------------------------------------------------------
@@ -141,13 +141,13 @@
 
 /* Structured reply chunk types */
 #define NBD_REPLY_TYPE_NONE 0
-#define NBD_REPLY_TYPE_OFFSET_DATA 1  /* u64 offset, data */
-#define NBD_REPLY_TYPE_OFFSET_HOLE 2  /* u64 offset, u32 hole size */
-#define NBD_REPLY_TYPE_BLOCK_STATUS 5 /* u32 context id, (u32 length, u32 flags)... */
-                                      /* (the reference nbd.h says 3: the spec says 5) */
+#define NBD_REPLY_TYPE_OFFSET_DATA 1       /* u64 offset, data */
+#define NBD_REPLY_TYPE_OFFSET_HOLE 2       /* u64 offset, u32 hole size */
+#define NBD_REPLY_TYPE_BLOCK_STATUS 5      /* u32 context id, (u32 length, u32 flags)... */
+                                           /* (the reference nbd.h says 3: the spec says 5) */
 #define NBD_REPLY_TYPE_ERROR 0x8001        /* u32 error, u16 message length, message */
 #define NBD_REPLY_TYPE_ERROR_OFFSET 0x8002 /* as ERROR, then u64 offset */
-#define NBD_REPLY_TYPE_IS_ERROR(type) (((type) & 0x8000u) != 0)
+#define NBD_REPLY_TYPE_IS_ERROR(type) (((type)&0x8000u) != 0)
 
 /* base:allocation status flags (BLOCK_STATUS descriptors) */
 #define NBD_STATE_HOLE (1u << 0)

@@ -150,9 +150,9 @@ struct nbd_server_options {
     const char *name;
     const char *unix_path; /* NULL: no Unix socket */
     const char *ctl_path;
-    const char *tcp;       /* "[ADDR:]PORT" or NULL */
+    const char *tcp; /* "[ADDR:]PORT" or NULL */
     unsigned socket_mode;
-    long socket_gid; /* -1: leave the group alone */
+    long socket_gid;  /* -1: leave the group alone */
     unsigned threads; /* worker threads per connection */
     bool read_only;
     bool quiet;

@@ -65,8 +65,8 @@ uint32_t nbd_errno_to_wire(int err)
 
 static const char *command_name(uint16_t type)
 {
-    static const char *const names[] = {"READ",  "WRITE", "DISC",         "FLUSH",
-                                        "TRIM",  "CACHE", "WRITE_ZEROES", "BLOCK_STATUS"};
+    static const char *const names[] = {"READ", "WRITE", "DISC",         "FLUSH",
+                                        "TRIM", "CACHE", "WRITE_ZEROES", "BLOCK_STATUS"};
     return type < sizeof names / sizeof names[0] ? names[type] : "unknown command";
 }
 
@@ -92,8 +92,8 @@ static const char *wire_error_name(uint32_t error)
     }
 }
 
-uint32_t nbd_check_request(const struct nbd_session *s, bool read_only,
-                           const struct nbd_request *r, const char **reason)
+uint32_t nbd_check_request(const struct nbd_session *s, bool read_only, const struct nbd_request *r,
+                           const char **reason)
 {
     /* FUA must be accepted on every command once SEND_FUA is advertised. */
     uint16_t allowed = NBD_CMD_FLAG_FUA;
@@ -185,8 +185,10 @@ static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
     }
     pthread_mutex_unlock(&conn->send_lock);
     if (rc == -ETIMEDOUT)
-        nbd_log(&conn->session, "a reply could not be sent within %d s (client not reading); "
-                "dropping the connection", NBD_SERVER_SEND_TIMEOUT);
+        nbd_log(&conn->session,
+                "a reply could not be sent within %d s (client not reading); "
+                "dropping the connection",
+                NBD_SERVER_SEND_TIMEOUT);
 }
 
 static void put_simple_header(unsigned char *h, uint32_t error, uint64_t cookie)
@@ -373,8 +375,7 @@ static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct
  * common header, OFFSET_HOLE 12. */
 #define CHUNK_HEADER_MAX (NBD_STRUCTURED_REPLY_SIZE + 12)
 
-static void do_read_structured(struct nbd_worker *w, struct uzram *dev,
-                               const struct nbd_request *r)
+static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
     struct nbd_connection *conn = w->conn;
     if (r->length == 0) {
@@ -652,8 +653,7 @@ static void log_receive_failure(struct nbd_connection *conn, int rc)
 /* Read and check one request (and a WRITE's payload). Called with the receive
  * lock held; sets receive_done when the connection must not be read again. */
 static enum receive_result receive_request(struct nbd_worker *w, struct nbd_request *r,
-                                           void **payload, uint32_t *error,
-                                           const char **reason)
+                                           void **payload, uint32_t *error, const char **reason)
 {
     struct nbd_connection *conn = w->conn;
     struct nbd_session *s = &conn->session;
@@ -698,9 +698,9 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         goto stop;
     }
     if (*error) {
-        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s",
-                command_name(r->type), r->type, (unsigned)r->flags,
-                (unsigned long long)r->offset, r->length, wire_error_name(*error), *reason);
+        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s", command_name(r->type),
+                r->type, (unsigned)r->flags, (unsigned long long)r->offset, r->length,
+                wire_error_name(*error), *reason);
     } else if (r->type == NBD_CMD_WRITE && r->length > 0) {
         *payload = request_buffer(w, r->length);
         if (*payload == NULL) {

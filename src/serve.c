@@ -63,8 +63,9 @@ static int parse_size_option(const char *option, const char *text, uint64_t *byt
         return -1;
     }
     if (rc < 0) {
-        fprintf(stderr, "uzram: %s '%s' is not a size; use a number with an optional K, M, G "
-                        "or T suffix, e.g. 512M\n",
+        fprintf(stderr,
+                "uzram: %s '%s' is not a size; use a number with an optional K, M, G "
+                "or T suffix, e.g. 512M\n",
                 option, text);
         return -1;
     }
@@ -105,7 +106,9 @@ int cmd_serve(int argc, char **argv)
     };
     struct uzram_config config;
     struct nbd_server_options options = {
-        .name = "uzram0", .socket_mode = 0600, .socket_gid = -1,
+        .name = "uzram0",
+        .socket_mode = 0600,
+        .socket_gid = -1,
     };
     const char *size_text = "1G", *level_text = NULL, *unix_path = NULL;
     bool no_unix = false;
@@ -117,8 +120,9 @@ int cmd_serve(int argc, char **argv)
     config.comp_algorithm = "lz4";
     /* Per connection: with 2 workers one can run a request while the other
      * reads the next, so one pipelining client keeps 2 cores busy. */
-    options.threads = cpus < 2 ? 2 : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
-                                                                    : (unsigned)cpus;
+    options.threads = cpus < 2                        ? 2
+                      : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
+                                                      : (unsigned)cpus;
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:a:l:dm:n:ru:t:qh", long_options, NULL)) != -1) {
         switch (c) {
@@ -143,8 +147,9 @@ int cmd_serve(int argc, char **argv)
             break;
         case 'n':
             if (!util_valid_name(optarg)) {
-                fprintf(stderr, "uzram: bad --name '%s'; use 1-64 characters from "
-                                "A-Z a-z 0-9 . _ -\n",
+                fprintf(stderr,
+                        "uzram: bad --name '%s'; use 1-64 characters from "
+                        "A-Z a-z 0-9 . _ -\n",
                         optarg);
                 return 1;
             }
@@ -185,8 +190,7 @@ int cmd_serve(int argc, char **argv)
         }
         case OPT_THREADS:
             if (parse_uint(optarg, NBD_SERVER_MAX_THREADS, 10, &value) < 0 || value == 0) {
-                fprintf(stderr, "uzram: bad --threads '%s'; use a number from 1 to 256\n",
-                        optarg);
+                fprintf(stderr, "uzram: bad --threads '%s'; use a number from 1 to 256\n", optarg);
                 return 1;
             }
             options.threads = (unsigned)value;
@@ -203,8 +207,9 @@ int cmd_serve(int argc, char **argv)
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "uzram serve: unexpected argument '%s'\n"
-                        "Try 'uzram serve --help' for more information.\n",
+        fprintf(stderr,
+                "uzram serve: unexpected argument '%s'\n"
+                "Try 'uzram serve --help' for more information.\n",
                 argv[optind]);
         return 2;
     }
@@ -217,13 +222,12 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     int min_level, max_level, default_level;
-    if (uzram_algorithm_levels(config.comp_algorithm, &min_level, &max_level, &default_level) <
-        0) {
+    if (uzram_algorithm_levels(config.comp_algorithm, &min_level, &max_level, &default_level) < 0) {
         char list[256] = "";
         uzram_algorithm_list(NULL, list, sizeof list);
         list[strcspn(list, "\n")] = '\0';
-        fprintf(stderr, "uzram: unknown algorithm '%s'; choose one of: %s\n",
-                config.comp_algorithm, list);
+        fprintf(stderr, "uzram: unknown algorithm '%s'; choose one of: %s\n", config.comp_algorithm,
+                list);
         return 1;
     }
     if (level_text != NULL) {
@@ -238,8 +242,7 @@ int cmd_serve(int argc, char **argv)
                         config.comp_algorithm);
             else
                 fprintf(stderr, "uzram: bad --level '%s' for %s; use %d to %d (default %d)\n",
-                        level_text, config.comp_algorithm, min_level, max_level,
-                        default_level);
+                        level_text, config.comp_algorithm, min_level, max_level, default_level);
             return 1;
         }
         config.comp_level = (int)level;
@@ -299,11 +302,13 @@ int cmd_serve(int argc, char **argv)
     int rc = uzram_create(&config, &dev);
     if (rc < 0) {
         if (rc == -ENOMEM)
-            fprintf(stderr, "uzram: not enough memory to create a %s device; use a smaller --size\n",
+            fprintf(stderr,
+                    "uzram: not enough memory to create a %s device; use a smaller --size\n",
                     size_text);
         else
-            fprintf(stderr, "uzram: cannot create the device: %s; check --size, --algorithm "
-                            "and --level\n",
+            fprintf(stderr,
+                    "uzram: cannot create the device: %s; check --size, --algorithm "
+                    "and --level\n",
                     strerror(-rc));
         return 1;
     }

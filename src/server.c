@@ -198,7 +198,8 @@ static int listen_unix(const char *path, unsigned mode, long gid)
 {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof address.sun_path) {
-        fprintf(stderr, "uzram: socket path %s is too long (at most %zu bytes); choose a shorter --unix\n",
+        fprintf(stderr,
+                "uzram: socket path %s is too long (at most %zu bytes); choose a shorter --unix\n",
                 path, sizeof address.sun_path - 1);
         return -1;
     }
@@ -207,7 +208,8 @@ static int listen_unix(const char *path, unsigned mode, long gid)
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
-            fprintf(stderr, "uzram: %s exists and is not a socket; remove it or choose --name/--unix\n",
+            fprintf(stderr,
+                    "uzram: %s exists and is not a socket; remove it or choose --name/--unix\n",
                     path);
             return -1;
         }
@@ -282,7 +284,8 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
         return -1;
     }
 
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *found;
     int gai = getaddrinfo(host, port, &hints, &found);

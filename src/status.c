@@ -19,23 +19,24 @@ struct device_status {
     char name[72];
     char algorithm[32];
     unsigned long long disksize, clients, read_only, use_dedup;
-    unsigned long long orig_data_size, compr_data_size, mem_used_total, mem_limit,
-        mem_used_max, same_pages, pages_compacted, huge_pages, huge_pages_since, dup_data_size,
-        meta_data_size, failed_reads, failed_writes, invalid_io, notify_free, zero_pages;
+    unsigned long long orig_data_size, compr_data_size, mem_used_total, mem_limit, mem_used_max,
+        same_pages, pages_compacted, huge_pages, huge_pages_since, dup_data_size, meta_data_size,
+        failed_reads, failed_writes, invalid_io, notify_free, zero_pages;
 };
 
 static const struct {
     const char *key;
     size_t offset;
 } number_fields[] = {
-#define FIELD(f) {#f, offsetof(struct device_status, f)}
-    FIELD(disksize),         FIELD(clients),        FIELD(read_only),
-    FIELD(use_dedup),        FIELD(orig_data_size), FIELD(compr_data_size),
-    FIELD(mem_used_total),   FIELD(mem_limit),      FIELD(mem_used_max),
-    FIELD(same_pages),       FIELD(pages_compacted), FIELD(huge_pages),
-    FIELD(huge_pages_since), FIELD(dup_data_size),  FIELD(meta_data_size),
-    FIELD(failed_reads),     FIELD(failed_writes),  FIELD(invalid_io),
-    FIELD(notify_free),      FIELD(zero_pages),
+#define FIELD(f)                                                                                   \
+    {                                                                                              \
+#f, offsetof(struct device_status, f)                                                      \
+    }
+    FIELD(disksize),         FIELD(clients),         FIELD(read_only),       FIELD(use_dedup),
+    FIELD(orig_data_size),   FIELD(compr_data_size), FIELD(mem_used_total),  FIELD(mem_limit),
+    FIELD(mem_used_max),     FIELD(same_pages),      FIELD(pages_compacted), FIELD(huge_pages),
+    FIELD(huge_pages_since), FIELD(dup_data_size),   FIELD(meta_data_size),  FIELD(failed_reads),
+    FIELD(failed_writes),    FIELD(invalid_io),      FIELD(notify_free),     FIELD(zero_pages),
 #undef FIELD
 };
 
@@ -176,8 +177,7 @@ int cmd_status(int argc, char **argv)
     size_t row_count = 0;
     for (size_t i = 0; rows != NULL && i < count; i++) {
         char path[PATH_MAX], message[512], *body;
-        int rc = control_resolve(names[i], runtime_dir, path, sizeof path, message,
-                                 sizeof message);
+        int rc = control_resolve(names[i], runtime_dir, path, sizeof path, message, sizeof message);
         if (rc == 0)
             rc = control_request(path, "stats", &body, message, sizeof message);
         if (rc < 0) {

@@ -249,19 +249,28 @@ void util_human_size(uint64_t bytes, char *buf, size_t size)
     if (tenths == 0)
         snprintf(buf, size, "%llu%c", (unsigned long long)whole, units[exponent]);
     else
-        snprintf(buf, size, "%llu.%llu%c", (unsigned long long)whole,
-                 (unsigned long long)tenths, units[exponent]);
+        snprintf(buf, size, "%llu.%llu%c", (unsigned long long)whole, (unsigned long long)tenths,
+                 units[exponent]);
 }
 
 static const struct {
     int value;
     const char *name;
 } errno_names[] = {
-    {EPERM, "EPERM"},   {ENOENT, "ENOENT"},     {EIO, "EIO"},
-    {ENOMEM, "ENOMEM"}, {EACCES, "EACCES"},     {EBUSY, "EBUSY"},
-    {EEXIST, "EEXIST"}, {EINVAL, "EINVAL"},     {ENOSPC, "ENOSPC"},
-    {ERANGE, "ERANGE"}, {ENOTSUP, "ENOTSUP"},   {EPROTO, "EPROTO"},
-    {ENAMETOOLONG, "ENAMETOOLONG"},             {EOVERFLOW, "EOVERFLOW"},
+    {EPERM, "EPERM"},
+    {ENOENT, "ENOENT"},
+    {EIO, "EIO"},
+    {ENOMEM, "ENOMEM"},
+    {EACCES, "EACCES"},
+    {EBUSY, "EBUSY"},
+    {EEXIST, "EEXIST"},
+    {EINVAL, "EINVAL"},
+    {ENOSPC, "ENOSPC"},
+    {ERANGE, "ERANGE"},
+    {ENOTSUP, "ENOTSUP"},
+    {EPROTO, "EPROTO"},
+    {ENAMETOOLONG, "ENAMETOOLONG"},
+    {EOVERFLOW, "EOVERFLOW"},
 };
 
 const char *util_errno_name(int err, char *buf, size_t size)

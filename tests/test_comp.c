@@ -129,8 +129,16 @@ static void test_capacity_limits(void **state)
                 int level = comp_resolve_level(id, levels[l]);
                 int length = comp_compress(id, level, page, full, sizeof full);
                 assert_true(length > 0);
-                size_t capacities[] = {0, 1, 2, 7, 16, (size_t)length / 2, (size_t)length - 1,
-                                       (size_t)length, (size_t)length + 1, PAGE - 1};
+                size_t capacities[] = {0,
+                                       1,
+                                       2,
+                                       7,
+                                       16,
+                                       (size_t)length / 2,
+                                       (size_t)length - 1,
+                                       (size_t)length,
+                                       (size_t)length + 1,
+                                       PAGE - 1};
                 for (size_t c = 0; c < sizeof capacities / sizeof capacities[0]; c++) {
                     size_t capacity = capacities[c];
                     /* Exact-size heap buffer plus guard: ASan catches any
@@ -273,8 +281,8 @@ static size_t make_stream(int id, const unsigned char *data, size_t size, unsign
     case COMP_ZSTD: {
         ZSTD_CCtx *cctx = ZSTD_createCCtx();
         assert_non_null(cctx);
-        assert_false(ZSTD_isError(
-            ZSTD_CCtx_setParameter(cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless)));
+        assert_false(
+            ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless)));
         assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0)));
         size_t length = ZSTD_compress2(cctx, out, capacity, data, size);
         assert_false(ZSTD_isError(length));
@@ -448,8 +456,7 @@ static void test_codec(void **state)
         struct uzram_codec *codec = round % 2 ? best : fast;
         int length = uzram_codec_compress(codec, page, out, sizeof out);
         assert_true(length > 0);
-        assert_int_equal(uzram_codec_decompress(round % 2 ? fast : best, out, (size_t)length,
-                                                back),
+        assert_int_equal(uzram_codec_decompress(round % 2 ? fast : best, out, (size_t)length, back),
                          0);
         assert_memory_equal(page, back, PAGE);
     }

@@ -64,11 +64,11 @@ struct sweep_config {
 };
 
 struct run_result {
-    bool hit;             /* a fault was injected in this run */
-    bool absorbed;        /* ... and the call still succeeded */
-    uint64_t calls;       /* fault points reached */
-    const char *site;     /* where it was injected */
-    unsigned failed_ops;  /* calls that returned an error */
+    bool hit;            /* a fault was injected in this run */
+    bool absorbed;       /* ... and the call still succeeded */
+    uint64_t calls;      /* fault points reached */
+    const char *site;    /* where it was injected */
+    unsigned failed_ops; /* calls that returned an error */
 };
 
 /* Failures print the run and operation, then abort: the workload runs in
@@ -83,10 +83,11 @@ struct run_context {
 static void fail_run(const struct run_context *ctx, const char *fmt, ...)
 {
     va_list args;
-    fprintf(stderr, "FAIL %s dedup=%d seed=%llu fault n=%llu op %d (%s), site %s: ",
-            ctx->config->algorithm, ctx->config->use_dedup,
-            (unsigned long long)ctx->config->seed, (unsigned long long)ctx->nth, ctx->op,
-            ctx->op_name, fault_last_site() ? fault_last_site() : "none");
+    fprintf(stderr,
+            "FAIL %s dedup=%d seed=%llu fault n=%llu op %d (%s), site %s: ", ctx->config->algorithm,
+            ctx->config->use_dedup, (unsigned long long)ctx->config->seed,
+            (unsigned long long)ctx->nth, ctx->op, ctx->op_name,
+            fault_last_site() ? fault_last_site() : "none");
     va_start(args, fmt);
     vfprintf(stderr, fmt, args);
     va_end(args);
@@ -262,8 +263,8 @@ static void fill_content(struct run_state *state, uint8_t *buf, size_t length)
         if (choice < 4) {
             memcpy(buf + done, state->shared[test_rng_below(&state->rng, SHARED_PAGES)], chunk);
         } else {
-            static const enum test_data_kind kinds[] = {TEST_DATA_ZERO, TEST_DATA_SAME,
-                                                        TEST_DATA_TEXT, TEST_DATA_HALF,
+            static const enum test_data_kind kinds[] = {TEST_DATA_ZERO,   TEST_DATA_SAME,
+                                                        TEST_DATA_TEXT,   TEST_DATA_HALF,
                                                         TEST_DATA_RANDOM, TEST_DATA_TEXT};
             test_fill(&state->rng, kinds[choice - 4], buf + done, chunk);
         }
@@ -408,8 +409,8 @@ static void *run_thread(void *arg)
     struct uzram_stats s = stats_of(state);
     CHECK(&state->ctx,
           s.orig_data_size == 0 && s.pages_stored == 0 && s.compr_data_size == 0 &&
-              s.dup_data_size == 0 && s.same_pages == 0 && s.zero_pages == 0 &&
-              s.huge_pages == 0 && s.mem_used_total == 0,
+              s.dup_data_size == 0 && s.same_pages == 0 && s.zero_pages == 0 && s.huge_pages == 0 &&
+              s.mem_used_total == 0,
           "after discarding everything: orig %llu compr %llu dup %llu same %llu huge %llu "
           "mem_used %llu",
           (unsigned long long)s.orig_data_size, (unsigned long long)s.compr_data_size,
@@ -477,8 +478,7 @@ static void sweep(const struct sweep_config *config)
     assert_int_equal(reached, nth - 1);
     total_swept += nth - 1;
     printf("%s dedup=%d: %llu fault points swept (%u calls failed, %u absorbed)\n",
-           config->algorithm, config->use_dedup, (unsigned long long)(nth - 1), failed,
-           absorbed);
+           config->algorithm, config->use_dedup, (unsigned long long)(nth - 1), failed, absorbed);
 }
 
 static void test_sweep_lz4(void **unused)

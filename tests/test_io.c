@@ -126,8 +126,7 @@ static void test_whole_pages_roundtrip(void **state)
     /* A multi-page write of mixed kinds, and its read in one call. */
     uint8_t *many = malloc(16 * PAGE);
     for (int i = 0; i < 16; i++)
-        fill_kind(50 + i, (enum test_data_kind)(i % TEST_DATA_KIND_COUNT), many + i * PAGE,
-                  PAGE);
+        fill_kind(50 + i, (enum test_data_kind)(i % TEST_DATA_KIND_COUNT), many + i * PAGE, PAGE);
     write_pages(dev, 30, many, 16);
     expect_pages(dev, 30, many, 16);
     /* Neighbours untouched. */
@@ -209,17 +208,17 @@ static void test_invalid_io(void **state)
         uint64_t offset;
         uint64_t length;
     } bad[] = {
-        {1, SECTOR},                  /* misaligned offset */
-        {511, SECTOR},                /* misaligned offset */
-        {PAGE + 100, PAGE},           /* misaligned offset */
-        {0, 100},                     /* misaligned length */
-        {0, PAGE + 1},                /* misaligned length */
-        {DISK_SIZE, SECTOR},          /* starts at the end */
+        {1, SECTOR},                      /* misaligned offset */
+        {511, SECTOR},                    /* misaligned offset */
+        {PAGE + 100, PAGE},               /* misaligned offset */
+        {0, 100},                         /* misaligned length */
+        {0, PAGE + 1},                    /* misaligned length */
+        {DISK_SIZE, SECTOR},              /* starts at the end */
         {DISK_SIZE - SECTOR, 2 * SECTOR}, /* runs past the end */
-        {DISK_SIZE + PAGE, PAGE},     /* far past the end */
-        {UINT64_MAX - 511, SECTOR},   /* offset + length wraps to 0 */
-        {UINT64_MAX - 4095, PAGE},    /* wraps too */
-        {PAGE, UINT64_MAX - 511},     /* length wraps the sum */
+        {DISK_SIZE + PAGE, PAGE},         /* far past the end */
+        {UINT64_MAX - 511, SECTOR},       /* offset + length wraps to 0 */
+        {UINT64_MAX - 4095, PAGE},        /* wraps too */
+        {PAGE, UINT64_MAX - 511},         /* length wraps the sum */
     };
     size_t cases = sizeof bad / sizeof bad[0];
     uint64_t expected_invalid = 0;
@@ -685,8 +684,7 @@ static void expect_extent(struct uzram *dev, uint64_t offset, uint64_t length,
     if (rc != 0 || run != expected_run || flags != expected_flags)
         fail_msg("extent(%llu, %llu): rc %d run %llu flags %u, expected run %llu flags %u",
                  (unsigned long long)offset, (unsigned long long)length, rc,
-                 (unsigned long long)run, flags, (unsigned long long)expected_run,
-                 expected_flags);
+                 (unsigned long long)run, flags, (unsigned long long)expected_run, expected_flags);
 }
 
 static void test_extent(void **state)

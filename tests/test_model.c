@@ -103,9 +103,9 @@ static bool check(struct model *m, bool condition, const char *format, ...)
         return true;
     if (!m->failed) {
         va_list args;
-        fprintf(stderr, "[%s] FAILED at op %llu (%s), seed %llu (UZRAM_TEST_SEED=%llu): ",
-                m->name, (unsigned long long)m->op, m->op_text,
-                (unsigned long long)m->seed, (unsigned long long)m->seed);
+        fprintf(stderr, "[%s] FAILED at op %llu (%s), seed %llu (UZRAM_TEST_SEED=%llu): ", m->name,
+                (unsigned long long)m->op, m->op_text, (unsigned long long)m->seed,
+                (unsigned long long)m->seed);
         va_start(args, format);
         vfprintf(stderr, format, args);
         va_end(args);
@@ -159,7 +159,7 @@ static void make_dedup_set(void)
 {
     struct test_rng rng;
     static const enum test_data_kind kinds[DEDUP_SET_SIZE] = {
-        TEST_DATA_TEXT, TEST_DATA_TEXT, TEST_DATA_TEXT, TEST_DATA_HALF,
+        TEST_DATA_TEXT, TEST_DATA_TEXT, TEST_DATA_TEXT,   TEST_DATA_HALF,
         TEST_DATA_HALF, TEST_DATA_HALF, TEST_DATA_RANDOM, TEST_DATA_RANDOM,
     };
     test_rng_seed(&rng, 0xd3d0);
@@ -328,8 +328,8 @@ static void verify_request(struct model *m, enum request_kind kind, uint64_t off
                       "page %llu (device offset %llu) differs from the model at byte %zu: "
                       "expected 0x%02x got 0x%02x (state before: %d)",
                       (unsigned long long)page_index,
-                      (unsigned long long)(m->base + page_index * PAGE), at, new_page[at],
-                      got[at], m->state[page_index]);
+                      (unsigned long long)(m->base + page_index * PAGE), at, new_page[at], got[at],
+                      m->state[page_index]);
                 return;
             }
         } else if (kind == REQ_WRITE) {
@@ -443,8 +443,7 @@ static void verify_all(struct model *m)
     for (uint64_t pos = 0; pos < m->length && !m->failed; pos += MAX_IO) {
         uint64_t length = m->length - pos < MAX_IO ? m->length - pos : MAX_IO;
         int rc = uzram_read(m->dev, m->base + pos, m->buf, length);
-        if (!check(m, rc == 0, "read at %llu returned %d", (unsigned long long)(m->base + pos),
-                   rc))
+        if (!check(m, rc == 0, "read at %llu returned %d", (unsigned long long)(m->base + pos), rc))
             return;
         if (memcmp(m->buf, m->data + pos, length) != 0) {
             size_t at = first_difference(m->buf, m->data + pos, length);
@@ -490,23 +489,23 @@ static void check_stats(struct model *m)
           "orig_data_size %llu != pages_stored %llu * 4096", U(s.orig_data_size),
           U(s.pages_stored));
     check(m, s.pages_stored >= stored && s.pages_stored <= stored + unknown,
-          "pages_stored %llu, model says %llu stored + %llu unknown", U(s.pages_stored),
-          U(stored), U(unknown));
+          "pages_stored %llu, model says %llu stored + %llu unknown", U(s.pages_stored), U(stored),
+          U(unknown));
     if (m->same_filled) {
         check(m, s.same_pages >= same_known && s.same_pages <= same_known + same_unknown,
-              "same_pages %llu, model says %llu same-filled stored + %llu unknown",
-              U(s.same_pages), U(same_known), U(same_unknown));
+              "same_pages %llu, model says %llu same-filled stored + %llu unknown", U(s.same_pages),
+              U(same_known), U(same_unknown));
         check(m, s.zero_pages >= zero_known && s.zero_pages <= zero_known + zero_unknown,
               "zero_pages %llu, model says %llu zero stored + %llu unknown", U(s.zero_pages),
               U(zero_known), U(zero_unknown));
     }
-    check(m, s.same_pages <= s.pages_stored, "same_pages %llu > pages_stored %llu",
-          U(s.same_pages), U(s.pages_stored));
+    check(m, s.same_pages <= s.pages_stored, "same_pages %llu > pages_stored %llu", U(s.same_pages),
+          U(s.pages_stored));
     check(m, s.zero_pages <= s.same_pages, "zero_pages %llu > same_pages %llu", U(s.zero_pages),
           U(s.same_pages));
     check(m, s.huge_pages + s.same_pages <= s.pages_stored,
-          "huge_pages %llu + same_pages %llu > pages_stored %llu", U(s.huge_pages),
-          U(s.same_pages), U(s.pages_stored));
+          "huge_pages %llu + same_pages %llu > pages_stored %llu", U(s.huge_pages), U(s.same_pages),
+          U(s.pages_stored));
     check(m, s.huge_pages <= s.huge_pages_since, "huge_pages %llu > huge_pages_since %llu",
           U(s.huge_pages), U(s.huge_pages_since));
     check(m, s.mem_used_total >= s.compr_data_size, "mem_used_total %llu < compr_data_size %llu",
@@ -529,11 +528,10 @@ static void check_stats(struct model *m)
               U(s.huge_pages));
     }
     check(m, s.failed_reads == 0, "failed_reads %llu", U(s.failed_reads));
-    check(m, s.invalid_io == 0, "invalid_io %llu though every request was valid",
-          U(s.invalid_io));
-    check(m, s.failed_writes >= m->failed_requests && (m->failed_requests > 0 || s.failed_writes == 0),
-          "failed_writes %llu, %llu requests failed", U(s.failed_writes),
-          U(m->failed_requests));
+    check(m, s.invalid_io == 0, "invalid_io %llu though every request was valid", U(s.invalid_io));
+    check(m,
+          s.failed_writes >= m->failed_requests && (m->failed_requests > 0 || s.failed_writes == 0),
+          "failed_writes %llu, %llu requests failed", U(s.failed_writes), U(m->failed_requests));
     if (stored + unknown == 0 || s.pages_stored == 0) {
         check(m,
               s.pages_stored == 0 && s.orig_data_size == 0 && s.compr_data_size == 0 &&
@@ -753,10 +751,11 @@ static void run_single(const struct model_options *options, uint64_t default_see
         op_discard_all(&m);
     }
     if (getenv("UZRAM_TEST_VERBOSE"))
-        fprintf(stderr, "[%s] seed %llu: %llu failed requests since the last reset, %llu resets, "
-                "%llu pages compacted\n", m.name, (unsigned long long)m.seed,
-                (unsigned long long)m.failed_requests, (unsigned long long)m.resets,
-                (unsigned long long)m.compacted_pages);
+        fprintf(stderr,
+                "[%s] seed %llu: %llu failed requests since the last reset, %llu resets, "
+                "%llu pages compacted\n",
+                m.name, (unsigned long long)m.seed, (unsigned long long)m.failed_requests,
+                (unsigned long long)m.resets, (unsigned long long)m.compacted_pages);
     bool failed = m.failed;
     uzram_destroy(m.dev);
     model_free_buffers(&m);
@@ -1047,8 +1046,7 @@ static void unique_page(uint8_t *page, uint64_t page_index, uint64_t thread, uin
     uint64_t header[5] = {UNIQUE_MAGIC, page_index, thread, sequence, kind};
     struct test_rng rng;
     test_rng_seed(&rng, (page_index * 1000003u) ^ (thread << 48) ^ (sequence * 7919u));
-    static const enum test_data_kind kinds[3] = {TEST_DATA_TEXT, TEST_DATA_HALF,
-                                                 TEST_DATA_RANDOM};
+    static const enum test_data_kind kinds[3] = {TEST_DATA_TEXT, TEST_DATA_HALF, TEST_DATA_RANDOM};
     test_fill(&rng, kinds[kind % 3], page, PAGE);
     memcpy(page, header, sizeof header);
 }
@@ -1098,8 +1096,7 @@ static bool overlap_page_ok(const struct overlap *o, uint64_t page_index, const 
     if (header[0] == TEMPLATE_MAGIC && header[1] < TEMPLATES) {
         if (memcmp(page, templates[header[1]], PAGE) == 0)
             return true;
-        snprintf(why, why_size, "template %llu differs at byte %zu",
-                 (unsigned long long)header[1],
+        snprintf(why, why_size, "template %llu differs at byte %zu", (unsigned long long)header[1],
                  first_difference(page, templates[header[1]], PAGE));
         return false;
     }
@@ -1197,8 +1194,7 @@ static void *overlap_thread_main(void *arg)
 
 static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint64_t default_seed)
 {
-    struct model_options options = {name, "lz4", true, use_dedup, use_dedup,
-                                    OVERLAP_PAGES * PAGE};
+    struct model_options options = {name, "lz4", true, use_dedup, use_dedup, OVERLAP_PAGES * PAGE};
     struct overlap o;
     memset(&o, 0, sizeof o);
     pthread_mutex_init(&o.lock, NULL);
@@ -1257,8 +1253,7 @@ static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint6
         int rc = uzram_discard(o.dev, 0, OVERLAP_PAGES * PAGE);
         s = test_stats(o.dev);
         if (rc != 0 || s.pages_stored != 0 || s.orig_data_size != 0 || s.compr_data_size != 0 ||
-            s.same_pages != 0 || s.huge_pages != 0 || s.dup_data_size != 0 ||
-            s.mem_used_total != 0)
+            s.same_pages != 0 || s.huge_pages != 0 || s.dup_data_size != 0 || s.mem_used_total != 0)
             overlap_fail(&o,
                          "after discarding everything (rc %d): pages_stored %llu orig %llu compr "
                          "%llu same %llu huge %llu dup %llu mem_used_total %llu",
@@ -1333,7 +1328,8 @@ static void *sector_thread_main(void *arg)
         uint64_t offset = page * PAGE + sector * SECTOR;
         uint64_t r = test_rng_below(&rng, 10);
         if (r < 6) {
-            enum test_data_kind kind = (enum test_data_kind)test_rng_below(&rng, TEST_DATA_KIND_COUNT);
+            enum test_data_kind kind =
+                (enum test_data_kind)test_rng_below(&rng, TEST_DATA_KIND_COUNT);
             test_fill(&rng, kind, data, SECTOR);
             int rc = uzram_write(t->dev, offset, data, SECTOR);
             if (rc != 0) {
@@ -1383,8 +1379,11 @@ static void run_shared_sectors(const char *name, bool use_dedup, uint64_t defaul
     pthread_t compactor;
     assert_int_equal(pthread_create(&compactor, NULL, compactor_main, &bg), 0);
     for (int i = 0; i < SECTOR_OWNERS; i++) {
-        threads[i] = (struct sector_thread){.dev = dev, .id = i, .seed = seed * 17 + (uint64_t)i,
-                                            .ops = test_ops(DEFAULT_OPS), .model = model};
+        threads[i] = (struct sector_thread){.dev = dev,
+                                            .id = i,
+                                            .seed = seed * 17 + (uint64_t)i,
+                                            .ops = test_ops(DEFAULT_OPS),
+                                            .model = model};
         assert_int_equal(pthread_create(&ids[i], NULL, sector_thread_main, &threads[i]), 0);
     }
     int failures = 0;

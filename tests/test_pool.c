@@ -85,14 +85,14 @@ static void test_every_size(void **state)
         for (size_t other = size + 1; other <= POOL_MAX_OBJECT && other < size + 4; other++)
             assert_true(handles[size] != handles[other]);
     for (size_t size = 1; size <= POOL_MAX_OBJECT; size++)
-        assert_true(check_pattern(pool_map(pool, handles[size]), size,
-                                  (uint32_t)size * 2654435761u));
+        assert_true(
+            check_pattern(pool_map(pool, handles[size]), size, (uint32_t)size * 2654435761u));
     /* Free in a different order than allocated. */
     for (size_t size = 2; size <= POOL_MAX_OBJECT; size += 2)
         pool_free(pool, handles[size]);
     for (size_t size = 1; size <= POOL_MAX_OBJECT; size += 2)
-        assert_true(check_pattern(pool_map(pool, handles[size]), size,
-                                  (uint32_t)size * 2654435761u));
+        assert_true(
+            check_pattern(pool_map(pool, handles[size]), size, (uint32_t)size * 2654435761u));
     for (size_t size = 1; size <= POOL_MAX_OBJECT; size += 2)
         pool_free(pool, handles[size]);
     assert_int_equal(pool_mem_used(pool), 0);
@@ -106,8 +106,8 @@ static void test_every_size(void **state)
 static void test_mem_used_moves_by_spans(void **state)
 {
     (void)state;
-    static const size_t sizes[] = {1, 8, 9, 100, 500, 1000, 1500, 2047, 2500, 3000, 3500,
-                                   4000, 4088, 4089, 4096};
+    static const size_t sizes[] = {1,    8,    9,    100,  500,  1000, 1500, 2047,
+                                   2500, 3000, 3500, 4000, 4088, 4089, 4096};
     struct pool *pool = new_pool();
     uint64_t *handles = calloc(8192, sizeof *handles);
     assert_non_null(handles);

@@ -32,8 +32,15 @@ static void fill_words(unsigned char *page, uint64_t word)
 static uint64_t interesting_word(struct test_rng *rng, int i)
 {
     static const uint64_t fixed[] = {
-        0, ~0ull, 0x0102030405060708ull, 0x8000000000000000ull, 1, 0xdeadbeefcafef00dull,
-        0x00000000ffffffffull, 0xffffffff00000000ull, 0x5a5a5a5a5a5a5a5aull,
+        0,
+        ~0ull,
+        0x0102030405060708ull,
+        0x8000000000000000ull,
+        1,
+        0xdeadbeefcafef00dull,
+        0x00000000ffffffffull,
+        0xffffffff00000000ull,
+        0x5a5a5a5a5a5a5a5aull,
     };
     if (i < (int)(sizeof fixed / sizeof fixed[0]))
         return fixed[i];
@@ -200,10 +207,8 @@ int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_filled_words),
-        cmocka_unit_test(test_every_position_detected),
-        cmocka_unit_test(test_unaligned),
-        cmocka_unit_test(test_fill_round_trip),
+        cmocka_unit_test(test_same_filled_words),   cmocka_unit_test(test_every_position_detected),
+        cmocka_unit_test(test_unaligned),           cmocka_unit_test(test_fill_round_trip),
         cmocka_unit_test(test_agrees_with_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

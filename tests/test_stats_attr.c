@@ -329,8 +329,8 @@ static void expect_json_key(const struct json *j, const char *key, uint64_t valu
         if (strcmp(j->names[i], key) == 0) {
             if (!j->numeric[i] || j->values[i] != value)
                 fail_msg("JSON key \"%s\": %s %llu, expected %llu", key,
-                         j->numeric[i] ? "value" : "not a number",
-                         (unsigned long long)j->values[i], (unsigned long long)value);
+                         j->numeric[i] ? "value" : "not a number", (unsigned long long)j->values[i],
+                         (unsigned long long)value);
             return;
         }
     }
@@ -438,9 +438,10 @@ static void test_attr_names_readable(void **state)
     const char *names = uzram_attr_names();
     assert_non_null(names);
     static const char *const documented[] = {
-        "disksize", "initstate", "comp_algorithm", "algorithm_params", "same_filled",
-        "use_dedup", "mem_limit", "mem_used_max", "mm_stat", "io_stat", "debug_stat",
-        "stat_json", "compact", "reset",
+        "disksize",    "initstate", "comp_algorithm", "algorithm_params",
+        "same_filled", "use_dedup", "mem_limit",      "mem_used_max",
+        "mm_stat",     "io_stat",   "debug_stat",     "stat_json",
+        "compact",     "reset",
     };
     char list[1024];
     snprintf(list, sizeof list, " %s ", names);
@@ -478,8 +479,8 @@ static void test_attr_names_readable(void **state)
 
     assert_int_equal(attr_number(dev, "disksize"), DISK_SIZE);
     /* Read-only attributes refuse writes. */
-    static const char *const read_only[] = {"mm_stat", "io_stat", "debug_stat", "stat_json",
-                                            "initstate", "disksize"};
+    static const char *const read_only[] = {"mm_stat",   "io_stat",   "debug_stat",
+                                            "stat_json", "initstate", "disksize"};
     for (size_t i = 0; i < sizeof read_only / sizeof read_only[0]; i++) {
         int rc = uzram_attr_set(dev, read_only[i], "1");
         if (rc != -EACCES)
@@ -713,8 +714,8 @@ static void expect_size(const char *text, int expected_rc, uint64_t expected)
     uint64_t bytes = 12345;
     int rc = uzram_parse_size(text, &bytes);
     if (rc != expected_rc || (rc == 0 && bytes != expected))
-        fail_msg("uzram_parse_size(\"%s\"): rc %d bytes %llu, expected rc %d bytes %llu", text,
-                 rc, (unsigned long long)bytes, expected_rc, (unsigned long long)expected);
+        fail_msg("uzram_parse_size(\"%s\"): rc %d bytes %llu, expected rc %d bytes %llu", text, rc,
+                 (unsigned long long)bytes, expected_rc, (unsigned long long)expected);
 }
 
 static void test_parse_size(void **state)

@@ -44,11 +44,11 @@ const char *test_data_kind_name(enum test_data_kind kind)
 static void fill_text(struct test_rng *rng, unsigned char *out, size_t length)
 {
     static const char *const words[] = {
-        "the",    "page",  "memory", "of",       "a",     "compressed", "block",
-        "device", "is",    "kept",   "in",       "RAM",   "and",        "served",
-        "over",   "NBD",   "to",     "clients",  "which", "write",      "read",
-        "data",   "with",  "zram",   "kernel",   "swap",  "build",      "tree",
-        "object", "file",  "source", "function", "return", "int",       "struct",
+        "the",    "page", "memory", "of",       "a",      "compressed", "block",
+        "device", "is",   "kept",   "in",       "RAM",    "and",        "served",
+        "over",   "NBD",  "to",     "clients",  "which",  "write",      "read",
+        "data",   "with", "zram",   "kernel",   "swap",   "build",      "tree",
+        "object", "file", "source", "function", "return", "int",        "struct",
     };
     size_t n = sizeof words / sizeof words[0];
     size_t pos = 0;

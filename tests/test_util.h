@@ -22,11 +22,11 @@ uint64_t test_rng_below(struct test_rng *rng, uint64_t bound);
 
 /* Kinds of page content the tests and benches draw from. */
 enum test_data_kind {
-    TEST_DATA_ZERO,       /* all zero bytes */
-    TEST_DATA_SAME,       /* one random non-zero 8-byte word repeated */
-    TEST_DATA_TEXT,       /* English-like words: compresses about 2-3x */
-    TEST_DATA_HALF,       /* about 50% compressible binary */
-    TEST_DATA_RANDOM,     /* incompressible: stored huge */
+    TEST_DATA_ZERO,   /* all zero bytes */
+    TEST_DATA_SAME,   /* one random non-zero 8-byte word repeated */
+    TEST_DATA_TEXT,   /* English-like words: compresses about 2-3x */
+    TEST_DATA_HALF,   /* about 50% compressible binary */
+    TEST_DATA_RANDOM, /* incompressible: stored huge */
     TEST_DATA_KIND_COUNT
 };
 const char *test_data_kind_name(enum test_data_kind kind);
@@ -42,8 +42,7 @@ void test_apply_filter(int argc, char **argv);
 /* Make a device of `disksize` bytes with `algorithm` (NULL: lz4) and dedup
  * on or off; aborts the test on failure. Inline so that tests of internal
  * parts (pool, comp) link without the rest of the engine. */
-static inline struct uzram *test_device(uint64_t disksize, const char *algorithm,
-                                        int use_dedup)
+static inline struct uzram *test_device(uint64_t disksize, const char *algorithm, int use_dedup)
 {
     struct uzram_config config;
     uzram_config_init(&config);
