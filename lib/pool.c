@@ -57,9 +57,11 @@
 
 /* Shape of a class: shared by every pool, computed once. */
 struct class_shape {
-    uint32_t footprint;    /* bytes per object slot, header included */
-    uint16_t pages;        /* span length */
-    uint16_t objects;      /* objects per span */
+    uint32_t footprint;   /* bytes per object slot, header included */
+    uint16_t pages;       /* span length */
+    uint16_t objects;     /* objects per span */
+    uint16_t small_pages; /* span length of a class's first spans */
+    uint16_t small_objects;
     uint16_t header_bytes; /* 0 for the huge class */
     uint16_t home;         /* class that actually serves this footprint */
 };
@@ -72,6 +74,8 @@ struct pool_span {
     uint64_t compact_gen; /* last compaction round that tried to empty it */
     uint32_t slot;        /* span id; immutable */
     uint16_t class_index; /* immutable */
+    uint16_t pages;       /* immutable: the class's long or short span length */
+    uint16_t objects;     /* immutable */
     uint16_t in_use;
     uint16_t free_head;
     uint8_t group;
@@ -92,6 +96,7 @@ struct pool_class {
     pthread_mutex_t lock;
     struct pool_span *groups[GROUP_COUNT];
     uint64_t span_count;
+    uint64_t capacity; /* objects all its spans can hold */
     uint64_t object_count;
 } __attribute__((aligned(64)));
 
@@ -136,6 +141,9 @@ static pthread_once_t class_shapes_once = PTHREAD_ONCE_INIT;
  * even above. 0 gives the pure least-waste rule. */
 #define SPAN_WASTE_TOLERANCE_PERMILLE 10u
 
+/* How many spans of a class are short ones (see choose_small_span_length). */
+#define SMALL_SPANS_PER_CLASS 2u
+
 /* Pick the shortest span whose tail waste is within the tolerance, or else
  * the one that wastes the smallest fraction of itself (on a tie the shorter
  * span, because a span can only be given back once all its objects are
@@ -162,6 +170,26 @@ static void choose_span_length(uint32_t footprint, uint16_t *pages, uint16_t *ob
     *objects = (uint16_t)best_objects;
 }
 
+/* A class's first spans are short: a long span that stays mostly empty
+ * costs more than the tail waste it saves, and most classes of a small
+ * device never hold more than a span or two. Shortest span that wastes at
+ * most an eighth of itself (a span holds at least one object). */
+static void choose_small_span_length(const struct class_shape *shape, uint16_t *pages,
+                                     uint16_t *objects)
+{
+    for (uint32_t k = 1; k < shape->pages; k++) {
+        uint32_t bytes = k * PAGE_BYTES;
+        uint32_t objects_here = bytes / shape->footprint;
+        if (objects_here > 0 && (bytes - objects_here * shape->footprint) * 8 <= bytes) {
+            *pages = (uint16_t)k;
+            *objects = (uint16_t)objects_here;
+            return;
+        }
+    }
+    *pages = shape->pages;
+    *objects = shape->objects;
+}
+
 static void init_class_shapes(void)
 {
     for (uint32_t i = 0; i < NORMAL_CLASSES; i++) {
@@ -169,12 +197,15 @@ static void init_class_shapes(void)
         shape->footprint = (i + 1) * CLASS_GRANULE;
         shape->header_bytes = HEADER_BYTES;
         choose_span_length(shape->footprint, &shape->pages, &shape->objects);
+        choose_small_span_length(shape, &shape->small_pages, &shape->small_objects);
         shape->home = (uint16_t)i;
     }
     struct class_shape *huge = &class_shapes[HUGE_CLASS];
     huge->footprint = PAGE_BYTES;
     huge->pages = 1;
     huge->objects = 1;
+    huge->small_pages = 1;
+    huge->small_objects = 1;
     huge->header_bytes = 0;
     huge->home = HUGE_CLASS;
     /* Neighbouring footprints with the same span length and object count
@@ -183,7 +214,9 @@ static void init_class_shapes(void)
     for (int i = (int)NORMAL_CLASSES - 2; i >= 0; i--) {
         const struct class_shape *larger = &class_shapes[class_shapes[i + 1].home];
         if (larger->header_bytes == HEADER_BYTES && larger->pages == class_shapes[i].pages &&
-            larger->objects == class_shapes[i].objects)
+            larger->objects == class_shapes[i].objects &&
+            larger->small_pages == class_shapes[i].small_pages &&
+            larger->small_objects == class_shapes[i].small_objects)
             class_shapes[i].home = class_shapes[i + 1].home;
     }
 }
@@ -228,11 +261,11 @@ static unsigned char *object_start(const struct class_shape *shape, const struct
     return span->base + (size_t)index * shape->footprint;
 }
 
-static unsigned group_of(const struct class_shape *shape, unsigned in_use)
+static unsigned group_of(const struct pool_span *span)
 {
-    if (in_use >= shape->objects)
+    if (span->in_use >= span->objects)
         return GROUP_FULL;
-    return in_use * 4u / shape->objects;
+    return span->in_use * 4u / span->objects;
 }
 
 static void list_unlink(struct pool_class *class, struct pool_span *span)
@@ -257,12 +290,11 @@ static void list_push(struct pool_class *class, struct pool_span *span, unsigned
 }
 
 /* Move a span to the list matching its fill after in_use changed. */
-static void regroup(struct pool_class *class, const struct class_shape *shape,
-                    struct pool_span *span)
+static void regroup(struct pool_class *class, struct pool_span *span)
 {
     if (span->isolated)
         return;
-    unsigned group = group_of(shape, span->in_use);
+    unsigned group = group_of(span);
     if (group != span->group) {
         list_unlink(class, span);
         list_push(class, span, group);
@@ -291,18 +323,17 @@ static unsigned take_object(struct pool_class *class, const struct class_shape *
         memcpy(object_start(shape, span, index), &owner, sizeof owner);
     else
         span->huge_owner = owner;
-    regroup(class, shape, span);
+    regroup(class, span);
     return index;
 }
 
-static void put_object(struct pool_class *class, const struct class_shape *shape,
-                       struct pool_span *span, unsigned index)
+static void put_object(struct pool_class *class, struct pool_span *span, unsigned index)
 {
     span->next_free[index] = (uint16_t)span->free_head;
     span->free_head = (uint16_t)index;
     span->in_use--;
     class->object_count--;
-    regroup(class, shape, span);
+    regroup(class, span);
 }
 
 static uint64_t owner_of(const struct class_shape *shape, const struct pool_span *span,
@@ -399,19 +430,22 @@ static struct pool_chunk *chunk_of_slot(struct pool *pool, uint32_t slot)
     return atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT], memory_order_acquire);
 }
 
-/* Make an empty span of class `class_index`, published in the span table
- * but on no list yet. Called without any class lock. */
-static int create_span(struct pool *pool, unsigned class_index, struct pool_span **out)
+/* Make an empty span of class `class_index` (a short one if `small`),
+ * published in the span table but on no list yet. Called without any class
+ * lock. */
+static int create_span(struct pool *pool, unsigned class_index, bool small, struct pool_span **out)
 {
     const struct class_shape *shape = &shapes()[class_index];
-    uint64_t bytes = (uint64_t)shape->pages * PAGE_BYTES;
+    unsigned pages = small ? shape->small_pages : shape->pages;
+    unsigned objects = small ? shape->small_objects : shape->objects;
+    uint64_t bytes = (uint64_t)pages * PAGE_BYTES;
     int rc = reserve_memory(pool, bytes);
     if (rc)
         return rc;
     struct pool_span *span =
         FAULT_POINT(FAULT_ALLOC)
             ? NULL
-            : malloc(sizeof *span + (size_t)shape->objects * sizeof span->next_free[0]);
+            : malloc(sizeof *span + (size_t)objects * sizeof span->next_free[0]);
     if (!span) {
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
         return -ENOMEM;
@@ -428,9 +462,11 @@ static int create_span(struct pool *pool, unsigned class_index, struct pool_span
     span->base = chunk->base + (size_t)(slot & (SLOTS_PER_CHUNK - 1)) * SLOT_BYTES;
     span->slot = slot;
     span->class_index = (uint16_t)class_index;
+    span->pages = (uint16_t)pages;
+    span->objects = (uint16_t)objects;
     span->free_head = 0;
-    for (unsigned i = 0; i < shape->objects; i++)
-        span->next_free[i] = (uint16_t)(i + 1 < shape->objects ? i + 1 : FREE_LIST_END);
+    for (unsigned i = 0; i < objects; i++)
+        span->next_free[i] = (uint16_t)(i + 1 < objects ? i + 1 : FREE_LIST_END);
     atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], span, memory_order_release);
     *out = span;
     return 0;
@@ -440,8 +476,7 @@ static int create_span(struct pool *pool, unsigned class_index, struct pool_span
  * stack. Called without any class lock (madvise can take a while). */
 static void release_span(struct pool *pool, struct pool_span *span)
 {
-    const struct class_shape *shape = &shapes()[span->class_index];
-    size_t bytes = (size_t)shape->pages * PAGE_BYTES;
+    size_t bytes = (size_t)span->pages * PAGE_BYTES;
     uint32_t slot = span->slot;
     /* MADV_DONTNEED on private anonymous memory cannot fail on a range we
      * mapped; if it did, the pages would merely stay resident. */
@@ -512,12 +547,14 @@ int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
          * allocations of the class go on meanwhile; if someone else made
          * room in the meantime, the new span is used anyway (rare, and it
          * is as dense as any other once filled). */
+        bool small = class->span_count < SMALL_SPANS_PER_CLASS;
         pthread_mutex_unlock(&class->lock);
-        int rc = create_span(pool, class_index, &span);
+        int rc = create_span(pool, class_index, small, &span);
         if (rc)
             return rc;
         pthread_mutex_lock(&class->lock);
         class->span_count++;
+        class->capacity += span->objects;
         list_push(class, span, 0);
     }
     unsigned index = take_object(class, shape, span, owner);
@@ -533,22 +570,22 @@ void pool_free(struct pool *pool, uint64_t handle)
     struct pool_span *span = span_of(pool, handle);
     if (!span)
         return;
-    const struct class_shape *shape = &shapes()[span->class_index];
     unsigned index = handle & OBJECT_INDEX_MASK;
     struct pool_class *class = &pool->classes[span->class_index];
 
     pthread_mutex_lock(&class->lock);
-    if (index >= shape->objects || span->next_free[index] != OBJECT_ALLOCATED) {
+    if (index >= span->objects || span->next_free[index] != OBJECT_ALLOCATED) {
         /* Not an allocated object: a caller bug that must not corrupt the
          * free list. */
         pthread_mutex_unlock(&class->lock);
         return;
     }
-    put_object(class, shape, span, index);
+    put_object(class, span, index);
     bool empty = span->in_use == 0 && !span->isolated;
     if (empty) {
         list_unlink(class, span);
         class->span_count--;
+        class->capacity -= span->objects;
     }
     pthread_mutex_unlock(&class->lock);
     if (empty)
@@ -611,13 +648,13 @@ static bool compact_one_span(struct pool *pool, unsigned class_index,
     struct pool_class *class = &pool->classes[class_index];
 
     pthread_mutex_lock(&class->lock);
-    uint64_t free_objects = class->span_count * shape->objects - class->object_count;
+    uint64_t free_objects = class->capacity - class->object_count;
     struct pool_span *source = NULL;
-    if (free_objects >= shape->objects)
+    if (free_objects >= shape->small_objects)
         source = sparsest_untried_span(class, gen);
     /* The other spans must have room for all of the source's objects,
      * otherwise no span can be emptied (the source is the sparsest). */
-    if (!source || free_objects - (shape->objects - source->in_use) < source->in_use) {
+    if (!source || free_objects - (source->objects - source->in_use) < source->in_use) {
         pthread_mutex_unlock(&class->lock);
         return false;
     }
@@ -625,7 +662,7 @@ static bool compact_one_span(struct pool *pool, unsigned class_index,
     list_unlink(class, source);
     source->isolated = true;
 
-    for (unsigned index = 0; index < shape->objects && source->in_use > 0; index++) {
+    for (unsigned index = 0; index < source->objects && source->in_use > 0; index++) {
         if (source->next_free[index] != OBJECT_ALLOCATED)
             continue;
         struct pool_span *target = fullest_open_span(class);
@@ -640,20 +677,22 @@ static bool compact_one_span(struct pool *pool, unsigned class_index,
                object_start(shape, source, index) + shape->header_bytes,
                shape->footprint - shape->header_bytes);
         ops->relocate(ops->arg, owner, old_handle, make_handle(target, new_index));
-        put_object(class, shape, source, index);
+        put_object(class, source, index);
     }
 
     source->isolated = false;
     bool empty = source->in_use == 0;
-    if (empty)
+    unsigned pages = source->pages;
+    if (empty) {
         class->span_count--;
-    else
-        list_push(class, source, group_of(shape, source->in_use));
+        class->capacity -= source->objects;
+    } else
+        list_push(class, source, group_of(source));
     pthread_mutex_unlock(&class->lock);
     if (empty) {
         release_span(pool, source);
-        *freed += shape->pages;
-        atomic_fetch_add_explicit(&pool->pages_compacted, shape->pages, memory_order_relaxed);
+        *freed += pages;
+        atomic_fetch_add_explicit(&pool->pages_compacted, pages, memory_order_relaxed);
     }
     return true;
 }
