@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "util.h"
 #include "datagen.h"
 #include "uzram.h"
 
@@ -62,20 +63,6 @@ struct output {
     int items;    /* items in the current JSON array */
 };
 
-static void json_string(const char *text)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 /* A ratio that may not exist (nothing compressed): JSON null, table "-". */
 static void json_ratio(double value)
 {
@@ -89,7 +76,7 @@ static void section_begin(struct output *out, const char *name, const char *titl
 {
     if (out->json) {
         printf("%s\n  ", out->sections ? "," : "");
-        json_string(name);
+        util_json_string(stdout, name);
         printf(": [");
         out->items = 0;
     } else {
@@ -561,9 +548,9 @@ static int run_sweep(const struct bench_options *opt, struct output *out)
                 if (out->json) {
                     item_begin(out);
                     printf("\"algorithm\": ");
-                    json_string(req.algorithm);
+                    util_json_string(stdout, req.algorithm);
                     printf(", \"kind\": ");
-                    json_string(data.name);
+                    util_json_string(stdout, data.name);
                     printf(", \"threads\": %u, \"pages\": %" PRIu64
                            ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
                            ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f, \"ratio\": ",
@@ -678,7 +665,7 @@ static int run_codec(const struct bench_options *opt, struct output *out)
         if (out->json) {
             item_begin(out);
             printf("\"algorithm\": ");
-            json_string(opt->algorithms[a]);
+            util_json_string(stdout, opt->algorithms[a]);
             printf(", \"compress_MBps\": %.1f, \"decompress_MBps\": %.1f, \"ratio\": %.4f}",
                    best[0], best[1], ratio);
         } else {
@@ -771,7 +758,7 @@ static int run_same_check(const struct bench_options *opt, struct output *out)
         if (out->json) {
             item_begin(out);
             printf("\"page\": ");
-            json_string(cases[c].name);
+            util_json_string(stdout, cases[c].name);
             printf(", \"GBps\": %.2f, \"ns_per_call\": %.2f}", gbps, ns);
         } else {
             printf("%-32s %10.2f %10.2f\n", cases[c].name, gbps, ns);
@@ -799,7 +786,7 @@ static void print_target(struct output *out, const char *name, const char *text,
     bool met = at_least ? value >= target : value <= target;
     if (out->json) {
         printf("%s\n    {\"check\": ", *first ? "" : ",");
-        json_string(name);
+        util_json_string(stdout, name);
         printf(", \"value\": %.4f, \"target\": %.4f, \"target_is\": \"%s\", \"met\": %s}", value,
                target, at_least ? "at_least" : "at_most", met ? "true" : "false");
     } else {
@@ -1006,9 +993,9 @@ static int run_file(const struct bench_options *opt, struct output *out)
                 if (out->json) {
                     item_begin(out);
                     printf("\"algorithm\": ");
-                    json_string(req.algorithm);
+                    util_json_string(stdout, req.algorithm);
                     printf(", \"source\": ");
-                    json_string(data.name);
+                    util_json_string(stdout, data.name);
                     printf(", \"dedup\": %s, \"threads\": %u, \"pages\": %" PRIu64
                            ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
                            ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f, \"ratio\": ",
@@ -1023,7 +1010,7 @@ static int run_file(const struct bench_options *opt, struct output *out)
                            ", \"meta_data_size\": %" PRIu64 ", \"mm_stat\": ",
                            st->orig_data_size, st->compr_data_size, st->mem_used_total,
                            st->same_pages, st->huge_pages, st->dup_data_size, st->meta_data_size);
-                    json_string(mm_stat);
+                    util_json_string(stdout, mm_stat);
                     printf("}");
                 } else {
                     char ratio_text[16], overhead_text[16];
@@ -1397,7 +1384,7 @@ int cmd_bench(int argc, char **argv)
     struct output out = {.json = opt.json};
     if (out.json) {
         printf("{\n  \"version\": ");
-        json_string(uzram_version());
+        util_json_string(stdout, uzram_version());
         printf(", \"seed\": %" PRIu64 ", \"size\": %" PRIu64
                ", \"repeat\": %u, \"budget_s\": %g, \"units\": \"MB/s = 10^6 bytes/s\""
                ", \"cpus\": %ld, \"loadavg_1min\": %.2f",

@@ -237,20 +237,6 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
  * JSON
  * ---------------------------------------------------------------------- */
 
-static void json_string(FILE *out, const char *text)
-{
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
-    }
-    fputc('"', out);
-}
-
 static void json_model(FILE *out, const char *name, double pool, double meta, bool last)
 {
     fprintf(out, "\"%s\": {\"pool_bytes\": %.0f, \"meta_bytes\": %.0f, \"total_bytes\": %.0f}%s",
@@ -282,7 +268,7 @@ static void json_counts(FILE *out, const struct estimate_options *options,
         struct estimate_projection p;
         estimate_project(c, a, &p);
         fprintf(out, "%s\n%s  ", a ? "," : "", indent);
-        json_string(out, options->algorithms[a]);
+        util_json_string(out, options->algorithms[a]);
         fprintf(out,
                 ": {\"compressed_bytes\": %" PRIu64 ", \"compressed_bytes_no_dedup\": %" PRIu64
                 ", \"huge_pages\": %" PRIu64 ", \"huge_pages_no_dedup\": %" PRIu64 ",\n%s    ",
@@ -312,13 +298,13 @@ void estimate_report_json(FILE *out, const struct estimate_options *options,
     for (unsigned a = 0; a < options->algorithm_count; a++) {
         if (a)
             fputs(", ", out);
-        json_string(out, options->algorithms[a]);
+        util_json_string(out, options->algorithms[a]);
     }
     fputs("],\n  \"sources\": [", out);
     for (size_t i = 0; i < source_count; i++) {
         const struct estimate_source *s = &sources[i];
         fprintf(out, "%s\n   {\"name\": ", i ? "," : "");
-        json_string(out, s->name);
+        util_json_string(out, s->name);
         fprintf(out, ", \"type\": \"%s\"", kind_name(s->kind));
         if (s->kind == SOURCE_PROCESS)
             fprintf(out, ", \"pid\": %d, \"mappings\": %zu, \"mapped_bytes\": %" PRIu64, s->pid,

@@ -91,20 +91,6 @@ static void status_usage(FILE *out)
           out);
 }
 
-static void print_json_string(const char *text)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 int cmd_status(int argc, char **argv)
 {
     static const struct option long_options[] = {
@@ -199,9 +185,9 @@ int cmd_status(int argc, char **argv)
         for (size_t i = 0; i < row_count; i++) {
             const struct device_status *st = &rows[i];
             printf("%s\n  {\"name\": ", i ? "," : "");
-            print_json_string(st->name);
+            util_json_string(stdout, st->name);
             printf(", \"algorithm\": ");
-            print_json_string(st->algorithm);
+            util_json_string(stdout, st->algorithm);
             for (size_t f = 0; f < sizeof number_fields / sizeof number_fields[0]; f++)
                 printf(", \"%s\": %llu", number_fields[f].key,
                        *(const unsigned long long *)((const char *)st + number_fields[f].offset));

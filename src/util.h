@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
 
 /* Read exactly `length` bytes. Returns 1 when done, 0 on end of file before
@@ -56,6 +57,8 @@ bool util_valid_name(const char *name);
 
 /* Sizes the way util-linux zramctl prints them: 0B, 512B, 4K, 1.5M, 2G. */
 void util_human_size(uint64_t bytes, char *buf, size_t size);
+/* Write `text` to `out` as a JSON string, quotes included. */
+void util_json_string(FILE *out, const char *text);
 
 /* "EBUSY" for EBUSY (positive errno), "E<n>" for ones not in the table. */
 const char *util_errno_name(int err, char *buf, size_t size);
