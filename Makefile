@@ -83,7 +83,7 @@ bench: deps
 	$(MAKE) programs
 	./bench/run.sh
 
-FORMAT_FILES = include/*.h lib/*.[ch] src/*.[ch] tests/*.[ch] $(wildcard fuzz/*.c bench/*.c)
+FORMAT_FILES = include/*.h lib/*.[ch] src/*.[ch] tests/*.[ch] $(wildcard fuzz/*.[ch] bench/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

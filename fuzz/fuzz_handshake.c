@@ -15,6 +15,7 @@
 
 #include "nbd_protocol.h"
 #include "nbd_server.h"
+#include "socket_client.h"
 #include "uzram.h"
 #include "util.h"
 
@@ -30,7 +31,7 @@
  *
  * Only the handshake and the socket helpers are linked; nbd_log() is defined
  * here so that no server state is needed.
- * fuzz-link: src/nbd_handshake.c src/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd_handshake.c src/util.c
  * fuzz-options: -max_len=16384
  */
 
@@ -71,60 +72,6 @@ static struct uzram *get_device(void)
         CHECK(uzram_create(&config, &device) == 0, "uzram_create");
     }
     return device;
-}
-
-/* The client side: write the input, read every reply until end of file. */
-struct client {
-    int fd;
-    const uint8_t *input;
-    size_t input_size;
-    uint8_t *output;
-    size_t output_size, output_capacity;
-};
-
-static void *client_main(void *arg)
-{
-    struct client *c = arg;
-    size_t written = 0;
-    bool writing = true;
-
-    if (c->input_size == 0) {
-        shutdown(c->fd, SHUT_WR);
-        writing = false;
-    }
-    for (;;) {
-        struct pollfd p = {c->fd, POLLIN | (writing ? POLLOUT : 0), 0};
-        if (poll(&p, 1, -1) < 0) {
-            CHECK(errno == EINTR, "poll: %s", strerror(errno));
-            continue;
-        }
-        if (writing && (p.revents & (POLLOUT | POLLERR | POLLHUP))) {
-            ssize_t n = send(c->fd, c->input + written, c->input_size - written,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0)
-                written += (size_t)n;
-            /* EPIPE: the server stopped reading; the rest is never needed. */
-            if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == c->input_size) {
-                shutdown(c->fd, SHUT_WR);
-                writing = false;
-            }
-        }
-        if (p.revents & (POLLIN | POLLERR | POLLHUP)) {
-            if (c->output_capacity - c->output_size < 65536) {
-                c->output_capacity = c->output_capacity * 2 + 65536;
-                c->output = realloc(c->output, c->output_capacity);
-                CHECK(c->output != NULL, "out of memory");
-            }
-            ssize_t n = recv(c->fd, c->output + c->output_size, c->output_capacity - c->output_size,
-                             MSG_DONTWAIT);
-            if (n > 0)
-                c->output_size += (size_t)n;
-            else if (n == 0)
-                return NULL; /* the server closed its sending side */
-            else
-                CHECK(errno == EAGAIN || errno == EINTR, "recv: %s", strerror(errno));
-        }
-    }
 }
 
 /* Check the server's byte stream against what nbd_handshake() returned. */
@@ -213,9 +160,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fds[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
 
-    struct client client = {.fd = fds[1], .input = data, .input_size = size};
+    struct fuzz_client client = {.fd = fds[1], .input = data, .input_size = size};
     pthread_t thread;
-    CHECK(pthread_create(&thread, NULL, client_main, &client) == 0, "pthread_create");
+    CHECK(pthread_create(&thread, NULL, fuzz_client_main, &client) == 0, "pthread_create");
 
     struct nbd_session session = {.fd = fds[0], .id = 1};
     int rc = nbd_handshake(&session, &export);

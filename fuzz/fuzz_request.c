@@ -14,6 +14,7 @@
 
 #include "nbd_protocol.h"
 #include "nbd_server.h"
+#include "socket_client.h"
 #include "uzram.h"
 #include "util.h"
 
@@ -39,7 +40,7 @@
  * The server object is defined here (nbd_server_export() is all the worker
  * loop needs from it), so only the transmission file and the socket helpers
  * are linked.
- * fuzz-link: src/nbd_transmission.c src/nbd_handshake.c src/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd_transmission.c src/nbd_handshake.c src/util.c
  * fuzz-options: -max_len=131072
  */
 
@@ -68,58 +69,6 @@ struct nbd_server {
 const struct nbd_export *nbd_server_export(struct nbd_server *server)
 {
     return &server->export;
-}
-
-/* The client: write the input, read every reply until end of file. */
-struct client {
-    int fd;
-    const uint8_t *input;
-    size_t input_size;
-    uint8_t *output;
-    size_t output_size, output_capacity;
-};
-
-static void *client_main(void *arg)
-{
-    struct client *c = arg;
-    size_t written = 0;
-    bool writing = c->input_size > 0;
-
-    if (!writing)
-        shutdown(c->fd, SHUT_WR);
-    for (;;) {
-        struct pollfd p = {c->fd, POLLIN | (writing ? POLLOUT : 0), 0};
-        if (poll(&p, 1, -1) < 0) {
-            CHECK(errno == EINTR, "poll: %s", strerror(errno));
-            continue;
-        }
-        if (writing && (p.revents & (POLLOUT | POLLERR | POLLHUP))) {
-            ssize_t n = send(c->fd, c->input + written, c->input_size - written,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0)
-                written += (size_t)n;
-            /* EPIPE: the server stopped reading; the rest is never needed. */
-            if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == c->input_size) {
-                shutdown(c->fd, SHUT_WR);
-                writing = false;
-            }
-        }
-        if (p.revents & (POLLIN | POLLERR | POLLHUP)) {
-            if (c->output_capacity - c->output_size < 65536) {
-                c->output_capacity = c->output_capacity * 2 + 65536;
-                c->output = realloc(c->output, c->output_capacity);
-                CHECK(c->output != NULL, "out of memory");
-            }
-            ssize_t n = recv(c->fd, c->output + c->output_size, c->output_capacity - c->output_size,
-                             MSG_DONTWAIT);
-            if (n > 0)
-                c->output_size += (size_t)n;
-            else if (n == 0)
-                return NULL;
-            else
-                CHECK(errno == EAGAIN || errno == EINTR, "recv: %s", strerror(errno));
-        }
-    }
 }
 
 /* ------------------------------------------------------------------------
@@ -402,9 +351,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     int fds[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
-    struct client client = {.fd = fds[1], .input = stream, .input_size = stream_size};
+    struct fuzz_client client = {.fd = fds[1], .input = stream, .input_size = stream_size};
     pthread_t client_thread;
-    CHECK(pthread_create(&client_thread, NULL, client_main, &client) == 0, "pthread_create");
+    CHECK(pthread_create(&client_thread, NULL, fuzz_client_main, &client) == 0, "pthread_create");
 
     /* What the handshake would have left behind (see server.c). */
     struct nbd_connection *conn = calloc(1, sizeof *conn);
