@@ -27,25 +27,8 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-QUICK=0
-OUT=build/bench-results
-while [ $# -gt 0 ]; do
-    case $1 in
-    --quick) QUICK=1 ;;
-    --out) OUT=$2; shift ;;
-    --out=*) OUT=${1#--out=} ;;
-    -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
-    *) echo "memory.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-    esac
-    shift
-done
-
-UZRAM=${UZRAM:-build/uzram}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-ZRAM=${ZRAM:-zram0}
-ZDEV=/dev/$ZRAM
-ZSYS=/sys/block/$ZRAM
+# shellcheck source=bench/common.bash
+. bench/common.bash
 if [ "$QUICK" = 1 ]; then
     LIB_SIZE=${LIB_SIZE:-64M}
     DUMP_SIZE=${DUMP_SIZE:-64M}
