@@ -52,8 +52,11 @@ $(LIBUZRAM): $(LIB_OBJS)
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) -lm
 
-$(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(LIBUZRAM) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
+# Tests draw page contents from the programs' generator, src/datagen.c.
+$(O)/tests/%.o: ALL_CFLAGS += -Isrc
+$(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/datagen.o $(LIBUZRAM)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/datagen.o $(LIBUZRAM) \
+		$(CMOCKA_LIBS) $(DEP_LIBS) -lm
 
 # The one command CI runs: installs what is missing, builds plain and
 # ASan+UBSan, runs unit, model and integration tests.

@@ -104,36 +104,43 @@ static void fill_text(struct datagen_rng *rng, unsigned char *out, size_t length
     }
 }
 
+void datagen_fill(struct datagen_rng *rng, enum datagen_kind kind, void *buf, size_t length)
+{
+    unsigned char *out = buf;
+    switch (kind) {
+    case DATAGEN_ZERO:
+        memset(out, 0, length);
+        return;
+    case DATAGEN_SAME: {
+        uint64_t word = datagen_rng_next(rng) | 1;
+        for (size_t i = 0; i < length; i++)
+            out[i] = (unsigned char)(word >> (8 * (i % 8)));
+        return;
+    }
+    case DATAGEN_TEXT:
+        fill_text(rng, out, length);
+        return;
+    case DATAGEN_HALF:
+        datagen_fill_compressible(rng, DATAGEN_HALF_PERCENT, out, length);
+        return;
+    case DATAGEN_RANDOM:
+    default:
+        for (size_t i = 0; i < length; i += 8) {
+            uint64_t word = datagen_rng_next(rng);
+            memcpy(out + i, &word, length - i < 8 ? length - i : 8);
+        }
+        return;
+    }
+}
+
 void datagen_page(uint64_t seed, enum datagen_kind kind, uint64_t index, void *page)
 {
     unsigned char *out = page;
     struct datagen_rng rng;
     datagen_rng_seed(&rng, seed ^ splitmix64(index * 8 + (uint64_t)kind));
-
-    switch (kind) {
-    case DATAGEN_ZERO:
-        memset(out, 0, DATAGEN_PAGE_SIZE);
+    datagen_fill(&rng, kind, out, DATAGEN_PAGE_SIZE);
+    if (kind == DATAGEN_ZERO || kind == DATAGEN_SAME)
         return;
-    case DATAGEN_SAME: {
-        uint64_t word = datagen_rng_next(&rng) | 1;
-        for (size_t i = 0; i < DATAGEN_PAGE_SIZE; i += 8)
-            memcpy(out + i, &word, 8);
-        return;
-    }
-    case DATAGEN_TEXT:
-        fill_text(&rng, out, DATAGEN_PAGE_SIZE);
-        break;
-    case DATAGEN_HALF:
-        datagen_fill_compressible(&rng, DATAGEN_HALF_PERCENT, out, DATAGEN_PAGE_SIZE);
-        break;
-    case DATAGEN_RANDOM:
-    default:
-        for (size_t i = 0; i < DATAGEN_PAGE_SIZE; i += 8) {
-            uint64_t word = datagen_rng_next(&rng);
-            memcpy(out + i, &word, 8);
-        }
-        break;
-    }
     /* A unique stamp so that no two pages of a stream are identical, which
      * would otherwise happen now and then for text and let dedup cheat. */
     uint64_t stamp = splitmix64(seed + index);

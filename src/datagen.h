@@ -1,4 +1,4 @@
-/* datagen.h - seeded page-content generators for the uzram programs (bench, demos).
+/* datagen.h - seeded page-content generators for the uzram programs and tests.
  * Each page is a pure function of (seed, kind, page index), so runs and dumps repeat exactly. */
 #ifndef UZRAM_DATAGEN_H
 #define UZRAM_DATAGEN_H
@@ -35,6 +35,10 @@ enum datagen_kind {
 const char *datagen_kind_name(enum datagen_kind kind);
 /* Kind called `name` (also accepts "same-filled"), or -1. */
 int datagen_kind_from_name(const char *name);
+
+/* Fill `length` bytes with data of `kind` drawn from `rng` (any length; a
+ * same-filled fill repeats one word byte by byte). */
+void datagen_fill(struct datagen_rng *rng, enum datagen_kind kind, void *buf, size_t length);
 
 /* Fill 4096-byte page number `index` of the stream (seed, kind). The first
  * eight bytes of every non-same, non-zero page hold a mix of the index, so

@@ -15,11 +15,11 @@
 #define DISK (16u << 20)
 #define PAGE UZRAM_PAGE_SIZE
 
-static void fill_page(unsigned char *page, uint64_t seed, enum test_data_kind kind)
+static void fill_page(unsigned char *page, uint64_t seed, enum datagen_kind kind)
 {
-    struct test_rng rng;
-    test_rng_seed(&rng, seed);
-    test_fill(&rng, kind, page, PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, seed);
+    datagen_fill(&rng, kind, page, PAGE);
 }
 
 static void write_page(struct uzram *dev, uint64_t index, const unsigned char *page)
@@ -48,7 +48,7 @@ static void test_identical_pages_share(void **state)
 {
     (void)state;
     unsigned char page[PAGE];
-    fill_page(page, 1, TEST_DATA_TEXT);
+    fill_page(page, 1, DATAGEN_TEXT);
     uint64_t size = single_copy_size(page);
     struct uzram *dev = test_device(DISK, NULL, 1);
     uint64_t meta_before = test_stats(dev).meta_data_size;
@@ -65,7 +65,7 @@ static void test_identical_pages_share(void **state)
     /* Discard, overwrite and write-zeroes each drop only their own reference. */
     assert_int_equal(uzram_discard(dev, 0, PAGE), 0);
     unsigned char other[PAGE];
-    fill_page(other, 2, TEST_DATA_HALF);
+    fill_page(other, 2, DATAGEN_HALF);
     write_page(dev, 3, other);
     assert_int_equal(uzram_write_zeroes(dev, 6 * PAGE, PAGE, true), 0);
     s = test_stats(dev);
@@ -88,7 +88,7 @@ static void test_huge_pages_share(void **state)
 {
     (void)state;
     unsigned char page[PAGE];
-    fill_page(page, 3, TEST_DATA_RANDOM);
+    fill_page(page, 3, DATAGEN_RANDOM);
     struct uzram *dev = test_device(DISK, NULL, 1);
     write_page(dev, 1, page);
     write_page(dev, 2, page);
@@ -115,7 +115,7 @@ static void test_forced_collisions_compare_in_full(void **state)
     struct uzram *dev = test_device(DISK, NULL, 1);
     dedup_force_collisions(dev->dedup, true);
     for (int c = 0; c < CONTENTS; c++) {
-        fill_page(pages[c], 100 + c, c % 2 ? TEST_DATA_TEXT : TEST_DATA_RANDOM);
+        fill_page(pages[c], 100 + c, c % 2 ? DATAGEN_TEXT : DATAGEN_RANDOM);
         /* pages that differ only in their last byte are the hardest case */
         if (c >= 20) {
             memcpy(pages[c], pages[c - 2], PAGE);
@@ -144,7 +144,7 @@ static void test_reset_and_setting(void **state)
 {
     (void)state;
     unsigned char page[PAGE];
-    fill_page(page, 5, TEST_DATA_HALF);
+    fill_page(page, 5, DATAGEN_HALF);
     struct uzram *dev = test_device(DISK, NULL, 0);
     write_page(dev, 0, page);
     write_page(dev, 1, page);
@@ -177,7 +177,7 @@ static void test_compaction_moves_shared_objects(void **state)
     static unsigned char pages[CONTENTS][PAGE];
     struct uzram *dev = test_device(DISK, NULL, 1);
     for (int c = 0; c < CONTENTS; c++)
-        fill_page(pages[c], 1000 + c, c % 3 ? TEST_DATA_HALF : TEST_DATA_TEXT);
+        fill_page(pages[c], 1000 + c, c % 3 ? DATAGEN_HALF : DATAGEN_TEXT);
     for (int i = 0; i < PAGES; i++)
         write_page(dev, (uint64_t)i, pages[i % CONTENTS]);
     /* Free every content but a scattered few: sparse pool pages remain. */

@@ -106,7 +106,7 @@ static void fail_run(const struct run_context *ctx, const char *fmt, ...)
 struct run_state {
     struct run_context ctx;
     struct uzram *dev;
-    struct test_rng rng;
+    struct datagen_rng rng;
     uint8_t model[DEVICE_BYTES];    /* what the device holds */
     uint8_t expected[DEVICE_BYTES]; /* what it holds if the current call succeeds */
     uint8_t actual[DEVICE_BYTES];
@@ -259,14 +259,13 @@ static void fill_content(struct run_state *state, uint8_t *buf, size_t length)
 {
     for (size_t done = 0; done < length; done += PAGE) {
         size_t chunk = length - done < PAGE ? length - done : PAGE;
-        uint64_t choice = test_rng_below(&state->rng, 10);
+        uint64_t choice = datagen_rng_below(&state->rng, 10);
         if (choice < 4) {
-            memcpy(buf + done, state->shared[test_rng_below(&state->rng, SHARED_PAGES)], chunk);
+            memcpy(buf + done, state->shared[datagen_rng_below(&state->rng, SHARED_PAGES)], chunk);
         } else {
-            static const enum test_data_kind kinds[] = {TEST_DATA_ZERO,   TEST_DATA_SAME,
-                                                        TEST_DATA_TEXT,   TEST_DATA_HALF,
-                                                        TEST_DATA_RANDOM, TEST_DATA_TEXT};
-            test_fill(&state->rng, kinds[choice - 4], buf + done, chunk);
+            static const enum datagen_kind kinds[] = {DATAGEN_ZERO, DATAGEN_SAME,   DATAGEN_TEXT,
+                                                      DATAGEN_HALF, DATAGEN_RANDOM, DATAGEN_TEXT};
+            datagen_fill(&state->rng, kinds[choice - 4], buf + done, chunk);
         }
     }
 }
@@ -326,13 +325,13 @@ static void random_range(struct run_state *state, bool whole_pages, uint64_t *of
                          uint64_t *length)
 {
     if (whole_pages) {
-        uint64_t pages = 1 + test_rng_below(&state->rng, 4);
-        *offset = test_rng_below(&state->rng, DEVICE_PAGES - pages + 1) * PAGE;
+        uint64_t pages = 1 + datagen_rng_below(&state->rng, 4);
+        *offset = datagen_rng_below(&state->rng, DEVICE_PAGES - pages + 1) * PAGE;
         *length = pages * PAGE;
     } else {
-        uint64_t sectors = 1 + test_rng_below(&state->rng, 3 * PAGE / SECTOR);
+        uint64_t sectors = 1 + datagen_rng_below(&state->rng, 3 * PAGE / SECTOR);
         uint64_t total = DEVICE_BYTES / SECTOR;
-        *offset = test_rng_below(&state->rng, total - sectors + 1) * SECTOR;
+        *offset = datagen_rng_below(&state->rng, total - sectors + 1) * SECTOR;
         *length = sectors * SECTOR;
     }
 }
@@ -345,7 +344,7 @@ static void workload(struct run_state *state)
     /* Fill most of the device, then mix overwrites, partial writes,
      * discards and zeroing, reads and compactions. */
     for (ctx->op = 0; ctx->op < WORKLOAD_OPS; ctx->op++) {
-        uint64_t choice = test_rng_below(&state->rng, 100);
+        uint64_t choice = datagen_rng_below(&state->rng, 100);
         if (ctx->op < 12) {
             ctx->op_name = "fill";
             random_range(state, true, &offset, &length);
@@ -360,15 +359,15 @@ static void workload(struct run_state *state)
             op_write(state, offset, length);
         } else if (choice < 70) {
             ctx->op_name = "discard";
-            random_range(state, test_rng_below(&state->rng, 2), &offset, &length);
+            random_range(state, datagen_rng_below(&state->rng, 2), &offset, &length);
             op_zero(state, offset, length, 0);
         } else if (choice < 77) {
             ctx->op_name = "write_zeroes";
             random_range(state, false, &offset, &length);
-            op_zero(state, offset, length, 1 + (int)test_rng_below(&state->rng, 2));
+            op_zero(state, offset, length, 1 + (int)datagen_rng_below(&state->rng, 2));
         } else if (choice < 92) {
             ctx->op_name = "read";
-            random_range(state, test_rng_below(&state->rng, 2), &offset, &length);
+            random_range(state, datagen_rng_below(&state->rng, 2), &offset, &length);
             op_read(state, offset, length);
         } else {
             ctx->op_name = "compact";
@@ -384,9 +383,9 @@ static void *run_thread(void *arg)
     const struct sweep_config *config = state->ctx.config;
     state->ctx.op = -1;
     state->ctx.op_name = "create";
-    test_rng_seed(&state->rng, config->seed);
+    datagen_rng_seed(&state->rng, config->seed);
     for (int i = 0; i < SHARED_PAGES; i++)
-        test_fill(&state->rng, i % 2 ? TEST_DATA_HALF : TEST_DATA_TEXT, state->shared[i], PAGE);
+        datagen_fill(&state->rng, i % 2 ? DATAGEN_HALF : DATAGEN_TEXT, state->shared[i], PAGE);
 
     /* The device is made before arming: making it is swept separately. */
     state->dev = test_device(DEVICE_BYTES, config->algorithm, config->use_dedup);
@@ -580,10 +579,10 @@ static void test_compress_only(void **unused)
     if (!fault_enabled())
         skip();
     struct uzram *dev = test_device(DEVICE_BYTES, "lz4", false);
-    struct test_rng rng;
-    test_rng_seed(&rng, 3);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 3);
     uint8_t page[PAGE];
-    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    datagen_fill(&rng, DATAGEN_TEXT, page, PAGE);
     fault_arm_kinds(1, FAULT_COMPRESS);
     assert_int_equal(uzram_write(dev, 0, page, PAGE), -EIO);
     assert_int_equal(fault_hits(), 1);

@@ -35,11 +35,11 @@ static int teardown_device(void **state)
     return 0;
 }
 
-static void fill_kind(uint64_t seed, enum test_data_kind kind, void *buf, size_t length)
+static void fill_kind(uint64_t seed, enum datagen_kind kind, void *buf, size_t length)
 {
-    struct test_rng rng;
-    test_rng_seed(&rng, seed);
-    test_fill(&rng, kind, buf, length);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, seed);
+    datagen_fill(&rng, kind, buf, length);
 }
 
 static void fill_word(void *page, uint64_t word)
@@ -110,23 +110,23 @@ static void test_whole_pages_roundtrip(void **state)
     struct uzram *dev = *state;
     uint8_t page[PAGE];
     /* One page of each kind, at scattered offsets, including the last. */
-    uint64_t where[TEST_DATA_KIND_COUNT] = {3, 17, 100, 200, DISK_PAGES - 1};
-    for (int kind = 0; kind < TEST_DATA_KIND_COUNT; kind++) {
+    uint64_t where[DATAGEN_KIND_COUNT] = {3, 17, 100, 200, DISK_PAGES - 1};
+    for (int kind = 0; kind < DATAGEN_KIND_COUNT; kind++) {
         fill_kind(10 + kind, kind, page, PAGE);
         write_pages(dev, where[kind], page, 1);
     }
-    for (int kind = 0; kind < TEST_DATA_KIND_COUNT; kind++) {
+    for (int kind = 0; kind < DATAGEN_KIND_COUNT; kind++) {
         fill_kind(10 + kind, kind, page, PAGE);
         expect_pages(dev, where[kind], page, 1);
     }
     struct uzram_stats s = test_stats(dev);
-    assert_int_equal(s.pages_stored, TEST_DATA_KIND_COUNT);
-    assert_int_equal(s.orig_data_size, TEST_DATA_KIND_COUNT * PAGE);
+    assert_int_equal(s.pages_stored, DATAGEN_KIND_COUNT);
+    assert_int_equal(s.orig_data_size, DATAGEN_KIND_COUNT * PAGE);
 
     /* A multi-page write of mixed kinds, and its read in one call. */
     uint8_t *many = malloc(16 * PAGE);
     for (int i = 0; i < 16; i++)
-        fill_kind(50 + i, (enum test_data_kind)(i % TEST_DATA_KIND_COUNT), many + i * PAGE, PAGE);
+        fill_kind(50 + i, (enum datagen_kind)(i % DATAGEN_KIND_COUNT), many + i * PAGE, PAGE);
     write_pages(dev, 30, many, 16);
     expect_pages(dev, 30, many, 16);
     /* Neighbours untouched. */
@@ -142,12 +142,12 @@ static void test_partial_pages(void **state)
     uint8_t piece[SECTOR];
 
     /* Page 5 starts with text, page 6 empty; patch every sector of each. */
-    fill_kind(1, TEST_DATA_TEXT, expected[0], PAGE);
+    fill_kind(1, DATAGEN_TEXT, expected[0], PAGE);
     write_pages(dev, 5, expected[0], 1);
     memset(expected[1], 0, PAGE);
     for (int p = 0; p < 2; p++) {
         for (unsigned sector = 0; sector < PAGE / SECTOR; sector++) {
-            fill_kind(100 + p * 8 + sector, sector % 2 ? TEST_DATA_RANDOM : TEST_DATA_HALF, piece,
+            fill_kind(100 + p * 8 + sector, sector % 2 ? DATAGEN_RANDOM : DATAGEN_HALF, piece,
                       SECTOR);
             uint64_t offset = (5 + p) * PAGE + sector * SECTOR;
             assert_int_equal(uzram_write(dev, offset, piece, SECTOR), 0);
@@ -162,7 +162,7 @@ static void test_partial_pages(void **state)
 
     /* A write across the page boundary: last sector of 5, first two of 6. */
     uint8_t cross[3 * SECTOR];
-    fill_kind(7, TEST_DATA_TEXT, cross, sizeof cross);
+    fill_kind(7, DATAGEN_TEXT, cross, sizeof cross);
     assert_int_equal(uzram_write(dev, 6 * PAGE - SECTOR, cross, sizeof cross), 0);
     memcpy(expected[0] + PAGE - SECTOR, cross, SECTOR);
     memcpy(expected[1], cross + SECTOR, 2 * SECTOR);
@@ -194,7 +194,7 @@ static void test_invalid_io(void **state)
     struct uzram *dev = *state;
     uint8_t *content = malloc(DISK_SIZE);
     for (unsigned p = 0; p < DISK_PAGES; p += 2)
-        fill_kind(p, (enum test_data_kind)(p % TEST_DATA_KIND_COUNT), content + p * PAGE, PAGE);
+        fill_kind(p, (enum datagen_kind)(p % DATAGEN_KIND_COUNT), content + p * PAGE, PAGE);
     memset(content + PAGE, 0, PAGE);
     for (unsigned p = 1; p < DISK_PAGES; p += 2)
         memset(content + p * PAGE, 0, PAGE);
@@ -278,7 +278,7 @@ static void test_zero_length_io(void **state)
      * with an empty request), and it is not counted as invalid. */
     struct uzram *dev = *state;
     uint8_t page[PAGE];
-    fill_kind(3, TEST_DATA_TEXT, page, PAGE);
+    fill_kind(3, DATAGEN_TEXT, page, PAGE);
     write_pages(dev, 1, page, 1);
     struct uzram_stats before = test_stats(dev);
     uint8_t buf[SECTOR];
@@ -305,7 +305,7 @@ static void test_discard(void **state)
     struct uzram *dev = *state;
     uint8_t pages[8 * PAGE];
     for (int i = 0; i < 8; i++)
-        fill_kind(20 + i, i % 2 ? TEST_DATA_TEXT : TEST_DATA_HALF, pages + i * PAGE, PAGE);
+        fill_kind(20 + i, i % 2 ? DATAGEN_TEXT : DATAGEN_HALF, pages + i * PAGE, PAGE);
     write_pages(dev, 10, pages, 8);
     struct uzram_stats s0 = test_stats(dev);
     assert_int_equal(s0.pages_stored, 8);
@@ -362,7 +362,7 @@ static void test_write_zeroes(void **state)
     struct uzram *dev = *state;
     uint8_t pages[4 * PAGE];
     for (int i = 0; i < 4; i++)
-        fill_kind(40 + i, TEST_DATA_TEXT, pages + i * PAGE, PAGE);
+        fill_kind(40 + i, DATAGEN_TEXT, pages + i * PAGE, PAGE);
     write_pages(dev, 20, pages, 4);
     struct uzram_stats s0 = test_stats(dev);
     assert_int_equal(s0.same_pages, 0);
@@ -466,7 +466,7 @@ static void test_same_filled_pages(void **state)
     assert_true(s.mem_used_total > 0);
 
     /* Overwriting a same page with data and back moves the counter. */
-    fill_kind(9, TEST_DATA_TEXT, page, PAGE);
+    fill_kind(9, DATAGEN_TEXT, page, PAGE);
     write_pages(dev, 42, page, 1);
     assert_int_equal(test_stats(dev).same_pages, n - 1);
     fill_word(page, 77);
@@ -500,7 +500,7 @@ static void test_huge_pages(void **state)
     struct uzram *dev = *state;
     enum { N = 5 };
     uint8_t pages[N * PAGE];
-    fill_kind(1, TEST_DATA_RANDOM, pages, sizeof pages);
+    fill_kind(1, DATAGEN_RANDOM, pages, sizeof pages);
     write_pages(dev, 70, pages, N);
     struct uzram_stats s = test_stats(dev);
     assert_int_equal(s.huge_pages, N);
@@ -511,7 +511,7 @@ static void test_huge_pages(void **state)
 
     /* Overwrite two with compressible data: huge_pages drops, since stays. */
     uint8_t text[2 * PAGE];
-    fill_kind(2, TEST_DATA_TEXT, text, sizeof text);
+    fill_kind(2, DATAGEN_TEXT, text, sizeof text);
     write_pages(dev, 70, text, 2);
     s = test_stats(dev);
     assert_int_equal(s.huge_pages, N - 2);
@@ -519,7 +519,7 @@ static void test_huge_pages(void **state)
     assert_true(s.compr_data_size < N * PAGE);
 
     /* Overwriting a huge page with another huge page counts once more. */
-    fill_kind(3, TEST_DATA_RANDOM, pages, PAGE);
+    fill_kind(3, DATAGEN_RANDOM, pages, PAGE);
     write_pages(dev, 72, pages, 1);
     s = test_stats(dev);
     assert_int_equal(s.huge_pages, N - 2);
@@ -528,7 +528,7 @@ static void test_huge_pages(void **state)
 
     /* A partial write into a huge page keeps it readable. */
     uint8_t sector[SECTOR];
-    fill_kind(4, TEST_DATA_RANDOM, sector, SECTOR);
+    fill_kind(4, DATAGEN_RANDOM, sector, SECTOR);
     assert_int_equal(uzram_write(dev, 72 * PAGE + 3 * SECTOR, sector, SECTOR), 0);
     memcpy(pages + 3 * SECTOR, sector, SECTOR);
     expect_pages(dev, 72, pages, 1);
@@ -565,7 +565,7 @@ static void test_settings_busy(void **state)
     assert_int_equal(config.disksize, DISK_SIZE);
 
     uint8_t page[PAGE];
-    fill_kind(1, TEST_DATA_TEXT, page, PAGE);
+    fill_kind(1, DATAGEN_TEXT, page, PAGE);
     write_pages(dev, 3, page, 1);
     expect_settings(dev, -EBUSY);
     /* The failed calls changed nothing. */
@@ -610,7 +610,7 @@ static void test_mem_limit(void **state)
 {
     struct uzram *dev = *state;
     uint8_t old_page[PAGE], new_pages[3 * PAGE];
-    fill_kind(1, TEST_DATA_TEXT, old_page, PAGE);
+    fill_kind(1, DATAGEN_TEXT, old_page, PAGE);
     write_pages(dev, 10, old_page, 1);
     write_pages(dev, 11, old_page, 1);
     write_pages(dev, 12, old_page, 1);
@@ -620,7 +620,7 @@ static void test_mem_limit(void **state)
     /* No room for one more pool page: a huge page cannot be stored. */
     assert_int_equal(uzram_set_mem_limit(dev, s0.mem_used_total), 0);
     assert_int_equal(test_stats(dev).mem_limit, s0.mem_used_total);
-    fill_kind(2, TEST_DATA_RANDOM, new_pages, PAGE);
+    fill_kind(2, DATAGEN_RANDOM, new_pages, PAGE);
     assert_int_equal(uzram_write(dev, 10 * PAGE, new_pages, PAGE), -ENOSPC);
     expect_pages(dev, 10, old_page, 1);
     struct uzram_stats s1 = test_stats(dev);
@@ -632,7 +632,7 @@ static void test_mem_limit(void **state)
      * first page (no pool memory) lands, the huge second one fails, and the
      * third keeps its old content although it would have fitted. */
     fill_word(new_pages, 0x5555555555555555ull);
-    fill_kind(3, TEST_DATA_RANDOM, new_pages + PAGE, PAGE);
+    fill_kind(3, DATAGEN_RANDOM, new_pages + PAGE, PAGE);
     fill_word(new_pages + 2 * PAGE, 0x6666666666666666ull);
     assert_int_equal(uzram_write(dev, 10 * PAGE, new_pages, 3 * PAGE), -ENOSPC);
     expect_pages(dev, 10, new_pages, 1);
@@ -656,7 +656,7 @@ static void test_mem_limit(void **state)
     uint8_t page[PAGE];
     int failures = 0;
     for (unsigned p = 20; p < 60; p++) {
-        fill_kind(100 + p, TEST_DATA_RANDOM, page, PAGE);
+        fill_kind(100 + p, DATAGEN_RANDOM, page, PAGE);
         int rc = uzram_write(dev, p * PAGE, page, PAGE);
         if (rc == 0) {
             expect_pages(dev, p, page, 1);
@@ -696,11 +696,11 @@ static void test_extent(void **state)
     /* Layout: 0 hole, 1 data, 2 zero (write_zeroes keep), 3-5 data,
      * 6-7 hole, 8 same-filled non-zero, 9 zero page written as data,
      * 10.. hole to the end. */
-    fill_kind(1, TEST_DATA_TEXT, page, PAGE);
+    fill_kind(1, DATAGEN_TEXT, page, PAGE);
     write_pages(dev, 1, page, 1);
     write_pages(dev, 3, page, 1);
     write_pages(dev, 4, page, 1);
-    fill_kind(2, TEST_DATA_RANDOM, page, PAGE);
+    fill_kind(2, DATAGEN_RANDOM, page, PAGE);
     write_pages(dev, 5, page, 1);
     assert_int_equal(uzram_write_zeroes(dev, 2 * PAGE, PAGE, true), 0);
     fill_word(page, 0x0101010101010101ull);
@@ -748,8 +748,7 @@ static void test_compaction(void **state)
     assert_non_null(content);
     /* Mixed compressibility, so objects land in many size classes. */
     for (unsigned p = 0; p < PAGES; p++)
-        fill_kind(p, p % 3 == 0 ? TEST_DATA_HALF : TEST_DATA_TEXT, content + (size_t)p * PAGE,
-                  PAGE);
+        fill_kind(p, p % 3 == 0 ? DATAGEN_HALF : DATAGEN_TEXT, content + (size_t)p * PAGE, PAGE);
     assert_int_equal(uzram_write(dev, 0, content, (size_t)PAGES * PAGE), 0);
     struct uzram_stats s0 = test_stats(dev);
 
@@ -815,7 +814,7 @@ static void test_reset(void **state)
 
     uint8_t *content = malloc(64 * PAGE);
     for (unsigned p = 0; p < 64; p++)
-        fill_kind(p, (enum test_data_kind)(p % TEST_DATA_KIND_COUNT), content + p * PAGE, PAGE);
+        fill_kind(p, (enum datagen_kind)(p % DATAGEN_KIND_COUNT), content + p * PAGE, PAGE);
     write_pages(dev, 0, content, 64);
     assert_int_equal(uzram_discard(dev, 0, 8 * PAGE), 0);
     assert_int_equal(uzram_read(dev, 1, content, SECTOR), -EINVAL);
@@ -823,7 +822,7 @@ static void test_reset(void **state)
     struct uzram_stats s0 = test_stats(dev);
     uint64_t limit = s0.mem_used_total;
     assert_int_equal(uzram_set_mem_limit(dev, limit), 0);
-    fill_kind(999, TEST_DATA_RANDOM, content, PAGE);
+    fill_kind(999, DATAGEN_RANDOM, content, PAGE);
     assert_int_equal(uzram_write(dev, 100 * PAGE, content, PAGE), -ENOSPC);
     s0 = test_stats(dev);
     assert_true(s0.pages_stored > 0);
@@ -870,7 +869,7 @@ static void test_reset(void **state)
 
     /* Usable again, with the same settings. */
     assert_int_equal(uzram_set_mem_limit(dev, 0), 0);
-    fill_kind(5, TEST_DATA_TEXT, content, PAGE);
+    fill_kind(5, DATAGEN_TEXT, content, PAGE);
     write_pages(dev, 3, content, 1);
     expect_pages(dev, 3, content, 1);
     free(content);

@@ -59,7 +59,7 @@ struct model {
     const char *name;
     struct uzram *dev;
     uint64_t seed;
-    struct test_rng rng;
+    struct datagen_rng rng;
     /* The region of the device this model owns: [base, base + length). */
     uint64_t base;
     uint64_t length;
@@ -157,14 +157,14 @@ static size_t first_difference(const uint8_t *a, const uint8_t *b, size_t length
 
 static void make_dedup_set(void)
 {
-    struct test_rng rng;
-    static const enum test_data_kind kinds[DEDUP_SET_SIZE] = {
-        TEST_DATA_TEXT, TEST_DATA_TEXT, TEST_DATA_TEXT,   TEST_DATA_HALF,
-        TEST_DATA_HALF, TEST_DATA_HALF, TEST_DATA_RANDOM, TEST_DATA_RANDOM,
+    struct datagen_rng rng;
+    static const enum datagen_kind kinds[DEDUP_SET_SIZE] = {
+        DATAGEN_TEXT, DATAGEN_TEXT, DATAGEN_TEXT,   DATAGEN_HALF,
+        DATAGEN_HALF, DATAGEN_HALF, DATAGEN_RANDOM, DATAGEN_RANDOM,
     };
-    test_rng_seed(&rng, 0xd3d0);
+    datagen_rng_seed(&rng, 0xd3d0);
     for (int i = 0; i < DEDUP_SET_SIZE; i++)
-        test_fill(&rng, kinds[i], dedup_set[i], PAGE);
+        datagen_fill(&rng, kinds[i], dedup_set[i], PAGE);
 }
 
 /* ------------------------------------------------------------------------
@@ -223,17 +223,17 @@ static void model_free_buffers(struct model *m)
 
 static void random_page(struct model *m, uint8_t *page)
 {
-    if (m->shared_contents && test_rng_below(&m->rng, 100) < 85) {
-        memcpy(page, dedup_set[test_rng_below(&m->rng, DEDUP_SET_SIZE)], PAGE);
+    if (m->shared_contents && datagen_rng_below(&m->rng, 100) < 85) {
+        memcpy(page, dedup_set[datagen_rng_below(&m->rng, DEDUP_SET_SIZE)], PAGE);
         return;
     }
-    uint64_t r = test_rng_below(&m->rng, 100);
-    enum test_data_kind kind = r < 10   ? TEST_DATA_ZERO
-                               : r < 25 ? TEST_DATA_SAME
-                               : r < 55 ? TEST_DATA_TEXT
-                               : r < 85 ? TEST_DATA_HALF
-                                        : TEST_DATA_RANDOM;
-    test_fill(&m->rng, kind, page, PAGE);
+    uint64_t r = datagen_rng_below(&m->rng, 100);
+    enum datagen_kind kind = r < 10   ? DATAGEN_ZERO
+                             : r < 25 ? DATAGEN_SAME
+                             : r < 55 ? DATAGEN_TEXT
+                             : r < 85 ? DATAGEN_HALF
+                                      : DATAGEN_RANDOM;
+    datagen_fill(&m->rng, kind, page, PAGE);
 }
 
 /* A sector-aligned range inside the region: often whole pages, sometimes a
@@ -241,17 +241,17 @@ static void random_page(struct model *m, uint8_t *page)
  * to the region. */
 static void random_range(struct model *m, uint64_t *offset, uint64_t *length)
 {
-    uint64_t r = test_rng_below(&m->rng, 100);
+    uint64_t r = datagen_rng_below(&m->rng, 100);
     uint64_t off, len;
     if (r < 40) {
-        off = test_rng_below(&m->rng, m->pages) * PAGE;
-        len = (1 + test_rng_below(&m->rng, 4)) * PAGE;
+        off = datagen_rng_below(&m->rng, m->pages) * PAGE;
+        len = (1 + datagen_rng_below(&m->rng, 4)) * PAGE;
     } else if (r < 60) {
-        off = test_rng_below(&m->rng, m->length / SECTOR) * SECTOR;
-        len = (1 + test_rng_below(&m->rng, 8)) * SECTOR;
+        off = datagen_rng_below(&m->rng, m->length / SECTOR) * SECTOR;
+        len = (1 + datagen_rng_below(&m->rng, 8)) * SECTOR;
     } else {
-        off = test_rng_below(&m->rng, m->length / SECTOR) * SECTOR;
-        len = (1 + test_rng_below(&m->rng, MAX_IO / SECTOR)) * SECTOR;
+        off = datagen_rng_below(&m->rng, m->length / SECTOR) * SECTOR;
+        len = (1 + datagen_rng_below(&m->rng, MAX_IO / SECTOR)) * SECTOR;
     }
     if (off + len > m->length)
         len = m->length - off;
@@ -621,12 +621,12 @@ static void op_mem_limit(struct model *m)
         return;
     }
     struct uzram_stats s = test_stats(m->dev);
-    uint64_t r = test_rng_below(&m->rng, 100);
+    uint64_t r = datagen_rng_below(&m->rng, 100);
     uint64_t limit;
     if (r < 50)
-        limit = s.mem_used_total + test_rng_below(&m->rng, 32) * PAGE;
+        limit = s.mem_used_total + datagen_rng_below(&m->rng, 32) * PAGE;
     else if (r < 85)
-        limit = s.mem_used_total + test_rng_below(&m->rng, 1024 * 1024);
+        limit = s.mem_used_total + datagen_rng_below(&m->rng, 1024 * 1024);
     else
         limit = s.mem_used_total / 2;
     if (limit == 0)
@@ -637,7 +637,7 @@ static void op_mem_limit(struct model *m)
     m->limit_active = true;
     m->limit = limit;
     m->limit_enforceable = s.mem_used_total <= limit;
-    m->limit_ops_left = 100 + test_rng_below(&m->rng, 300);
+    m->limit_ops_left = 100 + datagen_rng_below(&m->rng, 300);
 }
 
 static void op_reset_mem_used_max(struct model *m)
@@ -664,7 +664,7 @@ static void op_stats_racy(struct model *m)
 /* One random operation. */
 static void model_step(struct model *m)
 {
-    uint64_t r = test_rng_below(&m->rng, 1000);
+    uint64_t r = datagen_rng_below(&m->rng, 1000);
     if (r < 420)
         op_write(m);
     else if (r < 670)
@@ -727,7 +727,7 @@ static void run_single(const struct model_options *options, uint64_t default_see
     m.dev = make_device(options);
     assert_non_null(m.dev);
     m.seed = test_seed(default_seed);
-    test_rng_seed(&m.rng, m.seed);
+    datagen_rng_seed(&m.rng, m.seed);
     m.base = 0;
     m.length = options->disksize;
     m.pages = m.length / PAGE;
@@ -888,7 +888,7 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
         m->name = options->name;
         m->dev = dev;
         m->seed = seed + (uint64_t)i;
-        test_rng_seed(&m->rng, m->seed);
+        datagen_rng_seed(&m->rng, m->seed);
         m->base = (uint64_t)i * region_pages * PAGE;
         m->length = region_pages * PAGE;
         m->pages = region_pages;
@@ -932,7 +932,7 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
         whole.name = options->name;
         whole.dev = dev;
         whole.seed = seed;
-        test_rng_seed(&whole.rng, seed);
+        datagen_rng_seed(&whole.rng, seed);
         whole.base = 0;
         whole.length = region_pages * THREADS * PAGE;
         whole.pages = region_pages * THREADS;
@@ -1021,7 +1021,7 @@ struct overlap_thread {
     struct overlap *shared;
     int id;
     int role; /* 0 writer, 1 discarder, 2 reader */
-    struct test_rng rng;
+    struct datagen_rng rng;
     uint64_t sequence;
 };
 
@@ -1044,10 +1044,10 @@ static void unique_page(uint8_t *page, uint64_t page_index, uint64_t thread, uin
                         uint64_t kind)
 {
     uint64_t header[5] = {UNIQUE_MAGIC, page_index, thread, sequence, kind};
-    struct test_rng rng;
-    test_rng_seed(&rng, (page_index * 1000003u) ^ (thread << 48) ^ (sequence * 7919u));
-    static const enum test_data_kind kinds[3] = {TEST_DATA_TEXT, TEST_DATA_HALF, TEST_DATA_RANDOM};
-    test_fill(&rng, kinds[kind % 3], page, PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, (page_index * 1000003u) ^ (thread << 48) ^ (sequence * 7919u));
+    static const enum datagen_kind kinds[3] = {DATAGEN_TEXT, DATAGEN_HALF, DATAGEN_RANDOM};
+    datagen_fill(&rng, kinds[kind % 3], page, PAGE);
     memcpy(page, header, sizeof header);
 }
 
@@ -1063,16 +1063,17 @@ static void make_templates(void)
 /* The page a writer stores at `page_index`. */
 static void overlap_content(struct overlap_thread *t, uint64_t page_index, uint8_t *page)
 {
-    uint64_t r = test_rng_below(&t->rng, 100);
+    uint64_t r = datagen_rng_below(&t->rng, 100);
     if (r < 10) {
-        uint64_t low = t->shared->use_templates ? test_rng_below(&t->rng, 2) : page_index;
+        uint64_t low = t->shared->use_templates ? datagen_rng_below(&t->rng, 2) : page_index;
         uint64_t word = ((uint64_t)SAME_MARK << 32) | low;
         for (size_t i = 0; i < PAGE; i += 8)
             memcpy(page + i, &word, 8);
     } else if (t->shared->use_templates && r < 80) {
-        memcpy(page, templates[test_rng_below(&t->rng, TEMPLATES)], PAGE);
+        memcpy(page, templates[datagen_rng_below(&t->rng, TEMPLATES)], PAGE);
     } else {
-        unique_page(page, page_index, (uint64_t)t->id, t->sequence++, test_rng_below(&t->rng, 3));
+        unique_page(page, page_index, (uint64_t)t->id, t->sequence++,
+                    datagen_rng_below(&t->rng, 3));
     }
 }
 
@@ -1146,13 +1147,13 @@ static void *overlap_thread_main(void *arg)
     }
     for (uint64_t op = 0; op < o->ops && __atomic_load_n(&o->failures, __ATOMIC_RELAXED) == 0;
          op++) {
-        uint64_t count = 1 + test_rng_below(&t->rng, 4);
-        uint64_t first = test_rng_below(&t->rng, OVERLAP_PAGES - count + 1);
+        uint64_t count = 1 + datagen_rng_below(&t->rng, 4);
+        uint64_t first = datagen_rng_below(&t->rng, OVERLAP_PAGES - count + 1);
         int rc = 0;
         const char *what = "";
         switch (t->role) {
         case 0: /* writer, reading now and then */
-            if (test_rng_below(&t->rng, 4) == 0) {
+            if (datagen_rng_below(&t->rng, 4) == 0) {
                 overlap_read_check(t, first, count, buf);
                 break;
             }
@@ -1162,7 +1163,7 @@ static void *overlap_thread_main(void *arg)
             what = "write";
             break;
         case 1: { /* discarder */
-            uint64_t r = test_rng_below(&t->rng, 1000);
+            uint64_t r = datagen_rng_below(&t->rng, 1000);
             if (o->with_reset && r < 5) {
                 rc = uzram_reset(o->dev);
                 what = "reset";
@@ -1220,7 +1221,7 @@ static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint6
         threads[i].id = i + 1;
         threads[i].role = roles[i];
         threads[i].sequence = 0;
-        test_rng_seed(&threads[i].rng, o.seed * 31 + (uint64_t)i);
+        datagen_rng_seed(&threads[i].rng, o.seed * 31 + (uint64_t)i);
         assert_int_equal(pthread_create(&ids[i], NULL, overlap_thread_main, &threads[i]), 0);
     }
     for (int i = 0; i < N; i++)
@@ -1319,18 +1320,17 @@ struct sector_thread {
 static void *sector_thread_main(void *arg)
 {
     struct sector_thread *t = arg;
-    struct test_rng rng;
-    test_rng_seed(&rng, t->seed);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, t->seed);
     uint8_t data[SECTOR];
     for (uint64_t op = 0; op < t->ops && t->failures == 0; op++) {
-        uint64_t page = test_rng_below(&rng, SHARED_PAGES);
-        uint64_t sector = (uint64_t)t->id + SECTOR_OWNERS * test_rng_below(&rng, 2);
+        uint64_t page = datagen_rng_below(&rng, SHARED_PAGES);
+        uint64_t sector = (uint64_t)t->id + SECTOR_OWNERS * datagen_rng_below(&rng, 2);
         uint64_t offset = page * PAGE + sector * SECTOR;
-        uint64_t r = test_rng_below(&rng, 10);
+        uint64_t r = datagen_rng_below(&rng, 10);
         if (r < 6) {
-            enum test_data_kind kind =
-                (enum test_data_kind)test_rng_below(&rng, TEST_DATA_KIND_COUNT);
-            test_fill(&rng, kind, data, SECTOR);
+            enum datagen_kind kind = (enum datagen_kind)datagen_rng_below(&rng, DATAGEN_KIND_COUNT);
+            datagen_fill(&rng, kind, data, SECTOR);
             int rc = uzram_write(t->dev, offset, data, SECTOR);
             if (rc != 0) {
                 t->failures++;

@@ -312,19 +312,19 @@ static struct pool_owner_ops table_ops(struct owner_table *table)
 static void fill_and_thin(struct pool *pool, struct owner_table *table, uint64_t seed)
 {
     static const uint32_t sizes[] = {24, 300, 1100, 1900, 2700, 3400, 4096};
-    struct test_rng rng;
-    test_rng_seed(&rng, seed);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, seed);
     for (size_t i = 0; i < table->count; i++) {
         struct owner_entry *entry = &table->entries[i];
-        entry->size = sizes[test_rng_below(&rng, sizeof sizes / sizeof sizes[0])];
-        entry->size -= (uint32_t)test_rng_below(&rng, 8);
-        entry->seed = (uint32_t)test_rng_next(&rng);
+        entry->size = sizes[datagen_rng_below(&rng, sizeof sizes / sizeof sizes[0])];
+        entry->size -= (uint32_t)datagen_rng_below(&rng, 8);
+        entry->seed = (uint32_t)datagen_rng_next(&rng);
         assert_int_equal(pool_alloc(pool, entry->size, i + 1, &entry->handle), 0);
         fill_pattern(pool_map(pool, entry->handle), entry->size, entry->seed);
     }
     for (size_t i = 0; i < table->count; i++) {
         struct owner_entry *entry = &table->entries[i];
-        if (test_rng_below(&rng, 100) < 70) {
+        if (datagen_rng_below(&rng, 100) < 70) {
             pool_free(pool, entry->handle);
             entry->handle = 0;
         }
@@ -463,18 +463,18 @@ static void *worker_main(void *opaque)
 {
     struct worker_arg *arg = opaque;
     struct thread_test *test = arg->test;
-    struct test_rng rng;
-    test_rng_seed(&rng, 1000 + arg->id);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 1000 + arg->id);
     size_t first = (size_t)arg->id * OWNERS_PER_WORKER;
     for (unsigned step = 0; step < WORKER_STEPS; step++) {
-        size_t index = first + test_rng_below(&rng, OWNERS_PER_WORKER);
+        size_t index = first + datagen_rng_below(&rng, OWNERS_PER_WORKER);
         struct owner_entry *entry = &test->table.entries[index];
         pthread_mutex_lock(&entry->lock);
         uint64_t handle = entry->handle;
         if (handle) {
             if (!check_pattern(pool_map(test->pool, handle), entry->size, entry->seed))
                 atomic_fetch_add(&test->failures, 1);
-            bool drop = test_rng_below(&rng, 3) != 0;
+            bool drop = datagen_rng_below(&rng, 3) != 0;
             if (drop)
                 entry->handle = 0;
             pthread_mutex_unlock(&entry->lock);
@@ -484,10 +484,10 @@ static void *worker_main(void *opaque)
         }
         pthread_mutex_unlock(&entry->lock);
         /* Mostly mid-size objects like compressed pages, some extremes. */
-        uint32_t size = test_rng_below(&rng, 8) == 0
-                            ? (uint32_t)(1 + test_rng_below(&rng, POOL_MAX_OBJECT))
-                            : (uint32_t)(800 + test_rng_below(&rng, 2400));
-        uint32_t seed = (uint32_t)test_rng_next(&rng);
+        uint32_t size = datagen_rng_below(&rng, 8) == 0
+                            ? (uint32_t)(1 + datagen_rng_below(&rng, POOL_MAX_OBJECT))
+                            : (uint32_t)(800 + datagen_rng_below(&rng, 2400));
+        uint32_t seed = (uint32_t)datagen_rng_next(&rng);
         if (pool_alloc(test->pool, size, index + 1, &handle) != 0) {
             atomic_fetch_add(&test->failures, 1);
             continue;

@@ -29,7 +29,7 @@ static void fill_words(unsigned char *page, uint64_t word)
 
 /* Words worth trying: zero, all ones, bytes that differ, a single bit at
  * either end, and random ones. */
-static uint64_t interesting_word(struct test_rng *rng, int i)
+static uint64_t interesting_word(struct datagen_rng *rng, int i)
 {
     static const uint64_t fixed[] = {
         0,
@@ -44,7 +44,7 @@ static uint64_t interesting_word(struct test_rng *rng, int i)
     };
     if (i < (int)(sizeof fixed / sizeof fixed[0]))
         return fixed[i];
-    return test_rng_next(rng);
+    return datagen_rng_next(rng);
 }
 
 /* The fast check, the forward check and the public wrapper all answer the
@@ -68,8 +68,8 @@ static bool check_all(const unsigned char *page, uint64_t expected_word)
 static void test_same_filled_words(void **state)
 {
     (void)state;
-    struct test_rng rng;
-    test_rng_seed(&rng, 1);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 1);
     unsigned char *page = aligned_alloc(64, PAGE);
     assert_non_null(page);
     for (int i = 0; i < 200; i++) {
@@ -85,8 +85,8 @@ static void test_same_filled_words(void **state)
 static void test_every_position_detected(void **state)
 {
     (void)state;
-    struct test_rng rng;
-    test_rng_seed(&rng, 2);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 2);
     unsigned char *page = aligned_alloc(64, PAGE);
     assert_non_null(page);
     for (int w = 0; w < 12; w++) {
@@ -118,8 +118,8 @@ static void test_every_position_detected(void **state)
 static void test_unaligned(void **state)
 {
     (void)state;
-    struct test_rng rng;
-    test_rng_seed(&rng, 3);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 3);
     static const size_t offsets[] = {1, 3, 5, 7, 8, 13, 16, 31, 33};
     for (size_t o = 0; o < sizeof offsets / sizeof offsets[0]; o++) {
         size_t offset = offsets[o];
@@ -131,7 +131,7 @@ static void test_unaligned(void **state)
             memset(buf, 0x77, offset);
             fill_words(page, word);
             assert_true(check_all(page, word));
-            size_t pos = test_rng_below(&rng, PAGE);
+            size_t pos = datagen_rng_below(&rng, PAGE);
             page[pos] ^= 1;
             assert_false(check_all(page, word));
             page[pos] ^= 1;
@@ -147,8 +147,8 @@ static void test_unaligned(void **state)
 static void test_fill_round_trip(void **state)
 {
     (void)state;
-    struct test_rng rng;
-    test_rng_seed(&rng, 4);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 4);
     unsigned char *buf = malloc(PAGE + 2 * 64);
     assert_non_null(buf);
     for (size_t offset = 0; offset < 16; offset++) {
@@ -178,20 +178,21 @@ static void test_fill_round_trip(void **state)
 static void test_agrees_with_forward(void **state)
 {
     (void)state;
-    struct test_rng rng;
-    test_rng_seed(&rng, 5);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 5);
     unsigned char *page = aligned_alloc(64, PAGE);
     assert_non_null(page);
     int same = 0, different = 0;
     for (int i = 0; i < 4000; i++) {
-        enum test_data_kind kind = (enum test_data_kind)test_rng_below(&rng, TEST_DATA_KIND_COUNT);
-        test_fill(&rng, kind, page, PAGE);
+        enum datagen_kind kind = (enum datagen_kind)datagen_rng_below(&rng, DATAGEN_KIND_COUNT);
+        datagen_fill(&rng, kind, page, PAGE);
         uint64_t word;
         memcpy(&word, page, 8);
-        if (i % 2 && (kind == TEST_DATA_ZERO || kind == TEST_DATA_SAME)) {
-            int changes = (int)test_rng_below(&rng, 3);
+        if (i % 2 && (kind == DATAGEN_ZERO || kind == DATAGEN_SAME)) {
+            int changes = (int)datagen_rng_below(&rng, 3);
             for (int c = 0; c < changes; c++)
-                page[test_rng_below(&rng, PAGE)] ^= (unsigned char)(1 + test_rng_below(&rng, 255));
+                page[datagen_rng_below(&rng, PAGE)] ^=
+                    (unsigned char)(1 + datagen_rng_below(&rng, 255));
         }
         if (check_all(page, word))
             same++;

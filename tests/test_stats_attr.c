@@ -492,9 +492,9 @@ static void test_attr_stats_match_formats(void **state)
 {
     struct uzram *dev = *state;
     uint8_t page[PAGE];
-    struct test_rng rng;
-    test_rng_seed(&rng, 1);
-    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 1);
+    datagen_fill(&rng, DATAGEN_TEXT, page, PAGE);
     assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
     assert_int_equal(uzram_read(dev, 1, page, 512), -EINVAL);
 
@@ -583,9 +583,9 @@ static void test_attr_algorithm_params(void **state)
 
     /* The level is used: data still round-trips. */
     uint8_t page[PAGE], got[PAGE];
-    struct test_rng rng;
-    test_rng_seed(&rng, 3);
-    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 3);
+    datagen_fill(&rng, DATAGEN_TEXT, page, PAGE);
     assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
     assert_int_equal(uzram_read(dev, 0, got, PAGE), 0);
     assert_memory_equal(got, page, PAGE);
@@ -641,9 +641,9 @@ static void test_attr_mem_limit(void **state)
 
     /* Changeable while data is stored. */
     uint8_t page[PAGE];
-    struct test_rng rng;
-    test_rng_seed(&rng, 4);
-    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 4);
+    datagen_fill(&rng, DATAGEN_TEXT, page, PAGE);
     assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
     assert_int_equal(uzram_attr_set(dev, "mem_limit", "2T"), 0);
     assert_int_equal(attr_number(dev, "mem_limit"), 2ull << 40);
@@ -656,9 +656,9 @@ static void test_attr_mem_used_max(void **state)
     struct uzram *dev = *state;
     enum { PAGES = 32 };
     uint8_t *pages = malloc(PAGES * PAGE);
-    struct test_rng rng;
-    test_rng_seed(&rng, 5);
-    test_fill(&rng, TEST_DATA_RANDOM, pages, PAGES * PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 5);
+    datagen_fill(&rng, DATAGEN_RANDOM, pages, PAGES * PAGE);
     assert_int_equal(uzram_write(dev, 0, pages, PAGES * PAGE), 0);
     assert_int_equal(uzram_discard(dev, 0, (PAGES - 2) * PAGE), 0);
     struct uzram_stats s = test_stats(dev);
@@ -678,10 +678,10 @@ static void test_attr_compact_reset(void **state)
 {
     struct uzram *dev = *state;
     uint8_t page[PAGE];
-    struct test_rng rng;
-    test_rng_seed(&rng, 6);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 6);
     for (unsigned p = 0; p < 64; p++) {
-        test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+        datagen_fill(&rng, DATAGEN_TEXT, page, PAGE);
         assert_int_equal(uzram_write(dev, (uint64_t)p * PAGE, page, PAGE), 0);
     }
     for (unsigned p = 0; p < 64; p += 2)
@@ -760,9 +760,9 @@ static void test_dedup_accounting(void **state)
 {
     struct uzram *dev = *state;
     uint8_t page[PAGE], got[PAGE];
-    struct test_rng rng;
-    test_rng_seed(&rng, 7);
-    test_fill(&rng, TEST_DATA_TEXT, page, PAGE);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 7);
+    datagen_fill(&rng, DATAGEN_TEXT, page, PAGE);
 
     struct uzram_stats s0 = test_stats(dev);
     assert_int_equal(s0.dup_data_size, 0);
@@ -799,7 +799,7 @@ static void test_dedup_accounting(void **state)
 
     /* Overwriting one copy drops only its reference. */
     uint8_t other[PAGE];
-    test_fill(&rng, TEST_DATA_HALF, other, PAGE);
+    datagen_fill(&rng, DATAGEN_HALF, other, PAGE);
     assert_int_equal(uzram_write(dev, 51 * PAGE, other, PAGE), 0);
     struct uzram_stats s4 = test_stats(dev);
     assert_int_equal(s4.dup_data_size, object);

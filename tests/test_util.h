@@ -1,5 +1,5 @@
 /* test_util.h - shared helpers for the unit and model tests.
- * Seeded data generators (so runs repeat) and a few assertions on devices. */
+ * Devices made and read in one line, the test filter, and the seeded data generator. */
 #ifndef UZRAM_TEST_UTIL_H
 #define UZRAM_TEST_UTIL_H
 
@@ -10,29 +10,9 @@
 
 #include "uzram.h"
 
-/* xorshift64* generator: deterministic for a seed, never returns the same
- * stream for different seeds. */
-struct test_rng {
-    uint64_t state;
-};
-void test_rng_seed(struct test_rng *rng, uint64_t seed);
-uint64_t test_rng_next(struct test_rng *rng);
-/* Uniform in [0, bound). */
-uint64_t test_rng_below(struct test_rng *rng, uint64_t bound);
-
-/* Kinds of page content the tests and benches draw from. */
-enum test_data_kind {
-    TEST_DATA_ZERO,   /* all zero bytes */
-    TEST_DATA_SAME,   /* one random non-zero 8-byte word repeated */
-    TEST_DATA_TEXT,   /* English-like words: compresses about 2-3x */
-    TEST_DATA_HALF,   /* about 50% compressible binary */
-    TEST_DATA_RANDOM, /* incompressible: stored huge */
-    TEST_DATA_KIND_COUNT
-};
-const char *test_data_kind_name(enum test_data_kind kind);
-
-/* Fill `length` bytes with data of `kind` from `rng`. */
-void test_fill(struct test_rng *rng, enum test_data_kind kind, void *buf, size_t length);
+/* Page contents come from the programs' seeded generator (src/datagen.h):
+ * one generator serves the bench, the estimate tests and the unit tests. */
+#include "datagen.h"
 
 /* Run only the tests whose names match argv[1] or $UZRAM_TEST_FILTER: a
  * cmocka glob, or a bare word such as "concurrent" meaning "*concurrent*"
