@@ -226,6 +226,21 @@ wait_socket() { # socket
     return 1
 }
 
+# copy_in IMAGE SOCKET RESULT: nbdcopy every page of IMAGE (zero pages too) to the
+# server on SOCKET, setting start/end (ns) and before/after (server VmRSS, KiB);
+# on failure writes the reason to RESULT, stops the server and returns 1.
+copy_in() {
+    before=$(rss_kib "$SERVER_PID")
+    start=$(date +%s%N)
+    if ! nbdcopy --no-extents -S 0 "$1" "nbd+unix:///?socket=$2" 2> "$WORK/nbdcopy.log"; then
+        echo "failed: nbdcopy: $(tail -1 "$WORK/nbdcopy.log")" > "$3"
+        stop_server
+        return 1
+    fi
+    end=$(date +%s%N)
+    after=$(rss_kib "$SERVER_PID")
+}
+
 stop_server() {
     kill "$SERVER_PID" 2>/dev/null
     wait "$SERVER_PID" 2>/dev/null
@@ -256,12 +271,7 @@ measure() {
             $([ "$side" = uzram-on ] && echo --dedup) > "$WORK/server.log" 2>&1 &
         SERVER_PID=$!
         wait_socket "$sock" || { echo "failed: server did not start: $(tail -1 "$WORK/server.log")" > "$res"; stop_server; return; }
-        before=$(rss_kib "$SERVER_PID")
-        start=$(date +%s%N)
-        nbdcopy --no-extents -S 0 "$img" "nbd+unix:///?socket=$sock" 2> "$WORK/nbdcopy.log" ||
-            { echo "failed: nbdcopy: $(tail -1 "$WORK/nbdcopy.log")" > "$res"; stop_server; return; }
-        end=$(date +%s%N)
-        after=$(rss_kib "$SERVER_PID")
+        copy_in "$img" "$sock" "$res" || return
         { echo "mm_stat $("$UZRAM" attr "$WORK/mem.ctl" mm_stat)"; echo "rss_growth $(((after - before) * 1024))"; } > "$res"
         stop_server
         ;;
@@ -269,12 +279,7 @@ measure() {
         nbdkit -f --unix "$sock" memory "$size" allocator=zstd > "$WORK/server.log" 2>&1 &
         SERVER_PID=$!
         wait_socket "$sock" || { echo "failed: nbdkit did not start" > "$res"; stop_server; return; }
-        before=$(rss_kib "$SERVER_PID")
-        start=$(date +%s%N)
-        nbdcopy --no-extents -S 0 "$img" "nbd+unix:///?socket=$sock" 2> "$WORK/nbdcopy.log" ||
-            { echo "failed: nbdcopy: $(tail -1 "$WORK/nbdcopy.log")" > "$res"; stop_server; return; }
-        end=$(date +%s%N)
-        after=$(rss_kib "$SERVER_PID")
+        copy_in "$img" "$sock" "$res" || return
         echo "rss_growth $(((after - before) * 1024))" > "$res"
         stop_server
         ;;
