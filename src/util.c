@@ -14,11 +14,16 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-uint64_t util_now_ms(void)
+uint64_t util_now_ns(void)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    return (uint64_t)now.tv_sec * 1000000000 + (uint64_t)now.tv_nsec;
+}
+
+uint64_t util_now_ms(void)
+{
+    return util_now_ns() / 1000000;
 }
 
 int util_read_full(int fd, void *buf, size_t length)
@@ -78,9 +83,12 @@ int util_discard_by(int fd, uint64_t length, uint64_t deadline_ms)
     return 0;
 }
 
-/* deadline_ms < 0: plain blocking sends (SO_SNDTIMEO still applies). */
-static int send_iov(int fd, struct iovec *iov, int count, int64_t deadline_ms)
+/* timeout_ms < 0: plain blocking sends (SO_SNDTIMEO still applies). The
+ * deadline is only read off the clock once the socket is full: most sends
+ * never wait. */
+static int send_iov(int fd, struct iovec *iov, int count, int64_t timeout_ms)
 {
+    int64_t deadline_ms = -1;
     while (count > 0) {
         /* Skip exhausted entries so a zero-length buffer never stalls the loop. */
         if (iov->iov_len == 0) {
@@ -91,11 +99,13 @@ static int send_iov(int fd, struct iovec *iov, int count, int64_t deadline_ms)
         struct msghdr message = {0};
         message.msg_iov = iov;
         message.msg_iovlen = count < IOV_MAX ? (size_t)count : IOV_MAX;
-        ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL | (deadline_ms >= 0 ? MSG_DONTWAIT : 0));
+        ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL | (timeout_ms >= 0 ? MSG_DONTWAIT : 0));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EWOULDBLOCK && deadline_ms >= 0) {
+            if (errno == EWOULDBLOCK && timeout_ms >= 0) {
+                if (deadline_ms < 0)
+                    deadline_ms = (int64_t)util_now_ms() + timeout_ms;
                 int64_t left = deadline_ms - (int64_t)util_now_ms();
                 if (left <= 0)
                     return -ETIMEDOUT;
@@ -129,7 +139,7 @@ int util_send_iov(int fd, struct iovec *iov, int count)
 
 int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seconds)
 {
-    return send_iov(fd, iov, count, (int64_t)util_now_ms() + (int64_t)timeout_seconds * 1000);
+    return send_iov(fd, iov, count, (int64_t)timeout_seconds * 1000);
 }
 
 int util_send_all(int fd, const void *buf, size_t length)

@@ -16,8 +16,9 @@ int util_read_full(int fd, void *buf, size_t length);
 /* util_read_full() that gives up with -EAGAIN once CLOCK_MONOTONIC passes
  * `deadline_ms` (0: no deadline), however the bytes trickle in. */
 int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms);
-/* CLOCK_MONOTONIC now, in milliseconds. */
+/* CLOCK_MONOTONIC now, in milliseconds / nanoseconds. */
 uint64_t util_now_ms(void);
+uint64_t util_now_ns(void);
 
 /* Read and throw away `length` bytes (a payload we refuse but must skip). */
 int util_discard(int fd, uint64_t length);
