@@ -358,6 +358,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* What the handshake would have left behind (see server.c). */
     struct nbd_connection *conn = calloc(1, sizeof *conn);
     CHECK(conn != NULL, "calloc");
+    nbd_connection_init(conn, fds[0], 1, &server, set.read_only);
     conn->session = (struct nbd_session){
         .fd = fds[0],
         .id = 1,
@@ -367,11 +368,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .size = DISK,
     };
     conn->session.flags = nbd_transmission_flags(&server.export, &conn->session);
-    conn->server = &server;
-    conn->read_only = set.read_only;
-    pthread_mutex_init(&conn->receive_lock, NULL);
-    pthread_mutex_init(&conn->send_lock, NULL);
-    atomic_init(&conn->dead, false);
     conn->input = malloc(NBD_SERVER_INPUT_BUFFER);
     CHECK(conn->input != NULL, "malloc");
 
@@ -398,8 +394,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(fds[1]);
     free(client.output);
     free(conn->input);
-    pthread_mutex_destroy(&conn->receive_lock);
-    pthread_mutex_destroy(&conn->send_lock);
+    nbd_connection_destroy(conn);
     free(conn);
     uzram_destroy(server.export.dev);
     return 0;

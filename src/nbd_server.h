@@ -28,6 +28,21 @@
 /* Every worker keeps a buffer this large for WRITE payloads and READ data;
  * only larger requests allocate. */
 #define NBD_SERVER_WORKER_BUFFER (128u << 10)
+/* Short replies (no data) are held back while more requests are already
+ * buffered, and go out together: one send, one wake-up of the client, for up
+ * to this many replies. Small enough that a pipelining client keeps getting
+ * completions (and sending new requests) while the server works. */
+#define NBD_SERVER_REPLY_BATCH 4u
+#define NBD_SERVER_HELD_REPLY_MAX 256u
+/* An idle worker is woken for buffered requests only when they hold at
+ * least this much work (their count times the connection's average time per
+ * request): a hand-off costs both threads a few microseconds of wake-up and
+ * cache misses, and on a machine whose client shares the cores it also takes
+ * CPU from the client. Cheap 4 KiB lz4 requests therefore stay on one thread
+ * until a real backlog builds; zstd or large requests spread at once. */
+#define NBD_SERVER_HANDOFF_WORTH_NS 40000u
+/* Requests looked at when sizing a backlog. */
+#define NBD_SERVER_BACKLOG_SCAN 64u
 /* Most worker threads per connection (--threads). */
 #define NBD_SERVER_MAX_THREADS 256u
 /* Request buffers larger than a worker's own, over all connections. */
@@ -78,27 +93,52 @@ struct nbd_request {
 struct nbd_server;
 
 /* A client connection in transmission: a small group of worker threads of its
- * own (nbdkit's "parallel" model). Each worker takes the receive lock, reads
- * one request, releases it, runs the request and sends the reply whole under
- * the send lock. A slow or stalled client therefore holds only its own
- * threads, and per-connection memory stays bounded by threads x request size.
- * The thread that did the handshake runs one worker, joins the others, then
- * frees the connection. */
+ * own (nbdkit's "parallel" model, with lazy helpers). One worker at a time
+ * holds the receiver role: it reads one request, gives the role up and runs
+ * the request, sending the reply whole under the send lock. A worker that
+ * gives the role up wakes an idle one only when another whole request is
+ * already buffered; otherwise it takes the role back itself after its
+ * request. A client that keeps the server idle is thus served by one thread
+ * with no hand-offs (no wake-ups, no stealing the client's CPU), and a
+ * backlog spreads over every worker. A slow or stalled client holds only its
+ * own threads, and per-connection memory stays bounded by threads x request
+ * size. The thread that did the handshake runs one worker, joins the others,
+ * then frees the connection. */
 struct nbd_connection {
     struct nbd_session session;
     struct nbd_server *server;
     bool read_only;
 
-    pthread_mutex_t receive_lock;
-    /* Under receive_lock: received bytes not yet parsed are input[start, end). */
+    pthread_mutex_t receive_lock; /* guards receiving and idle_workers */
+    pthread_cond_t receiver_wanted;
+    bool receiving;        /* a worker holds the receiver role */
+    unsigned idle_workers; /* workers waiting for the role */
+    /* Moving average of the time a request takes to run and answer. */
+    _Atomic uint64_t request_ns;
+    /* Only the receiver touches these: bytes not yet parsed are input[start, end). */
     unsigned char *input;
     size_t input_start, input_end;
     bool receive_done; /* DISC, end of file or an error: nobody reads any more */
 
+    /* Set by the receiver when it gives the role up with a whole request
+     * still buffered: that request will be answered later, so replies may
+     * wait for it (see NBD_SERVER_REPLY_BATCH). */
+    atomic_bool requests_buffered;
+
     pthread_mutex_t send_lock; /* one reply goes out whole */
-    atomic_bool dead;          /* sending failed: later replies are dropped */
+    /* Under send_lock: short replies held back, whole, in arrival order. */
+    unsigned char held[NBD_SERVER_REPLY_BATCH * NBD_SERVER_HELD_REPLY_MAX];
+    size_t held_bytes;
+    unsigned held_replies;
+    atomic_bool dead; /* sending failed: later replies are dropped */
     struct nbd_connection *prev, *next;
 };
+
+/* Set up the locks of a connection on socket `fd` (the rest is zeroed);
+ * destroy them again. */
+void nbd_connection_init(struct nbd_connection *conn, int fd, unsigned id,
+                         struct nbd_server *server, bool read_only);
+void nbd_connection_destroy(struct nbd_connection *conn);
 
 /* One worker thread of a connection. */
 struct nbd_worker {

@@ -168,17 +168,49 @@ uint32_t nbd_check_request(const struct nbd_session *s, bool read_only, const st
  * Sending replies
  * ---------------------------------------------------------------------- */
 
-/* Send one whole reply under the connection's send lock. A failed or timed
- * out send kills the connection: shutdown() wakes the worker that waits in
- * recv(), and the others stop at their next turn. */
+/* Send one whole reply under the connection's send lock, after the replies
+ * held back so far; or hold it back too when it is short and another request
+ * is already buffered (whoever answers that one sends them all: a request
+ * whose reply is held always has a successor, or the connection stops and
+ * the exiting workers flush). A failed or timed out send kills the
+ * connection: shutdown() wakes the worker that waits in recv(), and the
+ * others stop at their next turn. */
 static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
 {
+    size_t length = 0;
+    for (int i = 0; i < count; i++)
+        length += iov[i].iov_len;
     if (atomic_load(&conn->dead))
         return;
     pthread_mutex_lock(&conn->send_lock);
-    int rc = atomic_load(&conn->dead)
-                 ? 0
-                 : util_send_iov_timeout(conn->session.fd, iov, count, NBD_SERVER_SEND_TIMEOUT);
+    int rc = 0;
+    if (atomic_load(&conn->dead)) {
+        conn->held_bytes = 0;
+        conn->held_replies = 0;
+    } else if (count > 0 && length <= NBD_SERVER_HELD_REPLY_MAX &&
+               conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
+               atomic_load(&conn->requests_buffered)) {
+        for (int i = 0; i < count; i++) {
+            memcpy(conn->held + conn->held_bytes, iov[i].iov_base, iov[i].iov_len);
+            conn->held_bytes += iov[i].iov_len;
+        }
+        conn->held_replies++;
+    } else {
+        /* Held replies first, in the same sendmsg when the iovec is short. */
+        struct iovec joined[4] = {{conn->held, conn->held_bytes}};
+        if (conn->held_bytes > 0 && count < 4) {
+            for (int i = 0; i < count; i++)
+                joined[i + 1] = iov[i];
+            iov = joined;
+            count++;
+        } else if (conn->held_bytes > 0) {
+            rc = util_send_iov_timeout(conn->session.fd, joined, 1, NBD_SERVER_SEND_TIMEOUT);
+        }
+        if (rc == 0)
+            rc = util_send_iov_timeout(conn->session.fd, iov, count, NBD_SERVER_SEND_TIMEOUT);
+        conn->held_bytes = 0;
+        conn->held_replies = 0;
+    }
     if (rc < 0) {
         atomic_store(&conn->dead, true);
         shutdown(conn->session.fd, SHUT_RDWR);
@@ -189,6 +221,12 @@ static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
                 "a reply could not be sent within %d s (client not reading); "
                 "dropping the connection",
                 NBD_SERVER_SEND_TIMEOUT);
+}
+
+/* Send the replies held back, if any (a worker leaving does this). */
+static void conn_flush(struct nbd_connection *conn)
+{
+    conn_send(conn, NULL, 0);
 }
 
 static void put_simple_header(unsigned char *h, uint32_t error, uint64_t cookie)
@@ -566,7 +604,7 @@ static void execute(struct nbd_worker *w, const struct nbd_request *r, const voi
 }
 
 /* ------------------------------------------------------------------------
- * Receiving (every function here runs under the connection's receive lock)
+ * Receiving (every function here runs in the worker holding the receiver role)
  * ---------------------------------------------------------------------- */
 
 static size_t input_available(const struct nbd_connection *conn)
@@ -616,6 +654,30 @@ static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
     return n;
 }
 
+/* How many whole requests (WRITEs with their payloads) are buffered,
+ * counting up to `most`. */
+static unsigned input_requests(const struct nbd_connection *conn, unsigned most)
+{
+    if (conn->receive_done)
+        return 0;
+    unsigned count = 0;
+    size_t at = conn->input_start;
+    while (count < most && conn->input_end - at >= NBD_REQUEST_SIZE) {
+        const unsigned char *header = conn->input + at;
+        uint32_t length = util_get32(header + 24);
+        size_t whole = NBD_REQUEST_SIZE;
+        if (util_get16(header + 6) == NBD_CMD_WRITE)
+            whole += length;
+        /* Replies may wait for a request counted here, so it must be able to
+         * run without waiting for more bytes from the client. */
+        if (conn->input_end - at < whole)
+            break;
+        at += whole;
+        count++;
+    }
+    return count;
+}
+
 /* Receive a WRITE payload into `buf` (NULL: skip it). Returns 0 or a negative
  * errno (-ECONNRESET when the client closed in the middle). */
 static int receive_payload(struct nbd_connection *conn, void *buf, uint32_t length)
@@ -650,8 +712,8 @@ static void log_receive_failure(struct nbd_connection *conn, int rc)
         nbd_log(&conn->session, "receive failed: %s", strerror(-rc));
 }
 
-/* Read and check one request (and a WRITE's payload). Called with the receive
- * lock held; sets receive_done when the connection must not be read again. */
+/* Read and check one request (and a WRITE's payload). Called with the
+ * receiver role held; sets receive_done when the connection must not be read again. */
 static enum receive_result receive_request(struct nbd_worker *w, struct nbd_request *r,
                                            void **payload, uint32_t *error, const char **reason)
 {
@@ -733,6 +795,28 @@ stop:
  * Workers
  * ---------------------------------------------------------------------- */
 
+void nbd_connection_init(struct nbd_connection *conn, int fd, unsigned id,
+                         struct nbd_server *server, bool read_only)
+{
+    conn->session.fd = fd;
+    conn->session.id = id;
+    conn->server = server;
+    conn->read_only = read_only;
+    pthread_mutex_init(&conn->receive_lock, NULL);
+    pthread_cond_init(&conn->receiver_wanted, NULL);
+    pthread_mutex_init(&conn->send_lock, NULL);
+    atomic_init(&conn->dead, false);
+    atomic_init(&conn->requests_buffered, false);
+    atomic_init(&conn->request_ns, 0);
+}
+
+void nbd_connection_destroy(struct nbd_connection *conn)
+{
+    pthread_mutex_destroy(&conn->receive_lock);
+    pthread_cond_destroy(&conn->receiver_wanted);
+    pthread_mutex_destroy(&conn->send_lock);
+}
+
 int nbd_worker_init(struct nbd_worker *worker, struct nbd_connection *conn)
 {
     worker->conn = conn;
@@ -746,28 +830,75 @@ void nbd_worker_destroy(struct nbd_worker *worker)
     worker->buffer = NULL;
 }
 
+/* Wait until the receiver role is free and take it; false once the
+ * connection is done with receiving. */
+static bool take_receiver_role(struct nbd_connection *conn)
+{
+    pthread_mutex_lock(&conn->receive_lock);
+    /* receive_done is only read while nobody holds the role (it is written by
+     * the holder), which release_receiver_role() broadcasts about. */
+    while (conn->receiving) {
+        conn->idle_workers++;
+        pthread_cond_wait(&conn->receiver_wanted, &conn->receive_lock);
+        conn->idle_workers--;
+    }
+    bool taken = !conn->receive_done;
+    conn->receiving = taken;
+    pthread_mutex_unlock(&conn->receive_lock);
+    return taken;
+}
+
+/* Give the role up. An idle worker is woken only for requests that are
+ * already buffered and worth a hand-off (NBD_SERVER_HANDOFF_WORTH_NS): waking
+ * one to sit in recv() would cost a hand-off per request for nothing. */
+static void release_receiver_role(struct nbd_connection *conn)
+{
+    unsigned waiting = input_requests(conn, NBD_SERVER_BACKLOG_SCAN);
+    uint64_t backlog_ns = waiting * atomic_load_explicit(&conn->request_ns, memory_order_relaxed);
+    atomic_store(&conn->requests_buffered, waiting > 0);
+    pthread_mutex_lock(&conn->receive_lock);
+    conn->receiving = false;
+    if (conn->receive_done)
+        pthread_cond_broadcast(&conn->receiver_wanted);
+    else if (waiting > 0 && backlog_ns >= NBD_SERVER_HANDOFF_WORTH_NS && conn->idle_workers > 0)
+        pthread_cond_signal(&conn->receiver_wanted);
+    pthread_mutex_unlock(&conn->receive_lock);
+}
+
+/* Fold the time one request took into the connection's average (weight 1/8;
+ * workers racing on it lose an update at worst). */
+static void account_request_time(struct nbd_connection *conn, uint64_t took_ns)
+{
+    uint64_t average = atomic_load_explicit(&conn->request_ns, memory_order_relaxed);
+    average = average == 0 ? took_ns : average - average / 8 + took_ns / 8;
+    atomic_store_explicit(&conn->request_ns, average, memory_order_relaxed);
+}
+
 void *nbd_worker_main(void *arg)
 {
     struct nbd_worker *w = arg;
     struct nbd_connection *conn = w->conn;
 
-    for (;;) {
+    while (take_receiver_role(conn)) {
         struct nbd_request r;
         void *payload;
         uint32_t error = 0;
         const char *reason = NULL;
 
-        pthread_mutex_lock(&conn->receive_lock);
         enum receive_result result = receive_request(w, &r, &payload, &error, &reason);
-        pthread_mutex_unlock(&conn->receive_lock);
+        release_receiver_role(conn);
 
         if (result == RECEIVE_STOP)
-            return NULL;
+            break;
+        uint64_t started = util_now_ns();
         if (result == RECEIVE_REFUSED)
             reply_error(conn, &r, error, reason);
         else
             execute(w, &r, payload);
         if (payload != NULL)
             release_buffer(w, payload, r.length);
+        account_request_time(conn, util_now_ns() - started);
     }
+    conn_flush(conn);
+    return NULL;
 }

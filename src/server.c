@@ -69,8 +69,7 @@ static void connection_free(struct nbd_connection *conn)
     pthread_mutex_unlock(&server->connections_lock);
     /* Closed only after leaving the list, so shutdown never sees a reused fd. */
     close(conn->session.fd);
-    pthread_mutex_destroy(&conn->receive_lock);
-    pthread_mutex_destroy(&conn->send_lock);
+    nbd_connection_destroy(conn);
     free(conn->input);
     free(conn);
 }
@@ -160,13 +159,7 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
         close(fd);
         return;
     }
-    conn->session.fd = fd;
-    conn->session.id = id;
-    conn->server = server;
-    conn->read_only = server->export.read_only;
-    pthread_mutex_init(&conn->receive_lock, NULL);
-    pthread_mutex_init(&conn->send_lock, NULL);
-    atomic_init(&conn->dead, false);
+    nbd_connection_init(conn, fd, id, server, server->export.read_only);
 
     pthread_mutex_lock(&server->connections_lock);
     conn->next = server->connections;

@@ -748,6 +748,65 @@ def _():
         expect(c.recv(4096) == pages[reads.pop(cookie)], "pipelined read returned other data")
 
 
+def packed(cmd, offset=0, length=0, flags=0, cookie=0, payload=b""):
+    return struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie, offset, length) + payload
+
+
+def simple_replies(c, count):
+    """`count` simple replies in any order: {cookie: error}."""
+    got = {}
+    for _ in range(count):
+        magic, error, cookie = struct.unpack(">IIQ", c.recv(16))
+        expect(magic == SIMPLE_MAGIC, f"reply magic {magic:#x}")
+        expect(cookie not in got, f"cookie {cookie:#x} answered twice")
+        got[cookie] = error
+    return got
+
+
+@check("a burst in one segment (replies held back while more is buffered) is answered whole")
+def _():
+    # Short replies wait while further whole requests are buffered; none may be left behind
+    # when the burst ends, whatever ends it: the last request, an error, or DISC.
+    c = Raw().go()
+    base = 56 * MiB
+    pages = [rng.randbytes(4096) for _ in range(9)]
+    burst = b"".join(packed(CMD_WRITE, base + i * 4096, 4096, cookie=100 + i, payload=p)
+                     for i, p in enumerate(pages))
+    burst += packed(CMD_FLUSH, cookie=200) + packed(CMD_TRIM, base + 8 * 4096, 4096, cookie=201)
+    burst += packed(99, cookie=202)                                   # unknown command: EINVAL
+    c.send(burst)
+    got = simple_replies(c, 12)
+    expect(got[202] == EINVAL, f"unknown command in a burst: {got[202]}, expected EINVAL")
+    expect(all(got[k] == 0 for k in got if k != 202), f"burst replies {got}")
+    # A read in the middle of short replies: its data and the held replies all arrive.
+    c.send(packed(CMD_TRIM, base, 4096, cookie=300) + packed(CMD_READ, base + 4096, 4096, cookie=301)
+           + packed(CMD_WRITE_ZEROES, base + 2 * 4096, 4096, cookie=302))
+    seen = set()
+    for _ in range(3):
+        magic, error, cookie = struct.unpack(">IIQ", c.recv(16))
+        expect(magic == SIMPLE_MAGIC and error == 0, f"reply {magic:#x} error {error}")
+        if cookie == 301:
+            expect(c.recv(4096) == pages[1], "READ inside a burst returned other data")
+        seen.add(cookie)
+    expect(seen == {300, 301, 302}, f"burst with a READ answered {seen}")
+    # Replies must not wait for a request whose payload has not all arrived yet.
+    half = packed(CMD_WRITE, base + 3 * 4096, 4096, cookie=401, payload=pages[3])[:28 + 2048]
+    c.send(packed(CMD_FLUSH, cookie=400) + half)
+    got = simple_replies(c, 1)
+    expect(got == {400: 0}, f"FLUSH before a half-sent WRITE: {got}")
+    c.send(pages[3][2048:])
+    expect(simple_replies(c, 1) == {401: 0}, "the completed WRITE was not answered")
+    # DISC ends a burst: every request before it is answered, then the server closes.
+    c.send(packed(CMD_WRITE, base + 4 * 4096, 4096, cookie=500, payload=pages[4])
+           + packed(CMD_FLUSH, cookie=501) + packed(CMD_DISC, cookie=502))
+    expect(simple_replies(c, 2) == {500: 0, 501: 0}, "requests before DISC not answered")
+    c.expect_closed("DISC after a burst")
+    d = Raw().go()
+    for i, page in enumerate(pages[:8]):
+        want = bytes(4096) if i in (0, 2) else page
+        expect(d.read(base + i * 4096, 4096) == want, f"page {i} of the burst reads back wrong")
+
+
 @check("read-only export: WRITE/TRIM/WRITE_ZEROES EPERM, in step, READ works")
 def _():
     c = Raw(RO_SOCK).go()
