@@ -34,15 +34,14 @@
  * completions (and sending new requests) while the server works. */
 #define NBD_SERVER_REPLY_BATCH 4u
 #define NBD_SERVER_HELD_REPLY_MAX 256u
-/* An idle worker is woken for buffered requests only when they hold at
- * least this much work (their count times the connection's average time per
- * request): a hand-off costs both threads a few microseconds of wake-up and
- * cache misses, and on a machine whose client shares the cores it also takes
- * CPU from the client. Cheap 4 KiB lz4 requests therefore stay on one thread
- * until a real backlog builds; zstd or large requests spread at once. */
-#define NBD_SERVER_HANDOFF_WORTH_NS 40000u
-/* Requests looked at when sizing a backlog. */
-#define NBD_SERVER_BACKLOG_SCAN 64u
+/* An idle worker is woken for a buffered request only when the connection's
+ * requests take at least this long on average. A hand-off costs both threads
+ * several microseconds of wake-up and cache misses, and where the client
+ * shares the cores (fio on 2 CPUs) it also takes CPU from the client: for
+ * 4 KiB lz4 writes (~6 us each) a second worker made one connection ~15%
+ * slower, not faster. zstd, large requests and slow reads spread at once;
+ * cheap requests scale over connections instead (CAN_MULTI_CONN). */
+#define NBD_SERVER_HANDOFF_WORTH_NS 20000u
 /* Most worker threads per connection (--threads). */
 #define NBD_SERVER_MAX_THREADS 256u
 /* Request buffers larger than a worker's own, over all connections. */

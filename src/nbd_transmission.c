@@ -654,28 +654,18 @@ static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
     return n;
 }
 
-/* How many whole requests (WRITEs with their payloads) are buffered,
- * counting up to `most`. */
-static unsigned input_requests(const struct nbd_connection *conn, unsigned most)
+/* Whether a whole request (a WRITE with its payload) is buffered. Replies
+ * may wait for such a request, so it must be able to run without waiting for
+ * more bytes from the client. */
+static bool input_holds_request(const struct nbd_connection *conn)
 {
-    if (conn->receive_done)
-        return 0;
-    unsigned count = 0;
-    size_t at = conn->input_start;
-    while (count < most && conn->input_end - at >= NBD_REQUEST_SIZE) {
-        const unsigned char *header = conn->input + at;
-        uint32_t length = util_get32(header + 24);
-        size_t whole = NBD_REQUEST_SIZE;
-        if (util_get16(header + 6) == NBD_CMD_WRITE)
-            whole += length;
-        /* Replies may wait for a request counted here, so it must be able to
-         * run without waiting for more bytes from the client. */
-        if (conn->input_end - at < whole)
-            break;
-        at += whole;
-        count++;
-    }
-    return count;
+    if (conn->receive_done || input_available(conn) < NBD_REQUEST_SIZE)
+        return false;
+    const unsigned char *header = conn->input + conn->input_start;
+    size_t whole = NBD_REQUEST_SIZE;
+    if (util_get16(header + 6) == NBD_CMD_WRITE)
+        whole += util_get32(header + 24);
+    return input_available(conn) >= whole;
 }
 
 /* Receive a WRITE payload into `buf` (NULL: skip it). Returns 0 or a negative
@@ -848,19 +838,21 @@ static bool take_receiver_role(struct nbd_connection *conn)
     return taken;
 }
 
-/* Give the role up. An idle worker is woken only for requests that are
- * already buffered and worth a hand-off (NBD_SERVER_HANDOFF_WORTH_NS): waking
- * one to sit in recv() would cost a hand-off per request for nothing. */
+/* Give the role up. An idle worker is woken for a buffered request only when
+ * this connection's requests take long enough to be worth a hand-off
+ * (NBD_SERVER_HANDOFF_WORTH_NS); otherwise this worker takes the role back
+ * itself after its request. */
 static void release_receiver_role(struct nbd_connection *conn)
 {
-    unsigned waiting = input_requests(conn, NBD_SERVER_BACKLOG_SCAN);
-    uint64_t backlog_ns = waiting * atomic_load_explicit(&conn->request_ns, memory_order_relaxed);
-    atomic_store(&conn->requests_buffered, waiting > 0);
+    bool waiting = input_holds_request(conn);
+    bool worth_it = atomic_load_explicit(&conn->request_ns, memory_order_relaxed) >=
+                    NBD_SERVER_HANDOFF_WORTH_NS;
+    atomic_store(&conn->requests_buffered, waiting);
     pthread_mutex_lock(&conn->receive_lock);
     conn->receiving = false;
     if (conn->receive_done)
         pthread_cond_broadcast(&conn->receiver_wanted);
-    else if (waiting > 0 && backlog_ns >= NBD_SERVER_HANDOFF_WORTH_NS && conn->idle_workers > 0)
+    else if (waiting && worth_it && conn->idle_workers > 0)
         pthread_cond_signal(&conn->receiver_wanted);
     pthread_mutex_unlock(&conn->receive_lock);
 }
