@@ -189,7 +189,7 @@ static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
         conn->held_replies = 0;
     } else if (count > 0 && length <= NBD_SERVER_HELD_REPLY_MAX &&
                conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
-               atomic_load(&conn->requests_buffered)) {
+               atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
         for (int i = 0; i < count; i++) {
             memcpy(conn->held + conn->held_bytes, iov[i].iov_base, iov[i].iov_len);
             conn->held_bytes += iov[i].iov_len;
@@ -847,7 +847,10 @@ static void release_receiver_role(struct nbd_connection *conn)
     bool waiting = input_holds_request(conn);
     bool worth_it = atomic_load_explicit(&conn->request_ns, memory_order_relaxed) >=
                     NBD_SERVER_HANDOFF_WORTH_NS;
-    atomic_store(&conn->requests_buffered, waiting);
+    /* Relaxed is enough: it is read under send_lock, which every later
+     * answer takes, so a stale "true" is always followed by a flush. A
+     * seq_cst store would fence every request. */
+    atomic_store_explicit(&conn->requests_buffered, waiting, memory_order_relaxed);
     pthread_mutex_lock(&conn->receive_lock);
     conn->receiving = false;
     if (conn->receive_done)
