@@ -48,6 +48,9 @@
 #define NBD_SERVER_BUFFER_BUDGET (1ull << 30)
 /* A client that does not read its replies for this long is dropped. */
 #define NBD_SERVER_SEND_TIMEOUT 30
+/* On SIGINT/SIGTERM, clients get this long to take the replies to requests in
+ * flight; then the connections left are shut down both ways. */
+#define NBD_SERVER_STOP_GRACE 5
 /* A client must finish the handshake within this time. */
 #define NBD_SERVER_HANDSHAKE_TIMEOUT 30
 /* At most this many descriptors in one BLOCK_STATUS reply. */

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nbd_server.h"
@@ -331,6 +332,17 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
  * Running
  * ---------------------------------------------------------------------- */
 
+/* Wait (with connections_lock held) until every connection is gone or
+ * CLOCK_MONOTONIC passes `deadline`; true when they are all gone. */
+static bool wait_connections_gone(struct nbd_server *server, const struct timespec *deadline)
+{
+    while (server->connection_count > 0)
+        if (pthread_cond_timedwait(&server->connections_gone, &server->connections_lock,
+                                   deadline) == ETIMEDOUT)
+            return server->connection_count == 0;
+    return true;
+}
+
 static void stop_connections(struct nbd_server *server)
 {
     pthread_mutex_lock(&server->connections_lock);
@@ -338,8 +350,21 @@ static void stop_connections(struct nbd_server *server)
      * connection stops reading; replies to requests in flight still go out. */
     for (struct nbd_connection *c = server->connections; c; c = c->next)
         shutdown(c->session.fd, SHUT_RD);
-    while (server->connection_count > 0)
-        pthread_cond_wait(&server->connections_gone, &server->connections_lock);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += NBD_SERVER_STOP_GRACE;
+    if (!wait_connections_gone(server, &deadline)) {
+        /* Clients that do not take their replies must not hold the exit for
+         * the whole send timeout: a full shutdown fails their pending sends. */
+        if (!nbd_log_quiet)
+            fprintf(stderr,
+                    "uzram: %u client(s) not taking their replies after %d s; closing them\n",
+                    server->connection_count, NBD_SERVER_STOP_GRACE);
+        for (struct nbd_connection *c = server->connections; c; c = c->next)
+            shutdown(c->session.fd, SHUT_RDWR);
+        while (server->connection_count > 0)
+            pthread_cond_wait(&server->connections_gone, &server->connections_lock);
+    }
     pthread_mutex_unlock(&server->connections_lock);
 }
 
@@ -355,7 +380,11 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
     nbd_log_quiet = options->quiet;
     server.threads_per_connection = options->threads < 1 ? 1 : options->threads;
     pthread_mutex_init(&server.connections_lock, NULL);
-    pthread_cond_init(&server.connections_gone, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&server.connections_gone, &monotonic);
+    pthread_condattr_destroy(&monotonic);
 
     /* Signals are taken synchronously through a signalfd in the main loop;
      * every thread created later inherits the blocked mask. */

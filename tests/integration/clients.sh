@@ -216,18 +216,44 @@ print("closed by the server")
 EOF
 idle_pid=$!
 CLIENT_PIDS+=("$idle_pid")
+# ...and one that asks for 64 MiB of reads and never takes the replies: its workers sit in
+# send() until the stop grace (5 s) runs out, not for the 30 s send timeout.
+$PY - "$(sock_of multi)" >"$WORK/stalled.log" 2>&1 <<'EOF' &
+import socket, struct, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.recv(18)                                                   # greeting
+s.sendall(struct.pack(">I", 3))                              # FIXED_NEWSTYLE | NO_ZEROES
+s.sendall(struct.pack(">QII", 0x49484156454F5054, 1, 0))     # EXPORT_NAME ""
+reply = b""
+while len(reply) < 10:                                       # size + flags
+    reply += s.recv(10 - len(reply))
+for i in range(64):
+    s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, 0, i, i << 20, 1 << 20))
+print("64 reads sent, not reading the replies", flush=True)
+time.sleep(120)
+EOF
+stalled_pid=$!
+CLIENT_PIDS+=("$stalled_pid")
 for _ in $(seq 100); do
-    [[ $("$UZRAM" attr multi clients) -ge 5 ]] && break
+    [[ $("$UZRAM" attr multi clients) -ge 6 ]] && grep -q "reads sent" "$WORK/stalled.log" && break
     sleep 0.1
 done
-[[ $("$UZRAM" attr multi clients) -ge 5 ]] || fail "the 4 busy clients and the idle one did not all connect"
+[[ $("$UZRAM" attr multi clients) -ge 6 ]] ||
+    fail "the 4 busy clients, the idle and the stalled one did not all connect: $(cat "$WORK/stalled.log")"
 sleep 0.5
+stop_started=$SECONDS
 stop_server multi # SIGTERM; checks exit status 0 and that both sockets are gone
+((SECONDS - stop_started <= 12)) ||
+    fail "shutdown took $((SECONDS - stop_started)) s with a client not reading (grace is 5 s)"
+grep -q "not taking their replies" "$WORK/server-multi.err" ||
+    fail "no log line about the client that did not take its replies"
 for pid in "${busy_pids[@]}"; do
     wait_pid "$pid" 20 || true
 done
 grep -q 'stopped after' "$WORK"/busy*.log || fail "busy clients were not stopped by the shutdown"
 wait_pid "$idle_pid" 10 || fail "the stalled handshake was not closed by the shutdown: $(cat "$WORK/idle.log")"
-pass "SIGTERM during I/O from 4 clients (+1 idle, +1 mid-handshake): exit 0, sockets removed"
+kill "$stalled_pid" 2>/dev/null
+pass "SIGTERM during I/O from 4 clients (+1 idle, +1 mid-handshake, +1 not reading): exit 0 within the grace, sockets removed"
 
 echo "PASS: clients.sh"
