@@ -138,6 +138,18 @@ def cpu_per_request(server, rw, j):
         values.append(ticks / ticks_per_second * 1e6 / max(ios, 1))
     return statistics.median(values)
 
+def client_cpu_per_request(server, rw, j):
+    """Median fio CPU time per request in microseconds: fio shares the cores with the server."""
+    values = []
+    for r in range(1, rounds + 1):
+        report = json.load(open(os.path.join(work, f"{server}-{rw}-j{j}-r{r}.json")))
+        side = "write" if rw == "randwrite" else "read"
+        ios = sum(job[side]["total_ios"] for job in report["jobs"])
+        seconds = sum(job["job_runtime"] / 1000 * (job["usr_cpu"] + job["sys_cpu"]) / 100
+                      for job in report["jobs"])
+        values.append(seconds * 1e6 / max(ios, 1))
+    return statistics.median(values)
+
 def iops(server, rw, j):
     values = []
     for r in range(1, rounds + 1):
@@ -164,7 +176,8 @@ for rw in ("randwrite", "randread"):
         for s in servers:
             _, values = iops(s, rw, j)
             print(f"{'':<20}{names[s]}: " + ", ".join(f"{v:.0f}" for v in values)
-                  + f"   (server CPU {cpu_per_request(s, rw, j):.1f} us/request)")
+                  + f"   (CPU us/request: server {cpu_per_request(s, rw, j):.1f},"
+                  f" fio {client_cpu_per_request(s, rw, j):.1f})")
 
 targets = [("randwrite", "zstd", 3.0), ("randwrite", "sparse", 1.0), ("randread", "sparse", 1.0)]
 print()
