@@ -54,6 +54,9 @@ struct dedup {
     uint32_t *buckets;
     uint64_t bucket_mask;
     pthread_mutex_t stripes[STRIPE_COUNT];
+    /* Under each stripe: how many entries were ever linked into its buckets,
+     * so a writer can tell whether one arrived while it was compressing. */
+    uint64_t stripe_inserts[STRIPE_COUNT];
 
     pthread_mutex_t id_lock;
     uint32_t free_head;  /* id + 1 of a free entry, linked through next */
@@ -263,12 +266,15 @@ static uint64_t page_hash(struct dedup *dedup, const void *page)
 
 /* Walk the candidates one at a time: holding a reference keeps an entry
  * linked, so the walk can go on from it after the stripe was dropped for
- * the comparison. */
-static uint32_t find_equal(struct uzram *dev, const void *page, uint64_t bucket, uint32_t tag)
+ * the comparison. *inserts_seen is the stripe's insert count when the walk
+ * began: entries linked later were not looked at. */
+static uint32_t find_equal(struct uzram *dev, const void *page, uint64_t bucket, uint32_t tag,
+                           uint64_t *inserts_seen)
 {
     struct dedup *dedup = dev->dedup;
     pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
     pthread_mutex_lock(stripe);
+    *inserts_seen = dedup->stripe_inserts[bucket % STRIPE_COUNT];
     uint32_t id = next_candidate(dev, dedup->buckets[bucket], tag);
     pthread_mutex_unlock(stripe);
     while (id != UINT32_MAX) {
@@ -290,8 +296,9 @@ int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *hug
     uint64_t hash = page_hash(dedup, page);
     uint32_t tag = (uint32_t)(hash >> 32);
     uint64_t bucket = tag & dedup->bucket_mask;
+    uint64_t inserts_seen;
 
-    uint32_t id = find_equal(dev, page, bucket, tag);
+    uint32_t id = find_equal(dev, page, bucket, tag, &inserts_seen);
     if (id != UINT32_MAX) {
         *id_out = id;
         *huge = dedup_is_huge(dev, id);
@@ -312,13 +319,32 @@ int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *hug
     entry->size_algo = (uint16_t)(object.size | (object.algo << 13));
     entry->hash_tag = tag;
     atomic_store_explicit(&entry->state, 1, memory_order_release);
+    atomic_fetch_add_explicit(&dedup->live_entries, 1, memory_order_relaxed);
 
     pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
-    pthread_mutex_lock(stripe);
-    entry->next = dedup->buckets[bucket];
-    dedup->buckets[bucket] = id + 1;
-    pthread_mutex_unlock(stripe);
-    atomic_fetch_add_explicit(&dedup->live_entries, 1, memory_order_relaxed);
+    uint64_t *inserts = &dedup->stripe_inserts[bucket % STRIPE_COUNT];
+    for (;;) {
+        pthread_mutex_lock(stripe);
+        if (*inserts == inserts_seen) {
+            entry->next = dedup->buckets[bucket];
+            dedup->buckets[bucket] = id + 1;
+            (*inserts)++;
+            pthread_mutex_unlock(stripe);
+            break;
+        }
+        pthread_mutex_unlock(stripe);
+        /* Someone linked an entry into this stripe while we compressed:
+         * perhaps the same page, written at the same moment elsewhere. Look
+         * again (without the lock: comparing decompresses) before adding a
+         * second copy; our unlinked entry goes the way of any last reference. */
+        uint32_t other = find_equal(dev, page, bucket, tag, &inserts_seen);
+        if (other != UINT32_MAX) {
+            dedup_put(dev, id);
+            *id_out = other;
+            *huge = dedup_is_huge(dev, other);
+            return 0;
+        }
+    }
     *id_out = id;
     *huge = object.state == SLOT_HUGE;
     return 0;

@@ -1,6 +1,7 @@
 /* test_dedup.c - unit tests of deduplication: sharing, unsharing, collisions.
  * Uses the internal force-collision switch so only full comparison separates pages. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -197,6 +198,54 @@ static void test_compaction_moves_shared_objects(void **state)
     uzram_destroy(dev);
 }
 
+/* Writers that store the same new page at the same moment must end up
+ * sharing one object: the second to link notices the first and drops its
+ * copy. Exactly one copy per content shows as dup = (writers - 1) x compr. */
+#define RACE_WRITERS 4
+#define RACE_ROUNDS 300
+
+struct race {
+    struct uzram *dev;
+    pthread_barrier_t start;
+    unsigned writer;
+};
+
+static void *race_writer(void *arg)
+{
+    struct race *race = arg;
+    unsigned writer = __atomic_fetch_add(&race->writer, 1, __ATOMIC_RELAXED);
+    unsigned char page[PAGE];
+    for (uint64_t round = 0; round < RACE_ROUNDS; round++) {
+        fill_page(page, 1000 + round, DATAGEN_TEXT);
+        pthread_barrier_wait(&race->start);
+        write_page(race->dev, round * RACE_WRITERS + writer, page);
+    }
+    return NULL;
+}
+
+static void test_concurrent_identical_writers_store_once(void **state)
+{
+    (void)state;
+    struct race race = {.dev = test_device(DISK, NULL, 1)};
+    pthread_t threads[RACE_WRITERS];
+    pthread_barrier_init(&race.start, NULL, RACE_WRITERS);
+    for (unsigned i = 0; i < RACE_WRITERS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, race_writer, &race), 0);
+    for (unsigned i = 0; i < RACE_WRITERS; i++)
+        pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&race.start);
+
+    struct uzram_stats s = test_stats(race.dev);
+    assert_int_equal(s.pages_stored, RACE_WRITERS * RACE_ROUNDS);
+    assert_true(s.compr_data_size > 0);
+    assert_int_equal(s.dup_data_size, (RACE_WRITERS - 1) * s.compr_data_size);
+    unsigned char page[PAGE];
+    fill_page(page, 1000 + RACE_ROUNDS - 1, DATAGEN_TEXT);
+    for (unsigned i = 0; i < RACE_WRITERS; i++)
+        expect_page(race.dev, (RACE_ROUNDS - 1) * RACE_WRITERS + i, page);
+    uzram_destroy(race.dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -206,6 +255,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_forced_collisions_compare_in_full),
         cmocka_unit_test(test_reset_and_setting),
         cmocka_unit_test(test_compaction_moves_shared_objects),
+        cmocka_unit_test(test_concurrent_identical_writers_store_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
