@@ -654,6 +654,18 @@ static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
     return n;
 }
 
+/* The fields of a 28-byte request header (its magic is checked apart). */
+static struct nbd_request parse_request_header(const unsigned char *header)
+{
+    return (struct nbd_request){
+        .flags = util_get16(header + 4),
+        .type = util_get16(header + 6),
+        .cookie = util_get64(header + 8),
+        .offset = util_get64(header + 16),
+        .length = util_get32(header + 24),
+    };
+}
+
 /* Whether a whole request (a WRITE with its payload) is buffered. Replies
  * may wait for such a request, so it must be able to run without waiting for
  * more bytes from the client. */
@@ -661,10 +673,10 @@ static bool input_holds_request(const struct nbd_connection *conn)
 {
     if (conn->receive_done || input_available(conn) < NBD_REQUEST_SIZE)
         return false;
-    const unsigned char *header = conn->input + conn->input_start;
+    struct nbd_request r = parse_request_header(conn->input + conn->input_start);
     size_t whole = NBD_REQUEST_SIZE;
-    if (util_get16(header + 6) == NBD_CMD_WRITE)
-        whole += util_get32(header + 24);
+    if (r.type == NBD_CMD_WRITE)
+        whole += r.length;
     return input_available(conn) >= whole;
 }
 
@@ -727,13 +739,7 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         nbd_log(s, "bad request magic 0x%08x; closing", (unsigned)magic);
         goto stop;
     }
-    *r = (struct nbd_request){
-        .flags = util_get16(header + 4),
-        .type = util_get16(header + 6),
-        .cookie = util_get64(header + 8),
-        .offset = util_get64(header + 16),
-        .length = util_get32(header + 24),
-    };
+    *r = parse_request_header(header);
     conn->input_start += NBD_REQUEST_SIZE;
 
     *reason = NULL;

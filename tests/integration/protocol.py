@@ -64,6 +64,11 @@ def expect(condition, message):
         raise Check(message)
 
 
+def packed(cmd, offset=0, length=0, flags=0, cookie=0, payload=b""):
+    """One request as the client sends it."""
+    return struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie, offset, length) + payload
+
+
 class Raw:
     """One NBD connection driven by hand over a Unix socket."""
 
@@ -168,7 +173,7 @@ class Raw:
     def request(self, cmd, offset=0, length=0, flags=0, cookie=None, payload=b""):
         if cookie is None:
             cookie = random.getrandbits(64)
-        self.send(struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie, offset, length) + payload)
+        self.send(packed(cmd, offset, length, flags, cookie, payload))
         return cookie
 
     def simple_reply(self, cookie, data_length=0):
@@ -532,15 +537,15 @@ def state_at(c, offset):
 def _():
     for n in (1, 4, 10, 27):
         c = Raw().go()
-        c.send(struct.pack(">IHHQQI", REQ_MAGIC, 0, CMD_READ, 1, 0, 4096)[:n])
+        c.send(packed(CMD_READ, 0, 4096, cookie=1)[:n])
         c.close()
     for structured in (False, True):
         c = Raw().go(structured=structured)
-        c.send(struct.pack(">IHHQQI", REQ_MAGIC, 0, CMD_WRITE, 2, 32 * MiB, 65536) + b"\x55" * 1000)
+        c.send(packed(CMD_WRITE, 32 * MiB, 65536, cookie=2, payload=b"\x55" * 1000))
         c.close()
     # A big write cut off half way must not have been applied even in part.
     c = Raw().go()
-    c.send(struct.pack(">IHHQQI", REQ_MAGIC, 0, CMD_WRITE, 3, 36 * MiB, 4 * MiB) + b"\x66" * (2 * MiB))
+    c.send(packed(CMD_WRITE, 36 * MiB, 4 * MiB, cookie=3, payload=b"\x66" * (2 * MiB)))
     c.close()
     time.sleep(0.2)
     got = companion.pread(4 * MiB, 36 * MiB)
@@ -746,10 +751,6 @@ def _():
         magic, error, cookie = struct.unpack(">IIQ", c.recv(16))
         expect(magic == SIMPLE_MAGIC and error == 0 and cookie in reads, "pipelined read reply")
         expect(c.recv(4096) == pages[reads.pop(cookie)], "pipelined read returned other data")
-
-
-def packed(cmd, offset=0, length=0, flags=0, cookie=0, payload=b""):
-    return struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie, offset, length) + payload
 
 
 def simple_replies(c, count):
