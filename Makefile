@@ -24,7 +24,8 @@ ALL_LDFLAGS += -fsanitize=$(SAN)
 endif
 
 LIB_SRCS := $(sort $(wildcard lib/*.c))
-SRC_SRCS := $(sort $(wildcard src/*.c))
+# The program's parts each have a folder under src/ (see docs/ARCHITECTURE.md).
+SRC_SRCS := $(sort $(wildcard src/*/*.c))
 TEST_SRCS := $(filter-out tests/test_util.c,$(sort $(wildcard tests/test_*.c)))
 FUZZ_SRCS := $(sort $(wildcard fuzz/fuzz_*.c))
 
@@ -40,7 +41,7 @@ lib: $(LIBUZRAM)
 programs: $(UZRAM)
 tests: $(TEST_BINS)
 
-$(O)/%.o: %.c $(wildcard include/*.h lib/*.h src/*.h tests/*.h) Makefile
+$(O)/%.o: %.c $(wildcard include/*.h lib/*.h src/*/*.h tests/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
@@ -49,13 +50,16 @@ $(LIBUZRAM): $(LIB_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
+# The program's files include each other by folder: "nbd/server.h".
+$(O)/src/%.o: ALL_CFLAGS += -Isrc
+
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) -lm
 
-# Tests draw page contents from the programs' generator, src/datagen.c.
+# Tests draw page contents from the programs' generator, src/common/datagen.c.
 $(O)/tests/%.o: ALL_CFLAGS += -Isrc
-$(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/datagen.o $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/datagen.o $(LIBUZRAM) \
+$(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM) \
 		$(CMOCKA_LIBS) $(DEP_LIBS) -lm
 
 # The one command CI runs: installs what is missing, builds plain and
@@ -86,7 +90,7 @@ bench: deps
 	$(MAKE) programs
 	./bench/run.sh
 
-FORMAT_FILES = include/*.h lib/*.[ch] src/*.[ch] tests/*.[ch] $(wildcard fuzz/*.[ch] bench/*.c)
+FORMAT_FILES = include/*.h lib/*.[ch] src/*/*.[ch] tests/*.[ch] $(wildcard fuzz/*.[ch] bench/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

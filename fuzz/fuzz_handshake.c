@@ -13,11 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "nbd_protocol.h"
-#include "nbd_server.h"
+#include "nbd/protocol.h"
+#include "nbd/server.h"
 #include "socket_client.h"
 #include "uzram.h"
-#include "util.h"
+#include "common/util.h"
 
 /*
  * The input is exactly what a client would send after reading the greeting:
@@ -31,7 +31,7 @@
  *
  * Only the handshake and the socket helpers are linked; nbd_log() is defined
  * here so that no server state is needed.
- * fuzz-link: fuzz/socket_client.c src/nbd_handshake.c src/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/common/util.c
  * fuzz-options: -max_len=16384
  */
 

@@ -12,11 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "nbd_protocol.h"
-#include "nbd_server.h"
+#include "nbd/protocol.h"
+#include "nbd/server.h"
 #include "socket_client.h"
 #include "uzram.h"
-#include "util.h"
+#include "common/util.h"
 
 /*
  * Input: byte 0 chooses the session, the rest is sent as the client's byte
@@ -40,7 +40,7 @@
  * The server object is defined here (nbd_server_export() is all the worker
  * loop needs from it), so only the transmission file and the socket helpers
  * are linked.
- * fuzz-link: fuzz/socket_client.c src/nbd_transmission.c src/nbd_handshake.c src/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/handshake.c src/common/util.c
  * fuzz-options: -max_len=131072
  */
 

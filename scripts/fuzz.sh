@@ -11,7 +11,7 @@
 # FUZZ_TARGETS="engine nbd" limits the targets (names without fuzz_).
 #
 # A target can name in its comments, on lines of their own:
-#   fuzz-link: src/a.c src/b.c      more sources to link (the engine library always is)
+#   fuzz-link: src/x/a.c src/b.c    more sources to link (the engine library always is)
 #   fuzz-options: -max_len=8192     more libFuzzer options
 set -euo pipefail
 cd "$(dirname "$0")/.."

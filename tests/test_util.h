@@ -12,7 +12,7 @@
 
 /* Page contents come from the programs' seeded generator (src/datagen.h):
  * one generator serves the bench, the estimate tests and the unit tests. */
-#include "datagen.h"
+#include "common/datagen.h"
 
 /* Run only the tests whose names match argv[1] or $UZRAM_TEST_FILTER: a
  * cmocka glob, or a bare word such as "concurrent" meaning "*concurrent*"

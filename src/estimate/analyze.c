@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "estimate.h"
-#include "util.h"
+#include "estimate/estimate.h"
+#include "common/util.h"
 #include "uzram.h"
 
 /* Pages handled under one hold of the index's read lock: small enough that a

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "estimate.h"
+#include "cli/commands.h"
+#include "estimate/estimate.h"
 #include "uzram.h"
 
 static void usage(FILE *out)

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nbd_protocol.h"
-#include "nbd_server.h"
-#include "util.h"
+#include "nbd/protocol.h"
+#include "nbd/server.h"
+#include "common/util.h"
 
 /* Options are small (names up to 4096 bytes plus a few lists); anything larger
  * than this is skipped with ERR_TOO_BIG, or drops the client past the cap. */

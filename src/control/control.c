@@ -11,9 +11,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "control.h"
-#include "nbd_server.h"
-#include "util.h"
+#include "control/control.h"
+#include "nbd/server.h"
+#include "common/util.h"
 
 #define REQUEST_MAX 4096
 #define REPLY_MAX 8192

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "nbd_protocol.h"
-#include "nbd_server.h"
-#include "util.h"
+#include "nbd/protocol.h"
+#include "nbd/server.h"
+#include "common/util.h"
 
 #define LOG_LINES_PER_CLIENT 20
 

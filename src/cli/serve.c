@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "nbd_server.h"
-#include "util.h"
+#include "cli/commands.h"
+#include "nbd/server.h"
+#include "common/util.h"
 
 static void serve_usage(FILE *out)
 {

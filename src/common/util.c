@@ -1,6 +1,6 @@
 /* util.c - small helpers shared by the uzram subcommands (not part of libuzram).
  * Socket I/O that survives partial transfers, big-endian packing, paths, sizes, errno names. */
-#include "util.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nbd_server.h"
-#include "util.h"
+#include "nbd/server.h"
+#include "common/util.h"
 
 struct nbd_server {
     struct nbd_export export;

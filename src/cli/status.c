@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
-#include "control.h"
-#include "util.h"
+#include "cli/commands.h"
+#include "control/control.h"
+#include "common/util.h"
 #include "uzram.h"
 
 /* The fields of one device as the "stats" control request reports them. */

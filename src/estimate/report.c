@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "estimate.h"
-#include "util.h"
+#include "estimate/estimate.h"
+#include "common/util.h"
 #include "uzram.h"
 
 /*

@@ -1,6 +1,6 @@
 /* datagen.c - seeded page-content generators for the uzram programs (bench, demos).
  * Generation is per page so any page can be made alone, in any order, by any thread. */
-#include "datagen.h"
+#include "common/datagen.h"
 
 #include <string.h>
 

@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "util.h"
-#include "datagen.h"
+#include "cli/commands.h"
+#include "common/util.h"
+#include "common/datagen.h"
 #include "uzram.h"
 
 #define PAGE UZRAM_PAGE_SIZE
