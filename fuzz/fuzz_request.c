@@ -355,7 +355,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pthread_t client_thread;
     CHECK(pthread_create(&client_thread, NULL, fuzz_client_main, &client) == 0, "pthread_create");
 
-    /* What the handshake would have left behind (see server.c). */
+    /* What the handshake would have left behind (see src/nbd/server.c). */
     struct nbd_connection *conn = calloc(1, sizeof *conn);
     CHECK(conn != NULL, "calloc");
     nbd_connection_init(conn, fds[0], 1, &server, set.read_only);

@@ -10,7 +10,7 @@
 
 #include "uzram.h"
 
-/* Page contents come from the programs' seeded generator (src/datagen.h):
+/* Page contents come from the programs' seeded generator (src/common/datagen.h):
  * one generator serves the bench, the estimate tests and the unit tests. */
 #include "common/datagen.h"
 

@@ -1,5 +1,5 @@
 /* serve.c - `uzram serve`: command line of the NBD server, device creation, socket paths.
- * Every bad setting ends with one line saying what to do; the server itself is in server.c. */
+ * Every bad setting ends with one line saying what to do; the server itself is in nbd/server.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>

@@ -1,4 +1,4 @@
-/* estimate_analyze.c - page analysis of `uzram estimate`: classification, dedup index, workers.
+/* analyze.c - page analysis of `uzram estimate`: classification, dedup index, workers.
  * One reader fills big chunks; worker threads scan, hash and compress their pages in parallel. */
 #include <errno.h>
 #include <inttypes.h>

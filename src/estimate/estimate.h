@@ -1,5 +1,5 @@
 /* estimate.h - internal interfaces of `uzram estimate`: sources, page analysis, report.
- * Split by job: estimate_input.c reads, estimate_analyze.c classifies, estimate_report.c prints. */
+ * Split by job: input.c reads, analyze.c classifies, report.c prints. */
 #ifndef UZRAM_ESTIMATE_H
 #define UZRAM_ESTIMATE_H
 

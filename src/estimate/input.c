@@ -1,4 +1,4 @@
-/* estimate_input.c - the sources of `uzram estimate`: files, block devices, stdin, processes.
+/* input.c - the sources of `uzram estimate`: files, block devices, stdin, processes.
  * Large sequential reads; a process is read through /proc/PID/mem, mapping by mapping. */
 #include <errno.h>
 #include <fcntl.h>

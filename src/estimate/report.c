@@ -1,4 +1,4 @@
-/* estimate_report.c - what `uzram estimate` prints: the projections, a table, or JSON.
+/* report.c - what `uzram estimate` prints: the projections, a table, or JSON.
  * The memory models of kernel zram, the seed's dedup and uzram are computed here. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* nbd_handshake.c - NBD fixed newstyle option haggling for `uzram serve`.
+/* handshake.c - NBD fixed newstyle option haggling for `uzram serve`.
  * Answers every option a client may send and decides when transmission starts. */
 #include <errno.h>
 #include <stdio.h>

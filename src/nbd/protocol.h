@@ -1,4 +1,4 @@
-/* nbd_protocol.h - the NBD wire format: magics, options, replies, flags, commands, errors.
+/* protocol.h - the NBD wire format: magics, options, replies, flags, commands, errors.
  * Constants only (no code); the authority is doc/proto.md of the NetworkBlockDevice project. */
 #ifndef UZRAM_NBD_PROTOCOL_H
 #define UZRAM_NBD_PROTOCOL_H

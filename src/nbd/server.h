@@ -1,4 +1,4 @@
-/* nbd_server.h - internal interfaces of the NBD server behind `uzram serve`.
+/* server.h - internal interfaces of the NBD server behind `uzram serve`.
  * Shared by the handshake, transmission, control and listener files. */
 #ifndef UZRAM_NBD_SERVER_H
 #define UZRAM_NBD_SERVER_H
@@ -187,7 +187,7 @@ const struct nbd_export *nbd_server_export(struct nbd_server *server);
 /* Number of connected clients (handshaking or transmitting). */
 unsigned nbd_server_clients(struct nbd_server *server);
 
-/* Settings of `uzram serve`, filled by serve.c. */
+/* Settings of `uzram serve`, filled by cli/serve.c. */
 struct nbd_server_options {
     const char *name;
     const char *unix_path; /* NULL: no Unix socket */
@@ -204,7 +204,7 @@ struct nbd_server_options {
  * prints its own error lines. The device stays owned by the caller. */
 int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options);
 
-/* Control socket (control.c): serve one request on an accepted connection. */
+/* Control socket (control/control.c): serve one request on an accepted connection. */
 void control_serve_one(int fd, struct nbd_server *server);
 
 #endif

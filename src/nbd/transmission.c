@@ -1,4 +1,4 @@
-/* nbd_transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
+/* transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
  * Each connection's workers take turns reading a request, run it on the engine and reply. */
 #include <errno.h>
 #include <stdarg.h>
