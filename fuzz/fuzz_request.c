@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,7 +47,6 @@
 #define SECTOR 512u
 #define SECTORS (DISK / SECTOR)
 #define MEM_LIMIT (64u * 1024u)
-#define MAX_WORKERS 2
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -203,7 +201,7 @@ static uint32_t check_structured(struct stream *out, const struct nbd_request *r
             CHECK(r->type == NBD_CMD_BLOCK_STATUS && !block_status, "BLOCK_STATUS chunk");
             block_status = true;
             CHECK(length >= 12 && (length - 4) % 8 == 0, "BLOCK_STATUS length %u", length);
-            CHECK(util_get32(p) == 1, "context id %u", util_get32(p));
+            CHECK(util_get32(p) == NBD_CONTEXT_ID_BASE_ALLOCATION, "context id %u", util_get32(p));
             uint32_t count = (length - 4) / 8;
             CHECK(!(r->flags & NBD_CMD_FLAG_REQ_ONE) || count == 1, "REQ_ONE gave %u", count);
             uint64_t position = r->offset;
@@ -356,10 +354,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(pthread_create(&client_thread, NULL, fuzz_client_main, &client) == 0, "pthread_create");
 
     /* What the handshake would have left behind (see src/nbd/server.c). */
-    struct nbd_connection *conn = calloc(1, sizeof *conn);
-    CHECK(conn != NULL, "calloc");
-    nbd_connection_init(conn, fds[0], 1, &server, set.read_only);
-    conn->session = (struct nbd_session){
+    struct nbd_session session = {
         .fd = fds[0],
         .id = 1,
         .no_zeroes = true,
@@ -367,35 +362,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .meta_allocation = set.meta,
         .size = DISK,
     };
-    conn->session.flags = nbd_transmission_flags(&server.export, &conn->session);
-    conn->input = malloc(NBD_SERVER_INPUT_BUFFER);
-    CHECK(conn->input != NULL, "malloc");
-
-    struct nbd_worker workers[MAX_WORKERS];
-    for (unsigned i = 0; i < workers_wanted; i++)
-        CHECK(nbd_worker_init(&workers[i], conn) == 0, "nbd_worker_init");
-    for (unsigned i = 1; i < workers_wanted; i++)
-        CHECK(pthread_create(&workers[i].thread, NULL, nbd_worker_main, &workers[i]) == 0,
-              "pthread_create");
-    nbd_worker_main(&workers[0]);
-    for (unsigned i = 1; i < workers_wanted; i++)
-        pthread_join(workers[i].thread, NULL);
-    for (unsigned i = 0; i < workers_wanted; i++)
-        nbd_worker_destroy(&workers[i]);
+    session.flags = nbd_transmission_flags(&server.export, &session);
+    int rc = nbd_transmission(&session, &server, set.read_only, workers_wanted);
 
     /* End of file for the client once every reply is out. */
     shutdown(fds[0], SHUT_WR);
     CHECK(pthread_join(client_thread, NULL) == 0, "pthread_join");
-    CHECK(!atomic_load(&conn->dead), "a send failed although the client reads everything");
+    CHECK(rc != -ENOMEM, "nbd_transmission: out of memory");
+    CHECK(rc == 0, "a send failed although the client reads everything");
     if (workers_wanted == 1)
-        check_replies(stream, stream_size, client.output, client.output_size, &set, &conn->session);
+        check_replies(stream, stream_size, client.output, client.output_size, &set, &session);
 
     close(fds[0]);
     close(fds[1]);
     free(client.output);
-    free(conn->input);
-    nbd_connection_destroy(conn);
-    free(conn);
     uzram_destroy(server.export.dev);
     return 0;
 }

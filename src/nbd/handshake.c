@@ -13,8 +13,6 @@
  * than this is skipped with ERR_TOO_BIG, or drops the client past the cap. */
 #define OPTION_MAX 65536u
 #define OPTION_DISCARD_CAP (1u << 20)
-/* The context id we hand out for base:allocation. */
-#define CONTEXT_ID_ALLOCATION 1u
 
 uint16_t nbd_transmission_flags(const struct nbd_export *export, const struct nbd_session *s)
 {
@@ -187,7 +185,7 @@ static int option_meta_context(struct nbd_session *s, uint32_t option, const uns
         static const char context[] = NBD_CONTEXT_BASE_ALLOCATION;
         unsigned char reply[4 + sizeof context - 1];
         /* The spec asks for id 0 in LIST replies. */
-        util_put32(reply, set ? CONTEXT_ID_ALLOCATION : 0);
+        util_put32(reply, set ? NBD_CONTEXT_ID_BASE_ALLOCATION : 0);
         memcpy(reply + 4, context, sizeof context - 1);
         int rc = send_reply(s, option, NBD_REP_META_CONTEXT, reply, sizeof reply);
         if (rc < 0)

@@ -75,6 +75,10 @@
 
 /* The one metadata context defined by the specification */
 #define NBD_CONTEXT_BASE_ALLOCATION "base:allocation"
+/* The id this server gives base:allocation: sent in the NBD_REP_META_CONTEXT
+ * reply to SET_META_CONTEXT (LIST replies carry 0) and at the start of every
+ * BLOCK_STATUS chunk. The specification lets the server choose it. */
+#define NBD_CONTEXT_ID_BASE_ALLOCATION 1u
 
 /* ------------------------------------------------------------------------
  * Transmission flags (u16, sent with the export size)

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ struct nbd_server {
     /* Live connections, so shutdown can wake them and wait for them. */
     pthread_mutex_t connections_lock;
     pthread_cond_t connections_gone;
-    struct nbd_connection *connections;
+    struct client *clients;
     unsigned connection_count;
     unsigned next_id;
 };
@@ -50,87 +51,51 @@ unsigned nbd_server_clients(struct nbd_server *server)
  * Connections
  * ---------------------------------------------------------------------- */
 
-/* Stack of every connection thread: the engine keeps page buffers on it (lzo
- * needs over 128 KiB), and sanitizers make frames larger. Only touched pages
- * cost memory. */
-#define CONNECTION_STACK_SIZE (2u << 20)
+/* A connected client as the listener sees it: its session (filled by the
+ * handshake) and its place in the list. What the transmission phase keeps
+ * per connection is private to transmission.c. */
+struct client {
+    struct nbd_session session;
+    struct nbd_server *server;
+    struct client *prev, *next;
+};
 
-static void connection_free(struct nbd_connection *conn)
+static void client_free(struct client *client)
 {
-    struct nbd_server *server = conn->server;
+    struct nbd_server *server = client->server;
     pthread_mutex_lock(&server->connections_lock);
-    if (conn->prev)
-        conn->prev->next = conn->next;
+    if (client->prev)
+        client->prev->next = client->next;
     else
-        server->connections = conn->next;
-    if (conn->next)
-        conn->next->prev = conn->prev;
+        server->clients = client->next;
+    if (client->next)
+        client->next->prev = client->prev;
     server->connection_count--;
     pthread_cond_broadcast(&server->connections_gone);
     pthread_mutex_unlock(&server->connections_lock);
     /* Closed only after leaving the list, so shutdown never sees a reused fd. */
-    close(conn->session.fd);
-    nbd_connection_destroy(conn);
-    free(conn->input);
-    free(conn);
-}
-
-/* The transmission phase: this thread is worker 0 and starts the others; it
- * returns when all of them have stopped, so every reply has been sent (or
- * the connection is dead) and nothing refers to `conn` any more. */
-static void transmission(struct nbd_connection *conn)
-{
-    unsigned count = conn->server->threads_per_connection;
-    struct nbd_worker *workers = calloc(count, sizeof *workers);
-    unsigned started = 0;
-
-    conn->input = malloc(NBD_SERVER_INPUT_BUFFER);
-    if (workers == NULL || conn->input == NULL || nbd_worker_init(&workers[0], conn) < 0) {
-        nbd_log(&conn->session, "out of memory; closing");
-        goto out;
-    }
-    started = 1;
-
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, CONNECTION_STACK_SIZE);
-    for (unsigned i = 1; i < count; i++) {
-        /* Fewer threads than asked for still serve the client correctly. */
-        if (nbd_worker_init(&workers[i], conn) < 0 ||
-            pthread_create(&workers[i].thread, &attr, nbd_worker_main, &workers[i]) != 0) {
-            nbd_worker_destroy(&workers[i]);
-            break;
-        }
-        started++;
-    }
-    pthread_attr_destroy(&attr);
-
-    nbd_worker_main(&workers[0]);
-    for (unsigned i = 1; i < started; i++)
-        pthread_join(workers[i].thread, NULL);
-out:
-    for (unsigned i = 0; workers != NULL && i < started; i++)
-        nbd_worker_destroy(&workers[i]);
-    free(workers);
+    close(client->session.fd);
+    free(client);
 }
 
 static void *connection_main(void *arg)
 {
-    struct nbd_connection *conn = arg;
-    struct nbd_session *s = &conn->session;
+    struct client *client = arg;
+    struct nbd_server *server = client->server;
+    struct nbd_session *s = &client->session;
 
     /* A client must not hold a thread forever without finishing the handshake. */
     util_set_timeouts(s->fd, NBD_SERVER_HANDSHAKE_TIMEOUT, NBD_SERVER_SEND_TIMEOUT);
     s->handshake_deadline_ms = util_now_ms() + NBD_SERVER_HANDSHAKE_TIMEOUT * 1000ull;
-    int rc = nbd_handshake(s, &conn->server->export);
+    int rc = nbd_handshake(s, &server->export);
     if (rc == -EAGAIN)
         nbd_log(s, "handshake not finished within %d s; closing", NBD_SERVER_HANDSHAKE_TIMEOUT);
     if (rc == 1) {
         /* Idle clients are fine during transmission: no receive timeout. */
         util_set_timeouts(s->fd, 0, -1);
-        transmission(conn);
+        nbd_transmission(s, server, server->export.read_only, server->threads_per_connection);
     }
-    connection_free(conn);
+    client_free(client);
     return NULL;
 }
 
@@ -155,18 +120,20 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
 
-    struct nbd_connection *conn = calloc(1, sizeof *conn);
-    if (conn == NULL) {
+    struct client *client = calloc(1, sizeof *client);
+    if (client == NULL) {
         close(fd);
         return;
     }
-    nbd_connection_init(conn, fd, id, server, server->export.read_only);
+    client->session.fd = fd;
+    client->session.id = id;
+    client->server = server;
 
     pthread_mutex_lock(&server->connections_lock);
-    conn->next = server->connections;
-    if (conn->next)
-        conn->next->prev = conn;
-    server->connections = conn;
+    client->next = server->clients;
+    if (client->next)
+        client->next->prev = client;
+    server->clients = client;
     server->connection_count++;
     pthread_mutex_unlock(&server->connections_lock);
 
@@ -174,10 +141,10 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
     pthread_t thread;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, CONNECTION_STACK_SIZE);
-    if (pthread_create(&thread, &attr, connection_main, conn) != 0) {
+    pthread_attr_setstacksize(&attr, NBD_SERVER_THREAD_STACK);
+    if (pthread_create(&thread, &attr, connection_main, client) != 0) {
         fprintf(stderr, "uzram: client %u refused: cannot start a thread\n", id);
-        connection_free(conn);
+        client_free(client);
     }
     pthread_attr_destroy(&attr);
 }
@@ -348,7 +315,7 @@ static void stop_connections(struct nbd_server *server)
     pthread_mutex_lock(&server->connections_lock);
     /* SHUT_RD wakes the worker waiting in recv() with end of file, so the
      * connection stops reading; replies to requests in flight still go out. */
-    for (struct nbd_connection *c = server->connections; c; c = c->next)
+    for (struct client *c = server->clients; c; c = c->next)
         shutdown(c->session.fd, SHUT_RD);
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -360,7 +327,7 @@ static void stop_connections(struct nbd_server *server)
             fprintf(stderr,
                     "uzram: %u client(s) not taking their replies after %d s; closing them\n",
                     server->connection_count, NBD_SERVER_STOP_GRACE);
-        for (struct nbd_connection *c = server->connections; c; c = c->next)
+        for (struct client *c = server->clients; c; c = c->next)
             shutdown(c->session.fd, SHUT_RDWR);
         while (server->connection_count > 0)
             pthread_cond_wait(&server->connections_gone, &server->connections_lock);

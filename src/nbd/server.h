@@ -3,8 +3,6 @@
 #ifndef UZRAM_NBD_SERVER_H
 #define UZRAM_NBD_SERVER_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -59,6 +57,10 @@
 #define NBD_SERVER_HOLE_MIN (32u << 10)
 /* More connections than this are refused at accept time. */
 #define NBD_SERVER_MAX_CONNECTIONS 1000u
+/* Stack of every connection and worker thread: the engine keeps page
+ * buffers on it (lzo needs over 128 KiB), and sanitizers make frames larger.
+ * Only touched pages cost memory. */
+#define NBD_SERVER_THREAD_STACK (2u << 20)
 
 /* What is exported: one device under one name. */
 struct nbd_export {
@@ -94,61 +96,6 @@ struct nbd_request {
 
 struct nbd_server;
 
-/* A client connection in transmission: a small group of worker threads of its
- * own (nbdkit's "parallel" model, with lazy helpers). One worker at a time
- * holds the receiver role: it reads one request, gives the role up and runs
- * the request, sending the reply whole under the send lock. A worker that
- * gives the role up wakes an idle one only when another whole request is
- * already buffered; otherwise it takes the role back itself after its
- * request. A client that keeps the server idle is thus served by one thread
- * with no hand-offs (no wake-ups, no stealing the client's CPU), and a
- * backlog spreads over every worker. A slow or stalled client holds only its
- * own threads, and per-connection memory stays bounded by threads x request
- * size. The thread that did the handshake runs one worker, joins the others,
- * then frees the connection. */
-struct nbd_connection {
-    struct nbd_session session;
-    struct nbd_server *server;
-    bool read_only;
-
-    pthread_mutex_t receive_lock; /* guards receiving and idle_workers */
-    pthread_cond_t receiver_wanted;
-    bool receiving;        /* a worker holds the receiver role */
-    unsigned idle_workers; /* workers waiting for the role */
-    /* Moving average of the time a request takes to run and answer. */
-    _Atomic uint64_t request_ns;
-    /* Only the receiver touches these: bytes not yet parsed are input[start, end). */
-    unsigned char *input;
-    size_t input_start, input_end;
-    bool receive_done; /* DISC, end of file or an error: nobody reads any more */
-
-    /* Set by the receiver when it gives the role up with a whole request
-     * still buffered: that request will be answered later, so replies may
-     * wait for it (see NBD_SERVER_REPLY_BATCH). */
-    atomic_bool requests_buffered;
-
-    pthread_mutex_t send_lock; /* one reply goes out whole */
-    /* Under send_lock: short replies held back, whole, in arrival order. */
-    unsigned char held[NBD_SERVER_REPLY_BATCH * NBD_SERVER_HELD_REPLY_MAX];
-    size_t held_bytes;
-    unsigned held_replies;
-    atomic_bool dead; /* sending failed: later replies are dropped */
-    struct nbd_connection *prev, *next;
-};
-
-/* Set up the locks of a connection on socket `fd` (the rest is zeroed);
- * destroy them again. */
-void nbd_connection_init(struct nbd_connection *conn, int fd, unsigned id,
-                         struct nbd_server *server, bool read_only);
-void nbd_connection_destroy(struct nbd_connection *conn);
-
-/* One worker thread of a connection. */
-struct nbd_worker {
-    struct nbd_connection *conn;
-    unsigned char *buffer; /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request */
-    pthread_t thread;
-};
-
 /* Log one line to stderr about a client: "uzram: client N: ...". Capped per
  * client so a misbehaving client cannot flood the log. */
 void nbd_log(struct nbd_session *session, const char *format, ...)
@@ -173,13 +120,14 @@ uint32_t nbd_check_request(const struct nbd_session *session, bool read_only,
 /* Map a positive errno from the engine to the NBD error value. */
 uint32_t nbd_errno_to_wire(int err);
 
-/* Set up a worker of `conn` with its buffer (0 or -ENOMEM); free it again. */
-int nbd_worker_init(struct nbd_worker *worker, struct nbd_connection *conn);
-void nbd_worker_destroy(struct nbd_worker *worker);
-
-/* A worker's loop: serve requests until DISC, end of file, a failed send or a
- * protocol violation that forbids going on. Runs as a thread start routine. */
-void *nbd_worker_main(void *worker);
+/* The transmission phase of a session whose handshake has finished
+ * (transmission.c): serve requests with up to `threads` worker threads (the
+ * calling thread is one of them) until DISC, end of file, a failed send or a
+ * protocol violation that forbids going on. Returns when every worker has
+ * stopped: 0, -ENOMEM when nothing could be served, or -EPIPE when a reply
+ * could not be sent. The socket stays open; the caller closes it. */
+int nbd_transmission(const struct nbd_session *session, struct nbd_server *server, bool read_only,
+                     unsigned threads);
 
 /* The device exported by this server. */
 const struct nbd_export *nbd_server_export(struct nbd_server *server);

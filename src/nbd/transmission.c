@@ -1,7 +1,9 @@
 /* transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
  * Each connection's workers take turns reading a request, run it on the engine and reply. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,55 @@
 #include "common/util.h"
 
 #define LOG_LINES_PER_CLIENT 20
+
+/* A client connection in transmission: a small group of worker threads of its
+ * own (nbdkit's "parallel" model, with lazy helpers). One worker at a time
+ * holds the receiver role: it reads one request, gives the role up and runs
+ * the request, sending the reply whole under the send lock. A worker that
+ * gives the role up wakes an idle one only when another whole request is
+ * already buffered; otherwise it takes the role back itself after its
+ * request. A client that keeps the server idle is thus served by one thread
+ * with no hand-offs (no wake-ups, no stealing the client's CPU), and a
+ * backlog spreads over every worker. A slow or stalled client holds only its
+ * own threads, and per-connection memory stays bounded by threads x request
+ * size. The thread that did the handshake runs one worker and joins the others
+ * (nbd_transmission()). Private to this file: the listener and the fuzz
+ * target see only nbd_transmission(). */
+struct nbd_connection {
+    struct nbd_session session;
+    struct nbd_server *server;
+    bool read_only;
+
+    pthread_mutex_t receive_lock; /* guards receiving and idle_workers */
+    pthread_cond_t receiver_wanted;
+    bool receiving;        /* a worker holds the receiver role */
+    unsigned idle_workers; /* workers waiting for the role */
+    /* Moving average of the time a request takes to run and answer. */
+    _Atomic uint64_t request_ns;
+    /* Only the receiver touches these: bytes not yet parsed are input[start, end). */
+    unsigned char *input;
+    size_t input_start, input_end;
+    bool receive_done; /* DISC, end of file or an error: nobody reads any more */
+
+    /* Set by the receiver when it gives the role up with a whole request
+     * still buffered: that request will be answered later, so replies may
+     * wait for it (see NBD_SERVER_REPLY_BATCH). */
+    atomic_bool requests_buffered;
+
+    pthread_mutex_t send_lock; /* one reply goes out whole */
+    /* Under send_lock: short replies held back, whole, in arrival order. */
+    unsigned char held[NBD_SERVER_REPLY_BATCH * NBD_SERVER_HELD_REPLY_MAX];
+    size_t held_bytes;
+    unsigned held_replies;
+    atomic_bool dead; /* sending failed: later replies are dropped */
+};
+
+/* One worker thread of a connection. */
+struct nbd_worker {
+    struct nbd_connection *conn;
+    unsigned char *buffer; /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request */
+    pthread_t thread;
+};
 
 bool nbd_log_quiet;
 
@@ -547,7 +598,7 @@ static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
     }
     put_chunk_header(reply, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->cookie,
                      4 + 8 * count);
-    util_put32(reply + NBD_STRUCTURED_REPLY_SIZE, 1); /* id given in SET_META_CONTEXT */
+    util_put32(reply + NBD_STRUCTURED_REPLY_SIZE, NBD_CONTEXT_ID_BASE_ALLOCATION);
     struct iovec iov = {reply, NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)count};
     conn_send(conn, &iov, 1);
     free(reply);
@@ -791,11 +842,10 @@ stop:
  * Workers
  * ---------------------------------------------------------------------- */
 
-void nbd_connection_init(struct nbd_connection *conn, int fd, unsigned id,
-                         struct nbd_server *server, bool read_only)
+static void connection_init(struct nbd_connection *conn, const struct nbd_session *session,
+                            struct nbd_server *server, bool read_only)
 {
-    conn->session.fd = fd;
-    conn->session.id = id;
+    conn->session = *session;
     conn->server = server;
     conn->read_only = read_only;
     pthread_mutex_init(&conn->receive_lock, NULL);
@@ -806,21 +856,21 @@ void nbd_connection_init(struct nbd_connection *conn, int fd, unsigned id,
     atomic_init(&conn->request_ns, 0);
 }
 
-void nbd_connection_destroy(struct nbd_connection *conn)
+static void connection_destroy(struct nbd_connection *conn)
 {
     pthread_mutex_destroy(&conn->receive_lock);
     pthread_cond_destroy(&conn->receiver_wanted);
     pthread_mutex_destroy(&conn->send_lock);
 }
 
-int nbd_worker_init(struct nbd_worker *worker, struct nbd_connection *conn)
+static int worker_init(struct nbd_worker *worker, struct nbd_connection *conn)
 {
     worker->conn = conn;
     worker->buffer = malloc(NBD_SERVER_WORKER_BUFFER);
     return worker->buffer ? 0 : -ENOMEM;
 }
 
-void nbd_worker_destroy(struct nbd_worker *worker)
+static void worker_destroy(struct nbd_worker *worker)
 {
     free(worker->buffer);
     worker->buffer = NULL;
@@ -875,7 +925,9 @@ static void account_request_time(struct nbd_connection *conn, uint64_t took_ns)
     atomic_store_explicit(&conn->request_ns, average, memory_order_relaxed);
 }
 
-void *nbd_worker_main(void *arg)
+/* A worker's loop: serve requests until DISC, end of file, a failed send or a
+ * protocol violation that forbids going on. Runs as a thread start routine. */
+static void *worker_main(void *arg)
 {
     struct nbd_worker *w = arg;
     struct nbd_connection *conn = w->conn;
@@ -902,4 +954,54 @@ void *nbd_worker_main(void *arg)
     }
     conn_flush(conn);
     return NULL;
+}
+
+int nbd_transmission(const struct nbd_session *session, struct nbd_server *server, bool read_only,
+                     unsigned threads)
+{
+    struct nbd_connection *conn = calloc(1, sizeof *conn);
+    struct nbd_worker *workers = calloc(threads < 1 ? 1 : threads, sizeof *workers);
+    unsigned started = 0;
+    int rc = -ENOMEM;
+
+    if (conn == NULL || workers == NULL) {
+        struct nbd_session copy = *session;
+        nbd_log(&copy, "out of memory; closing");
+        goto out;
+    }
+    connection_init(conn, session, server, read_only);
+    conn->input = malloc(NBD_SERVER_INPUT_BUFFER);
+    if (conn->input == NULL || worker_init(&workers[0], conn) < 0) {
+        nbd_log(&conn->session, "out of memory; closing");
+        goto out_conn;
+    }
+    started = 1;
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, NBD_SERVER_THREAD_STACK);
+    for (unsigned i = 1; i < threads; i++) {
+        /* Fewer threads than asked for still serve the client correctly. */
+        if (worker_init(&workers[i], conn) < 0 ||
+            pthread_create(&workers[i].thread, &attr, worker_main, &workers[i]) != 0) {
+            worker_destroy(&workers[i]);
+            break;
+        }
+        started++;
+    }
+    pthread_attr_destroy(&attr);
+
+    worker_main(&workers[0]);
+    for (unsigned i = 1; i < started; i++)
+        pthread_join(workers[i].thread, NULL);
+    rc = atomic_load(&conn->dead) ? -EPIPE : 0;
+out_conn:
+    for (unsigned i = 0; i < started; i++)
+        worker_destroy(&workers[i]);
+    free(conn->input);
+    connection_destroy(conn);
+out:
+    free(workers);
+    free(conn);
+    return rc;
 }
