@@ -83,7 +83,22 @@ static int parse_uint(const char *text, unsigned long max, int base, unsigned lo
     return 0;
 }
 
-int cmd_serve(int argc, char **argv)
+/* What `uzram serve` was asked for: the device, and where to listen. */
+struct serve_plan {
+    struct uzram_config config;
+    struct nbd_server_options options;
+    const char *size_text, *level_text, *unix_path;
+    bool no_unix;
+    /* Storage for the paths options points to when they are derived. */
+    char default_unix[PATH_MAX], ctl_path[PATH_MAX];
+};
+
+/* The steps below return GO_ON, or the exit status to stop with. */
+#define GO_ON (-1)
+
+/* The command line. Values that need no context are checked here, each with
+ * its own message; the rest waits for device_settings() and socket_paths(). */
+static int parse_options(int argc, char **argv, struct serve_plan *plan)
 {
     static const struct option long_options[] = {
         {"size", required_argument, NULL, 's'},
@@ -104,45 +119,45 @@ int cmd_serve(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct uzram_config config;
-    struct nbd_server_options options = {
-        .name = "uzram0",
-        .socket_mode = 0600,
-        .socket_gid = -1,
-    };
-    const char *size_text = "1G", *level_text = NULL, *unix_path = NULL;
-    bool no_unix = false;
+    struct uzram_config *config = &plan->config;
+    struct nbd_server_options *options = &plan->options;
     unsigned long value;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int c;
 
-    uzram_config_init(&config);
-    config.comp_algorithm = "lz4";
+    uzram_config_init(config);
+    config->comp_algorithm = "lz4";
+    *options = (struct nbd_server_options){
+        .name = "uzram0",
+        .socket_mode = 0600,
+        .socket_gid = -1,
+    };
+    plan->size_text = "1G";
     /* Per connection: with 2 workers one can run a request while the other
      * reads the next, so one pipelining client keeps 2 cores busy. */
-    options.threads = cpus < 2                        ? 2
-                      : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
-                                                      : (unsigned)cpus;
+    options->threads = cpus < 2                        ? 2
+                       : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
+                                                       : (unsigned)cpus;
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:a:l:dm:n:ru:t:qh", long_options, NULL)) != -1) {
         switch (c) {
         case 's':
-            size_text = optarg;
+            plan->size_text = optarg;
             break;
         case 'a':
-            config.comp_algorithm = optarg;
+            config->comp_algorithm = optarg;
             break;
         case 'l':
-            level_text = optarg;
+            plan->level_text = optarg;
             break;
         case OPT_NO_SAME_FILLED:
-            config.same_filled = false;
+            config->same_filled = false;
             break;
         case 'd':
-            config.use_dedup = true;
+            config->use_dedup = true;
             break;
         case 'm':
-            if (parse_size_option("--mem-limit", optarg, &config.mem_limit) < 0)
+            if (parse_size_option("--mem-limit", optarg, &config->mem_limit) < 0)
                 return 1;
             break;
         case 'n':
@@ -153,19 +168,19 @@ int cmd_serve(int argc, char **argv)
                         optarg);
                 return 1;
             }
-            options.name = optarg;
+            options->name = optarg;
             break;
         case 'r':
-            options.read_only = true;
+            options->read_only = true;
             break;
         case 'u':
-            unix_path = optarg;
+            plan->unix_path = optarg;
             break;
         case OPT_NO_UNIX:
-            no_unix = true;
+            plan->no_unix = true;
             break;
         case 't':
-            options.tcp = optarg;
+            options->tcp = optarg;
             break;
         case OPT_SOCKET_MODE:
             if (parse_uint(optarg, 0777, 8, &value) < 0) {
@@ -173,14 +188,14 @@ int cmd_serve(int argc, char **argv)
                         optarg);
                 return 1;
             }
-            options.socket_mode = (unsigned)value;
+            options->socket_mode = (unsigned)value;
             break;
         case OPT_SOCKET_GROUP: {
             struct group *group = getgrnam(optarg);
             if (group != NULL)
-                options.socket_gid = (long)group->gr_gid;
+                options->socket_gid = (long)group->gr_gid;
             else if (parse_uint(optarg, INT_MAX, 10, &value) == 0)
-                options.socket_gid = (long)value;
+                options->socket_gid = (long)value;
             else {
                 fprintf(stderr, "uzram: unknown --socket-group '%s'; give a group name or id\n",
                         optarg);
@@ -193,10 +208,10 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "uzram: bad --threads '%s'; use a number from 1 to 256\n", optarg);
                 return 1;
             }
-            options.threads = (unsigned)value;
+            options->threads = (unsigned)value;
             break;
         case 'q':
-            options.quiet = true;
+            options->quiet = true;
             break;
         case 'h':
             serve_usage(stdout);
@@ -213,23 +228,32 @@ int cmd_serve(int argc, char **argv)
                 argv[optind]);
         return 2;
     }
+    return GO_ON;
+}
 
-    /* Device settings, checked here so each mistake gets its own message. */
-    if (parse_size_option("--size", size_text, &config.disksize) < 0)
+/* Size, algorithm and level, checked before the device is made so that each
+ * mistake gets its own message. */
+static int device_settings(struct serve_plan *plan)
+{
+    struct uzram_config *config = &plan->config;
+
+    if (parse_size_option("--size", plan->size_text, &config->disksize) < 0)
         return 1;
-    if (config.disksize == 0 || config.disksize % UZRAM_PAGE_SIZE != 0) {
-        fprintf(stderr, "uzram: --size %s must be a non-zero multiple of 4K\n", size_text);
+    if (config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE != 0) {
+        fprintf(stderr, "uzram: --size %s must be a non-zero multiple of 4K\n", plan->size_text);
         return 1;
     }
     int min_level, max_level, default_level;
-    if (uzram_algorithm_levels(config.comp_algorithm, &min_level, &max_level, &default_level) < 0) {
+    if (uzram_algorithm_levels(config->comp_algorithm, &min_level, &max_level, &default_level) <
+        0) {
         char list[256] = "";
         uzram_algorithm_list(NULL, list, sizeof list);
         list[strcspn(list, "\n")] = '\0';
-        fprintf(stderr, "uzram: unknown algorithm '%s'; choose one of: %s\n", config.comp_algorithm,
-                list);
+        fprintf(stderr, "uzram: unknown algorithm '%s'; choose one of: %s\n",
+                config->comp_algorithm, list);
         return 1;
     }
+    const char *level_text = plan->level_text;
     if (level_text != NULL) {
         char *end;
         errno = 0;
@@ -239,26 +263,34 @@ int cmd_serve(int argc, char **argv)
             (level != 0 && (level < min_level || level > max_level))) {
             if (min_level == 0 && max_level == 0)
                 fprintf(stderr, "uzram: algorithm %s has no levels; drop --level\n",
-                        config.comp_algorithm);
+                        config->comp_algorithm);
             else
                 fprintf(stderr, "uzram: bad --level '%s' for %s; use %d to %d (default %d)\n",
-                        level_text, config.comp_algorithm, min_level, max_level, default_level);
+                        level_text, config->comp_algorithm, min_level, max_level, default_level);
             return 1;
         }
-        config.comp_level = (int)level;
+        config->comp_level = (int)level;
     }
+    return GO_ON;
+}
 
-    /* Socket paths. */
+/* The NBD socket (given, or NAME.sock in the runtime directory, which is
+ * created) and the control socket NAME.ctl beside it. */
+static int socket_paths(struct serve_plan *plan)
+{
+    struct nbd_server_options *options = &plan->options;
+    const char *unix_path = plan->unix_path;
+    bool no_unix = plan->no_unix;
+
     if (no_unix && unix_path != NULL) {
         fputs("uzram: --unix and --no-unix contradict each other; keep one\n", stderr);
         return 1;
     }
-    if (no_unix && options.tcp == NULL) {
+    if (no_unix && options->tcp == NULL) {
         fputs("uzram: --no-unix leaves nothing to listen on; add --tcp [ADDR:]PORT\n", stderr);
         return 1;
     }
-    char runtime_dir[PATH_MAX], default_unix[PATH_MAX], ctl_path[PATH_MAX];
-    char socket_dir[PATH_MAX];
+    char runtime_dir[PATH_MAX], socket_dir[PATH_MAX];
     int n;
     if (unix_path == NULL || no_unix) {
         if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
@@ -273,13 +305,13 @@ int cmd_serve(int argc, char **argv)
         }
         snprintf(socket_dir, sizeof socket_dir, "%s", runtime_dir);
         if (!no_unix) {
-            n = snprintf(default_unix, sizeof default_unix, "%.4000s/%s.sock", runtime_dir,
-                         options.name);
-            if (n < 0 || (size_t)n >= sizeof default_unix) {
+            n = snprintf(plan->default_unix, sizeof plan->default_unix, "%.4000s/%s.sock",
+                         runtime_dir, options->name);
+            if (n < 0 || (size_t)n >= sizeof plan->default_unix) {
                 fputs("uzram: socket path too long; use --unix PATH\n", stderr);
                 return 1;
             }
-            unix_path = default_unix;
+            unix_path = plan->default_unix;
         }
     } else {
         const char *slash = strrchr(unix_path, '/');
@@ -290,21 +322,27 @@ int cmd_serve(int argc, char **argv)
         else
             snprintf(socket_dir, sizeof socket_dir, "%.*s", (int)(slash - unix_path), unix_path);
     }
-    n = snprintf(ctl_path, sizeof ctl_path, "%.4000s/%s.ctl", socket_dir, options.name);
-    if (n < 0 || (size_t)n >= sizeof ctl_path) {
+    n = snprintf(plan->ctl_path, sizeof plan->ctl_path, "%.4000s/%s.ctl", socket_dir,
+                 options->name);
+    if (n < 0 || (size_t)n >= sizeof plan->ctl_path) {
         fputs("uzram: control socket path too long\n", stderr);
         return 1;
     }
-    options.unix_path = unix_path;
-    options.ctl_path = ctl_path;
+    options->unix_path = unix_path;
+    options->ctl_path = plan->ctl_path;
+    return GO_ON;
+}
 
+/* Make the device, serve it until a signal, destroy it. */
+static int create_and_serve(const struct serve_plan *plan)
+{
     struct uzram *dev;
-    int rc = uzram_create(&config, &dev);
+    int rc = uzram_create(&plan->config, &dev);
     if (rc < 0) {
         if (rc == -ENOMEM)
             fprintf(stderr,
                     "uzram: not enough memory to create a %s device; use a smaller --size\n",
-                    size_text);
+                    plan->size_text);
         else
             fprintf(stderr,
                     "uzram: cannot create the device: %s; check --size, --algorithm "
@@ -312,7 +350,20 @@ int cmd_serve(int argc, char **argv)
                     strerror(-rc));
         return 1;
     }
-    int status = nbd_server_run(dev, &options);
+    int status = nbd_server_run(dev, &plan->options);
     uzram_destroy(dev);
+    return status;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct serve_plan plan = {0};
+    int status = parse_options(argc, argv, &plan);
+    if (status == GO_ON)
+        status = device_settings(&plan);
+    if (status == GO_ON)
+        status = socket_paths(&plan);
+    if (status == GO_ON)
+        status = create_and_serve(&plan);
     return status;
 }
