@@ -81,9 +81,9 @@ static void handle_set(int fd, struct nbd_server *server, const char *name, cons
 {
     struct uzram *dev = nbd_server_export(server)->dev;
 
-    /* reset drops the data under connected clients; disksize would change the
-     * size they negotiated. Both wait until nobody is connected. */
-    if (strcmp(name, "reset") == 0 || strcmp(name, "disksize") == 0) {
+    /* reset drops the data under connected clients: it waits until nobody is
+     * connected. (disksize is read-only: uzram_attr_set refuses it.) */
+    if (strcmp(name, "reset") == 0) {
         unsigned clients = nbd_server_clients(server);
         if (clients > 0) {
             reply_error(fd, EBUSY, "%u client%s connected; disconnect them first", clients,
