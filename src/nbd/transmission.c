@@ -475,7 +475,7 @@ static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const st
         return;
     }
 
-    /* Holes are at least HOLE_MIN long and alternate with data segments. */
+    /* Holes are at least NBD_SERVER_HOLE_MIN long and alternate with data segments. */
     enum { MAX_SEGMENTS = 2 * (NBD_SERVER_MAX_PAYLOAD / NBD_SERVER_HOLE_MIN) + 2 };
     /* Small reads and DF reads are one chunk: no tables to allocate. */
     bool planned = !(r->flags & NBD_CMD_FLAG_DF) && r->length >= 2 * NBD_SERVER_HOLE_MIN;
