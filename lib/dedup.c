@@ -234,7 +234,7 @@ static void id_free(struct dedup *dedup, uint32_t id)
  * which a reference could be taken; UINT32_MAX if none. Stripe locked. */
 static uint32_t next_candidate(struct uzram *dev, uint32_t link, uint32_t tag)
 {
-    struct dedup *dedup = dev->dedup;
+    struct dedup *dedup = device_dedup(dev);
     for (; link; link = entry_at(dedup, link - 1)->next) {
         struct dedup_entry *entry = entry_at(dedup, link - 1);
         if (entry->hash_tag == tag && entry_get_ref(dev, entry))
@@ -271,7 +271,7 @@ static uint64_t page_hash(struct dedup *dedup, const void *page)
 static uint32_t find_equal(struct uzram *dev, const void *page, uint64_t bucket, uint32_t tag,
                            uint64_t *inserts_seen)
 {
-    struct dedup *dedup = dev->dedup;
+    struct dedup *dedup = device_dedup(dev);
     pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
     pthread_mutex_lock(stripe);
     *inserts_seen = dedup->stripe_inserts[bucket % STRIPE_COUNT];
@@ -292,7 +292,7 @@ static uint32_t find_equal(struct uzram *dev, const void *page, uint64_t bucket,
 
 int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *huge)
 {
-    struct dedup *dedup = dev->dedup;
+    struct dedup *dedup = device_dedup(dev);
     uint64_t hash = page_hash(dedup, page);
     uint32_t tag = (uint32_t)(hash >> 32);
     uint64_t bucket = tag & dedup->bucket_mask;
@@ -352,7 +352,7 @@ int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *hug
 
 void dedup_put(struct uzram *dev, uint32_t id)
 {
-    struct dedup *dedup = dev->dedup;
+    struct dedup *dedup = device_dedup(dev);
     struct dedup_entry *entry = entry_at(dedup, id);
     unsigned size = entry->size_algo & 0x1fffu;
     uint32_t before = atomic_fetch_sub_explicit(&entry->state, 1, memory_order_acq_rel);
@@ -385,7 +385,7 @@ void dedup_put(struct uzram *dev, uint32_t id)
 
 int dedup_read(struct uzram *dev, uint32_t id, void *page)
 {
-    struct dedup_entry *entry = entry_at(dev->dedup, id);
+    struct dedup_entry *entry = entry_at(device_dedup(dev), id);
     struct page_object object;
     entry_pin(entry);
     entry_object(entry, &object);
@@ -396,14 +396,14 @@ int dedup_read(struct uzram *dev, uint32_t id, void *page)
 
 bool dedup_is_huge(struct uzram *dev, uint32_t id)
 {
-    return (entry_at(dev->dedup, id)->size_algo & 0x1fffu) == UZRAM_PAGE_SIZE;
+    return (entry_at(device_dedup(dev), id)->size_algo & 0x1fffu) == UZRAM_PAGE_SIZE;
 }
 
 /* ---- compaction hooks ----------------------------------------------------------- */
 
 bool dedup_try_lock_owner(struct uzram *dev, uint32_t id, uint64_t handle)
 {
-    struct dedup *dedup = dev->dedup;
+    struct dedup *dedup = device_dedup(dev);
     if (!dedup || id >= dedup->capacity)
         return false;
     struct dedup_entry *entry = entry_at(dedup, id);
@@ -423,7 +423,7 @@ bool dedup_try_lock_owner(struct uzram *dev, uint32_t id, uint64_t handle)
 
 void dedup_relocate(struct uzram *dev, uint32_t id, uint64_t new_handle)
 {
-    struct dedup_entry *entry = entry_at(dev->dedup, id);
+    struct dedup_entry *entry = entry_at(device_dedup(dev), id);
     entry_set_handle(entry, new_handle);
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
 }

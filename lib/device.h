@@ -96,13 +96,18 @@ struct uzram {
     uint64_t page_count;
     struct slot *slots;
     struct pool *pool;
-    struct dedup *dedup; /* made when dedup is first switched on */
+    /* Made when dedup is first switched on, then kept until destroy. Stored
+     * with release before use_dedup is switched on, read with acquire
+     * (device_dedup()), so whoever finds it also sees it made. */
+    _Atomic(struct dedup *) dedup;
 
     /* settings: read without locks on the I/O path; written under
      * settings_lock, which also serialises reset */
     pthread_mutex_t settings_lock;
-    _Atomic int algorithm;
-    _Atomic int level;
+    /* The algorithm and its level, one word (compression_make()): set
+     * together and read together, so that a writer never pairs one
+     * algorithm with another's level. */
+    _Atomic uint32_t compression;
     _Atomic bool same_filled;
     _Atomic bool use_dedup;
     _Atomic uint64_t mem_limit;
@@ -122,6 +127,25 @@ struct uzram {
     _Atomic uint64_t notify_free;
     _Atomic uint64_t dedup_hash_collisions;
 };
+
+static inline uint32_t compression_make(int algorithm, int level)
+{
+    /* levels are resolved (comp_resolve_level), never negative */
+    return (uint32_t)algorithm << 16 | ((uint32_t)level & 0xffffu);
+}
+static inline int compression_algorithm(uint32_t compression)
+{
+    return (int)(compression >> 16);
+}
+static inline int compression_level(uint32_t compression)
+{
+    return (int)(compression & 0xffffu);
+}
+
+static inline struct dedup *device_dedup(struct uzram *dev)
+{
+    return atomic_load_explicit(&dev->dedup, memory_order_acquire);
+}
 
 static inline void counter_add(_Atomic uint64_t *counter, uint64_t amount)
 {

@@ -28,8 +28,7 @@ int uzram_set_algorithm(struct uzram *dev, const char *name, int level)
     if (device_holds_data(dev)) {
         rc = -EBUSY;
     } else {
-        atomic_store(&dev->algorithm, algo);
-        atomic_store(&dev->level, resolved);
+        atomic_store(&dev->compression, compression_make(algo, resolved));
     }
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
@@ -54,12 +53,17 @@ int uzram_set_dedup(struct uzram *dev, bool on)
     if (device_holds_data(dev)) {
         rc = -EBUSY;
     } else {
-        /* The index is published before the switch and kept until
-         * uzram_destroy(), so a writer that saw the switch always finds it. */
-        if (on && !dev->dedup)
-            rc = dedup_create(dev->page_count, &dev->dedup);
+        /* The index is published (release) before the switch and kept
+         * until uzram_destroy(), so a writer that saw the switch (acquire)
+         * always finds it, made. */
+        if (on && !device_dedup(dev)) {
+            struct dedup *dedup;
+            rc = dedup_create(dev->page_count, &dedup);
+            if (rc == 0)
+                atomic_store_explicit(&dev->dedup, dedup, memory_order_release);
+        }
         if (rc == 0)
-            atomic_store(&dev->use_dedup, on);
+            atomic_store_explicit(&dev->use_dedup, on, memory_order_release);
     }
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
@@ -81,8 +85,9 @@ int uzram_reset_mem_used_max(struct uzram *dev)
 int uzram_get_config(struct uzram *dev, struct uzram_config *config)
 {
     config->disksize = dev->disksize;
-    config->comp_algorithm = comp_name(atomic_load(&dev->algorithm));
-    config->comp_level = atomic_load(&dev->level);
+    uint32_t compression = atomic_load(&dev->compression);
+    config->comp_algorithm = comp_name(compression_algorithm(compression));
+    config->comp_level = compression_level(compression);
     config->same_filled = atomic_load(&dev->same_filled);
     config->use_dedup = atomic_load(&dev->use_dedup);
     config->mem_limit = atomic_load(&dev->mem_limit);
@@ -105,7 +110,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .huge_pages = counter_get(&dev->huge_pages),
         .huge_pages_since = counter_get(&dev->huge_pages_since),
         .dup_data_size = counter_get(&dev->dup_data_size),
-        .meta_data_size = dedup_meta_size(dev->dedup),
+        .meta_data_size = dedup_meta_size(device_dedup(dev)),
         .failed_reads = counter_get(&dev->failed_reads),
         .failed_writes = counter_get(&dev->failed_writes),
         .invalid_io = counter_get(&dev->invalid_io),

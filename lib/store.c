@@ -81,8 +81,9 @@ static void slot_get(struct slot *slot, struct page_object *object)
 int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
                         struct page_object *object)
 {
-    int algo = atomic_load_explicit(&dev->algorithm, memory_order_relaxed);
-    int level = atomic_load_explicit(&dev->level, memory_order_relaxed);
+    uint32_t compression = atomic_load_explicit(&dev->compression, memory_order_relaxed);
+    int algo = compression_algorithm(compression);
+    int level = compression_level(compression);
     int length = comp_compress(algo, level, page, compress_buffer, HUGE_THRESHOLD);
     if (length < 0)
         return length;
@@ -184,7 +185,7 @@ static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
         *object = (struct page_object){.state = SLOT_SAME, .value = word};
         return 0;
     }
-    if (atomic_load_explicit(&dev->use_dedup, memory_order_relaxed) && dev->dedup) {
+    if (atomic_load_explicit(&dev->use_dedup, memory_order_acquire)) {
         uint32_t id;
         int rc = dedup_store(dev, page, &id, huge);
         if (rc < 0)
@@ -538,13 +539,14 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
     if (rc < 0)
         goto fail_pool;
     if (config->use_dedup) {
-        rc = dedup_create(dev->page_count, &dev->dedup);
+        struct dedup *dedup;
+        rc = dedup_create(dev->page_count, &dedup);
         if (rc < 0)
             goto fail_dedup;
+        atomic_init(&dev->dedup, dedup);
     }
     pthread_mutex_init(&dev->settings_lock, NULL);
-    atomic_init(&dev->algorithm, algo);
-    atomic_init(&dev->level, level);
+    atomic_init(&dev->compression, compression_make(algo, level));
     atomic_init(&dev->same_filled, config->same_filled);
     atomic_init(&dev->use_dedup, config->use_dedup);
     atomic_init(&dev->mem_limit, config->mem_limit);
@@ -565,7 +567,7 @@ void uzram_destroy(struct uzram *dev)
 {
     if (!dev)
         return;
-    dedup_destroy(dev->dedup);
+    dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
     munmap(dev->slots, dev->page_count * sizeof(struct slot));
     pthread_mutex_destroy(&dev->settings_lock);
