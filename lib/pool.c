@@ -18,22 +18,22 @@
  *                16 pages / 16 bytes = 4096 objects)
  *   bits 12..47  span id + 1 (so that no handle is 0)
  *
- * The span id is also the index of the span's 64 KiB slot of address space:
- * slot id = chunk number * SLOTS_PER_CHUNK + slot within the chunk. Ids are
+ * The span id is also the index of the span's 64 KiB window of address space:
+ * window id = chunk number * WINDOWS_PER_CHUNK + window within the chunk. Ids are
  * recycled when a span is released.
  *
  * Address space: chunks of CHUNK_BYTES are reserved with one mmap each and
- * cut into fixed 64 KiB slots, one per span; a span of k pages touches only
- * the first k pages of its slot. One mapping per chunk (not per span) keeps
+ * cut into fixed 64 KiB windows, one per span; a span of k pages touches only
+ * the first k pages of its window. One mapping per chunk (not per span) keeps
  * the process far below vm.max_map_count.
  */
 #define PAGE_BYTES 4096u
 #define MAX_SPAN_PAGES 16u
-#define SLOT_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
-#define SLOTS_PER_CHUNK_SHIFT 10u
-#define SLOTS_PER_CHUNK (1u << SLOTS_PER_CHUNK_SHIFT)
-#define CHUNK_BYTES ((size_t)SLOTS_PER_CHUNK * SLOT_BYTES) /* 64 MiB */
-#define MAX_CHUNKS (1u << 16)                              /* 4 TiB of address space, 2^26 spans */
+#define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
+#define WINDOWS_PER_CHUNK_SHIFT 10u
+#define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
+#define CHUNK_BYTES ((size_t)WINDOWS_PER_CHUNK * WINDOW_BYTES) /* 64 MiB */
+#define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
 
 #define OBJECT_INDEX_BITS 12u
 #define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
@@ -57,7 +57,7 @@
 
 /* Shape of a class: shared by every pool, computed once. */
 struct class_shape {
-    uint32_t footprint;   /* bytes per object slot, header included */
+    uint32_t footprint;   /* bytes per object, header included */
     uint16_t pages;       /* span length */
     uint16_t objects;     /* objects per span */
     uint16_t small_pages; /* span length of a class's first spans */
@@ -69,10 +69,10 @@ struct class_shape {
 struct pool_span {
     struct pool_span *prev; /* fullness group list, under the class lock */
     struct pool_span *next;
-    unsigned char *base;  /* first byte of the span's slot; immutable */
+    unsigned char *base;  /* first byte of the span's window; immutable */
     uint64_t huge_owner;  /* owner of the single object of a huge span */
     uint64_t compact_gen; /* last compaction round that tried to empty it */
-    uint32_t slot;        /* span id; immutable */
+    uint32_t window;      /* span id; immutable */
     uint16_t class_index; /* immutable */
     uint16_t pages;       /* immutable: the class's long or short span length */
     uint16_t objects;     /* immutable */
@@ -87,7 +87,7 @@ struct pool_span {
 /* Second level of the span table: one per chunk of address space. */
 struct pool_chunk {
     unsigned char *base;
-    _Atomic(struct pool_span *) spans[SLOTS_PER_CHUNK];
+    _Atomic(struct pool_span *) spans[WINDOWS_PER_CHUNK];
 };
 
 struct pool_class {
@@ -102,8 +102,8 @@ struct pool_class {
 
 /*
  * Lock order (outermost first):
- *   caller's slot/dedup/owner locks -> one class lock.
- * Only one class lock is ever held at a time. slot_lock is a leaf, never
+ *   caller's page slot/dedup/owner locks -> one class lock.
+ * Only one class lock is ever held at a time. window_lock is a leaf, never
  * held together with a class lock: spans are made and released outside
  * class locks, so mapping a chunk or madvise never stalls a class. Compaction holds a class
  * lock while calling owner callbacks, but only *tries* owner locks, so the
@@ -114,13 +114,13 @@ struct pool_class {
 struct pool {
     struct pool_class classes[CLASS_COUNT];
 
-    pthread_mutex_t slot_lock;
+    pthread_mutex_t window_lock;
     _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
-    uint32_t chunk_count;                 /* under slot_lock */
-    uint32_t next_unused_slot;            /* under slot_lock: slots never used yet */
-    uint32_t *free_slots;                 /* under slot_lock: stack of released slots */
-    size_t free_slot_count;
-    size_t free_slot_capacity;
+    uint32_t chunk_count;                 /* under window_lock */
+    uint32_t next_unused_window;          /* under window_lock: windows never used yet */
+    uint32_t *free_windows;               /* under window_lock: stack of released windows */
+    size_t free_window_count;
+    size_t free_window_capacity;
 
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
@@ -238,21 +238,22 @@ static unsigned class_of(const struct class_shape *all, size_t size)
 
 static uint64_t make_handle(const struct pool_span *span, unsigned index)
 {
-    return ((uint64_t)span->slot + 1) << OBJECT_INDEX_BITS | index;
+    return ((uint64_t)span->window + 1) << OBJECT_INDEX_BITS | index;
 }
 
 /* Span of a handle, or NULL for a handle that names no live span. */
 static struct pool_span *span_of(struct pool *pool, uint64_t handle)
 {
     uint64_t id = handle >> OBJECT_INDEX_BITS;
-    if (id == 0 || id > (uint64_t)MAX_CHUNKS * SLOTS_PER_CHUNK)
+    if (id == 0 || id > (uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK)
         return NULL;
-    uint64_t slot = id - 1;
-    struct pool_chunk *chunk =
-        atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT], memory_order_acquire);
+    uint64_t window = id - 1;
+    struct pool_chunk *chunk = atomic_load_explicit(
+        &pool->chunks[window >> WINDOWS_PER_CHUNK_SHIFT], memory_order_acquire);
     if (!chunk)
         return NULL;
-    return atomic_load_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], memory_order_acquire);
+    return atomic_load_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)],
+                                memory_order_acquire);
 }
 
 static unsigned char *object_start(const struct class_shape *shape, const struct pool_span *span,
@@ -365,21 +366,21 @@ static int reserve_memory(struct pool *pool, uint64_t bytes)
     return 0;
 }
 
-/* Reserve one more chunk of address space. Called with slot_lock held. */
+/* Reserve one more chunk of address space. Called with window_lock held. */
 static int map_chunk(struct pool *pool)
 {
     if (pool->chunk_count >= MAX_CHUNKS)
         return -ENOMEM;
-    size_t capacity = ((size_t)pool->chunk_count + 1) * SLOTS_PER_CHUNK;
-    /* Size the free-slot stack for every slot now, so releasing a span can
+    size_t capacity = ((size_t)pool->chunk_count + 1) * WINDOWS_PER_CHUNK;
+    /* Size the free-window stack for every window now, so releasing a span can
      * never fail for lack of memory. */
-    if (capacity > pool->free_slot_capacity) {
+    if (capacity > pool->free_window_capacity) {
         uint32_t *grown =
-            FAULT_POINT(FAULT_ALLOC) ? NULL : realloc(pool->free_slots, capacity * sizeof *grown);
+            FAULT_POINT(FAULT_ALLOC) ? NULL : realloc(pool->free_windows, capacity * sizeof *grown);
         if (!grown)
             return -ENOMEM;
-        pool->free_slots = grown;
-        pool->free_slot_capacity = capacity;
+        pool->free_windows = grown;
+        pool->free_window_capacity = capacity;
     }
     struct pool_chunk *chunk = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *chunk);
     if (!chunk)
@@ -393,7 +394,7 @@ static int map_chunk(struct pool *pool)
         return -ENOMEM;
     }
     /* A transparent huge page would turn one touched 4 KiB page into 2 MiB
-     * of resident memory; spans are sparse in their slots, so refuse them.
+     * of resident memory; spans are sparse in their windows, so refuse them.
      * Failure only costs memory, hence ignored. */
     (void)madvise(base, CHUNK_BYTES, MADV_NOHUGEPAGE);
     chunk->base = base;
@@ -402,32 +403,33 @@ static int map_chunk(struct pool *pool)
     return 0;
 }
 
-static int take_slot(struct pool *pool, uint32_t *slot)
+static int take_window(struct pool *pool, uint32_t *window)
 {
     int rc = 0;
-    pthread_mutex_lock(&pool->slot_lock);
-    if (pool->free_slot_count > 0) {
-        *slot = pool->free_slots[--pool->free_slot_count];
+    pthread_mutex_lock(&pool->window_lock);
+    if (pool->free_window_count > 0) {
+        *window = pool->free_windows[--pool->free_window_count];
     } else {
-        if (pool->next_unused_slot == pool->chunk_count * SLOTS_PER_CHUNK)
+        if (pool->next_unused_window == pool->chunk_count * WINDOWS_PER_CHUNK)
             rc = map_chunk(pool);
         if (rc == 0)
-            *slot = pool->next_unused_slot++;
+            *window = pool->next_unused_window++;
     }
-    pthread_mutex_unlock(&pool->slot_lock);
+    pthread_mutex_unlock(&pool->window_lock);
     return rc;
 }
 
-static void give_back_slot(struct pool *pool, uint32_t slot)
+static void give_back_window(struct pool *pool, uint32_t window)
 {
-    pthread_mutex_lock(&pool->slot_lock);
-    pool->free_slots[pool->free_slot_count++] = slot;
-    pthread_mutex_unlock(&pool->slot_lock);
+    pthread_mutex_lock(&pool->window_lock);
+    pool->free_windows[pool->free_window_count++] = window;
+    pthread_mutex_unlock(&pool->window_lock);
 }
 
-static struct pool_chunk *chunk_of_slot(struct pool *pool, uint32_t slot)
+static struct pool_chunk *chunk_of_window(struct pool *pool, uint32_t window)
 {
-    return atomic_load_explicit(&pool->chunks[slot >> SLOTS_PER_CHUNK_SHIFT], memory_order_acquire);
+    return atomic_load_explicit(&pool->chunks[window >> WINDOWS_PER_CHUNK_SHIFT],
+                                memory_order_acquire);
 }
 
 /* Make an empty span of class `class_index` (a short one if `small`),
@@ -450,41 +452,43 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
         return -ENOMEM;
     }
-    uint32_t slot;
-    rc = take_slot(pool, &slot);
+    uint32_t window;
+    rc = take_window(pool, &window);
     if (rc) {
         free(span);
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
         return rc;
     }
-    struct pool_chunk *chunk = chunk_of_slot(pool, slot);
+    struct pool_chunk *chunk = chunk_of_window(pool, window);
     memset(span, 0, sizeof *span);
-    span->base = chunk->base + (size_t)(slot & (SLOTS_PER_CHUNK - 1)) * SLOT_BYTES;
-    span->slot = slot;
+    span->base = chunk->base + (size_t)(window & (WINDOWS_PER_CHUNK - 1)) * WINDOW_BYTES;
+    span->window = window;
     span->class_index = (uint16_t)class_index;
     span->pages = (uint16_t)pages;
     span->objects = (uint16_t)objects;
     span->free_head = 0;
     for (unsigned i = 0; i < objects; i++)
         span->next_free[i] = (uint16_t)(i + 1 < objects ? i + 1 : FREE_LIST_END);
-    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], span, memory_order_release);
+    atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], span,
+                          memory_order_release);
     *out = span;
     return 0;
 }
 
-/* Give an empty span back: its pages to the OS, its slot to the free
+/* Give an empty span back: its pages to the OS, its window to the free
  * stack. Called without any class lock (madvise can take a while). */
 static void release_span(struct pool *pool, struct pool_span *span)
 {
     size_t bytes = (size_t)span->pages * PAGE_BYTES;
-    uint32_t slot = span->slot;
+    uint32_t window = span->window;
     /* MADV_DONTNEED on private anonymous memory cannot fail on a range we
      * mapped; if it did, the pages would merely stay resident. */
     (void)madvise(span->base, bytes, MADV_DONTNEED);
-    struct pool_chunk *chunk = chunk_of_slot(pool, slot);
-    atomic_store_explicit(&chunk->spans[slot & (SLOTS_PER_CHUNK - 1)], NULL, memory_order_release);
+    struct pool_chunk *chunk = chunk_of_window(pool, window);
+    atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], NULL,
+                          memory_order_release);
     free(span);
-    give_back_slot(pool, slot);
+    give_back_window(pool, window);
     atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
 }
 
@@ -505,7 +509,7 @@ int pool_create(struct pool **out)
         free(pool);
         return -ENOMEM;
     }
-    pthread_mutex_init(&pool->slot_lock, NULL);
+    pthread_mutex_init(&pool->window_lock, NULL);
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_init(&pool->classes[i].lock, NULL);
     *out = pool;
@@ -518,15 +522,15 @@ void pool_destroy(struct pool *pool)
         return;
     for (uint32_t c = 0; c < pool->chunk_count; c++) {
         struct pool_chunk *chunk = atomic_load_explicit(&pool->chunks[c], memory_order_acquire);
-        for (unsigned s = 0; s < SLOTS_PER_CHUNK; s++)
+        for (unsigned s = 0; s < WINDOWS_PER_CHUNK; s++)
             free(atomic_load_explicit(&chunk->spans[s], memory_order_relaxed));
         munmap(chunk->base, CHUNK_BYTES);
         free(chunk);
     }
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_destroy(&pool->classes[i].lock);
-    pthread_mutex_destroy(&pool->slot_lock);
-    free(pool->free_slots);
+    pthread_mutex_destroy(&pool->window_lock);
+    free(pool->free_windows);
     free(pool->chunks);
     free(pool);
 }

@@ -22,7 +22,7 @@
  * the owner is locked through the callbacks below).
  *
  * Thread safety: every function may be called from any number of threads.
- * Lock order: a class lock is taken after any slot or dedup lock a caller
+ * Lock order: a class lock is taken after any page slot or dedup lock a caller
  * holds; compaction, which holds a class lock while it asks owners, only
  * ever *tries* owner locks, so it cannot deadlock.
  */
