@@ -131,7 +131,7 @@ static bool object_is_huge(struct uzram *dev, const struct page_object *object)
     return object->state == SLOT_DEDUP && dedup_is_huge(dev, (uint32_t)object->value);
 }
 
-/* Count a form that was just published in a slot that held `old`. */
+/* Count a form just published in a slot; `huge`: it is a raw page. */
 static void account_new(struct uzram *dev, const struct page_object *object, bool huge)
 {
     if (object->state == SLOT_EMPTY)
@@ -219,29 +219,43 @@ static int load_locked(struct uzram *dev, struct slot *slot, void *page)
     return -EIO;
 }
 
-/* Store a whole page in slot `index`; the old form is released after the
- * swap, so a failure anywhere before leaves the old content in place.
- * `locked`: the caller already holds the slot lock (partial writes). */
+/* Publish `object` (counted as raw when `huge`) in `slot`, then release
+ * what the slot held: the one place a slot changes hands. The lock covers
+ * only the swap and the counts; the old form is released after it, since
+ * dropping its last reference may free a pool object. `locked`: the
+ * caller already holds the slot lock (a partial write). Returns the state
+ * the slot had. */
+static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
+                                    const struct page_object *object, bool huge, bool locked)
+{
+    struct page_object old;
+    if (!locked)
+        slot_lock(slot);
+    slot_get(slot, &old);
+    /* dedup_is_huge needs the reference the slot still holds */
+    bool old_huge = object_is_huge(dev, &old);
+    slot_set(slot, object);
+    account_new(dev, object, huge);
+    slot_unlock(slot);
+    release_old(dev, &old, old_huge);
+    return old.state;
+}
+
+/* Store a whole page in slot `index`. A failure leaves the old content in
+ * place: nothing changes hands before the page is ready. `locked`: the
+ * caller already holds the slot lock (partial writes). */
 static int store_page(struct uzram *dev, uint64_t index, const void *page, bool locked)
 {
     struct slot *slot = &dev->slots[index];
-    struct page_object object, old;
-    bool huge, old_huge;
+    struct page_object object;
+    bool huge;
     int rc = prepare_page(dev, index, page, &object, &huge);
     if (rc < 0) {
         if (locked)
             slot_unlock(slot);
         return rc;
     }
-    if (!locked)
-        slot_lock(slot);
-    slot_get(slot, &old);
-    /* dedup_is_huge needs the reference the slot still holds */
-    old_huge = object_is_huge(dev, &old);
-    slot_set(slot, &object);
-    account_new(dev, &object, huge);
-    slot_unlock(slot);
-    release_old(dev, &old, old_huge);
+    slot_replace(dev, slot, &object, huge, locked);
     return 0;
 }
 
@@ -267,20 +281,11 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
 static void discard_page(struct uzram *dev, uint64_t index)
 {
     struct slot *slot = &dev->slots[index];
-    struct page_object old;
     if (slot_seems_empty(slot))
         return;
-    slot_lock(slot);
-    slot_get(slot, &old);
-    if (old.state == SLOT_EMPTY) {
-        slot_unlock(slot);
-        return;
-    }
-    bool old_huge = object_is_huge(dev, &old);
-    slot_set(slot, &(struct page_object){.state = SLOT_EMPTY});
-    slot_unlock(slot);
-    release_old(dev, &old, old_huge);
-    counter_add(&dev->notify_free, 1);
+    const struct page_object empty = {.state = SLOT_EMPTY};
+    if (slot_replace(dev, slot, &empty, false, false) != SLOT_EMPTY)
+        counter_add(&dev->notify_free, 1);
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -385,15 +390,8 @@ static int zero_range(struct uzram *dev, uint64_t offset, uint64_t length, bool 
         if (chunk < UZRAM_PAGE_SIZE) {
             rc = write_range(dev, offset, NULL, chunk);
         } else if (keep_allocated) {
-            struct slot *slot = &dev->slots[index];
-            struct page_object old, zero = {.state = SLOT_SAME, .value = 0};
-            slot_lock(slot);
-            slot_get(slot, &old);
-            bool old_huge = object_is_huge(dev, &old);
-            slot_set(slot, &zero);
-            account_new(dev, &zero, false);
-            slot_unlock(slot);
-            release_old(dev, &old, old_huge);
+            const struct page_object zero = {.state = SLOT_SAME, .value = 0};
+            slot_replace(dev, &dev->slots[index], &zero, false, false);
         } else {
             discard_page(dev, index);
         }
