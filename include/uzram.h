@@ -171,46 +171,72 @@ int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * Statistics
  * ---------------------------------------------------------------------- */
 
-/* One snapshot of all counters. Fields may be added at the end in later
- * versions; pass sizeof(struct uzram_stats) so old callers keep working.
+/* Every counter, in order: UZRAM_STATS(X) expands X(name, form) once per
+ * counter. This list is the one place a counter is named: struct
+ * uzram_stats, the text forms below, the attributes mm_stat, io_stat,
+ * debug_stat and stat_json, uzram_stat_name() and what the programs show
+ * (the control socket's `stats` reply, `uzram status`) all follow it.
+ * `form` is the text line a counter also appears in, besides JSON:
+ *   MM     mm_stat: zram's nine fields in zram's order, then the dedup
+ *          seed's two (keep this order: scripts read mm_stat by position)
+ *   IO     io_stat: zram's four fields in zram's order
+ *   DEBUG  debug_stat, as "name: value" lines
+ * New counters go at the end, so that older callers' structs stay a prefix.
  * All sizes are bytes. */
+#define UZRAM_STATS(X)                                                                             \
+    X(orig_data_size, MM)           /* pages stored (any form) * 4096 */                           \
+    X(compr_data_size, MM)          /* bytes of distinct stored objects (huge: 4096 each) */       \
+    X(mem_used_total, MM)           /* pool memory really held, fragmentation included */          \
+    X(mem_limit, MM)                /* 0: no limit */                                              \
+    X(mem_used_max, MM)             /* peak of mem_used_total since create/reset */                \
+    X(same_pages, MM)               /* pages stored as one repeated word */                        \
+    X(pages_compacted, MM)          /* pool pages given back by compaction */                      \
+    X(huge_pages, MM)               /* pages stored raw now */                                     \
+    X(huge_pages_since, MM)         /* pages ever stored raw since create/reset */                 \
+    X(dup_data_size, MM)            /* bytes that duplicates did not have to store */              \
+    X(meta_data_size, MM)           /* memory of the dedup index */                                \
+    X(failed_reads, IO)             /* reads that failed (a page did not decompress) */            \
+    X(failed_writes, IO)            /* writes that failed (-ENOSPC, -ENOMEM, -EIO) */              \
+    X(invalid_io, IO)               /* requests refused as misaligned or out of range */           \
+    X(notify_free, IO)              /* pages freed by discard or write-zeroes */                   \
+    X(dedup_hash_collisions, DEBUG) /* hash matched, content differed */                           \
+    X(pages_stored, DEBUG)          /* orig_data_size / 4096 */                                    \
+    X(zero_pages, DEBUG)            /* same-filled pages whose word is 0 */
+
+/* One snapshot of all counters: a uint64_t field per counter of
+ * UZRAM_STATS, in its order. */
 struct uzram_stats {
-    /* mm_stat, in zram's order */
-    uint64_t orig_data_size;   /* pages stored (any form) * 4096 */
-    uint64_t compr_data_size;  /* bytes of distinct stored objects (huge: 4096 each) */
-    uint64_t mem_used_total;   /* pool memory really held, fragmentation included */
-    uint64_t mem_limit;        /* 0: no limit */
-    uint64_t mem_used_max;     /* peak of mem_used_total since create/reset */
-    uint64_t same_pages;       /* pages stored as one repeated word */
-    uint64_t pages_compacted;  /* pool pages given back by compaction */
-    uint64_t huge_pages;       /* pages stored raw now */
-    uint64_t huge_pages_since; /* pages ever stored raw since create/reset */
-    uint64_t dup_data_size;    /* bytes that duplicates did not have to store */
-    uint64_t meta_data_size;   /* memory of the dedup index */
-    /* io_stat */
-    uint64_t failed_reads;
-    uint64_t failed_writes;
-    uint64_t invalid_io;
-    uint64_t notify_free; /* pages freed by discard or write-zeroes */
-    /* debug_stat */
-    uint64_t dedup_hash_collisions; /* hash matched, content differed */
-    uint64_t pages_stored;          /* orig_data_size / 4096 */
-    uint64_t zero_pages;            /* same-filled pages whose word is 0 */
+#define UZRAM_STATS_FIELD_(name, form) uint64_t name;
+    UZRAM_STATS(UZRAM_STATS_FIELD_)
+#undef UZRAM_STATS_FIELD_
 };
 
-/* Fill `stats` (of `size` bytes, normally sizeof *stats). Counters are read
- * one by one without stopping I/O, so under load they may be a few
- * operations apart from each other. Errors: -EINVAL if size is too small. */
+/* Fill `stats` with a snapshot. `size` is the size of the caller's struct,
+ * normally sizeof *stats: a program built against an older, smaller struct
+ * gets the fields it knows (min(size, sizeof(struct uzram_stats)) bytes are
+ * copied), and one built against a newer, larger struct gets zeros in the
+ * fields this library does not have. Counters are read one by one without
+ * stopping I/O, so under load they may be a few operations apart from each
+ * other. Errors: -EINVAL if stats is NULL. */
 int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size);
+
+/* The counters by name, for programs that show every counter without
+ * naming each one: index 0 .. uzram_stat_count() - 1, in UZRAM_STATS
+ * order. uzram_stat_name() returns the name ("orig_data_size") or NULL past
+ * the end. uzram_stat_value() returns the counter from a snapshot of `size`
+ * bytes (as given to uzram_get_stats()), or 0 when `index` is past the end
+ * or outside `size`. */
+size_t uzram_stat_count(void);
+const char *uzram_stat_name(size_t index);
+uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t index);
 
 /* Text forms of a snapshot. Each writes a NUL-terminated line ending in '\n'
  * into buf and returns the length written (without the NUL), or -ERANGE if
  * `size` is too small (256 bytes is always enough for mm_stat and io_stat,
  * 2048 for JSON).
- *   mm_stat: zram's nine mm_stat fields then dup_data_size and
- *            meta_data_size, space separated (11 fields)
- *   io_stat: failed_reads failed_writes invalid_io notify_free
- *   json:    one object with every field of struct uzram_stats by name */
+ *   mm_stat: the MM counters of UZRAM_STATS, space separated (11 fields)
+ *   io_stat: the IO counters, space separated (4 fields)
+ *   json:    one object with every counter by name, in UZRAM_STATS order */
 int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size);
 int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size);
 int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stats.h"
 #include "uzram.h"
 
 enum attr_access { ATTR_READ = 1, ATTR_WRITE = 2 };
@@ -93,16 +94,8 @@ int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
         return uzram_format_mm_stat(&stats, buf, size);
     if (strcmp(name, "io_stat") == 0)
         return uzram_format_io_stat(&stats, buf, size);
-    if (strcmp(name, "debug_stat") == 0) {
-        /* zram's debug_stat starts with a version field */
-        int length =
-            snprintf(buf, size,
-                     "version: 1\nhash_collisions: %llu\npages_stored: %llu\n"
-                     "zero_pages: %llu\n",
-                     (unsigned long long)stats.dedup_hash_collisions,
-                     (unsigned long long)stats.pages_stored, (unsigned long long)stats.zero_pages);
-        return length < 0 || (size_t)length >= size ? -ERANGE : length;
-    }
+    if (strcmp(name, "debug_stat") == 0)
+        return stats_format_debug(&stats, buf, size);
     return uzram_format_json(&stats, buf, size); /* stat_json */
 }
 

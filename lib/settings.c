@@ -1,6 +1,7 @@
 /* settings.c - device settings that zram takes before initialisation, and mem_limit.
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
+#include <string.h>
 
 #include "comp.h"
 #include "dedup.h"
@@ -96,10 +97,10 @@ int uzram_get_config(struct uzram *dev, struct uzram_config *config)
 
 int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
 {
-    if (!stats || size < sizeof *stats)
+    if (!stats)
         return -EINVAL;
     uint64_t pages = counter_get(&dev->pages_stored);
-    *stats = (struct uzram_stats){
+    const struct uzram_stats all = {
         .orig_data_size = pages * UZRAM_PAGE_SIZE,
         .compr_data_size = counter_get(&dev->compr_data_size),
         .mem_used_total = pool_mem_used(dev->pool),
@@ -119,5 +120,11 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .pages_stored = pages,
         .zero_pages = counter_get(&dev->zero_pages),
     };
+    /* Callers built against another version of the struct: an older one
+     * gets the prefix it knows, a newer one zeros past what we have. */
+    size_t known = size < sizeof all ? size : sizeof all;
+    memcpy(stats, &all, known);
+    if (size > known)
+        memset((char *)stats + known, 0, size - known);
     return 0;
 }

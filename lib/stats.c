@@ -1,73 +1,123 @@
-/* stats.c - the text forms of a statistics snapshot: mm_stat, io_stat, JSON.
- * The positional lines keep zram's layout; JSON names every field. */
+/* stats.c - the counters by name and the text forms of a snapshot: mm_stat, io_stat,
+ * debug_stat, JSON. All of them follow the one list UZRAM_STATS in uzram.h. */
+#include "stats.h"
+
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
-#include "uzram.h"
+enum stat_form { STAT_FORM_MM, STAT_FORM_IO, STAT_FORM_DEBUG };
 
-static int format(char *buf, size_t size, const char *fmt, ...)
+static const struct stat_field {
+    const char *name;
+    size_t offset;
+    enum stat_form form;
+} fields[] = {
+#define STAT_FIELD(name, form) {#name, offsetof(struct uzram_stats, name), STAT_FORM_##form},
+    UZRAM_STATS(STAT_FIELD)
+#undef STAT_FIELD
+};
+#define FIELD_COUNT (sizeof fields / sizeof fields[0])
+
+_Static_assert(sizeof(struct uzram_stats) == FIELD_COUNT * sizeof(uint64_t),
+               "struct uzram_stats is one uint64_t per counter, nothing else");
+
+/* uzram.h promises that 2048 bytes always hold the JSON form: braces, and
+ * per counter its quoted name, ": ", up to 20 digits and ", ". */
+#define STAT_NAME_BYTES(name, form) +sizeof #name
+_Static_assert(2 + (0 UZRAM_STATS(STAT_NAME_BYTES)) + FIELD_COUNT * (2 + 2 + 20 + 2) + 2 <= 2048,
+               "the JSON form of every counter fits in 2048 bytes");
+#undef STAT_NAME_BYTES
+
+size_t uzram_stat_count(void)
+{
+    return FIELD_COUNT;
+}
+
+const char *uzram_stat_name(size_t index)
+{
+    return index < FIELD_COUNT ? fields[index].name : NULL;
+}
+
+uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t index)
+{
+    if (!stats || index >= FIELD_COUNT || fields[index].offset + sizeof(uint64_t) > size)
+        return 0;
+    uint64_t value;
+    memcpy(&value, (const char *)stats + fields[index].offset, sizeof value);
+    return value;
+}
+
+/* Append to buf[*used..size); -ERANGE (and nothing more appended) when it
+ * does not fit with its NUL. */
+static int append(char *buf, size_t size, size_t *used, const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);
-    int length = vsnprintf(buf, size, fmt, args);
+    int length = vsnprintf(buf + *used, size - *used, fmt, args);
     va_end(args);
-    if (length < 0 || (size_t)length >= size)
+    if (length < 0 || (size_t)length >= size - *used)
         return -ERANGE;
-    return length;
+    *used += (size_t)length;
+    return 0;
 }
 
-int uzram_format_mm_stat(const struct uzram_stats *s, char *buf, size_t size)
+/* The counters of one form: as "name: value" lines when `named`, else as
+ * the numbers alone on one line, space separated (zram's positional form). */
+static int format_form(const struct uzram_stats *stats, enum stat_form form, bool named, char *buf,
+                       size_t size, size_t *used)
 {
-    return format(buf, size, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
-                  (unsigned long long)s->orig_data_size, (unsigned long long)s->compr_data_size,
-                  (unsigned long long)s->mem_used_total, (unsigned long long)s->mem_limit,
-                  (unsigned long long)s->mem_used_max, (unsigned long long)s->same_pages,
-                  (unsigned long long)s->pages_compacted, (unsigned long long)s->huge_pages,
-                  (unsigned long long)s->huge_pages_since, (unsigned long long)s->dup_data_size,
-                  (unsigned long long)s->meta_data_size);
-}
-
-int uzram_format_io_stat(const struct uzram_stats *s, char *buf, size_t size)
-{
-    return format(buf, size, "%llu %llu %llu %llu\n", (unsigned long long)s->failed_reads,
-                  (unsigned long long)s->failed_writes, (unsigned long long)s->invalid_io,
-                  (unsigned long long)s->notify_free);
-}
-
-int uzram_format_json(const struct uzram_stats *s, char *buf, size_t size)
-{
-    const struct {
-        const char *name;
-        uint64_t value;
-    } fields[] = {
-        {"orig_data_size", s->orig_data_size},
-        {"compr_data_size", s->compr_data_size},
-        {"mem_used_total", s->mem_used_total},
-        {"mem_limit", s->mem_limit},
-        {"mem_used_max", s->mem_used_max},
-        {"same_pages", s->same_pages},
-        {"pages_compacted", s->pages_compacted},
-        {"huge_pages", s->huge_pages},
-        {"huge_pages_since", s->huge_pages_since},
-        {"dup_data_size", s->dup_data_size},
-        {"meta_data_size", s->meta_data_size},
-        {"failed_reads", s->failed_reads},
-        {"failed_writes", s->failed_writes},
-        {"invalid_io", s->invalid_io},
-        {"notify_free", s->notify_free},
-        {"dedup_hash_collisions", s->dedup_hash_collisions},
-        {"pages_stored", s->pages_stored},
-        {"zero_pages", s->zero_pages},
-    };
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int length = format(buf + used, size - used, "%s\"%s\": %llu", i ? ", " : "{",
-                            fields[i].name, (unsigned long long)fields[i].value);
-        if (length < 0)
-            return length;
-        used += (size_t)length;
+    bool first = true;
+    for (size_t i = 0; i < FIELD_COUNT; i++) {
+        if (fields[i].form != form)
+            continue;
+        unsigned long long value = uzram_stat_value(stats, sizeof *stats, i);
+        int rc = named ? append(buf, size, used, "%s: %llu\n", fields[i].name, value)
+                       : append(buf, size, used, "%s%llu", first ? "" : " ", value);
+        if (rc < 0)
+            return rc;
+        first = false;
     }
-    int length = format(buf + used, size - used, "}\n");
-    return length < 0 ? length : (int)used + length;
+    return named ? 0 : append(buf, size, used, "\n");
+}
+
+static int format_line(const struct uzram_stats *stats, enum stat_form form, char *buf, size_t size)
+{
+    size_t used = 0;
+    int rc = format_form(stats, form, false, buf, size, &used);
+    return rc < 0 ? rc : (int)used;
+}
+
+int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size)
+{
+    return format_line(stats, STAT_FORM_MM, buf, size);
+}
+
+int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size)
+{
+    return format_line(stats, STAT_FORM_IO, buf, size);
+}
+
+int stats_format_debug(const struct uzram_stats *stats, char *buf, size_t size)
+{
+    size_t used = 0;
+    /* zram's debug_stat starts with a version line */
+    int rc = append(buf, size, &used, "version: 1\n");
+    if (rc == 0)
+        rc = format_form(stats, STAT_FORM_DEBUG, true, buf, size, &used);
+    return rc < 0 ? rc : (int)used;
+}
+
+int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size)
+{
+    size_t used = 0;
+    int rc = 0;
+    for (size_t i = 0; i < FIELD_COUNT && rc == 0; i++)
+        rc = append(buf, size, &used, "%s\"%s\": %llu", i ? ", " : "{", fields[i].name,
+                    (unsigned long long)uzram_stat_value(stats, sizeof *stats, i));
+    if (rc == 0)
+        rc = append(buf, size, &used, "}\n");
+    return rc < 0 ? rc : (int)used;
 }

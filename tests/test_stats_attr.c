@@ -406,6 +406,185 @@ static void test_format_erange(void **state)
 }
 
 /* ------------------------------------------------------------------------
+ * The list of counters, and every form that follows it
+ * ---------------------------------------------------------------------- */
+
+/* The list as this test was compiled against it. */
+static const struct {
+    const char *name;
+    const char *form;
+    size_t offset;
+} listed[] = {
+#define LISTED(name, form) {#name, #form, offsetof(struct uzram_stats, name)},
+    UZRAM_STATS(LISTED)
+#undef LISTED
+};
+#define LISTED_COUNT (sizeof listed / sizeof listed[0])
+
+static uint64_t listed_value(const struct uzram_stats *s, size_t i)
+{
+    uint64_t value;
+    memcpy(&value, (const char *)s + listed[i].offset, sizeof value);
+    return value;
+}
+
+static void test_stat_iteration(void **state)
+{
+    (void)state;
+    struct uzram_stats s = distinct_stats();
+    assert_int_equal(uzram_stat_count(), LISTED_COUNT);
+    assert_int_equal(sizeof s, LISTED_COUNT * sizeof(uint64_t));
+    for (size_t i = 0; i < LISTED_COUNT; i++) {
+        assert_string_equal(uzram_stat_name(i), listed[i].name);
+        assert_true(uzram_stat_value(&s, sizeof s, i) == listed_value(&s, i));
+        /* a smaller snapshot has no such field */
+        assert_true(uzram_stat_value(&s, listed[i].offset, i) == 0);
+    }
+    assert_null(uzram_stat_name(LISTED_COUNT));
+    assert_true(uzram_stat_value(&s, sizeof s, LISTED_COUNT) == 0);
+    assert_true(uzram_stat_value(NULL, sizeof s, 0) == 0);
+}
+
+/* Every counter of the list appears in JSON (by name, with its value), in
+ * the attribute stat_json, in mm_stat/io_stat by position within its form,
+ * and in debug_stat as "name: value". */
+static void test_every_counter_in_every_form(void **state)
+{
+    struct uzram *dev = *state;
+    uint8_t page[PAGE];
+    memset(page, 0, sizeof page);
+    assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+    assert_int_equal(uzram_read(dev, 1, page, 512), -EINVAL);
+    struct uzram_stats device_stats = test_stats(dev);
+    const struct uzram_stats distinct = distinct_stats();
+    const struct uzram_stats *const snapshots[] = {&distinct, &device_stats};
+
+    for (size_t k = 0; k < 2; k++) {
+        const struct uzram_stats *s = snapshots[k];
+        char json_text[2048], mm[256], io[256];
+        char debug[512] = "";
+        assert_true(uzram_format_json(s, json_text, sizeof json_text) > 0);
+        assert_true(uzram_format_mm_stat(s, mm, sizeof mm) > 0);
+        assert_true(uzram_format_io_stat(s, io, sizeof io) > 0);
+        if (k == 1) {
+            char got[2048];
+            assert_true(uzram_attr_get(dev, "stat_json", got, sizeof got) > 0);
+            assert_string_equal(got, json_text);
+            assert_true(uzram_attr_get(dev, "debug_stat", debug, sizeof debug) > 0);
+            assert_true(strncmp(debug, "version: 1\n", 11) == 0);
+        }
+        struct json j;
+        assert_true(json_parse(&j, json_text));
+        assert_int_equal(j.keys, LISTED_COUNT);
+        uint64_t mm_fields[32], io_fields[32];
+        int mm_count = parse_fields(mm, mm_fields, 32), io_count = parse_fields(io, io_fields, 32);
+        int mm_index = 0, io_index = 0, debug_count = 0;
+        for (size_t i = 0; i < LISTED_COUNT; i++) {
+            uint64_t value = listed_value(s, i);
+            assert_string_equal(j.names[i], listed[i].name); /* in list order */
+            expect_json_key(&j, listed[i].name, value);
+            if (strcmp(listed[i].form, "MM") == 0) {
+                assert_true(mm_index < mm_count && mm_fields[mm_index] == value);
+                mm_index++;
+            } else if (strcmp(listed[i].form, "IO") == 0) {
+                assert_true(io_index < io_count && io_fields[io_index] == value);
+                io_index++;
+            } else {
+                assert_string_equal(listed[i].form, "DEBUG");
+                debug_count++;
+                if (k == 1) {
+                    char line[128];
+                    snprintf(line, sizeof line, "\n%s: %llu\n", listed[i].name,
+                             (unsigned long long)value);
+                    if (!strstr(debug, line))
+                        fail_msg("debug_stat lacks \"%s\": %s", line + 1, debug);
+                }
+            }
+        }
+        /* nothing printed that the list does not have */
+        assert_int_equal(mm_index, mm_count);
+        assert_int_equal(io_index, io_count);
+        if (k == 1) {
+            int lines = 0;
+            for (const char *p = debug; *p; p++)
+                lines += *p == '\n';
+            assert_int_equal(lines, 1 + debug_count);
+        }
+    }
+}
+
+/* A program built against an older uzram.h, whose struct uzram_stats had
+ * only the counters of mm_stat and io_stat (as a later library may add
+ * counters to today's), gets exactly the fields it knows; one built
+ * against a newer header gets zeros in the fields this library lacks. */
+struct older_uzram_stats {
+    uint64_t orig_data_size, compr_data_size, mem_used_total, mem_limit, mem_used_max, same_pages,
+        pages_compacted, huge_pages, huge_pages_since, dup_data_size, meta_data_size;
+    uint64_t failed_reads, failed_writes, invalid_io, notify_free;
+};
+
+struct newer_uzram_stats {
+    struct uzram_stats known;
+    uint64_t later_counter[3];
+};
+
+static void test_stats_of_other_struct_sizes(void **state)
+{
+    struct uzram *dev = *state;
+    unsigned char page[PAGE];
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 7);
+    for (uint64_t i = 0; i < 8; i++) {
+        datagen_fill(&rng, i % 2 ? DATAGEN_TEXT : DATAGEN_SAME, page, PAGE);
+        assert_int_equal(uzram_write(dev, i * PAGE, page, PAGE), 0);
+    }
+    assert_int_equal(uzram_discard(dev, 0, PAGE), 0);
+    assert_int_equal(uzram_write(dev, 3, page, 1), -EINVAL);
+    struct uzram_stats now = test_stats(dev);
+
+    /* the older struct sits in a larger buffer: nothing past it is touched */
+    union {
+        struct older_uzram_stats stats;
+        unsigned char bytes[sizeof(struct older_uzram_stats) + 64];
+    } older;
+    memset(&older, 0xa5, sizeof older);
+    assert_int_equal(uzram_get_stats(dev, (struct uzram_stats *)&older.stats, sizeof older.stats),
+                     0);
+    for (size_t i = sizeof older.stats; i < sizeof older.bytes; i++)
+        assert_int_equal(older.bytes[i], 0xa5);
+#define SAME_FIELD(field) assert_true(older.stats.field == now.field)
+    SAME_FIELD(orig_data_size);
+    SAME_FIELD(compr_data_size);
+    SAME_FIELD(mem_used_total);
+    SAME_FIELD(mem_limit);
+    SAME_FIELD(mem_used_max);
+    SAME_FIELD(same_pages);
+    SAME_FIELD(pages_compacted);
+    SAME_FIELD(huge_pages);
+    SAME_FIELD(huge_pages_since);
+    SAME_FIELD(dup_data_size);
+    SAME_FIELD(meta_data_size);
+    SAME_FIELD(failed_reads);
+    SAME_FIELD(failed_writes);
+    SAME_FIELD(invalid_io);
+    SAME_FIELD(notify_free);
+#undef SAME_FIELD
+    assert_true(older.stats.orig_data_size == 7 * PAGE);
+    assert_true(older.stats.same_pages == 3);
+    assert_true(older.stats.invalid_io == 1);
+    assert_true(older.stats.notify_free == 1);
+
+    struct newer_uzram_stats newer;
+    memset(&newer, 0xa5, sizeof newer);
+    assert_int_equal(uzram_get_stats(dev, &newer.known, sizeof newer), 0);
+    assert_memory_equal(&newer.known, &now, sizeof now);
+    for (size_t i = 0; i < 3; i++)
+        assert_true(newer.later_counter[i] == 0);
+
+    assert_int_equal(uzram_get_stats(dev, NULL, sizeof now), -EINVAL);
+}
+
+/* ------------------------------------------------------------------------
  * Attributes
  * ---------------------------------------------------------------------- */
 
@@ -867,6 +1046,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_io_stat_format),
         cmocka_unit_test(test_json_format),
         cmocka_unit_test(test_format_erange),
+        cmocka_unit_test(test_stat_iteration),
+        DEVICE_TEST(test_every_counter_in_every_form),
+        DEVICE_TEST(test_stats_of_other_struct_sizes),
         DEVICE_TEST(test_attr_names_readable),
         DEVICE_TEST(test_attr_stats_match_formats),
         DEVICE_TEST(test_attr_comp_algorithm),

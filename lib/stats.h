@@ -1,0 +1,14 @@
+/* stats.h - the text forms of a statistics snapshot that are not public (internal).
+ * The public ones (mm_stat, io_stat, JSON) are declared in uzram.h. */
+#ifndef UZRAM_STATS_H
+#define UZRAM_STATS_H
+
+#include <stddef.h>
+
+#include "uzram.h"
+
+/* debug_stat: "version: 1", then "name: value" for each DEBUG counter of
+ * UZRAM_STATS. Returns the length written, or -ERANGE. */
+int stats_format_debug(const struct uzram_stats *stats, char *buf, size_t size);
+
+#endif
