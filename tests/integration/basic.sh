@@ -1,55 +1,28 @@
 #!/usr/bin/env bash
 # basic.sh - integration test: a real `uzram serve` checked with nbdinfo, nbdcopy, qemu-img, qemu-io.
-# Also covers the control socket (status, attr, mem_limit, reset) and a clean SIGTERM. Exit 0/1/77.
+# Also covers the control socket (status, attr, mem_limit, reset) and a clean SIGTERM.
+# Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
 set -euo pipefail
 
-UZRAM=${UZRAM:-build/uzram}
-PY=/usr/bin/python3   # the Debian python that has the libnbd `nbd` module
+. "$(dirname "$0")/lib.bash"
+need_tools nbdinfo nbdcopy qemu-img qemu-io sha256sum
+need_python_nbd
+lib_init
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() {
-    echo "FAIL: $*" >&2
-    [[ -n ${WORK:-} && -s $WORK/server.err ]] && sed 's/^/  server: /' "$WORK/server.err" >&2
-    exit 1
-}
-pass() { echo "ok - $*"; }
-
-[[ -x $UZRAM ]] || fail "no uzram binary at $UZRAM (build it or set UZRAM)"
-UZRAM=$(realpath "$UZRAM")
-for tool in nbdinfo nbdcopy qemu-img qemu-io sha256sum; do
-    command -v "$tool" >/dev/null || skip "$tool is not installed"
-done
-[[ -x $PY ]] && $PY -c 'import nbd' 2>/dev/null || skip "$PY with the nbd module (python3-libnbd) is missing"
-
-WORK=$(mktemp -d)
-SERVER_PID=
+SOCK=$(sock_of uzram0)
+CTL=$(ctl_of uzram0)
+URI=$(uri_of uzram0)
 CLIENT_PID=
-cleanup() {
-    [[ -n $CLIENT_PID ]] && kill "$CLIENT_PID" 2>/dev/null || true
-    [[ -n $SERVER_PID ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+at_exit 'kill $CLIENT_PID'
 
-export XDG_RUNTIME_DIR=$WORK/run
-mkdir -m 700 "$XDG_RUNTIME_DIR"
-SOCK=$XDG_RUNTIME_DIR/uzram/uzram0.sock
-CTL=$XDG_RUNTIME_DIR/uzram/uzram0.ctl
-URI="nbd+unix:///?socket=$SOCK"
-MiB=$((1024 * 1024))
-
-"$UZRAM" serve -s 64M >"$WORK/server.out" 2>"$WORK/server.err" &
-# (server.err is printed on failure; UZRAM_KEEP_LOG=1 prints it at the end too)
-SERVER_PID=$!
-for _ in $(seq 100); do
-    [[ -S $SOCK && -S $CTL ]] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited early: $(cat "$WORK/server.err")"
+start_server uzram0 -s 64M
+# The banner follows the sockets; give it a moment.
+for _ in $(seq 50); do
+    [[ -s $WORK/server-uzram0.out ]] && break
     sleep 0.1
 done
-[[ -S $SOCK ]] || fail "socket $SOCK did not appear within 10 s"
-sleep 0.1
-grep -q "^uzram: serving uzram0 (67108864 bytes, lz4) on unix:$SOCK; control: $CTL" "$WORK/server.out" ||
-    fail "startup line not as documented: $(cat "$WORK/server.out")"
+grep -q "^uzram: serving uzram0 (67108864 bytes, lz4) on unix:$SOCK; control: $CTL" "$WORK/server-uzram0.out" ||
+    fail "startup line not as documented: $(cat "$WORK/server-uzram0.out")"
 pass "server started"
 
 # --- a second server on the same name must refuse with one clear line ---
@@ -251,6 +224,10 @@ done
 [[ $("$UZRAM" attr uzram0 clients) -ge 1 ]] || fail "the client did not show up in 'clients'"
 if "$UZRAM" attr uzram0 reset 1 2>"$WORK/reset.err"; then fail "reset accepted with a client connected"; fi
 grep -q 'EBUSY\|disconnect them first' "$WORK/reset.err" || fail "reset refusal message: $(cat "$WORK/reset.err")"
+# disksize is read-only, and says so, with or without clients (no "disconnect first").
+if "$UZRAM" attr uzram0 disksize 32M 2>"$WORK/disksize.err"; then fail "disksize was writable"; fi
+grep -q "^uzram: cannot set disksize: 'disksize' is read-only" "$WORK/disksize.err" ||
+    fail "disksize refusal with a client connected: $(cat "$WORK/disksize.err")"
 kill "$CLIENT_PID"
 wait "$CLIENT_PID" 2>/dev/null || true
 CLIENT_PID=
@@ -261,19 +238,12 @@ done
 "$UZRAM" attr uzram0 reset 1 || fail "reset refused with no client connected"
 read -r -a fields <<<"$("$UZRAM" attr uzram0 mm_stat)"
 [[ ${fields[0]} -eq 0 ]] || fail "orig_data_size is not 0 after reset"
-pass "reset refused with a client, accepted without"
+if "$UZRAM" attr uzram0 disksize 32M 2>"$WORK/disksize.err"; then fail "disksize was writable"; fi
+grep -q "'disksize' is read-only" "$WORK/disksize.err" || fail "disksize refusal: $(cat "$WORK/disksize.err")"
+pass "reset refused with a client, accepted without; disksize read-only either way"
 
-# --- SIGTERM: exit 0, sockets removed ---
-kill -TERM "$SERVER_PID"
-rc=0
-wait "$SERVER_PID" || rc=$?
-SERVER_PID=
-[[ $rc -eq 0 ]] || fail "server exited with $rc after SIGTERM: $(cat "$WORK/server.err")"
-[[ ! -e $SOCK && ! -e $CTL ]] || fail "sockets left behind after SIGTERM"
+# --- SIGTERM: exit 0, sockets removed, no sanitizer report ---
+stop_server uzram0
 pass "SIGTERM: exit 0, sockets removed"
 
-[[ ${UZRAM_KEEP_LOG:-0} == 1 ]] && sed 's/^/  server: /' "$WORK/server.err"
-if grep -q 'ERROR: \(Address\|Leak\|Thread\)Sanitizer\|runtime error:' "$WORK/server.err"; then
-    fail "sanitizer report in the server log"
-fi
 echo "PASS: basic.sh"

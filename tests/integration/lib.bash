@@ -3,7 +3,9 @@
 #
 # (Named .bash so that scripts/check.sh, which runs every tests/integration/*.sh, skips it.)
 # A test sources this after `set -euo pipefail`, then calls lib_init. Conventions: exit 0 pass,
-# 77 skip (with a printed reason), 1 fail (with a message naming the failed check).
+# 77 skip (with a printed reason), 1 fail (with a message naming the failed check); a check
+# that cannot run while the others can is announced with skip_check. A missing uzram binary
+# is a failure (lib_init), never a skip.
 
 UZRAM=${UZRAM:-build/uzram}
 PY=/usr/bin/python3 # the Debian python that has the libnbd `nbd` module
@@ -18,6 +20,11 @@ skip() {
     echo "SKIP: $*"
     exit 77
 }
+
+# skip_check REASON: one check of this test cannot run here; the rest goes on. scripts/check.sh
+# collects these lines from the log and lists them in its summary, so that a check that did
+# not run is never reported as passed without a word.
+skip_check() { echo "SKIPPED CHECK: $*"; }
 
 # Print every server's stderr so a failure shows what the server said about it.
 dump_server_logs() {
