@@ -62,8 +62,9 @@ $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM) \
 		$(CMOCKA_LIBS) $(DEP_LIBS) -lm
 
-# The one command CI runs: installs what is missing, builds plain and
-# ASan+UBSan, runs unit, model and integration tests.
+# The one command CI runs: installs what is missing, checks the formatting, builds
+# plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
+# integration tests; skips are counted apart and named (scripts/check.sh).
 check: deps
 	./scripts/check.sh
 
@@ -77,9 +78,11 @@ deps:
 asan:
 	$(MAKE) O=build/asan SAN=address,undefined OPT=-O1 all
 
-# ThreadSanitizer run of the concurrent tests.
+# ThreadSanitizer run of the concurrent tests: only the test binaries that have
+# concurrent cases (scripts/run-tests.sh finds them) are built and run.
 tsan: deps
-	$(MAKE) O=build/tsan SAN=thread CC=clang OPT=-O1 all
+	$(MAKE) O=build/tsan SAN=thread CC=clang OPT=-O1 \
+		$$(./scripts/run-tests.sh --concurrent-binaries build/tsan)
 	./scripts/run-tests.sh build/tsan concurrent
 
 valgrind: deps
@@ -129,7 +132,7 @@ fault: deps
 		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault
 
 fault-check: fault
-	./build/fault/tests/test_fault
+	./scripts/run-tests.sh build/fault all test_fault
 # ---- end of reliability block ----
 
 # ---- benchmarks (issue 6; bench/run.sh, docs/BENCHMARKS.md) ----

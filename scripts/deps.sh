@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
     gcc make pkg-config
     liblz4-dev libzstd-dev liblzo2-dev zlib1g-dev libdeflate-dev libxxhash-dev
-    libcmocka-dev clang libclang-rt-14-dev valgrind
+    libcmocka-dev clang libclang-rt-14-dev clang-format valgrind
     # libnbd-bin brings nbdinfo, nbdcopy and nbdfuse
     libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs
     gnuplot-nox
