@@ -1,14 +1,19 @@
 /* dedup.c - content index that lets identical pages share one stored object.
  * XXH3 hash, every same-hash candidate compared in full, 20-byte entries. */
+#include "dedup.h"
+
+#include <assert.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <xxhash.h>
 
-#include "dedup.h"
+#include "backoff.h"
 #include "fault.h"
-#include "pool.h"
+#include "uzram.h"
 
 /*
  * Each unique stored object has one entry (20 bytes). Entries live in one
@@ -16,6 +21,9 @@
  * an entry's id is its index. Buckets hold id + 1 of the first entry of a
  * chain (0: empty); the chain is linked through `next` (also id + 1).
  *
+ * `size_algo` packs the object's size and algorithm:
+ *   bits  0..12  size, 1..4096 (4096: a raw page)
+ *   bits 13..15  algorithm id
  * `state` packs the reference count, reader pins and a moving bit:
  *   bits  0..19  references: one per page slot that shares the object, plus
  *                one per writer that is comparing it as a candidate
@@ -23,7 +31,8 @@
  *   bit  31      MOVING: compaction is copying the object elsewhere
  * Readers pin only while they hold a reference; compaction sets MOVING only
  * when there are references and no pins, so an object is never moved under
- * a reader and never freed while it moves.
+ * a reader and never freed while it moves. The accessors below are the only
+ * way into either word.
  *
  * Locks: one stripe mutex covers the chains of the buckets that map to it
  * and is held only to walk or change a chain, never while compressing,
@@ -33,18 +42,65 @@
 struct dedup_entry {
     uint32_t handle_low;  /* pool handle bits 0..31 */
     uint16_t handle_high; /* pool handle bits 32..47 */
-    uint16_t size_algo;   /* bits 0..12 object size (4096: raw page), 13..15 algorithm */
+    uint16_t size_algo;
     _Atomic uint32_t state;
     uint32_t next;
     uint32_t hash_tag; /* top 32 bits of the content hash; low bits pick the bucket */
 };
 _Static_assert(sizeof(struct dedup_entry) == 20, "dedup entries are 20 bytes");
+_Static_assert(DEDUP_HANDLE_BITS == 32 + 16, "an entry keeps handles of DEDUP_HANDLE_BITS");
+
+#define SIZE_MASK 0x1fffu
+#define ALGO_SHIFT 13
+#define ALGO_MAX 7u
 
 #define REF_MASK 0xfffffu
 #define REF_MAX REF_MASK
 #define PIN_ONE (1u << 20)
 #define PIN_MASK (0x7ffu << 20)
 #define MOVING (1u << 31)
+
+static inline unsigned entry_size(const struct dedup_entry *entry)
+{
+    return entry->size_algo & SIZE_MASK;
+}
+static inline uint64_t entry_handle(const struct dedup_entry *entry)
+{
+    return entry->handle_low | (uint64_t)entry->handle_high << 32;
+}
+static inline void entry_set_handle(struct dedup_entry *entry, uint64_t handle)
+{
+    entry->handle_low = (uint32_t)handle;
+    entry->handle_high = (uint16_t)(handle >> 32);
+}
+static inline void entry_get_object(const struct dedup_entry *entry, struct dedup_object *object)
+{
+    object->handle = entry_handle(entry);
+    object->size = entry_size(entry);
+    object->algo = (unsigned)entry->size_algo >> ALGO_SHIFT;
+}
+static inline void entry_set_object(struct dedup_entry *entry, const struct dedup_object *object)
+{
+    entry_set_handle(entry, object->handle);
+    entry->size_algo = (uint16_t)(object->size | object->algo << ALGO_SHIFT);
+}
+
+static inline uint32_t state_refs(uint32_t state)
+{
+    return state & REF_MASK;
+}
+static inline bool state_pins_full(uint32_t state)
+{
+    return (state & PIN_MASK) == PIN_MASK;
+}
+static inline bool state_pinned_or_moving(uint32_t state)
+{
+    return (state & (PIN_MASK | MOVING)) != 0;
+}
+static inline bool state_moving(uint32_t state)
+{
+    return (state & MOVING) != 0;
+}
 
 #define STRIPE_COUNT 256
 
@@ -53,6 +109,7 @@ struct dedup {
     uint64_t capacity;
     uint32_t *buckets;
     uint64_t bucket_mask;
+    struct dedup_object_ops ops;
     pthread_mutex_t stripes[STRIPE_COUNT];
     /* Under each stripe: how many entries were ever linked into its buckets,
      * so a writer can tell whether one arrived while it was compressing. */
@@ -63,11 +120,13 @@ struct dedup {
     uint64_t high_water; /* ids below this have been handed out */
 
     _Atomic uint64_t live_entries;
+    _Atomic uint64_t dup_data_size;
+    _Atomic uint64_t hash_collisions;
     _Atomic bool force_collisions;
 };
 
-/* Comparison needs its own page: store.c's scratch page may hold the very
- * page being stored. */
+/* Comparison needs its own page: the caller's page may be the store's
+ * scratch page. */
 static __thread unsigned char compare_buffer[UZRAM_PAGE_SIZE];
 
 static size_t entries_bytes(uint64_t capacity)
@@ -75,7 +134,7 @@ static size_t entries_bytes(uint64_t capacity)
     return capacity * sizeof(struct dedup_entry);
 }
 
-int dedup_create(uint64_t page_count, struct dedup **out)
+int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out)
 {
     struct dedup *dedup = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dedup);
     if (!dedup)
@@ -89,6 +148,7 @@ int dedup_create(uint64_t page_count, struct dedup **out)
         bucket_count *= 2;
     dedup->capacity = capacity;
     dedup->bucket_mask = bucket_count - 1;
+    dedup->ops = *ops;
     dedup->entries = FAULT_POINT(FAULT_ALLOC)
                          ? MAP_FAILED
                          : mmap(NULL, entries_bytes(capacity), PROT_READ | PROT_WRITE,
@@ -137,6 +197,22 @@ uint64_t dedup_meta_size(struct dedup *dedup)
                sizeof(struct dedup_entry);
 }
 
+uint64_t dedup_dup_data_size(struct dedup *dedup)
+{
+    return dedup ? atomic_load_explicit(&dedup->dup_data_size, memory_order_relaxed) : 0;
+}
+
+uint64_t dedup_hash_collisions(struct dedup *dedup)
+{
+    return dedup ? atomic_load_explicit(&dedup->hash_collisions, memory_order_relaxed) : 0;
+}
+
+void dedup_reset_counters(struct dedup *dedup)
+{
+    if (dedup)
+        atomic_store_explicit(&dedup->hash_collisions, 0, memory_order_relaxed);
+}
+
 void dedup_force_collisions(struct dedup *dedup, bool on)
 {
     atomic_store(&dedup->force_collisions, on);
@@ -149,34 +225,19 @@ static struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
     return &dedup->entries[id];
 }
 
-static void entry_object(const struct dedup_entry *entry, struct page_object *object)
-{
-    unsigned size = entry->size_algo & 0x1fffu;
-    object->value = entry->handle_low | ((uint64_t)entry->handle_high << 32);
-    object->size = size;
-    object->algo = entry->size_algo >> 13;
-    object->state = size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED;
-}
-
-static void entry_set_handle(struct dedup_entry *entry, uint64_t handle)
-{
-    entry->handle_low = (uint32_t)handle;
-    entry->handle_high = (uint16_t)(handle >> 32);
-}
-
 /* Take a reference if the entry is alive. Every reference past the first
  * counts in dup_data_size, including a writer's while it compares, so that
  * dedup_put() can always subtract what it drops. */
-static bool entry_get_ref(struct uzram *dev, struct dedup_entry *entry)
+static bool entry_get_ref(struct dedup *dedup, struct dedup_entry *entry)
 {
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
     do {
-        uint32_t refs = state & REF_MASK;
+        uint32_t refs = state_refs(state);
         if (refs == 0 || refs == REF_MAX)
             return false;
     } while (!atomic_compare_exchange_weak_explicit(&entry->state, &state, state + 1,
                                                     memory_order_acquire, memory_order_relaxed));
-    counter_add(&dev->dup_data_size, entry->size_algo & 0x1fffu);
+    atomic_fetch_add_explicit(&dedup->dup_data_size, entry_size(entry), memory_order_relaxed);
     return true;
 }
 
@@ -185,7 +246,7 @@ static void entry_pin(struct dedup_entry *entry)
     unsigned spins = 0;
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
     for (;;) {
-        if ((state & MOVING) || (state & PIN_MASK) == PIN_MASK) {
+        if (state_moving(state) || state_pins_full(state)) {
             lock_backoff(&spins);
             state = atomic_load_explicit(&entry->state, memory_order_relaxed);
             continue;
@@ -199,6 +260,18 @@ static void entry_pin(struct dedup_entry *entry)
 static void entry_unpin(struct dedup_entry *entry)
 {
     atomic_fetch_sub_explicit(&entry->state, PIN_ONE, memory_order_release);
+}
+
+/* Load the entry's page through the store, pinned so that compaction does
+ * not move the object meanwhile. */
+static int entry_load(struct dedup *dedup, struct dedup_entry *entry, void *page)
+{
+    struct dedup_object object;
+    entry_pin(entry);
+    entry_get_object(entry, &object);
+    int rc = dedup->ops.load(dedup->ops.arg, &object, page);
+    entry_unpin(entry);
+    return rc;
 }
 
 static pthread_mutex_t *bucket_stripe(struct dedup *dedup, uint64_t bucket)
@@ -228,33 +301,24 @@ static void id_free(struct dedup *dedup, uint32_t id)
     pthread_mutex_unlock(&dedup->id_lock);
 }
 
-/* ---- lookup and store ---------------------------------------------------------- */
+/* ---- lookup and insert --------------------------------------------------------- */
 
 /* From chain position `link` (id + 1) on, the first entry with `tag` on
  * which a reference could be taken; UINT32_MAX if none. Stripe locked. */
-static uint32_t next_candidate(struct uzram *dev, uint32_t link, uint32_t tag)
+static uint32_t next_candidate(struct dedup *dedup, uint32_t link, uint32_t tag)
 {
-    struct dedup *dedup = device_dedup(dev);
     for (; link; link = entry_at(dedup, link - 1)->next) {
         struct dedup_entry *entry = entry_at(dedup, link - 1);
-        if (entry->hash_tag == tag && entry_get_ref(dev, entry))
+        if (entry->hash_tag == tag && entry_get_ref(dedup, entry))
             return link - 1;
     }
     return UINT32_MAX;
 }
 
-static bool entry_equals(struct uzram *dev, struct dedup_entry *entry, const void *page)
+static bool entry_equals(struct dedup *dedup, struct dedup_entry *entry, const void *page)
 {
-    struct page_object object;
-    bool equal = false;
-    entry_pin(entry);
-    entry_object(entry, &object);
-    if (object.state == SLOT_HUGE)
-        equal = memcmp(pool_map(dev->pool, object.value), page, UZRAM_PAGE_SIZE) == 0;
-    else if (store_load_object(dev, &object, compare_buffer) == 0)
-        equal = memcmp(compare_buffer, page, UZRAM_PAGE_SIZE) == 0;
-    entry_unpin(entry);
-    return equal;
+    return entry_load(dedup, entry, compare_buffer) == 0 &&
+           memcmp(compare_buffer, page, UZRAM_PAGE_SIZE) == 0;
 }
 
 static uint64_t page_hash(struct dedup *dedup, const void *page)
@@ -268,59 +332,62 @@ static uint64_t page_hash(struct dedup *dedup, const void *page)
  * linked, so the walk can go on from it after the stripe was dropped for
  * the comparison. *inserts_seen is the stripe's insert count when the walk
  * began: entries linked later were not looked at. */
-static uint32_t find_equal(struct uzram *dev, const void *page, uint64_t bucket, uint32_t tag,
+static uint32_t find_equal(struct dedup *dedup, const void *page, uint64_t bucket, uint32_t tag,
                            uint64_t *inserts_seen)
 {
-    struct dedup *dedup = device_dedup(dev);
     pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
     pthread_mutex_lock(stripe);
     *inserts_seen = dedup->stripe_inserts[bucket % STRIPE_COUNT];
-    uint32_t id = next_candidate(dev, dedup->buckets[bucket], tag);
+    uint32_t id = next_candidate(dedup, dedup->buckets[bucket], tag);
     pthread_mutex_unlock(stripe);
     while (id != UINT32_MAX) {
-        if (entry_equals(dev, entry_at(dedup, id), page))
+        if (entry_equals(dedup, entry_at(dedup, id), page))
             return id;
-        counter_add(&dev->dedup_hash_collisions, 1);
+        atomic_fetch_add_explicit(&dedup->hash_collisions, 1, memory_order_relaxed);
         pthread_mutex_lock(stripe);
-        uint32_t next = next_candidate(dev, entry_at(dedup, id)->next, tag);
+        uint32_t next = next_candidate(dedup, entry_at(dedup, id)->next, tag);
         pthread_mutex_unlock(stripe);
-        dedup_put(dev, id);
+        dedup_put(dedup, id);
         id = next;
     }
     return UINT32_MAX;
 }
 
-int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *huge)
+bool dedup_find(struct dedup *dedup, const void *page, struct dedup_lookup *lookup, uint32_t *id)
 {
-    struct dedup *dedup = device_dedup(dev);
     uint64_t hash = page_hash(dedup, page);
-    uint32_t tag = (uint32_t)(hash >> 32);
-    uint64_t bucket = tag & dedup->bucket_mask;
-    uint64_t inserts_seen;
+    lookup->tag = (uint32_t)(hash >> 32);
+    lookup->bucket = lookup->tag & dedup->bucket_mask;
+    lookup->id = UINT32_MAX;
+    *id = find_equal(dedup, page, lookup->bucket, lookup->tag, &lookup->inserts_seen);
+    return *id != UINT32_MAX;
+}
 
-    uint32_t id = find_equal(dev, page, bucket, tag, &inserts_seen);
-    if (id != UINT32_MAX) {
-        *id_out = id;
-        *huge = dedup_is_huge(dev, id);
-        return 0;
-    }
+int dedup_reserve(struct dedup *dedup, struct dedup_lookup *lookup)
+{
+    lookup->id = FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : id_alloc(dedup);
+    return lookup->id == UINT32_MAX ? -ENOMEM : 0;
+}
 
-    id = FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : id_alloc(dedup);
-    if (id == UINT32_MAX)
-        return -ENOMEM;
-    struct page_object object;
-    int rc = store_compress_page(dev, page, OWNER_DEDUP_BIT | id, &object);
-    if (rc < 0) {
-        id_free(dedup, id);
-        return rc;
-    }
+void dedup_cancel(struct dedup *dedup, const struct dedup_lookup *lookup)
+{
+    id_free(dedup, lookup->id);
+}
+
+uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_lookup *lookup,
+                      const struct dedup_object *object)
+{
+    uint32_t id = lookup->id;
     struct dedup_entry *entry = entry_at(dedup, id);
-    entry_set_handle(entry, object.value);
-    entry->size_algo = (uint16_t)(object.size | (object.algo << 13));
-    entry->hash_tag = tag;
+    assert(object->handle >> DEDUP_HANDLE_BITS == 0 && object->size <= SIZE_MASK &&
+           object->algo <= ALGO_MAX);
+    entry_set_object(entry, object);
+    entry->hash_tag = lookup->tag;
     atomic_store_explicit(&entry->state, 1, memory_order_release);
     atomic_fetch_add_explicit(&dedup->live_entries, 1, memory_order_relaxed);
 
+    uint64_t bucket = lookup->bucket;
+    uint64_t inserts_seen = lookup->inserts_seen;
     pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
     uint64_t *inserts = &dedup->stripe_inserts[bucket % STRIPE_COUNT];
     for (;;) {
@@ -330,34 +397,28 @@ int dedup_store(struct uzram *dev, const void *page, uint32_t *id_out, bool *hug
             dedup->buckets[bucket] = id + 1;
             (*inserts)++;
             pthread_mutex_unlock(stripe);
-            break;
+            return id;
         }
         pthread_mutex_unlock(stripe);
         /* Someone linked an entry into this stripe while we compressed:
          * perhaps the same page, written at the same moment elsewhere. Look
          * again (without the lock: comparing decompresses) before adding a
          * second copy; our unlinked entry goes the way of any last reference. */
-        uint32_t other = find_equal(dev, page, bucket, tag, &inserts_seen);
+        uint32_t other = find_equal(dedup, page, bucket, lookup->tag, &inserts_seen);
         if (other != UINT32_MAX) {
-            dedup_put(dev, id);
-            *id_out = other;
-            *huge = dedup_is_huge(dev, other);
-            return 0;
+            dedup_put(dedup, id);
+            return other;
         }
     }
-    *id_out = id;
-    *huge = object.state == SLOT_HUGE;
-    return 0;
 }
 
-void dedup_put(struct uzram *dev, uint32_t id)
+void dedup_put(struct dedup *dedup, uint32_t id)
 {
-    struct dedup *dedup = device_dedup(dev);
     struct dedup_entry *entry = entry_at(dedup, id);
-    unsigned size = entry->size_algo & 0x1fffu;
+    unsigned size = entry_size(entry);
     uint32_t before = atomic_fetch_sub_explicit(&entry->state, 1, memory_order_acq_rel);
-    if ((before & REF_MASK) > 1) {
-        counter_sub(&dev->dup_data_size, size);
+    if (state_refs(before) > 1) {
+        atomic_fetch_sub_explicit(&dedup->dup_data_size, size, memory_order_relaxed);
         return;
     }
 
@@ -374,56 +435,47 @@ void dedup_put(struct uzram *dev, uint32_t id)
     pthread_mutex_unlock(stripe);
 
     unsigned spins = 0;
-    while (atomic_load_explicit(&entry->state, memory_order_acquire) & MOVING)
+    while (state_moving(atomic_load_explicit(&entry->state, memory_order_acquire)))
         lock_backoff(&spins);
-    struct page_object object;
-    entry_object(entry, &object);
-    store_free_object(dev, &object);
+    struct dedup_object object;
+    entry_get_object(entry, &object);
+    dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
     id_free(dedup, id);
 }
 
-int dedup_read(struct uzram *dev, uint32_t id, void *page)
+int dedup_read(struct dedup *dedup, uint32_t id, void *page)
 {
-    struct dedup_entry *entry = entry_at(device_dedup(dev), id);
-    struct page_object object;
-    entry_pin(entry);
-    entry_object(entry, &object);
-    int rc = store_load_object(dev, &object, page);
-    entry_unpin(entry);
-    return rc;
+    return entry_load(dedup, entry_at(dedup, id), page);
 }
 
-bool dedup_is_huge(struct uzram *dev, uint32_t id)
+bool dedup_is_huge(struct dedup *dedup, uint32_t id)
 {
-    return (entry_at(device_dedup(dev), id)->size_algo & 0x1fffu) == UZRAM_PAGE_SIZE;
+    return entry_size(entry_at(dedup, id)) == UZRAM_PAGE_SIZE;
 }
 
 /* ---- compaction hooks ----------------------------------------------------------- */
 
-bool dedup_try_lock_owner(struct uzram *dev, uint32_t id, uint64_t handle)
+bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle)
 {
-    struct dedup *dedup = device_dedup(dev);
-    if (!dedup || id >= dedup->capacity)
+    if (id >= dedup->capacity)
         return false;
     struct dedup_entry *entry = entry_at(dedup, id);
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
-    if ((state & REF_MASK) == 0 || (state & (PIN_MASK | MOVING)))
+    if (state_refs(state) == 0 || state_pinned_or_moving(state))
         return false;
     if (!atomic_compare_exchange_strong_explicit(&entry->state, &state, state | MOVING,
                                                  memory_order_acquire, memory_order_relaxed))
         return false;
-    struct page_object object;
-    entry_object(entry, &object);
-    if (object.value == handle)
+    if (entry_handle(entry) == handle)
         return true;
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
     return false;
 }
 
-void dedup_relocate(struct uzram *dev, uint32_t id, uint64_t new_handle)
+void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle)
 {
-    struct dedup_entry *entry = entry_at(device_dedup(dev), id);
+    struct dedup_entry *entry = entry_at(dedup, id);
     entry_set_handle(entry, new_handle);
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
 }

@@ -1,39 +1,105 @@
-/* dedup.h - content index that lets identical pages share one object (internal).
- * Hash, candidates compared in full, reference counts, lock-free readers. */
+/* dedup.h - content index that lets identical pages share one stored object (internal).
+ * It knows objects only as the store hands them over, and asks the store to load and free them. */
 #ifndef UZRAM_DEDUP_H
 #define UZRAM_DEDUP_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "device.h"
+/*
+ * The index maps page contents to entries; an entry owns one stored object
+ * and counts the references to it (one per page slot that shares it).
+ *
+ * The write path, as store.c drives it, runs one way:
+ *     dedup_find()     an equal page is stored: take a reference, done;
+ *     dedup_reserve()  else reserve the new entry's id (the pool needs the
+ *                      object's owner when it allocates);
+ *     (the store compresses the page and allocates its object)
+ *     dedup_insert()   link the entry, which now owns the object.
+ * Neither call holds an index lock while the store compresses, loads or
+ * compares: a stripe lock only covers walking or changing a chain.
+ *
+ * Thread safety: every function may be called from any number of threads.
+ * Lock order: a caller's page slot lock, then a stripe, then the id lock;
+ * the ops below are called with no index lock held.
+ */
 
-/* Make the index for a device of `page_count` pages. */
-int dedup_create(uint64_t page_count, struct dedup **out);
+struct dedup;
+
+/* An object as the store made it: its pool handle (below 2^DEDUP_HANDLE_BITS),
+ * its size (UZRAM_PAGE_SIZE: a raw page) and the algorithm that made it. */
+#define DEDUP_HANDLE_BITS 48
+struct dedup_object {
+    uint64_t handle;
+    unsigned size;
+    unsigned algo;
+};
+
+/* What the index asks of the store that owns the objects' bytes, the way
+ * the pool asks the owners of its objects (struct pool_owner_ops). */
+struct dedup_object_ops {
+    /* Put the page that `object` holds into `page` (4096 bytes). Returns 0
+     * or a negative errno. The entry is pinned: compaction leaves it alone. */
+    int (*load)(void *arg, const struct dedup_object *object, void *page);
+    /* Free `object`: its entry's last reference is gone. */
+    void (*free)(void *arg, const struct dedup_object *object);
+    void *arg;
+};
+
+/* Make the index for a device of `page_count` pages. Errors: -ENOMEM. */
+int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out);
 void dedup_destroy(struct dedup *dedup);
 
-/* Find a stored object whose content equals `page`, or store a new one.
- * On success *id names an entry on which the caller now holds one reference
- * and *huge tells whether its object is a raw page.
- * Errors: as store_compress_page(). No lock is held while it compresses,
- * decompresses or compares. */
-int dedup_store(struct uzram *dev, const void *page, uint32_t *id, bool *huge);
+/* Where a new entry for a page goes: filled by dedup_find() when nothing
+ * equal is stored, carried through dedup_reserve() to dedup_insert(). */
+struct dedup_lookup {
+    uint64_t bucket;
+    uint64_t inserts_seen; /* the stripe's insert count when the search began */
+    uint32_t tag;          /* top bits of the content hash */
+    uint32_t id;           /* the new entry, once reserved */
+};
 
-/* Drop one reference; the last one frees the object. */
-void dedup_put(struct uzram *dev, uint32_t id);
+/* Look for a stored object equal to `page`: hash it, then compare every
+ * candidate with the same hash in full. Returns true with one reference
+ * taken on entry *id; false if none is equal, with `lookup` filled. */
+bool dedup_find(struct dedup *dedup, const void *page, struct dedup_lookup *lookup, uint32_t *id);
 
-/* Read entry `id` into `page`. The caller holds a reference. */
-int dedup_read(struct uzram *dev, uint32_t id, void *page);
+/* Reserve lookup->id for a new entry, so that its object can be allocated
+ * with the entry as owner. Errors: -ENOMEM (no id left). */
+int dedup_reserve(struct dedup *dedup, struct dedup_lookup *lookup);
+
+/* Give back a reserved id whose object could not be made. */
+void dedup_cancel(struct dedup *dedup, const struct dedup_lookup *lookup);
+
+/* Make the reserved entry own `object`, made from `page`, and link it.
+ * If another writer linked an equal page meanwhile, its entry is used and
+ * `object` is freed (through ops->free) instead of keeping two copies.
+ * Returns the id of the entry on which the caller now holds a reference. */
+uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_lookup *lookup,
+                      const struct dedup_object *object);
+
+/* Drop one reference; the last one unlinks the entry and frees its object. */
+void dedup_put(struct dedup *dedup, uint32_t id);
+
+/* Read entry `id` into `page` (through ops->load). The caller holds a
+ * reference. */
+int dedup_read(struct dedup *dedup, uint32_t id, void *page);
 
 /* True if entry `id` stores its page raw. The caller holds a reference. */
-bool dedup_is_huge(struct uzram *dev, uint32_t id);
+bool dedup_is_huge(struct dedup *dedup, uint32_t id);
 
-/* Memory of the index: buckets, locks and live entries. */
+/* The index's counters (see struct uzram_stats): bytes that references
+ * past the first did not have to store, hash matches whose content
+ * differed, and the memory of the index (buckets, locks, live entries). */
+uint64_t dedup_dup_data_size(struct dedup *dedup);
+uint64_t dedup_hash_collisions(struct dedup *dedup);
 uint64_t dedup_meta_size(struct dedup *dedup);
+/* Zero the cumulative counter (hash collisions), as uzram_reset() does. */
+void dedup_reset_counters(struct dedup *dedup);
 
 /* Compaction hooks for objects owned by entries (see struct pool_owner_ops). */
-bool dedup_try_lock_owner(struct uzram *dev, uint32_t id, uint64_t handle);
-void dedup_relocate(struct uzram *dev, uint32_t id, uint64_t new_handle);
+bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle);
+void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle);
 
 /* Test switch: make every page hash to the same value, so that every stored
  * object becomes a candidate and only the full comparison tells them apart. */

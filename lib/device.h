@@ -4,11 +4,11 @@
 #define UZRAM_DEVICE_H
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backoff.h"
 #include "uzram.h"
 
 struct pool;
@@ -112,20 +112,18 @@ struct uzram {
     _Atomic bool use_dedup;
     _Atomic uint64_t mem_limit;
 
-    /* counters (see struct uzram_stats for their meaning) */
+    /* counters (see struct uzram_stats for their meaning; dedup keeps its own) */
     _Atomic uint64_t pages_stored;
     _Atomic uint64_t compr_data_size;
     _Atomic uint64_t same_pages;
     _Atomic uint64_t zero_pages;
     _Atomic uint64_t huge_pages;
     _Atomic uint64_t huge_pages_since;
-    _Atomic uint64_t dup_data_size;
     _Atomic uint64_t pages_compacted;
     _Atomic uint64_t failed_reads;
     _Atomic uint64_t failed_writes;
     _Atomic uint64_t invalid_io;
     _Atomic uint64_t notify_free;
-    _Atomic uint64_t dedup_hash_collisions;
 };
 
 static inline uint32_t compression_make(int algorithm, int level)
@@ -160,28 +158,8 @@ static inline uint64_t counter_get(_Atomic uint64_t *counter)
     return atomic_load_explicit(counter, memory_order_relaxed);
 }
 
-/* Spin, then yield: the holder may have been preempted on a 2-core box. */
-static inline void lock_backoff(unsigned *spins)
-{
-    if (++*spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    } else {
-        sched_yield();
-    }
-}
-
-/* Compress `page` with the device's current algorithm and put the result
- * (or the raw page) in the pool, owned by `owner`. Fills `object` with a
- * COMPRESSED or HUGE form and counts compr_data_size. (store.c) */
-int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
-                        struct page_object *object);
-
-/* Undo store_compress_page(): free the object and its counts. (store.c) */
-void store_free_object(struct uzram *dev, const struct page_object *object);
-
-/* Decompress a COMPRESSED or HUGE object into `page`. (store.c) */
-int store_load_object(struct uzram *dev, const struct page_object *object, void *page);
+/* Make a dedup index for this device: its entries' objects live in the
+ * device's pool, and the store loads and frees them. (store.c) */
+int store_dedup_create(struct uzram *dev, struct dedup **out);
 
 #endif

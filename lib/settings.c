@@ -59,7 +59,7 @@ int uzram_set_dedup(struct uzram *dev, bool on)
          * always finds it, made. */
         if (on && !device_dedup(dev)) {
             struct dedup *dedup;
-            rc = dedup_create(dev->page_count, &dedup);
+            rc = store_dedup_create(dev, &dedup);
             if (rc == 0)
                 atomic_store_explicit(&dev->dedup, dedup, memory_order_release);
         }
@@ -100,6 +100,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     if (!stats)
         return -EINVAL;
     uint64_t pages = counter_get(&dev->pages_stored);
+    struct dedup *dedup = device_dedup(dev);
     const struct uzram_stats all = {
         .orig_data_size = pages * UZRAM_PAGE_SIZE,
         .compr_data_size = counter_get(&dev->compr_data_size),
@@ -110,13 +111,13 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .pages_compacted = counter_get(&dev->pages_compacted),
         .huge_pages = counter_get(&dev->huge_pages),
         .huge_pages_since = counter_get(&dev->huge_pages_since),
-        .dup_data_size = counter_get(&dev->dup_data_size),
-        .meta_data_size = dedup_meta_size(device_dedup(dev)),
+        .dup_data_size = dedup_dup_data_size(dedup),
+        .meta_data_size = dedup_meta_size(dedup),
         .failed_reads = counter_get(&dev->failed_reads),
         .failed_writes = counter_get(&dev->failed_writes),
         .invalid_io = counter_get(&dev->invalid_io),
         .notify_free = counter_get(&dev->notify_free),
-        .dedup_hash_collisions = counter_get(&dev->dedup_hash_collisions),
+        .dedup_hash_collisions = dedup_hash_collisions(dedup),
         .pages_stored = pages,
         .zero_pages = counter_get(&dev->zero_pages),
     };

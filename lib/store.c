@@ -78,8 +78,11 @@ static void slot_get(struct slot *slot, struct page_object *object)
 
 /* ---- objects ------------------------------------------------------------- */
 
-int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
-                        struct page_object *object)
+/* Compress `page` with the device's current algorithm and put the result
+ * (or the raw page) in the pool, owned by `owner`. Fills `object` with a
+ * COMPRESSED or HUGE form and counts compr_data_size. */
+static int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
+                               struct page_object *object)
 {
     uint32_t compression = atomic_load_explicit(&dev->compression, memory_order_relaxed);
     int algo = compression_algorithm(compression);
@@ -106,13 +109,15 @@ int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
     return 0;
 }
 
-void store_free_object(struct uzram *dev, const struct page_object *object)
+/* Undo store_compress_page(): free the object and its count. */
+static void store_free_object(struct uzram *dev, const struct page_object *object)
 {
     pool_free(dev->pool, object->value);
     counter_sub(&dev->compr_data_size, object->size);
 }
 
-int store_load_object(struct uzram *dev, const struct page_object *object, void *page)
+/* Decompress (or copy) a COMPRESSED or HUGE object into `page`. */
+static int store_load_object(struct uzram *dev, const struct page_object *object, void *page)
 {
     const void *data = pool_map(dev->pool, object->value);
     if (object->state == SLOT_HUGE) {
@@ -122,13 +127,50 @@ int store_load_object(struct uzram *dev, const struct page_object *object, void 
     return comp_decompress((int)object->algo, data, object->size, page);
 }
 
+/* ---- objects of dedup entries ------------------------------------------------------ */
+
+/* A dedup entry's object is a COMPRESSED or HUGE form that the entry owns. */
+static struct page_object dedup_form(const struct dedup_object *object)
+{
+    return (struct page_object){
+        .state = object->size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
+        .value = object->handle,
+        .algo = object->algo,
+        .size = object->size,
+    };
+}
+
+static int dedup_object_load(void *arg, const struct dedup_object *object, void *page)
+{
+    const struct page_object form = dedup_form(object);
+    return store_load_object(arg, &form, page);
+}
+
+static void dedup_object_free(void *arg, const struct dedup_object *object)
+{
+    const struct page_object form = dedup_form(object);
+    store_free_object(arg, &form);
+}
+
+int store_dedup_create(struct uzram *dev, struct dedup **out)
+{
+    const struct dedup_object_ops ops = {
+        .load = dedup_object_load,
+        .free = dedup_object_free,
+        .arg = dev,
+    };
+    return dedup_create(dev->page_count, &ops, out);
+}
+
+_Static_assert(POOL_HANDLE_BITS <= DEDUP_HANDLE_BITS, "a dedup entry holds any pool handle");
+
 /* ---- forms of a page ------------------------------------------------------ */
 
 static bool object_is_huge(struct uzram *dev, const struct page_object *object)
 {
     if (object->state == SLOT_HUGE)
         return true;
-    return object->state == SLOT_DEDUP && dedup_is_huge(dev, (uint32_t)object->value);
+    return object->state == SLOT_DEDUP && dedup_is_huge(device_dedup(dev), (uint32_t)object->value);
 }
 
 /* Count a form just published in a slot; `huge`: it is a raw page. */
@@ -167,14 +209,41 @@ static void release_old(struct uzram *dev, const struct page_object *old, bool h
         store_free_object(dev, old);
         break;
     case SLOT_DEDUP:
-        dedup_put(dev, (uint32_t)old->value);
+        dedup_put(device_dedup(dev), (uint32_t)old->value);
         break;
     case SLOT_EMPTY:
         break;
     }
 }
 
-/* Turn a whole page into the form it will be stored in. */
+/* With dedup on: a reference to an equal page already stored, or else a new
+ * entry that owns this page's object. In one direction: look up, compress
+ * and allocate (no index lock held), insert. */
+static int prepare_dedup(struct uzram *dev, struct dedup *dedup, const void *page,
+                         struct page_object *object, bool *huge)
+{
+    struct dedup_lookup lookup;
+    uint32_t id;
+    if (!dedup_find(dedup, page, &lookup, &id)) {
+        int rc = dedup_reserve(dedup, &lookup);
+        if (rc < 0)
+            return rc;
+        struct page_object made;
+        rc = store_compress_page(dev, page, OWNER_DEDUP_BIT | lookup.id, &made);
+        if (rc < 0) {
+            dedup_cancel(dedup, &lookup);
+            return rc;
+        }
+        const struct dedup_object entry_object = {made.value, made.size, made.algo};
+        id = dedup_insert(dedup, page, &lookup, &entry_object);
+    }
+    *object = (struct page_object){.state = SLOT_DEDUP, .value = id};
+    *huge = dedup_is_huge(dedup, id);
+    return 0;
+}
+
+/* Turn a whole page into the form it will be stored in: the same-filled
+ * check, then dedup (when on), then compression into the pool. */
 static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
                         struct page_object *object, bool *huge)
 {
@@ -185,14 +254,8 @@ static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
         *object = (struct page_object){.state = SLOT_SAME, .value = word};
         return 0;
     }
-    if (atomic_load_explicit(&dev->use_dedup, memory_order_acquire)) {
-        uint32_t id;
-        int rc = dedup_store(dev, page, &id, huge);
-        if (rc < 0)
-            return rc;
-        *object = (struct page_object){.state = SLOT_DEDUP, .value = id};
-        return 0;
-    }
+    if (atomic_load_explicit(&dev->use_dedup, memory_order_acquire))
+        return prepare_dedup(dev, device_dedup(dev), page, object, huge);
     int rc = store_compress_page(dev, page, index + 1, object);
     *huge = object->state == SLOT_HUGE;
     return rc;
@@ -214,7 +277,7 @@ static int load_locked(struct uzram *dev, struct slot *slot, void *page)
     case SLOT_HUGE:
         return store_load_object(dev, &object, page);
     case SLOT_DEDUP:
-        return dedup_read(dev, (uint32_t)object.value, page);
+        return dedup_read(device_dedup(dev), (uint32_t)object.value, page);
     }
     return -EIO;
 }
@@ -450,8 +513,10 @@ int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *
 static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
 {
     struct uzram *dev = arg;
-    if (owner & OWNER_DEDUP_BIT)
-        return dedup_try_lock_owner(dev, (uint32_t)(owner & ~OWNER_DEDUP_BIT), handle);
+    if (owner & OWNER_DEDUP_BIT) {
+        struct dedup *dedup = device_dedup(dev);
+        return dedup && dedup_try_lock_owner(dedup, (uint32_t)(owner & ~OWNER_DEDUP_BIT), handle);
+    }
     if (owner == 0 || owner > dev->page_count)
         return false;
     struct slot *slot = &dev->slots[owner - 1];
@@ -469,7 +534,7 @@ static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
     struct uzram *dev = arg;
     (void)old_handle;
     if (owner & OWNER_DEDUP_BIT) {
-        dedup_relocate(dev, (uint32_t)(owner & ~OWNER_DEDUP_BIT), new_handle);
+        dedup_relocate(device_dedup(dev), (uint32_t)(owner & ~OWNER_DEDUP_BIT), new_handle);
         return;
     }
     struct slot *slot = &dev->slots[owner - 1];
@@ -538,7 +603,7 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
         goto fail_pool;
     if (config->use_dedup) {
         struct dedup *dedup;
-        rc = dedup_create(dev->page_count, &dedup);
+        rc = store_dedup_create(dev, &dedup);
         if (rc < 0)
             goto fail_dedup;
         atomic_init(&dev->dedup, dedup);
@@ -578,12 +643,12 @@ int uzram_reset(struct uzram *dev)
     for (uint64_t index = 0; index < dev->page_count; index++)
         discard_page(dev, index);
     _Atomic uint64_t *cumulative[] = {
-        &dev->huge_pages_since,      &dev->pages_compacted, &dev->failed_reads,
-        &dev->failed_writes,         &dev->invalid_io,      &dev->notify_free,
-        &dev->dedup_hash_collisions,
+        &dev->huge_pages_since, &dev->pages_compacted, &dev->failed_reads,
+        &dev->failed_writes,    &dev->invalid_io,      &dev->notify_free,
     };
     for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
         atomic_store(cumulative[i], 0);
+    dedup_reset_counters(device_dedup(dev));
     pool_reset_mem_used_max(dev->pool);
     pthread_mutex_unlock(&dev->settings_lock);
     return 0;
