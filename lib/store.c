@@ -1,6 +1,7 @@
 /* store.c - the page table, slot locking, and the read, write and discard paths.
- * Expensive work (same-filled check, compression, allocation) happens before a
- * slot lock is taken; the lock only covers swapping the old form for the new. */
+ * A whole-page write does its costly work (same-filled check, dedup lookup, compression,
+ * allocation) before it takes the slot lock, which then only covers the swap of the old form
+ * for the new; a partial write holds the lock throughout (see write_partial). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,12 +323,21 @@ static int store_page(struct uzram *dev, uint64_t index, const void *page, bool 
     return 0;
 }
 
+/* Write part of a page: read the page, patch it, store it whole. The slot
+ * lock is held from the read to the swap, so that two partial writes to
+ * different sectors of one page cannot lose each other's data. So, unlike a
+ * whole-page write, this one compresses under the lock, and with dedup on
+ * hashes, compares candidates (decompressing them) and inserts under it
+ * too: only readers and writers of this same page wait meanwhile. Dropping
+ * the lock for that work would need a way to see on retaking it that the
+ * slot did not change meanwhile, and its (state, handle) can come back
+ * equal after two other writes (a freed handle is reused), so it is held.
+ * Lock order is kept: slot, then dedup stripe and id locks, then a pool
+ * class lock (dedup.h, pool.h). */
 static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, const void *data,
                          unsigned length)
 {
     struct slot *slot = &dev->slots[index];
-    /* Hold the lock across read, patch and store so that two partial writes
-     * to different sectors of one page cannot lose each other's data. */
     slot_lock(slot);
     int rc = load_locked(dev, slot, page_buffer);
     if (rc < 0) {
