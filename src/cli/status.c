@@ -14,31 +14,34 @@
 #include "common/util.h"
 #include "uzram.h"
 
-/* The fields of one device as the "stats" control request reports them. */
+/* One device as the "stats" control request reports it: identity, then
+ * every counter of the library's list. */
 struct device_status {
     char name[72];
     char algorithm[32];
-    unsigned long long disksize, clients, read_only, use_dedup;
-    unsigned long long orig_data_size, compr_data_size, mem_used_total, mem_limit, mem_used_max,
-        same_pages, pages_compacted, huge_pages, huge_pages_since, dup_data_size, meta_data_size,
-        failed_reads, failed_writes, invalid_io, notify_free, zero_pages;
+    uint64_t disksize, clients, read_only, use_dedup;
+    struct uzram_stats stats;
 };
 
+/* The numbers of a reply by key, in the order `status --json` prints them. */
 static const struct {
     const char *key;
     size_t offset;
 } number_fields[] = {
-#define FIELD(f)                                                                                   \
-    {                                                                                              \
-#f, offsetof(struct device_status, f)                                                      \
-    }
-    FIELD(disksize),         FIELD(clients),         FIELD(read_only),       FIELD(use_dedup),
-    FIELD(orig_data_size),   FIELD(compr_data_size), FIELD(mem_used_total),  FIELD(mem_limit),
-    FIELD(mem_used_max),     FIELD(same_pages),      FIELD(pages_compacted), FIELD(huge_pages),
-    FIELD(huge_pages_since), FIELD(dup_data_size),   FIELD(meta_data_size),  FIELD(failed_reads),
-    FIELD(failed_writes),    FIELD(invalid_io),      FIELD(notify_free),     FIELD(zero_pages),
-#undef FIELD
+#define IDENTITY(field) {#field, offsetof(struct device_status, field)},
+#define COUNTER(counter, form) {#counter, offsetof(struct device_status, stats.counter)},
+    IDENTITY(disksize) IDENTITY(clients) IDENTITY(read_only) IDENTITY(use_dedup)
+        UZRAM_STATS(COUNTER)
+#undef COUNTER
+#undef IDENTITY
 };
+
+static uint64_t number_at(const struct device_status *st, size_t field)
+{
+    uint64_t value;
+    memcpy(&value, (const char *)st + number_fields[field].offset, sizeof value);
+    return value;
+}
 
 static void parse_status(char *body, struct device_status *st)
 {
@@ -54,10 +57,12 @@ static void parse_status(char *body, struct device_status *st)
         } else if (strcmp(line, "algorithm") == 0) {
             snprintf(st->algorithm, sizeof st->algorithm, "%s", value);
         } else {
-            for (size_t i = 0; i < sizeof number_fields / sizeof number_fields[0]; i++)
-                if (strcmp(line, number_fields[i].key) == 0)
-                    *(unsigned long long *)((char *)st + number_fields[i].offset) =
-                        strtoull(value, NULL, 10);
+            for (size_t i = 0; i < sizeof number_fields / sizeof number_fields[0]; i++) {
+                if (strcmp(line, number_fields[i].key) == 0) {
+                    uint64_t number = strtoull(value, NULL, 10);
+                    memcpy((char *)st + number_fields[i].offset, &number, sizeof number);
+                }
+            }
         }
     }
 }
@@ -65,8 +70,8 @@ static void parse_status(char *body, struct device_status *st)
 /* DATA per byte of memory really used (pool plus dedup index); 0 if none. */
 static double compression_ratio(const struct device_status *st)
 {
-    unsigned long long used = st->mem_used_total + st->meta_data_size;
-    return used ? (double)st->orig_data_size / (double)used : 0.0;
+    uint64_t used = st->stats.mem_used_total + st->stats.meta_data_size;
+    return used ? (double)st->stats.orig_data_size / (double)used : 0.0;
 }
 
 static int compare_names(const void *a, const void *b)
@@ -190,7 +195,7 @@ int cmd_status(int argc, char **argv)
             util_json_string(stdout, st->algorithm);
             for (size_t f = 0; f < sizeof number_fields / sizeof number_fields[0]; f++)
                 printf(", \"%s\": %llu", number_fields[f].key,
-                       *(const unsigned long long *)((const char *)st + number_fields[f].offset));
+                       (unsigned long long)number_at(st, f));
             printf(", \"comp_ratio\": %.3f}", compression_ratio(st));
         }
         printf("%s]\n", row_count ? "\n" : "");
@@ -203,20 +208,21 @@ int cmd_status(int argc, char **argv)
             char disksize[16], data[16], compr[16], total[16], limit[16], used[16], dup[16],
                 meta[16], ratio[16];
             util_human_size(st->disksize, disksize, sizeof disksize);
-            util_human_size(st->orig_data_size, data, sizeof data);
-            util_human_size(st->compr_data_size, compr, sizeof compr);
-            util_human_size(st->mem_used_total, total, sizeof total);
-            util_human_size(st->mem_limit, limit, sizeof limit);
-            util_human_size(st->mem_used_max, used, sizeof used);
-            util_human_size(st->dup_data_size, dup, sizeof dup);
-            util_human_size(st->meta_data_size, meta, sizeof meta);
-            if (st->orig_data_size && st->mem_used_total + st->meta_data_size)
+            util_human_size(st->stats.orig_data_size, data, sizeof data);
+            util_human_size(st->stats.compr_data_size, compr, sizeof compr);
+            util_human_size(st->stats.mem_used_total, total, sizeof total);
+            util_human_size(st->stats.mem_limit, limit, sizeof limit);
+            util_human_size(st->stats.mem_used_max, used, sizeof used);
+            util_human_size(st->stats.dup_data_size, dup, sizeof dup);
+            util_human_size(st->stats.meta_data_size, meta, sizeof meta);
+            if (st->stats.orig_data_size && st->stats.mem_used_total + st->stats.meta_data_size)
                 snprintf(ratio, sizeof ratio, "%.2f", compression_ratio(st));
             else
                 snprintf(ratio, sizeof ratio, "-");
             printf("%-10s %-9s %8s %8s %8s %8s %9s %8s %10llu %8s %8s %10s %7llu\n", st->name,
-                   st->algorithm, disksize, data, compr, total, limit, used, st->same_pages, dup,
-                   meta, ratio, st->clients);
+                   st->algorithm, disksize, data, compr, total, limit, used,
+                   (unsigned long long)st->stats.same_pages, dup, meta, ratio,
+                   (unsigned long long)st->clients);
         }
     }
     for (size_t i = 0; i < count; i++)

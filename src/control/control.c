@@ -43,7 +43,8 @@ static void reply_ok(int fd, const char *body)
     util_send_iov(fd, iov, 2);
 }
 
-/* Every counter as "key value" lines, plus identity: what `uzram status` shows. */
+/* Identity, then every counter of the library's list (UZRAM_STATS) as
+ * "key value" lines: what `uzram status` shows. */
 static void handle_stats(int fd, struct nbd_server *server)
 {
     const struct nbd_export *export = nbd_server_export(server);
@@ -57,23 +58,21 @@ static void handle_stats(int fd, struct nbd_server *server)
         reply_error(fd, -rc, "cannot read statistics: %s", strerror(-rc));
         return;
     }
-    snprintf(body, sizeof body,
-             "name %s\nalgorithm %s\ndisksize %llu\nread_only %d\nuse_dedup %d\n"
-             "clients %u\norig_data_size %llu\ncompr_data_size %llu\nmem_used_total %llu\n"
-             "mem_limit %llu\nmem_used_max %llu\nsame_pages %llu\npages_compacted %llu\n"
-             "huge_pages %llu\nhuge_pages_since %llu\ndup_data_size %llu\n"
-             "meta_data_size %llu\nfailed_reads %llu\nfailed_writes %llu\ninvalid_io %llu\n"
-             "notify_free %llu\nzero_pages %llu\n",
-             export->name, config.comp_algorithm, (unsigned long long)config.disksize,
-             export->read_only, config.use_dedup, nbd_server_clients(server),
-             (unsigned long long)st.orig_data_size, (unsigned long long)st.compr_data_size,
-             (unsigned long long)st.mem_used_total, (unsigned long long)st.mem_limit,
-             (unsigned long long)st.mem_used_max, (unsigned long long)st.same_pages,
-             (unsigned long long)st.pages_compacted, (unsigned long long)st.huge_pages,
-             (unsigned long long)st.huge_pages_since, (unsigned long long)st.dup_data_size,
-             (unsigned long long)st.meta_data_size, (unsigned long long)st.failed_reads,
-             (unsigned long long)st.failed_writes, (unsigned long long)st.invalid_io,
-             (unsigned long long)st.notify_free, (unsigned long long)st.zero_pages);
+    int n = snprintf(body, sizeof body,
+                     "name %s\nalgorithm %s\ndisksize %llu\nread_only %d\nuse_dedup %d\n"
+                     "clients %u\n",
+                     export->name, config.comp_algorithm, (unsigned long long)config.disksize,
+                     export->read_only, config.use_dedup, nbd_server_clients(server));
+    size_t used = n < 0 ? sizeof body : (size_t)n;
+    for (size_t i = 0; i < uzram_stat_count() && used < sizeof body; i++) {
+        n = snprintf(body + used, sizeof body - used, "%s %llu\n", uzram_stat_name(i),
+                     (unsigned long long)uzram_stat_value(&st, sizeof st, i));
+        used = n < 0 ? sizeof body : used + (size_t)n;
+    }
+    if (used >= sizeof body) {
+        reply_error(fd, ERANGE, "the statistics do not fit in one reply");
+        return;
+    }
     reply_ok(fd, body);
 }
 

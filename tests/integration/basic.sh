@@ -173,6 +173,29 @@ assert d[0]["orig_data_size"] > 0 and d[0]["mem_used_total"] > 0, d
 if "$UZRAM" status nosuch >/dev/null 2>&1; then fail "status of a missing device succeeded"; fi
 pass "uzram status and --json"
 
+# --- every counter in every form: stat_json names the library's whole list (the unit tests
+# prove that); the control socket's stats reply and status --json must carry each of them ---
+$PY - "$CTL" "$UZRAM" <<'EOF' || fail "a counter is missing from the control reply or status --json"
+import json, socket, subprocess, sys
+ctl, uzram = sys.argv[1], sys.argv[2]
+counters = json.loads(subprocess.check_output([uzram, "attr", ctl, "stat_json"]))
+assert len(counters) >= 18 and "dedup_hash_collisions" in counters, counters
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect(ctl)
+    s.sendall(b"stats\n")
+    reply = b""
+    while chunk := s.recv(65536):
+        reply += chunk
+lines = reply.decode().splitlines()
+assert lines[0] == "ok", lines
+control = dict(line.split(" ", 1) for line in lines[1:])
+status = json.loads(subprocess.check_output([uzram, "status", "--json", "uzram0"]))[0]
+for name, value in counters.items():
+    assert int(control.get(name, -1)) == value, ("control reply", name, control.get(name), value)
+    assert status.get(name) == value, ("status --json", name, status.get(name), value)
+EOF
+pass "every counter in the control reply and in status --json"
+
 # --- uzram attr ---
 mm=$("$UZRAM" attr uzram0 mm_stat)
 read -r -a fields <<<"$mm"
