@@ -133,6 +133,7 @@ fault: deps
 
 fault-check: fault
 	./scripts/run-tests.sh build/fault all test_fault
+	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/fault/tests/test_fault.log
 # ---- end of reliability block ----
 
 # ---- benchmarks (issue 6; bench/run.sh, docs/BENCHMARKS.md) ----
