@@ -23,32 +23,76 @@ ALL_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=al
 ALL_LDFLAGS += -fsanitize=$(SAN)
 endif
 
+# ---- the library ----
+# libuzram.a, and libuzram.so.MAJOR.MINOR.PATCH with soname libuzram.so.MAJOR (and the
+# usual links), built with hidden visibility: they export only what uzram.h marks
+# UZRAM_API (scripts/check-exports.sh checks it). libuzram-test.a is the same engine with
+# the test hooks (-DUZRAM_TEST_HOOKS: lib/fault.c, dedup_force_collisions), for the tests
+# and fuzzers alone. The version comes from uzram.h.
+version_part = $(shell sed -n 's/^.define UZRAM_VERSION_$(1) *\([0-9][0-9]*\)$$/\1/p' include/uzram.h)
+VERSION := $(call version_part,MAJOR).$(call version_part,MINOR).$(call version_part,PATCH)
+SONAME := libuzram.so.$(call version_part,MAJOR)
+
 LIB_SRCS := $(sort $(wildcard lib/*.c))
+LIB_HOOK_SRCS := lib/fault.c
+LIB_ENGINE_SRCS := $(filter-out $(LIB_HOOK_SRCS),$(LIB_SRCS))
+LIB_OBJS := $(LIB_ENGINE_SRCS:%.c=$(O)/%.o)
+LIB_PIC_OBJS := $(LIB_ENGINE_SRCS:%.c=$(O)/shared/%.o)
+LIB_TEST_OBJS := $(LIB_SRCS:%.c=$(O)/test-hooks/%.o)
+LIBUZRAM := $(O)/libuzram.a
+LIBUZRAM_SO := $(O)/libuzram.so.$(VERSION)
+LIBUZRAM_TEST := $(O)/libuzram-test.a
+HEADERS := $(wildcard include/*.h lib/*.h src/*/*.h tests/*.h)
+
 # The program's parts each have a folder under src/ (see docs/ARCHITECTURE.md).
 SRC_SRCS := $(sort $(wildcard src/*/*.c))
 TEST_SRCS := $(filter-out tests/test_util.c,$(sort $(wildcard tests/test_*.c)))
 FUZZ_SRCS := $(sort $(wildcard fuzz/fuzz_*.c))
 
-LIB_OBJS := $(LIB_SRCS:%.c=$(O)/%.o)
 SRC_OBJS := $(SRC_SRCS:%.c=$(O)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
-LIBUZRAM := $(O)/libuzram.a
 UZRAM := $(O)/uzram
 
-.PHONY: all lib programs tests check run deps tsan asan valgrind format format-check bench clean
-all: $(LIBUZRAM) $(UZRAM) $(TEST_BINS)
-lib: $(LIBUZRAM)
+.PHONY: all lib programs tests check check-exports run deps tsan asan valgrind format format-check bench clean
+all: lib $(UZRAM) $(TEST_BINS)
+lib: $(LIBUZRAM) $(LIBUZRAM_SO)
 programs: $(UZRAM)
 tests: $(TEST_BINS)
 
-$(O)/%.o: %.c $(wildcard include/*.h lib/*.h src/*/*.h tests/*.h) Makefile
+$(O)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(O)/lib/%.o $(O)/shared/lib/%.o $(O)/test-hooks/lib/%.o: ALL_CFLAGS += -fvisibility=hidden
+$(O)/shared/lib/%.o: lib/%.c $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fPIC -c $< -o $@
+$(O)/test-hooks/lib/%.o: lib/%.c $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DUZRAM_TEST_HOOKS -c $< -o $@
 
 $(LIBUZRAM): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
+
+$(LIBUZRAM_TEST): $(LIB_TEST_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+# Sanitizer runtimes are not linked into shared objects by every compiler, so
+# --no-undefined only holds without them.
+$(LIBUZRAM_SO): $(LIB_PIC_OBJS)
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) $(if $(SAN),,-Wl,--no-undefined) \
+		-o $@ $^ $(DEP_LIBS)
+	ln -sf $(notdir $@) $(O)/$(SONAME)
+	ln -sf $(SONAME) $(O)/libuzram.so
+
+# libuzram.so exports exactly the UZRAM_API functions of uzram.h (make check runs it).
+check-exports: $(LIBUZRAM_SO)
+	./scripts/check-exports.sh $(O)/libuzram.so
+# ---- end of the library ----
 
 # The program's files include each other by folder: "nbd/server.h".
 $(O)/src/%.o: ALL_CFLAGS += -Isrc
@@ -56,11 +100,12 @@ $(O)/src/%.o: ALL_CFLAGS += -Isrc
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) -lm
 
-# Tests draw page contents from the programs' generator, src/common/datagen.c.
-$(O)/tests/%.o: ALL_CFLAGS += -Isrc
-$(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM) \
-		$(CMOCKA_LIBS) $(DEP_LIBS) -lm
+# Tests draw page contents from the programs' generator, src/common/datagen.c, and
+# link the engine with its test hooks.
+$(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
+$(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/common/datagen.o \
+		$(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and

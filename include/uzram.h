@@ -33,6 +33,22 @@
  *   uzram_destroy() needs the caller to have stopped all other calls first.
  * - Statistics names follow Linux zram's sysfs attributes (mm_stat, io_stat,
  *   comp_algorithm, mem_limit, ...), so a zram user already knows them.
+ *
+ * Versions and linking
+ * --------------------
+ * UZRAM_VERSION_* say which header a program was built with;
+ * uzram_version_number() says which library it runs with. The library comes
+ * as libuzram.a and as libuzram.so (soname libuzram.so.MAJOR), which exports
+ * exactly the functions marked UZRAM_API below. Within one MAJOR the shared
+ * library keeps working for programs built against an older header:
+ * - struct uzram_stats only grows at its end, and uzram_get_stats() is told
+ *   the size of the caller's struct;
+ * - struct uzram_config keeps its size: new settings take their room from
+ *   `reserved`, and each treats 0 as its default.
+ * The page-analysis functions at the end (for estimators and benchmarks)
+ * make no such promise: they are declared only with UZRAM_STATIC_LINKING_ONLY
+ * defined, and only libuzram.a has them, as with zstd's section of the same
+ * name.
  */
 
 #include <stdbool.h>
@@ -42,6 +58,34 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Marks what libuzram.so exports; the library is built with hidden
+ * visibility, so anything unmarked stays inside it. */
+#ifndef UZRAM_API
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define UZRAM_API __attribute__((visibility("default")))
+#else
+#define UZRAM_API
+#endif
+#endif
+
+#define UZRAM_VERSION_MAJOR 0
+#define UZRAM_VERSION_MINOR 1
+#define UZRAM_VERSION_PATCH 0
+#define UZRAM_VERSION_NUMBER                                                                       \
+    (UZRAM_VERSION_MAJOR * 10000 + UZRAM_VERSION_MINOR * 100 + UZRAM_VERSION_PATCH)
+#define UZRAM_STRINGIFY_(x) #x
+#define UZRAM_STRINGIFY(x) UZRAM_STRINGIFY_(x)
+#define UZRAM_VERSION_STRING                                                                       \
+    UZRAM_STRINGIFY(UZRAM_VERSION_MAJOR)                                                           \
+    "." UZRAM_STRINGIFY(UZRAM_VERSION_MINOR) "." UZRAM_STRINGIFY(UZRAM_VERSION_PATCH)
+
+/* The version of the library in use, as UZRAM_VERSION_NUMBER (MAJOR * 10000
+ * + MINOR * 100 + PATCH) and as "MAJOR.MINOR.PATCH". A program built
+ * against one header may run with another library: compare
+ * uzram_version_number() with UZRAM_VERSION_NUMBER to tell. */
+UZRAM_API unsigned uzram_version_number(void);
+UZRAM_API const char *uzram_version(void);
 
 #define UZRAM_PAGE_SIZE 4096u
 #define UZRAM_SECTOR_SIZE 512u
@@ -53,7 +97,11 @@ struct uzram;
  * Creating and destroying a device
  * ---------------------------------------------------------------------- */
 
-/* Settings of a device. Fill with uzram_config_init(), then change fields. */
+/* Settings of a device. Fill with uzram_config_init(), then change fields.
+ * The struct keeps its size across versions of one MAJOR: a later setting
+ * takes its room from `reserved`, with 0 meaning its default, so a program
+ * built against an older header (whose `reserved` is zero) gets the
+ * defaults of settings it does not know. */
 struct uzram_config {
     uint64_t disksize;          /* bytes; a non-zero multiple of 4096 */
     const char *comp_algorithm; /* "lz4" (default), "lz4hc", "zstd", "lzo", "deflate" */
@@ -61,24 +109,27 @@ struct uzram_config {
     bool same_filled;           /* store same-filled pages as one word (default true) */
     bool use_dedup;             /* store identical pages once (default false) */
     uint64_t mem_limit;         /* bytes of pool memory allowed; 0 means no limit */
+    uint64_t reserved[12];      /* must be zero (uzram_config_init() makes it so) */
 };
 
 /* Fill `config` with the defaults: disksize 0 (must be set), lz4 at its
- * default level, same_filled on, use_dedup off, no mem_limit. */
-void uzram_config_init(struct uzram_config *config);
+ * default level, same_filled on, use_dedup off, no mem_limit, reserved
+ * zero. */
+UZRAM_API void uzram_config_init(struct uzram_config *config);
 
 /* Create a device. On success *out owns the device; free it with
  * uzram_destroy().
  * Errors: -EINVAL  config or out is NULL, disksize is 0, not a multiple of
  *                  4096, or larger than 2^44 pages; comp_level outside the
- *                  algorithm's range
+ *                  algorithm's range; `reserved` not zero (a setting of a
+ *                  later version that this library does not have)
  *         -ENOENT  comp_algorithm names no algorithm this build has
  *         -ENOMEM  out of memory. */
-int uzram_create(const struct uzram_config *config, struct uzram **out);
+UZRAM_API int uzram_create(const struct uzram_config *config, struct uzram **out);
 
 /* Free every page and the device itself. NULL is accepted. The caller must
  * make sure no other call on this device is running or will start. */
-void uzram_destroy(struct uzram *dev);
+UZRAM_API void uzram_destroy(struct uzram *dev);
 
 /* Drop all data and zero every statistic except mem_limit, keeping the
  * settings (algorithm, level, same_filled, use_dedup, disksize, mem_limit).
@@ -86,7 +137,7 @@ void uzram_destroy(struct uzram *dev);
  * Like zram, a reset is meant for a device nobody is using: I/O that runs
  * at the same time is safe (nothing crashes or corrupts) but pages it writes
  * may survive the reset. Returns 0. Thread-safe. */
-int uzram_reset(struct uzram *dev);
+UZRAM_API int uzram_reset(struct uzram *dev);
 
 /* ------------------------------------------------------------------------
  * I/O
@@ -98,7 +149,7 @@ int uzram_reset(struct uzram *dev);
  *         -EIO     a stored page failed to decompress (counted in failed_reads;
  *                  this means memory corruption and should never happen)
  *         -ENOMEM  no memory for a decompression context. */
-int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length);
+UZRAM_API int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length);
 
 /* Write `length` bytes from `buf` at `offset`. A partial page is read,
  * patched and written back whole. Pages are written in order; if one fails,
@@ -108,19 +159,20 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length);
  *         -ENOSPC  storing the page would take the pool past mem_limit
  *         -ENOMEM  the system is out of memory
  *         -EIO     an old page needed for a partial write failed to decompress. */
-int uzram_write(struct uzram *dev, uint64_t offset, const void *buf, size_t length);
+UZRAM_API int uzram_write(struct uzram *dev, uint64_t offset, const void *buf, size_t length);
 
 /* Drop the data of whole pages inside the range; they read as zeros and hold
  * no memory. Partial pages at either end are zeroed in place instead (so the
  * range always reads back as zeros afterwards), which may fail like a write.
  * Errors: as uzram_write(). */
-int uzram_discard(struct uzram *dev, uint64_t offset, uint64_t length);
+UZRAM_API int uzram_discard(struct uzram *dev, uint64_t offset, uint64_t length);
 
 /* Make the range read as zeros. With `keep_allocated` false this is
  * uzram_discard(); with it true whole pages are stored as same-filled zero
  * pages (as a device with NBD's NO_HOLE flag must) and still use no pool
  * memory. Errors: as uzram_write(). */
-int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length, bool keep_allocated);
+UZRAM_API int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length,
+                                 bool keep_allocated);
 
 /* Allocation status of the run that starts at `offset`, for NBD's
  * BLOCK_STATUS and for sparse copies. On success *flags is a combination of
@@ -130,15 +182,15 @@ int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length, bool
  * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io). */
 #define UZRAM_EXTENT_HOLE 1u
 #define UZRAM_EXTENT_ZERO 2u
-int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *run_length,
-                 unsigned *flags);
+UZRAM_API int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
+                           uint64_t *run_length, unsigned *flags);
 
 /* Move objects out of sparsely used pool pages and return the pages that
  * become empty to the operating system, while I/O goes on. Adds the pages
  * freed to pages_compacted and, when `pages_freed` is not NULL, stores the
  * number there. Returns 0. Thread-safe; objects in use at that instant are
  * left where they are. */
-int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
+UZRAM_API int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
 
 /* ------------------------------------------------------------------------
  * Settings
@@ -150,22 +202,22 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
  * been discarded. */
 
 /* Errors: -ENOENT unknown name, -EINVAL level out of range, -EBUSY. */
-int uzram_set_algorithm(struct uzram *dev, const char *name, int level);
+UZRAM_API int uzram_set_algorithm(struct uzram *dev, const char *name, int level);
 /* Errors: -EBUSY. */
-int uzram_set_same_filled(struct uzram *dev, bool on);
+UZRAM_API int uzram_set_same_filled(struct uzram *dev, bool on);
 /* Errors: -EBUSY, -ENOMEM (the index could not be allocated). */
-int uzram_set_dedup(struct uzram *dev, bool on);
+UZRAM_API int uzram_set_dedup(struct uzram *dev, bool on);
 
 /* Change the pool memory limit at any time; 0 removes it. Pages already
  * stored stay; later writes that do not fit fail with -ENOSPC. Returns 0. */
-int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
+UZRAM_API int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
 
 /* Set mem_used_max back to the current mem_used_total. Returns 0. */
-int uzram_reset_mem_used_max(struct uzram *dev);
+UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
 
 /* Read back the current settings into `config` (comp_algorithm points to a
  * static string). Returns 0. */
-int uzram_get_config(struct uzram *dev, struct uzram_config *config);
+UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
 
 /* ------------------------------------------------------------------------
  * Statistics
@@ -218,7 +270,7 @@ struct uzram_stats {
  * fields this library does not have. Counters are read one by one without
  * stopping I/O, so under load they may be a few operations apart from each
  * other. Errors: -EINVAL if stats is NULL. */
-int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size);
+UZRAM_API int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size);
 
 /* The counters by name, for programs that show every counter without
  * naming each one: index 0 .. uzram_stat_count() - 1, in UZRAM_STATS
@@ -226,9 +278,9 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size);
  * the end. uzram_stat_value() returns the counter from a snapshot of `size`
  * bytes (as given to uzram_get_stats()), or 0 when `index` is past the end
  * or outside `size`. */
-size_t uzram_stat_count(void);
-const char *uzram_stat_name(size_t index);
-uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t index);
+UZRAM_API size_t uzram_stat_count(void);
+UZRAM_API const char *uzram_stat_name(size_t index);
+UZRAM_API uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t index);
 
 /* Text forms of a snapshot. Each writes a NUL-terminated line ending in '\n'
  * into buf and returns the length written (without the NUL), or -ERANGE if
@@ -237,9 +289,9 @@ uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t i
  *   mm_stat: the MM counters of UZRAM_STATS, space separated (11 fields)
  *   io_stat: the IO counters, space separated (4 fields)
  *   json:    one object with every counter by name, in UZRAM_STATS order */
-int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size);
-int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size);
-int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size);
+UZRAM_API int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size);
+UZRAM_API int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size);
+UZRAM_API int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------
  * Attributes by name, as zram's sysfs has them
@@ -251,7 +303,7 @@ int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size);
  *        stat_json
  * Returns the length written, -ENOENT for an unknown name, -EACCES for a
  * write-only attribute (compact, reset), -ERANGE if buf is too small. */
-int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size);
+UZRAM_API int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size);
 
 /* Write attribute `name` from text. disksize is fixed at creation (a zram
  * device is initialised once too). Writable: comp_algorithm
@@ -260,10 +312,10 @@ int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size);
  * compact (any value) reset (1).
  * Errors: -ENOENT unknown name, -EACCES read-only attribute, -EINVAL bad
  * value, and whatever the setting's own function returns (-EBUSY ...). */
-int uzram_attr_set(struct uzram *dev, const char *name, const char *value);
+UZRAM_API int uzram_attr_set(struct uzram *dev, const char *name, const char *value);
 
 /* The names of all attributes, space separated, in a static string. */
-const char *uzram_attr_names(void);
+UZRAM_API const char *uzram_attr_names(void);
 
 /* ------------------------------------------------------------------------
  * Algorithms and helpers
@@ -272,22 +324,36 @@ const char *uzram_attr_names(void);
 /* Write the names of the algorithms this build has, space separated, with
  * `current` in brackets as zram's comp_algorithm shows it ("lzo [lz4] zstd").
  * `current` may be NULL. Returns the length written or -ERANGE. */
-int uzram_algorithm_list(const char *current, char *buf, size_t size);
+UZRAM_API int uzram_algorithm_list(const char *current, char *buf, size_t size);
 
 /* Level range of an algorithm: *min..*max and the default. An algorithm
  * without levels reports 0, 0, 0. Errors: -ENOENT unknown name. */
-int uzram_algorithm_levels(const char *name, int *min, int *max, int *dflt);
+UZRAM_API int uzram_algorithm_levels(const char *name, int *min, int *max, int *dflt);
 
 /* Parse a size such as "4096", "512K", "1.5G" or "2T" (binary multiples,
  * optional trailing "iB"/"B"). Errors: -EINVAL not a size, -ERANGE too big. */
-int uzram_parse_size(const char *text, uint64_t *bytes);
+UZRAM_API int uzram_parse_size(const char *text, uint64_t *bytes);
 
-/* The library's version, "MAJOR.MINOR.PATCH". */
-const char *uzram_version(void);
+#ifdef __cplusplus
+}
+#endif
+#endif /* UZRAM_H */
 
 /* ------------------------------------------------------------------------
  * Page analysis, for estimators (`uzram estimate`) and benchmarks
  * ---------------------------------------------------------------------- */
+
+/* These expose the engine's inner figures (its size classes, its huge
+ * threshold, its index entry), which change with the engine: they are only
+ * declared for programs that define UZRAM_STATIC_LINKING_ONLY before
+ * including this header, and only libuzram.a has them. Outside the include
+ * guard, so that a second include with the macro defined still sees them. */
+#if defined(UZRAM_STATIC_LINKING_ONLY) && !defined(UZRAM_H_STATIC_LINKING_ONLY)
+#define UZRAM_H_STATIC_LINKING_ONLY
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* If the 4096-byte `page` is one 8-byte word repeated, store the word in
  * *word and return true. Checks the last word before scanning. */
@@ -313,7 +379,8 @@ int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t le
  * and tail waste included); 4096 for a page stored huge. */
 double uzram_pool_object_cost(size_t length);
 
-/* The compressed length from which a page is stored raw (huge). */
+/* The compressed length from which a page is stored raw (huge): a page
+ * whose compressed form is shorter is kept compressed. */
 size_t uzram_huge_threshold(void);
 
 /* Memory the dedup index uses per unique stored object. */
@@ -322,4 +389,4 @@ size_t uzram_dedup_entry_cost(void);
 #ifdef __cplusplus
 }
 #endif
-#endif /* UZRAM_H */
+#endif /* UZRAM_STATIC_LINKING_ONLY */

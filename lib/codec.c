@@ -1,5 +1,8 @@
 /* codec.c - the public face of the compression backends: algorithm names,
  * level ranges and uzram_codec, a compressor for estimators and benchmarks. */
+
+/* defines page-analysis helpers of uzram.h's static-linking-only part */
+#define UZRAM_STATIC_LINKING_ONLY
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

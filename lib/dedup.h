@@ -101,9 +101,12 @@ void dedup_reset_counters(struct dedup *dedup);
 bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle);
 void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle);
 
-/* Test switch: make every page hash to the same value, so that every stored
- * object becomes a candidate and only the full comparison tells them apart. */
+#ifdef UZRAM_TEST_HOOKS
+/* Test switch (test archive only): make every page hash to the same value,
+ * so that every stored object becomes a candidate and only the full
+ * comparison tells them apart. */
 void dedup_force_collisions(struct dedup *dedup, bool on);
+#endif
 
 /* Bytes of index memory per unique object (entry size). */
 uint64_t dedup_entry_size(void);

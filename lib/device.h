@@ -87,9 +87,10 @@ struct page_object {
     unsigned size;
 };
 
-/* Compressed lengths above this are stored raw: saving less than an eighth
- * of a page is not worth a decompression on every read. */
-#define HUGE_THRESHOLD 3584u
+/* A page whose compressed form takes this many bytes or more (3585) is
+ * stored raw: saving less than an eighth of a page is not worth a
+ * decompression on every read. uzram_huge_threshold() reports it. */
+#define HUGE_THRESHOLD (UZRAM_PAGE_SIZE - UZRAM_PAGE_SIZE / 8 + 1)
 
 struct uzram {
     uint64_t disksize;

@@ -1,6 +1,11 @@
-/* fault.c - the countdown behind FAULT_POINT (see fault.h).
- * Only does anything in a build with -DUZRAM_FAULT_INJECTION; otherwise every call is a no-op. */
+/* fault.c - the countdown behind FAULT_POINT (see fault.h): a test hook, built only into the
+ * test archive. Only does anything with -DUZRAM_FAULT_INJECTION; otherwise every call is a no-op.
+ */
 #include "fault.h"
+
+#ifndef UZRAM_TEST_HOOKS
+#error "fault.c belongs to the test archive only (built with -DUZRAM_TEST_HOOKS)"
+#endif
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,5 +1,5 @@
 /* fault.h - fault injection points for the engine's allocations and compression calls.
- * FAULT_POINT(kind) is the constant 0 unless the build has -DUZRAM_FAULT_INJECTION. */
+ * FAULT_POINT(kind) is the constant 0 unless a test build has -DUZRAM_FAULT_INJECTION. */
 #ifndef UZRAM_FAULT_H
 #define UZRAM_FAULT_H
 
@@ -22,8 +22,11 @@
  * 2, 3, ... over a deterministic workload until a run ends with
  * fault_hits() == 0 makes every reachable site fail once.
  *
- * In a normal build the macro is 0, the compiler drops the branch, and the
- * functions below exist but do nothing, so tests link either way.
+ * Elsewhere the macro is 0 and the compiler drops the branch. The functions
+ * below are test hooks: they exist only in the test archive (libuzram-test.a,
+ * built with -DUZRAM_TEST_HOOKS), where without -DUZRAM_FAULT_INJECTION they
+ * do nothing, so every test links either way. libuzram.a and libuzram.so
+ * have none of them.
  */
 
 enum fault_kind {
@@ -32,7 +35,9 @@ enum fault_kind {
     FAULT_ANY = 3u,
 };
 
-#ifdef UZRAM_FAULT_INJECTION
+/* Only test builds have the countdown (fault.c is built into the test
+ * archive alone), so only they may turn the points on. */
+#if defined(UZRAM_FAULT_INJECTION) && defined(UZRAM_TEST_HOOKS)
 #define FAULT_STRINGIFY2(x) #x
 #define FAULT_STRINGIFY(x) FAULT_STRINGIFY2(x)
 #define FAULT_POINT(kind) fault_fire((kind), __FILE__ ":" FAULT_STRINGIFY(__LINE__))

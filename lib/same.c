@@ -1,5 +1,8 @@
 /* same.c - detection and fill of same-filled pages (one 8-byte word repeated).
  * Every written page goes through this check, so it uses the widest vector loads the CPU has. */
+
+/* defines page-analysis helpers of uzram.h's static-linking-only part */
+#define UZRAM_STATIC_LINKING_ONLY
 #include "same.h"
 
 #include <string.h>

@@ -85,13 +85,15 @@ int uzram_reset_mem_used_max(struct uzram *dev)
 
 int uzram_get_config(struct uzram *dev, struct uzram_config *config)
 {
-    config->disksize = dev->disksize;
     uint32_t compression = atomic_load(&dev->compression);
-    config->comp_algorithm = comp_name(compression_algorithm(compression));
-    config->comp_level = compression_level(compression);
-    config->same_filled = atomic_load(&dev->same_filled);
-    config->use_dedup = atomic_load(&dev->use_dedup);
-    config->mem_limit = atomic_load(&dev->mem_limit);
+    *config = (struct uzram_config){
+        .disksize = dev->disksize,
+        .comp_algorithm = comp_name(compression_algorithm(compression)),
+        .comp_level = compression_level(compression),
+        .same_filled = atomic_load(&dev->same_filled),
+        .use_dedup = atomic_load(&dev->use_dedup),
+        .mem_limit = atomic_load(&dev->mem_limit),
+    };
     return 0;
 }
 

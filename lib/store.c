@@ -88,7 +88,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
     uint32_t compression = atomic_load_explicit(&dev->compression, memory_order_relaxed);
     int algo = compression_algorithm(compression);
     int level = compression_level(compression);
-    int length = comp_compress(algo, level, page, compress_buffer, HUGE_THRESHOLD);
+    int length = comp_compress(algo, level, page, compress_buffer, HUGE_THRESHOLD - 1);
     if (length < 0)
         return length;
 
@@ -576,6 +576,16 @@ void uzram_config_init(struct uzram_config *config)
     };
 }
 
+/* A setting of a later version sits in `reserved`: refuse it rather than
+ * run without it. */
+static bool config_reserved_zero(const struct uzram_config *config)
+{
+    for (size_t i = 0; i < sizeof config->reserved / sizeof config->reserved[0]; i++)
+        if (config->reserved[i])
+            return false;
+    return true;
+}
+
 /* 2^44 pages of 4 KiB is 64 PiB: far past any machine, and slot values
  * and dedup ids stay well inside their bit fields. */
 #define MAX_PAGE_COUNT (1ull << 44)
@@ -583,7 +593,7 @@ void uzram_config_init(struct uzram_config *config)
 int uzram_create(const struct uzram_config *config, struct uzram **out)
 {
     if (!config || !out || config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE ||
-        config->disksize / UZRAM_PAGE_SIZE > MAX_PAGE_COUNT)
+        config->disksize / UZRAM_PAGE_SIZE > MAX_PAGE_COUNT || !config_reserved_zero(config))
         return -EINVAL;
     int algo = comp_find(config->comp_algorithm ? config->comp_algorithm : "lz4");
     if (algo < 0)

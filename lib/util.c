@@ -1,5 +1,8 @@
 /* util.c - small public helpers: size parsing, version, cost figures for estimators.
  * Kept apart from the engine so frontends can use them without a device. */
+
+/* defines the page-analysis helpers of uzram.h's static-linking-only part */
+#define UZRAM_STATIC_LINKING_ONLY
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,9 +11,14 @@
 #include "device.h"
 #include "pool.h"
 
+unsigned uzram_version_number(void)
+{
+    return UZRAM_VERSION_NUMBER;
+}
+
 const char *uzram_version(void)
 {
-    return "0.1.0";
+    return UZRAM_VERSION_STRING;
 }
 
 /* Integers are parsed exactly (a double would round sizes above 2^53);
@@ -77,14 +85,14 @@ int uzram_parse_size(const char *text, uint64_t *bytes)
 
 double uzram_pool_object_cost(size_t length)
 {
-    if (length == 0 || length > HUGE_THRESHOLD)
+    if (length == 0 || length >= HUGE_THRESHOLD)
         return UZRAM_PAGE_SIZE;
     return pool_object_cost(length);
 }
 
 size_t uzram_huge_threshold(void)
 {
-    return HUGE_THRESHOLD + 1;
+    return HUGE_THRESHOLD;
 }
 
 size_t uzram_dedup_entry_cost(void)

@@ -1,7 +1,8 @@
 #!/bin/bash
-# check.sh - everything `make check` runs: formatting, plain and ASan+UBSan builds, unit and
-# model tests in both, the concurrent tests under TSan, fault injection, the fuzz corpus, then
-# integration tests with real NBD clients. Ends with a summary in which every skip is named.
+# check.sh - everything `make check` runs: formatting, plain and ASan+UBSan builds, the shared
+# library's exports, unit and model tests in both, the concurrent tests under TSan, fault
+# injection, the fuzz corpus, then integration tests with real NBD clients. Ends with a
+# summary in which every skip is named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -39,6 +40,17 @@ fi
 echo "== build (plain, and ASan+UBSan)"
 make -s -j"$jobs" all || { echo "check: 0 passed, 1 failed"; exit 1; }
 make -s -j"$jobs" asan || { echo "check: 0 passed, 1 failed"; exit 1; }
+
+# The shared library exports the public API and nothing else.
+echo "== exports of libuzram.so"
+if ./scripts/check-exports.sh build/libuzram.so >build/check-exports.log 2>&1; then
+    count exports 0
+    echo "PASS exports: $(sed 's/^check-exports: //' build/check-exports.log)"
+else
+    count exports 1
+    echo "FAIL exports:"
+    sed 's/^/    /' build/check-exports.log
+fi
 
 for dir in build build/asan; do
     echo "== unit and model tests: $dir"

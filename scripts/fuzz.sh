@@ -22,7 +22,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 pkgs="liblz4 libzstd lzo2 libdeflate libxxhash"
 dep_cflags=$(pkg-config --cflags $pkgs)
 dep_libs="$(pkg-config --libs $pkgs) -lm"
-common="-std=gnu11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -Iinclude -Ilib -Isrc $dep_cflags"
+common="-std=gnu11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -DUZRAM_TEST_HOOKS -Iinclude -Ilib -Isrc $dep_cflags"
 
 targets=()
 for source in fuzz/fuzz_*.c; do
@@ -45,13 +45,13 @@ directive() { # source, key
 }
 
 build_replay() {
-    make -s -j"$jobs" O=build/fuzz-replay SAN=address,undefined OPT=-O1 build/fuzz-replay/libuzram.a
+    make -s -j"$jobs" O=build/fuzz-replay SAN=address,undefined OPT=-O1 build/fuzz-replay/libuzram-test.a
     for name in "${targets[@]}"; do
         local source=fuzz/fuzz_$name.c
         # shellcheck disable=SC2046
         ${REPLAY_CC:-gcc} $common -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=all fuzz/replay.c "$source" $(directive "$source" fuzz-link) \
-            build/fuzz-replay/libuzram.a $dep_libs -o "build/fuzz-replay/fuzz_$name"
+            build/fuzz-replay/libuzram-test.a $dep_libs -o "build/fuzz-replay/fuzz_$name"
     done
 }
 
@@ -61,13 +61,13 @@ build_fuzzers() {
         exit 1
     fi
     make -s -j"$jobs" O=build/fuzz CC=clang SAN=address,undefined OPT=-O1 \
-        EXTRA_CFLAGS=-fsanitize=fuzzer-no-link build/fuzz/libuzram.a
+        EXTRA_CFLAGS=-fsanitize=fuzzer-no-link build/fuzz/libuzram-test.a
     for name in "${targets[@]}"; do
         local source=fuzz/fuzz_$name.c
         # shellcheck disable=SC2046
         clang $common -O1 -g -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=all "$source" $(directive "$source" fuzz-link) \
-            build/fuzz/libuzram.a $dep_libs -o "build/fuzz/fuzz_$name"
+            build/fuzz/libuzram-test.a $dep_libs -o "build/fuzz/fuzz_$name"
     done
 }
 

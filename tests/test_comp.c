@@ -19,6 +19,8 @@
 
 #include "comp.h"
 #include "test_util.h"
+/* for uzram_codec_*, in uzram.h's static-linking-only part */
+#define UZRAM_STATIC_LINKING_ONLY
 #include "uzram.h"
 
 #define PAGE 4096
@@ -516,6 +518,46 @@ static void *round_trip_thread(void *arg)
     return NULL;
 }
 
+/* uzram_huge_threshold() is the engine's own rule, not a figure beside it:
+ * a page whose lz4 form is shorter is stored compressed, one whose form is
+ * that long or longer is stored raw. Pages of every compressibility near
+ * the threshold, each measured with the codec and then written. */
+static void test_huge_threshold_is_the_engines(void **state)
+{
+    (void)state;
+    const size_t threshold = uzram_huge_threshold();
+    assert_int_equal(threshold, PAGE - PAGE / 8 + 1);
+    assert_true(uzram_pool_object_cost(threshold) == PAGE);
+    assert_true(uzram_pool_object_cost(threshold - 1) < PAGE);
+
+    struct uzram *dev = test_device(1024 * PAGE, "lz4", 0);
+    struct uzram_codec *codec;
+    assert_int_equal(uzram_codec_open("lz4", 0, &codec), 0);
+    static unsigned char page[PAGE], out[2 * PAGE];
+    unsigned just_below = 0, at = 0;
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 11);
+    for (uint64_t i = 0; i < 1024; i++) {
+        /* 14..18% of the page in runs: lz4 keeps about 3500..3700 bytes */
+        datagen_fill_compressible(&rng, 14 + (unsigned)(i % 5), page, PAGE);
+        int length = uzram_codec_compress(codec, page, out, sizeof out);
+        assert_true(length > 0);
+        uint64_t huge_before = test_stats(dev).huge_pages;
+        assert_int_equal(uzram_write(dev, i * PAGE, page, PAGE), 0);
+        bool huge = test_stats(dev).huge_pages == huge_before + 1;
+        if (huge != ((size_t)length >= threshold))
+            fail_msg("lz4 length %d, threshold %zu: stored %s", length, threshold,
+                     huge ? "raw" : "compressed");
+        just_below += (size_t)length == threshold - 1;
+        at += (size_t)length == threshold;
+    }
+    /* the pages that tell an off-by-one apart */
+    print_message("pages of threshold - 1 bytes: %u, of threshold bytes: %u\n", just_below, at);
+    assert_true(just_below > 0 && at > 0);
+    uzram_codec_close(codec);
+    uzram_destroy(dev);
+}
+
 static void test_concurrent_threads(void **state)
 {
     (void)state;
@@ -547,6 +589,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_levels_resolve),
         cmocka_unit_test(test_algorithm_list),
         cmocka_unit_test(test_codec),
+        cmocka_unit_test(test_huge_threshold_is_the_engines),
         cmocka_unit_test(test_concurrent_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

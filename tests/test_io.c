@@ -899,10 +899,40 @@ static void test_create_errors(void **state)
     assert_int_equal(uzram_create(&config, &dev), -EINVAL);
     config.comp_level = 0;
     config.mem_limit = 1 << 20;
+    /* room for later settings: zero from uzram_config_init(); a value there
+     * is a setting this library does not have, refused rather than ignored */
+    for (size_t i = 0; i < sizeof config.reserved / sizeof config.reserved[0]; i++)
+        assert_true(config.reserved[i] == 0);
+    config.reserved[3] = 1;
+    assert_int_equal(uzram_create(&config, &dev), -EINVAL);
+    config.reserved[3] = 0;
     assert_int_equal(uzram_create(&config, &dev), 0);
     assert_int_equal(test_stats(dev).mem_limit, 1 << 20);
+    /* uzram_get_config() gives back what was set, `reserved` zero */
+    struct uzram_config back;
+    memset(&back, 0xff, sizeof back);
+    assert_int_equal(uzram_get_config(dev, &back), 0);
+    assert_string_equal(back.comp_algorithm, "zstd");
+    assert_true(back.disksize == DISK_SIZE && back.mem_limit == 1 << 20 && back.same_filled &&
+                !back.use_dedup && back.comp_level == 3);
+    for (size_t i = 0; i < sizeof back.reserved / sizeof back.reserved[0]; i++)
+        assert_true(back.reserved[i] == 0);
     uzram_destroy(dev);
     uzram_destroy(NULL);
+}
+
+/* The version the header names is the library's, in both forms. */
+static void test_version(void **state)
+{
+    (void)state;
+    assert_int_equal(uzram_version_number(), UZRAM_VERSION_NUMBER);
+    assert_string_equal(uzram_version(), UZRAM_VERSION_STRING);
+    char expected[32];
+    snprintf(expected, sizeof expected, "%d.%d.%d", UZRAM_VERSION_MAJOR, UZRAM_VERSION_MINOR,
+             UZRAM_VERSION_PATCH);
+    assert_string_equal(uzram_version(), expected);
+    assert_int_equal(UZRAM_VERSION_NUMBER,
+                     UZRAM_VERSION_MAJOR * 10000 + UZRAM_VERSION_MINOR * 100 + UZRAM_VERSION_PATCH);
 }
 
 #define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
@@ -927,6 +957,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compaction),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_version),
     };
     return cmocka_run_group_tests_name("io", tests, NULL, NULL);
 }

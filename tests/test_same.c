@@ -11,6 +11,8 @@
 
 #include "same.h"
 #include "test_util.h"
+/* for uzram_page_same_filled, in uzram.h's static-linking-only part */
+#define UZRAM_STATIC_LINKING_ONLY
 #include "uzram.h"
 
 #define PAGE 4096

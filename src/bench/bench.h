@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The bench measures the engine's page-analysis helpers (codecs, the
+ * same-filled check): uzram.h's static-linking-only part. */
+#define UZRAM_STATIC_LINKING_ONLY
 #include "uzram.h"
 
 #define BENCH_PAGE UZRAM_PAGE_SIZE

@@ -8,6 +8,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The estimate models the engine with its page-analysis helpers (codecs,
+ * pool and index costs, the huge threshold): uzram.h's static-linking-only
+ * part. Every file of estimate/ includes this header first. */
+#define UZRAM_STATIC_LINKING_ONLY
+#include "uzram.h"
+
 #define ESTIMATE_MAX_ALGORITHMS 8
 #define ESTIMATE_WORD 8 /* the seed's same-filled check compares unsigned longs (64-bit) */
 /* Histogram buckets of reference counts: 1, 2, 3-4, 5-8, ... up to 2^32. */
