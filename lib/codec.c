@@ -58,12 +58,10 @@ int uzram_codec_open(const char *name, int level, struct uzram_codec **out)
     if (!out)
         return -EINVAL;
     *out = NULL;
-    int id = comp_find(name);
-    if (id < 0)
-        return id;
-    int resolved = comp_resolve_level(id, level);
-    if (resolved < 0)
-        return resolved;
+    int id, resolved;
+    int rc = comp_choose(name, level, &id, &resolved);
+    if (rc < 0)
+        return rc;
     struct uzram_codec *codec = malloc(sizeof *codec);
     if (!codec)
         return -ENOMEM;

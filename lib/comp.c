@@ -479,6 +479,19 @@ int comp_resolve_level(int id, int level)
     return level;
 }
 
+int comp_choose(const char *name, int level, int *id, int *resolved_level)
+{
+    int found = comp_find(name);
+    if (found < 0)
+        return found;
+    int resolved = comp_resolve_level(found, level);
+    if (resolved < 0)
+        return resolved;
+    *id = found;
+    *resolved_level = resolved;
+    return 0;
+}
+
 int comp_compress(int id, int level, const void *page, void *dst, size_t capacity)
 {
     if (!valid_id(id))

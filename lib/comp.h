@@ -29,6 +29,11 @@ void comp_levels(int id, int *min, int *max, int *dflt);
  * outside the algorithm's range. */
 int comp_resolve_level(int id, int level);
 
+/* Algorithm `name` at `level` (0: its default) as the engine stores them:
+ * *id and the resolved *resolved_level. Returns 0, -ENOENT for an unknown
+ * name or -EINVAL for a level outside the algorithm's range. */
+int comp_choose(const char *name, int level, int *id, int *resolved_level);
+
 /* Compress one 4096-byte page with algorithm `id` at `level` (already
  * resolved) into dst of `capacity` bytes, using this thread's context.
  * Returns the compressed length (> 0), 0 if the result does not fit in

@@ -18,13 +18,10 @@ static bool device_holds_data(struct uzram *dev)
 
 int uzram_set_algorithm(struct uzram *dev, const char *name, int level)
 {
-    int algo = comp_find(name);
-    if (algo < 0)
-        return algo;
-    int resolved = comp_resolve_level(algo, level);
-    if (resolved < 0)
-        return resolved;
-    int rc = 0;
+    int algo, resolved;
+    int rc = comp_choose(name, level, &algo, &resolved);
+    if (rc < 0)
+        return rc;
     pthread_mutex_lock(&dev->settings_lock);
     if (device_holds_data(dev)) {
         rc = -EBUSY;

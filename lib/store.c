@@ -595,17 +595,16 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
     if (!config || !out || config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE ||
         config->disksize / UZRAM_PAGE_SIZE > MAX_PAGE_COUNT || !config_reserved_zero(config))
         return -EINVAL;
-    int algo = comp_find(config->comp_algorithm ? config->comp_algorithm : "lz4");
-    if (algo < 0)
-        return algo;
-    int level = comp_resolve_level(algo, config->comp_level);
-    if (level < 0)
-        return level;
+    int algo, level;
+    int rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
+                         config->comp_level, &algo, &level);
+    if (rc < 0)
+        return rc;
 
     struct uzram *dev = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dev);
     if (!dev)
         return -ENOMEM;
-    int rc = -ENOMEM;
+    rc = -ENOMEM;
     dev->disksize = config->disksize;
     dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
     /* mmap rather than calloc: the table of a large disk is only backed by
