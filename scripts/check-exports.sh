@@ -1,6 +1,7 @@
 #!/bin/bash
 # check-exports.sh - the shared library exports exactly the functions uzram.h marks UZRAM_API:
-# only uzram_* names, none of the engine's insides or test hooks, none missing; and its soname.
+# only uzram_* names, none of the engine's insides or test hooks, none missing; its soname; and
+# a program linked against it alone (tests/shared_smoke.c) runs.
 # Usage: check-exports.sh [LIBRARY] (default build/libuzram.so). Exit 0 or 1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +47,20 @@ if [[ $soname != "libuzram.so.$major" ]]; then
     echo "check-exports: soname is '$soname', not libuzram.so.$major"
     status=1
 fi
+dir=$(dirname "$lib")
+smoke=$dir/shared_smoke
+if ! ${CC:-gcc} -std=gnu11 -Wall -Wextra -Werror -Iinclude tests/shared_smoke.c -L"$dir" -luzram \
+    -o "$smoke" || ! LD_LIBRARY_PATH=$dir "$smoke" >"$smoke.out" 2>&1; then
+    echo "check-exports: a program linked against $lib alone does not build or run:"
+    sed 's/^/    /' "$smoke.out" 2>/dev/null
+    status=1
+elif ! LD_LIBRARY_PATH=$dir ldd "$smoke" | grep -q "$soname => $dir/"; then
+    echo "check-exports: $smoke does not load $soname from $dir:"
+    LD_LIBRARY_PATH=$dir ldd "$smoke" | sed 's/^/    /'
+    status=1
+fi
 if [[ $status -eq 0 ]]; then
     echo "check-exports: $lib ($soname) exports $(wc -l <<<"$exported") symbols," \
-        "all uzram_*, exactly the UZRAM_API functions of uzram.h"
+        "all uzram_*, exactly the UZRAM_API functions of uzram.h; a program linked against it runs"
 fi
 exit $status
