@@ -7,45 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "nbd/server.h"
 #include "common/util.h"
-
-static void serve_usage(FILE *out)
-{
-    fputs("Usage: uzram serve [OPTION]...\n"
-          "Create a compressed RAM disk and serve it over NBD until SIGINT/SIGTERM.\n"
-          "\n"
-          "Device:\n"
-          "  -s, --size SIZE         disk size, K/M/G/T suffixes (default 1G)\n"
-          "  -a, --algorithm NAME    compression algorithm (default lz4)\n"
-          "  -l, --level N           compression level (default: the algorithm's)\n"
-          "      --no-same-filled    do not store same-filled pages as one word\n"
-          "  -d, --dedup             store identical pages once\n"
-          "  -m, --mem-limit SIZE    most memory the compressed pages may use (default none)\n"
-          "  -n, --name NAME         device and export name (default uzram0)\n"
-          "  -r, --read-only         refuse writes\n"
-          "\n"
-          "Listening:\n"
-          "  -u, --unix PATH         NBD Unix socket (default $XDG_RUNTIME_DIR/uzram/NAME.sock,\n"
-          "                          or /run/uzram/NAME.sock)\n"
-          "      --no-unix           no Unix socket (needs --tcp)\n"
-          "  -t, --tcp [ADDR:]PORT   also listen on TCP (default address 127.0.0.1)\n"
-          "      --socket-mode OCTAL mode of the NBD Unix socket (default 0600)\n"
-          "      --socket-group GROUP  group of the NBD Unix socket\n"
-          "      --threads N         worker threads per client connection (default: number\n"
-          "                          of CPUs, at least 2)\n"
-          "  -q, --quiet             print no banner and no per-client messages\n"
-          "  -h, --help              show this help\n"
-          "\n"
-          "The control socket NAME.ctl is created beside the NBD socket; see uzram status\n"
-          "and uzram attr. Example:\n"
-          "  uzram serve -s 4G -a zstd --dedup &\n"
-          "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n",
-          out);
-}
 
 enum {
     OPT_NO_SAME_FILLED = 256,
@@ -53,23 +21,96 @@ enum {
     OPT_SOCKET_MODE,
     OPT_SOCKET_GROUP,
     OPT_THREADS,
+    OPT_CONFIG,
 };
 
-static int parse_size_option(const char *option, const char *text, uint64_t *bytes)
+/* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
+ * the configuration file are all made from this list, so an option added here is a key
+ * too. A row without a name starts a group of --help. Flags (optional_argument) take
+ * `=yes` or `=no` in their long form, so the command line can undo a file's setting. */
+static const struct serve_option {
+    const char *name; /* long option and configuration key */
+    int code;         /* short option letter, or OPT_* */
+    int has_arg;      /* required_argument, optional_argument (a flag), no_argument */
+    const char *arg;  /* what --help calls the argument */
+    const char *help; /* lines after the first are indented under it */
+    bool command_line_only;
+} serve_options[] = {
+    {NULL, 0, 0, NULL, "Device:", false},
+    {"size", 's', required_argument, "SIZE", "disk size, K/M/G/T suffixes (default 1G)", false},
+    {"algorithm", 'a', required_argument, "NAME", "compression algorithm (default lz4)", false},
+    {"level", 'l', required_argument, "N", "compression level (default: the algorithm's)", false},
+    {"no-same-filled", OPT_NO_SAME_FILLED, optional_argument, NULL,
+     "do not store same-filled pages as one word", false},
+    {"dedup", 'd', optional_argument, NULL, "store identical pages once", false},
+    {"mem-limit", 'm', required_argument, "SIZE",
+     "most memory the compressed pages may use (default none)", false},
+    {"name", 'n', required_argument, "NAME",
+     "device and export name (default uzram0; with --config,\n"
+     "the section to serve)",
+     true},
+    {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
+    {NULL, 0, 0, NULL, "Listening:", false},
+    {"unix", 'u', required_argument, "PATH",
+     "NBD Unix socket (default $XDG_RUNTIME_DIR/uzram/NAME.sock,\n"
+     "or /run/uzram/NAME.sock)",
+     false},
+    {"no-unix", OPT_NO_UNIX, optional_argument, NULL, "no Unix socket (needs --tcp)", false},
+    {"tcp", 't', required_argument, "[ADDR:]PORT", "also listen on TCP (default address 127.0.0.1)",
+     false},
+    {"socket-mode", OPT_SOCKET_MODE, required_argument, "OCTAL",
+     "mode of the NBD Unix socket (default 0600)", false},
+    {"socket-group", OPT_SOCKET_GROUP, required_argument, "GROUP", "group of the NBD Unix socket",
+     false},
+    {"threads", OPT_THREADS, required_argument, "N",
+     "worker threads per client connection (default: number\n"
+     "of CPUs, at least 2)",
+     false},
+    {NULL, 0, 0, NULL, "Other:", false},
+    {"config", OPT_CONFIG, required_argument, "FILE",
+     "read the options of device NAME from the [NAME] section\n"
+     "of FILE; options on the command line win",
+     true},
+    {"quiet", 'q', optional_argument, NULL, "print no banner and no per-client messages", false},
+    {"help", 'h', no_argument, NULL, "show this help", true},
+};
+#define SERVE_OPTION_COUNT (sizeof serve_options / sizeof serve_options[0])
+#define HELP_COLUMN 26
+
+static void serve_usage(FILE *out)
 {
-    int rc = uzram_parse_size(text, bytes);
-    if (rc == -ERANGE) {
-        fprintf(stderr, "uzram: %s '%s' is too large\n", option, text);
-        return -1;
+    fputs("Usage: uzram serve [OPTION]...\n"
+          "Create a compressed RAM disk and serve it over NBD until SIGINT/SIGTERM.\n",
+          out);
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
+        const struct serve_option *o = &serve_options[i];
+        if (o->name == NULL) {
+            fprintf(out, "\n%s\n", o->help);
+            continue;
+        }
+        char left[64];
+        int n = snprintf(left, sizeof left, "  %c%c%c --%s%s%s", o->code < 256 ? '-' : ' ',
+                         o->code < 256 ? o->code : ' ', o->code < 256 ? ',' : ' ', o->name,
+                         o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(out, "%-*s", HELP_COLUMN - 1, left);
+        if (n >= HELP_COLUMN - 1)
+            fputc(' ', out);
+        for (const char *line = o->help; line != NULL;) {
+            const char *end = strchr(line, '\n');
+            fprintf(out, " %.*s\n", end ? (int)(end - line) : (int)strlen(line), line);
+            line = end ? end + 1 : NULL;
+            if (line != NULL)
+                fprintf(out, "%*s", HELP_COLUMN - 1, "");
+        }
     }
-    if (rc < 0) {
-        fprintf(stderr,
-                "uzram: %s '%s' is not a size; use a number with an optional K, M, G "
-                "or T suffix, e.g. 512M\n",
-                option, text);
-        return -1;
-    }
-    return 0;
+    fputs("\n"
+          "Flags take an optional =yes or =no in their long form (--dedup=no). The keys of a\n"
+          "--config file are the long options above, one 'KEY = VALUE' a line, in a [NAME]\n"
+          "section per device. The control socket NAME.ctl is created beside the NBD socket;\n"
+          "see uzram status and uzram attr. Example:\n"
+          "  uzram serve -s 4G -a zstd --dedup &\n"
+          "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n",
+          out);
 }
 
 static int parse_uint(const char *text, unsigned long max, int base, unsigned long *value)
@@ -83,48 +124,290 @@ static int parse_uint(const char *text, unsigned long max, int base, unsigned lo
     return 0;
 }
 
+/* Where a setting came from: the command line (file NULL) or a line of the configuration. */
+struct origin {
+    const char *file;
+    unsigned line;
+};
+
 /* What `uzram serve` was asked for: the device, and where to listen. */
 struct serve_plan {
     struct uzram_config config;
     struct nbd_server_options options;
     const char *size_text, *level_text, *unix_path;
     bool no_unix;
+    /* Where each option was last set, for the messages of checks made later. */
+    struct origin from[SERVE_OPTION_COUNT];
     /* Storage for the paths options points to when they are derived. */
     char default_unix[PATH_MAX], ctl_path[PATH_MAX];
 };
 
-/* The steps below return GO_ON, or the exit status to stop with. */
+/* The GO_ON-or-status steps below return GO_ON, or the exit status to stop with. */
 #define GO_ON (-1)
 
-/* The command line. Values that need no context are checked here, each with
- * its own message; the rest waits for device_settings() and socket_paths(). */
-static int parse_options(int argc, char **argv, struct serve_plan *plan)
+/* The option a configuration key names, or NULL: every option but the command-line-only ones. */
+static const struct serve_option *option_by_key(const char *key)
 {
-    static const struct option long_options[] = {
-        {"size", required_argument, NULL, 's'},
-        {"algorithm", required_argument, NULL, 'a'},
-        {"level", required_argument, NULL, 'l'},
-        {"no-same-filled", no_argument, NULL, OPT_NO_SAME_FILLED},
-        {"dedup", no_argument, NULL, 'd'},
-        {"mem-limit", required_argument, NULL, 'm'},
-        {"name", required_argument, NULL, 'n'},
-        {"read-only", no_argument, NULL, 'r'},
-        {"unix", required_argument, NULL, 'u'},
-        {"no-unix", no_argument, NULL, OPT_NO_UNIX},
-        {"tcp", required_argument, NULL, 't'},
-        {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
-        {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
+        if (serve_options[i].name != NULL && !serve_options[i].command_line_only &&
+            strcmp(serve_options[i].name, key) == 0)
+            return &serve_options[i];
+    return NULL;
+}
+
+static const struct serve_option *option_by_code(int code)
+{
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
+        if (serve_options[i].name != NULL && serve_options[i].code == code)
+            return &serve_options[i];
+    return NULL;
+}
+
+/* How a message names an option: "--size" on the command line; "size", after "FILE:LINE: ",
+ * from a configuration file. Messages read "uzram: WHERE... NAME 'VALUE' ...". */
+struct label {
+    char where[PATH_MAX + 32];
+    char name[64];
+};
+
+static const struct label *option_label(const struct serve_option *option,
+                                        const struct origin *from, struct label *label)
+{
+    if (from->file == NULL) {
+        label->where[0] = '\0';
+        snprintf(label->name, sizeof label->name, "--%s", option->name);
+    } else {
+        snprintf(label->where, sizeof label->where, "%s:%u: ", from->file, from->line);
+        snprintf(label->name, sizeof label->name, "%s", option->name);
+    }
+    return label;
+}
+
+static int parse_size_option(const struct label *label, const char *text, uint64_t *bytes)
+{
+    int rc = uzram_parse_size(text, bytes);
+    if (rc == -ERANGE) {
+        fprintf(stderr, "uzram: %s%s '%s' is too large\n", label->where, label->name, text);
+        return -1;
+    }
+    if (rc < 0) {
+        fprintf(stderr,
+                "uzram: %s%s '%s' is not a size; use a number with an optional K, M, G "
+                "or T suffix, e.g. 512M\n",
+                label->where, label->name, text);
+        return -1;
+    }
+    return 0;
+}
+
+/* A flag's value: none (the flag alone), or yes/no as systemd spells them. */
+static int parse_flag(const struct label *label, const char *text, bool *value)
+{
+    static const char *const yes[] = {"yes", "y", "true", "on", "1"};
+    static const char *const no[] = {"no", "n", "false", "off", "0"};
+    if (text == NULL) {
+        *value = true;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcasecmp(text, yes[i]) == 0 || strcasecmp(text, no[i]) == 0) {
+            *value = strcasecmp(text, yes[i]) == 0;
+            return 0;
+        }
+    }
+    fprintf(stderr, "uzram: %sbad %s '%s'; use yes or no\n", label->where, label->name, text);
+    return -1;
+}
+
+/* One option, from the command line or the configuration: returns 0, or -1 after one line
+ * that names where the bad value came from and says what is allowed. */
+static int apply_option(struct serve_plan *plan, const struct serve_option *option, const char *arg,
+                        const struct origin *from)
+{
     struct uzram_config *config = &plan->config;
     struct nbd_server_options *options = &plan->options;
+    struct label label;
     unsigned long value;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int c;
+    bool flag = false;
 
+    option_label(option, from, &label);
+    plan->from[option - serve_options] = *from;
+    if (option->has_arg == optional_argument && parse_flag(&label, arg, &flag) < 0)
+        return -1;
+    switch (option->code) {
+    case 's':
+        plan->size_text = arg;
+        break;
+    case 'a':
+        config->comp_algorithm = arg;
+        break;
+    case 'l':
+        plan->level_text = arg;
+        break;
+    case OPT_NO_SAME_FILLED:
+        config->same_filled = !flag;
+        break;
+    case 'd':
+        config->use_dedup = flag;
+        break;
+    case 'm':
+        return parse_size_option(&label, arg, &config->mem_limit);
+    case 'n':
+        if (!util_valid_name(arg)) {
+            fprintf(stderr, "uzram: %sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -\n",
+                    label.where, label.name, arg);
+            return -1;
+        }
+        options->name = arg;
+        break;
+    case 'r':
+        options->read_only = flag;
+        break;
+    case 'u':
+        plan->unix_path = arg;
+        break;
+    case OPT_NO_UNIX:
+        plan->no_unix = flag;
+        break;
+    case 't':
+        options->tcp = arg;
+        break;
+    case OPT_SOCKET_MODE:
+        if (parse_uint(arg, 0777, 8, &value) < 0) {
+            fprintf(stderr, "uzram: %sbad %s '%s'; use an octal mode like 0660\n", label.where,
+                    label.name, arg);
+            return -1;
+        }
+        options->socket_mode = (unsigned)value;
+        break;
+    case OPT_SOCKET_GROUP: {
+        struct group *group = getgrnam(arg);
+        if (group != NULL)
+            options->socket_gid = (long)group->gr_gid;
+        else if (parse_uint(arg, INT_MAX, 10, &value) == 0)
+            options->socket_gid = (long)value;
+        else {
+            fprintf(stderr, "uzram: %sunknown %s '%s'; give a group name or id\n", label.where,
+                    label.name, arg);
+            return -1;
+        }
+        break;
+    }
+    case OPT_THREADS:
+        if (parse_uint(arg, NBD_SERVER_MAX_THREADS, 10, &value) < 0 || value == 0) {
+            fprintf(stderr, "uzram: %sbad %s '%s'; use a number from 1 to %u\n", label.where,
+                    label.name, arg, NBD_SERVER_MAX_THREADS);
+            return -1;
+        }
+        options->threads = (unsigned)value;
+        break;
+    case 'q':
+        options->quiet = flag;
+        break;
+    }
+    return 0;
+}
+
+/* The section of the configuration file to serve: the one named by --name, or the only one.
+ * Every section's keys are checked, so a typo anywhere in the file is found at once. */
+static int apply_config(struct serve_plan *plan, const char *path, const char *name,
+                        struct config **loaded)
+{
+    char error[PATH_MAX + 512];
+    if (config_load(path, loaded, error, sizeof error) < 0) {
+        fprintf(stderr, "uzram: %s\n", error);
+        return 1;
+    }
+    const struct config *config = *loaded;
+    char keys[1024] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < SERVE_OPTION_COUNT && used < sizeof keys; i++)
+        if (serve_options[i].name != NULL && !serve_options[i].command_line_only)
+            used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", used ? ", " : "",
+                                     serve_options[i].name);
+    for (size_t s = 0; s < config->section_count; s++) {
+        const struct config_section *section = &config->sections[s];
+        if (!util_valid_name(section->name)) {
+            fprintf(stderr,
+                    "uzram: %s:%u: bad section name [%s]; a device name is 1-64 characters "
+                    "from A-Z a-z 0-9 . _ -\n",
+                    path, section->line, section->name);
+            return 1;
+        }
+        for (size_t e = 0; e < section->entry_count; e++) {
+            const struct config_entry *entry = &section->entries[e];
+            const struct serve_option *option = option_by_key(entry->key);
+            if (option == NULL && strcmp(entry->key, "name") == 0) {
+                fprintf(stderr,
+                        "uzram: %s:%u: 'name' is not a key: the section [%s] names its device\n",
+                        path, entry->line, section->name);
+                return 1;
+            }
+            if (option == NULL) {
+                fprintf(stderr, "uzram: %s:%u: unknown key '%s' in [%s]; the keys are: %s\n", path,
+                        entry->line, entry->key, section->name, keys);
+                return 1;
+            }
+            if (entry->value[0] == '\0') {
+                fprintf(stderr, "uzram: %s:%u: key '%s' needs a value%s\n", path, entry->line,
+                        entry->key, option->has_arg == optional_argument ? " (yes or no)" : "");
+                return 1;
+            }
+        }
+    }
+
+    const struct config_section *chosen = NULL;
+    if (name != NULL) {
+        chosen = config_section(config, name);
+    } else if (config->section_count == 1) {
+        chosen = &config->sections[0];
+    } else if (config->section_count > 1) {
+        fprintf(stderr, "uzram: %s has %zu devices ([%s], [%s]%s); choose one with --name\n", path,
+                config->section_count, config->sections[0].name, config->sections[1].name,
+                config->section_count > 2 ? ", ..." : "");
+        return 1;
+    }
+    if (chosen == NULL) {
+        fprintf(stderr, "uzram: %s has no section [%s]; add one with the device's settings\n", path,
+                name ? name : "NAME");
+        return 1;
+    }
+    plan->options.name = chosen->name;
+    for (size_t e = 0; e < chosen->entry_count; e++) {
+        const struct config_entry *entry = &chosen->entries[e];
+        const struct origin from = {path, entry->line};
+        if (apply_option(plan, option_by_key(entry->key), entry->value, &from) < 0)
+            return 1;
+    }
+    return GO_ON;
+}
+
+/* The command line: options are collected first, so that the configuration file (which
+ * --config names, anywhere on the line) is applied before them and they override it. Values
+ * that need no context are checked as they are applied, each with its own message; the
+ * rest waits for device_settings() and socket_paths(). */
+static int parse_options(int argc, char **argv, struct serve_plan *plan, struct config **loaded)
+{
+    struct option long_options[SERVE_OPTION_COUNT + 1];
+    char short_options[3 * SERVE_OPTION_COUNT + 1];
+    size_t long_count = 0, short_length = 0;
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
+        const struct serve_option *o = &serve_options[i];
+        if (o->name == NULL)
+            continue;
+        long_options[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
+        if (o->code < 256) {
+            short_options[short_length++] = (char)o->code;
+            if (o->has_arg == required_argument)
+                short_options[short_length++] = ':';
+        }
+    }
+    long_options[long_count] = (struct option){NULL, 0, NULL, 0};
+    short_options[short_length] = '\0';
+
+    struct uzram_config *config = &plan->config;
+    struct nbd_server_options *options = &plan->options;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     uzram_config_init(config);
     config->comp_algorithm = "lz4";
     *options = (struct nbd_server_options){
@@ -138,88 +421,33 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan)
     options->threads = cpus < 2                        ? 2
                        : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
                                                        : (unsigned)cpus;
+
+    struct {
+        const struct serve_option *option;
+        const char *arg;
+    } given[argc > 0 ? argc : 1];
+    size_t given_count = 0;
+    const char *config_path = NULL, *name = NULL;
+    int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "s:a:l:dm:n:ru:t:qh", long_options, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            plan->size_text = optarg;
-            break;
-        case 'a':
-            config->comp_algorithm = optarg;
-            break;
-        case 'l':
-            plan->level_text = optarg;
-            break;
-        case OPT_NO_SAME_FILLED:
-            config->same_filled = false;
-            break;
-        case 'd':
-            config->use_dedup = true;
-            break;
-        case 'm':
-            if (parse_size_option("--mem-limit", optarg, &config->mem_limit) < 0)
-                return 1;
-            break;
-        case 'n':
-            if (!util_valid_name(optarg)) {
-                fprintf(stderr,
-                        "uzram: bad --name '%s'; use 1-64 characters from "
-                        "A-Z a-z 0-9 . _ -\n",
-                        optarg);
-                return 1;
-            }
-            options->name = optarg;
-            break;
-        case 'r':
-            options->read_only = true;
-            break;
-        case 'u':
-            plan->unix_path = optarg;
-            break;
-        case OPT_NO_UNIX:
-            plan->no_unix = true;
-            break;
-        case 't':
-            options->tcp = optarg;
-            break;
-        case OPT_SOCKET_MODE:
-            if (parse_uint(optarg, 0777, 8, &value) < 0) {
-                fprintf(stderr, "uzram: bad --socket-mode '%s'; use an octal mode like 0660\n",
-                        optarg);
-                return 1;
-            }
-            options->socket_mode = (unsigned)value;
-            break;
-        case OPT_SOCKET_GROUP: {
-            struct group *group = getgrnam(optarg);
-            if (group != NULL)
-                options->socket_gid = (long)group->gr_gid;
-            else if (parse_uint(optarg, INT_MAX, 10, &value) == 0)
-                options->socket_gid = (long)value;
-            else {
-                fprintf(stderr, "uzram: unknown --socket-group '%s'; give a group name or id\n",
-                        optarg);
-                return 1;
-            }
-            break;
-        }
-        case OPT_THREADS:
-            if (parse_uint(optarg, NBD_SERVER_MAX_THREADS, 10, &value) < 0 || value == 0) {
-                fprintf(stderr, "uzram: bad --threads '%s'; use a number from 1 to 256\n", optarg);
-                return 1;
-            }
-            options->threads = (unsigned)value;
-            break;
-        case 'q':
-            options->quiet = true;
-            break;
-        case 'h':
+    while ((c = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
+        const struct serve_option *option = option_by_code(c);
+        if (c == 'h') {
             serve_usage(stdout);
             return 0;
-        default:
+        }
+        if (option == NULL) {
             fputs("Try 'uzram serve --help' for more information.\n", stderr);
             return 2;
         }
+        if (c == OPT_CONFIG) {
+            config_path = optarg;
+        } else {
+            given[given_count].option = option;
+            given[given_count++].arg = optarg;
+        }
+        if (c == 'n')
+            name = optarg;
     }
     if (optind < argc) {
         fprintf(stderr,
@@ -228,7 +456,23 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan)
                 argv[optind]);
         return 2;
     }
+    if (config_path != NULL) {
+        int status = apply_config(plan, config_path, name, loaded);
+        if (status != GO_ON)
+            return status;
+    }
+    const struct origin command_line = {NULL, 0};
+    for (size_t i = 0; i < given_count; i++)
+        if (apply_option(plan, given[i].option, given[i].arg, &command_line) < 0)
+            return 1;
     return GO_ON;
+}
+
+/* How a later check names an option: as it was last given. */
+static const struct label *label_of(const struct serve_plan *plan, int code, struct label *label)
+{
+    const struct serve_option *option = option_by_code(code);
+    return option_label(option, &plan->from[option - serve_options], label);
 }
 
 /* Size, algorithm and level, checked before the device is made so that each
@@ -236,11 +480,14 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan)
 static int device_settings(struct serve_plan *plan)
 {
     struct uzram_config *config = &plan->config;
+    struct label label;
 
-    if (parse_size_option("--size", plan->size_text, &config->disksize) < 0)
+    label_of(plan, 's', &label);
+    if (parse_size_option(&label, plan->size_text, &config->disksize) < 0)
         return 1;
     if (config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE != 0) {
-        fprintf(stderr, "uzram: --size %s must be a non-zero multiple of 4K\n", plan->size_text);
+        fprintf(stderr, "uzram: %s%s '%s' must be a non-zero multiple of 4K\n", label.where,
+                label.name, plan->size_text);
         return 1;
     }
     int min_level, max_level, default_level;
@@ -249,7 +496,8 @@ static int device_settings(struct serve_plan *plan)
         char list[256] = "";
         uzram_algorithm_list(NULL, list, sizeof list);
         list[strcspn(list, "\n")] = '\0';
-        fprintf(stderr, "uzram: unknown algorithm '%s'; choose one of: %s\n",
+        label_of(plan, 'a', &label);
+        fprintf(stderr, "uzram: %sunknown %s '%s'; choose one of: %s\n", label.where, label.name,
                 config->comp_algorithm, list);
         return 1;
     }
@@ -261,12 +509,14 @@ static int device_settings(struct serve_plan *plan)
         if (errno || end == level_text || *end != '\0' ||
             (min_level == 0 && max_level == 0 && level != 0) ||
             (level != 0 && (level < min_level || level > max_level))) {
+            label_of(plan, 'l', &label);
             if (min_level == 0 && max_level == 0)
-                fprintf(stderr, "uzram: algorithm %s has no levels; drop --level\n",
-                        config->comp_algorithm);
+                fprintf(stderr, "uzram: %salgorithm %s has no levels; drop %s\n", label.where,
+                        config->comp_algorithm, label.name);
             else
-                fprintf(stderr, "uzram: bad --level '%s' for %s; use %d to %d (default %d)\n",
-                        level_text, config->comp_algorithm, min_level, max_level, default_level);
+                fprintf(stderr, "uzram: %sbad %s '%s' for %s; use %d to %d (default %d)\n",
+                        label.where, label.name, level_text, config->comp_algorithm, min_level,
+                        max_level, default_level);
             return 1;
         }
         config->comp_level = (int)level;
@@ -358,12 +608,14 @@ static int create_and_serve(const struct serve_plan *plan)
 int cmd_serve(int argc, char **argv)
 {
     struct serve_plan plan = {0};
-    int status = parse_options(argc, argv, &plan);
+    struct config *config = NULL; /* the strings of its section stay in use until the end */
+    int status = parse_options(argc, argv, &plan, &config);
     if (status == GO_ON)
         status = device_settings(&plan);
     if (status == GO_ON)
         status = socket_paths(&plan);
     if (status == GO_ON)
         status = create_and_serve(&plan);
+    config_free(config);
     return status;
 }
