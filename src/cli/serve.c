@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "nbd/server.h"
+#include "common/systemd.h"
 #include "common/util.h"
 
 enum {
@@ -609,6 +610,7 @@ int cmd_serve(int argc, char **argv)
 {
     struct serve_plan plan = {0};
     struct config *config = NULL; /* the strings of its section stay in use until the end */
+    systemd_init();
     int status = parse_options(argc, argv, &plan, &config);
     if (status == GO_ON)
         status = device_settings(&plan);

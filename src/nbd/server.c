@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "nbd/server.h"
+#include "common/systemd.h"
 #include "common/util.h"
 
 struct nbd_server {
@@ -399,6 +400,13 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
             printf("  connect: nbdinfo 'nbd://%s'   stats: uzram status\n", tcp_shown);
         fflush(stdout);
     }
+    /* Every socket listens: a service manager waiting for us (systemd's Type=notify) may
+     * start what needs the device now. */
+    char state[128];
+    snprintf(state, sizeof state, "READY=1\nSTATUS=serving %s", options->name);
+    int rc = systemd_notify(state);
+    if (rc < 0)
+        fprintf(stderr, "uzram: cannot tell the service manager we are ready: %s\n", strerror(-rc));
 
     for (;;) {
         struct pollfd fds[4] = {
@@ -416,6 +424,7 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
                         info.ssi_signo == SIGINT    ? "SIGINT"
                         : info.ssi_signo == SIGTERM ? "SIGTERM"
                                                     : "SIGHUP");
+            systemd_notify("STOPPING=1\nSTATUS=finishing requests in flight");
             status = 0;
             break;
         }
