@@ -149,6 +149,69 @@ format-check:
 clean:
 	rm -rf build
 
+# ---- install (GNU conventions; tests/integration/install.sh checks the tree) ----
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: the program, libuzram.a, the shared
+# library with its soname links, uzram.h, uzram.pc, the man page, the systemd units and an
+# example configuration. Any of the directories below can be set on the command line
+# (make install libdir=/usr/lib/x86_64-linux-gnu). make uninstall removes what install put.
+PREFIX ?= /usr/local
+prefix ?= $(PREFIX)
+exec_prefix ?= $(prefix)
+bindir ?= $(exec_prefix)/bin
+libdir ?= $(exec_prefix)/lib
+includedir ?= $(prefix)/include
+datarootdir ?= $(prefix)/share
+mandir ?= $(datarootdir)/man
+man1dir ?= $(mandir)/man1
+docdir ?= $(datarootdir)/doc/uzram
+pkgconfigdir ?= $(libdir)/pkgconfig
+# /etc for a /usr install, as distributions have it; PREFIX/etc otherwise.
+sysconfdir ?= $(if $(filter /usr,$(prefix)),/etc,$(prefix)/etc)
+# systemd reads units from /usr/lib/systemd/system and /usr/local/lib/systemd/system.
+systemdsystemunitdir ?= $(prefix)/lib/systemd/system
+INSTALL ?= install
+
+# Directories under prefix are written relative to it in uzram.pc, so that
+# `pkg-config --define-prefix` finds a tree that was moved (or is still in DESTDIR).
+pc_path = $(patsubst $(prefix)/%,$${prefix}/%,$(1))
+SUBSTITUTE = sed -e 's|@prefix@|$(prefix)|g' -e 's|@libdir@|$(call pc_path,$(libdir))|g' \
+	-e 's|@includedir@|$(call pc_path,$(includedir))|g' -e 's|@VERSION@|$(VERSION)|g' \
+	-e 's|@REQUIRES_PRIVATE@|$(LIB_PKGS)|g' -e 's|@bindir@|$(bindir)|g' \
+	-e 's|@sysconfdir@|$(sysconfdir)|g'
+SYSTEMD_UNITS := uzram@.service
+
+.PHONY: install uninstall
+install: lib programs
+	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir) $(DESTDIR)$(includedir) \
+		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(man1dir) $(DESTDIR)$(docdir) \
+		$(DESTDIR)$(systemdsystemunitdir)
+	$(INSTALL) -m 755 $(UZRAM) $(DESTDIR)$(bindir)/uzram
+	$(INSTALL) -m 644 $(LIBUZRAM) $(DESTDIR)$(libdir)/libuzram.a
+	$(INSTALL) -m 755 $(LIBUZRAM_SO) $(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO))
+	ln -sf $(notdir $(LIBUZRAM_SO)) $(DESTDIR)$(libdir)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(libdir)/libuzram.so
+	$(INSTALL) -m 644 include/uzram.h $(DESTDIR)$(includedir)/uzram.h
+	$(SUBSTITUTE) lib/uzram.pc.in >$(DESTDIR)$(pkgconfigdir)/uzram.pc
+	chmod 644 $(DESTDIR)$(pkgconfigdir)/uzram.pc
+	$(INSTALL) -m 644 docs/uzram.1 $(DESTDIR)$(man1dir)/uzram.1
+	$(INSTALL) -m 644 docs/uzram.conf.example $(DESTDIR)$(docdir)/uzram.conf.example
+	for unit in $(SYSTEMD_UNITS); do \
+		$(SUBSTITUTE) systemd/$$unit.in >$(DESTDIR)$(systemdsystemunitdir)/$$unit && \
+		chmod 644 $(DESTDIR)$(systemdsystemunitdir)/$$unit || exit 1; \
+	done
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+		ldconfig; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/uzram $(DESTDIR)$(libdir)/libuzram.a \
+		$(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO)) $(DESTDIR)$(libdir)/$(SONAME) \
+		$(DESTDIR)$(libdir)/libuzram.so $(DESTDIR)$(includedir)/uzram.h \
+		$(DESTDIR)$(pkgconfigdir)/uzram.pc $(DESTDIR)$(man1dir)/uzram.1 \
+		$(DESTDIR)$(docdir)/uzram.conf.example \
+		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS))
+	rmdir $(DESTDIR)$(docdir) 2>/dev/null || true
+# ---- end of install block ----
+
 # ---- reliability: fuzzing and fault injection (issue 7; scripts/fuzz.sh) ----
 # fuzz:        every fuzz/fuzz_*.c under libFuzzer (clang, ASan+UBSan) in
 #              build/fuzz, FUZZ_SECONDS each (default 60)
