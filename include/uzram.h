@@ -185,6 +185,15 @@ UZRAM_API int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t le
 UZRAM_API int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
                            uint64_t *run_length, unsigned *flags);
 
+/* Mark stored pages idle, as zram's `idle` attribute does: every stored page
+ * when `min_age` is 0 (zram's "all"), else the pages not read or written for
+ * at least `min_age` seconds. A read or write of a page clears its mark;
+ * idle_pages counts the marked pages, and recompression (type=idle) takes
+ * them. The time of the last access is kept per page in whole seconds.
+ * Stores the number of pages newly marked in *marked (if not NULL).
+ * Returns 0. Thread-safe; pages written meanwhile may or may not be marked. */
+UZRAM_API int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked);
+
 /* Move objects out of sparsely used pool pages and return the pages that
  * become empty to the operating system, while I/O goes on. Adds the pages
  * freed to pages_compacted and, when `pages_freed` is not NULL, stores the
@@ -253,7 +262,8 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(notify_free, IO)              /* pages freed by discard or write-zeroes */                   \
     X(dedup_hash_collisions, DEBUG) /* hash matched, content differed */                           \
     X(pages_stored, DEBUG)          /* orig_data_size / 4096 */                                    \
-    X(zero_pages, DEBUG)            /* same-filled pages whose word is 0 */
+    X(zero_pages, DEBUG)            /* same-filled pages whose word is 0 */                        \
+    X(idle_pages, DEBUG)            /* pages marked idle and not accessed since */
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */
@@ -327,7 +337,9 @@ UZRAM_API const char *uzram_attr_names(void);
 UZRAM_API int uzram_algorithm_list(const char *current, char *buf, size_t size);
 
 /* Level range of an algorithm: *min..*max and the default. An algorithm
- * without levels reports 0, 0, 0. Errors: -ENOENT unknown name. */
+ * without levels (lzo) reports 0, 0, 0. lz4's level is its acceleration, as
+ * in the kernel's lz4 backend: 1 (the default, the best ratio) to 65537. Errors: -ENOENT unknown
+ * name. */
 UZRAM_API int uzram_algorithm_levels(const char *name, int *min, int *max, int *dflt);
 
 /* Parse a size such as "4096", "512K", "1.5G" or "2T" (binary multiples,

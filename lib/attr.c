@@ -31,12 +31,13 @@ static const struct attr attrs[] = {
     {"stat_json", ATTR_READ},
     {"compact", ATTR_WRITE},
     {"reset", ATTR_WRITE},
+    {"idle", ATTR_WRITE},
 };
 
 const char *uzram_attr_names(void)
 {
     return "disksize initstate comp_algorithm algorithm_params same_filled use_dedup "
-           "mem_limit mem_used_max mm_stat io_stat debug_stat stat_json compact reset";
+           "mem_limit mem_used_max mm_stat io_stat debug_stat stat_json compact reset idle";
 }
 
 static const struct attr *attr_find(const char *name)
@@ -110,6 +111,27 @@ static int parse_bool(const char *value, bool *out)
     return -EINVAL;
 }
 
+/* A whole unsigned decimal number, with an optional trailing newline. */
+static int parse_count(const char *value, uint64_t *out)
+{
+    size_t length = strcspn(value, "\n");
+    if (length == 0 || length > 19 || strspn(value, "0123456789") != length)
+        return -EINVAL;
+    *out = strtoull(value, NULL, 10);
+    return 0;
+}
+
+/* zram's idle: "all", or a number of seconds since the last access. */
+static int parse_idle(struct uzram *dev, const char *value)
+{
+    uint64_t seconds;
+    if (strncmp(value, "all", 3) == 0 && (value[3] == '\0' || strcmp(value + 3, "\n") == 0))
+        return uzram_mark_idle(dev, 0, NULL);
+    int rc = parse_count(value, &seconds);
+    /* 0 seconds would mark everything, as "all" does: say so instead */
+    return rc < 0 || seconds == 0 ? -EINVAL : uzram_mark_idle(dev, seconds, NULL);
+}
+
 static int parse_algorithm_params(struct uzram *dev, const char *value)
 {
     struct uzram_config config;
@@ -178,6 +200,8 @@ int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
     }
     if (strcmp(name, "compact") == 0)
         return uzram_compact(dev, NULL);
+    if (strcmp(name, "idle") == 0)
+        return parse_idle(dev, value);
     /* reset */
     if (parse_bool(value, &on) || !on)
         return -EINVAL;

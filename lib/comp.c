@@ -16,6 +16,7 @@
  * called below are all part of zstd's stable API, so the shared library works. */
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
+#include <zdict.h>
 #include <zstd_errors.h>
 
 #include "fault.h"
@@ -42,11 +43,13 @@ struct comp_backend {
     void *(*decompress_context_new)(void);
     void (*decompress_context_free)(void *context);
     /* Returns the length, 0 if it does not fit in capacity, -EIO. Never
-     * writes past dst + capacity. */
-    int (*compress)(void *context, int level, const void *page, void *dst, size_t capacity);
+     * writes past dst + capacity. `dict` is NULL or one of this backend's. */
+    int (*compress)(void *context, int level, const struct comp_dict *dict, const void *page,
+                    void *dst, size_t capacity);
     /* Returns 0 or -EIO; succeeds only if exactly `length` input bytes give
      * exactly one page. */
-    int (*decompress)(void *context, const void *src, size_t length, void *page);
+    int (*decompress)(void *context, const struct comp_dict *dict, const void *src, size_t length,
+                      void *page);
 };
 
 static void no_levels(int *min, int *max, int *dflt)
@@ -87,11 +90,13 @@ static void *lzo_compress_context_new(int level)
     return malloc(sizeof(struct lzo_context));
 }
 
-static int lzo_compress_page(void *context, int level, const void *page, void *dst, size_t capacity)
+static int lzo_compress_page(void *context, int level, const struct comp_dict *dict,
+                             const void *page, void *dst, size_t capacity)
 {
     struct lzo_context *lzo = context;
     lzo_uint length = 0;
     (void)level;
+    (void)dict;
     if (lzo1x_1_compress(page, PAGE_SIZE, lzo->scratch, &length, lzo->work) != LZO_E_OK)
         return -EIO;
     if (length > capacity)
@@ -100,10 +105,12 @@ static int lzo_compress_page(void *context, int level, const void *page, void *d
     return (int)length;
 }
 
-static int lzo_decompress_page(void *context, const void *src, size_t length, void *page)
+static int lzo_decompress_page(void *context, const struct comp_dict *dict, const void *src,
+                               size_t length, void *page)
 {
     lzo_uint out_length = PAGE_SIZE;
     (void)context;
+    (void)dict;
     pthread_once(&lzo_once, lzo_init_once);
     if (lzo_init_result != LZO_E_OK)
         return -EIO;
@@ -126,24 +133,39 @@ static const struct comp_backend lzo_backend = {
  * lz4 and lz4hc (one decoder, two encoders)
  * ---------------------------------------------------------------------- */
 
+/* lz4's level is its acceleration, as in the kernel's lz4 backend: 1 (the
+ * default) compresses best, larger values trade ratio for speed. The top is
+ * liblz4's own limit (LZ4_ACCELERATION_MAX, not in its header). */
+#define LZ4_ACCELERATION_TOP 65537
+
+static void lz4_levels(int *min, int *max, int *dflt)
+{
+    *min = 1;
+    *max = LZ4_ACCELERATION_TOP;
+    *dflt = 1;
+}
+
 static void *lz4_compress_context_new(int level)
 {
     (void)level;
     return malloc((size_t)LZ4_sizeofState());
 }
 
-static int lz4_compress_page(void *context, int level, const void *page, void *dst, size_t capacity)
+static int lz4_compress_page(void *context, int level, const struct comp_dict *dict,
+                             const void *page, void *dst, size_t capacity)
 {
-    (void)level;
+    (void)dict;
     int cap = capacity > (size_t)LZ4_compressBound(PAGE_SIZE) ? LZ4_compressBound(PAGE_SIZE)
                                                               : (int)capacity;
     /* Returns 0 when the output does not fit: exactly our contract. */
-    return LZ4_compress_fast_extState(context, page, dst, PAGE_SIZE, cap, 1);
+    return LZ4_compress_fast_extState(context, page, dst, PAGE_SIZE, cap, level);
 }
 
-static int lz4_decompress_page(void *context, const void *src, size_t length, void *page)
+static int lz4_decompress_page(void *context, const struct comp_dict *dict, const void *src,
+                               size_t length, void *page)
 {
     (void)context;
+    (void)dict;
     if (length > (size_t)LZ4_compressBound(PAGE_SIZE))
         return -EIO;
     int rc = LZ4_decompress_safe(src, page, (int)length, PAGE_SIZE);
@@ -152,7 +174,7 @@ static int lz4_decompress_page(void *context, const void *src, size_t length, vo
 
 static const struct comp_backend lz4_backend = {
     .name = "lz4",
-    .levels = no_levels,
+    .levels = lz4_levels,
     .compress_context_new = lz4_compress_context_new,
     .compress_context_free = free,
     .compress = lz4_compress_page,
@@ -172,9 +194,10 @@ static void *lz4hc_compress_context_new(int level)
     return malloc((size_t)LZ4_sizeofStateHC());
 }
 
-static int lz4hc_compress_page(void *context, int level, const void *page, void *dst,
-                               size_t capacity)
+static int lz4hc_compress_page(void *context, int level, const struct comp_dict *dict,
+                               const void *page, void *dst, size_t capacity)
 {
+    (void)dict;
     int cap = capacity > (size_t)LZ4_compressBound(PAGE_SIZE) ? LZ4_compressBound(PAGE_SIZE)
                                                               : (int)capacity;
     return LZ4_compress_HC_extStateHC(context, page, dst, PAGE_SIZE, cap, level);
@@ -193,13 +216,23 @@ static const struct comp_backend lz4hc_backend = {
  * zstd
  * ---------------------------------------------------------------------- */
 
+/* A dictionary as both directions use it: zstd's digested forms, each
+ * holding its own copy of the content. */
+struct comp_dict {
+    ZSTD_CDict *zstd_cdict;
+    ZSTD_DDict *zstd_ddict;
+    size_t memory;
+};
+
 /* Every page is exactly 4096 bytes and the slot already knows the algorithm,
  * so the frame carries no magic number, no content size, no dictionary id
  * and no checksum: the header shrinks from 9 bytes to 2. The decoder still
  * insists on exactly one page. */
 #define ZSTD_DEFAULT_LEVEL 3
-/* A page needs a window of 2^12; allow a little more for other zstd builds. */
-#define ZSTD_WINDOWLOG_LIMIT 17
+/* A page needs a window of 2^12; with a dictionary the window covers the
+ * dictionary too (up to COMP_DICT_MAX, 2^20). The decoder writes straight
+ * into the page (stableOutBuffer), so a larger limit allocates nothing. */
+#define ZSTD_WINDOWLOG_LIMIT 21
 
 /* zstd's negative "fast" levels are left out on purpose: comp_resolve_level
  * returns a level or a negative errno, so a level of -22 would read as
@@ -232,12 +265,17 @@ static void zstd_compress_context_free(void *context)
     ZSTD_freeCCtx(context);
 }
 
-static int zstd_compress_page(void *context, int level, const void *page, void *dst,
-                              size_t capacity)
+static int zstd_compress_page(void *context, int level, const struct comp_dict *dict,
+                              const void *page, void *dst, size_t capacity)
 {
-    /* Setting the level only stores an int; the other parameters stick
-     * across ZSTD_compress2 calls. */
-    if (ZSTD_isError(ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, level)))
+    /* Setting the level or the dictionary only stores a value; the frame
+     * parameters stick across ZSTD_compress2 calls. A dictionary brings its
+     * own level (comp_dict_create), which supersedes the context's. */
+    /* A frame that failed (output too small) leaves the session open, and
+     * a dictionary can only change between sessions. */
+    if (ZSTD_isError(ZSTD_CCtx_reset(context, ZSTD_reset_session_only)) ||
+        ZSTD_isError(ZSTD_CCtx_refCDict(context, dict ? dict->zstd_cdict : NULL)) ||
+        ZSTD_isError(ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, level)))
         return -EIO;
     size_t rc = ZSTD_compress2(context, dst, capacity, page, PAGE_SIZE);
     if (ZSTD_isError(rc)) {
@@ -269,8 +307,11 @@ static void zstd_decompress_context_free(void *context)
     ZSTD_freeDCtx(context);
 }
 
-static int zstd_decompress_page(void *context, const void *src, size_t length, void *page)
+static int zstd_decompress_page(void *context, const struct comp_dict *dict, const void *src,
+                                size_t length, void *page)
 {
+    if (ZSTD_isError(ZSTD_DCtx_refDDict(context, dict ? dict->zstd_ddict : NULL)))
+        return -EIO;
     /* The streaming call, not ZSTD_decompressDCtx: after a magicless frame
      * the one-shot decoder reads up to 3 bytes past the end of the input
      * when 1..3 bytes follow the frame (zstd 1.5.4, seen with valgrind).
@@ -320,9 +361,10 @@ static void deflate_compress_context_free(void *context)
     libdeflate_free_compressor(context);
 }
 
-static int deflate_compress_page(void *context, int level, const void *page, void *dst,
-                                 size_t capacity)
+static int deflate_compress_page(void *context, int level, const struct comp_dict *dict,
+                                 const void *page, void *dst, size_t capacity)
 {
+    (void)dict;
     (void)level; /* the compressor was made for this level */
     return (int)libdeflate_deflate_compress(context, page, PAGE_SIZE, dst, capacity);
 }
@@ -337,8 +379,10 @@ static void deflate_decompress_context_free(void *context)
     libdeflate_free_decompressor(context);
 }
 
-static int deflate_decompress_page(void *context, const void *src, size_t length, void *page)
+static int deflate_decompress_page(void *context, const struct comp_dict *dict, const void *src,
+                                   size_t length, void *page)
 {
+    (void)dict;
     size_t consumed = 0;
     /* A NULL actual_out makes any output shorter than a page an error; the
      * consumed count rejects trailing bytes and streams that only decode
@@ -494,6 +538,12 @@ int comp_choose(const char *name, int level, int *id, int *resolved_level)
 
 int comp_compress(int id, int level, const void *page, void *dst, size_t capacity)
 {
+    return comp_compress_dict(id, level, NULL, page, dst, capacity);
+}
+
+int comp_compress_dict(int id, int level, const struct comp_dict *dict, const void *page, void *dst,
+                       size_t capacity)
+{
     if (!valid_id(id))
         return -EINVAL;
     if (capacity == 0)
@@ -516,7 +566,7 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
         contexts->compress_level[id] = level;
     }
     if (backend->output_slack == 0 || capacity >= SCRATCH_SIZE)
-        return backend->compress(context, level, page, dst, capacity);
+        return backend->compress(context, level, dict, page, dst, capacity);
 
     /* Give the library its slack in scratch; copying a few KiB costs far
      * less than the compression itself. */
@@ -526,7 +576,7 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
             return -ENOMEM;
     }
     size_t room = capacity + backend->output_slack;
-    int length = backend->compress(context, level, page, contexts->scratch,
+    int length = backend->compress(context, level, dict, page, contexts->scratch,
                                    room < SCRATCH_SIZE ? room : SCRATCH_SIZE);
     if (length <= 0)
         return length;
@@ -537,6 +587,12 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
 }
 
 int comp_decompress(int id, const void *src, size_t length, void *page)
+{
+    return comp_decompress_dict(id, NULL, src, length, page);
+}
+
+int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, size_t length,
+                         void *page)
 {
     if (!valid_id(id))
         return -EINVAL;
@@ -554,5 +610,67 @@ int comp_decompress(int id, const void *src, size_t length, void *page)
             thread_contexts.decompress[id] = context;
         }
     }
-    return backend->decompress(context, src, length, page);
+    return backend->decompress(context, dict, src, length, page);
+}
+
+/* ------------------------------------------------------------------------
+ * Dictionaries (zstd)
+ * ---------------------------------------------------------------------- */
+
+bool comp_has_dict(int id)
+{
+    return id == COMP_ZSTD;
+}
+
+int comp_dict_create(int id, int level, const void *content, size_t size, struct comp_dict **out)
+{
+    if (!comp_has_dict(id) || size < COMP_DICT_MIN || size > COMP_DICT_MAX)
+        return -EINVAL;
+    struct comp_dict *dict = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dict);
+    if (!dict)
+        return -ENOMEM;
+    /* Tables sized for one page of input, not for the unknown size that
+     * ZSTD_createCDict() assumes: a fraction of the memory, same output. */
+    ZSTD_compressionParameters params = ZSTD_getCParams(level, PAGE_SIZE, size);
+    /* zstd returns NULL both when out of memory and for content it cannot
+     * use; only a faulted allocation tells them apart here. */
+    bool out_of_memory = FAULT_POINT(FAULT_ALLOC);
+    if (!out_of_memory)
+        dict->zstd_cdict = ZSTD_createCDict_advanced(content, size, ZSTD_dlm_byCopy, ZSTD_dct_auto,
+                                                     params, ZSTD_defaultCMem);
+    out_of_memory = out_of_memory || FAULT_POINT(FAULT_ALLOC);
+    if (!out_of_memory && dict->zstd_cdict)
+        dict->zstd_ddict = ZSTD_createDDict(content, size);
+    if (!dict->zstd_cdict || !dict->zstd_ddict) {
+        comp_dict_free(dict);
+        return out_of_memory ? -ENOMEM : -EINVAL;
+    }
+    dict->memory =
+        sizeof *dict + ZSTD_sizeof_CDict(dict->zstd_cdict) + ZSTD_sizeof_DDict(dict->zstd_ddict);
+    *out = dict;
+    return 0;
+}
+
+void comp_dict_free(struct comp_dict *dict)
+{
+    if (!dict)
+        return;
+    ZSTD_freeCDict(dict->zstd_cdict);
+    ZSTD_freeDDict(dict->zstd_ddict);
+    free(dict);
+}
+
+size_t comp_dict_memory(const struct comp_dict *dict)
+{
+    return dict ? dict->memory : 0;
+}
+
+int comp_dict_train(void *dict, size_t capacity, const void *samples, const size_t *sample_sizes,
+                    unsigned count)
+{
+    if (FAULT_POINT(FAULT_COMPRESS))
+        return -EIO;
+    size_t size = ZDICT_trainFromBuffer(dict, capacity, samples, sample_sizes, count);
+    /* ZDICT fails when the samples are too few or too alike to learn from. */
+    return ZDICT_isError(size) ? -EAGAIN : (int)size;
 }

@@ -3,10 +3,13 @@
 #ifndef UZRAM_COMP_H
 #define UZRAM_COMP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
-/* Algorithm ids are stored in page slots (3 bits), so they never change
- * meaning and there are at most 8. */
+struct comp_dict;
+
+/* Algorithm ids name the backends in a device's codec configurations
+ * (codecs.h), which page slots and dedup entries refer to. */
 enum comp_algorithm {
     COMP_LZO = 0,
     COMP_LZ4 = 1,
@@ -44,5 +47,34 @@ int comp_compress(int id, int level, const void *page, void *dst, size_t capacit
  * Returns 0, -EIO if the input is corrupt or does not give exactly one page,
  * -ENOMEM if a context could not be made. */
 int comp_decompress(int id, const void *src, size_t length, void *page);
+
+/* The same with a dictionary (`dict` NULL: none), which must be the one the
+ * page was compressed with. */
+int comp_compress_dict(int id, int level, const struct comp_dict *dict, const void *page, void *dst,
+                       size_t capacity);
+int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, size_t length,
+                         void *page);
+
+/* Dictionaries: only zstd has them. Content is a zstd dictionary (ZDICT's
+ * format, as `zstd --train` writes) or raw bytes to refer back to, of
+ * COMP_DICT_MIN..COMP_DICT_MAX bytes. */
+#define COMP_DICT_MIN 256
+#define COMP_DICT_MAX (1u << 20)
+bool comp_has_dict(int id);
+
+/* Digest `content` for algorithm `id` at `level` (resolved); the dictionary
+ * keeps its own copy. Errors: -EINVAL the algorithm has no dictionaries, the
+ * size is out of range or zstd cannot use the content; -ENOMEM. */
+int comp_dict_create(int id, int level, const void *content, size_t size, struct comp_dict **out);
+void comp_dict_free(struct comp_dict *dict);
+
+/* Memory the dictionary holds, both directions' forms included. */
+size_t comp_dict_memory(const struct comp_dict *dict);
+
+/* Train a zstd dictionary of at most `capacity` bytes from `count` samples
+ * laid end to end in `samples`. Returns its size, -EAGAIN when the samples
+ * are too few or too uniform to learn from, -EIO (an injected fault). */
+int comp_dict_train(void *dict, size_t capacity, const void *samples, const size_t *sample_sizes,
+                    unsigned count);
 
 #endif

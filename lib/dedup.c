@@ -21,9 +21,9 @@
  * an entry's id is its index. Buckets hold id + 1 of the first entry of a
  * chain (0: empty); the chain is linked through `next` (also id + 1).
  *
- * `size_algo` packs the object's size and algorithm:
- *   bits  0..12  size, 1..4096 (4096: a raw page)
- *   bits 13..15  algorithm id
+ * `size_codec` packs the object's size and codec:
+ *   bits  0..11  size - 1, 0..4095 (4095: a raw page)
+ *   bits 12..15  codec id
  * `state` packs the reference count, reader pins and a moving bit:
  *   bits  0..19  references: one per page slot that shares the object, plus
  *                one per writer that is comparing it as a candidate
@@ -42,7 +42,7 @@
 struct dedup_entry {
     uint32_t handle_low;  /* pool handle bits 0..31 */
     uint16_t handle_high; /* pool handle bits 32..47 */
-    uint16_t size_algo;
+    uint16_t size_codec;
     _Atomic uint32_t state;
     uint32_t next;
     uint32_t hash_tag; /* top 32 bits of the content hash; low bits pick the bucket */
@@ -50,9 +50,9 @@ struct dedup_entry {
 _Static_assert(sizeof(struct dedup_entry) == 20, "dedup entries are 20 bytes");
 _Static_assert(DEDUP_HANDLE_BITS == 32 + 16, "an entry keeps handles of DEDUP_HANDLE_BITS");
 
-#define SIZE_MASK 0x1fffu
-#define ALGO_SHIFT 13
-#define ALGO_MAX 7u
+#define SIZE_MASK 0xfffu
+#define CODEC_SHIFT 12
+_Static_assert(CODEC_SHIFT + DEDUP_CODEC_BITS == 16, "size and codec fill size_codec");
 
 #define REF_MASK 0xfffffu
 #define REF_MAX REF_MASK
@@ -62,7 +62,7 @@ _Static_assert(DEDUP_HANDLE_BITS == 32 + 16, "an entry keeps handles of DEDUP_HA
 
 static inline unsigned entry_size(const struct dedup_entry *entry)
 {
-    return entry->size_algo & SIZE_MASK;
+    return (entry->size_codec & SIZE_MASK) + 1u;
 }
 static inline uint64_t entry_handle(const struct dedup_entry *entry)
 {
@@ -77,12 +77,12 @@ static inline void entry_get_object(const struct dedup_entry *entry, struct dedu
 {
     object->handle = entry_handle(entry);
     object->size = entry_size(entry);
-    object->algo = (unsigned)entry->size_algo >> ALGO_SHIFT;
+    object->codec = (unsigned)entry->size_codec >> CODEC_SHIFT;
 }
 static inline void entry_set_object(struct dedup_entry *entry, const struct dedup_object *object)
 {
     entry_set_handle(entry, object->handle);
-    entry->size_algo = (uint16_t)(object->size | object->algo << ALGO_SHIFT);
+    entry->size_codec = (uint16_t)((object->size - 1) | object->codec << CODEC_SHIFT);
 }
 
 static inline uint32_t state_refs(uint32_t state)
@@ -387,8 +387,8 @@ uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_
 {
     uint32_t id = lookup->id;
     struct dedup_entry *entry = entry_at(dedup, id);
-    assert(object->handle >> DEDUP_HANDLE_BITS == 0 && object->size <= SIZE_MASK &&
-           object->algo <= ALGO_MAX);
+    assert(object->handle >> DEDUP_HANDLE_BITS == 0 && object->size >= 1 &&
+           object->size - 1 <= SIZE_MASK && object->codec >> DEDUP_CODEC_BITS == 0);
     entry_set_object(entry, object);
     entry->hash_tag = lookup->tag;
     atomic_store_explicit(&entry->state, 1, memory_order_release);

@@ -27,12 +27,14 @@
 struct dedup;
 
 /* An object as the store made it: its pool handle (below 2^DEDUP_HANDLE_BITS),
- * its size (UZRAM_PAGE_SIZE: a raw page) and the algorithm that made it. */
+ * its size (1..4096; 4096: a raw page) and the id of the codec configuration
+ * that made it (below 2^DEDUP_CODEC_BITS). */
 #define DEDUP_HANDLE_BITS 48
+#define DEDUP_CODEC_BITS 4
 struct dedup_object {
     uint64_t handle;
     unsigned size;
-    unsigned algo;
+    unsigned codec;
 };
 
 /* What the index asks of the store that owns the objects' bytes, the way

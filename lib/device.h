@@ -9,19 +9,31 @@
 #include <stdint.h>
 
 #include "backoff.h"
+#include "codecs.h"
 #include "uzram.h"
 
 struct pool;
 struct dedup;
 
 /*
- * A page slot is 16 bytes: `value` and `info`.
+ * A page slot is 16 bytes: `info`, `ac_time` and `value`.
  *
  * info bit layout (32 bits):
- *   bit  0      SLOT_LOCK: held while the slot is read or changed
- *   bits 1..3   state (enum slot_state)
- *   bits 4..6   compression algorithm id of a COMPRESSED page
- *   bits 7..19  compressed size, 1..4096, of a COMPRESSED or HUGE page
+ *   bit  0       SLOT_LOCK: held while the slot is read or changed
+ *   bits 1..3    state (enum slot_state; values 5..7 are free)
+ *   bit  4       SLOT_IDLE: marked idle (the `idle` attribute) and not read
+ *                or written since
+ *   bit  5       SLOT_INCOMPRESSIBLE: recompression found no smaller form;
+ *                later recompression passes skip the page
+ *   bits 6..9    codec id of a COMPRESSED object (the device's codec table:
+ *                the algorithm, level and dictionary that made it)
+ *   bits 10..22  compressed size, 1..4096, of a COMPRESSED or HUGE page
+ *   bits 23..31  free (9 bits), e.g. for a written-back page's marks
+ * A new form published in a slot starts with IDLE and INCOMPRESSIBLE clear.
+ *
+ * ac_time: when the page was last read or written, in whole seconds since
+ * the device was created (store_now(); 2^32 s is 136 years). Coarse on
+ * purpose: it only has to tell pages idle for seconds or more.
  *
  * value by state:
  *   EMPTY        unused (0)
@@ -30,7 +42,9 @@ struct dedup;
  *   HUGE         pool handle of the raw 4096-byte page
  *   DEDUP        id of a dedup entry (which owns the object)
  *
- * `value` is only read or written with SLOT_LOCK held; the lock is a spin
+ * `value` and `ac_time` are only read or written with SLOT_LOCK held (ac_time
+ * is atomic only so that a scan may peek at it without the lock); an empty
+ * slot has info == 0 and is recognised without the lock. The lock is a spin
  * lock with yield because it is held for one page's worth of work at most.
  */
 enum slot_state {
@@ -44,30 +58,37 @@ enum slot_state {
 #define SLOT_LOCK 1u
 #define SLOT_STATE_SHIFT 1
 #define SLOT_STATE_MASK (7u << SLOT_STATE_SHIFT)
-#define SLOT_ALGO_SHIFT 4
-#define SLOT_ALGO_MASK (7u << SLOT_ALGO_SHIFT)
-#define SLOT_SIZE_SHIFT 7
+#define SLOT_IDLE (1u << 4)
+#define SLOT_INCOMPRESSIBLE (1u << 5)
+#define SLOT_CODEC_SHIFT 6
+#define SLOT_CODEC_BITS 4
+#define SLOT_CODEC_MASK (((1u << SLOT_CODEC_BITS) - 1) << SLOT_CODEC_SHIFT)
+#define SLOT_SIZE_SHIFT 10
 #define SLOT_SIZE_MASK (0x1fffu << SLOT_SIZE_SHIFT)
+#define SLOT_FREE_BITS (0x1ffu << 23)
 
 struct slot {
     _Atomic uint32_t info;
-    uint32_t unused;
+    _Atomic uint32_t ac_time;
     uint64_t value;
 };
 _Static_assert(sizeof(struct slot) == 16, "a page slot is 16 bytes");
+_Static_assert((SLOT_LOCK | SLOT_STATE_MASK | SLOT_IDLE | SLOT_INCOMPRESSIBLE | SLOT_CODEC_MASK |
+                SLOT_SIZE_MASK) == (uint32_t)~SLOT_FREE_BITS,
+               "the info fields and the free bits cover the word exactly once");
 
-static inline uint32_t slot_info_make(enum slot_state state, unsigned algo, unsigned size)
+static inline uint32_t slot_info_make(enum slot_state state, unsigned codec, unsigned size)
 {
-    return ((uint32_t)state << SLOT_STATE_SHIFT) | ((uint32_t)algo << SLOT_ALGO_SHIFT) |
+    return ((uint32_t)state << SLOT_STATE_SHIFT) | ((uint32_t)codec << SLOT_CODEC_SHIFT) |
            ((uint32_t)size << SLOT_SIZE_SHIFT);
 }
 static inline enum slot_state slot_info_state(uint32_t info)
 {
     return (enum slot_state)((info & SLOT_STATE_MASK) >> SLOT_STATE_SHIFT);
 }
-static inline unsigned slot_info_algo(uint32_t info)
+static inline unsigned slot_info_codec(uint32_t info)
 {
-    return (info & SLOT_ALGO_MASK) >> SLOT_ALGO_SHIFT;
+    return (info & SLOT_CODEC_MASK) >> SLOT_CODEC_SHIFT;
 }
 static inline unsigned slot_info_size(uint32_t info)
 {
@@ -83,7 +104,7 @@ static inline unsigned slot_info_size(uint32_t info)
 struct page_object {
     enum slot_state state;
     uint64_t value;
-    unsigned algo;
+    unsigned codec;
     unsigned size;
 };
 
@@ -105,13 +126,17 @@ struct uzram {
     /* settings: read without locks on the I/O path; written under
      * settings_lock, which also serialises reset */
     pthread_mutex_t settings_lock;
-    /* The algorithm and its level, one word (compression_make()): set
-     * together and read together, so that a writer never pairs one
-     * algorithm with another's level. */
-    _Atomic uint32_t compression;
+    /* The codec configurations: priority 0 is the algorithm and level
+     * writes use, 1..3 the secondary algorithms of recompression. */
+    struct codecs codecs;
     _Atomic bool same_filled;
     _Atomic bool use_dedup;
     _Atomic uint64_t mem_limit;
+
+    /* The clock of ac_time (store_now()): CLOCK_MONOTONIC_COARSE seconds at
+     * creation, and what test builds add to move time on. */
+    int64_t clock_base;
+    _Atomic uint32_t clock_skew;
 
     /* counters (see struct uzram_stats for their meaning; dedup keeps its own) */
     _Atomic uint64_t pages_stored;
@@ -125,21 +150,9 @@ struct uzram {
     _Atomic uint64_t failed_writes;
     _Atomic uint64_t invalid_io;
     _Atomic uint64_t notify_free;
+    _Atomic uint64_t idle_pages;
+    _Atomic uint64_t incompressible_pages;
 };
-
-static inline uint32_t compression_make(int algorithm, int level)
-{
-    /* levels are resolved (comp_resolve_level), never negative */
-    return (uint32_t)algorithm << 16 | ((uint32_t)level & 0xffffu);
-}
-static inline int compression_algorithm(uint32_t compression)
-{
-    return (int)(compression >> 16);
-}
-static inline int compression_level(uint32_t compression)
-{
-    return (int)(compression & 0xffffu);
-}
 
 static inline struct dedup *device_dedup(struct uzram *dev)
 {
@@ -158,6 +171,14 @@ static inline uint64_t counter_get(_Atomic uint64_t *counter)
 {
     return atomic_load_explicit(counter, memory_order_relaxed);
 }
+
+/* Seconds since the device was created, the clock of a slot's ac_time. */
+uint32_t store_now(struct uzram *dev);
+
+#ifdef UZRAM_TEST_HOOKS
+/* Test builds: move the device's clock `seconds` on. (store.c) */
+void store_test_advance_clock(struct uzram *dev, uint32_t seconds);
+#endif
 
 /* Make a dedup index for this device: its entries' objects live in the
  * device's pool, and the store loads and frees them. (store.c) */

@@ -26,7 +26,7 @@ int uzram_set_algorithm(struct uzram *dev, const char *name, int level)
     if (device_holds_data(dev)) {
         rc = -EBUSY;
     } else {
-        atomic_store(&dev->compression, compression_make(algo, resolved));
+        rc = codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = resolved});
     }
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
@@ -82,11 +82,12 @@ int uzram_reset_mem_used_max(struct uzram *dev)
 
 int uzram_get_config(struct uzram *dev, struct uzram_config *config)
 {
-    uint32_t compression = atomic_load(&dev->compression);
+    struct codec_config primary;
+    codecs_setting(&dev->codecs, 0, &primary);
     *config = (struct uzram_config){
         .disksize = dev->disksize,
-        .comp_algorithm = comp_name(compression_algorithm(compression)),
-        .comp_level = compression_level(compression),
+        .comp_algorithm = comp_name(primary.algorithm),
+        .comp_level = primary.level,
         .same_filled = atomic_load(&dev->same_filled),
         .use_dedup = atomic_load(&dev->use_dedup),
         .mem_limit = atomic_load(&dev->mem_limit),
@@ -119,6 +120,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .dedup_hash_collisions = dedup_hash_collisions(dedup),
         .pages_stored = pages,
         .zero_pages = counter_get(&dev->zero_pages),
+        .idle_pages = counter_get(&dev->idle_pages),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

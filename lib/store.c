@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "comp.h"
 #include "dedup.h"
@@ -60,11 +61,14 @@ static uint32_t slot_info(struct slot *slot)
     return atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
 }
 
-static void slot_set(struct slot *slot, const struct page_object *object)
+/* Publish a new form, accessed at `now`, with no marks (IDLE,
+ * INCOMPRESSIBLE): they belong to the form the slot held before. */
+static void slot_set(struct slot *slot, const struct page_object *object, uint32_t now)
 {
     slot->value = object->value;
+    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
     atomic_store_explicit(&slot->info,
-                          slot_info_make(object->state, object->algo, object->size) | SLOT_LOCK,
+                          slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
                           memory_order_relaxed);
 }
 
@@ -72,12 +76,102 @@ static void slot_get(struct slot *slot, struct page_object *object)
 {
     uint32_t info = slot_info(slot);
     object->state = slot_info_state(info);
-    object->algo = slot_info_algo(info);
+    object->codec = slot_info_codec(info);
     object->size = slot_info_size(info);
     object->value = slot->value;
 }
 
+/* Change the marks of a locked slot, keeping idle_pages and
+ * incompressible_pages in step. */
+static void slot_set_marks(struct uzram *dev, struct slot *slot, uint32_t set, uint32_t clear)
+{
+    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+    uint32_t next = (info | set) & ~clear;
+    if (next == info)
+        return;
+    atomic_store_explicit(&slot->info, next, memory_order_relaxed);
+    uint32_t gained = next & ~info, lost = info & ~next;
+    if (gained & SLOT_IDLE)
+        counter_add(&dev->idle_pages, 1);
+    if (lost & SLOT_IDLE)
+        counter_sub(&dev->idle_pages, 1);
+    if (gained & SLOT_INCOMPRESSIBLE)
+        counter_add(&dev->incompressible_pages, 1);
+    if (lost & SLOT_INCOMPRESSIBLE)
+        counter_sub(&dev->incompressible_pages, 1);
+}
+
+/* A locked slot was read at `now`: no longer idle. */
+static void slot_touch(struct uzram *dev, struct slot *slot, uint32_t now)
+{
+    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
+    slot_set_marks(dev, slot, 0, SLOT_IDLE);
+}
+
+/* ---- clock ---------------------------------------------------------------- */
+
+static int64_t monotonic_seconds(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return now.tv_sec;
+}
+
+uint32_t store_now(struct uzram *dev)
+{
+    return (uint32_t)(monotonic_seconds() - dev->clock_base) +
+           atomic_load_explicit(&dev->clock_skew, memory_order_relaxed);
+}
+
+#ifdef UZRAM_TEST_HOOKS
+void store_test_advance_clock(struct uzram *dev, uint32_t seconds)
+{
+    atomic_fetch_add(&dev->clock_skew, seconds);
+}
+#endif
+
 /* ---- objects ------------------------------------------------------------- */
+
+/* Compress `page` with the device's current algorithm and put the result
+ * (or the raw page) in the pool, owned by `owner`. Fills `object` with a
+ * COMPRESSED or HUGE form and counts compr_data_size. */
+/* Put `length` bytes of `data` (a compressed object of codec `codec`, on
+ * which the caller holds a user that passes to the object, or the raw page
+ * when `length` is 4096) into the pool, owned by `owner`, and count them in
+ * compr_data_size. */
+static int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
+                            uint64_t owner, struct page_object *object)
+{
+    *object = (struct page_object){
+        .state = length == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
+        .codec = length == UZRAM_PAGE_SIZE ? 0 : codec,
+        .size = length,
+    };
+    int rc = pool_alloc(dev->pool, length, owner, &object->value);
+    if (rc < 0)
+        return rc;
+    memcpy(pool_map(dev->pool, object->value), data, length);
+    counter_add(&dev->compr_data_size, length);
+    return 0;
+}
+
+/* Compress `page` with the codec of priority `priority` into compress_buffer
+ * (at most `capacity` bytes). Returns the length (0: it does not fit) with
+ * a user taken on *codec when the length is not 0, or a negative errno. */
+static int store_compress(struct uzram *dev, unsigned priority, const void *page, size_t capacity,
+                          unsigned *codec)
+{
+    int id = codecs_acquire(&dev->codecs, priority);
+    if (id < 0)
+        return id;
+    const struct codec_config *config = codecs_get(&dev->codecs, (unsigned)id);
+    int length = comp_compress_dict(config->algorithm, config->level, config->dict, page,
+                                    compress_buffer, capacity);
+    if (length <= 0)
+        codecs_release(&dev->codecs, (unsigned)id);
+    *codec = (unsigned)id;
+    return length;
+}
 
 /* Compress `page` with the device's current algorithm and put the result
  * (or the raw page) in the pool, owned by `owner`. Fills `object` with a
@@ -85,47 +179,43 @@ static void slot_get(struct slot *slot, struct page_object *object)
 static int store_compress_page(struct uzram *dev, const void *page, uint64_t owner,
                                struct page_object *object)
 {
-    uint32_t compression = atomic_load_explicit(&dev->compression, memory_order_relaxed);
-    int algo = compression_algorithm(compression);
-    int level = compression_level(compression);
-    int length = comp_compress(algo, level, page, compress_buffer, HUGE_THRESHOLD - 1);
+    unsigned codec = 0;
+    int length = store_compress(dev, 0, page, HUGE_THRESHOLD - 1, &codec);
     if (length < 0)
         return length;
-
-    const void *source = compress_buffer;
-    object->state = SLOT_COMPRESSED;
-    object->algo = (unsigned)algo;
-    object->size = (unsigned)length;
-    if (length == 0) {
-        source = page;
-        object->state = SLOT_HUGE;
-        object->algo = 0;
-        object->size = UZRAM_PAGE_SIZE;
-    }
-    int rc = pool_alloc(dev->pool, object->size, owner, &object->value);
-    if (rc < 0)
-        return rc;
-    memcpy(pool_map(dev->pool, object->value), source, object->size);
-    counter_add(&dev->compr_data_size, object->size);
-    return 0;
+    int rc = length == 0
+                 ? store_put_object(dev, page, UZRAM_PAGE_SIZE, 0, owner, object)
+                 : store_put_object(dev, compress_buffer, (unsigned)length, codec, owner, object);
+    if (rc < 0 && length > 0)
+        codecs_release(&dev->codecs, codec);
+    return rc;
 }
 
-/* Undo store_compress_page(): free the object and its count. */
+/* Undo store_compress_page(): free the object, its count and its codec user. */
 static void store_free_object(struct uzram *dev, const struct page_object *object)
 {
     pool_free(dev->pool, object->value);
     counter_sub(&dev->compr_data_size, object->size);
+    if (object->state == SLOT_COMPRESSED)
+        codecs_release(&dev->codecs, object->codec);
+}
+
+/* Decompress `length` bytes of codec `codec` (4096: a raw page) into `page`. */
+static int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned codec,
+                        void *page)
+{
+    if (length == UZRAM_PAGE_SIZE) {
+        memcpy(page, data, UZRAM_PAGE_SIZE);
+        return 0;
+    }
+    const struct codec_config *config = codecs_get(&dev->codecs, codec);
+    return comp_decompress_dict(config->algorithm, config->dict, data, length, page);
 }
 
 /* Decompress (or copy) a COMPRESSED or HUGE object into `page`. */
 static int store_load_object(struct uzram *dev, const struct page_object *object, void *page)
 {
-    const void *data = pool_map(dev->pool, object->value);
-    if (object->state == SLOT_HUGE) {
-        memcpy(page, data, UZRAM_PAGE_SIZE);
-        return 0;
-    }
-    return comp_decompress((int)object->algo, data, object->size, page);
+    return store_decode(dev, pool_map(dev->pool, object->value), object->size, object->codec, page);
 }
 
 /* ---- objects of dedup entries ------------------------------------------------------ */
@@ -136,7 +226,7 @@ static struct page_object dedup_form(const struct dedup_object *object)
     return (struct page_object){
         .state = object->size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
         .value = object->handle,
-        .algo = object->algo,
+        .codec = object->codec,
         .size = object->size,
     };
 }
@@ -164,6 +254,8 @@ int store_dedup_create(struct uzram *dev, struct dedup **out)
 }
 
 _Static_assert(POOL_HANDLE_BITS <= DEDUP_HANDLE_BITS, "a dedup entry holds any pool handle");
+_Static_assert(CODECS_MAX <= 1u << SLOT_CODEC_BITS && CODECS_MAX <= 1u << DEDUP_CODEC_BITS,
+               "slots and dedup entries hold any codec id");
 
 /* ---- forms of a page ------------------------------------------------------ */
 
@@ -235,7 +327,7 @@ static int prepare_dedup(struct uzram *dev, struct dedup *dedup, const void *pag
             dedup_cancel(dedup, &lookup);
             return rc;
         }
-        const struct dedup_object entry_object = {made.value, made.size, made.algo};
+        const struct dedup_object entry_object = {made.value, made.size, made.codec};
         id = dedup_insert(dedup, page, &lookup, &entry_object);
     }
     *object = (struct page_object){.state = SLOT_DEDUP, .value = id};
@@ -290,7 +382,8 @@ static int load_locked(struct uzram *dev, struct slot *slot, void *page)
  * caller already holds the slot lock (a partial write). Returns the state
  * the slot had. */
 static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
-                                    const struct page_object *object, bool huge, bool locked)
+                                    const struct page_object *object, bool huge, bool locked,
+                                    uint32_t now)
 {
     struct page_object old;
     if (!locked)
@@ -298,7 +391,8 @@ static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
     slot_get(slot, &old);
     /* dedup_is_huge needs the reference the slot still holds */
     bool old_huge = object_is_huge(dev, &old);
-    slot_set(slot, object);
+    slot_set_marks(dev, slot, 0, SLOT_IDLE | SLOT_INCOMPRESSIBLE);
+    slot_set(slot, object, now);
     account_new(dev, object, huge);
     slot_unlock(slot);
     release_old(dev, &old, old_huge);
@@ -308,7 +402,8 @@ static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
 /* Store a whole page in slot `index`. A failure leaves the old content in
  * place: nothing changes hands before the page is ready. `locked`: the
  * caller already holds the slot lock (partial writes). */
-static int store_page(struct uzram *dev, uint64_t index, const void *page, bool locked)
+static int store_page(struct uzram *dev, uint64_t index, const void *page, bool locked,
+                      uint32_t now)
 {
     struct slot *slot = &dev->slots[index];
     struct page_object object;
@@ -319,7 +414,7 @@ static int store_page(struct uzram *dev, uint64_t index, const void *page, bool 
             slot_unlock(slot);
         return rc;
     }
-    slot_replace(dev, slot, &object, huge, locked);
+    slot_replace(dev, slot, &object, huge, locked, now);
     return 0;
 }
 
@@ -335,7 +430,7 @@ static int store_page(struct uzram *dev, uint64_t index, const void *page, bool 
  * Lock order is kept: slot, then dedup stripe and id locks, then a pool
  * class lock (dedup.h, pool.h). */
 static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, const void *data,
-                         unsigned length)
+                         unsigned length, uint32_t now)
 {
     struct slot *slot = &dev->slots[index];
     slot_lock(slot);
@@ -348,7 +443,7 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
         memcpy(page_buffer + offset, data, length);
     else
         memset(page_buffer + offset, 0, length);
-    return store_page(dev, index, page_buffer, true);
+    return store_page(dev, index, page_buffer, true, now);
 }
 
 static void discard_page(struct uzram *dev, uint64_t index)
@@ -357,7 +452,7 @@ static void discard_page(struct uzram *dev, uint64_t index)
     if (slot_seems_empty(slot))
         return;
     const struct page_object empty = {.state = SLOT_EMPTY};
-    if (slot_replace(dev, slot, &empty, false, false) != SLOT_EMPTY)
+    if (slot_replace(dev, slot, &empty, false, false, 0) != SLOT_EMPTY)
         counter_add(&dev->notify_free, 1);
 }
 
@@ -394,6 +489,7 @@ static struct page_part page_part_at(uint64_t offset, uint64_t remaining)
 int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
 {
     int rc = check_range(dev, offset, length);
+    uint32_t now = store_now(dev);
     unsigned char *out = buf;
     while (rc == 0 && length > 0) {
         struct page_part part = page_part_at(offset, length);
@@ -413,6 +509,8 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
             rc = load_locked(dev, slot, page_buffer);
             memcpy(out, page_buffer + part.offset, chunk);
         }
+        if (rc == 0)
+            slot_touch(dev, slot, now);
         slot_unlock(slot);
         if (rc < 0)
             counter_add(&dev->failed_reads, 1);
@@ -428,13 +526,14 @@ static int write_range(struct uzram *dev, uint64_t offset, const unsigned char *
                        uint64_t length)
 {
     int rc = 0;
+    uint32_t now = store_now(dev);
     while (rc == 0 && length > 0) {
         struct page_part part = page_part_at(offset, length);
         unsigned chunk = part.length;
         if (chunk == UZRAM_PAGE_SIZE && data)
-            rc = store_page(dev, part.index, data, false);
+            rc = store_page(dev, part.index, data, false, now);
         else
-            rc = write_partial(dev, part.index, part.offset, data, chunk);
+            rc = write_partial(dev, part.index, part.offset, data, chunk, now);
         if (rc < 0)
             counter_add(&dev->failed_writes, 1);
         offset += chunk;
@@ -464,7 +563,7 @@ static int zero_range(struct uzram *dev, uint64_t offset, uint64_t length, bool 
             rc = write_range(dev, offset, NULL, chunk);
         } else if (keep_allocated) {
             const struct page_object zero = {.state = SLOT_SAME, .value = 0};
-            slot_replace(dev, &dev->slots[index], &zero, false, false);
+            slot_replace(dev, &dev->slots[index], &zero, false, false, store_now(dev));
         } else {
             discard_page(dev, index);
         }
@@ -515,6 +614,33 @@ int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *
         run_end += UZRAM_PAGE_SIZE;
     *run_length = (run_end < end ? run_end : end) - offset;
     *flags = first;
+    return 0;
+}
+
+/* ---- idle pages ------------------------------------------------------------- */
+
+int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
+{
+    uint32_t now = store_now(dev);
+    uint64_t count = 0;
+    for (uint64_t index = 0; index < dev->page_count; index++) {
+        struct slot *slot = &dev->slots[index];
+        if (slot_seems_empty(slot))
+            continue;
+        slot_lock(slot);
+        uint32_t info = slot_info(slot);
+        uint32_t ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
+        /* ac_time ahead of now: a write that read the clock after this
+         * scan did; it is as fresh as can be. */
+        uint32_t age = ac_time > now ? 0 : now - ac_time;
+        if (slot_info_state(info) != SLOT_EMPTY && !(info & SLOT_IDLE) && age >= min_age) {
+            slot_set_marks(dev, slot, SLOT_IDLE, 0);
+            count++;
+        }
+        slot_unlock(slot);
+    }
+    if (marked)
+        *marked = count;
     return 0;
 }
 
@@ -628,7 +754,10 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
         atomic_init(&dev->dedup, dedup);
     }
     pthread_mutex_init(&dev->settings_lock, NULL);
-    atomic_init(&dev->compression, compression_make(algo, level));
+    codecs_init(&dev->codecs);
+    /* The first entry of an empty table: nothing to allocate, cannot fail. */
+    codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
+    dev->clock_base = monotonic_seconds();
     atomic_init(&dev->same_filled, config->same_filled);
     atomic_init(&dev->use_dedup, config->use_dedup);
     atomic_init(&dev->mem_limit, config->mem_limit);
@@ -651,6 +780,7 @@ void uzram_destroy(struct uzram *dev)
         return;
     dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
+    codecs_destroy(&dev->codecs);
     munmap(dev->slots, dev->page_count * sizeof(struct slot));
     pthread_mutex_destroy(&dev->settings_lock);
     free(dev);

@@ -43,6 +43,14 @@ static int test_levels(int id, int levels[3])
     return 3;
 }
 
+/* Whether a page of `kind` may come out no smaller: random data, and any
+ * data under lz4's larger accelerations (its level), which trade the ratio
+ * away for speed until, at the top, hardly a match is looked for. */
+static bool may_not_shrink(int id, int level, enum datagen_kind kind)
+{
+    return kind == DATAGEN_RANDOM || (id == COMP_LZ4 && level > 1);
+}
+
 static const enum datagen_kind round_trip_kinds[] = {
     DATAGEN_ZERO, DATAGEN_SAME, DATAGEN_TEXT, DATAGEN_HALF, DATAGEN_RANDOM,
 };
@@ -71,7 +79,7 @@ static void test_round_trip_all(void **state)
 
                 /* The way the store calls it: only if it saves something. */
                 length = comp_compress(id, level, page, out, PAGE - 1);
-                if (kind == DATAGEN_RANDOM) {
+                if (may_not_shrink(id, level, kind)) {
                     /* Random data cannot shrink, but a shorter result must
                      * still be a valid one. */
                     if (length != 0) {
@@ -346,10 +354,11 @@ static void test_names(void **state)
 
     int min, max, dflt;
     assert_int_equal(uzram_algorithm_levels("nope", &min, &max, &dflt), -ENOENT);
+    /* lz4's level is its acceleration, as in the kernel's lz4 backend */
     assert_int_equal(uzram_algorithm_levels("lz4", &min, &max, &dflt), 0);
-    assert_int_equal(min, 0);
-    assert_int_equal(max, 0);
-    assert_int_equal(dflt, 0);
+    assert_int_equal(min, 1);
+    assert_int_equal(max, 65537);
+    assert_int_equal(dflt, 1);
     assert_int_equal(uzram_algorithm_levels("lzo", &min, &max, &dflt), 0);
     assert_int_equal(max, 0);
     assert_int_equal(uzram_algorithm_levels("lz4hc", &min, &max, &dflt), 0);
@@ -375,7 +384,8 @@ static void test_levels_resolve(void **state)
         assert_int_equal(comp_resolve_level(id, 0), dflt);
         assert_int_equal(comp_resolve_level(id, max + 1), -EINVAL);
         assert_int_equal(comp_resolve_level(id, min - 1 == 0 ? -1 : min - 1), -EINVAL);
-        assert_int_equal(comp_resolve_level(id, 1000), -EINVAL);
+        if (max < 1000)
+            assert_int_equal(comp_resolve_level(id, 1000), -EINVAL);
         if (max != 0) {
             assert_int_equal(comp_resolve_level(id, min), min);
             assert_int_equal(comp_resolve_level(id, max), max);
@@ -391,7 +401,7 @@ static void test_levels_resolve(void **state)
     assert_int_equal(uzram_codec_open("zstd", ZSTD_maxCLevel() + 1, &codec), -EINVAL);
     assert_int_equal(uzram_codec_open("zstd", -1, &codec), -EINVAL);
     assert_null(codec);
-    assert_int_equal(uzram_codec_open("lz4", 1, &codec), -EINVAL);
+    assert_int_equal(uzram_codec_open("lz4", 65538, &codec), -EINVAL);
     assert_int_equal(uzram_codec_open("lz4hc", 2, &codec), -EINVAL);
     assert_int_equal(uzram_codec_open("deflate", 13, &codec), -EINVAL);
     assert_int_equal(uzram_codec_open("xz", 0, &codec), -ENOENT);
@@ -506,7 +516,7 @@ static void *round_trip_thread(void *arg)
             continue;
         }
         if (length == 0) {
-            if (kind != DATAGEN_RANDOM)
+            if (!may_not_shrink(id, level, kind))
                 result->failures++;
             continue;
         }

@@ -503,6 +503,8 @@ static void check_stats(struct model *m)
           U(s.pages_stored));
     check(m, s.zero_pages <= s.same_pages, "zero_pages %llu > same_pages %llu", U(s.zero_pages),
           U(s.same_pages));
+    check(m, s.idle_pages <= s.pages_stored, "idle_pages %llu > pages_stored %llu", U(s.idle_pages),
+          U(s.pages_stored));
     check(m, s.huge_pages + s.same_pages <= s.pages_stored,
           "huge_pages %llu + same_pages %llu > pages_stored %llu", U(s.huge_pages), U(s.same_pages),
           U(s.pages_stored));
@@ -536,7 +538,7 @@ static void check_stats(struct model *m)
         check(m,
               s.pages_stored == 0 && s.orig_data_size == 0 && s.compr_data_size == 0 &&
                   s.same_pages == 0 && s.huge_pages == 0 && s.dup_data_size == 0 &&
-                  s.zero_pages == 0 && s.mem_used_total == 0,
+                  s.zero_pages == 0 && s.mem_used_total == 0 && s.idle_pages == 0,
               "device holds no page but: pages_stored %llu orig %llu compr %llu same %llu "
               "huge %llu dup %llu zero %llu mem_used_total %llu",
               U(s.pages_stored), U(s.orig_data_size), U(s.compr_data_size), U(s.same_pages),
@@ -650,6 +652,27 @@ static void op_reset_mem_used_max(struct model *m)
           (unsigned long long)s.mem_used_max, (unsigned long long)s.mem_used_total);
 }
 
+/* Mark pages idle (all, or by age: nothing here is older than the test).
+ * Alone on the device, marking all makes every stored page idle. */
+static void op_idle(struct model *m)
+{
+    bool all = datagen_rng_below(&m->rng, 2) == 0;
+    snprintf(m->op_text, sizeof m->op_text, "idle %s", all ? "all" : "3600");
+    uint64_t marked = UINT64_MAX;
+    int rc = uzram_mark_idle(m->dev, all ? 0 : 3600, &marked);
+    if (!check(m, rc == 0 && marked != UINT64_MAX, "uzram_mark_idle returned %d", rc))
+        return;
+    if (!m->whole_device)
+        return;
+    struct uzram_stats s = test_stats(m->dev);
+    if (all)
+        check(m, s.idle_pages == s.pages_stored, "idle all: idle_pages %llu, pages_stored %llu",
+              (unsigned long long)s.idle_pages, (unsigned long long)s.pages_stored);
+    else
+        check(m, marked == 0, "idle 3600 marked %llu pages written within the test",
+              (unsigned long long)marked);
+}
+
 /* Touch the statistics and text forms from any thread, for the racing tests. */
 static void op_stats_racy(struct model *m)
 {
@@ -686,15 +709,17 @@ static void model_step(struct model *m)
         }
     } else if (r < 940)
         verify_all(m);
+    else if (r < 950)
+        op_idle(m);
     else if (!m->whole_device)
         op_write(m);
-    else if (r < 941)
+    else if (r < 951)
         op_reset(m);
-    else if (r < 943)
+    else if (r < 953)
         op_discard_all(m);
-    else if (r < 955)
+    else if (r < 965)
         op_mem_limit(m);
-    else if (r < 960)
+    else if (r < 970)
         op_reset_mem_used_max(m);
     else
         op_write(m);

@@ -24,7 +24,8 @@ static void attr_usage(FILE *out)
             "\n"
             "Attributes: %s clients\n"
             "Writable: comp_algorithm algorithm_params same_filled use_dedup mem_limit\n"
-            "  mem_used_max (0) compact reset (1, only with no client connected);\n"
+            "  mem_used_max (0) compact reset (1, only with no client connected)\n"
+            "  idle (all, or seconds since the last access);\n"
             "  disksize is set when the device is served (uzram serve --size)\n",
             uzram_attr_names());
 }

@@ -1,0 +1,92 @@
+/* codecs.h - a device's table of codec configurations: algorithm, level, dictionary (internal).
+ * A compressed object records the id of the configuration that made it, so that a read always
+ * decompresses it correctly, whatever the settings became since. */
+#ifndef UZRAM_CODECS_H
+#define UZRAM_CODECS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comp.h"
+
+/*
+ * A configuration never changes once made; a new setting makes a new one.
+ * Each entry counts its users: every stored object made with it, every
+ * writer compressing with it right now, and one for each setting that names
+ * it (the primary algorithm, priority 0, and up to CODECS_PRIORITY_MAX
+ * secondary algorithms for recompression). The last user frees the entry,
+ * its dictionary with it, and its id can be reused. So a dictionary stays in
+ * memory exactly as long as a page needs it.
+ *
+ * Ids are what a page slot and a dedup entry hold: CODECS_MAX of them (the
+ * slot has 4 bits for it). A setting that needs a new entry while all are in
+ * use by stored pages fails with -ENOSPC.
+ *
+ * Thread safety: codecs_acquire(), codecs_get() and codecs_release() take no
+ * lock (one atomic each on the entry's count); changes of the settings are
+ * serialised by the table's lock.
+ */
+
+#define CODECS_MAX 16
+#define CODECS_PRIORITY_MAX 3
+
+struct codec_config {
+    int algorithm;          /* enum comp_algorithm */
+    int level;              /* resolved */
+    unsigned priority;      /* the setting it was made for: 0 primary, 1..3 secondary */
+    struct comp_dict *dict; /* NULL: none */
+    bool dict_auto;         /* dict=auto: trained from stored pages (or to be) */
+    uint32_t dict_size;     /* bytes of dictionary content (0: none) */
+};
+
+struct codecs {
+    pthread_mutex_t lock;
+    struct codec_entry {
+        _Atomic uint64_t users;
+        struct codec_config config; /* written under lock while the entry is unused */
+        bool used;                  /* under lock */
+    } __attribute__((aligned(64))) entries[CODECS_MAX];
+    /* The id each priority's setting names, -1 for none. */
+    _Atomic int setting[CODECS_PRIORITY_MAX + 1];
+    /* Memory of the dictionaries held now, and of entries in use. */
+    _Atomic uint64_t dict_mem;
+};
+
+void codecs_init(struct codecs *codecs);
+/* Free every entry; no object may refer to one any more. */
+void codecs_destroy(struct codecs *codecs);
+
+/* Make `config` (its dict owned by the table from now on, also on failure)
+ * the setting of config->priority; the entry the setting named before loses
+ * that user. Errors: -ENOSPC every id is in use. */
+int codecs_set(struct codecs *codecs, const struct codec_config *config);
+
+/* Drop the setting of `priority` (a secondary algorithm). */
+void codecs_clear(struct codecs *codecs, unsigned priority);
+
+/* Take a user on the entry the setting of `priority` names: its id, or
+ * -ENOENT when that priority has no setting. */
+int codecs_acquire(struct codecs *codecs, unsigned priority);
+
+/* Take another user on entry `id`, which the caller already holds one on. */
+void codecs_hold(struct codecs *codecs, unsigned id);
+
+/* Drop a user of entry `id`; the last one frees it. */
+void codecs_release(struct codecs *codecs, unsigned id);
+
+/* The configuration of entry `id`, on which the caller holds a user (or
+ * which an object the caller has locked was made with). */
+static inline const struct codec_config *codecs_get(struct codecs *codecs, unsigned id)
+{
+    return &codecs->entries[id].config;
+}
+
+/* A copy of the setting of `priority`; false when there is none. */
+bool codecs_setting(struct codecs *codecs, unsigned priority, struct codec_config *config);
+
+/* Bytes the dictionaries in use take. */
+uint64_t codecs_dict_mem(struct codecs *codecs);
+
+#endif
