@@ -89,7 +89,7 @@ bool estimate_scan_page(const uint64_t *page, size_t words, uint64_t *word, uint
     while (i < words && page[i] == first)
         i++;
     bool same = i == words;
-    /* Forward (zram before the seed): compare words 1..n-1 with word 0,
+    /* Forward (zram before the last-word patch): compare words 1..n-1 with word 0,
      * stopping at the first difference. */
     *forward = same ? words - 1 : i;
     /* Backward: the same loop from word n-1 down to 1. */
@@ -101,7 +101,7 @@ bool estimate_scan_page(const uint64_t *page, size_t words, uint64_t *word, uint
             j--;
         *backward = words - j;
     }
-    /* The seed: compare the last word first, then words 1..n-2 forward. */
+    /* The last-word pre-check patch: compare the last word first, then words 1..n-2 forward. */
     if (page[words - 1] != first)
         *precheck = 1;
     else

@@ -15,15 +15,18 @@ static void usage(FILE *out)
 {
     fputs("Usage: uzram estimate [OPTION]... SOURCE...\n"
           "Estimate what zram, zram with dedup and uzram would save on your own data.\n"
-          "A SOURCE is a file, a block device (read only), '-' for standard input,\n"
-          "or --pid PID for the memory of a live process. Several sources are each\n"
+          "A SOURCE is a file, a block device (read only), a directory (its files, walked\n"
+          "in name order; devices, sockets, symbolic links, other file systems and\n"
+          "unreadable files are skipped and counted), '-' for standard input, or\n"
+          "--pid PID for the memory of a live process. Several sources are each\n"
           "reported, then totalled; a duplicate is a page seen earlier in the run.\n"
           "\n"
           "  -p, --pid PID          a live process: its private anonymous and private\n"
           "                         writable mappings, read through /proc/PID/mem\n"
           "      --all-mappings     with --pid: every readable mapping\n"
-          "  -a, --algorithms LIST  comma-separated algorithms to try (default: all the\n"
-          "                         engine has; 'none' for classes and dedup only)\n"
+          "  -a, --algorithms LIST  comma-separated algorithms to try (default: lz4, the\n"
+          "                         engine's default; 'all' for every one it has; 'none'\n"
+          "                         for classes and dedup only)\n"
           "      --page-size SIZE   page size (default 4096; compression only at 4096)\n"
           "  -j, --jobs N           worker threads (default: number of CPUs)\n"
           "      --json             print JSON instead of tables\n"
@@ -32,6 +35,7 @@ static void usage(FILE *out)
           "\n"
           "Examples:\n"
           "  uzram estimate /var/tmp/build.img\n"
+          "  uzram estimate --algorithms all ~/src\n"
           "  uzram estimate -a lz4,zstd --pid $(pidof firefox)\n"
           "  tar cf - ~/src | uzram estimate --json -\n",
           out);
@@ -182,18 +186,21 @@ int cmd_estimate(int argc, char **argv)
         }
         algorithm_list = "none";
     }
+    /* The engine's default algorithm is the default (one is fast and answers the first
+     * question); "all" puts it first too: the histogram's compressed columns use the first. */
+    struct uzram_config defaults;
+    uzram_config_init(&defaults);
+    const char *first = defaults.comp_algorithm ? defaults.comp_algorithm : "lz4";
     if (!algorithm_list) {
+        if (parse_algorithms(first, algorithm_storage, sizeof algorithm_storage, &options) < 0)
+            goto out;
+    } else if (strcmp(algorithm_list, "all") == 0) {
         char all[256];
         if (uzram_algorithm_list(NULL, all, sizeof all) < 0) {
             fputs("uzram estimate: cannot list the algorithms\n", stderr);
             goto out;
         }
         all[strcspn(all, "\n")] = 0;
-        /* the engine's default algorithm first: the histogram's compressed
-         * columns and the docs' examples use the first one */
-        struct uzram_config defaults;
-        uzram_config_init(&defaults);
-        const char *first = defaults.comp_algorithm ? defaults.comp_algorithm : "lz4";
         char ordered[300];
         snprintf(ordered, sizeof ordered, "%s %s", first, all);
         if (parse_algorithms(ordered, algorithm_storage, sizeof algorithm_storage, &options) < 0)

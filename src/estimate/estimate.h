@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 /* The estimate models the engine with its page-analysis helpers (codecs,
  * pool and index costs, the huge threshold): uzram.h's static-linking-only
@@ -15,7 +16,7 @@
 #include "uzram.h"
 
 #define ESTIMATE_MAX_ALGORITHMS 8
-#define ESTIMATE_WORD 8 /* the seed's same-filled check compares unsigned longs (64-bit) */
+#define ESTIMATE_WORD 8 /* zram's same-filled check compares unsigned longs (64-bit) */
 /* Histogram buckets of reference counts: 1, 2, 3-4, 5-8, ... up to 2^32. */
 #define ESTIMATE_BUCKETS 34
 /* Stored length recorded for a page kept raw; real compressed lengths are
@@ -45,7 +46,8 @@ struct estimate_counts {
     uint64_t same_pages; /* same-filled with a non-zero word */
     uint64_t duplicate_pages;
     uint64_t unique_pages;
-    /* Word comparisons of the seed's three same-filled checks, summed over all pages */
+    /* Word comparisons of three same-filled checks (zram's forward loop, a backward loop, the
+     * last-word pre-check patch), summed over all pages */
     uint64_t scan_forward;
     uint64_t scan_backward;
     uint64_t scan_precheck;
@@ -56,7 +58,24 @@ struct estimate_counts {
  * Sources
  * ---------------------------------------------------------------------- */
 
-enum estimate_source_kind { SOURCE_FILE, SOURCE_DEVICE, SOURCE_STDIN, SOURCE_PROCESS };
+enum estimate_source_kind {
+    SOURCE_FILE,
+    SOURCE_DEVICE,
+    SOURCE_STDIN,
+    SOURCE_PROCESS,
+    SOURCE_DIRECTORY
+};
+
+/* What the walk of a directory passed over (walk.c), by reason. */
+struct estimate_skipped {
+    uint64_t devices;            /* block and character devices */
+    uint64_t sockets;            /* sockets and named pipes */
+    uint64_t links;              /* symbolic links: not followed */
+    uint64_t other_file_systems; /* mount points below the directory: not entered */
+    uint64_t unreadable;         /* files and directories that could not be opened or read */
+};
+
+struct estimate_walk;
 
 struct estimate_mapping {
     uint64_t start, end;
@@ -76,10 +95,14 @@ struct estimate_source {
     uint64_t address; /* next address to read in mappings[mapping_index] */
     uint64_t mapped_bytes;
     uint64_t position; /* bytes consumed so far (progress) */
+    /* directories */
+    struct estimate_walk *walk;
+    uint64_t files; /* regular files read */
+    struct estimate_skipped skipped;
     struct estimate_counts counts;
 };
 
-/* Open a source. `path` is a file, a block device or "-" (standard input).
+/* Open a source. `path` is a file, a block device, a directory or "-" (standard input).
  * On failure prints one line naming the source and the reason and returns
  * a negative errno. */
 int estimate_open_file(struct estimate_source *source, const char *path);
@@ -88,6 +111,18 @@ int estimate_open_file(struct estimate_source *source, const char *path);
  * (the pages a swap device would see). */
 int estimate_open_process(struct estimate_source *source, const char *pid_text, bool all_mappings);
 void estimate_close(struct estimate_source *source);
+
+/* Pad the last partial page of buffer[0..got) with zeros, counting the real bytes in
+ * counts.partial_bytes; returns got rounded up to a whole page. */
+size_t estimate_pad_page(struct estimate_source *source, unsigned char *buffer, size_t got,
+                         size_t page_size);
+
+/* A directory (walk.c): start the walk at the directory open as `fd` (taken over), whose
+ * stat is `st`; read its files as estimate_read() does; free the walk. */
+int estimate_walk_open(struct estimate_source *source, int fd, const struct stat *st);
+long estimate_walk_read(struct estimate_source *source, unsigned char *buffer, size_t capacity,
+                        size_t page_size);
+void estimate_walk_close(struct estimate_source *source);
 
 /* Fill `buffer` (capacity a multiple of page_size) with the next whole pages
  * of the source. Returns the number of bytes (a multiple of page_size), 0 at
@@ -152,8 +187,8 @@ bool estimate_scan_page(const uint64_t *page, size_t words, uint64_t *word, uint
 /* Memory the models would use for the pages counted in `counts`. */
 struct estimate_projection {
     double kernel_zram;         /* pool, no dedup */
-    double seed_dedup_pool;     /* pool, each content once */
-    double seed_dedup_meta;     /* the seed's zram_entry per stored object */
+    double dedup_patch_pool;    /* pool, each content once */
+    double dedup_patch_meta;    /* the dedup patch's zram_entry per stored object */
     double uzram;               /* pool, no dedup */
     double uzram_dedup_pool;    /* pool, each content once */
     double uzram_dedup_meta;    /* uzram_dedup_entry_cost per stored object */
@@ -164,8 +199,9 @@ struct estimate_projection {
 void estimate_project(const struct estimate_counts *counts, unsigned algorithm,
                       struct estimate_projection *projection);
 
-/* The seed's zram_entry: rb_node (3 words) + len + checksum + refcount + handle. */
-#define ESTIMATE_SEED_ENTRY_BYTES 48u
+/* The zram_entry of the zram dedup patch set ("zram: implement deduplication in zram" v4,
+ * 2017): rb_node (3 words) + len + checksum + refcount + handle. */
+#define ESTIMATE_DEDUP_PATCH_ENTRY_BYTES 48u
 
 void estimate_report_text(FILE *out, const struct estimate_options *options,
                           struct estimate_source *sources, size_t source_count,

@@ -1,5 +1,5 @@
-/* input.c - the sources of `uzram estimate`: files, block devices, stdin, processes.
- * Large sequential reads; a process is read through /proc/PID/mem, mapping by mapping. */
+/* input.c - the sources of `uzram estimate`: files, block devices, stdin, processes (directories:
+ * walk.c). Large sequential reads; a process is read through /proc/PID/mem, mapping by mapping. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -42,8 +42,12 @@ int estimate_open_file(struct estimate_source *source, const char *path)
     struct stat st;
     if (fstat(source->fd, &st) < 0)
         return fail("cannot open", path, errno);
-    if (S_ISDIR(st.st_mode))
-        return fail("cannot read", path, EISDIR);
+    if (S_ISDIR(st.st_mode)) {
+        source->kind = SOURCE_DIRECTORY;
+        int rc = estimate_walk_open(source, source->fd, &st);
+        source->fd = -1; /* the walk has it, or closed it */
+        return rc < 0 ? fail("cannot read the directory", path, -rc) : 0;
+    }
     if (S_ISBLK(st.st_mode)) {
         source->kind = SOURCE_DEVICE;
         uint64_t bytes = 0;
@@ -165,6 +169,7 @@ int estimate_open_process(struct estimate_source *source, const char *pid_text, 
 
 void estimate_close(struct estimate_source *source)
 {
+    estimate_walk_close(source);
     if (source->fd > STDIN_FILENO)
         close(source->fd);
     if (source->pagemap_fd >= 0)
@@ -198,6 +203,12 @@ static long read_stream(struct estimate_source *source, unsigned char *buffer, s
     }
     source->counts.bytes += got;
     source->position += got;
+    return (long)estimate_pad_page(source, buffer, got, page_size);
+}
+
+size_t estimate_pad_page(struct estimate_source *source, unsigned char *buffer, size_t got,
+                         size_t page_size)
+{
     size_t tail = got % page_size;
     if (tail) {
         /* a last partial page is padded with zeros, as a device would hold it */
@@ -205,7 +216,7 @@ static long read_stream(struct estimate_source *source, unsigned char *buffer, s
         source->counts.partial_bytes += tail;
         got += page_size - tail;
     }
-    return (long)got;
+    return got;
 }
 
 /* Read one populated run of the process; ranges that fail are skipped page
@@ -287,5 +298,7 @@ long estimate_read(struct estimate_source *source, unsigned char *buffer, size_t
 {
     if (source->kind == SOURCE_PROCESS)
         return read_process(source, buffer, capacity);
+    if (source->kind == SOURCE_DIRECTORY)
+        return estimate_walk_read(source, buffer, capacity, page_size);
     return read_stream(source, buffer, capacity, page_size);
 }

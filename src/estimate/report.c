@@ -1,5 +1,5 @@
 /* report.c - what `uzram estimate` prints: the projections, a table, or JSON.
- * The memory models of kernel zram, the seed's dedup and uzram are computed here. */
+ * The memory models of kernel zram, zram with the dedup patch and uzram are computed here. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +18,7 @@
  *   with the same pool (uzram's pool plays the part of zsmalloc), so the
  *   kernel and uzram columns differ only in their dedup metadata;
  * - without dedup every non-same-filled page is an object; with dedup each
- *   distinct content is one object, plus per object the seed's 48-byte
+ *   distinct content is one object, plus per object the dedup patch's 48-byte
  *   zram_entry (what its meta_data_size counts) or uzram's
  *   uzram_dedup_entry_cost().
  */
@@ -44,9 +44,9 @@ void estimate_project(const struct estimate_counts *counts, unsigned algorithm,
     projection->huge_unique = lengths->unique[ESTIMATE_RAW];
     projection->kernel_zram = pool_all;
     projection->uzram = pool_all;
-    projection->seed_dedup_pool = pool_unique;
+    projection->dedup_patch_pool = pool_unique;
     projection->uzram_dedup_pool = pool_unique;
-    projection->seed_dedup_meta = (double)counts->unique_pages * ESTIMATE_SEED_ENTRY_BYTES;
+    projection->dedup_patch_meta = (double)counts->unique_pages * ESTIMATE_DEDUP_PATCH_ENTRY_BYTES;
     projection->uzram_dedup_meta = (double)counts->unique_pages * (double)uzram_dedup_entry_cost();
 }
 
@@ -71,6 +71,8 @@ static const char *kind_name(enum estimate_source_kind kind)
         return "stdin";
     case SOURCE_PROCESS:
         return "process";
+    case SOURCE_DIRECTORY:
+        return "directory";
     }
     return "?";
 }
@@ -85,6 +87,34 @@ static const char *human(uint64_t bytes, char *buf, size_t size)
  * Text
  * ---------------------------------------------------------------------- */
 
+/* What a directory's walk read and passed over, on one line. */
+static void directory_note(FILE *out, const struct estimate_source *source)
+{
+    const struct estimate_skipped *k = &source->skipped;
+    const struct {
+        uint64_t count;
+        const char *one, *many;
+    } reasons[] = {
+        {k->devices, "device", "devices"},
+        {k->sockets, "socket or pipe", "sockets and pipes"},
+        {k->links, "symbolic link", "symbolic links"},
+        {k->other_file_systems, "mount point", "mount points"},
+        {k->unreadable, "unreadable", "unreadable"},
+    };
+    fprintf(out,
+            "  %s: %" PRIu64 " file%s read, each from a page boundary; skipped: ", source->name,
+            source->files, source->files == 1 ? "" : "s");
+    bool any = false;
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+        if (reasons[i].count == 0)
+            continue;
+        fprintf(out, "%s%" PRIu64 " %s", any ? ", " : "", reasons[i].count,
+                reasons[i].count == 1 ? reasons[i].one : reasons[i].many);
+        any = true;
+    }
+    fputs(any ? "\n" : "nothing\n", out);
+}
+
 static void class_cell(FILE *out, uint64_t count, uint64_t pages)
 {
     char cell[32];
@@ -93,9 +123,11 @@ static void class_cell(FILE *out, uint64_t count, uint64_t pages)
     fprintf(out, " %17s", cell);
 }
 
-static void class_row(FILE *out, const char *name, const struct estimate_counts *counts)
+/* Source names are never cut: the first column is as wide as the longest. */
+static void class_row(FILE *out, int name_width, const char *name,
+                      const struct estimate_counts *counts)
 {
-    fprintf(out, "%-24.24s %11" PRIu64, name, counts->pages);
+    fprintf(out, "%-*s %11" PRIu64, name_width, name, counts->pages);
     class_cell(out, counts->zero_pages, counts->pages);
     class_cell(out, counts->same_pages, counts->pages);
     class_cell(out, counts->duplicate_pages, counts->pages);
@@ -119,13 +151,13 @@ static void projection_table(FILE *out, const struct estimate_options *options, 
     fprintf(out, "\nProjected memory for %s (%s of pages; %% of that):\n", title,
             human((uint64_t)input, size, sizeof size));
     fprintf(out, "%-10s %17s %17s %17s %17s %11s %11s\n", "algorithm", "kernel zram",
-            "zram+seed dedup", "uzram", "uzram+dedup", "huge pages", "ratio");
+            "zram+dedup patch", "uzram", "uzram+dedup", "huge pages", "ratio");
     for (unsigned a = 0; a < options->algorithm_count; a++) {
         struct estimate_projection p;
         estimate_project(counts, a, &p);
         fprintf(out, "%-10s", options->algorithms[a]);
         model_cell(out, p.kernel_zram, 0, input);
-        model_cell(out, p.seed_dedup_pool, p.seed_dedup_meta, input);
+        model_cell(out, p.dedup_patch_pool, p.dedup_patch_meta, input);
         model_cell(out, p.uzram, 0, input);
         model_cell(out, p.uzram_dedup_pool, p.uzram_dedup_meta, input);
         double best = p.uzram_dedup_pool + p.uzram_dedup_meta;
@@ -144,15 +176,21 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
             source_count == 1 ? "" : "s", options->page_size, options->jobs,
             options->jobs == 1 ? "" : "s");
 
-    fprintf(out, "\n%-24s %11s %17s %17s %17s %17s\n", "source", "pages", "zero", "same-filled",
-            "duplicate", "unique");
+    int name_width = (int)strlen("source");
     for (size_t i = 0; i < source_count; i++)
-        class_row(out, sources[i].name, &sources[i].counts);
+        if ((int)strlen(sources[i].name) > name_width)
+            name_width = (int)strlen(sources[i].name);
+    fprintf(out, "\n%-*s %11s %17s %17s %17s %17s\n", name_width, "source", "pages", "zero",
+            "same-filled", "duplicate", "unique");
+    for (size_t i = 0; i < source_count; i++)
+        class_row(out, name_width, sources[i].name, &sources[i].counts);
     if (source_count > 1)
-        class_row(out, "total", total);
+        class_row(out, name_width, "total", total);
     for (size_t i = 0; i < source_count; i++) {
         const struct estimate_counts *c = &sources[i].counts;
-        if (c->partial_bytes)
+        if (sources[i].kind == SOURCE_DIRECTORY)
+            directory_note(out, &sources[i]);
+        else if (c->partial_bytes)
             fprintf(out, "  %s: last page partial (%" PRIu64 " bytes), padded with zeros\n",
                     sources[i].name, c->partial_bytes);
         if (sources[i].kind == SOURCE_PROCESS)
@@ -172,11 +210,15 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
             for (size_t i = 0; i < source_count; i++)
                 projection_table(out, options, sources[i].name, &sources[i].counts);
         projection_table(out, options, source_count > 1 ? "the total" : sources[0].name, total);
-        fputs("  kernel zram: same-filled + compression; zram+seed dedup adds 48 bytes of\n"
-              "  zram_entry per stored object; uzram+dedup adds the engine's index entry.\n"
+        fputs("  kernel zram: same-filled pages + compression. zram+dedup patch: kernel zram with\n"
+              "  the deduplication patch set proposed for it (\"zram: implement deduplication in\n"
+              "  zram\", v4, Joonsoo Kim, 2017; not in mainline), 48 bytes of zram_entry per\n"
+              "  stored object. uzram+dedup: uzram --dedup, with its own index entry per object.\n"
               "  Pool memory is uzram's size-class pool (uzram_pool_object_cost) for all four.\n"
               "  ratio: pages / uzram+dedup memory; huge: unique pages kept raw.\n",
               out);
+        if (options->algorithm_count == 1)
+            fputs("  Other algorithms: --algorithms all (or a list such as lz4,zstd).\n", out);
     } else if (options->page_size != UZRAM_PAGE_SIZE) {
         fprintf(out,
                 "\nCompression is only estimated for %u-byte pages (the engine's page size).\n",
@@ -224,10 +266,11 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
             contents ? (double)pages / (double)contents : 1.0, info->entries,
             human(info->memory_bytes, size, sizeof size));
 
-    fprintf(
-        out,
-        "\nSame-filled check, word comparisons per page (the seed's table; %zu words a page):\n",
-        options->page_size / ESTIMATE_WORD);
+    fprintf(out,
+            "\nSame-filled check: words compared per page of %zu words, by zram's forward loop,\n"
+            "a backward loop, and the last-word pre-check of the kernel patch \"zram: try to\n"
+            "avoid worst-case scenario on same element pages\" (Taejoon Song, 2019):\n",
+            options->page_size / ESTIMATE_WORD);
     fprintf(out, "  forward scan          %8.2f\n", average(total->scan_forward, total->pages));
     fprintf(out, "  backward scan         %8.2f\n", average(total->scan_backward, total->pages));
     fprintf(out, "  last-word pre-check   %8.2f\n", average(total->scan_precheck, total->pages));
@@ -274,7 +317,7 @@ static void json_counts(FILE *out, const struct estimate_options *options,
                 ", \"huge_pages\": %" PRIu64 ", \"huge_pages_no_dedup\": %" PRIu64 ",\n%s    ",
                 p.compressed_unique, p.compressed_all, p.huge_unique, p.huge_all, indent);
         json_model(out, "kernel_zram", p.kernel_zram, 0, false);
-        json_model(out, "zram_seed_dedup", p.seed_dedup_pool, p.seed_dedup_meta, false);
+        json_model(out, "zram_dedup_patch", p.dedup_patch_pool, p.dedup_patch_meta, false);
         fprintf(out, "\n%s    ", indent);
         json_model(out, "uzram", p.uzram, 0, false);
         json_model(out, "uzram_dedup", p.uzram_dedup_pool, p.uzram_dedup_meta, true);
@@ -293,8 +336,8 @@ void estimate_report_json(FILE *out, const struct estimate_options *options,
             uzram_version(), options->page_size, options->jobs);
     fprintf(out,
             "  \"hash\": \"xxh3-64\", \"huge_threshold\": %zu, \"dedup_entry_bytes\": %zu, "
-            "\"seed_dedup_entry_bytes\": %u,\n  \"algorithms\": [",
-            uzram_huge_threshold(), uzram_dedup_entry_cost(), ESTIMATE_SEED_ENTRY_BYTES);
+            "\"zram_dedup_patch_entry_bytes\": %u,\n  \"algorithms\": [",
+            uzram_huge_threshold(), uzram_dedup_entry_cost(), ESTIMATE_DEDUP_PATCH_ENTRY_BYTES);
     for (unsigned a = 0; a < options->algorithm_count; a++) {
         if (a)
             fputs(", ", out);
@@ -309,6 +352,13 @@ void estimate_report_json(FILE *out, const struct estimate_options *options,
         if (s->kind == SOURCE_PROCESS)
             fprintf(out, ", \"pid\": %d, \"mappings\": %zu, \"mapped_bytes\": %" PRIu64, s->pid,
                     s->mapping_count, s->mapped_bytes);
+        if (s->kind == SOURCE_DIRECTORY)
+            fprintf(out,
+                    ", \"files\": %" PRIu64 ", \"skipped\": {\"devices\": %" PRIu64
+                    ", \"sockets\": %" PRIu64 ", \"links\": %" PRIu64
+                    ", \"other_file_systems\": %" PRIu64 ", \"unreadable\": %" PRIu64 "}",
+                    s->files, s->skipped.devices, s->skipped.sockets, s->skipped.links,
+                    s->skipped.other_file_systems, s->skipped.unreadable);
         fputs(",\n", out);
         json_counts(out, options, &s->counts, "    ");
         fputs("}", out);

@@ -197,8 +197,11 @@ a=$work/a.img b=$work/b.img
 # ---------------------------------------------------------------------------
 # 1. Exact counts, histogram and scan statistics, two sources, -j1 and -j2
 # ---------------------------------------------------------------------------
+# -j1 with the default algorithm (lz4 alone), -j2 with every algorithm of the build.
 for jobs in 1 2; do
-    if "$UZRAM" estimate -q -j "$jobs" --json "$a" "$b" >"$work/two-$jobs.json" 2>"$work/err"; then
+    algorithms=()
+    [[ $jobs -eq 2 ]] && algorithms=(--algorithms all)
+    if "$UZRAM" estimate -q -j "$jobs" "${algorithms[@]}" --json "$a" "$b" >"$work/two-$jobs.json" 2>"$work/err"; then
         if "$PY" "$work/reference.py" "$work/two-$jobs.json" 4096 "$a" "$b"; then
             pass "two sources at -j$jobs match the reference classifier"
         else
@@ -208,6 +211,15 @@ for jobs in 1 2; do
         fail "estimate -j$jobs exited $?: $(cat "$work/err")"
     fi
 done
+
+$PY -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["algorithms"] != ["lz4"])' "$work/two-1.json" ||
+    fail "the default is not lz4 alone: $(grep '"algorithms": \[' "$work/two-1.json")"
+$PY - "$work/two-2.json" <<'EOF' || fail "--algorithms all did not try every algorithm"
+import json, sys
+got = json.load(open(sys.argv[1]))["algorithms"]
+assert got[0] == "lz4" and len(got) >= 2 and len(set(got)) == len(got), got
+EOF
+pass "default algorithm lz4 alone; --algorithms all tries every algorithm, lz4 first"
 
 # The known composition, independent of the reference, and the per-algorithm huge counts.
 "$PY" - "$work/two-2.json" "$work/composition.json" <<'EOF' && pass "known composition found exactly" || fail "known composition"
@@ -228,7 +240,7 @@ for name, a in t['algorithms'].items():
     if a['huge_pages'] != want['huge_unique'] or a['huge_pages_no_dedup'] != want['huge_all']:
         errors.append('%s huge %d/%d' % (name, a['huge_pages'], a['huge_pages_no_dedup']))
     if not (a['uzram_dedup']['pool_bytes'] < a['uzram']['pool_bytes'] and
-            a['zram_seed_dedup']['meta_bytes'] == 48 * t['unique_pages'] and
+            a['zram_dedup_patch']['meta_bytes'] == 48 * t['unique_pages'] and
             a['uzram_dedup']['meta_bytes'] == got['dedup_entry_bytes'] * t['unique_pages']):
         errors.append('%s projections %s' % (name, a))
     if a['compressed_bytes'] >= a['compressed_bytes_no_dedup']:
@@ -291,7 +303,7 @@ fi
 # ---------------------------------------------------------------------------
 # 3. Errors: one clear line, exit 1, nothing on stdout
 # ---------------------------------------------------------------------------
-for bad in "$work/missing.img" "$work"; do
+for bad in "$work/missing.img"; do
     "$UZRAM" estimate -q "$a" "$bad" >"$work/out" 2>"$work/err"
     status=$?
     if [[ $status -eq 1 && $(wc -l <"$work/err") -eq 1 && ! -s $work/out ]] &&
@@ -319,6 +331,102 @@ else
 fi
 "$UZRAM" estimate -q --pid 999999999 >/dev/null 2>"$work/err"
 [[ $? -ne 0 && $(wc -l <"$work/err") -eq 1 ]] && pass "bad pid: $(cat "$work/err")" || fail "bad pid"
+
+# ---------------------------------------------------------------------------
+# 3b. A directory: its files in name order, each from a page boundary; what is skipped
+# ---------------------------------------------------------------------------
+tree=$work/tree
+long=a-file-name-much-longer-than-the-twenty-four-characters-of-old.img
+mkdir -p "$tree/sub/deeper" "$tree/B" "$tree/empty-dir" "$tree/mnt"
+head -c $((100 * 4096 + 100)) "$a" >"$tree/sub/deeper/$long"
+tail -c $((50 * 4096)) "$a" >"$tree/B/z.img"
+cp "$b" "$tree/a.img"
+: >"$tree/empty"
+head -c 3000 "$b" >"$tree/sub/short.txt"
+ln -s "$a" "$tree/link-to-a"
+mkfifo "$tree/fifo"
+$PY -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$tree/sock"
+mounted=
+if [[ $(id -u) -eq 0 ]] && mount -t tmpfs -o size=1M uzram-test "$tree/mnt" 2>/dev/null; then
+    mounted=1
+    at_exit "umount '$tree/mnt'"
+    head -c 4096 /dev/urandom >"$tree/mnt/not-read.img"
+else
+    skip_check "directory walk: a mount point below the directory (needs root to mount a tmpfs)"
+fi
+# The reference reads the same files in byte order of their names, each padded to a page.
+cat >"$work/walkref.py" <<'EOF'
+import json, os, stat, sys
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+from reference import Run, pages_of, compare
+top, json_path, mounted = sys.argv[1], sys.argv[2], sys.argv[3] == '1'
+pages, files, partial = [], 0, 0
+skipped = dict(devices=0, sockets=0, links=0, other_file_systems=0, unreadable=0)
+device = os.stat(top).st_dev
+def walk(path):
+    global files, partial
+    for name in sorted(os.listdir(path), key=os.fsencode):
+        full = os.path.join(path, name)
+        st = os.lstat(full)
+        if stat.S_ISLNK(st.st_mode): skipped['links'] += 1
+        elif stat.S_ISSOCK(st.st_mode) or stat.S_ISFIFO(st.st_mode): skipped['sockets'] += 1
+        elif st.st_dev != device: skipped['other_file_systems'] += 1
+        elif stat.S_ISDIR(st.st_mode): walk(full)
+        else:
+            data = open(full, 'rb').read()
+            p, tail = pages_of(data, 4096)
+            pages.extend(p); files += 1; partial += tail
+walk(top)
+want = Run(4096).source(pages)
+got = json.load(open(json_path))
+source = got['sources'][0]
+errors = compare(want, source, 'directory')
+if source['type'] != 'directory' or source['files'] != files or source['skipped'] != skipped:
+    errors.append('files %s skipped %s, want %d %s' % (source['files'], source['skipped'], files, skipped))
+if source['partial_bytes'] != partial:
+    errors.append('partial_bytes %d, want %d' % (source['partial_bytes'], partial))
+if mounted != (skipped['other_file_systems'] == 1):
+    errors.append('mount point not seen')
+print('\n'.join(errors) if errors else 'directory: %d files, %d pages, skipped %s' % (files, len(pages), skipped))
+sys.exit(1 if errors else 0)
+EOF
+if "$UZRAM" estimate -q -j 2 --json "$tree" >"$work/tree.json" 2>"$work/err" &&
+    "$PY" "$work/walkref.py" "$tree" "$work/tree.json" "${mounted:-0}"; then
+    pass "directory: files in name order, each from a page boundary, skips counted"
+else
+    fail "directory: $(cat "$work/err")"
+fi
+"$UZRAM" estimate -q -j 1 --json "$tree/" >"$work/tree-again.json" 2>&1
+sed 's|"name": "[^"]*"|NAME|; s|"threads": [0-9]*|T|' "$work/tree.json" >"$work/tree-1"
+sed 's|"name": "[^"]*"|NAME|; s|"threads": [0-9]*|T|' "$work/tree-again.json" >"$work/tree-2"
+cmp -s "$work/tree-1" "$work/tree-2" || fail "two walks of the same tree differ: $(diff "$work/tree-1" "$work/tree-2" | head)"
+pass "the same tree twice (-j2, then -j1 with a trailing /): the same report"
+"$UZRAM" estimate -q "$tree/sub/deeper/$long" "$tree" >"$work/tree.txt" 2>&1 || fail "text report of a tree"
+grep -q "^$tree/sub/deeper/$long  *101 " "$work/tree.txt" || fail "a long name was cut: $(head -5 "$work/tree.txt")"
+grep -q "^  $tree: 5 files read, each from a page boundary; skipped: 2 sockets and pipes, 1 symbolic link" "$work/tree.txt" ||
+    fail "directory note: $(grep "files read" "$work/tree.txt")"
+if grep -qi 'seed' "$work/tree.txt" "$work/tree.json"; then fail "'seed' in the report: $(grep -i seed "$work/tree.txt" "$work/tree.json")"; fi
+pass "text report: long names whole, the skipped entries said, no 'seed'"
+# As a user who may not read everything: unreadable files and directories are counted.
+if [[ ${#as_user[@]} -gt 0 ]] || [[ $(id -u) -ne 0 ]]; then
+    cp "$b" "$tree/sub/locked.img"
+    mkdir "$tree/locked-dir"
+    cp "$b" "$tree/locked-dir/inside.img"
+    chmod -R a+rX "$tree"
+    chmod 000 "$tree/sub/locked.img" "$tree/locked-dir"
+    if "${as_user[@]}" "$UZRAM" estimate -q --json "$tree" >"$work/tree-user.json" 2>"$work/err" &&
+        "$PY" - "$work/tree-user.json" "$work/tree.json" <<'EOF'; then
+import json, sys
+user, before = (json.load(open(p))['sources'][0] for p in sys.argv[1:])
+assert user['skipped']['unreadable'] == 2, user['skipped']
+assert user['files'] == before['files'] and user['pages'] == before['pages'], (user, before)
+EOF
+        pass "unreadable file and directory skipped and counted (as $(id -un 65534 2>/dev/null || id -un))"
+    else
+        fail "unreadable entries: $(cat "$work/err") $(grep -o '"skipped": {[^}]*}' "$work/tree-user.json")"
+    fi
+    chmod 755 "$tree/locked-dir"
+fi
 
 # ---------------------------------------------------------------------------
 # 4. A live process with known memory content
