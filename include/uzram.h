@@ -70,7 +70,7 @@ extern "C" {
 #endif
 
 #define UZRAM_VERSION_MAJOR 0
-#define UZRAM_VERSION_MINOR 1
+#define UZRAM_VERSION_MINOR 2
 #define UZRAM_VERSION_PATCH 0
 #define UZRAM_VERSION_NUMBER                                                                       \
     (UZRAM_VERSION_MAJOR * 10000 + UZRAM_VERSION_MINOR * 100 + UZRAM_VERSION_PATCH)
@@ -232,43 +232,49 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * Statistics
  * ---------------------------------------------------------------------- */
 
-/* Every counter, in order: UZRAM_STATS(X) expands X(name, form) once per
- * counter. This list is the one place a counter is named: struct
- * uzram_stats, the text forms below, the attributes mm_stat, io_stat,
- * debug_stat and stat_json, uzram_stat_name() and what the programs show
- * (the control socket's `stats` reply, `uzram status`) all follow it.
+/* Every counter, in order: UZRAM_STATS(X) expands X(name, form, kind, help)
+ * once per counter. This list is the one place a counter is named and
+ * described: struct uzram_stats, the text forms below, the attributes
+ * mm_stat, io_stat, debug_stat and stat_json, uzram_stat_name(),
+ * uzram_stat_help(), uzram_stat_kind() and what the programs show (the
+ * control socket's `stats` reply, `uzram status`, its Prometheus text) all
+ * follow it.
  * `form` is the text line a counter also appears in, besides JSON:
- *   MM     mm_stat: zram's nine fields in zram's order, then the dedup
- *          seed's two (keep this order: scripts read mm_stat by position)
+ *   MM     mm_stat: zram's nine fields in zram's order, then the two of the
+ *          zram dedup patch set (keep this order: scripts read mm_stat by
+ *          position)
  *   IO     io_stat: zram's four fields in zram's order
  *   DEBUG  debug_stat, as "name: value" lines
- * New counters go at the end, so that older callers' structs stay a prefix.
- * All sizes are bytes. */
+ * `kind` is LEVEL for an amount held now, which goes up and down (a gauge),
+ * or EVENTS for a count of events, which only grows until the device is
+ * reset (a counter). `help` says what is counted, and in which unit, in one
+ * line. New counters go at the end, so that older callers' structs stay a
+ * prefix. */
 #define UZRAM_STATS(X)                                                                             \
-    X(orig_data_size, MM)           /* pages stored (any form) * 4096 */                           \
-    X(compr_data_size, MM)          /* bytes of distinct stored objects (huge: 4096 each) */       \
-    X(mem_used_total, MM)           /* pool memory really held, fragmentation included */          \
-    X(mem_limit, MM)                /* 0: no limit */                                              \
-    X(mem_used_max, MM)             /* peak of mem_used_total since create/reset */                \
-    X(same_pages, MM)               /* pages stored as one repeated word */                        \
-    X(pages_compacted, MM)          /* pool pages given back by compaction */                      \
-    X(huge_pages, MM)               /* pages stored raw now */                                     \
-    X(huge_pages_since, MM)         /* pages ever stored raw since create/reset */                 \
-    X(dup_data_size, MM)            /* bytes that duplicates did not have to store */              \
-    X(meta_data_size, MM)           /* memory of the dedup index */                                \
-    X(failed_reads, IO)             /* reads that failed (a page did not decompress) */            \
-    X(failed_writes, IO)            /* writes that failed (-ENOSPC, -ENOMEM, -EIO) */              \
-    X(invalid_io, IO)               /* requests refused as misaligned or out of range */           \
-    X(notify_free, IO)              /* pages freed by discard or write-zeroes */                   \
-    X(dedup_hash_collisions, DEBUG) /* hash matched, content differed */                           \
-    X(pages_stored, DEBUG)          /* orig_data_size / 4096 */                                    \
-    X(zero_pages, DEBUG)            /* same-filled pages whose word is 0 */                        \
-    X(idle_pages, DEBUG)            /* pages marked idle and not accessed since */
+    X(orig_data_size, MM, LEVEL, "bytes of data stored, 4096 per page in whatever form")           \
+    X(compr_data_size, MM, LEVEL, "bytes of the distinct stored objects (4096 per raw page)")      \
+    X(mem_used_total, MM, LEVEL, "bytes of memory the pool holds, fragmentation included")         \
+    X(mem_limit, MM, LEVEL, "most bytes of memory the pool may hold (0: no limit)")                \
+    X(mem_used_max, MM, LEVEL, "peak of mem_used_total since creation or reset, in bytes")         \
+    X(same_pages, MM, LEVEL, "pages stored as one repeated 8-byte word (zero pages included)")     \
+    X(pages_compacted, MM, EVENTS, "pool pages given back by compaction")                          \
+    X(huge_pages, MM, LEVEL, "pages stored raw now, as they did not compress")                     \
+    X(huge_pages_since, MM, EVENTS, "pages stored raw")                                            \
+    X(dup_data_size, MM, LEVEL, "bytes that pages stored once for several did not take")           \
+    X(meta_data_size, MM, LEVEL, "bytes of memory of the dedup index")                             \
+    X(failed_reads, IO, EVENTS, "reads that failed (a page did not decompress)")                   \
+    X(failed_writes, IO, EVENTS, "writes that failed (no space, no memory, I/O error)")            \
+    X(invalid_io, IO, EVENTS, "requests refused as misaligned or out of range")                    \
+    X(notify_free, IO, EVENTS, "pages freed by discard or write-zeroes")                           \
+    X(dedup_hash_collisions, DEBUG, EVENTS, "dedup hash matches whose content differed")           \
+    X(pages_stored, DEBUG, LEVEL, "pages stored, in whatever form (orig_data_size / 4096)")        \
+    X(zero_pages, DEBUG, LEVEL, "pages stored as the word 0 (part of same_pages)")                 \
+    X(idle_pages, DEBUG, LEVEL, "pages marked idle and not read or written since")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */
 struct uzram_stats {
-#define UZRAM_STATS_FIELD_(name, form) uint64_t name;
+#define UZRAM_STATS_FIELD_(name, form, kind, help) uint64_t name;
     UZRAM_STATS(UZRAM_STATS_FIELD_)
 #undef UZRAM_STATS_FIELD_
 };
@@ -291,6 +297,18 @@ UZRAM_API int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size
 UZRAM_API size_t uzram_stat_count(void);
 UZRAM_API const char *uzram_stat_name(size_t index);
 UZRAM_API uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t index);
+
+/* What counter `index` counts, in one line with its unit (the `help` of
+ * UZRAM_STATS), or NULL past the end: for programs that describe every
+ * counter, such as a Prometheus exporter's HELP lines. */
+UZRAM_API const char *uzram_stat_help(size_t index);
+
+/* The `kind` of counter `index`: UZRAM_STAT_LEVEL for an amount held now
+ * (a gauge), UZRAM_STAT_EVENTS for a count that only grows until the
+ * device is reset (a counter), or -EINVAL past the end. */
+#define UZRAM_STAT_LEVEL 0
+#define UZRAM_STAT_EVENTS 1
+UZRAM_API int uzram_stat_kind(size_t index);
 
 /* Text forms of a snapshot. Each writes a NUL-terminated line ending in '\n'
  * into buf and returns the length written (without the NUL), or -ERANGE if

@@ -14,8 +14,11 @@ static const struct stat_field {
     const char *name;
     size_t offset;
     enum stat_form form;
+    int kind;
+    const char *help;
 } fields[] = {
-#define STAT_FIELD(name, form) {#name, offsetof(struct uzram_stats, name), STAT_FORM_##form},
+#define STAT_FIELD(name, form, kind, help)                                                         \
+    {#name, offsetof(struct uzram_stats, name), STAT_FORM_##form, UZRAM_STAT_##kind, help},
     UZRAM_STATS(STAT_FIELD)
 #undef STAT_FIELD
 };
@@ -26,7 +29,7 @@ _Static_assert(sizeof(struct uzram_stats) == FIELD_COUNT * sizeof(uint64_t),
 
 /* uzram.h promises that 2048 bytes always hold the JSON form: braces, and
  * per counter its quoted name, ": ", up to 20 digits and ", ". */
-#define STAT_NAME_BYTES(name, form) +sizeof #name
+#define STAT_NAME_BYTES(name, form, kind, help) +sizeof #name
 _Static_assert(2 + (0 UZRAM_STATS(STAT_NAME_BYTES)) + FIELD_COUNT * (2 + 2 + 20 + 2) + 2 <= 2048,
                "the JSON form of every counter fits in 2048 bytes");
 #undef STAT_NAME_BYTES
@@ -39,6 +42,16 @@ size_t uzram_stat_count(void)
 const char *uzram_stat_name(size_t index)
 {
     return index < FIELD_COUNT ? fields[index].name : NULL;
+}
+
+const char *uzram_stat_help(size_t index)
+{
+    return index < FIELD_COUNT ? fields[index].help : NULL;
+}
+
+int uzram_stat_kind(size_t index)
+{
+    return index < FIELD_COUNT ? fields[index].kind : -EINVAL;
 }
 
 uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t index)

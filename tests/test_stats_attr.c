@@ -414,8 +414,11 @@ static const struct {
     const char *name;
     const char *form;
     size_t offset;
+    int kind;
+    const char *help;
 } listed[] = {
-#define LISTED(name, form) {#name, #form, offsetof(struct uzram_stats, name)},
+#define LISTED(name, form, kind, help)                                                             \
+    {#name, #form, offsetof(struct uzram_stats, name), UZRAM_STAT_##kind, help},
     UZRAM_STATS(LISTED)
 #undef LISTED
 };
@@ -439,8 +442,15 @@ static void test_stat_iteration(void **state)
         assert_true(uzram_stat_value(&s, sizeof s, i) == listed_value(&s, i));
         /* a smaller snapshot has no such field */
         assert_true(uzram_stat_value(&s, listed[i].offset, i) == 0);
+        /* every counter is described, in one line, and is a level or a count of events */
+        assert_string_equal(uzram_stat_help(i), listed[i].help);
+        assert_true(strlen(listed[i].help) > 10 && strchr(listed[i].help, '\n') == NULL);
+        assert_int_equal(uzram_stat_kind(i), listed[i].kind);
+        assert_true(listed[i].kind == UZRAM_STAT_LEVEL || listed[i].kind == UZRAM_STAT_EVENTS);
     }
     assert_null(uzram_stat_name(LISTED_COUNT));
+    assert_null(uzram_stat_help(LISTED_COUNT));
+    assert_int_equal(uzram_stat_kind(LISTED_COUNT), -EINVAL);
     assert_true(uzram_stat_value(&s, sizeof s, LISTED_COUNT) == 0);
     assert_true(uzram_stat_value(NULL, sizeof s, 0) == 0);
 }

@@ -29,7 +29,8 @@ static const struct {
     size_t offset;
 } number_fields[] = {
 #define IDENTITY(field) {#field, offsetof(struct device_status, field)},
-#define COUNTER(counter, form) {#counter, offsetof(struct device_status, stats.counter)},
+#define COUNTER(counter, form, kind, help)                                                         \
+    {#counter, offsetof(struct device_status, stats.counter)},
     IDENTITY(disksize) IDENTITY(clients) IDENTITY(read_only) IDENTITY(use_dedup)
         UZRAM_STATS(COUNTER)
 #undef COUNTER
