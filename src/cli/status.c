@@ -1,9 +1,10 @@
-/* status.c - `uzram status`: a zramctl-like table of running devices.
- * Asks each server's control socket (NAME.ctl in the runtime directory) for its stats. */
+/* status.c - `uzram status`: running devices as zramctl shows zram's, as JSON, or as Prometheus
+ * text. Asks each server's control socket (NAME.ctl in the runtime directory) for its stats. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
-#include <stddef.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,66 +15,381 @@
 #include "common/util.h"
 #include "uzram.h"
 
-/* One device as the "stats" control request reports it: identity, then
- * every counter of the library's list. */
+/* One device as the "stats" control request reports it: "key value" lines, in the server's
+ * order (identity first, then every counter of its library's list). Kept as the server sent
+ * them, so that counters this program does not know still show. */
+#define STATUS_MAX_FIELDS 256
 struct device_status {
-    char name[72];
-    char algorithm[32];
-    uint64_t disksize, clients, read_only, use_dedup;
-    struct uzram_stats stats;
+    size_t count;
+    struct {
+        char key[64];
+        char text[72];
+        uint64_t number;
+    } fields[STATUS_MAX_FIELDS];
 };
-
-/* The numbers of a reply by key, in the order `status --json` prints them. */
-static const struct {
-    const char *key;
-    size_t offset;
-} number_fields[] = {
-#define IDENTITY(field) {#field, offsetof(struct device_status, field)},
-#define COUNTER(counter, form, kind, help)                                                         \
-    {#counter, offsetof(struct device_status, stats.counter)},
-    IDENTITY(disksize) IDENTITY(clients) IDENTITY(read_only) IDENTITY(use_dedup)
-        UZRAM_STATS(COUNTER)
-#undef COUNTER
-#undef IDENTITY
-};
-
-static uint64_t number_at(const struct device_status *st, size_t field)
-{
-    uint64_t value;
-    memcpy(&value, (const char *)st + number_fields[field].offset, sizeof value);
-    return value;
-}
 
 static void parse_status(char *body, struct device_status *st)
 {
     char *save = NULL;
-    for (char *line = strtok_r(body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    st->count = 0;
+    for (char *line = strtok_r(body, "\n", &save); line && st->count < STATUS_MAX_FIELDS;
+         line = strtok_r(NULL, "\n", &save)) {
         char *space = strchr(line, ' ');
-        if (space == NULL)
+        if (space == NULL || space == line || (size_t)(space - line) >= sizeof st->fields[0].key)
             continue;
         *space = '\0';
-        const char *value = space + 1;
-        if (strcmp(line, "name") == 0) {
-            snprintf(st->name, sizeof st->name, "%s", value);
-        } else if (strcmp(line, "algorithm") == 0) {
-            snprintf(st->algorithm, sizeof st->algorithm, "%s", value);
-        } else {
-            for (size_t i = 0; i < sizeof number_fields / sizeof number_fields[0]; i++) {
-                if (strcmp(line, number_fields[i].key) == 0) {
-                    uint64_t number = strtoull(value, NULL, 10);
-                    memcpy((char *)st + number_fields[i].offset, &number, sizeof number);
-                }
-            }
+        snprintf(st->fields[st->count].key, sizeof st->fields[0].key, "%s", line);
+        snprintf(st->fields[st->count].text, sizeof st->fields[0].text, "%s", space + 1);
+        st->fields[st->count].number = strtoull(space + 1, NULL, 10);
+        st->count++;
+    }
+}
+
+/* The field called `key`, or -1. */
+static int field_index(const struct device_status *st, const char *key)
+{
+    for (size_t i = 0; i < st->count; i++)
+        if (strcmp(st->fields[i].key, key) == 0)
+            return (int)i;
+    return -1;
+}
+
+static uint64_t number_of(const struct device_status *st, const char *key)
+{
+    int i = field_index(st, key);
+    return i < 0 ? 0 : st->fields[i].number;
+}
+
+static const char *text_of(const struct device_status *st, const char *key)
+{
+    int i = field_index(st, key);
+    return i < 0 ? "" : st->fields[i].text;
+}
+
+/* Fields that are words, not numbers: they are quoted in JSON and labels in Prometheus. */
+static bool is_text_field(const char *key)
+{
+    return strcmp(key, "name") == 0 || strcmp(key, "algorithm") == 0;
+}
+
+/* DATA per byte of memory really used (pool plus dedup index). DATA counts every stored page
+ * at 4096 bytes, same-filled ones too, which use no pool memory: so same-filled pages raise
+ * the ratio, and a device that holds only same-filled pages has no finite one. Returns false
+ * when there is no ratio (nothing stored, or no memory used). */
+static bool compression_ratio(const struct device_status *st, double *ratio)
+{
+    uint64_t data = number_of(st, "orig_data_size");
+    uint64_t used = number_of(st, "mem_used_total") + number_of(st, "meta_data_size");
+    if (data == 0 || used == 0)
+        return false;
+    *ratio = (double)data / (double)used;
+    return true;
+}
+
+/* ------------------------------------------------------------------------
+ * Columns, as zramctl has them
+ * ---------------------------------------------------------------------- */
+
+enum column_kind { COLUMN_TEXT, COLUMN_SIZE, COLUMN_COUNT, COLUMN_RATIO };
+
+static const struct column {
+    const char *name; /* the header, and what --output takes */
+    const char *key;  /* the field it shows */
+    enum column_kind kind;
+    const char *help;
+} columns[] = {
+    {"NAME", "name", COLUMN_TEXT, "device name"},
+    {"ALGORITHM", "algorithm", COLUMN_TEXT, "compression algorithm"},
+    {"DISKSIZE", "disksize", COLUMN_SIZE, "disk size"},
+    {"DATA", "orig_data_size", COLUMN_SIZE, "data stored, uncompressed (same-filled pages too)"},
+    {"COMPR", "compr_data_size", COLUMN_SIZE, "data stored, compressed"},
+    {"TOTAL", "mem_used_total", COLUMN_SIZE, "memory used, fragmentation included"},
+    {"MEM-LIMIT", "mem_limit", COLUMN_SIZE, "memory limit (0B: none)"},
+    {"MEM-USED", "mem_used_max", COLUMN_SIZE, "peak of TOTAL"},
+    {"ZERO-PAGES", "same_pages", COLUMN_COUNT, "pages stored as one repeated word"},
+    {"MIGRATED", "pages_compacted", COLUMN_COUNT, "pool pages given back by compaction"},
+    {"DUP", "dup_data_size", COLUMN_SIZE, "bytes deduplication did not have to store"},
+    {"META", "meta_data_size", COLUMN_SIZE, "memory of the deduplication index"},
+    {"COMP-RATIO", "orig_data_size", COLUMN_RATIO, "DATA / (TOTAL + META)"},
+    {"CLIENTS", "clients", COLUMN_COUNT, "connected NBD clients"},
+};
+#define COLUMN_COUNT_ALL (sizeof columns / sizeof columns[0])
+#define DEFAULT_COLUMNS "NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,COMP-RATIO,CLIENTS"
+#define MAX_COLUMNS 64
+
+/* A column asked for: one of the table, or any field of the reply by its key (a counter
+ * this program may not know), shown as a number. */
+struct chosen_column {
+    const struct column *named; /* NULL: `key` */
+    char key[64];
+    char header[64];
+};
+
+/* "data" or "orig_data_size" or "ZERO_PAGES": names compare without case, '-' as '_'. */
+static int fold(char c)
+{
+    return c == '-' ? '_' : tolower((unsigned char)c);
+}
+
+static bool same_name(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (fold(*a) != fold(*b))
+            return false;
+    return *a == *b;
+}
+
+/* Parse --output LIST. A name that is neither a column nor a counter of the library is an
+ * error; a counter the servers turn out not to have shows as empty. */
+static int choose_columns(const char *list, struct chosen_column *chosen, size_t *count)
+{
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", list);
+    *count = 0;
+    char *save = NULL;
+    for (char *name = strtok_r(copy, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        if (*count == MAX_COLUMNS) {
+            fprintf(stderr, "uzram status: at most %d columns\n", MAX_COLUMNS);
+            return -1;
+        }
+        struct chosen_column *c = &chosen[*count];
+        memset(c, 0, sizeof *c);
+        for (size_t i = 0; i < COLUMN_COUNT_ALL && c->named == NULL; i++)
+            if (same_name(name, columns[i].name))
+                c->named = &columns[i];
+        if (c->named != NULL) {
+            snprintf(c->header, sizeof c->header, "%s", c->named->name);
+            (*count)++;
+            continue;
+        }
+        bool known = same_name(name, "read_only") || same_name(name, "use_dedup") ||
+                     same_name(name, "disksize") || same_name(name, "clients");
+        for (size_t i = 0; i < uzram_stat_count() && !known; i++)
+            known = same_name(name, uzram_stat_name(i));
+        if (!known || strlen(name) >= sizeof c->key) {
+            fprintf(stderr,
+                    "uzram status: unknown column '%s'; see 'uzram status --help' for the "
+                    "columns and counters\n",
+                    name);
+            return -1;
+        }
+        /* The key as the server spells it, the header as zramctl would. */
+        for (size_t i = 0; name[i]; i++) {
+            c->key[i] = (char)fold(name[i]);
+            c->header[i] = c->key[i] == '_' ? '-' : (char)toupper((unsigned char)c->key[i]);
+        }
+        (*count)++;
+    }
+    if (*count == 0) {
+        fputs("uzram status: --output needs at least one column\n", stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* The text of one cell. */
+static void cell_text(const struct device_status *st, const struct chosen_column *c, bool bytes,
+                      char *out, size_t size)
+{
+    const char *key = c->named ? c->named->key : c->key;
+    enum column_kind kind = c->named ? c->named->kind : COLUMN_COUNT;
+    double ratio;
+    if (field_index(st, key) < 0 && kind != COLUMN_RATIO) {
+        snprintf(out, size, "-"); /* a counter this server does not have */
+        return;
+    }
+    switch (kind) {
+    case COLUMN_TEXT:
+        snprintf(out, size, "%s", text_of(st, key));
+        break;
+    case COLUMN_SIZE:
+        if (bytes)
+            snprintf(out, size, "%" PRIu64, number_of(st, key));
+        else
+            util_human_size(number_of(st, key), out, size);
+        break;
+    case COLUMN_COUNT:
+        snprintf(out, size, "%" PRIu64, number_of(st, key));
+        break;
+    case COLUMN_RATIO:
+        if (compression_ratio(st, &ratio))
+            snprintf(out, size, "%.2f", ratio);
+        else
+            snprintf(out, size, number_of(st, "orig_data_size") ? "inf" : "-");
+        break;
+    }
+}
+
+/* --raw: like libsmartcols, every byte that would break a space-separated line is \xHH. */
+static void print_raw(const char *text)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p <= ' ' || *p == '\\' || *p >= 0x7f)
+            printf("\\x%02x", *p);
+        else
+            putchar(*p);
+    }
+}
+
+static void print_table(const struct device_status *rows, size_t row_count,
+                        const struct chosen_column *chosen, size_t column_count, bool bytes,
+                        bool raw, bool headings)
+{
+    int width[MAX_COLUMNS];
+    char text[72];
+    for (size_t c = 0; c < column_count; c++) {
+        width[c] = headings ? (int)strlen(chosen[c].header) : 1;
+        for (size_t r = 0; r < row_count; r++) {
+            cell_text(&rows[r], &chosen[c], bytes, text, sizeof text);
+            if ((int)strlen(text) > width[c])
+                width[c] = (int)strlen(text);
+        }
+    }
+    for (size_t r = headings ? 0 : 1; r <= row_count; r++) {
+        for (size_t c = 0; c < column_count; c++) {
+            if (r == 0)
+                snprintf(text, sizeof text, "%s", chosen[c].header);
+            else
+                cell_text(&rows[r - 1], &chosen[c], bytes, text, sizeof text);
+            bool left = chosen[c].named && chosen[c].named->kind == COLUMN_TEXT;
+            bool last = c + 1 == column_count;
+            if (c > 0)
+                putchar(' ');
+            if (raw)
+                print_raw(text);
+            else if (left && last)
+                fputs(text, stdout); /* no trailing blanks */
+            else
+                printf(left ? "%-*s" : "%*s", width[c], text);
+        }
+        putchar('\n');
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * JSON and Prometheus
+ * ---------------------------------------------------------------------- */
+
+static void print_json(const struct device_status *rows, size_t row_count)
+{
+    printf("[");
+    for (size_t r = 0; r < row_count; r++) {
+        const struct device_status *st = &rows[r];
+        printf("%s\n  {", r ? "," : "");
+        for (size_t i = 0; i < st->count; i++) {
+            fputs(i ? ", " : "", stdout);
+            util_json_string(stdout, st->fields[i].key);
+            fputs(": ", stdout);
+            if (is_text_field(st->fields[i].key))
+                util_json_string(stdout, st->fields[i].text);
+            else
+                printf("%" PRIu64, st->fields[i].number);
+        }
+        double ratio;
+        if (compression_ratio(st, &ratio))
+            printf(", \"comp_ratio\": %.3f}", ratio);
+        else
+            printf(", \"comp_ratio\": null}");
+    }
+    printf("%s]\n", row_count ? "\n" : "");
+}
+
+/* A label value of the Prometheus text format: backslash, quote and newline escaped. */
+static void print_label(const char *text)
+{
+    for (; *text; text++) {
+        if (*text == '\\' || *text == '"')
+            printf("\\%c", *text);
+        else if (*text == '\n')
+            fputs("\\n", stdout);
+        else
+            putchar(*text);
+    }
+}
+
+/* A metric name from a key: [a-z_][a-z0-9_]*, as the server's keys are. */
+static bool metric_name_ok(const char *key)
+{
+    if (!(islower((unsigned char)key[0]) || key[0] == '_'))
+        return false;
+    for (; *key; key++)
+        if (!(islower((unsigned char)*key) || isdigit((unsigned char)*key) || *key == '_'))
+            return false;
+    return true;
+}
+
+/* One metric family for every device: HELP, TYPE, then a sample per device that has it. */
+static void prometheus_family(const struct device_status *rows, size_t row_count, const char *key,
+                              const char *help, bool events)
+{
+    bool any = false;
+    if (!metric_name_ok(key))
+        return;
+    for (size_t r = 0; r < row_count && !any; r++)
+        any = field_index(&rows[r], key) >= 0;
+    if (!any)
+        return;
+    const char *suffix = events ? "_total" : "";
+    printf("# HELP uzram_%s%s %s\n", key, suffix, help);
+    printf("# TYPE uzram_%s%s %s\n", key, suffix, events ? "counter" : "gauge");
+    for (size_t r = 0; r < row_count; r++) {
+        int i = field_index(&rows[r], key);
+        if (i < 0)
+            continue;
+        printf("uzram_%s%s{device=\"", key, suffix);
+        print_label(text_of(&rows[r], "name"));
+        printf("\"} %" PRIu64 "\n", rows[r].fields[i].number);
+    }
+}
+
+/* The Prometheus text exposition format (version 0.0.4), as node_exporter's textfile
+ * collector reads it: every field of every device, counters by the library's own list of
+ * descriptions and kinds; a counter this program does not know keeps the server's name. */
+static void print_prometheus(const struct device_status *rows, size_t row_count)
+{
+    printf("# HELP uzram_info The settings of a device, as labels; the value is 1.\n"
+           "# TYPE uzram_info gauge\n");
+    for (size_t r = 0; r < row_count; r++) {
+        printf("uzram_info{device=\"");
+        print_label(text_of(&rows[r], "name"));
+        printf("\",algorithm=\"");
+        print_label(text_of(&rows[r], "algorithm"));
+        printf("\"} 1\n");
+    }
+    static const struct {
+        const char *key, *help;
+    } identity[] = {
+        {"disksize", "bytes of the disk"},
+        {"read_only", "1 when the device is exported read-only"},
+        {"use_dedup", "1 when identical pages are stored once"},
+        {"clients", "NBD clients connected"},
+    };
+    for (size_t i = 0; i < sizeof identity / sizeof identity[0]; i++)
+        prometheus_family(rows, row_count, identity[i].key, identity[i].help, false);
+    for (size_t i = 0; i < uzram_stat_count(); i++)
+        prometheus_family(rows, row_count, uzram_stat_name(i), uzram_stat_help(i),
+                          uzram_stat_kind(i) == UZRAM_STAT_EVENTS);
+    /* Fields of a newer server, in the order of the first device that has them. */
+    for (size_t r = 0; r < row_count; r++) {
+        for (size_t f = 0; f < rows[r].count; f++) {
+            const char *key = rows[r].fields[f].key;
+            bool shown = is_text_field(key);
+            for (size_t i = 0; i < sizeof identity / sizeof identity[0] && !shown; i++)
+                shown = strcmp(key, identity[i].key) == 0;
+            for (size_t i = 0; i < uzram_stat_count() && !shown; i++)
+                shown = strcmp(key, uzram_stat_name(i)) == 0;
+            for (size_t earlier = 0; earlier < r && !shown; earlier++)
+                shown = field_index(&rows[earlier], key) >= 0;
+            if (!shown)
+                prometheus_family(rows, row_count, key, "(a field this uzram does not know)",
+                                  false);
         }
     }
 }
 
-/* DATA per byte of memory really used (pool plus dedup index); 0 if none. */
-static double compression_ratio(const struct device_status *st)
-{
-    uint64_t used = st->stats.mem_used_total + st->stats.meta_data_size;
-    return used ? (double)st->stats.orig_data_size / (double)used : 0.0;
-}
+/* ------------------------------------------------------------------------
+ * The command
+ * ---------------------------------------------------------------------- */
 
 static int compare_names(const void *a, const void *b)
 {
@@ -82,38 +398,90 @@ static int compare_names(const void *a, const void *b)
 
 static void status_usage(FILE *out)
 {
-    fputs("Usage: uzram status [--json] [-u DIR] [NAME...]\n"
-          "Show the devices served by `uzram serve`, like zramctl.\n"
+    fputs("Usage: uzram status [OPTION]... [NAME]...\n"
+          "Show the devices served by `uzram serve`, like zramctl shows zram's.\n"
           "\n"
-          "  -j, --json              print a JSON array of objects with raw numbers\n"
+          "  -o, --output LIST       columns to show, comma-separated (default\n"
+          "                          " DEFAULT_COLUMNS ")\n"
+          "      --output-all        every column of the table below\n"
+          "  -b, --bytes             sizes in bytes, not in K, M, G\n"
+          "  -n, --noheadings        no header line\n"
+          "      --raw               no alignment: one space between values\n"
+          "  -j, --json              a JSON array of objects with every field, raw numbers\n"
+          "      --prometheus        Prometheus text format with every counter (for\n"
+          "                          node_exporter's textfile collector)\n"
           "  -u, --runtime-dir DIR   look for NAME.ctl sockets in DIR (default\n"
           "                          $XDG_RUNTIME_DIR/uzram or /run/uzram)\n"
           "  -h, --help              show this help\n"
           "\n"
-          "Columns: NAME ALGORITHM DISKSIZE DATA (uncompressed bytes stored) COMPR (compressed)\n"
-          "TOTAL (memory used, fragmentation included) MEM-LIMIT MEM-USED (peak) ZERO-PAGES\n"
-          "(same-filled pages) DUP (bytes saved by dedup) META (dedup index) COMP-RATIO\n"
-          "(DATA / (TOTAL + META)) CLIENTS (connected NBD clients).\n",
+          "Columns:\n",
+          out);
+    for (size_t i = 0; i < COLUMN_COUNT_ALL; i++)
+        fprintf(out, "  %-11s %s\n", columns[i].name, columns[i].help);
+    fputs("Any counter (see 'uzram attr NAME stat_json') is a column too, by its name:\n"
+          "  ",
+          out);
+    size_t line = 2;
+    for (size_t i = 0; i < uzram_stat_count(); i++) {
+        const char *name = uzram_stat_name(i);
+        if (line + strlen(name) + 2 > 80) {
+            fputs("\n  ", out);
+            line = 2;
+        }
+        line += (size_t)fprintf(out, "%s%s", name, i + 1 < uzram_stat_count() ? ", " : "\n");
+    }
+    fputs("COMP-RATIO counts every stored page at 4 KiB, same-filled ones too, though they\n"
+          "use no memory: 'inf' when only such pages are stored, '-' when nothing is.\n",
           out);
 }
+
+enum { OPT_OUTPUT_ALL = 256, OPT_RAW, OPT_PROMETHEUS };
 
 int cmd_status(int argc, char **argv)
 {
     static const struct option long_options[] = {
+        {"output", required_argument, NULL, 'o'},
+        {"output-all", no_argument, NULL, OPT_OUTPUT_ALL},
+        {"bytes", no_argument, NULL, 'b'},
+        {"noheadings", no_argument, NULL, 'n'},
+        {"raw", no_argument, NULL, OPT_RAW},
         {"json", no_argument, NULL, 'j'},
+        {"prometheus", no_argument, NULL, OPT_PROMETHEUS},
         {"runtime-dir", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    bool json = false;
-    char runtime_dir[PATH_MAX] = "";
+    bool json = false, prometheus = false, bytes = false, headings = true, raw = false;
+    const char *output = NULL;
+    char runtime_dir[PATH_MAX] = "", all[512] = "";
     int c;
 
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ju:h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:bnju:h", long_options, NULL)) != -1) {
         switch (c) {
+        case 'o':
+            output = optarg;
+            break;
+        case OPT_OUTPUT_ALL:
+            for (size_t i = 0; i < COLUMN_COUNT_ALL; i++)
+                snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? "," : "",
+                         columns[i].name);
+            output = all;
+            break;
+        case 'b':
+            bytes = true;
+            break;
+        case 'n':
+            headings = false;
+            break;
+        case OPT_RAW:
+            raw = true;
+            break;
         case 'j':
             json = true;
+            break;
+        case OPT_PROMETHEUS:
+            prometheus = true;
             break;
         case 'u':
             snprintf(runtime_dir, sizeof runtime_dir, "%s", optarg);
@@ -126,6 +494,18 @@ int cmd_status(int argc, char **argv)
             return 2;
         }
     }
+    /* JSON and Prometheus carry every field as a raw number: table options do not apply. */
+    if ((json || prometheus) && (json == prometheus || output || raw || !headings)) {
+        fputs("uzram status: --json and --prometheus show every field, in bytes, without a "
+              "table: drop --output, --raw, --noheadings (or one of the two)\n",
+              stderr);
+        return 2;
+    }
+    struct chosen_column chosen[MAX_COLUMNS];
+    size_t column_count = 0;
+    if (!json && !prometheus &&
+        choose_columns(output ? output : DEFAULT_COLUMNS, chosen, &column_count) < 0)
+        return 2;
     if (runtime_dir[0] == '\0' && util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
         fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
         return 1;
@@ -169,14 +549,17 @@ int cmd_status(int argc, char **argv)
     size_t row_count = 0;
     for (size_t i = 0; rows != NULL && i < count; i++) {
         char path[PATH_MAX], message[512], *body;
-        int rc = control_resolve(names[i], runtime_dir, path, sizeof path, message, sizeof message);
+        int rc = names[i] == NULL ? -ENOMEM
+                                  : control_resolve(names[i], runtime_dir, path, sizeof path,
+                                                    message, sizeof message);
         if (rc == 0)
             rc = control_request(path, "stats", &body, message, sizeof message);
         if (rc < 0) {
             /* A stale socket from a killed server is only worth a word when
              * the user asked for that device by name. */
             if (listed) {
-                fprintf(stderr, "uzram: %s: %s\n", names[i], message);
+                fprintf(stderr, "uzram: %s: %s\n", names[i] ? names[i] : "?",
+                        names[i] ? message : "out of memory");
                 status = 1;
             }
             continue;
@@ -186,46 +569,12 @@ int cmd_status(int argc, char **argv)
         row_count++;
     }
 
-    if (json) {
-        printf("[");
-        for (size_t i = 0; i < row_count; i++) {
-            const struct device_status *st = &rows[i];
-            printf("%s\n  {\"name\": ", i ? "," : "");
-            util_json_string(stdout, st->name);
-            printf(", \"algorithm\": ");
-            util_json_string(stdout, st->algorithm);
-            for (size_t f = 0; f < sizeof number_fields / sizeof number_fields[0]; f++)
-                printf(", \"%s\": %llu", number_fields[f].key,
-                       (unsigned long long)number_at(st, f));
-            printf(", \"comp_ratio\": %.3f}", compression_ratio(st));
-        }
-        printf("%s]\n", row_count ? "\n" : "");
-    } else if (row_count > 0) {
-        printf("%-10s %-9s %8s %8s %8s %8s %9s %8s %10s %8s %8s %10s %7s\n", "NAME", "ALGORITHM",
-               "DISKSIZE", "DATA", "COMPR", "TOTAL", "MEM-LIMIT", "MEM-USED", "ZERO-PAGES", "DUP",
-               "META", "COMP-RATIO", "CLIENTS");
-        for (size_t i = 0; i < row_count; i++) {
-            const struct device_status *st = &rows[i];
-            char disksize[16], data[16], compr[16], total[16], limit[16], used[16], dup[16],
-                meta[16], ratio[16];
-            util_human_size(st->disksize, disksize, sizeof disksize);
-            util_human_size(st->stats.orig_data_size, data, sizeof data);
-            util_human_size(st->stats.compr_data_size, compr, sizeof compr);
-            util_human_size(st->stats.mem_used_total, total, sizeof total);
-            util_human_size(st->stats.mem_limit, limit, sizeof limit);
-            util_human_size(st->stats.mem_used_max, used, sizeof used);
-            util_human_size(st->stats.dup_data_size, dup, sizeof dup);
-            util_human_size(st->stats.meta_data_size, meta, sizeof meta);
-            if (st->stats.orig_data_size && st->stats.mem_used_total + st->stats.meta_data_size)
-                snprintf(ratio, sizeof ratio, "%.2f", compression_ratio(st));
-            else
-                snprintf(ratio, sizeof ratio, "-");
-            printf("%-10s %-9s %8s %8s %8s %8s %9s %8s %10llu %8s %8s %10s %7llu\n", st->name,
-                   st->algorithm, disksize, data, compr, total, limit, used,
-                   (unsigned long long)st->stats.same_pages, dup, meta, ratio,
-                   (unsigned long long)st->clients);
-        }
-    }
+    if (json)
+        print_json(rows, row_count);
+    else if (prometheus)
+        print_prometheus(rows, row_count);
+    else if (row_count > 0)
+        print_table(rows, row_count, chosen, column_count, bytes, raw, headings);
     for (size_t i = 0; i < count; i++)
         free(names[i]);
     free(names);
