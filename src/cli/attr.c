@@ -1,5 +1,6 @@
-/* attr.c - `uzram attr`: read or write one attribute of a running device.
+/* attr.c - `uzram attr`: read or write one attribute of a running device, or list them all.
  * Sends "get NAME" or "set NAME VALUE" to the server's control socket (NAME.ctl). */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,10 +15,10 @@
 static void attr_usage(FILE *out)
 {
     fprintf(out,
-            "Usage: uzram attr [-u DIR] DEVICE NAME [VALUE]\n"
-            "Read (or, with VALUE, write) an attribute of a served device, with zram's names.\n"
-            "DEVICE is a device name (looked up in the runtime directory) or the path of\n"
-            "its .ctl control socket.\n"
+            "Usage: uzram attr [-u DIR] DEVICE [NAME [VALUE]]\n"
+            "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
+            "without NAME, list every attribute with its value. DEVICE is a device name\n"
+            "(looked up in the runtime directory) or the path of its .ctl control socket.\n"
             "\n"
             "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
             "  -h, --help              show this help\n"
@@ -28,6 +29,49 @@ static void attr_usage(FILE *out)
             "  idle (all, or seconds since the last access);\n"
             "  disksize is set when the device is served (uzram serve --size)\n",
             uzram_attr_names());
+}
+
+/* Every attribute of the library's list, then clients, as "NAME  VALUE" lines: what
+ * `grep . /sys/block/zram0/...` shows of a zram device. A value of several lines (debug_stat)
+ * continues under the first; write-only attributes say so. */
+static int list_attributes(const char *path)
+{
+    char names[1024], message[512], request[128], *body;
+    snprintf(names, sizeof names, "%s clients", uzram_attr_names());
+    int width = 0;
+    for (char *name = names; *name;) {
+        int length = (int)strcspn(name, " ");
+        width = length > width ? length : width;
+        name += length + (name[length] == ' ');
+    }
+    int status = 0;
+    char *save = NULL;
+    for (char *name = strtok_r(names, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
+        if (strcmp(name, "clients") == 0)
+            snprintf(request, sizeof request, "clients");
+        else
+            snprintf(request, sizeof request, "get %s", name);
+        int rc = control_request(path, request, &body, message, sizeof message);
+        if (rc == -EACCES) {
+            printf("%-*s  (write-only)\n", width, name);
+            continue;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "uzram: cannot read %s: %s\n", name, message);
+            status = 1;
+            continue;
+        }
+        const char *line = body;
+        bool first = true;
+        do {
+            size_t length = strcspn(line, "\n");
+            printf("%-*s  %.*s\n", width, first ? name : "", (int)length, line);
+            line += length + (line[length] == '\n');
+            first = false;
+        } while (*line != '\0');
+        free(body);
+    }
+    return status;
 }
 
 int cmd_attr(int argc, char **argv)
@@ -56,20 +100,20 @@ int cmd_attr(int argc, char **argv)
         }
     }
     int operands = argc - optind;
-    if (operands < 2 || operands > 3) {
-        fputs("uzram attr: expected DEVICE NAME [VALUE]\n"
+    if (operands < 1 || operands > 3) {
+        fputs("uzram attr: expected DEVICE [NAME [VALUE]]\n"
               "Try 'uzram attr --help' for more information.\n",
               stderr);
         return 2;
     }
-    const char *device = argv[optind], *name = argv[optind + 1];
+    const char *device = argv[optind], *name = operands >= 2 ? argv[optind + 1] : NULL;
     const char *value = operands == 3 ? argv[optind + 2] : NULL;
     if (runtime_dir[0] == '\0' && util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
         fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
         return 1;
     }
-    if (strpbrk(name, " \n") != NULL || (value != NULL && strchr(value, '\n') != NULL) ||
-        (value != NULL && value[0] == '\0')) {
+    if ((name != NULL && strpbrk(name, " \n") != NULL) ||
+        (value != NULL && strchr(value, '\n') != NULL) || (value != NULL && value[0] == '\0')) {
         fprintf(stderr, "uzram: bad attribute name or value\n");
         return 1;
     }
@@ -80,6 +124,8 @@ int cmd_attr(int argc, char **argv)
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
+    if (name == NULL)
+        return list_attributes(path);
     if (value != NULL)
         snprintf(request, sizeof request, "set %s %s", name, value);
     else if (strcmp(name, "clients") == 0)

@@ -134,6 +134,33 @@ print("%d families, %d samples; every counter of 3 devices, typed and described"
 EOF
 pass "--prometheus: every counter, HELP and TYPE, device label, values equal to stat_json"
 
+# --- uzram attr DEVICE: every attribute with its value, as grep . /sys/block/zram0/* does ---
+"$UZRAM" attr uzram0 >"$WORK/attrs" || fail "attr uzram0 without a name"
+$PY - "$WORK/attrs" "$UZRAM" <<'EOF' || fail "attr listing: $(cat "$WORK/attrs")"
+import re, subprocess, sys
+lines = open(sys.argv[1]).read().splitlines()
+listed, current = {}, None
+for line in lines:
+    m = re.match(r"^(\S+) +(.*)$", line)
+    if m:
+        current = m.group(1); listed[current] = [m.group(2)]
+    else:
+        listed[current].append(line.strip())
+names = subprocess.check_output([sys.argv[2], "attr", "--help"], text=True)
+names = re.search(r"^Attributes: (.*)$", names, re.M).group(1).split()
+assert list(listed) == names, (list(listed), names)
+for name, value in listed.items():
+    if value == ["(write-only)"]:
+        r = subprocess.run([sys.argv[2], "attr", "uzram0", name], capture_output=True, text=True)
+        assert r.returncode == 1 and "write-only" in r.stderr, (name, r)
+        continue
+    direct = subprocess.check_output([sys.argv[2], "attr", "uzram0", name], text=True).splitlines()
+    assert value == direct, (name, value, direct)  # nothing writes to uzram0 meanwhile
+assert listed["compact"] == ["(write-only)"], listed["compact"]
+print("%d attributes listed, %d write-only" % (len(listed), sum(v == ["(write-only)"] for v in listed.values())))
+EOF
+pass "attr DEVICE lists every attribute of attr --help with the value attr DEVICE NAME reads"
+
 # A device named on the command line that is not running is an error; none running, nothing.
 if "$UZRAM" status nosuch >/dev/null 2>&1; then fail "status of a missing device succeeded"; fi
 stop_server uzram0
