@@ -54,7 +54,9 @@ if ! ${CC:-gcc} -std=gnu11 -Wall -Wextra -Werror -Iinclude tests/shared_smoke.c 
     echo "check-exports: a program linked against $lib alone does not build or run:"
     sed 's/^/    /' "$smoke.out" 2>/dev/null
     status=1
-elif ! LD_LIBRARY_PATH=$dir ldd "$smoke" | grep -q "$soname => $dir/"; then
+# ldd's output is taken whole first: with pipefail, grep -q leaving early can kill ldd (a
+# shell script) with SIGPIPE and fail the pipeline although the line was found.
+elif ! grep -q "$soname => $dir/" <<<"$(LD_LIBRARY_PATH=$dir ldd "$smoke")"; then
     echo "check-exports: $smoke does not load $soname from $dir:"
     LD_LIBRARY_PATH=$dir ldd "$smoke" | sed 's/^/    /'
     status=1
