@@ -108,7 +108,8 @@ struct uzram_config {
     int comp_level;             /* 0: the algorithm's default; see uzram_algorithm_levels() */
     bool same_filled;           /* store same-filled pages as one word (default true) */
     bool use_dedup;             /* store identical pages once (default false) */
-    uint64_t mem_limit;         /* bytes of pool memory allowed; 0 means no limit */
+    uint64_t mem_limit;         /* bytes of pool memory allowed (dictionaries of
+                                   recompression come on top); 0 means no limit */
     uint64_t reserved[12];      /* must be zero (uzram_config_init() makes it so) */
 };
 
@@ -194,6 +195,86 @@ UZRAM_API int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
  * Returns 0. Thread-safe; pages written meanwhile may or may not be marked. */
 UZRAM_API int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked);
 
+/* Recompression, as zram's CONFIG_ZRAM_MULTI_COMP has it: pages are written
+ * with the primary algorithm (comp_algorithm, priority 0), and later
+ * compressed again with a secondary algorithm (priority 1..3), typically a
+ * slower, stronger one, when that makes them smaller. Each stored object
+ * records the configuration (algorithm, level, dictionary) that made it, so
+ * reads always decode it, whatever the settings became since; a dictionary
+ * stays in memory while any page needs it and counts in mem_used_total (and
+ * dict_mem). Unlike zram, these settings may change at any time. */
+#define UZRAM_RECOMPRESS_PRIORITY_MAX 3
+
+/* Set the secondary algorithm of `priority` (1..3) to `name` at `level` (0:
+ * its default), without a dictionary; a NULL or empty name removes it.
+ * Errors: -EINVAL priority or level out of range, -ENOENT unknown name,
+ * -ENOSPC the device's 16 codec configurations are all in use by stored
+ * pages (recompress or rewrite those of old settings first). */
+UZRAM_API int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, const char *name,
+                                         int level);
+
+/* zram's algorithm_params: set the level and dictionary of the algorithm of
+ * `priority` (0: the primary, which like uzram_set_algorithm() only changes
+ * while the device holds no data; 1..3: a secondary one), replacing both.
+ * `dict` NULL with `dict_size` 0: no dictionary. `dict` with `dict_size`
+ * bytes: a zstd dictionary (as `zstd --train` writes) or raw content, of
+ * 256 bytes to 1 MiB. `dict` NULL with `dict_size` > 0: train a dictionary
+ * of at most that many bytes (256 .. 1 MiB) from a sample of the stored
+ * pages (zstd's ZDICT), now if enough are stored, else at the start of the
+ * next recompression that finds enough. Only zstd takes dictionaries.
+ * Errors: -EINVAL bad priority, level or size, a dictionary for another
+ * algorithm, content zstd cannot use; -ENOENT no algorithm at that priority;
+ * -EBUSY (priority 0 with data stored); -ENOSPC as above; -ENOMEM. */
+UZRAM_API int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level,
+                                         const void *dict, size_t dict_size);
+
+/* Which pages uzram_recompress() takes (zram's type=): idle (marked by
+ * uzram_mark_idle()), huge (stored raw), both (huge_idle), or 0 for every
+ * stored page. */
+#define UZRAM_RECOMPRESS_IDLE 1u
+#define UZRAM_RECOMPRESS_HUGE 2u
+
+struct uzram_recompress_result {
+    uint64_t pages_tried;          /* compressed again with at least one algorithm */
+    uint64_t pages_recompressed;   /* now stored smaller */
+    uint64_t pages_incompressible; /* marked: no secondary algorithm shrinks them */
+    uint64_t bytes_before;         /* compressed bytes of the recompressed objects before */
+    uint64_t bytes_after;          /* ... and after */
+};
+
+/* zram's recompress: compress the pages of `type` again with the secondary
+ * algorithms and keep the new form only when it takes less memory (a page
+ * stored raw only when it then fits below the huge threshold). With
+ * `priority` 0 the algorithms above the one a page is stored with are tried
+ * in priority order until one shrinks it, and a page none shrinks is marked
+ * incompressible (later passes skip it; a write clears the mark); with
+ * `priority` 1..3 only that one is tried (pages already stored at that
+ * priority or above are left alone). `threshold` (0: none): only objects of
+ * at least that many bytes, and only if the new one is smaller than that.
+ * `max_pages` (0: no limit): stop after trying that many pages. Same-filled
+ * pages are never recompressed; a page shared through dedup is
+ * recompressed once for all its references (a raw one stays raw). The page
+ * is locked only to copy its object and to swap the new one in if the page
+ * did not change meanwhile, as a write does. `result` may be NULL.
+ * Errors: -EINVAL bad type or priority, -ENOENT no secondary algorithm set
+ * (at `priority`), -ENOMEM / -ENOSPC (no memory for a new object; the page
+ * keeps its old form and the pass stops). Thread-safe. */
+UZRAM_API int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold,
+                               uint64_t max_pages, unsigned priority,
+                               struct uzram_recompress_result *result);
+
+/* Automatic recompression (not in zram): with `seconds` > 0 a thread of the
+ * library recompresses, as uzram_recompress() with priority 0 does, the
+ * pages not accessed for that many seconds (their last-access time, not the
+ * idle marks), again and again; 0 stops it. The thread runs at the lowest
+ * CPU priority (SCHED_IDLE, else nice 19) and tries at most `rate` pages a
+ * second (uzram_set_recompress_rate(); default 16384), so foreground I/O
+ * keeps its speed. uzram_reset() pauses it, uzram_destroy() stops it.
+ * Errors: -ENOMEM / -EAGAIN the thread could not be made. */
+UZRAM_API int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds);
+/* Pages per second the background thread may try; 0: no limit. Returns 0. */
+UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second);
+
 /* Move objects out of sparsely used pool pages and return the pages that
  * become empty to the operating system, while I/O goes on. Adds the pages
  * freed to pages_compacted and, when `pages_freed` is not NULL, stores the
@@ -253,9 +334,11 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
 #define UZRAM_STATS(X)                                                                             \
     X(orig_data_size, MM, LEVEL, "bytes of data stored, 4096 per page in whatever form")           \
     X(compr_data_size, MM, LEVEL, "bytes of the distinct stored objects (4096 per raw page)")      \
-    X(mem_used_total, MM, LEVEL, "bytes of memory the pool holds, fragmentation included")         \
+    X(mem_used_total, MM, LEVEL,                                                                   \
+      "bytes of memory the pool holds, fragmentation included, and the dictionaries")              \
     X(mem_limit, MM, LEVEL, "most bytes of memory the pool may hold (0: no limit)")                \
-    X(mem_used_max, MM, LEVEL, "peak of mem_used_total since creation or reset, in bytes")         \
+    X(mem_used_max, MM, LEVEL,                                                                     \
+      "peak of the pool's memory since creation or reset, and the dictionaries now, in bytes")     \
     X(same_pages, MM, LEVEL, "pages stored as one repeated 8-byte word (zero pages included)")     \
     X(pages_compacted, MM, EVENTS, "pool pages given back by compaction")                          \
     X(huge_pages, MM, LEVEL, "pages stored raw now, as they did not compress")                     \
@@ -269,7 +352,12 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(dedup_hash_collisions, DEBUG, EVENTS, "dedup hash matches whose content differed")           \
     X(pages_stored, DEBUG, LEVEL, "pages stored, in whatever form (orig_data_size / 4096)")        \
     X(zero_pages, DEBUG, LEVEL, "pages stored as the word 0 (part of same_pages)")                 \
-    X(idle_pages, DEBUG, LEVEL, "pages marked idle and not read or written since")
+    X(idle_pages, DEBUG, LEVEL, "pages marked idle and not read or written since")                 \
+    X(recomp_pages, DEBUG, EVENTS, "objects recompressed into a smaller form")                     \
+    X(recomp_bytes, DEBUG, EVENTS, "bytes those objects had before recompression")                 \
+    X(recomp_saved_bytes, DEBUG, EVENTS, "bytes recompression saved (before minus after)")         \
+    X(incompressible_pages, DEBUG, LEVEL, "pages no secondary algorithm shrinks, skipped")         \
+    X(dict_mem, DEBUG, LEVEL, "bytes of memory of dictionaries (part of mem_used_total)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */
@@ -328,19 +416,35 @@ UZRAM_API int uzram_format_json(const struct uzram_stats *stats, char *buf, size
 /* Read attribute `name` as text (one line, '\n'-terminated) into buf.
  * Names: disksize initstate comp_algorithm algorithm_params same_filled
  *        use_dedup mem_limit mem_used_max mm_stat io_stat debug_stat
- *        stat_json
+ *        stat_json recomp_algorithm recompress_idle recompress_rate
+ * algorithm_params shows "algo=NAME level=N" for the primary algorithm,
+ * then a line "priority=P algo=NAME level=N [dict=...]" per secondary one;
+ * recomp_algorithm shows zram's "#P: lzo [zstd] ..." lines.
  * Returns the length written, -ENOENT for an unknown name, -EACCES for a
- * write-only attribute (compact, reset), -ERANGE if buf is too small. */
+ * write-only attribute (compact, reset, idle, recompress), -ERANGE if buf
+ * is too small. */
 UZRAM_API int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size);
 
 /* Write attribute `name` from text. disksize is fixed at creation (a zram
  * device is initialised once too). Writable: comp_algorithm
- * algorithm_params ("level=N") same_filled use_dedup (0/1) mem_limit
- * (bytes, K/M/G/T suffixes) mem_used_max (only "0": reset the peak)
- * compact (any value) reset (1).
+ * algorithm_params ("[algo=NAME|priority=N] [level=N] [dict=PATH|auto]
+ * [dict_size=BYTES]": uzram_set_algorithm_params(); "algo=NAME level=N"
+ * with an algorithm not set at any priority still chooses the primary one)
+ * same_filled use_dedup (0/1) mem_limit (bytes, K/M/G/T suffixes)
+ * mem_used_max (only "0": reset the peak) compact (any value) reset (1)
+ * idle ("all" or seconds: uzram_mark_idle()) recomp_algorithm ("algo=NAME
+ * [priority=1..3] [level=N]") recompress ("[type=idle|huge|huge_idle]
+ * [threshold=BYTES] [max_pages=N] [algo=NAME|priority=N]") recompress_idle
+ * (seconds, 0 off) recompress_rate (pages per second, 0 no limit).
+ * uzram_attr_usage() says what each writable one takes.
  * Errors: -ENOENT unknown name, -EACCES read-only attribute, -EINVAL bad
  * value, and whatever the setting's own function returns (-EBUSY ...). */
 UZRAM_API int uzram_attr_set(struct uzram *dev, const char *name, const char *value);
+
+/* What a write of attribute `name` takes, in words, for the error message
+ * that refuses a bad value ("all, or a number of seconds ..."); NULL for an
+ * unknown or read-only attribute. A static string. */
+UZRAM_API const char *uzram_attr_usage(const char *name);
 
 /* The names of all attributes, space separated, in a static string. */
 UZRAM_API const char *uzram_attr_names(void);

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codecs.h"
+#include "comp.h"
+#include "device.h"
 #include "stats.h"
 #include "uzram.h"
 
@@ -14,30 +17,43 @@ enum attr_access { ATTR_READ = 1, ATTR_WRITE = 2 };
 struct attr {
     const char *name;
     unsigned access;
+    const char *usage; /* what a write takes, for the error that refuses one */
 };
 
 static const struct attr attrs[] = {
-    {"disksize", ATTR_READ},
-    {"initstate", ATTR_READ},
-    {"comp_algorithm", ATTR_READ | ATTR_WRITE},
-    {"algorithm_params", ATTR_READ | ATTR_WRITE},
-    {"same_filled", ATTR_READ | ATTR_WRITE},
-    {"use_dedup", ATTR_READ | ATTR_WRITE},
-    {"mem_limit", ATTR_READ | ATTR_WRITE},
-    {"mem_used_max", ATTR_READ | ATTR_WRITE},
-    {"mm_stat", ATTR_READ},
-    {"io_stat", ATTR_READ},
-    {"debug_stat", ATTR_READ},
-    {"stat_json", ATTR_READ},
-    {"compact", ATTR_WRITE},
-    {"reset", ATTR_WRITE},
-    {"idle", ATTR_WRITE},
+    {"disksize", ATTR_READ, NULL},
+    {"initstate", ATTR_READ, NULL},
+    {"comp_algorithm", ATTR_READ | ATTR_WRITE, "an algorithm name from the list it shows"},
+    {"algorithm_params", ATTR_READ | ATTR_WRITE,
+     "[algo=NAME|priority=N] [level=N] [dict=PATH|auto] [dict_size=BYTES], e.g. "
+     "'priority=1 level=7 dict=auto'"},
+    {"same_filled", ATTR_READ | ATTR_WRITE, "0 or 1"},
+    {"use_dedup", ATTR_READ | ATTR_WRITE, "0 or 1"},
+    {"mem_limit", ATTR_READ | ATTR_WRITE, "a size in bytes (K/M/G/T), 0 for none"},
+    {"mem_used_max", ATTR_READ | ATTR_WRITE, "0 (resets the peak)"},
+    {"mm_stat", ATTR_READ, NULL},
+    {"io_stat", ATTR_READ, NULL},
+    {"debug_stat", ATTR_READ, NULL},
+    {"stat_json", ATTR_READ, NULL},
+    {"compact", ATTR_WRITE, "any value"},
+    {"reset", ATTR_WRITE, "1"},
+    {"idle", ATTR_WRITE, "all, or a number of seconds since the last access (1 or more)"},
+    {"recomp_algorithm", ATTR_READ | ATTR_WRITE,
+     "algo=NAME [priority=1..3] [level=N], e.g. 'algo=zstd priority=1'"},
+    {"recompress", ATTR_WRITE,
+     "[type=idle|huge|huge_idle] [threshold=BYTES] [max_pages=N] [algo=NAME|priority=N], "
+     "e.g. 'type=idle'"},
+    {"recompress_idle", ATTR_READ | ATTR_WRITE,
+     "seconds a page must be unused before the background thread recompresses it, 0 for off"},
+    {"recompress_rate", ATTR_READ | ATTR_WRITE,
+     "pages per second the background thread may recompress, 0 for no limit"},
 };
 
 const char *uzram_attr_names(void)
 {
     return "disksize initstate comp_algorithm algorithm_params same_filled use_dedup "
-           "mem_limit mem_used_max mm_stat io_stat debug_stat stat_json compact reset idle";
+           "mem_limit mem_used_max mm_stat io_stat debug_stat stat_json compact reset idle "
+           "recomp_algorithm recompress recompress_idle recompress_rate";
 }
 
 static const struct attr *attr_find(const char *name)
@@ -48,10 +64,71 @@ static const struct attr *attr_find(const char *name)
     return NULL;
 }
 
+const char *uzram_attr_usage(const char *name)
+{
+    const struct attr *attr = attr_find(name);
+    return attr ? attr->usage : NULL;
+}
+
 static int print(char *buf, size_t size, const char *fmt, uint64_t value)
 {
     int length = snprintf(buf, size, fmt, value);
     return length < 0 || (size_t)length >= size ? -ERANGE : length;
+}
+
+/* The primary first, as before ("algo=lz4 level=1"), then one line per
+ * secondary algorithm with its priority and dictionary. */
+static int show_algorithm_params(struct uzram *dev, char *buf, size_t size)
+{
+    size_t used = 0;
+    int rc = 0;
+    for (unsigned priority = 0; priority <= CODECS_PRIORITY_MAX && rc == 0; priority++) {
+        struct codec_config config;
+        if (!codecs_setting(&dev->codecs, priority, &config))
+            continue;
+        if (priority)
+            rc = text_append(buf, size, &used, "priority=%u ", priority);
+        if (rc == 0)
+            rc = text_append(buf, size, &used, "algo=%s level=%d", comp_name(config.algorithm),
+                             config.level);
+        if (rc == 0 && config.dict_auto)
+            rc = config.dict
+                     ? text_append(buf, size, &used, " dict=auto (trained, %zu bytes in memory)",
+                                   comp_dict_memory(config.dict))
+                     : text_append(buf, size, &used, " dict=auto (to be trained, up to %u bytes)",
+                                   (unsigned)config.dict_size);
+        else if (rc == 0 && config.dict)
+            rc = text_append(buf, size, &used, " dict=(%u bytes, %zu in memory)",
+                             (unsigned)config.dict_size, comp_dict_memory(config.dict));
+        if (rc == 0)
+            rc = text_append(buf, size, &used, "\n");
+    }
+    return rc < 0 ? rc : (int)used;
+}
+
+/* zram's form: "#1: lzo lz4 [zstd] ..." for each priority that has one. */
+static int show_recomp_algorithm(struct uzram *dev, char *buf, size_t size)
+{
+    size_t used = 0;
+    for (unsigned priority = 1; priority <= CODECS_PRIORITY_MAX; priority++) {
+        struct codec_config config;
+        if (!codecs_setting(&dev->codecs, priority, &config))
+            continue;
+        int rc = text_append(buf, size, &used, "#%u: ", priority);
+        int length =
+            rc < 0 ? rc
+                   : uzram_algorithm_list(comp_name(config.algorithm), buf + used, size - used);
+        if (length < 0)
+            return -ERANGE;
+        used += (size_t)length;
+        if (text_append(buf, size, &used, "\n") < 0)
+            return -ERANGE;
+    }
+    if (used == 0 && size > 1) { /* none set: an empty line, as zram shows */
+        buf[used++] = '\n';
+        buf[used] = '\0';
+    }
+    return (int)used;
 }
 
 int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
@@ -78,10 +155,16 @@ int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
         buf[length] = '\0';
         return length;
     }
-    if (strcmp(name, "algorithm_params") == 0) {
-        int length =
-            snprintf(buf, size, "algo=%s level=%d\n", config.comp_algorithm, config.comp_level);
-        return length < 0 || (size_t)length >= size ? -ERANGE : length;
+    if (strcmp(name, "algorithm_params") == 0)
+        return show_algorithm_params(dev, buf, size);
+    if (strcmp(name, "recomp_algorithm") == 0)
+        return show_recomp_algorithm(dev, buf, size);
+    if (strcmp(name, "recompress_idle") == 0 || strcmp(name, "recompress_rate") == 0) {
+        uint64_t idle_seconds, rate;
+        int priority_class;
+        recompressor_settings(dev, &idle_seconds, &rate, &priority_class);
+        return print(buf, size, "%" PRIu64 "\n",
+                     strcmp(name, "recompress_rate") == 0 ? rate : idle_seconds);
     }
     if (strcmp(name, "same_filled") == 0)
         return print(buf, size, "%" PRIu64 "\n", config.same_filled);
@@ -132,36 +215,215 @@ static int parse_idle(struct uzram *dev, const char *value)
     return rc < 0 || seconds == 0 ? -EINVAL : uzram_mark_idle(dev, seconds, NULL);
 }
 
+/* The words of an attribute value: KEY=VALUE pairs split on blanks. */
+struct words {
+    char *copy;
+    char *save;
+    bool started;
+};
+
+static char *next_word(struct words *words, char **value)
+{
+    char *word = strtok_r(words->started ? NULL : words->copy, " \t\n", &words->save);
+    words->started = true;
+    if (!word)
+        return NULL;
+    char *equals = strchr(word, '=');
+    *value = equals ? equals + 1 : NULL;
+    if (equals)
+        *equals = '\0';
+    return word;
+}
+
+static int parse_number(const char *text, uint64_t max, uint64_t *out)
+{
+    uint64_t number;
+    if (!text || parse_count(text, &number) < 0 || number > max)
+        return -EINVAL;
+    *out = number;
+    return 0;
+}
+
+static int parse_level(const char *text, long *level)
+{
+    char *end;
+    *level = strtol(text, &end, 10);
+    return end == text || *end || *level < -1000000 || *level > 1000000 ? -EINVAL : 0;
+}
+
+/* The priority an algo=NAME names: the secondary that has it, else 0 when it
+ * is the primary; -1 when none has it. */
+static int priority_of(struct uzram *dev, const char *name)
+{
+    for (unsigned priority = CODECS_PRIORITY_MAX + 1; priority-- > 0;) {
+        struct codec_config config;
+        if (codecs_setting(&dev->codecs, priority, &config) &&
+            strcmp(comp_name(config.algorithm), name) == 0)
+            return (int)priority;
+    }
+    return -1;
+}
+
+/* Read a dictionary file whole (at most COMP_DICT_MAX bytes). */
+static int read_file(const char *path, void **content, size_t *size)
+{
+    FILE *file = fopen(path, "rb");
+    if (!file)
+        return -errno;
+    char *buf = malloc(COMP_DICT_MAX + 1);
+    size_t length = buf ? fread(buf, 1, COMP_DICT_MAX + 1, file) : 0;
+    int rc = !buf ? -ENOMEM : ferror(file) ? -EIO : length > COMP_DICT_MAX ? -EFBIG : 0;
+    fclose(file);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    *content = buf;
+    *size = length;
+    return 0;
+}
+
+/* dict=auto's size unless dict_size= says: see docs/BENCHMARKS.md for the
+ * measurements behind it. */
+#define DEFAULT_DICT_SIZE (64u * 1024u)
+
+/* algorithm_params: [algo=NAME|priority=N] [level=N] [dict=PATH|auto]
+ * [dict_size=BYTES]. The words set the level and dictionary of one
+ * algorithm together, as zram's do. algo=NAME of no configured algorithm
+ * chooses the primary algorithm (while the device is empty). */
 static int parse_algorithm_params(struct uzram *dev, const char *value)
 {
-    struct uzram_config config;
-    uzram_get_config(dev, &config);
-    char algo[32];
-    snprintf(algo, sizeof algo, "%s", config.comp_algorithm);
-    long level = config.comp_level;
-    char *copy = strdup(value);
-    if (!copy)
+    struct words words = {.copy = strdup(value)};
+    if (!words.copy)
         return -ENOMEM;
+    const char *algo = NULL, *dict = NULL;
+    uint64_t priority = UINT64_MAX, dict_size = 0;
+    long level = 0;
     int rc = 0;
-    char *save = NULL;
-    for (char *word = strtok_r(copy, " \t\n", &save); word && rc == 0;
-         word = strtok_r(NULL, " \t\n", &save)) {
-        char *end;
-        if (strncmp(word, "level=", 6) == 0) {
-            level = strtol(word + 6, &end, 10);
-            if (end == word + 6 || *end)
-                rc = -EINVAL;
-        } else if (strncmp(word, "algo=", 5) == 0 && strlen(word + 5) < sizeof algo) {
-            snprintf(algo, sizeof algo, "%s", word + 5);
+    char *word, *arg;
+    while (rc == 0 && (word = next_word(&words, &arg))) {
+        if (!arg)
+            rc = -EINVAL;
+        else if (strcmp(word, "level") == 0)
+            rc = parse_level(arg, &level);
+        else if (strcmp(word, "algo") == 0 && *arg)
+            algo = arg;
+        else if (strcmp(word, "priority") == 0)
+            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority);
+        else if (strcmp(word, "dict") == 0 && *arg)
+            dict = arg;
+        else if (strcmp(word, "dict_size") == 0)
+            rc = parse_number(arg, COMP_DICT_MAX, &dict_size);
+        else
+            rc = -EINVAL;
+    }
+    if (rc == 0 && algo && priority == UINT64_MAX) {
+        int found = priority_of(dev, algo);
+        if (found < 0 && !dict) {
+            /* a new primary algorithm, as before recompression existed */
+            rc = uzram_set_algorithm(dev, algo, (int)level);
+            free(words.copy);
+            return rc;
+        }
+        priority = found < 0 ? 0 : (uint64_t)found;
+    }
+    if (priority == UINT64_MAX)
+        priority = 0;
+    void *content = NULL;
+    size_t size = 0;
+    if (rc == 0 && dict && strcmp(dict, "auto") == 0)
+        size = dict_size ? dict_size : DEFAULT_DICT_SIZE;
+    else if (rc == 0 && dict)
+        rc = dict_size ? -EINVAL : read_file(dict, &content, &size);
+    if (rc == 0 && dict && size == 0)
+        rc = -EINVAL;
+    if (rc == 0 && dict_size && !dict)
+        rc = -EINVAL;
+    if (rc == 0)
+        rc = uzram_set_algorithm_params(dev, (unsigned)priority, (int)level, content, size);
+    free(content);
+    free(words.copy);
+    return rc;
+}
+
+/* recomp_algorithm: algo=NAME [priority=1..3] [level=N]. */
+static int parse_recomp_algorithm(struct uzram *dev, const char *value)
+{
+    struct words words = {.copy = strdup(value)};
+    if (!words.copy)
+        return -ENOMEM;
+    const char *algo = NULL;
+    uint64_t priority = 1;
+    long level = 0;
+    int rc = 0;
+    char *word, *arg;
+    while (rc == 0 && (word = next_word(&words, &arg))) {
+        if (arg && strcmp(word, "algo") == 0 && *arg)
+            algo = arg;
+        else if (arg && strcmp(word, "priority") == 0)
+            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
+        else if (arg && strcmp(word, "level") == 0)
+            rc = parse_level(arg, &level);
+        else
+            rc = -EINVAL;
+    }
+    if (rc == 0)
+        rc = algo ? uzram_set_recomp_algorithm(dev, (unsigned)priority, algo, (int)level) : -EINVAL;
+    free(words.copy);
+    return rc;
+}
+
+static int parse_type(const char *text, unsigned *type)
+{
+    static const struct {
+        const char *name;
+        unsigned type;
+    } types[] = {
+        {"idle", UZRAM_RECOMPRESS_IDLE},
+        {"huge", UZRAM_RECOMPRESS_HUGE},
+        {"huge_idle", UZRAM_RECOMPRESS_IDLE | UZRAM_RECOMPRESS_HUGE},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(text, types[i].name) == 0) {
+            *type = types[i].type;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+/* recompress: [type=idle|huge|huge_idle] [threshold=BYTES] [max_pages=N]
+ * [algo=NAME|priority=N]. */
+static int parse_recompress(struct uzram *dev, const char *value)
+{
+    struct words words = {.copy = strdup(value)};
+    if (!words.copy)
+        return -ENOMEM;
+    unsigned type = 0;
+    uint64_t threshold = 0, max_pages = 0, priority = 0;
+    int rc = 0;
+    char *word, *arg;
+    while (rc == 0 && (word = next_word(&words, &arg))) {
+        if (!arg) {
+            rc = -EINVAL;
+        } else if (strcmp(word, "type") == 0) {
+            rc = parse_type(arg, &type);
+        } else if (strcmp(word, "threshold") == 0) {
+            rc = parse_number(arg, UZRAM_PAGE_SIZE, &threshold);
+        } else if (strcmp(word, "max_pages") == 0) {
+            rc = parse_number(arg, UINT64_MAX / 2, &max_pages);
+        } else if (strcmp(word, "priority") == 0) {
+            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
+        } else if (strcmp(word, "algo") == 0) {
+            int found = priority_of(dev, arg);
+            rc = found > 0 ? 0 : -ENOENT;
+            priority = found > 0 ? (uint64_t)found : 0;
         } else {
             rc = -EINVAL;
         }
     }
-    free(copy);
-    if (rc == 0)
-        rc = level < -1000000 || level > 1000000 ? -EINVAL
-                                                 : uzram_set_algorithm(dev, algo, (int)level);
-    return rc;
+    free(words.copy);
+    return rc < 0 ? rc
+                  : uzram_recompress(dev, type, threshold, max_pages, (unsigned)priority, NULL);
 }
 
 int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
@@ -202,6 +464,17 @@ int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
         return uzram_compact(dev, NULL);
     if (strcmp(name, "idle") == 0)
         return parse_idle(dev, value);
+    if (strcmp(name, "recomp_algorithm") == 0)
+        return parse_recomp_algorithm(dev, value);
+    if (strcmp(name, "recompress") == 0)
+        return parse_recompress(dev, value);
+    if (strcmp(name, "recompress_idle") == 0 || strcmp(name, "recompress_rate") == 0) {
+        uint64_t number;
+        int rc = parse_count(value, &number);
+        return rc < 0                                 ? rc
+               : strcmp(name, "recompress_rate") == 0 ? uzram_set_recompress_rate(dev, number)
+                                                      : uzram_set_recompress_idle(dev, number);
+    }
     /* reset */
     if (parse_bool(value, &on) || !on)
         return -EINVAL;

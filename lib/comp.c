@@ -12,8 +12,9 @@
 #include <lz4.h>
 #include <lz4hc.h>
 #include <lzo/lzo1x.h>
-/* Only for the ZSTD_c_format / ZSTD_d_format parameter names: the functions
- * called below are all part of zstd's stable API, so the shared library works. */
+/* For the ZSTD_c_format / ZSTD_d_format parameter names, and for
+ * ZSTD_createCDict_advanced (tables sized for one page; libzstd.so 1.5
+ * exports it, like every function of its experimental part). */
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 #include <zdict.h>
@@ -632,6 +633,16 @@ int comp_dict_create(int id, int level, const void *content, size_t size, struct
     /* Tables sized for one page of input, not for the unknown size that
      * ZSTD_createCDict() assumes: a fraction of the memory, same output. */
     ZSTD_compressionParameters params = ZSTD_getCParams(level, PAGE_SIZE, size);
+    /* The tables index positions of the dictionary: more slots than it has
+     * bytes find nothing more, and at higher levels zstd would make them
+     * eight times that (1 MiB for a 64 KiB dictionary). */
+    unsigned log = 1;
+    while ((1ull << log) < size)
+        log++;
+    if (params.hashLog > log)
+        params.hashLog = log;
+    if (params.chainLog > log)
+        params.chainLog = log;
     /* zstd returns NULL both when out of memory and for content it cannot
      * use; only a faulted allocation tells them apart here. */
     bool out_of_memory = FAULT_POINT(FAULT_ALLOC);

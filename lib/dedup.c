@@ -31,8 +31,11 @@
  *   bit  31      MOVING: compaction is copying the object elsewhere
  * Readers pin only while they hold a reference; compaction sets MOVING only
  * when there are references and no pins, so an object is never moved under
- * a reader and never freed while it moves. The accessors below are the only
- * way into either word.
+ * a reader and never freed while it moves. Recompression (dedup_replace)
+ * swaps the object under MOVING the same way. A change of the references
+ * also holds MOVING for a moment, so that it counts dup_data_size with the
+ * size the object has at that instant (entry_change_refs). The accessors
+ * below are the only way into either word.
  *
  * Locks: one stripe mutex covers the chains of the buckets that map to it
  * and is held only to walk or change a chain, never while compressing,
@@ -42,7 +45,7 @@
 struct dedup_entry {
     uint32_t handle_low;  /* pool handle bits 0..31 */
     uint16_t handle_high; /* pool handle bits 32..47 */
-    uint16_t size_codec;
+    _Atomic uint16_t size_codec;
     _Atomic uint32_t state;
     uint32_t next;
     uint32_t hash_tag; /* top 32 bits of the content hash; low bits pick the bucket */
@@ -62,7 +65,7 @@ _Static_assert(CODEC_SHIFT + DEDUP_CODEC_BITS == 16, "size and codec fill size_c
 
 static inline unsigned entry_size(const struct dedup_entry *entry)
 {
-    return (entry->size_codec & SIZE_MASK) + 1u;
+    return (atomic_load_explicit(&entry->size_codec, memory_order_relaxed) & SIZE_MASK) + 1u;
 }
 static inline uint64_t entry_handle(const struct dedup_entry *entry)
 {
@@ -77,12 +80,15 @@ static inline void entry_get_object(const struct dedup_entry *entry, struct dedu
 {
     object->handle = entry_handle(entry);
     object->size = entry_size(entry);
-    object->codec = (unsigned)entry->size_codec >> CODEC_SHIFT;
+    object->codec =
+        (unsigned)atomic_load_explicit(&entry->size_codec, memory_order_relaxed) >> CODEC_SHIFT;
 }
 static inline void entry_set_object(struct dedup_entry *entry, const struct dedup_object *object)
 {
     entry_set_handle(entry, object->handle);
-    entry->size_codec = (uint16_t)((object->size - 1) | object->codec << CODEC_SHIFT);
+    atomic_store_explicit(&entry->size_codec,
+                          (uint16_t)((object->size - 1) | object->codec << CODEC_SHIFT),
+                          memory_order_relaxed);
 }
 
 static inline uint32_t state_refs(uint32_t state)
@@ -229,20 +235,43 @@ static struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
     return &dedup->entries[id];
 }
 
-/* Take a reference if the entry is alive. Every reference past the first
- * counts in dup_data_size, including a writer's while it compares, so that
- * dedup_put() can always subtract what it drops. */
+/* Add `delta` (+1 or -1) to the references and count dup_data_size: every
+ * reference past the first counts the object's size, including a writer's
+ * while it compares. MOVING is held for the change, so that the size counted
+ * is the one the object has while the count changes, even when
+ * recompression swaps the object for a smaller one. A +1 is refused (0) when
+ * the entry is dead or full. Returns the references before the change. */
+static uint32_t entry_change_refs(struct dedup *dedup, struct dedup_entry *entry, int delta)
+{
+    unsigned spins = 0;
+    uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
+    for (;;) {
+        uint32_t refs = state_refs(state);
+        if (delta > 0 && (refs == 0 || refs == REF_MAX))
+            return 0;
+        if (state_moving(state)) {
+            lock_backoff(&spins);
+            state = atomic_load_explicit(&entry->state, memory_order_relaxed);
+            continue;
+        }
+        uint32_t next = (delta > 0 ? state + 1 : state - 1) | MOVING;
+        if (atomic_compare_exchange_weak_explicit(&entry->state, &state, next, memory_order_acquire,
+                                                  memory_order_relaxed))
+            break;
+    }
+    uint32_t refs = state_refs(state);
+    if (delta > 0)
+        atomic_fetch_add_explicit(&dedup->dup_data_size, entry_size(entry), memory_order_relaxed);
+    else if (refs > 1)
+        atomic_fetch_sub_explicit(&dedup->dup_data_size, entry_size(entry), memory_order_relaxed);
+    atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
+    return refs;
+}
+
+/* Take a reference if the entry is alive. */
 static bool entry_get_ref(struct dedup *dedup, struct dedup_entry *entry)
 {
-    uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
-    do {
-        uint32_t refs = state_refs(state);
-        if (refs == 0 || refs == REF_MAX)
-            return false;
-    } while (!atomic_compare_exchange_weak_explicit(&entry->state, &state, state + 1,
-                                                    memory_order_acquire, memory_order_relaxed));
-    atomic_fetch_add_explicit(&dedup->dup_data_size, entry_size(entry), memory_order_relaxed);
-    return true;
+    return entry_change_refs(dedup, entry, +1) != 0;
 }
 
 static void entry_pin(struct dedup_entry *entry)
@@ -268,13 +297,16 @@ static void entry_unpin(struct dedup_entry *entry)
 
 /* Load the entry's page through the store, pinned so that compaction does
  * not move the object meanwhile. */
-static int entry_load(struct dedup *dedup, struct dedup_entry *entry, void *page)
+static int entry_load(struct dedup *dedup, struct dedup_entry *entry, void *page,
+                      struct dedup_object *copy)
 {
     struct dedup_object object;
     entry_pin(entry);
     entry_get_object(entry, &object);
     int rc = dedup->ops.load(dedup->ops.arg, &object, page);
     entry_unpin(entry);
+    if (copy)
+        *copy = object;
     return rc;
 }
 
@@ -321,7 +353,7 @@ static uint32_t next_candidate(struct dedup *dedup, uint32_t link, uint32_t tag)
 
 static bool entry_equals(struct dedup *dedup, struct dedup_entry *entry, const void *page)
 {
-    return entry_load(dedup, entry, compare_buffer) == 0 &&
+    return entry_load(dedup, entry, compare_buffer, NULL) == 0 &&
            memcmp(compare_buffer, page, UZRAM_PAGE_SIZE) == 0;
 }
 
@@ -423,12 +455,8 @@ uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_
 void dedup_put(struct dedup *dedup, uint32_t id)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
-    unsigned size = entry_size(entry);
-    uint32_t before = atomic_fetch_sub_explicit(&entry->state, 1, memory_order_acq_rel);
-    if (state_refs(before) > 1) {
-        atomic_fetch_sub_explicit(&dedup->dup_data_size, size, memory_order_relaxed);
+    if (entry_change_refs(dedup, entry, -1) > 1)
         return;
-    }
 
     /* Last reference: nobody can take a new one (refs is 0), so unlink,
      * wait for a compaction that may be moving the object, and free. */
@@ -454,7 +482,52 @@ void dedup_put(struct dedup *dedup, uint32_t id)
 
 int dedup_read(struct dedup *dedup, uint32_t id, void *page)
 {
-    return entry_load(dedup, entry_at(dedup, id), page);
+    return entry_load(dedup, entry_at(dedup, id), page, NULL);
+}
+
+int dedup_read_object(struct dedup *dedup, uint32_t id, void *page, struct dedup_object *object)
+{
+    return entry_load(dedup, entry_at(dedup, id), page, object);
+}
+
+bool dedup_get(struct dedup *dedup, uint32_t id)
+{
+    return entry_get_ref(dedup, entry_at(dedup, id));
+}
+
+bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *expected,
+                   const struct dedup_object *object, struct dedup_object *old)
+{
+    struct dedup_entry *entry = entry_at(dedup, id);
+    assert(object->handle >> DEDUP_HANDLE_BITS == 0 && object->size >= 1 &&
+           object->size - 1 <= SIZE_MASK && object->codec >> DEDUP_CODEC_BITS == 0);
+    /* Like compaction: no reader decoding it, then MOVING keeps new readers
+     * and reference changes out while the object changes. */
+    unsigned spins = 0;
+    uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
+    for (;;) {
+        if (state_pinned_or_moving(state)) {
+            lock_backoff(&spins);
+            state = atomic_load_explicit(&entry->state, memory_order_relaxed);
+            continue;
+        }
+        if (atomic_compare_exchange_weak_explicit(&entry->state, &state, state | MOVING,
+                                                  memory_order_acquire, memory_order_relaxed))
+            break;
+    }
+    entry_get_object(entry, old);
+    /* Another recompression may have replaced it meanwhile; compaction
+     * moving it changes only the handle. */
+    bool same = old->size == expected->size && old->codec == expected->codec;
+    if (same) {
+        entry_set_object(entry, object);
+        uint64_t others = state_refs(state) - 1;
+        atomic_fetch_add_explicit(&dedup->dup_data_size, others * object->size,
+                                  memory_order_relaxed);
+        atomic_fetch_sub_explicit(&dedup->dup_data_size, others * old->size, memory_order_relaxed);
+    }
+    atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
+    return same;
 }
 
 bool dedup_is_huge(struct dedup *dedup, uint32_t id)

@@ -87,6 +87,25 @@ void dedup_put(struct dedup *dedup, uint32_t id);
  * reference. */
 int dedup_read(struct dedup *dedup, uint32_t id, void *page);
 
+/* dedup_read(), also telling which object was read (its handle may change
+ * as soon as this returns: compaction). */
+int dedup_read_object(struct dedup *dedup, uint32_t id, void *page, struct dedup_object *object);
+
+/* Take another reference on entry `id`, on which the caller holds one
+ * (e.g. through a locked page slot). False if the count is full. */
+bool dedup_get(struct dedup *dedup, uint32_t id);
+
+/* Recompression: make entry `id` (the caller holds a reference) own `object`
+ * instead of its current one, if that still has the size and codec of
+ * `expected` (another recompression may have come first; compaction may
+ * have moved it). Waits for readers decoding it to finish. On success the
+ * old object is stored in *old for the caller to free, dup_data_size
+ * follows the new size, and true is returned; else `object` is the caller's
+ * to free. The content is the same, so dedup keeps finding the entry by its
+ * hash. */
+bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *expected,
+                   const struct dedup_object *object, struct dedup_object *old);
+
 /* True if entry `id` stores its page raw. The caller holds a reference. */
 bool dedup_is_huge(struct dedup *dedup, uint32_t id);
 

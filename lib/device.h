@@ -10,6 +10,7 @@
 
 #include "backoff.h"
 #include "codecs.h"
+#include "recompress.h"
 #include "uzram.h"
 
 struct pool;
@@ -152,6 +153,11 @@ struct uzram {
     _Atomic uint64_t notify_free;
     _Atomic uint64_t idle_pages;
     _Atomic uint64_t incompressible_pages;
+    _Atomic uint64_t recomp_pages;
+    _Atomic uint64_t recomp_bytes;
+    _Atomic uint64_t recomp_saved_bytes;
+
+    struct recompressor recompressor;
 };
 
 static inline struct dedup *device_dedup(struct uzram *dev)

@@ -100,13 +100,14 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     if (!stats)
         return -EINVAL;
     uint64_t pages = counter_get(&dev->pages_stored);
+    uint64_t dict_mem = codecs_dict_mem(&dev->codecs);
     struct dedup *dedup = device_dedup(dev);
     const struct uzram_stats all = {
         .orig_data_size = pages * UZRAM_PAGE_SIZE,
         .compr_data_size = counter_get(&dev->compr_data_size),
-        .mem_used_total = pool_mem_used(dev->pool),
+        .mem_used_total = pool_mem_used(dev->pool) + dict_mem,
         .mem_limit = atomic_load(&dev->mem_limit),
-        .mem_used_max = pool_mem_used_max(dev->pool),
+        .mem_used_max = pool_mem_used_max(dev->pool) + dict_mem,
         .same_pages = counter_get(&dev->same_pages),
         .pages_compacted = counter_get(&dev->pages_compacted),
         .huge_pages = counter_get(&dev->huge_pages),
@@ -121,6 +122,11 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .pages_stored = pages,
         .zero_pages = counter_get(&dev->zero_pages),
         .idle_pages = counter_get(&dev->idle_pages),
+        .recomp_pages = counter_get(&dev->recomp_pages),
+        .recomp_bytes = counter_get(&dev->recomp_bytes),
+        .recomp_saved_bytes = counter_get(&dev->recomp_saved_bytes),
+        .incompressible_pages = counter_get(&dev->incompressible_pages),
+        .dict_mem = dict_mem,
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

@@ -63,9 +63,7 @@ uint64_t uzram_stat_value(const struct uzram_stats *stats, size_t size, size_t i
     return value;
 }
 
-/* Append to buf[*used..size); -ERANGE (and nothing more appended) when it
- * does not fit with its NUL. */
-static int append(char *buf, size_t size, size_t *used, const char *fmt, ...)
+int text_append(char *buf, size_t size, size_t *used, const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);
@@ -87,13 +85,13 @@ static int format_form(const struct uzram_stats *stats, enum stat_form form, boo
         if (fields[i].form != form)
             continue;
         unsigned long long value = uzram_stat_value(stats, sizeof *stats, i);
-        int rc = named ? append(buf, size, used, "%s: %llu\n", fields[i].name, value)
-                       : append(buf, size, used, "%s%llu", first ? "" : " ", value);
+        int rc = named ? text_append(buf, size, used, "%s: %llu\n", fields[i].name, value)
+                       : text_append(buf, size, used, "%s%llu", first ? "" : " ", value);
         if (rc < 0)
             return rc;
         first = false;
     }
-    return named ? 0 : append(buf, size, used, "\n");
+    return named ? 0 : text_append(buf, size, used, "\n");
 }
 
 static int format_line(const struct uzram_stats *stats, enum stat_form form, char *buf, size_t size)
@@ -117,7 +115,7 @@ int stats_format_debug(const struct uzram_stats *stats, char *buf, size_t size)
 {
     size_t used = 0;
     /* zram's debug_stat starts with a version line */
-    int rc = append(buf, size, &used, "version: 1\n");
+    int rc = text_append(buf, size, &used, "version: 1\n");
     if (rc == 0)
         rc = format_form(stats, STAT_FORM_DEBUG, true, buf, size, &used);
     return rc < 0 ? rc : (int)used;
@@ -128,9 +126,9 @@ int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size)
     size_t used = 0;
     int rc = 0;
     for (size_t i = 0; i < FIELD_COUNT && rc == 0; i++)
-        rc = append(buf, size, &used, "%s\"%s\": %llu", i ? ", " : "{", fields[i].name,
-                    (unsigned long long)uzram_stat_value(stats, sizeof *stats, i));
+        rc = text_append(buf, size, &used, "%s\"%s\": %llu", i ? ", " : "{", fields[i].name,
+                         (unsigned long long)uzram_stat_value(stats, sizeof *stats, i));
     if (rc == 0)
-        rc = append(buf, size, &used, "}\n");
+        rc = text_append(buf, size, &used, "}\n");
     return rc < 0 ? rc : (int)used;
 }

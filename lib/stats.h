@@ -11,4 +11,9 @@
  * UZRAM_STATS. Returns the length written, or -ERANGE. */
 int stats_format_debug(const struct uzram_stats *stats, char *buf, size_t size);
 
+/* Append to buf[*used..size) as snprintf formats; -ERANGE (and nothing more
+ * appended) when it does not fit with its NUL. Returns 0 otherwise. */
+int text_append(char *buf, size_t size, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #endif

@@ -61,6 +61,11 @@ struct sweep_config {
     const char *algorithm;
     bool use_dedup;
     uint64_t seed;
+    /* Secondary algorithms (priority 1, 2; NULL: none): the workload then
+     * marks pages idle and recompresses them, and with `dictionary` sets a
+     * dictionary to train for priority 1 (zstd). */
+    const char *recompress[2];
+    bool dictionary;
 };
 
 struct run_result {
@@ -194,7 +199,9 @@ static void check_stats(struct run_state *state)
  * and stores the page anew, which is correct (just less shared). */
 static bool absorbable(const char *site)
 {
-    return site && strstr(site, "comp.c") != NULL;
+    /* Also: a dictionary that a recompression pass fails to train stays
+     * to be trained, and the pass goes on without it (uzram.h). */
+    return site && (strstr(site, "comp.c") != NULL || strstr(site, "recompress.c") != NULL);
 }
 
 /* After a write-like call on [offset, offset + length): check the outcome
@@ -312,6 +319,29 @@ static void op_read(struct run_state *state, uint64_t offset, uint64_t length)
     fault_pause(false);
 }
 
+/* Mark everything idle and recompress (all priorities in turn, or one). */
+static void op_recompress(struct run_state *state, unsigned priority)
+{
+    memcpy(state->expected, state->model, DEVICE_BYTES);
+    uint64_t hits = fault_hits();
+    int rc = uzram_mark_idle(state->dev, 0, NULL);
+    if (rc == 0)
+        rc = uzram_recompress(state->dev, UZRAM_RECOMPRESS_IDLE, 0, 0, priority, NULL);
+    if (rc == -ENOENT) /* nothing at that priority */
+        rc = 0;
+    settle(state, rc, hits, 0, 0, false);
+}
+
+/* dict=auto for priority 1: trained now if the pages allow, else by a
+ * later recompression. */
+static void op_dictionary(struct run_state *state)
+{
+    memcpy(state->expected, state->model, DEVICE_BYTES);
+    uint64_t hits = fault_hits();
+    int rc = uzram_set_algorithm_params(state->dev, 1, 0, NULL, 1024);
+    settle(state, rc, hits, 0, 0, false);
+}
+
 static void op_compact(struct run_state *state)
 {
     memcpy(state->expected, state->model, DEVICE_BYTES);
@@ -369,9 +399,15 @@ static void workload(struct run_state *state)
             ctx->op_name = "read";
             random_range(state, datagen_rng_below(&state->rng, 2), &offset, &length);
             op_read(state, offset, length);
-        } else {
+        } else if (choice < 96 || !ctx->config->recompress[0]) {
             ctx->op_name = "compact";
             op_compact(state);
+        } else if (ctx->config->dictionary && ctx->op > 20 && choice == 96) {
+            ctx->op_name = "dictionary";
+            op_dictionary(state);
+        } else {
+            ctx->op_name = "recompress";
+            op_recompress(state, (unsigned)datagen_rng_below(&state->rng, 3));
         }
     }
 }
@@ -389,6 +425,11 @@ static void *run_thread(void *arg)
 
     /* The device is made before arming: making it is swept separately. */
     state->dev = test_device(DEVICE_BYTES, config->algorithm, config->use_dedup);
+    for (unsigned i = 0; i < 2; i++)
+        if (config->recompress[i])
+            CHECK(&state->ctx,
+                  uzram_set_recomp_algorithm(state->dev, i + 1, config->recompress[i], 0) == 0,
+                  "secondary algorithm");
     state->meta_baseline = stats_of(state).meta_data_size;
     memset(state->model, 0, DEVICE_BYTES);
     sem_init(&state->check_go, 0, 0);
@@ -405,6 +446,9 @@ static void *run_thread(void *arg)
     state->ctx.op_name = "final discard";
     CHECK(&state->ctx, uzram_discard(state->dev, 0, DEVICE_BYTES) == 0, "final discard");
     uzram_compact(state->dev, NULL);
+    /* the settings drop their dictionaries too: then nothing is left */
+    for (unsigned priority = 1; priority <= UZRAM_RECOMPRESS_PRIORITY_MAX; priority++)
+        uzram_set_recomp_algorithm(state->dev, priority, NULL, 0);
     struct uzram_stats s = stats_of(state);
     CHECK(&state->ctx,
           s.orig_data_size == 0 && s.pages_stored == 0 && s.compr_data_size == 0 &&
@@ -508,6 +552,25 @@ static void test_sweep_lzo_dedup(void **unused)
 {
     (void)unused;
     sweep(&(struct sweep_config){.algorithm = "lzo", .use_dedup = true, .seed = 15});
+}
+
+/* Recompression: every allocation and compression of a pass fails in turn,
+ * and the page keeps its old form. */
+static void test_sweep_recompress(void **unused)
+{
+    (void)unused;
+    sweep(&(struct sweep_config){
+        .algorithm = "lz4", .use_dedup = false, .seed = 16, .recompress = {"zstd", "deflate"}});
+}
+
+static void test_sweep_recompress_dedup_dictionary(void **unused)
+{
+    (void)unused;
+    sweep(&(struct sweep_config){.algorithm = "lzo",
+                                 .use_dedup = true,
+                                 .seed = 17,
+                                 .recompress = {"zstd", "lz4hc"},
+                                 .dictionary = true});
 }
 
 /* Making a device and switching dedup on allocate too: each failure must
@@ -621,10 +684,16 @@ int main(int argc, char **argv)
         printf("SKIP: fault injection not built in (needs -DUZRAM_FAULT_INJECTION; "
                "make fault-check builds and runs it)\n");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compress_only),    cmocka_unit_test(test_sweep_create),
-        cmocka_unit_test(test_sweep_lz4),        cmocka_unit_test(test_sweep_lz4_dedup),
-        cmocka_unit_test(test_sweep_zstd_dedup), cmocka_unit_test(test_sweep_deflate),
-        cmocka_unit_test(test_sweep_lzo_dedup),  cmocka_unit_test(test_report_sites),
+        cmocka_unit_test(test_compress_only),
+        cmocka_unit_test(test_sweep_create),
+        cmocka_unit_test(test_sweep_lz4),
+        cmocka_unit_test(test_sweep_lz4_dedup),
+        cmocka_unit_test(test_sweep_zstd_dedup),
+        cmocka_unit_test(test_sweep_deflate),
+        cmocka_unit_test(test_sweep_lzo_dedup),
+        cmocka_unit_test(test_sweep_recompress),
+        cmocka_unit_test(test_sweep_recompress_dedup_dictionary),
+        cmocka_unit_test(test_report_sites),
     };
     return cmocka_run_group_tests_name("fault", tests, NULL, NULL);
 }

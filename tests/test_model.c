@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "device.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 /* Under valgrind (make valgrind) the same runs would take minutes: use
@@ -71,6 +72,10 @@ struct model {
     bool use_dedup;
     /* Draw page contents mostly from dedup_set. */
     bool shared_contents;
+    /* Recompression: the secondary algorithms set, and whether the zstd
+     * one got its dictionary (trained once a run: training takes time). */
+    bool recompress;
+    bool dictionary_done;
     /* The model owns the whole device and runs alone: resets, memory limits
      * and exact statistics checks are allowed. */
     bool whole_device;
@@ -178,6 +183,9 @@ struct model_options {
     bool use_dedup;
     bool shared_contents;
     uint64_t disksize;
+    /* Secondary algorithms for recompression, priority 1 and 2 (NULL: none
+     * at that priority); a zstd one may get a trained dictionary. */
+    const char *recompress[2];
 };
 
 static struct uzram *make_device(const struct model_options *options)
@@ -194,6 +202,13 @@ static struct uzram *make_device(const struct model_options *options)
         fprintf(stderr, "uzram_create(%s) failed: %d\n", options->name, rc);
         return NULL;
     }
+    for (unsigned i = 0; i < 2; i++)
+        if (options->recompress[i] &&
+            (rc = uzram_set_recomp_algorithm(dev, i + 1, options->recompress[i], 0)) != 0) {
+            fprintf(stderr, "uzram_set_recomp_algorithm(%s) failed: %d\n", options->name, rc);
+            uzram_destroy(dev);
+            return NULL;
+        }
     return dev;
 }
 
@@ -505,6 +520,13 @@ static void check_stats(struct model *m)
           U(s.same_pages));
     check(m, s.idle_pages <= s.pages_stored, "idle_pages %llu > pages_stored %llu", U(s.idle_pages),
           U(s.pages_stored));
+    check(m, s.incompressible_pages <= s.pages_stored - s.same_pages,
+          "incompressible_pages %llu > pages_stored %llu - same_pages %llu",
+          U(s.incompressible_pages), U(s.pages_stored), U(s.same_pages));
+    check(m, s.recomp_saved_bytes <= s.recomp_bytes, "recomp_saved_bytes %llu > recomp_bytes %llu",
+          U(s.recomp_saved_bytes), U(s.recomp_bytes));
+    check(m, s.mem_used_total >= s.dict_mem, "mem_used_total %llu < dict_mem %llu",
+          U(s.mem_used_total), U(s.dict_mem));
     check(m, s.huge_pages + s.same_pages <= s.pages_stored,
           "huge_pages %llu + same_pages %llu > pages_stored %llu", U(s.huge_pages), U(s.same_pages),
           U(s.pages_stored));
@@ -517,11 +539,14 @@ static void check_stats(struct model *m)
     check(m, s.mem_limit == (m->limit_active ? m->limit : 0), "mem_limit %llu, set %llu",
           U(s.mem_limit), U(m->limit_active ? m->limit : 0));
     if (m->limit_active) {
-        if (!m->limit_enforceable && s.mem_used_total <= m->limit)
+        /* the limit is the pool's: dictionaries come on top (uzram.h) */
+        uint64_t pool = s.mem_used_total - s.dict_mem;
+        if (!m->limit_enforceable && pool <= m->limit)
             m->limit_enforceable = true;
         else if (m->limit_enforceable)
-            check(m, s.mem_used_total <= m->limit, "mem_used_total %llu past mem_limit %llu",
-                  U(s.mem_used_total), U(m->limit));
+            check(m, pool <= m->limit,
+                  "pool memory %llu (mem_used_total - dict_mem) past mem_limit %llu", U(pool),
+                  U(m->limit));
     }
     if (!m->use_dedup) {
         check(m, s.dup_data_size == 0, "dup_data_size %llu without dedup", U(s.dup_data_size));
@@ -538,7 +563,8 @@ static void check_stats(struct model *m)
         check(m,
               s.pages_stored == 0 && s.orig_data_size == 0 && s.compr_data_size == 0 &&
                   s.same_pages == 0 && s.huge_pages == 0 && s.dup_data_size == 0 &&
-                  s.zero_pages == 0 && s.mem_used_total == 0 && s.idle_pages == 0,
+                  s.zero_pages == 0 && s.mem_used_total == s.dict_mem && s.idle_pages == 0 &&
+                  s.incompressible_pages == 0,
               "device holds no page but: pages_stored %llu orig %llu compr %llu same %llu "
               "huge %llu dup %llu zero %llu mem_used_total %llu",
               U(s.pages_stored), U(s.orig_data_size), U(s.compr_data_size), U(s.same_pages),
@@ -652,6 +678,58 @@ static void op_reset_mem_used_max(struct model *m)
           (unsigned long long)s.mem_used_max, (unsigned long long)s.mem_used_total);
 }
 
+/* Recompress with a random type, priority, threshold and limit; once in a
+ * run, train a dictionary for a zstd secondary first. The data is checked
+ * by the reads and whole-region verifications around it; alone on the
+ * device, the counters must add up exactly. */
+static void op_recompress(struct model *m)
+{
+    static const unsigned types[] = {0, UZRAM_RECOMPRESS_IDLE, UZRAM_RECOMPRESS_HUGE,
+                                     UZRAM_RECOMPRESS_IDLE | UZRAM_RECOMPRESS_HUGE};
+    unsigned type = types[datagen_rng_below(&m->rng, 4)];
+    unsigned priority = (unsigned)datagen_rng_below(&m->rng, 3);
+    uint64_t threshold =
+        datagen_rng_below(&m->rng, 4) == 0 ? 1024 + datagen_rng_below(&m->rng, 2048) : 0;
+    uint64_t max_pages =
+        datagen_rng_below(&m->rng, 3) == 0 ? 1 + datagen_rng_below(&m->rng, 64) : 0;
+    if (!m->dictionary_done && m->op > 200) {
+        m->dictionary_done = true;
+        snprintf(m->op_text, sizeof m->op_text, "train a dictionary for priority 1");
+        int rc = uzram_set_algorithm_params(m->dev, 1, 0, NULL, 4096);
+        /* EINVAL: the secondary is not zstd */
+        check(m, rc == 0 || rc == -EINVAL, "algorithm_params dict=auto returned %d", rc);
+    }
+    snprintf(m->op_text, sizeof m->op_text,
+             "recompress type %u priority %u threshold %llu max_pages %llu", type, priority,
+             (unsigned long long)threshold, (unsigned long long)max_pages);
+    struct uzram_stats before = test_stats(m->dev);
+    struct uzram_recompress_result result;
+    int rc = uzram_recompress(m->dev, type, threshold, max_pages, priority, &result);
+    /* priority 2 may be unset; a memory limit may refuse the new object */
+    if (!check(m, rc == 0 || rc == -ENOENT || (m->limit_active && rc == -ENOSPC),
+               "uzram_recompress returned %d", rc) ||
+        rc != 0 || !m->whole_device)
+        return;
+    struct uzram_stats after = test_stats(m->dev);
+    check(m, max_pages == 0 || result.pages_tried <= max_pages, "tried %llu pages, max_pages %llu",
+          (unsigned long long)result.pages_tried, (unsigned long long)max_pages);
+    check(m, after.recomp_pages == before.recomp_pages + result.pages_recompressed,
+          "recomp_pages %llu -> %llu, pass recompressed %llu",
+          (unsigned long long)before.recomp_pages, (unsigned long long)after.recomp_pages,
+          (unsigned long long)result.pages_recompressed);
+    check(m,
+          before.compr_data_size - after.compr_data_size ==
+              result.bytes_before - result.bytes_after,
+          "compr_data_size %llu -> %llu, pass saved %llu",
+          (unsigned long long)before.compr_data_size, (unsigned long long)after.compr_data_size,
+          (unsigned long long)(result.bytes_before - result.bytes_after));
+    check(m, after.pages_stored == before.pages_stored && after.same_pages == before.same_pages,
+          "recompression changed pages_stored or same_pages");
+    check(m, threshold == 0 || result.bytes_after < threshold * result.pages_recompressed + 1,
+          "threshold %llu: %llu bytes after for %llu pages", (unsigned long long)threshold,
+          (unsigned long long)result.bytes_after, (unsigned long long)result.pages_recompressed);
+}
+
 /* Mark pages idle (all, or by age: nothing here is older than the test).
  * Alone on the device, marking all makes every stored page idle. */
 static void op_idle(struct model *m)
@@ -711,6 +789,8 @@ static void model_step(struct model *m)
         verify_all(m);
     else if (r < 950)
         op_idle(m);
+    else if (r < 958 && m->recompress)
+        op_recompress(m);
     else if (!m->whole_device)
         op_write(m);
     else if (r < 951)
@@ -763,6 +843,7 @@ static void run_single(const struct model_options *options, uint64_t default_see
     m.same_filled = options->same_filled;
     m.use_dedup = options->use_dedup;
     m.shared_contents = options->shared_contents;
+    m.recompress = options->recompress[0] != NULL;
     m.whole_device = true;
     model_buffers(&m);
 
@@ -794,49 +875,52 @@ static void run_single(const struct model_options *options, uint64_t default_see
 static void test_model_lz4(void **state)
 {
     (void)state;
-    struct model_options o = {"model_lz4", "lz4", true, false, false, 8 * MIB};
+    struct model_options o = {"model_lz4", "lz4", true, false, false, 8 * MIB, {"zstd", "deflate"}};
     run_single(&o, 1001);
 }
 
 static void test_model_lz4hc(void **state)
 {
     (void)state;
-    struct model_options o = {"model_lz4hc", "lz4hc", true, false, false, 8 * MIB};
+    struct model_options o = {"model_lz4hc",      "lz4hc", true, false, false, 8 * MIB,
+                              {"deflate", "zstd"}};
     run_single(&o, 1002);
 }
 
 static void test_model_zstd(void **state)
 {
     (void)state;
-    struct model_options o = {"model_zstd", "zstd", true, false, false, 8 * MIB};
+    struct model_options o = {"model_zstd", "zstd", true, false, false, 8 * MIB, {"lz4hc", "lzo"}};
     run_single(&o, 1003);
 }
 
 static void test_model_lzo(void **state)
 {
     (void)state;
-    struct model_options o = {"model_lzo", "lzo", true, false, false, 8 * MIB};
+    struct model_options o = {"model_lzo", "lzo", true, false, false, 8 * MIB, {"zstd", "lz4"}};
     run_single(&o, 1004);
 }
 
 static void test_model_deflate(void **state)
 {
     (void)state;
-    struct model_options o = {"model_deflate", "deflate", true, false, false, 8 * MIB};
+    struct model_options o = {"model_deflate", "deflate", true,           false,
+                              false,           8 * MIB,   {"lzo", "zstd"}};
     run_single(&o, 1005);
 }
 
 static void test_model_no_same_filled(void **state)
 {
     (void)state;
-    struct model_options o = {"model_no_same_filled", "lz4", false, false, false, 8 * MIB};
+    struct model_options o = {"model_no_same_filled", "lz4", false, false, false, 8 * MIB,
+                              {"lz4hc", NULL}};
     run_single(&o, 1006);
 }
 
 static void test_model_dedup(void **state)
 {
     (void)state;
-    struct model_options o = {"model_dedup", "lz4", true, true, true, 8 * MIB};
+    struct model_options o = {"model_dedup", "lz4", true, true, true, 8 * MIB, {"zstd", "lz4hc"}};
     run_single(&o, 1007);
 }
 
@@ -844,7 +928,8 @@ static void test_model_dedup_zstd_unique(void **state)
 {
     (void)state;
     /* Dedup on but mostly unique pages: the index under churn. */
-    struct model_options o = {"model_dedup_zstd_unique", "zstd", true, true, false, 8 * MIB};
+    struct model_options o = {"model_dedup_zstd_unique", "zstd", true, true, false, 8 * MIB,
+                              {"deflate", NULL}};
     run_single(&o, 1008);
 }
 
@@ -858,6 +943,7 @@ struct background {
     struct uzram *dev;
     volatile int stop; /* written by the main thread once, read with atomics */
     uint64_t compactions;
+    uint64_t recompressions;
     int error;
 };
 
@@ -873,6 +959,19 @@ static void *compactor_main(void *arg)
         if (uzram_get_stats(bg->dev, &s, sizeof s) != 0)
             bg->error = -EINVAL;
         bg->compactions++;
+        /* Every device here has a secondary algorithm: mark everything idle
+         * and recompress it by turns, one priority or all, while the test's
+         * threads write, read, discard and reset. */
+        unsigned turn = (unsigned)(bg->recompressions++ % 4);
+        if ((rc = uzram_mark_idle(bg->dev, 0, NULL)) != 0)
+            bg->error = rc;
+        rc = uzram_recompress(bg->dev, turn == 3 ? UZRAM_RECOMPRESS_HUGE : UZRAM_RECOMPRESS_IDLE, 0,
+                              0, turn % 3, NULL);
+        if (rc != 0 && rc != -ENOENT)
+            bg->error = rc;
+        /* and time flies, for the library's own recompressor where the
+         * test started it (pages unused for 1 s) */
+        store_test_advance_clock(bg->dev, 1);
         sched_yield();
     }
     return NULL;
@@ -922,6 +1021,8 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
         m->same_filled = options->same_filled;
         m->use_dedup = options->use_dedup;
         m->shared_contents = options->shared_contents;
+        m->recompress = options->recompress[0] != NULL;
+        m->dictionary_done = i != 0; /* one thread trains */
         m->whole_device = false;
         model_buffers(m);
         threads[i].ops = ops;
@@ -988,14 +1089,16 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
 static void test_concurrent_disjoint(void **state)
 {
     (void)state;
-    struct model_options o = {"concurrent_disjoint", "lz4", true, false, false, 8 * MIB};
+    struct model_options o = {"concurrent_disjoint", "lz4", true, false, false, 8 * MIB,
+                              {"zstd", NULL}};
     run_disjoint(&o, 2001);
 }
 
 static void test_concurrent_disjoint_zstd(void **state)
 {
     (void)state;
-    struct model_options o = {"concurrent_disjoint_zstd", "zstd", true, false, false, 8 * MIB};
+    struct model_options o = {"concurrent_disjoint_zstd", "zstd", true, false, false, 8 * MIB,
+                              {"deflate", "lz4"}};
     run_disjoint(&o, 2002);
 }
 
@@ -1003,7 +1106,8 @@ static void test_concurrent_disjoint_dedup(void **state)
 {
     (void)state;
     /* Threads share objects across their regions through the dedup index. */
-    struct model_options o = {"concurrent_disjoint_dedup", "lz4", true, true, true, 8 * MIB};
+    struct model_options o = {
+        "concurrent_disjoint_dedup", "lz4", true, true, true, 8 * MIB, {"zstd", NULL}};
     run_disjoint(&o, 2003);
 }
 
@@ -1220,7 +1324,8 @@ static void *overlap_thread_main(void *arg)
 
 static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint64_t default_seed)
 {
-    struct model_options options = {name, "lz4", true, use_dedup, use_dedup, OVERLAP_PAGES * PAGE};
+    struct model_options options = {
+        name, "lz4", true, use_dedup, use_dedup, OVERLAP_PAGES * PAGE, {"zstd", "deflate"}};
     struct overlap o;
     memset(&o, 0, sizeof o);
     pthread_mutex_init(&o.lock, NULL);
@@ -1239,6 +1344,9 @@ static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint6
     struct overlap_thread threads[N];
     pthread_t ids[N];
     struct background bg = {.dev = o.dev};
+    /* the background recompressor too, as fast as it goes */
+    assert_int_equal(uzram_set_recompress_rate(o.dev, 0), 0);
+    assert_int_equal(uzram_set_recompress_idle(o.dev, 1), 0);
     pthread_t compactor;
     assert_int_equal(pthread_create(&compactor, NULL, compactor_main, &bg), 0);
     for (int i = 0; i < N; i++) {
@@ -1392,7 +1500,8 @@ static void *sector_thread_main(void *arg)
 
 static void run_shared_sectors(const char *name, bool use_dedup, uint64_t default_seed)
 {
-    struct model_options options = {name, "lz4", true, use_dedup, false, SHARED_PAGES * PAGE};
+    struct model_options options = {
+        name, "lz4", true, use_dedup, false, SHARED_PAGES * PAGE, {"zstd", NULL}};
     struct uzram *dev = make_device(&options);
     assert_non_null(dev);
     uint8_t *model = calloc(SHARED_PAGES, PAGE);

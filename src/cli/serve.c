@@ -23,6 +23,8 @@ enum {
     OPT_SOCKET_GROUP,
     OPT_THREADS,
     OPT_CONFIG,
+    OPT_RECOMPRESS_IDLE,
+    OPT_RECOMPRESS,
 };
 
 /* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
@@ -46,6 +48,14 @@ static const struct serve_option {
     {"dedup", 'd', optional_argument, NULL, "store identical pages once", false},
     {"mem-limit", 'm', required_argument, "SIZE",
      "most memory the compressed pages may use (default none)", false},
+    {"recompress-idle", OPT_RECOMPRESS_IDLE, required_argument, "N",
+     "recompress pages unused for N seconds, in the\n"
+     "background at the lowest CPU priority (default 0: off)",
+     false},
+    {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
+     "the algorithm that recompresses: algo=NAME[,level=N]\n"
+     "[,dict=PATH|auto] (default algo=zstd)",
+     false},
     {"name", 'n', required_argument, "NAME",
      "device and export name (default uzram0; with --config,\n"
      "the section to serve)",
@@ -136,6 +146,8 @@ struct serve_plan {
     struct uzram_config config;
     struct nbd_server_options options;
     const char *size_text, *level_text, *unix_path;
+    const char *recompress; /* --recompress as given, checked once the device exists */
+    uint64_t recompress_idle;
     bool no_unix;
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
@@ -304,6 +316,17 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         break;
     case 'q':
         options->quiet = flag;
+        break;
+    case OPT_RECOMPRESS_IDLE:
+        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
+            fprintf(stderr, "uzram: %sbad %s '%s'; use a number of seconds, 0 for off\n",
+                    label.where, label.name, arg);
+            return -1;
+        }
+        plan->recompress_idle = value;
+        break;
+    case OPT_RECOMPRESS:
+        plan->recompress = arg;
         break;
     }
     return 0;
@@ -584,6 +607,55 @@ static int socket_paths(struct serve_plan *plan)
     return GO_ON;
 }
 
+/* --recompress algo=NAME[,level=N][,dict=PATH|auto] and --recompress-idle: the secondary
+ * algorithm of priority 1 and the background thread, set through the attributes that
+ * change them at run time (recomp_algorithm, algorithm_params, recompress_idle). */
+static int recompression(struct uzram *dev, const struct serve_plan *plan)
+{
+    if (!plan->recompress && plan->recompress_idle == 0)
+        return 0;
+    char algorithm[256] = "algo=zstd priority=1", params[PATH_MAX + 64] = "priority=1";
+    const char *spec = plan->recompress ? plan->recompress : "";
+    bool has_params = false;
+    for (const char *word = spec; *word;) {
+        size_t length = strcspn(word, ",");
+        int n = 0;
+        if (strncmp(word, "algo=", 5) == 0 && length > 5 && length < 64)
+            n = snprintf(algorithm, sizeof algorithm, "%.*s priority=1", (int)length, word);
+        else if ((strncmp(word, "level=", 6) == 0 || strncmp(word, "dict=", 5) == 0) &&
+                 strlen(params) + length + 2 < sizeof params) {
+            n = snprintf(params + strlen(params), sizeof params - strlen(params), " %.*s",
+                         (int)length, word);
+            has_params = true;
+        } else {
+            fprintf(stderr,
+                    "uzram: bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto], "
+                    "e.g. algo=zstd,level=7,dict=auto\n",
+                    spec);
+            return -1;
+        }
+        (void)n;
+        word += length + (word[length] == ',');
+    }
+    int rc = uzram_attr_set(dev, "recomp_algorithm", algorithm);
+    if (rc == 0 && has_params)
+        rc = uzram_attr_set(dev, "algorithm_params", params);
+    if (rc < 0) {
+        fprintf(stderr,
+                "uzram: --recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] "
+                "with an algorithm, level and dictionary file this build takes "
+                "(dictionaries: zstd only)\n",
+                spec, strerror(-rc));
+        return -1;
+    }
+    rc = uzram_set_recompress_idle(dev, plan->recompress_idle);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: cannot start the recompression thread: %s\n", strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
 /* Make the device, serve it until a signal, destroy it. */
 static int create_and_serve(const struct serve_plan *plan)
 {
@@ -599,6 +671,10 @@ static int create_and_serve(const struct serve_plan *plan)
                     "uzram: cannot create the device: %s; check --size, --algorithm "
                     "and --level\n",
                     strerror(-rc));
+        return 1;
+    }
+    if (recompression(dev, plan) < 0) {
+        uzram_destroy(dev);
         return 1;
     }
     int status = nbd_server_run(dev, &plan->options);

@@ -95,15 +95,23 @@ static void handle_set(int fd, struct nbd_server *server, const char *name, cons
         reply_ok(fd, "");
         return;
     }
+    const char *usage = uzram_attr_usage(name);
     switch (-rc) {
     case ENOENT:
-        reply_error(fd, ENOENT, "no attribute named '%s' (see uzram(1))", name);
+        if (usage) /* the attribute exists: something its value names does not */
+            reply_error(fd, ENOENT,
+                        "'%s' for %s names no algorithm this build has, no priority that has "
+                        "one (set recomp_algorithm first) or no readable file; it takes %s",
+                        value, name, usage);
+        else
+            reply_error(fd, ENOENT, "no attribute named '%s' (see uzram(1))", name);
         break;
     case EACCES:
         reply_error(fd, EACCES, "'%s' is read-only", name);
         break;
     case EINVAL:
-        reply_error(fd, EINVAL, "invalid value '%s' for %s", value, name);
+        reply_error(fd, EINVAL, "invalid value '%s' for %s; it takes %s", value, name,
+                    usage ? usage : "no value");
         break;
     case EBUSY:
         reply_error(fd, EBUSY,

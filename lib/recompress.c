@@ -1,0 +1,416 @@
+/* recompress.c - secondary algorithms, dictionaries, recompression passes and the background
+ * recompressor thread. One page's work (copy, compress, swap) is store.c's. */
+#include "recompress.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comp.h"
+#include "device.h"
+#include "fault.h"
+
+/* ---- settings ----------------------------------------------------------- */
+
+int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, const char *name, int level)
+{
+    if (priority < 1 || priority > UZRAM_RECOMPRESS_PRIORITY_MAX)
+        return -EINVAL;
+    if (!name || !*name) {
+        codecs_clear(&dev->codecs, priority);
+        return 0;
+    }
+    int algo, resolved;
+    int rc = comp_choose(name, level, &algo, &resolved);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&dev->settings_lock);
+    rc = codecs_set(&dev->codecs, &(struct codec_config){
+                                      .algorithm = algo, .level = resolved, .priority = priority});
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+/* Pages of sample a dictionary is trained on: ZDICT wants about a hundred
+ * times the dictionary's size; 2048 pages (8 MiB) serve up to 80 KiB, and
+ * take a second or two to learn from. Fewer than TRAIN_MIN_PAGES stored
+ * compressed pages are too few to learn anything. */
+#define TRAIN_PAGES 2048u
+#define TRAIN_MIN_PAGES 16u
+
+/* Train a dictionary of at most `size` bytes from pages spread over the
+ * whole disk. -EAGAIN: too few pages stored (or too alike) yet. */
+static int train_dictionary(struct uzram *dev, const struct codec_config *setting, size_t size,
+                            struct comp_dict **out)
+{
+    unsigned char *samples =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * UZRAM_PAGE_SIZE);
+    size_t *sizes = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * sizeof *sizes);
+    void *dict = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(size);
+    int rc = -ENOMEM;
+    if (!samples || !sizes || !dict)
+        goto out;
+    /* One page from each stretch of the disk, the first stored one in it. */
+    uint64_t stride = dev->page_count / TRAIN_PAGES;
+    if (stride == 0)
+        stride = 1;
+    unsigned count = 0;
+    for (uint64_t start = 0; start < dev->page_count && count < TRAIN_PAGES; start += stride)
+        for (uint64_t index = start; index < start + stride && index < dev->page_count; index++)
+            if (store_sample_page(dev, index, samples + (size_t)count * UZRAM_PAGE_SIZE)) {
+                sizes[count++] = UZRAM_PAGE_SIZE;
+                break;
+            }
+    rc = -EAGAIN;
+    if (count < TRAIN_MIN_PAGES)
+        goto out;
+    rc = comp_dict_train(dict, size, samples, sizes, count);
+    if (rc > 0)
+        rc = comp_dict_create(setting->algorithm, setting->level, dict, (size_t)rc, out);
+out:
+    free(samples);
+    free(sizes);
+    free(dict);
+    return rc;
+}
+
+int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level, const void *dict,
+                               size_t dict_size)
+{
+    if (priority > UZRAM_RECOMPRESS_PRIORITY_MAX ||
+        (dict_size && (dict_size < COMP_DICT_MIN || dict_size > COMP_DICT_MAX)) ||
+        (dict && !dict_size))
+        return -EINVAL;
+    struct codec_config config;
+    if (!codecs_setting(&dev->codecs, priority, &config))
+        return -ENOENT;
+    int resolved = comp_resolve_level(config.algorithm, level);
+    if (resolved < 0)
+        return resolved;
+    if (dict_size && !comp_has_dict(config.algorithm))
+        return -EINVAL;
+    config = (struct codec_config){
+        .algorithm = config.algorithm,
+        .level = resolved,
+        .priority = priority,
+        .dict_auto = dict == NULL && dict_size > 0,
+        .dict_size = (uint32_t)dict_size,
+    };
+    int rc = 0;
+    if (dict)
+        rc = comp_dict_create(config.algorithm, resolved, dict, dict_size, &config.dict);
+    else if (config.dict_auto)
+        rc = train_dictionary(dev, &config, dict_size, &config.dict);
+    if (rc == -EAGAIN)
+        rc = 0; /* trained later, by the first pass that finds enough pages */
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&dev->settings_lock);
+    if (priority == 0 && counter_get(&dev->pages_stored) != 0) {
+        comp_dict_free(config.dict);
+        rc = -EBUSY;
+    } else {
+        rc = codecs_set(&dev->codecs, &config);
+    }
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+/* dict=auto settings still waiting for enough pages: try to train them now.
+ * A failure leaves the setting waiting (and working without a dictionary). */
+static void train_pending(struct uzram *dev)
+{
+    for (unsigned priority = 1; priority <= UZRAM_RECOMPRESS_PRIORITY_MAX; priority++) {
+        struct codec_config config;
+        if (!codecs_setting(&dev->codecs, priority, &config) || !config.dict_auto || config.dict)
+            continue;
+        if (train_dictionary(dev, &config, config.dict_size, &config.dict) < 0)
+            continue;
+        pthread_mutex_lock(&dev->settings_lock);
+        struct codec_config now;
+        /* unless the setting changed meanwhile */
+        if (codecs_setting(&dev->codecs, priority, &now) && now.dict_auto && !now.dict &&
+            now.algorithm == config.algorithm && now.level == config.level &&
+            now.dict_size == config.dict_size)
+            codecs_set(&dev->codecs, &config);
+        else
+            comp_dict_free(config.dict);
+        pthread_mutex_unlock(&dev->settings_lock);
+    }
+}
+
+/* ---- passes --------------------------------------------------------------- */
+
+/* Pacing of the background thread: at most `rate` pages tried a second. */
+struct pace {
+    uint64_t rate;
+    uint64_t started_ns;
+    uint64_t tried;
+};
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+static bool background_should_leave(struct uzram *dev)
+{
+    struct recompressor *r = &dev->recompressor;
+    return atomic_load_explicit(&r->stop, memory_order_relaxed) ||
+           atomic_load_explicit(&r->paused, memory_order_relaxed);
+}
+
+/* Sleep as long as the pages tried so far are ahead of the rate, in short
+ * steps so that a stop or pause is seen at once. */
+static void pace_wait(struct uzram *dev, struct pace *pace)
+{
+    if (pace->rate == 0)
+        return;
+    for (;;) {
+        uint64_t due_ns = pace->started_ns + pace->tried * 1000000000u / pace->rate;
+        uint64_t now_ns = monotonic_ns();
+        if (now_ns >= due_ns || background_should_leave(dev))
+            return;
+        uint64_t wait_ns = due_ns - now_ns;
+        if (wait_ns > 50000000u)
+            wait_ns = 50000000u;
+        struct timespec step = {0, (long)wait_ns};
+        nanosleep(&step, NULL);
+    }
+}
+
+/* One pass over the page table. `pace` is the background thread's (NULL
+ * for a pass on request, which runs as fast as it can). */
+static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint64_t max_pages,
+                    struct pace *pace, struct recompress_tally *tally)
+{
+    train_pending(dev);
+    uint32_t now = store_now(dev);
+    int rc = 0;
+    for (uint64_t index = 0; index < dev->page_count && rc == 0; index++) {
+        if (max_pages && tally->tried >= max_pages)
+            break;
+        uint64_t tried_before = tally->tried;
+        rc = store_recompress_page(dev, index, plan, now, tally);
+        if (pace && tally->tried != tried_before) {
+            pace->tried++;
+            pace_wait(dev, pace);
+        }
+        if (pace && background_should_leave(dev))
+            break;
+    }
+    counter_add(&dev->recomp_pages, tally->recompressed);
+    counter_add(&dev->recomp_bytes, tally->bytes_before);
+    counter_add(&dev->recomp_saved_bytes, tally->bytes_before - tally->bytes_after);
+    return rc;
+}
+
+static bool any_secondary(struct uzram *dev, unsigned first, unsigned last)
+{
+    struct codec_config config;
+    for (unsigned priority = first; priority <= last; priority++)
+        if (codecs_setting(&dev->codecs, priority, &config))
+            return true;
+    return false;
+}
+
+int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint64_t max_pages,
+                     unsigned priority, struct uzram_recompress_result *result)
+{
+    if ((type & ~(UZRAM_RECOMPRESS_IDLE | UZRAM_RECOMPRESS_HUGE)) ||
+        priority > UZRAM_RECOMPRESS_PRIORITY_MAX || threshold > UZRAM_PAGE_SIZE)
+        return -EINVAL;
+    struct recompress_plan plan = {
+        .mode = (type & UZRAM_RECOMPRESS_IDLE ? RECOMPRESS_IDLE : 0) |
+                (type & UZRAM_RECOMPRESS_HUGE ? RECOMPRESS_HUGE : 0),
+        .threshold = (unsigned)threshold,
+        .first = priority ? priority : 1,
+        .last = priority ? priority : UZRAM_RECOMPRESS_PRIORITY_MAX,
+        .marks_incompressible = priority == 0,
+    };
+    if (!any_secondary(dev, plan.first, plan.last))
+        return -ENOENT;
+    struct recompress_tally tally = {0};
+    int rc = run_pass(dev, &plan, max_pages, NULL, &tally);
+    if (result)
+        *result = (struct uzram_recompress_result){
+            .pages_tried = tally.tried,
+            .pages_recompressed = tally.recompressed,
+            .pages_incompressible = tally.incompressible,
+            .bytes_before = tally.bytes_before,
+            .bytes_after = tally.bytes_after,
+        };
+    return rc;
+}
+
+/* ---- the background thread --------------------------------------------------- */
+
+#define DEFAULT_RATE 16384u
+
+void recompressor_init(struct recompressor *r)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    atomic_init(&r->rate, DEFAULT_RATE);
+}
+
+/* The lowest CPU priority the thread can have: SCHED_IDLE runs it only when
+ * a CPU has nothing else to do; nice 19 where that is refused. */
+static int lower_priority(void)
+{
+    struct sched_param param = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0)
+        return 1;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) == 0)
+        return 2;
+    return 0;
+}
+
+/* How long to wait between passes: half the idle time, 1 s to 60 s. */
+static uint64_t pass_interval(uint64_t idle_seconds)
+{
+    uint64_t interval = idle_seconds / 2;
+    return interval < 1 ? 1 : interval > 60 ? 60 : interval;
+}
+
+static void *recompressor_main(void *arg)
+{
+    struct uzram *dev = arg;
+    struct recompressor *r = &dev->recompressor;
+    int priority_class = lower_priority();
+    pthread_mutex_lock(&r->lock);
+    r->priority_class = priority_class;
+    while (!atomic_load(&r->stop)) {
+        uint64_t idle_seconds = r->idle_seconds;
+        if (atomic_load(&r->paused) || idle_seconds == 0) {
+            pthread_cond_wait(&r->wake, &r->lock);
+            continue;
+        }
+        r->in_pass = true;
+        pthread_mutex_unlock(&r->lock);
+        struct recompress_plan plan = {
+            .min_age = idle_seconds > UINT32_MAX ? UINT32_MAX : (uint32_t)idle_seconds,
+            .first = 1,
+            .last = UZRAM_RECOMPRESS_PRIORITY_MAX,
+            .marks_incompressible = true,
+        };
+        struct pace pace = {.rate = atomic_load(&r->rate), .started_ns = monotonic_ns()};
+        struct recompress_tally tally = {0};
+        if (any_secondary(dev, 1, UZRAM_RECOMPRESS_PRIORITY_MAX))
+            run_pass(dev, &plan, 0, &pace, &tally); /* a failed page waits for the next pass */
+        /* The replaced objects left holes in the pool's spans: the memory
+         * only comes back once they are compacted. */
+        if (tally.recompressed)
+            uzram_compact(dev, NULL);
+        pthread_mutex_lock(&r->lock);
+        r->in_pass = false;
+        pthread_cond_broadcast(&r->wake);
+        if (atomic_load(&r->stop) || atomic_load(&r->paused))
+            continue;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)pass_interval(idle_seconds);
+        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+static void stop_thread(struct recompressor *r)
+{
+    pthread_mutex_lock(&r->lock);
+    bool running = r->running;
+    atomic_store(&r->stop, true);
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    if (running)
+        pthread_join(r->thread, NULL);
+    pthread_mutex_lock(&r->lock);
+    r->running = false;
+    atomic_store(&r->stop, false);
+    pthread_mutex_unlock(&r->lock);
+}
+
+int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds)
+{
+    struct recompressor *r = &dev->recompressor;
+    if (seconds == 0) {
+        pthread_mutex_lock(&r->lock);
+        r->idle_seconds = 0;
+        pthread_mutex_unlock(&r->lock);
+        stop_thread(r);
+        return 0;
+    }
+    pthread_mutex_lock(&r->lock);
+    r->idle_seconds = seconds;
+    int rc = 0;
+    if (!r->running) {
+        /* The thread takes no signals: they are the program's. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
+                                      : pthread_create(&r->thread, NULL, recompressor_main, dev);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc == 0)
+            r->running = true;
+        else
+            r->idle_seconds = 0;
+    }
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    return -rc;
+}
+
+int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second)
+{
+    atomic_store(&dev->recompressor.rate, pages_per_second);
+    return 0;
+}
+
+void recompressor_pause(struct uzram *dev)
+{
+    struct recompressor *r = &dev->recompressor;
+    pthread_mutex_lock(&r->lock);
+    atomic_store(&r->paused, true);
+    pthread_cond_broadcast(&r->wake);
+    while (r->in_pass)
+        pthread_cond_wait(&r->wake, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void recompressor_resume(struct uzram *dev)
+{
+    struct recompressor *r = &dev->recompressor;
+    pthread_mutex_lock(&r->lock);
+    atomic_store(&r->paused, false);
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void recompressor_destroy(struct uzram *dev)
+{
+    stop_thread(&dev->recompressor);
+    pthread_cond_destroy(&dev->recompressor.wake);
+    pthread_mutex_destroy(&dev->recompressor.lock);
+}
+
+/* Settings the attributes show (attr.c). */
+void recompressor_settings(struct uzram *dev, uint64_t *idle_seconds, uint64_t *rate,
+                           int *priority_class)
+{
+    struct recompressor *r = &dev->recompressor;
+    pthread_mutex_lock(&r->lock);
+    *idle_seconds = r->idle_seconds;
+    *priority_class = r->priority_class;
+    pthread_mutex_unlock(&r->lock);
+    *rate = atomic_load(&r->rate);
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# recompress.sh - integration test: idle pages and recompression over NBD with nbdcopy. A data set
+# written with lz4 + dedup, `idle all`, `recompress type=idle`: it reads back byte-identical and
+# mm_stat shrinks; then the background mode (--recompress-idle) does the same by itself, with a
+# trained dictionary; bad values get an error that says what to write.
+set -euo pipefail
+source "$(dirname "$0")/lib.bash"
+
+need_tools nbdcopy tar cmp
+lib_init
+
+# The data set: real files (C headers, this project's sources), 24 MiB, as a developer's
+# disk holds them, with some duplicate pages (the same tree twice).
+DATA=$WORK/data.img
+SRC=
+for dir in /usr/include /usr/share/doc "$(pwd)"; do
+    [[ -d $dir ]] && { SRC=$dir; break; }
+done
+[[ -n $SRC ]] || skip "no directory tree to copy"
+tar cf "$DATA" -C "$SRC" . 2>/dev/null || [[ -s $DATA ]] || fail "tar of $SRC"
+truncate -s $((20 * MiB)) "$DATA"
+tar cf - lib include >>"$DATA" || fail "tar of the sources"
+truncate -s $((24 * MiB)) "$DATA"
+
+json() { stat_json_field "$1" "$2"; }
+
+# ---- on request: idle all, recompress type=idle ----------------------------------------------
+start_server rc -s 32M -a lz4 --dedup
+URI=$(uri_of rc)
+nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the device"
+compr_before=$(mm_stat_field rc 1)
+mem_before=$(mm_stat_field rc 2)
+"$UZRAM" attr rc recomp_algorithm "algo=zstd priority=1" || fail "set recomp_algorithm"
+"$UZRAM" attr rc recomp_algorithm | grep -q '^#1: .*\[zstd\]' || fail "recomp_algorithm does not show #1 zstd"
+# nothing is idle yet: nothing to do
+"$UZRAM" attr rc recompress type=idle || fail "recompress type=idle (nothing idle)"
+[[ $(json rc recomp_pages) -eq 0 ]] || fail "pages recompressed though none was idle"
+"$UZRAM" attr rc idle all || fail "idle all"
+stored=$(json rc pages_stored)
+[[ $(json rc idle_pages) -eq $stored ]] || fail "idle all marked $(json rc idle_pages) of $stored pages"
+"$UZRAM" attr rc recompress type=idle || fail "recompress type=idle"
+"$UZRAM" attr rc compact 1 || fail "compact"
+compr_after=$(mm_stat_field rc 1)
+mem_after=$(mm_stat_field rc 2)
+recompressed=$(json rc recomp_pages)
+[[ $recompressed -gt 0 ]] || fail "recompress type=idle recompressed nothing"
+[[ $compr_after -lt $compr_before ]] || fail "compr_data_size did not shrink: $compr_before -> $compr_after"
+[[ $mem_after -lt $mem_before ]] || fail "mem_used_total did not shrink: $mem_before -> $mem_after"
+[[ $(json rc recomp_saved_bytes) -eq $((compr_before - compr_after)) ]] ||
+    fail "recomp_saved_bytes $(json rc recomp_saved_bytes) != $((compr_before - compr_after))"
+nbdcopy "$URI" "$WORK/back.img" || fail "nbdcopy out of the device"
+cmp -n $((24 * MiB)) "$DATA" "$WORK/back.img" || fail "data read back after recompression differs"
+pass "idle all + recompress type=idle: $recompressed pages, compr_data_size $compr_before -> $compr_after, mem_used_total $mem_before -> $mem_after, read back identical"
+
+# reads cleared the idle marks; a second pass finds nothing idle
+[[ $(json rc idle_pages) -eq 0 ]] || fail "reading every page left $(json rc idle_pages) idle"
+
+# bad values: an error naming what to write
+if out=$("$UZRAM" attr rc recompress type=cold 2>&1); then fail "type=cold accepted"; fi
+grep -q "it takes .*type=idle" <<<"$out" || fail "no usage in the error: $out"
+if out=$("$UZRAM" attr rc idle 0 2>&1); then fail "idle 0 accepted"; fi
+grep -q "all, or a number of seconds" <<<"$out" || fail "no usage in the error: $out"
+if out=$("$UZRAM" attr rc recompress algo=lzo 2>&1); then fail "algo=lzo (not set) accepted"; fi
+grep -q "set recomp_algorithm first" <<<"$out" || fail "no hint in the error: $out"
+pass "bad values refused with what to write"
+stop_server rc
+
+# ---- in the background: --recompress-idle with a trained dictionary -----------------------------
+start_server bg -s 32M -a lz4 --dedup --recompress-idle 1 --recompress algo=zstd,level=7,dict=auto
+URI=$(uri_of bg)
+nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the background device"
+mem_before=$(mm_stat_field bg 2)
+[[ $("$UZRAM" attr bg recompress_idle) -eq 1 ]] || fail "recompress_idle does not read 1"
+# pages unused for 1 s get recompressed, passes every second: wait (at most 60 s) until the
+# thread has gone through them
+settled=
+for _ in $(seq 120); do
+    sleep 0.5
+    done_now=$(json bg recomp_pages)
+    if [[ $done_now -gt 0 && $done_now -eq ${last:-x} ]]; then settled=1; break; fi
+    last=$done_now
+done
+[[ -n $settled ]] || fail "the background thread did not finish within 60 s (recomp_pages $(json bg recomp_pages))"
+"$UZRAM" attr bg algorithm_params | grep -q 'priority=1 algo=zstd level=7 dict=auto (trained' ||
+    fail "no trained dictionary: $("$UZRAM" attr bg algorithm_params)"
+dict=$(json bg dict_mem)
+[[ $dict -gt 0 ]] || fail "dict_mem is 0 with a trained dictionary"
+mem_after=$(mm_stat_field bg 2)
+[[ $mem_after -lt $mem_before ]] || fail "background recompression left mem_used_total at $mem_after (was $mem_before)"
+nbdcopy "$URI" "$WORK/back-bg.img" || fail "nbdcopy out of the background device"
+cmp -n $((24 * MiB)) "$DATA" "$WORK/back-bg.img" || fail "data read back after background recompression differs"
+pass "background: $(json bg recomp_pages) pages recompressed with a $dict-byte dictionary, mem_used_total $mem_before -> $mem_after (dictionary included), read back identical"
+# at run time: off, then on again
+"$UZRAM" attr bg recompress_idle 0 || fail "recompress_idle 0"
+"$UZRAM" attr bg recompress_idle 5 || fail "recompress_idle 5"
+stop_server bg
