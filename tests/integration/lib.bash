@@ -98,13 +98,18 @@ ctl_of() { echo "$XDG_RUNTIME_DIR/uzram/$1.ctl"; }
 uri_of() { echo "nbd+unix:///?socket=$(sock_of "$1")"; }
 
 # start_server NAME [serve options...]: start `uzram serve -n NAME ...` in the background and
-# wait (at most 10 s) until its NBD and control sockets exist.
+# wait (at most 10 s) until its NBD socket (the default one, or the one given with --unix) and
+# its control socket exist.
 start_server() {
     local name=$1
     shift
-    local sock ctl pid
+    local sock ctl pid arg previous=
     sock=$(sock_of "$name")
     ctl=$(ctl_of "$name")
+    for arg; do
+        [[ $previous == --unix || $previous == -u ]] && sock=$arg
+        previous=$arg
+    done
     "$UZRAM" serve -n "$name" "$@" >"$WORK/server-$name.out" 2>"$WORK/server-$name.err" &
     pid=$!
     SERVER_PID[$name]=$pid
