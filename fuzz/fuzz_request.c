@@ -363,7 +363,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .size = DISK,
     };
     session.flags = nbd_transmission_flags(&server.export, &session);
-    int rc = nbd_transmission(&session, &server, set.read_only, workers_wanted);
+    /* With two workers, every buffered request is handed to the helper (no
+     * cost threshold), so the concurrent paths run as often as they can. */
+    struct nbd_transmission_settings transmission = {
+        .read_only = set.read_only,
+        .threads = workers_wanted,
+        .helpers = workers_wanted - 1,
+        .timeout = NBD_SERVER_TIMEOUT,
+        .handoff_worth_ns = 0,
+    };
+    int rc = nbd_transmission(&session, &server, &transmission);
 
     /* End of file for the client once every reply is out. */
     shutdown(fds[0], SHUT_WR);

@@ -489,6 +489,17 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
     for (size_t i = 0; i < given_count; i++)
         if (apply_option(plan, given[i].option, given[i].arg, &command_line) < 0)
             return 1;
+    /* The client deadlines, shorter for tests that wait for them. */
+    const char *timeout = getenv("UZRAM_SERVE_TIMEOUT");
+    if (timeout != NULL && timeout[0] != '\0') {
+        unsigned long value;
+        if (parse_uint(timeout, 3600, 10, &value) < 0 || value == 0) {
+            fprintf(stderr, "uzram: bad UZRAM_SERVE_TIMEOUT '%s'; use seconds from 1 to 3600\n",
+                    timeout);
+            return 1;
+        }
+        options->timeout = (unsigned)value;
+    }
     return GO_ON;
 }
 

@@ -40,7 +40,7 @@ int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms)
         if (deadline_ms) {
             uint64_t now = util_now_ms();
             if (now >= deadline_ms)
-                return -EAGAIN;
+                return -ETIMEDOUT;
             struct pollfd wait = {.fd = fd, .events = POLLIN};
             int ready = poll(&wait, 1, (int)(deadline_ms - now));
             if (ready < 0 && errno != EINTR)
@@ -83,12 +83,14 @@ int util_discard_by(int fd, uint64_t length, uint64_t deadline_ms)
     return 0;
 }
 
-/* timeout_ms < 0: plain blocking sends (SO_SNDTIMEO still applies). The
- * deadline is only read off the clock once the socket is full: most sends
- * never wait. */
-static int send_iov(int fd, struct iovec *iov, int count, int64_t timeout_ms)
+/* Plain blocking sends when timeout_ms < 0 and deadline_ms == 0 (SO_SNDTIMEO
+ * still applies). Otherwise non-blocking sends that poll while the socket is
+ * full, until CLOCK_MONOTONIC `deadline_ms` when one is given, else for
+ * `timeout_ms` from the moment the socket is first full: that deadline is only
+ * read off the clock then, as most sends never wait. */
+static int send_iov(int fd, struct iovec *iov, int count, int64_t timeout_ms, uint64_t deadline_ms)
 {
-    int64_t deadline_ms = -1;
+    bool waits = timeout_ms >= 0 || deadline_ms != 0;
     while (count > 0) {
         /* Skip exhausted entries so a zero-length buffer never stalls the loop. */
         if (iov->iov_len == 0) {
@@ -99,16 +101,17 @@ static int send_iov(int fd, struct iovec *iov, int count, int64_t timeout_ms)
         struct msghdr message = {0};
         message.msg_iov = iov;
         message.msg_iovlen = count < IOV_MAX ? (size_t)count : IOV_MAX;
-        ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL | (timeout_ms >= 0 ? MSG_DONTWAIT : 0));
+        ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL | (waits ? MSG_DONTWAIT : 0));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EWOULDBLOCK && timeout_ms >= 0) {
-                if (deadline_ms < 0)
-                    deadline_ms = (int64_t)util_now_ms() + timeout_ms;
-                int64_t left = deadline_ms - (int64_t)util_now_ms();
-                if (left <= 0)
+            if (errno == EWOULDBLOCK && waits) {
+                if (deadline_ms == 0)
+                    deadline_ms = util_now_ms() + (uint64_t)timeout_ms;
+                uint64_t now = util_now_ms();
+                if (now >= deadline_ms)
                     return -ETIMEDOUT;
+                uint64_t left = deadline_ms - now;
                 struct pollfd pfd = {fd, POLLOUT, 0};
                 if (poll(&pfd, 1, (int)(left > 60000 ? 60000 : left)) < 0 && errno != EINTR)
                     return -errno;
@@ -134,18 +137,28 @@ static int send_iov(int fd, struct iovec *iov, int count, int64_t timeout_ms)
 
 int util_send_iov(int fd, struct iovec *iov, int count)
 {
-    return send_iov(fd, iov, count, -1);
+    return send_iov(fd, iov, count, -1, 0);
 }
 
 int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seconds)
 {
-    return send_iov(fd, iov, count, (int64_t)timeout_seconds * 1000);
+    return send_iov(fd, iov, count, (int64_t)timeout_seconds * 1000, 0);
+}
+
+int util_send_iov_by(int fd, struct iovec *iov, int count, uint64_t deadline_ms)
+{
+    return send_iov(fd, iov, count, -1, deadline_ms);
 }
 
 int util_send_all(int fd, const void *buf, size_t length)
 {
+    return util_send_all_by(fd, buf, length, 0);
+}
+
+int util_send_all_by(int fd, const void *buf, size_t length, uint64_t deadline_ms)
+{
     struct iovec iov = {(void *)buf, length};
-    return util_send_iov(fd, &iov, 1);
+    return send_iov(fd, &iov, 1, -1, deadline_ms);
 }
 
 void util_put16(unsigned char *p, uint16_t v)
@@ -179,6 +192,19 @@ uint32_t util_get32(const unsigned char *p)
 uint64_t util_get64(const unsigned char *p)
 {
     return ((uint64_t)util_get32(p) << 32) | util_get32(p + 4);
+}
+
+int util_thread_start(pthread_t *joinable, void *(*fn)(void *), void *arg, size_t stack_size)
+{
+    pthread_attr_t attr;
+    pthread_t detached;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, stack_size);
+    if (joinable == NULL)
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(joinable ? joinable : &detached, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return -rc;
 }
 
 int util_set_timeouts(int fd, int receive_seconds, int send_seconds)

@@ -3,6 +3,7 @@
 #ifndef UZRAM_UTIL_H
 #define UZRAM_UTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,7 +14,7 @@
  * the first byte, -ECONNRESET on end of file in the middle, -errno on error
  * (-EAGAIN when a receive timeout expired). */
 int util_read_full(int fd, void *buf, size_t length);
-/* util_read_full() that gives up with -EAGAIN once CLOCK_MONOTONIC passes
+/* util_read_full() that gives up with -ETIMEDOUT once CLOCK_MONOTONIC passes
  * `deadline_ms` (0: no deadline), however the bytes trickle in. */
 int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms);
 /* CLOCK_MONOTONIC now, in milliseconds / nanoseconds. */
@@ -33,7 +34,12 @@ int util_send_iov(int fd, struct iovec *iov, int count);
  * out within `timeout_seconds` (a peer that reads a trickle cannot hold the
  * sender for longer). */
 int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seconds);
+/* The same with a deadline on CLOCK_MONOTONIC (milliseconds, 0: none), for a
+ * whole exchange that must end in time (a handshake, a control request):
+ * -ETIMEDOUT once it has passed, however slowly the peer reads. */
+int util_send_iov_by(int fd, struct iovec *iov, int count, uint64_t deadline_ms);
 int util_send_all(int fd, const void *buf, size_t length);
+int util_send_all_by(int fd, const void *buf, size_t length, uint64_t deadline_ms);
 
 /* Big-endian loads and stores. */
 void util_put16(unsigned char *p, uint16_t v);
@@ -42,6 +48,10 @@ void util_put64(unsigned char *p, uint64_t v);
 uint16_t util_get16(const unsigned char *p);
 uint32_t util_get32(const unsigned char *p);
 uint64_t util_get64(const unsigned char *p);
+
+/* Start a thread running fn(arg) with a stack of `stack_size` bytes: joinable
+ * into *joinable, or detached when `joinable` is NULL. 0 or a negative errno. */
+int util_thread_start(pthread_t *joinable, void *(*fn)(void *), void *arg, size_t stack_size);
 
 /* Set SO_RCVTIMEO / SO_SNDTIMEO in seconds (0: no timeout). */
 int util_set_timeouts(int fd, int receive_seconds, int send_seconds);

@@ -2,7 +2,11 @@
  * Requests: "get NAME", "set NAME VALUE", "clients", "stats"; replies "ok\n..." or "error E: msg".
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +26,16 @@
  * Server side
  * ---------------------------------------------------------------------- */
 
-static void reply_error(int fd, int err, const char *format, ...)
+/* One control connection: its socket and the moment it must be done. */
+struct peer {
+    int fd;
+    uint64_t deadline_ms; /* CLOCK_MONOTONIC: the request read and answered by then */
+};
+
+static void reply_error(const struct peer *peer, int err, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void reply_error(int fd, int err, const char *format, ...)
+static void reply_error(const struct peer *peer, int err, const char *format, ...)
 {
     char message[512], name_buf[16], line[600];
     va_list args;
@@ -34,18 +44,19 @@ static void reply_error(int fd, int err, const char *format, ...)
     va_end(args);
     int n = snprintf(line, sizeof line, "error %s: %s\n",
                      util_errno_name(err, name_buf, sizeof name_buf), message);
-    util_send_all(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    util_send_all_by(peer->fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1,
+                     peer->deadline_ms);
 }
 
-static void reply_ok(int fd, const char *body)
+static void reply_ok(const struct peer *peer, const char *body)
 {
     struct iovec iov[2] = {{(void *)"ok\n", 3}, {(void *)body, strlen(body)}};
-    util_send_iov(fd, iov, 2);
+    util_send_iov_by(peer->fd, iov, 2, peer->deadline_ms);
 }
 
 /* Identity, then every counter of the library's list (UZRAM_STATS) as
  * "key value" lines: what `uzram status` shows. */
-static void handle_stats(int fd, struct nbd_server *server)
+static void handle_stats(const struct peer *peer, struct nbd_server *server)
 {
     const struct nbd_export *export = nbd_server_export(server);
     struct uzram_stats st;
@@ -55,7 +66,7 @@ static void handle_stats(int fd, struct nbd_server *server)
     uzram_get_config(export->dev, &config);
     int rc = uzram_get_stats(export->dev, &st, sizeof st);
     if (rc < 0) {
-        reply_error(fd, -rc, "cannot read statistics: %s", strerror(-rc));
+        reply_error(peer, -rc, "cannot read statistics: %s", strerror(-rc));
         return;
     }
     int n = snprintf(body, sizeof body,
@@ -70,13 +81,14 @@ static void handle_stats(int fd, struct nbd_server *server)
         used = n < 0 ? sizeof body : used + (size_t)n;
     }
     if (used >= sizeof body) {
-        reply_error(fd, ERANGE, "the statistics do not fit in one reply");
+        reply_error(peer, ERANGE, "the statistics do not fit in one reply");
         return;
     }
-    reply_ok(fd, body);
+    reply_ok(peer, body);
 }
 
-static void handle_set(int fd, struct nbd_server *server, const char *name, const char *value)
+static void handle_set(const struct peer *peer, struct nbd_server *server, const char *name,
+                       const char *value)
 {
     struct uzram *dev = nbd_server_export(server)->dev;
 
@@ -85,109 +97,272 @@ static void handle_set(int fd, struct nbd_server *server, const char *name, cons
     if (strcmp(name, "reset") == 0) {
         unsigned clients = nbd_server_clients(server);
         if (clients > 0) {
-            reply_error(fd, EBUSY, "%u client%s connected; disconnect them first", clients,
+            reply_error(peer, EBUSY, "%u client%s connected; disconnect them first", clients,
                         clients == 1 ? "" : "s");
             return;
         }
     }
     int rc = uzram_attr_set(dev, name, value);
     if (rc == 0) {
-        reply_ok(fd, "");
+        reply_ok(peer, "");
         return;
     }
     const char *usage = uzram_attr_usage(name);
     switch (-rc) {
     case ENOENT:
         if (usage) /* the attribute exists: something its value names does not */
-            reply_error(fd, ENOENT,
+            reply_error(peer, ENOENT,
                         "'%s' for %s names no algorithm this build has, no priority that has "
                         "one (set recomp_algorithm first) or no readable file; it takes %s",
                         value, name, usage);
         else
-            reply_error(fd, ENOENT, "no attribute named '%s' (see uzram(1))", name);
+            reply_error(peer, ENOENT, "no attribute named '%s' (see uzram(1))", name);
         break;
     case EACCES:
-        reply_error(fd, EACCES, "'%s' is read-only", name);
+        reply_error(peer, EACCES, "'%s' is read-only", name);
         break;
     case EINVAL:
-        reply_error(fd, EINVAL, "invalid value '%s' for %s; it takes %s", value, name,
+        reply_error(peer, EINVAL, "invalid value '%s' for %s; it takes %s", value, name,
                     usage ? usage : "no value");
         break;
     case EBUSY:
-        reply_error(fd, EBUSY,
+        reply_error(peer, EBUSY,
                     "%s can only change while the device holds no data "
                     "(set reset 1 first)",
                     name);
         break;
     default:
-        reply_error(fd, -rc, "%s", strerror(-rc));
+        reply_error(peer, -rc, "%s", strerror(-rc));
         break;
     }
 }
 
-void control_serve_one(int fd, struct nbd_server *server)
+/* Read the request line by the peer's deadline. Returns its length (the line
+ * ends at the first '\n', or where the peer stopped sending), -E2BIG when
+ * REQUEST_MAX bytes came without one, -ETIMEDOUT. */
+static int read_request(const struct peer *peer, char *request)
+{
+    size_t length = 0;
+    while (length < REQUEST_MAX) {
+        uint64_t now = util_now_ms();
+        if (now >= peer->deadline_ms)
+            return -ETIMEDOUT;
+        struct pollfd wait = {peer->fd, POLLIN, 0};
+        if (poll(&wait, 1, (int)(peer->deadline_ms - now)) <= 0)
+            continue;
+        ssize_t n = recv(peer->fd, request + length, REQUEST_MAX - length, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        if (n > 0) {
+            length += (size_t)n;
+            if (memchr(request + length - (size_t)n, '\n', (size_t)n))
+                return (int)length;
+        }
+    }
+    return length == REQUEST_MAX ? -E2BIG : (int)length;
+}
+
+/* After an answer to a request that was not read whole: stop sending, and
+ * take what the peer still sends (until it closes, a limit or the deadline),
+ * so that closing with unread bytes does not reset the connection before the
+ * peer has read the answer. */
+static void drain(const struct peer *peer)
+{
+    char scratch[4096];
+    size_t taken = 0;
+    shutdown(peer->fd, SHUT_WR);
+    while (taken < (1u << 20)) {
+        uint64_t now = util_now_ms();
+        struct pollfd wait = {peer->fd, POLLIN, 0};
+        if (now >= peer->deadline_ms || poll(&wait, 1, (int)(peer->deadline_ms - now)) <= 0)
+            return;
+        ssize_t n = recv(peer->fd, scratch, sizeof scratch, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return;
+        if (n > 0)
+            taken += (size_t)n;
+    }
+}
+
+/* Serve one request on an accepted control connection, within its deadline. */
+static void serve_peer(const struct peer *peer, struct nbd_server *server)
 {
     char request[REQUEST_MAX + 1];
-    size_t length = 0;
-
-    /* Read one line; the client may also just close after writing it. */
-    while (length < REQUEST_MAX) {
-        ssize_t n = recv(fd, request + length, REQUEST_MAX - length, 0);
-        if (n <= 0)
-            break;
-        length += (size_t)n;
-        if (memchr(request, '\n', length))
-            break;
+    int length = read_request(peer, request);
+    if (length == -ETIMEDOUT)
+        return; /* nobody to answer: the peer did not finish its line in time */
+    if (length == -E2BIG) {
+        reply_error(peer, EINVAL, "request line too long (at most %d bytes)", REQUEST_MAX - 1);
+        drain(peer);
+        return;
     }
     request[length] = '\0';
     char *newline = strchr(request, '\n');
-    if (newline == NULL && length == REQUEST_MAX) {
-        reply_error(fd, EINVAL, "request line too long");
-        return;
-    }
     if (newline)
         *newline = '\0';
 
     char *save = NULL;
     char *verb = strtok_r(request, " ", &save);
     if (verb == NULL) {
-        reply_error(fd, EINVAL, "empty request; try: get NAME, set NAME VALUE, clients, stats");
+        reply_error(peer, EINVAL, "empty request; try: get NAME, set NAME VALUE, clients, stats");
         return;
     }
     if (strcmp(verb, "get") == 0) {
         char *name = strtok_r(NULL, " ", &save);
         if (name == NULL) {
-            reply_error(fd, EINVAL, "usage: get NAME");
+            reply_error(peer, EINVAL, "usage: get NAME");
             return;
         }
         char body[REPLY_MAX];
         int rc = uzram_attr_get(nbd_server_export(server)->dev, name, body, sizeof body);
         if (rc >= 0)
-            reply_ok(fd, body);
+            reply_ok(peer, body);
         else if (rc == -ENOENT)
-            reply_error(fd, ENOENT, "no attribute named '%s' (see uzram(1))", name);
+            reply_error(peer, ENOENT, "no attribute named '%s' (see uzram(1))", name);
         else if (rc == -EACCES)
-            reply_error(fd, EACCES, "'%s' is write-only", name);
+            reply_error(peer, EACCES, "'%s' is write-only", name);
         else
-            reply_error(fd, -rc, "%s", strerror(-rc));
+            reply_error(peer, -rc, "%s", strerror(-rc));
     } else if (strcmp(verb, "set") == 0) {
         char *name = strtok_r(NULL, " ", &save);
         char *value = strtok_r(NULL, "", &save);
         if (name == NULL || value == NULL) {
-            reply_error(fd, EINVAL, "usage: set NAME VALUE");
+            reply_error(peer, EINVAL, "usage: set NAME VALUE");
             return;
         }
-        handle_set(fd, server, name, value);
+        handle_set(peer, server, name, value);
     } else if (strcmp(verb, "clients") == 0) {
         char body[32];
         snprintf(body, sizeof body, "%u\n", nbd_server_clients(server));
-        reply_ok(fd, body);
+        reply_ok(peer, body);
     } else if (strcmp(verb, "stats") == 0) {
-        handle_stats(fd, server);
+        handle_stats(peer, server);
     } else {
-        reply_error(fd, EINVAL,
+        reply_error(peer, EINVAL,
                     "unknown request '%s'; try: get NAME, set NAME VALUE, clients, stats", verb);
     }
+}
+
+/* The control socket is served on a thread of its own, each peer on a
+ * thread of its own with a deadline for its whole request, so that a peer
+ * that trickles its request delays no one: not the NBD clients, not
+ * SIGTERM, not other control requests. */
+#define CONTROL_TIMEOUT_MS 5000u
+#define CONTROL_PEERS 8u
+
+struct control_service {
+    int listen_fd;
+    int wake[2]; /* a pipe: control_stop() writes to it */
+    struct nbd_server *server;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t peers_gone;
+    unsigned peers; /* peer threads running, under lock */
+};
+
+struct peer_job {
+    struct peer peer;
+    struct control_service *service;
+};
+
+static void *peer_main(void *arg)
+{
+    struct peer_job *job = arg;
+    struct control_service *service = job->service;
+    serve_peer(&job->peer, service->server);
+    close(job->peer.fd);
+    free(job);
+    pthread_mutex_lock(&service->lock);
+    service->peers--;
+    pthread_cond_broadcast(&service->peers_gone);
+    pthread_mutex_unlock(&service->lock);
+    return NULL;
+}
+
+static void accept_peer(struct control_service *service)
+{
+    int fd = accept4(service->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct peer_job *job = malloc(sizeof *job);
+    pthread_mutex_lock(&service->lock);
+    bool room = job != NULL && service->peers < CONTROL_PEERS;
+    if (room)
+        service->peers++;
+    pthread_mutex_unlock(&service->lock);
+    if (!room) {
+        struct peer busy = {fd, util_now_ms() + 100};
+        reply_error(&busy, EBUSY, "%u control requests already in progress; try again",
+                    CONTROL_PEERS);
+        close(fd);
+        free(job);
+        return;
+    }
+    *job = (struct peer_job){{fd, util_now_ms() + CONTROL_TIMEOUT_MS}, service};
+    if (util_thread_start(NULL, peer_main, job, NBD_SERVER_THREAD_STACK) < 0)
+        peer_main(job); /* no thread: answer here (the deadline bounds it), not never */
+}
+
+static void *control_main(void *arg)
+{
+    struct control_service *service = arg;
+    for (;;) {
+        struct pollfd fds[2] = {{service->listen_fd, POLLIN, 0}, {service->wake[0], POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (fds[1].revents)
+            break;
+        if (fds[0].revents & POLLIN)
+            accept_peer(service);
+    }
+    return NULL;
+}
+
+int control_start(int listen_fd, struct nbd_server *server, struct control_service **out)
+{
+    struct control_service *service = calloc(1, sizeof *service);
+    if (service == NULL)
+        return -ENOMEM;
+    service->listen_fd = listen_fd;
+    service->server = server;
+    pthread_mutex_init(&service->lock, NULL);
+    pthread_cond_init(&service->peers_gone, NULL);
+    int rc = pipe2(service->wake, O_CLOEXEC) < 0 ? -errno : 0;
+    if (rc == 0) {
+        rc = util_thread_start(&service->thread, control_main, service, NBD_SERVER_THREAD_STACK);
+        if (rc < 0) {
+            close(service->wake[0]);
+            close(service->wake[1]);
+        }
+    }
+    if (rc < 0) {
+        pthread_mutex_destroy(&service->lock);
+        pthread_cond_destroy(&service->peers_gone);
+        free(service);
+        return rc;
+    }
+    *out = service;
+    return 0;
+}
+
+void control_stop(struct control_service *service)
+{
+    if (service == NULL)
+        return;
+    char byte = 0;
+    while (write(service->wake[1], &byte, 1) < 0 && errno == EINTR)
+        ;
+    pthread_join(service->thread, NULL);
+    /* Requests in progress end by their deadline at the latest. */
+    pthread_mutex_lock(&service->lock);
+    while (service->peers > 0)
+        pthread_cond_wait(&service->peers_gone, &service->lock);
+    pthread_mutex_unlock(&service->lock);
+    close(service->wake[0]);
+    close(service->wake[1]);
+    pthread_mutex_destroy(&service->lock);
+    pthread_cond_destroy(&service->peers_gone);
+    free(service);
 }
 
 /* ------------------------------------------------------------------------

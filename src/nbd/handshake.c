@@ -37,7 +37,9 @@ static int send_reply(struct nbd_session *s, uint32_t option, uint32_t type, con
     util_put32(header + 12, type);
     util_put32(header + 16, length);
     struct iovec iov[2] = {{header, sizeof header}, {(void *)data, length}};
-    return util_send_iov(s->fd, iov, length ? 2 : 1);
+    /* The deadline covers sends too: a client that sends options and does not
+     * read the replies must not keep the handshake going. */
+    return util_send_iov_by(s->fd, iov, length ? 2 : 1, s->handshake_deadline_ms);
 }
 
 static int send_error(struct nbd_session *s, uint32_t option, uint32_t type, const char *message)
@@ -221,7 +223,8 @@ static int option_export_name(struct nbd_session *s, const unsigned char *data, 
     unsigned char reply[10 + NBD_EXPORT_NAME_PADDING] = {0};
     util_put64(reply, s->size);
     util_put16(reply + 8, s->flags);
-    int rc = util_send_all(s->fd, reply, s->no_zeroes ? 10 : sizeof reply);
+    int rc =
+        util_send_all_by(s->fd, reply, s->no_zeroes ? 10 : sizeof reply, s->handshake_deadline_ms);
     return rc < 0 ? rc : 1;
 }
 
@@ -231,7 +234,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
     util_put64(greeting, NBD_MAGIC);
     util_put64(greeting + 8, NBD_OPT_MAGIC);
     util_put16(greeting + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
-    int rc = util_send_all(s->fd, greeting, sizeof greeting);
+    int rc = util_send_all_by(s->fd, greeting, sizeof greeting, s->handshake_deadline_ms);
     if (rc < 0)
         return rc;
 

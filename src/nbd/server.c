@@ -1,5 +1,6 @@
 /* server.c - sockets, threads and shutdown of the NBD server behind `uzram serve`.
- * Listens on Unix/TCP and the control socket; each client gets its own group of worker threads. */
+ * Listens on Unix/TCP; each client gets a thread of its own (and helpers while it is busy, see
+ * transmission.c); the control socket is served on its own thread (control/control.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +26,8 @@
 
 struct nbd_server {
     struct nbd_export export;
-    unsigned threads_per_connection;
+    struct nbd_transmission_settings transmission;
+    unsigned timeout; /* seconds: handshake, requests, replies */
 
     /* Live connections, so shutdown can wake them and wait for them. */
     pthread_mutex_t connections_lock;
@@ -85,17 +87,14 @@ static void *connection_main(void *arg)
     struct nbd_server *server = client->server;
     struct nbd_session *s = &client->session;
 
-    /* A client must not hold a thread forever without finishing the handshake. */
-    util_set_timeouts(s->fd, NBD_SERVER_HANDSHAKE_TIMEOUT, NBD_SERVER_SEND_TIMEOUT);
-    s->handshake_deadline_ms = util_now_ms() + NBD_SERVER_HANDSHAKE_TIMEOUT * 1000ull;
+    /* A client must not hold a thread forever without finishing the
+     * handshake: the deadline covers every receive and every send of it. */
+    s->handshake_deadline_ms = util_now_ms() + server->timeout * 1000ull;
     int rc = nbd_handshake(s, &server->export);
-    if (rc == -EAGAIN)
-        nbd_log(s, "handshake not finished within %d s; closing", NBD_SERVER_HANDSHAKE_TIMEOUT);
-    if (rc == 1) {
-        /* Idle clients are fine during transmission: no receive timeout. */
-        util_set_timeouts(s->fd, 0, -1);
-        nbd_transmission(s, server, server->export.read_only, server->threads_per_connection);
-    }
+    if (rc == -ETIMEDOUT)
+        nbd_log(s, "handshake not finished within %u s; closing", server->timeout);
+    if (rc == 1)
+        nbd_transmission(s, server, &server->transmission);
     client_free(client);
     return NULL;
 }
@@ -138,16 +137,10 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
     server->connection_count++;
     pthread_mutex_unlock(&server->connections_lock);
 
-    pthread_attr_t attr;
-    pthread_t thread;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, NBD_SERVER_THREAD_STACK);
-    if (pthread_create(&thread, &attr, connection_main, client) != 0) {
+    if (util_thread_start(NULL, connection_main, client, NBD_SERVER_THREAD_STACK) < 0) {
         fprintf(stderr, "uzram: client %u refused: cannot start a thread\n", id);
         client_free(client);
     }
-    pthread_attr_destroy(&attr);
 }
 
 /* ------------------------------------------------------------------------
@@ -336,17 +329,42 @@ static void stop_connections(struct nbd_server *server)
     pthread_mutex_unlock(&server->connections_lock);
 }
 
+/* The stop line: the data lives only in this process, so say what goes. */
+static void log_stop(struct nbd_server *server, uint32_t signo)
+{
+    struct uzram_stats st = {0};
+    char human[16];
+    uzram_get_stats(server->export.dev, &st, sizeof st);
+    util_human_size(st.orig_data_size, human, sizeof human);
+    unsigned clients = nbd_server_clients(server);
+    fprintf(stderr,
+            "uzram: %s received: stopping; discarding %llu bytes of data (%s) with %u client%s "
+            "connected\n",
+            signo == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)st.orig_data_size, human,
+            clients, clients == 1 ? "" : "s");
+}
+
 int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
 {
     struct nbd_server server = {
         .export = {.dev = dev, .name = options->name, .read_only = options->read_only},
+        .timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT,
     };
+    unsigned threads = options->threads < 1 ? 1 : options->threads;
+    unsigned helpers = threads * NBD_SERVER_HELPERS_PER_THREAD;
+    server.transmission = (struct nbd_transmission_settings){
+        .read_only = options->read_only,
+        .threads = threads,
+        .helpers = helpers < NBD_SERVER_MAX_HELPERS ? helpers : NBD_SERVER_MAX_HELPERS,
+        .timeout = server.timeout,
+        .handoff_worth_ns = NBD_SERVER_HANDOFF_WORTH_NS,
+    };
+    struct control_service *control = NULL;
     int unix_fd = -1, tcp_fd = -1, ctl_fd = -1, signal_fd = -1;
     int status = 1;
     char tcp_shown[300] = "";
 
     nbd_log_quiet = options->quiet;
-    server.threads_per_connection = options->threads < 1 ? 1 : options->threads;
     pthread_mutex_init(&server.connections_lock, NULL);
     pthread_condattr_t monotonic;
     pthread_condattr_init(&monotonic);
@@ -355,7 +373,9 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
     pthread_condattr_destroy(&monotonic);
 
     /* Signals are taken synchronously through a signalfd in the main loop;
-     * every thread created later inherits the blocked mask. */
+     * every thread created later inherits the blocked mask. SIGHUP does not
+     * stop the server: closing the terminal it was started from must not
+     * discard the disk. */
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
@@ -382,6 +402,11 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         if (tcp_fd < 0)
             goto out;
     }
+    int rc = control_start(ctl_fd, &server, &control);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: cannot serve the control socket: %s\n", strerror(-rc));
+        goto out;
+    }
 
     if (!options->quiet) {
         struct uzram_config config;
@@ -398,20 +423,21 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
                    options->unix_path);
         else
             printf("  connect: nbdinfo 'nbd://%s'   stats: uzram status\n", tcp_shown);
+        printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
+               "the server stops (SIGTERM, SIGINT)\n");
         fflush(stdout);
     }
     /* Every socket listens: a service manager waiting for us (systemd's Type=notify) may
      * start what needs the device now. */
     char state[128];
     snprintf(state, sizeof state, "READY=1\nSTATUS=serving %s", options->name);
-    int rc = systemd_notify(state);
+    rc = systemd_notify(state);
     if (rc < 0)
         fprintf(stderr, "uzram: cannot tell the service manager we are ready: %s\n", strerror(-rc));
 
     for (;;) {
-        struct pollfd fds[4] = {
-            {signal_fd, POLLIN, 0}, {ctl_fd, POLLIN, 0}, {unix_fd, POLLIN, 0}, {tcp_fd, POLLIN, 0}};
-        if (poll(fds, 4, -1) < 0) {
+        struct pollfd fds[3] = {{signal_fd, POLLIN, 0}, {unix_fd, POLLIN, 0}, {tcp_fd, POLLIN, 0}};
+        if (poll(fds, 3, -1) < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "uzram: poll: %s\n", strerror(errno));
@@ -419,27 +445,21 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         }
         if (fds[0].revents) {
             struct signalfd_siginfo info;
-            if (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info && !options->quiet)
-                fprintf(stderr, "uzram: %s received; finishing requests in flight\n",
-                        info.ssi_signo == SIGINT    ? "SIGINT"
-                        : info.ssi_signo == SIGTERM ? "SIGTERM"
-                                                    : "SIGHUP");
+            if (read(signal_fd, &info, sizeof info) != (ssize_t)sizeof info)
+                continue;
+            if (info.ssi_signo == SIGHUP) {
+                fprintf(stderr, "uzram: SIGHUP received; ignored: the disk lives in this "
+                                "process, SIGTERM or SIGINT stops it\n");
+                continue;
+            }
+            log_stop(&server, info.ssi_signo);
             systemd_notify("STOPPING=1\nSTATUS=finishing requests in flight");
             status = 0;
             break;
         }
-        if (fds[1].revents & POLLIN) {
-            int fd = accept4(ctl_fd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0) {
-                /* Control requests are short; the timeouts bound a stuck peer. */
-                util_set_timeouts(fd, 5, 5);
-                control_serve_one(fd, &server);
-                close(fd);
-            }
-        }
-        if (fds[2].revents & POLLIN)
+        if (fds[1].revents & POLLIN)
             accept_client(&server, unix_fd, false);
-        if (fds[3].revents & POLLIN)
+        if (fds[2].revents & POLLIN)
             accept_client(&server, tcp_fd, true);
     }
 
@@ -450,6 +470,7 @@ out:
         close(unix_fd);
         unlink(options->unix_path);
     }
+    control_stop(control);
     if (ctl_fd >= 0) {
         close(ctl_fd);
         unlink(options->ctl_path);

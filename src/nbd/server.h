@@ -28,12 +28,12 @@
 #define NBD_SERVER_WORKER_BUFFER (128u << 10)
 /* Short replies (no data) are held back while more requests are already
  * buffered, and go out together: one send, one wake-up of the client, for up
- * to this many replies. Small enough that a pipelining client keeps getting
- * completions (and sending new requests) while the server works. */
+ * to this many replies (so at most one fewer is ever held). Small enough that a pipelining client
+ * keeps getting completions (and sending new requests) while the server works. */
 #define NBD_SERVER_REPLY_BATCH 4u
 #define NBD_SERVER_HELD_REPLY_MAX 256u
-/* An idle worker is woken for a buffered request only when the connection's
- * requests take at least this long on average. A hand-off costs both threads
+/* An idle worker is woken (or a helper started) for a buffered request only
+ * when the connection's requests take at least this long on average. A hand-off costs both threads
  * several microseconds of wake-up and cache misses, and where the client
  * shares the cores (fio on 2 CPUs) it also takes CPU from the client: for
  * 4 KiB lz4 writes (~6 us each) a second worker made one connection ~15%
@@ -42,15 +42,26 @@
 #define NBD_SERVER_HANDOFF_WORTH_NS 20000u
 /* Most worker threads per connection (--threads). */
 #define NBD_SERVER_MAX_THREADS 256u
-/* Request buffers larger than a worker's own, over all connections. */
+/* Helper workers (beyond each connection's first) over all connections at
+ * once: this many per --threads, and at most NBD_SERVER_MAX_HELPERS. */
+#define NBD_SERVER_HELPERS_PER_THREAD 4u
+#define NBD_SERVER_MAX_HELPERS 1024u
+/* A connection with no request for this long gives its helpers and buffers
+ * back: an idle connection is one sleeping thread. Receives wake up this
+ * often inside a request to check its deadline. */
+#define NBD_SERVER_IDLE_MS 1000u
+/* Request buffers larger than a worker's own, over all connections. WRITE
+ * payloads are charged as their bytes arrive, up to this much per receive. */
 #define NBD_SERVER_BUFFER_BUDGET (1ull << 30)
-/* A client that does not read its replies for this long is dropped. */
-#define NBD_SERVER_SEND_TIMEOUT 30
+#define NBD_SERVER_RECEIVE_STEP (1u << 20)
+/* Default of the client deadlines (seconds; the environment variable
+ * UZRAM_SERVE_TIMEOUT sets another, for tests): the whole handshake, sends
+ * included; a started request, from the first wait for its bytes to its
+ * last byte; a reply, from the socket first refusing bytes to its last. */
+#define NBD_SERVER_TIMEOUT 30
 /* On SIGINT/SIGTERM, clients get this long to take the replies to requests in
  * flight; then the connections left are shut down both ways. */
 #define NBD_SERVER_STOP_GRACE 5
-/* A client must finish the handshake within this time. */
-#define NBD_SERVER_HANDSHAKE_TIMEOUT 30
 /* At most this many descriptors in one BLOCK_STATUS reply. */
 #define NBD_SERVER_MAX_EXTENTS 1024u
 /* Zero runs at least this long become OFFSET_HOLE chunks in structured reads. */
@@ -120,14 +131,30 @@ uint32_t nbd_check_request(const struct nbd_session *session, bool read_only,
 /* Map a positive errno from the engine to the NBD error value. */
 uint32_t nbd_errno_to_wire(int err);
 
+/* How the transmission phase of one connection runs. */
+struct nbd_transmission_settings {
+    bool read_only;
+    /* Workers of this connection, the calling thread included (--threads). */
+    unsigned threads;
+    /* Helper workers over all connections of the process at once; a
+     * connection that finds none free goes on with the workers it has. */
+    unsigned helpers;
+    /* Seconds a started request has to arrive whole, and a reply to go out. */
+    unsigned timeout;
+    /* A buffered request is handed to another worker only when requests take
+     * this long on average (NBD_SERVER_HANDOFF_WORTH_NS; 0: always). */
+    uint64_t handoff_worth_ns;
+};
+
 /* The transmission phase of a session whose handshake has finished
- * (transmission.c): serve requests with up to `threads` worker threads (the
- * calling thread is one of them) until DISC, end of file, a failed send or a
- * protocol violation that forbids going on. Returns when every worker has
- * stopped: 0, -ENOMEM when nothing could be served, or -EPIPE when a reply
- * could not be sent. The socket stays open; the caller closes it. */
-int nbd_transmission(const struct nbd_session *session, struct nbd_server *server, bool read_only,
-                     unsigned threads);
+ * (transmission.c): serve requests until DISC, end of file, a failed send,
+ * a request that misses its deadline or a protocol violation that forbids
+ * going on. The calling thread is the connection's first worker; helpers are
+ * started as the settings allow. Returns when every worker has stopped: 0,
+ * or -EPIPE when a reply could not be sent. The socket stays open; the
+ * caller closes it. */
+int nbd_transmission(const struct nbd_session *session, struct nbd_server *server,
+                     const struct nbd_transmission_settings *settings);
 
 /* The device exported by this server. */
 const struct nbd_export *nbd_server_export(struct nbd_server *server);
@@ -144,6 +171,7 @@ struct nbd_server_options {
     unsigned socket_mode;
     long socket_gid;  /* -1: leave the group alone */
     unsigned threads; /* worker threads per connection */
+    unsigned timeout; /* client deadlines in seconds; 0: NBD_SERVER_TIMEOUT */
     bool read_only;
     bool quiet;
 };
@@ -152,7 +180,12 @@ struct nbd_server_options {
  * prints its own error lines. The device stays owned by the caller. */
 int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options);
 
-/* Control socket (control/control.c): serve one request on an accepted connection. */
-void control_serve_one(int fd, struct nbd_server *server);
+/* Control socket (control/control.c): serve the listening socket `listen_fd`
+ * on a thread of its own (each request on its own thread, with a deadline)
+ * until control_stop(), which also waits for the requests in progress. The
+ * socket stays the caller's. Returns 0 or a negative errno. */
+struct control_service;
+int control_start(int listen_fd, struct nbd_server *server, struct control_service **service);
+void control_stop(struct control_service *service);
 
 #endif

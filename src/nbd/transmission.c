@@ -1,6 +1,7 @@
 /* transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
  * Each connection's workers take turns reading a request, run it on the engine and reply. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
 
 #include "nbd/protocol.h"
 #include "nbd/server.h"
@@ -15,34 +18,49 @@
 
 #define LOG_LINES_PER_CLIENT 20
 
-/* A client connection in transmission: a small group of worker threads of its
- * own (nbdkit's "parallel" model, with lazy helpers). One worker at a time
- * holds the receiver role: it reads one request, gives the role up and runs
- * the request, sending the reply whole under the send lock. A worker that
- * gives the role up wakes an idle one only when another whole request is
- * already buffered; otherwise it takes the role back itself after its
- * request. A client that keeps the server idle is thus served by one thread
- * with no hand-offs (no wake-ups, no stealing the client's CPU), and a
- * backlog spreads over every worker. A slow or stalled client holds only its
- * own threads, and per-connection memory stays bounded by threads x request
- * size. The thread that did the handshake runs one worker and joins the others
- * (nbd_transmission()). Private to this file: the listener and the fuzz
- * target see only nbd_transmission(). */
+/* A client connection in transmission (nbdkit's "parallel" model, with lazy
+ * helpers). The thread that called nbd_transmission() is the connection's
+ * first worker and stays with it to the end; helper workers are started only
+ * when the connection has concurrent work worth handing off, within a
+ * process-wide cap (settings.helpers), and leave again after
+ * NBD_SERVER_IDLE_MS without work. One worker at a time holds the receiver
+ * role: it reads one request, gives the role up and runs the request, sending
+ * the reply whole under the send lock. A worker that gives the role up hands
+ * the next request to another worker only when that request is already
+ * buffered and requests are costly (settings.handoff_worth_ns); otherwise it
+ * takes the role back itself after its request. So a client that keeps the
+ * server idle is served by one thread with no hand-offs, a backlog of costly
+ * requests spreads over up to settings.threads workers, and an idle
+ * connection is one thread asleep in poll() with no buffers. A slow or
+ * stalled client holds only its own threads; its started requests must
+ * arrive whole within settings.timeout. Private to this file: the listener
+ * and the fuzz target see only nbd_transmission().
+ *
+ * Lock order: receive_lock, then budget_lock; send_lock is never held with
+ * receive_lock. */
 struct nbd_connection {
     struct nbd_session session;
     struct nbd_server *server;
-    bool read_only;
+    struct nbd_transmission_settings settings;
 
-    pthread_mutex_t receive_lock; /* guards receiving and idle_workers */
+    pthread_mutex_t receive_lock; /* guards the fields up to input */
     pthread_cond_t receiver_wanted;
+    pthread_cond_t helpers_gone;
     bool receiving;        /* a worker holds the receiver role */
+    bool role_for_first;   /* the free role is kept for the first worker */
     unsigned idle_workers; /* workers waiting for the role */
+    unsigned workers;      /* attached to the connection, the first included */
     /* Moving average of the time a request takes to run and answer. */
     _Atomic uint64_t request_ns;
-    /* Only the receiver touches these: bytes not yet parsed are input[start, end). */
+    /* Only the receiver touches these: bytes not yet parsed are input[start,
+     * end) of NBD_SERVER_INPUT_BUFFER bytes, allocated while the connection is
+     * busy (NULL when idle). */
     unsigned char *input;
     size_t input_start, input_end;
     bool receive_done; /* DISC, end of file or an error: nobody reads any more */
+    /* When the request being received must be whole (CLOCK_MONOTONIC ms);
+     * 0 until the server first has to wait for its bytes. */
+    uint64_t request_deadline_ms;
 
     /* Set by the receiver when it gives the role up with a whole request
      * still buffered: that request will be answered later, so replies may
@@ -60,8 +78,23 @@ struct nbd_connection {
 /* One worker thread of a connection. */
 struct nbd_worker {
     struct nbd_connection *conn;
-    unsigned char *buffer; /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request */
-    pthread_t thread;
+    /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request; allocated at
+     * the first request that needs it, given back when the connection idles. */
+    unsigned char *buffer;
+    bool first; /* the thread that called nbd_transmission() */
+};
+
+/* A share of the request buffer budget (see budget_take()). */
+struct budget {
+    uint64_t limit, used;
+    uint64_t next_ticket, serving; /* first come, first served */
+};
+
+/* Request data a worker holds: a WRITE's payload or a READ's data. */
+struct request_data {
+    void *buffer;          /* the worker's own buffer, or one allocated for the request */
+    struct budget *budget; /* the share `charged` bytes are taken from */
+    uint64_t charged;
 };
 
 bool nbd_log_quiet;
@@ -219,13 +252,51 @@ uint32_t nbd_check_request(const struct nbd_session *s, bool read_only, const st
  * Sending replies
  * ---------------------------------------------------------------------- */
 
+/* With send_lock held: the replies held back so far, then `iov`, in one
+ * sendmsg when the iovec is short. A failed or timed out send kills the
+ * connection: shutdown() wakes the worker that waits in recv() or poll(), and
+ * the others stop at their next turn. Returns 0 or a negative errno. */
+static int send_locked(struct nbd_connection *conn, struct iovec *iov, int count)
+{
+    int timeout = (int)conn->settings.timeout;
+    int rc = 0;
+
+    if (atomic_load(&conn->dead)) {
+        conn->held_bytes = 0;
+        conn->held_replies = 0;
+        return -EPIPE;
+    }
+    struct iovec joined[4] = {{conn->held, conn->held_bytes}};
+    if (conn->held_bytes > 0 && count < 4) {
+        for (int i = 0; i < count; i++)
+            joined[i + 1] = iov[i];
+        iov = joined;
+        count++;
+    } else if (conn->held_bytes > 0) {
+        rc = util_send_iov_timeout(conn->session.fd, joined, 1, timeout);
+    }
+    if (rc == 0)
+        rc = util_send_iov_timeout(conn->session.fd, iov, count, timeout);
+    conn->held_bytes = 0;
+    conn->held_replies = 0;
+    if (rc < 0) {
+        atomic_store(&conn->dead, true);
+        shutdown(conn->session.fd, SHUT_RDWR);
+        if (rc == -ETIMEDOUT)
+            nbd_log(&conn->session,
+                    "a reply could not be sent within %d s (client not reading); "
+                    "dropping the connection",
+                    timeout);
+    }
+    return rc;
+}
+
 /* Send one whole reply under the connection's send lock, after the replies
  * held back so far; or hold it back too when it is short and another request
  * is already buffered (whoever answers that one sends them all: a request
  * whose reply is held always has a successor, or the connection stops and
- * the exiting workers flush). A failed or timed out send kills the
- * connection: shutdown() wakes the worker that waits in recv(), and the
- * others stop at their next turn. */
+ * the exiting workers flush). At most NBD_SERVER_REPLY_BATCH - 1 replies are
+ * held, so one send carries at most NBD_SERVER_REPLY_BATCH. */
 static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
 {
     size_t length = 0;
@@ -234,44 +305,18 @@ static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
     if (atomic_load(&conn->dead))
         return;
     pthread_mutex_lock(&conn->send_lock);
-    int rc = 0;
-    if (atomic_load(&conn->dead)) {
-        conn->held_bytes = 0;
-        conn->held_replies = 0;
-    } else if (count > 0 && length <= NBD_SERVER_HELD_REPLY_MAX &&
-               conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
-               atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
+    if (!atomic_load(&conn->dead) && count > 0 && length <= NBD_SERVER_HELD_REPLY_MAX &&
+        conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
+        atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
         for (int i = 0; i < count; i++) {
             memcpy(conn->held + conn->held_bytes, iov[i].iov_base, iov[i].iov_len);
             conn->held_bytes += iov[i].iov_len;
         }
         conn->held_replies++;
     } else {
-        /* Held replies first, in the same sendmsg when the iovec is short. */
-        struct iovec joined[4] = {{conn->held, conn->held_bytes}};
-        if (conn->held_bytes > 0 && count < 4) {
-            for (int i = 0; i < count; i++)
-                joined[i + 1] = iov[i];
-            iov = joined;
-            count++;
-        } else if (conn->held_bytes > 0) {
-            rc = util_send_iov_timeout(conn->session.fd, joined, 1, NBD_SERVER_SEND_TIMEOUT);
-        }
-        if (rc == 0)
-            rc = util_send_iov_timeout(conn->session.fd, iov, count, NBD_SERVER_SEND_TIMEOUT);
-        conn->held_bytes = 0;
-        conn->held_replies = 0;
-    }
-    if (rc < 0) {
-        atomic_store(&conn->dead, true);
-        shutdown(conn->session.fd, SHUT_RDWR);
+        send_locked(conn, iov, count);
     }
     pthread_mutex_unlock(&conn->send_lock);
-    if (rc == -ETIMEDOUT)
-        nbd_log(&conn->session,
-                "a reply could not be sent within %d s (client not reading); "
-                "dropping the connection",
-                NBD_SERVER_SEND_TIMEOUT);
 }
 
 /* Send the replies held back, if any (a worker leaving does this). */
@@ -337,46 +382,110 @@ static void reply_engine_error(struct nbd_connection *conn, const struct nbd_req
 }
 
 /* ------------------------------------------------------------------------
- * Commands
+ * Request buffers
  * ---------------------------------------------------------------------- */
 
-/* Large request buffers of all connections together stay under
- * NBD_SERVER_BUFFER_BUDGET: a worker that would pass it waits for others to
- * finish, so many clients sending 32 MiB requests cannot exhaust memory. */
+/* Buffers larger than a worker's own, over all connections of the process,
+ * hold at most NBD_SERVER_BUFFER_BUDGET bytes: half for WRITE payloads, half
+ * for READ data, so that clients that do not take their READ replies (whose
+ * buffers stay until the send timeout) cannot hold up anyone's WRITEs. A
+ * WRITE payload is charged for the bytes that have arrived, as they arrive,
+ * never for the bytes its header announces: a client that announces 32 MiB
+ * and sends one byte holds one byte, and an unfinished payload is dropped at
+ * its deadline. A worker that needs more than is free waits its turn (first
+ * come, first served, so many takers cannot starve one); a READ never waits
+ * (read_in_pieces()). One lock and one condition for both shares. */
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t budget_freed = PTHREAD_COND_INITIALIZER;
-static uint64_t budget_used;
+static struct budget write_budget = {.limit = NBD_SERVER_BUFFER_BUDGET / 2};
+static struct budget read_budget = {.limit = NBD_SERVER_BUFFER_BUDGET / 2};
 
-/* A buffer for `length` bytes of request data: the worker's own when it is
- * big enough (no allocation per request), else a fresh one. */
-static void *request_buffer(struct nbd_worker *w, size_t length)
+/* Take `bytes` of `b`, waiting for them if need be; true if it had to wait. */
+static bool budget_take(struct budget *b, uint64_t bytes)
 {
-    if (length <= NBD_SERVER_WORKER_BUFFER)
-        return w->buffer;
+    bool waited = false;
     pthread_mutex_lock(&budget_lock);
-    while (budget_used + length > NBD_SERVER_BUFFER_BUDGET)
+    uint64_t ticket = b->next_ticket++;
+    while (ticket != b->serving || b->used + bytes > b->limit) {
         pthread_cond_wait(&budget_freed, &budget_lock);
-    budget_used += length;
-    pthread_mutex_unlock(&budget_lock);
-    void *buffer = malloc(length);
-    if (!buffer) {
-        pthread_mutex_lock(&budget_lock);
-        budget_used -= length;
-        pthread_cond_broadcast(&budget_freed);
-        pthread_mutex_unlock(&budget_lock);
+        waited = true;
     }
-    return buffer;
+    b->used += bytes;
+    b->serving++;
+    if (waited)
+        pthread_cond_broadcast(&budget_freed); /* the next ticket may fit too */
+    pthread_mutex_unlock(&budget_lock);
+    return waited;
 }
 
-static void release_buffer(struct nbd_worker *w, void *buffer, size_t length)
+/* Take `bytes` of `b` only if they are free now and nobody waits for them. */
+static bool budget_try_take(struct budget *b, uint64_t bytes)
 {
-    if (buffer == w->buffer || buffer == NULL)
-        return;
-    free(buffer);
     pthread_mutex_lock(&budget_lock);
-    budget_used -= length;
-    pthread_cond_broadcast(&budget_freed);
+    bool taken = b->next_ticket == b->serving && b->used + bytes <= b->limit;
+    if (taken)
+        b->used += bytes;
     pthread_mutex_unlock(&budget_lock);
+    return taken;
+}
+
+static void budget_give(struct budget *b, uint64_t bytes)
+{
+    if (bytes == 0)
+        return;
+    pthread_mutex_lock(&budget_lock);
+    b->used -= bytes;
+    if (b->next_ticket != b->serving)
+        pthread_cond_broadcast(&budget_freed);
+    pthread_mutex_unlock(&budget_lock);
+}
+
+/* The worker's own buffer, made at first use; NULL when out of memory. */
+static unsigned char *worker_buffer(struct nbd_worker *w)
+{
+    if (w->buffer == NULL)
+        w->buffer = malloc(NBD_SERVER_WORKER_BUFFER);
+    return w->buffer;
+}
+
+/* A buffer for a WRITE payload of `length` bytes: the worker's own when it is
+ * big enough, else a fresh one, charged to the budget later, as bytes come
+ * (receive_rest()). false when out of memory. */
+static bool write_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
+{
+    *d = (struct request_data){.budget = &write_budget};
+    d->buffer = length <= NBD_SERVER_WORKER_BUFFER ? worker_buffer(w) : malloc(length);
+    return d->buffer != NULL;
+}
+
+/* A buffer for READ data of `length` bytes: the worker's own, or a fresh one
+ * when the budget has room for it now. false when neither is possible: then
+ * the READ goes out in pieces of the worker's buffer. */
+static bool read_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
+{
+    *d = (struct request_data){.budget = &read_budget};
+    if (length <= NBD_SERVER_WORKER_BUFFER) {
+        d->buffer = worker_buffer(w);
+        return d->buffer != NULL;
+    }
+    if (!budget_try_take(&read_budget, length))
+        return false;
+    d->buffer = malloc(length);
+    if (d->buffer == NULL) {
+        budget_give(&read_budget, length);
+        return false;
+    }
+    d->charged = length;
+    return true;
+}
+
+static void release_data(struct nbd_worker *w, struct request_data *d)
+{
+    if (d->buffer != w->buffer)
+        free(d->buffer);
+    if (d->charged)
+        budget_give(d->budget, d->charged);
+    *d = (struct request_data){0};
 }
 
 struct read_segment {
@@ -438,26 +547,74 @@ static int plan_read(struct uzram *dev, const struct nbd_request *r, struct read
     return rc;
 }
 
+/* A READ larger than the worker's buffer while the budget has no room for
+ * it: read and sent in pieces of the worker's buffer, under one hold of the
+ * send lock (a reply goes out whole), so that a READ never waits for budget
+ * that others hold (32 clients that do not take 32 MiB replies hold all of
+ * it). One reply header (simple, or one OFFSET_DATA chunk) and the data
+ * after it; an engine error after the first piece cannot be reported in
+ * that reply any more, so it closes the connection. */
+static void read_in_pieces(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
+{
+    struct nbd_connection *conn = w->conn;
+    unsigned char *buf = worker_buffer(w);
+    size_t piece = r->length < NBD_SERVER_WORKER_BUFFER ? r->length : NBD_SERVER_WORKER_BUFFER;
+    int rc = buf == NULL ? -ENOMEM : uzram_read(dev, r->offset, buf, piece);
+    if (rc < 0) {
+        reply_engine_error(conn, r, rc);
+        return;
+    }
+
+    unsigned char header[NBD_STRUCTURED_REPLY_SIZE + 8];
+    struct iovec iov[2] = {{header, NBD_SIMPLE_REPLY_SIZE}, {buf, piece}};
+    if (conn->session.structured) {
+        put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, r->cookie,
+                         8 + r->length);
+        util_put64(header + NBD_STRUCTURED_REPLY_SIZE, r->offset);
+        iov[0].iov_len = NBD_STRUCTURED_REPLY_SIZE + 8;
+    } else {
+        put_simple_header(header, 0, r->cookie);
+    }
+    pthread_mutex_lock(&conn->send_lock);
+    rc = send_locked(conn, iov, 2);
+    for (uint32_t done = piece; rc == 0 && done < r->length; done += piece) {
+        piece = r->length - done < piece ? r->length - done : piece;
+        rc = uzram_read(dev, r->offset + done, buf, piece);
+        if (rc < 0) {
+            nbd_log(&conn->session,
+                    "READ at %llu+%u failed after part of its reply was sent (%s); closing",
+                    (unsigned long long)r->offset, r->length, strerror(-rc));
+            atomic_store(&conn->dead, true);
+            shutdown(conn->session.fd, SHUT_RDWR);
+            break;
+        }
+        struct iovec data = {buf, piece};
+        rc = send_locked(conn, &data, 1);
+    }
+    pthread_mutex_unlock(&conn->send_lock);
+}
+
 static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
     struct nbd_connection *conn = w->conn;
     unsigned char header[NBD_SIMPLE_REPLY_SIZE];
-    void *buf = request_buffer(w, r->length);
+    struct request_data data;
     int rc = 0;
 
-    if (buf == NULL)
-        rc = -ENOMEM;
-    else if (r->length)
-        rc = uzram_read(dev, r->offset, buf, r->length);
+    if (!read_buffer(w, r->length, &data)) {
+        read_in_pieces(w, dev, r);
+        return;
+    }
+    if (r->length)
+        rc = uzram_read(dev, r->offset, data.buffer, r->length);
     if (rc < 0) {
         reply_engine_error(conn, r, rc);
     } else {
         put_simple_header(header, 0, r->cookie);
-        struct iovec iov[2] = {{header, sizeof header}, {buf, r->length}};
+        struct iovec iov[2] = {{header, sizeof header}, {data.buffer, r->length}};
         conn_send(conn, iov, r->length ? 2 : 1);
     }
-    if (buf != NULL)
-        release_buffer(w, buf, r->length);
+    release_data(w, &data);
 }
 
 /* The chunk headers of a structured read: OFFSET_DATA needs 8 bytes after the
@@ -474,6 +631,11 @@ static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const st
         conn_send(conn, &iov, 1);
         return;
     }
+    struct request_data data;
+    if (!read_buffer(w, r->length, &data)) {
+        read_in_pieces(w, dev, r);
+        return;
+    }
 
     /* Holes are at least NBD_SERVER_HOLE_MIN long and alternate with data segments. */
     enum { MAX_SEGMENTS = 2 * (NBD_SERVER_MAX_PAYLOAD / NBD_SERVER_HOLE_MIN) + 2 };
@@ -485,7 +647,7 @@ static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const st
     struct read_segment *segs = &one_segment;
     unsigned char *headers = one_header;
     struct iovec *iov = one_iov;
-    void *buf = request_buffer(w, r->length);
+    void *buf = data.buffer;
     size_t count = 1;
     int rc = 0;
 
@@ -542,8 +704,7 @@ static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const st
 out:
     if (rc < 0)
         reply_engine_error(conn, r, rc);
-    if (buf != NULL)
-        release_buffer(w, buf, r->length);
+    release_data(w, &data);
     if (planned) {
         free(iov);
         free(headers);
@@ -605,7 +766,11 @@ static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
 }
 
 /* Run one checked request on the engine and send its reply. */
-static void execute(struct nbd_worker *w, const struct nbd_request *r, const void *payload)
+
+/* Run one checked request on the engine and send its reply. A WRITE's
+ * payload (*payload) is given back before the reply goes out, so a client
+ * that is slow to take its replies holds no request buffer. */
+static void execute(struct nbd_worker *w, const struct nbd_request *r, struct request_data *payload)
 {
     struct nbd_connection *conn = w->conn;
     struct uzram *dev = nbd_server_export(conn->server)->dev;
@@ -627,7 +792,8 @@ static void execute(struct nbd_worker *w, const struct nbd_request *r, const voi
         return;
     case NBD_CMD_WRITE:
         if (r->length)
-            rc = uzram_write(dev, r->offset, payload, r->length);
+            rc = uzram_write(dev, r->offset, payload->buffer, r->length);
+        release_data(w, payload);
         break;
     case NBD_CMD_TRIM:
         if (r->length)
@@ -663,13 +829,32 @@ static size_t input_available(const struct nbd_connection *conn)
     return conn->input_end - conn->input_start;
 }
 
+/* The server waits for more bytes of a request that has started: it must be
+ * whole within the timeout from the moment the server first waited for it,
+ * however the bytes trickle in. -ETIMEDOUT once that has passed. (Only this
+ * slow path reads the clock.) */
+static int request_waits(struct nbd_connection *conn)
+{
+    uint64_t now = util_now_ms();
+    if (conn->request_deadline_ms == 0)
+        conn->request_deadline_ms = now + conn->settings.timeout * 1000ull;
+    else if (now >= conn->request_deadline_ms)
+        return -ETIMEDOUT;
+    return 0;
+}
+
 /* Make at least `need` (<= NBD_SERVER_INPUT_BUFFER) bytes available in the
  * input buffer. Each recv() takes whatever the client has sent, up to the free
- * space, so later requests usually need no system call at all. Returns 1, 0
- * on end of file before any unparsed byte, -ECONNRESET on end of file in the
- * middle, -errno on error. */
-static int input_fill(struct nbd_connection *conn, size_t need)
+ * space, so later requests usually need no system call at all. A recv()
+ * returns after NBD_SERVER_IDLE_MS without bytes (SO_RCVTIMEO): between
+ * requests (nothing buffered and `started` false) that is -EAGAIN, the
+ * connection is idle; inside a request it is a turn to check the request's
+ * deadline. Returns 1, 0 on end of file before any unparsed byte,
+ * -ECONNRESET on end of file in the middle, -ETIMEDOUT, -errno on error. */
+static int input_fill(struct nbd_connection *conn, size_t need, bool started)
 {
+    if (conn->input == NULL && (conn->input = malloc(NBD_SERVER_INPUT_BUFFER)) == NULL)
+        return -ENOMEM;
     while (input_available(conn) < need) {
         if (conn->input_start == conn->input_end) {
             conn->input_start = conn->input_end = 0;
@@ -680,22 +865,26 @@ static int input_fill(struct nbd_connection *conn, size_t need)
         }
         ssize_t n = recv(conn->session.fd, conn->input + conn->input_end,
                          NBD_SERVER_INPUT_BUFFER - conn->input_end, 0);
+        int rc = 0;
         if (n > 0) {
             conn->input_end += (size_t)n;
-            continue;
+            if (input_available(conn) < need)
+                rc = request_waits(conn);
+        } else if (n == 0) {
+            return input_available(conn) == 0 && !started ? 0 : -ECONNRESET;
+        } else if (errno == EWOULDBLOCK) {
+            if (input_available(conn) == 0 && !started)
+                return -EAGAIN;
+            rc = request_waits(conn);
+        } else if (errno != EINTR) {
+            return -errno;
         }
-        if (n == 0)
-            return input_available(conn) == 0 ? 0 : -ECONNRESET;
-        if (errno == EINTR)
-            continue;
-        if (errno == EWOULDBLOCK)
-            return -EAGAIN;
-        return -errno;
+        if (rc < 0)
+            return rc;
     }
     return 1;
 }
 
-/* Copy up to `length` buffered bytes to `to` (NULL: drop them); returns how many. */
 static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
 {
     size_t n = input_available(conn) < length ? input_available(conn) : length;
@@ -733,21 +922,84 @@ static bool input_holds_request(const struct nbd_connection *conn)
 
 /* Receive a WRITE payload into `buf` (NULL: skip it). Returns 0 or a negative
  * errno (-ECONNRESET when the client closed in the middle). */
-static int receive_payload(struct nbd_connection *conn, void *buf, uint32_t length)
+
+/* Wait (at most NBD_SERVER_IDLE_MS) for more bytes of a started request. */
+static int wait_readable(struct nbd_connection *conn)
+{
+    int rc = request_waits(conn);
+    if (rc < 0)
+        return rc;
+    uint64_t now = util_now_ms();
+    uint64_t left = conn->request_deadline_ms > now ? conn->request_deadline_ms - now : 0;
+    struct pollfd p = {conn->session.fd, POLLIN, 0};
+    if (poll(&p, 1, (int)(left < NBD_SERVER_IDLE_MS ? left : NBD_SERVER_IDLE_MS)) < 0 &&
+        errno != EINTR)
+        return -errno;
+    return 0;
+}
+
+/* Receive the rest of a large WRITE payload straight from the socket into
+ * d->buffer, which holds `done` bytes already (NULL: read and drop it). With
+ * `budgeted`, budget is taken for the bytes as they arrive and added to
+ * d->charged; a wait for the budget is the server's, so it restarts the
+ * client's deadline. */
+static int receive_rest(struct nbd_connection *conn, struct request_data *d, size_t done,
+                        size_t length, bool budgeted)
+{
+    unsigned char scratch[65536];
+    while (done < length) {
+        size_t step =
+            length - done < NBD_SERVER_RECEIVE_STEP ? length - done : NBD_SERVER_RECEIVE_STEP;
+        unsigned char *to = d->buffer ? (unsigned char *)d->buffer + done : scratch;
+        if (d->buffer == NULL && step > sizeof scratch)
+            step = sizeof scratch;
+        if (budgeted && budget_take(d->budget, step))
+            conn->request_deadline_ms = 0;
+        ssize_t n = recv(conn->session.fd, to, step, MSG_DONTWAIT);
+        size_t got = n > 0 ? (size_t)n : 0;
+        if (budgeted) {
+            budget_give(d->budget, step - got);
+            d->charged += got;
+        }
+        if (n > 0) {
+            done += got;
+            continue;
+        }
+        if (n == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
+            return -errno;
+        int rc = wait_readable(conn);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Receive a WRITE payload into d->buffer (NULL: skip it). Returns 0 or a
+ * negative errno (-ECONNRESET when the client closed in the middle,
+ * -ETIMEDOUT when it did not arrive whole in time). */
+static int receive_payload(struct nbd_connection *conn, struct request_data *d, uint32_t length)
 {
     if (length <= NBD_SERVER_SMALL_PAYLOAD) {
-        int rc = input_fill(conn, length);
-        if (rc <= 0)
-            return rc == 0 ? -ECONNRESET : rc;
-        input_take(conn, buf, length);
+        int rc = input_fill(conn, length, true);
+        if (rc < 0)
+            return rc;
+        input_take(conn, d->buffer, length);
         return 0;
     }
     /* Large: what is buffered already, then the rest straight from the socket. */
-    size_t done = input_take(conn, buf, length);
-    if (buf == NULL)
-        return util_discard(conn->session.fd, length - done);
-    int rc = util_read_full(conn->session.fd, (char *)buf + done, length - done);
-    return rc == 1 ? 0 : rc == 0 ? -ECONNRESET : rc;
+    bool budgeted = d->buffer != NULL && length > NBD_SERVER_WORKER_BUFFER;
+    if (budgeted) {
+        size_t have = input_available(conn) < length ? input_available(conn) : length;
+        if (budget_take(d->budget, have))
+            conn->request_deadline_ms = 0;
+        d->charged = have;
+    }
+    size_t done = input_take(conn, d->buffer, length);
+    return receive_rest(conn, d, done, length, budgeted);
 }
 
 /* What the worker should do after receive_request(). */
@@ -755,29 +1007,61 @@ enum receive_result {
     RECEIVE_STOP,    /* no more requests on this connection */
     RECEIVE_REQUEST, /* run *r (with *payload for a WRITE) */
     RECEIVE_REFUSED, /* reply *error / *reason to *r */
+    RECEIVE_IDLE,    /* a helper found no request coming: it leaves */
 };
 
 static void log_receive_failure(struct nbd_connection *conn, int rc)
 {
     if (rc == -ECONNRESET)
         nbd_log(&conn->session, "connection closed in the middle of a request");
+    else if (rc == -ETIMEDOUT)
+        nbd_log(&conn->session, "request not complete within %u s; closing",
+                conn->settings.timeout);
     else if (!atomic_load(&conn->dead))
         nbd_log(&conn->session, "receive failed: %s", strerror(-rc));
+}
+
+/* The first worker of a connection with no request coming for
+ * NBD_SERVER_IDLE_MS: give the buffers back (the helpers give theirs back
+ * as they leave) and sleep until the client sends something. An idle
+ * connection is then one sleeping thread, its stack and the socket. */
+static int wait_idle(struct nbd_worker *w)
+{
+    struct nbd_connection *conn = w->conn;
+    free(conn->input);
+    conn->input = NULL;
+    conn->input_start = conn->input_end = 0;
+    free(w->buffer);
+    w->buffer = NULL;
+    struct pollfd p = {conn->session.fd, POLLIN, 0};
+    while (poll(&p, 1, -1) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return 0;
 }
 
 /* Read and check one request (and a WRITE's payload). Called with the
  * receiver role held; sets receive_done when the connection must not be read again. */
 static enum receive_result receive_request(struct nbd_worker *w, struct nbd_request *r,
-                                           void **payload, uint32_t *error, const char **reason)
+                                           struct request_data *payload, uint32_t *error,
+                                           const char **reason)
 {
     struct nbd_connection *conn = w->conn;
     struct nbd_session *s = &conn->session;
+    int rc;
 
-    *payload = NULL;
+    *payload = (struct request_data){0};
+    conn->request_deadline_ms = 0;
     /* After a failed send nobody would see the replies: stop reading. */
     if (conn->receive_done || atomic_load_explicit(&conn->dead, memory_order_relaxed))
         goto stop;
-    int rc = input_fill(conn, NBD_REQUEST_SIZE);
+    while ((rc = input_fill(conn, NBD_REQUEST_SIZE, false)) == -EAGAIN) {
+        if (!w->first)
+            return RECEIVE_IDLE;
+        rc = wait_idle(w);
+        if (rc < 0)
+            break;
+    }
     if (rc <= 0) {
         /* rc == 0: the client closed without DISC: allowed, nothing to say. */
         if (rc < 0)
@@ -794,7 +1078,7 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
     conn->input_start += NBD_REQUEST_SIZE;
 
     *reason = NULL;
-    *error = nbd_check_request(s, conn->read_only, r, reason);
+    *error = nbd_check_request(s, conn->settings.read_only, r, reason);
     if (r->type == NBD_CMD_DISC) {
         if (*error)
             nbd_log(s, "DISC with invalid flags 0x%x; disconnecting anyway", (unsigned)r->flags);
@@ -810,24 +1094,19 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s", command_name(r->type),
                 r->type, (unsigned)r->flags, (unsigned long long)r->offset, r->length,
                 wire_error_name(*error), *reason);
-    } else if (r->type == NBD_CMD_WRITE && r->length > 0) {
-        *payload = request_buffer(w, r->length);
-        if (*payload == NULL) {
-            *error = NBD_ENOMEM;
-            *reason = "server out of memory";
-        }
+    } else if (r->type == NBD_CMD_WRITE && r->length > 0 && !write_buffer(w, r->length, payload)) {
+        *error = NBD_ENOMEM;
+        *reason = "server out of memory";
     }
     if (r->type == NBD_CMD_WRITE && r->length > 0) {
         /* A refused WRITE's payload is skipped to stay in step. */
-        rc = receive_payload(conn, *payload, r->length);
+        rc = receive_payload(conn, payload, r->length);
         if (rc < 0) {
             if (rc == -ECONNRESET)
                 nbd_log(s, "connection closed in the middle of a WRITE payload");
             else
                 log_receive_failure(conn, rc);
-            if (*payload != NULL)
-                release_buffer(w, *payload, r->length);
-            *payload = NULL;
+            release_data(w, payload);
             goto stop;
         }
     }
@@ -842,77 +1121,132 @@ stop:
  * Workers
  * ---------------------------------------------------------------------- */
 
-static void connection_init(struct nbd_connection *conn, const struct nbd_session *session,
-                            struct nbd_server *server, bool read_only)
+/* Helper workers over all connections of the process. */
+static atomic_uint helpers_running;
+
+static bool helper_slot_take(unsigned cap)
 {
-    conn->session = *session;
-    conn->server = server;
-    conn->read_only = read_only;
-    pthread_mutex_init(&conn->receive_lock, NULL);
-    pthread_cond_init(&conn->receiver_wanted, NULL);
-    pthread_mutex_init(&conn->send_lock, NULL);
-    atomic_init(&conn->dead, false);
-    atomic_init(&conn->requests_buffered, false);
-    atomic_init(&conn->request_ns, 0);
+    unsigned running = atomic_load_explicit(&helpers_running, memory_order_relaxed);
+    while (running < cap)
+        if (atomic_compare_exchange_weak(&helpers_running, &running, running + 1))
+            return true;
+    return false;
 }
 
-static void connection_destroy(struct nbd_connection *conn)
+static void helper_slot_give(void)
 {
-    pthread_mutex_destroy(&conn->receive_lock);
-    pthread_cond_destroy(&conn->receiver_wanted);
-    pthread_mutex_destroy(&conn->send_lock);
+    atomic_fetch_sub(&helpers_running, 1);
 }
 
-static int worker_init(struct nbd_worker *worker, struct nbd_connection *conn)
+/* CLOCK_MONOTONIC `ms` from now, for pthread_cond_timedwait(). */
+static struct timespec monotonic_in(unsigned ms)
 {
-    worker->conn = conn;
-    worker->buffer = malloc(NBD_SERVER_WORKER_BUFFER);
-    return worker->buffer ? 0 : -ENOMEM;
-}
-
-static void worker_destroy(struct nbd_worker *worker)
-{
-    free(worker->buffer);
-    worker->buffer = NULL;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    return t;
 }
 
 /* Wait until the receiver role is free and take it; false once the
- * connection is done with receiving. */
-static bool take_receiver_role(struct nbd_connection *conn)
+ * connection is done with receiving, and for a helper that waited
+ * NBD_SERVER_IDLE_MS in vain (it leaves: the connection needs it no more). */
+static bool take_receiver_role(struct nbd_worker *w)
 {
+    struct nbd_connection *conn = w->conn;
+    bool taken = false;
+
     pthread_mutex_lock(&conn->receive_lock);
     /* receive_done is only read while nobody holds the role (it is written by
      * the holder), which release_receiver_role() broadcasts about. */
-    while (conn->receiving) {
+    while (conn->receiving || (conn->role_for_first && !w->first && !conn->receive_done)) {
         conn->idle_workers++;
-        pthread_cond_wait(&conn->receiver_wanted, &conn->receive_lock);
+        int rc = 0;
+        if (w->first) {
+            pthread_cond_wait(&conn->receiver_wanted, &conn->receive_lock);
+        } else {
+            struct timespec until = monotonic_in(NBD_SERVER_IDLE_MS);
+            rc = pthread_cond_timedwait(&conn->receiver_wanted, &conn->receive_lock, &until);
+        }
         conn->idle_workers--;
+        if (rc == ETIMEDOUT && (conn->receiving || conn->role_for_first))
+            goto out;
     }
-    bool taken = !conn->receive_done;
+    if (w->first)
+        conn->role_for_first = false;
+    taken = !conn->receive_done;
     conn->receiving = taken;
+out:
     pthread_mutex_unlock(&conn->receive_lock);
     return taken;
 }
 
-/* Give the role up. An idle worker is woken for a buffered request only when
- * this connection's requests take long enough to be worth a hand-off
- * (NBD_SERVER_HANDOFF_WORTH_NS); otherwise this worker takes the role back
- * itself after its request. */
+static void *worker_main(void *arg);
+
+/* Start a helper for `conn` (whose workers count already includes it). */
+static void helper_start(struct nbd_connection *conn)
+{
+    struct nbd_worker *helper = calloc(1, sizeof *helper);
+    if (helper != NULL) {
+        helper->conn = conn;
+        if (util_thread_start(NULL, worker_main, helper, NBD_SERVER_THREAD_STACK) == 0)
+            return;
+    }
+    /* Fewer workers still serve the client correctly. */
+    free(helper);
+    helper_slot_give();
+    pthread_mutex_lock(&conn->receive_lock);
+    conn->workers--;
+    pthread_cond_broadcast(&conn->helpers_gone);
+    pthread_mutex_unlock(&conn->receive_lock);
+}
+
+/* Give the role up. The next request goes to another worker only when it is
+ * already buffered and this connection's requests take long enough to be
+ * worth a hand-off (settings.handoff_worth_ns): to an idle worker, or to a
+ * new helper while the connection and the process have room for one.
+ * Otherwise this worker takes the role back itself after its request. */
 static void release_receiver_role(struct nbd_connection *conn)
 {
     bool waiting = input_holds_request(conn);
     bool worth_it = atomic_load_explicit(&conn->request_ns, memory_order_relaxed) >=
-                    NBD_SERVER_HANDOFF_WORTH_NS;
+                    conn->settings.handoff_worth_ns;
+    bool start_helper = false;
     /* Relaxed is enough: it is read under send_lock, which every later
      * answer takes, so a stale "true" is always followed by a flush. A
      * seq_cst store would fence every request. */
     atomic_store_explicit(&conn->requests_buffered, waiting, memory_order_relaxed);
     pthread_mutex_lock(&conn->receive_lock);
     conn->receiving = false;
-    if (conn->receive_done)
+    if (conn->receive_done) {
         pthread_cond_broadcast(&conn->receiver_wanted);
-    else if (waiting && worth_it && conn->idle_workers > 0)
-        pthread_cond_signal(&conn->receiver_wanted);
+    } else if (waiting && worth_it) {
+        if (conn->idle_workers > 0) {
+            pthread_cond_signal(&conn->receiver_wanted);
+        } else if (conn->workers < conn->settings.threads &&
+                   helper_slot_take(conn->settings.helpers)) {
+            conn->workers++;
+            start_helper = true;
+        }
+    }
+    pthread_mutex_unlock(&conn->receive_lock);
+    if (start_helper)
+        helper_start(conn);
+}
+
+/* A helper found the connection idle: the role goes back to the first
+ * worker, which waits for the client from then on, and the helper leaves. */
+static void hand_role_to_first(struct nbd_connection *conn)
+{
+    atomic_store_explicit(&conn->requests_buffered, false, memory_order_relaxed);
+    pthread_mutex_lock(&conn->receive_lock);
+    conn->receiving = false;
+    conn->role_for_first = true;
+    pthread_cond_broadcast(&conn->receiver_wanted);
     pthread_mutex_unlock(&conn->receive_lock);
 }
 
@@ -926,19 +1260,24 @@ static void account_request_time(struct nbd_connection *conn, uint64_t took_ns)
 }
 
 /* A worker's loop: serve requests until DISC, end of file, a failed send or a
- * protocol violation that forbids going on. Runs as a thread start routine. */
+ * protocol violation that forbids going on, or (a helper) until it is not
+ * needed any more. Runs as a thread start routine for helpers. */
 static void *worker_main(void *arg)
 {
     struct nbd_worker *w = arg;
     struct nbd_connection *conn = w->conn;
 
-    while (take_receiver_role(conn)) {
+    while (take_receiver_role(w)) {
         struct nbd_request r;
-        void *payload;
+        struct request_data payload;
         uint32_t error = 0;
         const char *reason = NULL;
 
         enum receive_result result = receive_request(w, &r, &payload, &error, &reason);
+        if (result == RECEIVE_IDLE) {
+            hand_role_to_first(conn);
+            break;
+        }
         release_receiver_role(conn);
 
         if (result == RECEIVE_STOP)
@@ -947,61 +1286,72 @@ static void *worker_main(void *arg)
         if (result == RECEIVE_REFUSED)
             reply_error(conn, &r, error, reason);
         else
-            execute(w, &r, payload);
-        if (payload != NULL)
-            release_buffer(w, payload, r.length);
+            execute(w, &r, &payload);
+        release_data(w, &payload);
         account_request_time(conn, util_now_ns() - started);
     }
     conn_flush(conn);
+    free(w->buffer);
+    w->buffer = NULL;
+    if (!w->first) {
+        /* After this unlock the connection may be gone: touch it no more. */
+        pthread_mutex_lock(&conn->receive_lock);
+        conn->workers--;
+        pthread_cond_broadcast(&conn->helpers_gone);
+        pthread_mutex_unlock(&conn->receive_lock);
+        helper_slot_give();
+        free(w);
+    }
     return NULL;
 }
 
-int nbd_transmission(const struct nbd_session *session, struct nbd_server *server, bool read_only,
-                     unsigned threads)
+int nbd_transmission(const struct nbd_session *session, struct nbd_server *server,
+                     const struct nbd_transmission_settings *settings)
 {
     struct nbd_connection *conn = calloc(1, sizeof *conn);
-    struct nbd_worker *workers = calloc(threads < 1 ? 1 : threads, sizeof *workers);
-    unsigned started = 0;
-    int rc = -ENOMEM;
-
-    if (conn == NULL || workers == NULL) {
+    if (conn == NULL) {
         struct nbd_session copy = *session;
         nbd_log(&copy, "out of memory; closing");
-        goto out;
+        return -ENOMEM;
     }
-    connection_init(conn, session, server, read_only);
-    conn->input = malloc(NBD_SERVER_INPUT_BUFFER);
-    if (conn->input == NULL || worker_init(&workers[0], conn) < 0) {
-        nbd_log(&conn->session, "out of memory; closing");
-        goto out_conn;
-    }
-    started = 1;
+    conn->session = *session;
+    conn->server = server;
+    conn->settings = *settings;
+    if (conn->settings.threads < 1)
+        conn->settings.threads = 1;
+    if (conn->settings.timeout < 1)
+        conn->settings.timeout = 1;
+    pthread_mutex_init(&conn->receive_lock, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&conn->receiver_wanted, &monotonic);
+    pthread_condattr_destroy(&monotonic);
+    pthread_cond_init(&conn->helpers_gone, NULL);
+    pthread_mutex_init(&conn->send_lock, NULL);
+    atomic_init(&conn->dead, false);
+    atomic_init(&conn->requests_buffered, false);
+    atomic_init(&conn->request_ns, 0);
+    conn->workers = 1;
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, NBD_SERVER_THREAD_STACK);
-    for (unsigned i = 1; i < threads; i++) {
-        /* Fewer threads than asked for still serve the client correctly. */
-        if (worker_init(&workers[i], conn) < 0 ||
-            pthread_create(&workers[i].thread, &attr, worker_main, &workers[i]) != 0) {
-            worker_destroy(&workers[i]);
-            break;
-        }
-        started++;
-    }
-    pthread_attr_destroy(&attr);
+    /* Receives wake up every NBD_SERVER_IDLE_MS without bytes: to notice an
+     * idle connection, and a request that misses its deadline. */
+    struct timeval idle = {NBD_SERVER_IDLE_MS / 1000, (NBD_SERVER_IDLE_MS % 1000) * 1000};
+    setsockopt(conn->session.fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
 
-    worker_main(&workers[0]);
-    for (unsigned i = 1; i < started; i++)
-        pthread_join(workers[i].thread, NULL);
-    rc = atomic_load(&conn->dead) ? -EPIPE : 0;
-out_conn:
-    for (unsigned i = 0; i < started; i++)
-        worker_destroy(&workers[i]);
+    struct nbd_worker first = {.conn = conn, .first = true};
+    worker_main(&first);
+    pthread_mutex_lock(&conn->receive_lock);
+    while (conn->workers > 1)
+        pthread_cond_wait(&conn->helpers_gone, &conn->receive_lock);
+    pthread_mutex_unlock(&conn->receive_lock);
+    int rc = atomic_load(&conn->dead) ? -EPIPE : 0;
+
     free(conn->input);
-    connection_destroy(conn);
-out:
-    free(workers);
+    pthread_mutex_destroy(&conn->receive_lock);
+    pthread_cond_destroy(&conn->receiver_wanted);
+    pthread_cond_destroy(&conn->helpers_gone);
+    pthread_mutex_destroy(&conn->send_lock);
     free(conn);
     return rc;
 }
