@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -74,8 +75,9 @@ static const struct serve_option {
     {"socket-group", OPT_SOCKET_GROUP, required_argument, "GROUP", "group of the NBD Unix socket",
      false},
     {"threads", OPT_THREADS, required_argument, "N",
-     "worker threads per client connection (default: number\n"
-     "of CPUs, at least 2)",
+     "most worker threads per client connection (default:\n"
+     "number of CPUs, at least 2); helpers start only while\n"
+     "costly requests queue up",
      false},
     {NULL, 0, 0, NULL, "Other:", false},
     {"config", OPT_CONFIG, required_argument, "FILE",
@@ -91,7 +93,8 @@ static const struct serve_option {
 static void serve_usage(FILE *out)
 {
     fputs("Usage: uzram serve [OPTION]...\n"
-          "Create a compressed RAM disk and serve it over NBD until SIGINT/SIGTERM.\n",
+          "Create a compressed RAM disk and serve it over NBD until SIGINT/SIGTERM\n"
+          "(SIGHUP is ignored).\n",
           out);
     for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
         const struct serve_option *o = &serve_options[i];
@@ -117,8 +120,10 @@ static void serve_usage(FILE *out)
     fputs("\n"
           "Flags take an optional =yes or =no in their long form (--dedup=no). The keys of a\n"
           "--config file are the long options above, one 'KEY = VALUE' a line, in a [NAME]\n"
-          "section per device. The control socket NAME.ctl is created beside the NBD socket;\n"
-          "see uzram status and uzram attr. Example:\n"
+          "section per device. The control socket NAME.ctl is created in the runtime\n"
+          "directory (only you can write there); see uzram status and uzram attr. The disk\n"
+          "lives only in this process, like zram and tmpfs: it is lost when the server\n"
+          "stops. Example:\n"
           "  uzram serve -s 4G -a zstd --dedup &\n"
           "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n",
           out);
@@ -267,7 +272,9 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         return parse_size_option(&label, arg, &config->mem_limit);
     case 'n':
         if (!util_valid_name(arg)) {
-            fprintf(stderr, "uzram: %sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -\n",
+            fprintf(stderr,
+                    "uzram: %sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not "
+                    "starting with -\n",
                     label.where, label.name, arg);
             return -1;
         }
@@ -354,7 +361,7 @@ static int apply_config(struct serve_plan *plan, const char *path, const char *n
         if (!util_valid_name(section->name)) {
             fprintf(stderr,
                     "uzram: %s:%u: bad section name [%s]; a device name is 1-64 characters "
-                    "from A-Z a-z 0-9 . _ -\n",
+                    "from A-Z a-z 0-9 . _ -, not starting with -\n",
                     path, section->line, section->name);
             return 1;
         }
@@ -559,8 +566,29 @@ static int device_settings(struct serve_plan *plan)
     return GO_ON;
 }
 
+/* Why nobody but this user may be able to change what is in `dir` does not
+ * hold, or NULL when it holds: owned by this user or root, not writable by
+ * group or others, and writable and searchable by this user. A control
+ * socket there cannot be taken or replaced by another user first. */
+static const char *not_private(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return strerror(errno);
+    if (st.st_uid != geteuid() && st.st_uid != 0)
+        return "it belongs to another user";
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return "it is writable by other users";
+    if (access(dir, W_OK | X_OK) < 0)
+        return strerror(errno);
+    return NULL;
+}
+
 /* The NBD socket (given, or NAME.sock in the runtime directory, which is
- * created) and the control socket NAME.ctl beside it. */
+ * created) and the control socket NAME.ctl. The control socket changes
+ * settings and can reset the disk, so it lives in the runtime directory,
+ * which only this user can write; never beside a --unix socket in a shared
+ * directory such as /tmp, where another user could bind NAME.ctl first. */
 static int socket_paths(struct serve_plan *plan)
 {
     struct nbd_server_options *options = &plan->options;
@@ -575,30 +603,27 @@ static int socket_paths(struct serve_plan *plan)
         fputs("uzram: --no-unix leaves nothing to listen on; add --tcp [ADDR:]PORT\n", stderr);
         return 1;
     }
-    char runtime_dir[PATH_MAX], socket_dir[PATH_MAX];
+    char runtime_dir[PATH_MAX], socket_dir[PATH_MAX], why[256];
+    const char *ctl_dir = runtime_dir;
     int n;
-    if (unix_path == NULL || no_unix) {
-        if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
-            fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
-            return 1;
-        }
-        int rc = util_make_dir(runtime_dir);
-        if (rc < 0) {
-            fprintf(stderr, "uzram: cannot create %s: %s; set XDG_RUNTIME_DIR or use --unix PATH\n",
-                    runtime_dir, strerror(-rc));
-            return 1;
-        }
-        snprintf(socket_dir, sizeof socket_dir, "%s", runtime_dir);
-        if (!no_unix) {
-            n = snprintf(plan->default_unix, sizeof plan->default_unix, "%.4000s/%s.sock",
-                         runtime_dir, options->name);
-            if (n < 0 || (size_t)n >= sizeof plan->default_unix) {
-                fputs("uzram: socket path too long; use --unix PATH\n", stderr);
-                return 1;
-            }
-            unix_path = plan->default_unix;
-        }
-    } else {
+    if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
+        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
+        return 1;
+    }
+    int rc = util_make_dir(runtime_dir);
+    const char *problem = rc < 0 ? strerror(-rc) : not_private(runtime_dir);
+    if (problem != NULL)
+        snprintf(why, sizeof why, "%s", problem);
+    if (problem != NULL && (unix_path == NULL || no_unix)) {
+        fprintf(stderr,
+                "uzram: cannot create sockets in %s: %s; set XDG_RUNTIME_DIR to a directory of "
+                "your own or use --unix PATH\n",
+                runtime_dir, why);
+        return 1;
+    }
+    if (problem != NULL) {
+        /* A --unix socket and no usable runtime directory: the control socket
+         * may go beside the NBD socket, if that directory is private. */
         const char *slash = strrchr(unix_path, '/');
         if (slash == NULL)
             snprintf(socket_dir, sizeof socket_dir, ".");
@@ -606,9 +631,26 @@ static int socket_paths(struct serve_plan *plan)
             snprintf(socket_dir, sizeof socket_dir, "/");
         else
             snprintf(socket_dir, sizeof socket_dir, "%.*s", (int)(slash - unix_path), unix_path);
+        const char *shared = not_private(socket_dir);
+        if (shared != NULL) {
+            fprintf(stderr,
+                    "uzram: the control socket cannot go in %s (%s) nor in %s (%s); set "
+                    "XDG_RUNTIME_DIR to a directory of your own\n",
+                    runtime_dir, why, socket_dir, shared);
+            return 1;
+        }
+        ctl_dir = socket_dir;
     }
-    n = snprintf(plan->ctl_path, sizeof plan->ctl_path, "%.4000s/%s.ctl", socket_dir,
-                 options->name);
+    if (unix_path == NULL && !no_unix) {
+        n = snprintf(plan->default_unix, sizeof plan->default_unix, "%.4000s/%s.sock", runtime_dir,
+                     options->name);
+        if (n < 0 || (size_t)n >= sizeof plan->default_unix) {
+            fputs("uzram: socket path too long; use --unix PATH\n", stderr);
+            return 1;
+        }
+        unix_path = plan->default_unix;
+    }
+    n = snprintf(plan->ctl_path, sizeof plan->ctl_path, "%.4000s/%s.ctl", ctl_dir, options->name);
     if (n < 0 || (size_t)n >= sizeof plan->ctl_path) {
         fputs("uzram: control socket path too long\n", stderr);
         return 1;

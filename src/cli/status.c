@@ -524,6 +524,14 @@ int cmd_status(int argc, char **argv)
             names[count++] = strdup(argv[i]);
     } else {
         DIR *dir = opendir(runtime_dir);
+        if (dir == NULL && errno != ENOENT) {
+            /* No directory: no device has run. Any other failure is not "none". */
+            fprintf(stderr,
+                    "uzram: cannot list the devices in %s: %s (another user's runtime "
+                    "directory? -u DIR names another)\n",
+                    runtime_dir, strerror(errno));
+            status = 1;
+        }
         size_t capacity = 0;
         struct dirent *entry;
         while (dir != NULL && (entry = readdir(dir)) != NULL) {

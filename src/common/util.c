@@ -251,7 +251,10 @@ bool util_valid_name(const char *name)
 {
     size_t length = strlen(name);
 
-    if (length == 0 || length > 64 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+    /* A leading '-' would read as an option to the commands that take the
+     * name ("uzram attr -rf ..."), and to rm or ls in a script. */
+    if (length == 0 || length > 64 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        name[0] == '-')
         return false;
     for (const char *p = name; *p; p++) {
         char c = *p;

@@ -63,7 +63,8 @@ int util_runtime_dir(char *buf, size_t size);
 /* Create `path` (one level) with mode 0700 if it does not exist. */
 int util_make_dir(const char *path);
 
-/* true for names made of [A-Za-z0-9._-], 1..64 characters, not "." or "..". */
+/* true for names made of [A-Za-z0-9._-], 1..64 characters, not "." or "..",
+ * not starting with '-'. */
 bool util_valid_name(const char *name);
 
 /* Sizes the way util-linux zramctl prints them: 0B, 512B, 4K, 1.5M, 2G. */

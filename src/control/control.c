@@ -110,7 +110,13 @@ static void handle_set(const struct peer *peer, struct nbd_server *server, const
     const char *usage = uzram_attr_usage(name);
     switch (-rc) {
     case ENOENT:
-        if (usage) /* the attribute exists: something its value names does not */
+        if (strcmp(name, "comp_algorithm") == 0) {
+            char list[256] = "";
+            uzram_algorithm_list(NULL, list, sizeof list);
+            list[strcspn(list, "\n")] = '\0';
+            reply_error(peer, ENOENT, "this build has no algorithm '%s'; choose one of: %s", value,
+                        list);
+        } else if (usage) /* the attribute exists: something its value names does not */
             reply_error(peer, ENOENT,
                         "'%s' for %s names no algorithm this build has, no priority that has "
                         "one (set recomp_algorithm first) or no readable file; it takes %s",
@@ -466,7 +472,12 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
     struct stat st;
 
     if (strchr(device, '/') != NULL) {
-        if (stat(device, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        int rc = stat(device, &st) < 0 ? -errno : 0;
+        if (rc == -EACCES) {
+            snprintf(message, message_size, "cannot reach %s: %s", device, strerror(EACCES));
+            return rc;
+        }
+        if (rc < 0 || !S_ISSOCK(st.st_mode)) {
             snprintf(message, message_size, "%s is not a control socket", device);
             return -ENOENT;
         }
@@ -474,7 +485,8 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
         return 0;
     }
     if (!util_valid_name(device)) {
-        snprintf(message, message_size, "'%s' is not a device name ([A-Za-z0-9._-]+)", device);
+        snprintf(message, message_size,
+                 "'%s' is not a device name ([A-Za-z0-9._-]+, not starting with -)", device);
         return -EINVAL;
     }
     int n = snprintf(path, size, "%s/%s.ctl", runtime_dir, device);
@@ -483,6 +495,15 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
         return -ENAMETOOLONG;
     }
     if (stat(path, &st) < 0) {
+        int err = errno;
+        if (err != ENOENT) {
+            /* Not "not running": the runtime directory is out of reach. */
+            snprintf(message, message_size,
+                     "cannot look for %s: %s (%s is another user's, or its permissions do "
+                     "not allow it; -u DIR names another runtime directory)",
+                     path, strerror(err), runtime_dir);
+            return -err;
+        }
         snprintf(message, message_size,
                  "no device %s is running (no %s); start one with: uzram serve --name %s", device,
                  path, device);

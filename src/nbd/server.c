@@ -191,7 +191,14 @@ static int listen_unix(const char *path, unsigned mode, long gid)
     int rc = bind(fd, (struct sockaddr *)&address, sizeof address);
     umask(old_mask);
     if (rc < 0) {
-        fprintf(stderr, "uzram: cannot bind %s: %s\n", path, strerror(errno));
+        int err = errno;
+        if (err == EACCES || err == EPERM || err == EROFS)
+            fprintf(stderr,
+                    "uzram: cannot bind %s: %s; set XDG_RUNTIME_DIR to a directory of your own "
+                    "or use --unix PATH\n",
+                    path, strerror(err));
+        else
+            fprintf(stderr, "uzram: cannot bind %s: %s\n", path, strerror(err));
         close(fd);
         return -1;
     }
@@ -278,7 +285,9 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&bound;
         inet_ntop(AF_INET6, &in6->sin6_addr, address, sizeof address);
         bound_port = ntohs(in6->sin6_port);
-        loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+        /* ::1, or an IPv4 loopback address written as IPv6 (::ffff:127.x.y.z). */
+        loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+                   (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127);
         snprintf(shown, shown_size, "[%s]:%u", address, bound_port);
     }
     if (!loopback)
