@@ -97,6 +97,14 @@ def check_payload():
             # One byte of the payload: the request has started, and then nothing more comes.
             c.send(packed(CMD_WRITE, base + (i % 4) * 32 * MiB, 32 * MiB, cookie=i) + b"\xab")
             stalled.append(c)
+        # A request can also stall in its header, or in a small payload (read into the
+        # connection's input buffer rather than a request buffer): both must end the same way.
+        c = Raw(SOCK).go()
+        c.send(packed(CMD_READ, 0, 4096, cookie=100)[:10])
+        stalled.append(c)
+        c = Raw(SOCK).go()
+        c.send(packed(CMD_WRITE, base, 4096, cookie=101, payload=b"\xab" * 100))
+        stalled.append(c)
         time.sleep(0.5)  # let the server read every header (ordering only, nothing is timed)
         good = Raw(SOCK, timeout=PATIENCE).go()
         good.read(0, MiB)  # raises "no answer within 10 s" while the stalled ones pin buffers
@@ -130,7 +138,7 @@ def check_payload():
                     pass
             open_ = [c for c in open_ if not closed_by_server(c.sock)]
             time.sleep(0.2)
-        expect(not open_, f"{len(open_)} of {STALLED} unfinished WRITEs still connected "
+        expect(not open_, f"{len(open_)} of {len(stalled)} unfinished requests still connected "
                f"{DEADLINE + PATIENCE:.0f} s after they stalled (deadline {DEADLINE:.0f} s)")
         for c in stalled:
             c.close()
@@ -182,7 +190,8 @@ def check_idle():
     # An idle connection is one sleeping thread (its stack: 2 maps): old servers started 64
     # per client (about 190 maps each) and ran into the kernel's 65530 maps at ~350 clients.
     THREADS_IDLE = CONNECTIONS + 16  # + main, control and helpers on their way out
-    MAPS_IDLE = 2 * CONNECTIONS + 300  # + the program, its libraries and malloc arenas
+    # + the program and its libraries, and glibc's malloc arenas (up to 8 per CPU, 2 maps each)
+    MAPS_IDLE = 2 * CONNECTIONS + 16 * (os.cpu_count() or 1) + 500
 
     @check(f"{CONNECTIONS} connections (999 idle + 1 busy) all served; the next one is refused")
     def _():
