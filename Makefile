@@ -178,7 +178,7 @@ SUBSTITUTE = sed -e 's|@prefix@|$(prefix)|g' -e 's|@libdir@|$(call pc_path,$(lib
 	-e 's|@includedir@|$(call pc_path,$(includedir))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	-e 's|@REQUIRES_PRIVATE@|$(LIB_PKGS)|g' -e 's|@bindir@|$(bindir)|g' \
 	-e 's|@sysconfdir@|$(sysconfdir)|g'
-SYSTEMD_UNITS := uzram@.service
+SYSTEMD_UNITS := uzram@.service uzram@.socket
 
 .PHONY: install uninstall
 install: lib programs

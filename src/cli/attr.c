@@ -20,7 +20,9 @@ static void attr_usage(FILE *out)
             "without NAME, list every attribute with its value. DEVICE is a device name\n"
             "(looked up in the runtime directory) or the path of its .ctl control socket.\n"
             "\n"
-            "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
+            "  -u, --runtime-dir DIR   look for NAME.ctl in DIR, not in the runtime directory;\n"
+            "                          or the server listening on a socket: -u SOCKET as\n"
+            "                          given to serve --unix (or its NAME.ctl)\n"
             "  -h, --help              show this help\n"
             "\n"
             "Attributes: %s clients\n"
@@ -74,6 +76,26 @@ static int list_attributes(const char *path)
     return status;
 }
 
+/* -u named one server (by its NBD or control socket): DEVICE must be the device it serves, or
+ * the same control socket. */
+static int same_device(const struct control_place *place, const char *device, char *path,
+                       size_t size, char *message, size_t message_size)
+{
+    char *body, name[128] = "";
+    int rc = control_request(place->ctl, "stats", &body, message, message_size);
+    if (rc < 0)
+        return rc;
+    control_field(body, "name", name, sizeof name);
+    free(body);
+    if (strcmp(device, name) != 0 && strcmp(device, place->ctl) != 0) {
+        snprintf(message, message_size, "-u leads to device '%s' (%s), not '%s'", name, place->ctl,
+                 device);
+        return -ENOENT;
+    }
+    snprintf(path, size, "%s", place->ctl);
+    return 0;
+}
+
 int cmd_attr(int argc, char **argv)
 {
     static const struct option long_options[] = {
@@ -81,7 +103,7 @@ int cmd_attr(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    char runtime_dir[PATH_MAX] = "";
+    const char *given_place = NULL;
     int c;
 
     optind = 1;
@@ -89,7 +111,7 @@ int cmd_attr(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "+u:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'u':
-            snprintf(runtime_dir, sizeof runtime_dir, "%s", optarg);
+            given_place = optarg;
             break;
         case 'h':
             attr_usage(stdout);
@@ -108,18 +130,19 @@ int cmd_attr(int argc, char **argv)
     }
     const char *device = argv[optind], *name = operands >= 2 ? argv[optind + 1] : NULL;
     const char *value = operands == 3 ? argv[optind + 2] : NULL;
-    if (runtime_dir[0] == '\0' && util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
-        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
-        return 1;
-    }
     if ((name != NULL && strpbrk(name, " \n") != NULL) ||
         (value != NULL && strchr(value, '\n') != NULL) || (value != NULL && value[0] == '\0')) {
         fprintf(stderr, "uzram: bad attribute name or value\n");
         return 1;
     }
 
-    char path[PATH_MAX], message[512], request[PATH_MAX + 64], *body;
-    int rc = control_resolve(device, runtime_dir, path, sizeof path, message, sizeof message);
+    char path[PATH_MAX], message[PATH_MAX + 256], request[PATH_MAX + 64], *body;
+    struct control_place place;
+    int rc = control_place(given_place, &place, message, sizeof message);
+    if (rc == 0 && place.ctl[0])
+        rc = same_device(&place, device, path, sizeof path, message, sizeof message);
+    else if (rc == 0)
+        rc = control_resolve(device, place.dir, path, sizeof path, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -64,8 +66,8 @@ static const struct serve_option {
     {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
     {NULL, 0, 0, NULL, "Listening:", false},
     {"unix", 'u', required_argument, "PATH",
-     "NBD Unix socket (default $XDG_RUNTIME_DIR/uzram/NAME.sock,\n"
-     "or /run/uzram/NAME.sock)",
+     "NBD Unix socket (default NAME.sock in the runtime\n"
+     "directory, $XDG_RUNTIME_DIR/uzram; see uzram(1))",
      false},
     {"no-unix", OPT_NO_UNIX, optional_argument, NULL, "no Unix socket (needs --tcp)", false},
     {"tcp", 't', required_argument, "[ADDR:]PORT", "also listen on TCP (default address 127.0.0.1)",
@@ -157,7 +159,8 @@ struct serve_plan {
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
     /* Storage for the paths options points to when they are derived. */
-    char default_unix[PATH_MAX], ctl_path[PATH_MAX];
+    char unix_buffer[PATH_MAX], ctl_path[PATH_MAX];
+    int inherited[SYSTEMD_MAX_LISTEN_FDS]; /* sockets handed over (socket activation) */
 };
 
 /* The GO_ON-or-status steps below return GO_ON, or the exit status to stop with. */
@@ -593,15 +596,32 @@ static int socket_paths(struct serve_plan *plan)
 {
     struct nbd_server_options *options = &plan->options;
     const char *unix_path = plan->unix_path;
-    bool no_unix = plan->no_unix;
+    bool activated = options->inherited_count > 0;
+    bool no_unix = plan->no_unix || activated; /* the manager's sockets are served instead */
 
-    if (no_unix && unix_path != NULL) {
+    if (activated && options->inherited_ctl >= 0)
+        return GO_ON; /* the control socket was handed over too */
+    if (plan->no_unix && unix_path != NULL) {
         fputs("uzram: --unix and --no-unix contradict each other; keep one\n", stderr);
         return 1;
     }
-    if (no_unix && options->tcp == NULL) {
+    if (no_unix && !activated && options->tcp == NULL) {
         fputs("uzram: --no-unix leaves nothing to listen on; add --tcp [ADDR:]PORT\n", stderr);
         return 1;
+    }
+    /* A relative --unix is made absolute: `uzram status` shows where the socket is, and finds
+     * the server from it (status -u PATH), from any directory. */
+    if (unix_path != NULL && unix_path[0] != '/') {
+        char cwd[PATH_MAX];
+        int n =
+            getcwd(cwd, sizeof cwd) == NULL
+                ? -1
+                : snprintf(plan->unix_buffer, sizeof plan->unix_buffer, "%s/%s", cwd, unix_path);
+        if (n < 0 || (size_t)n >= sizeof plan->unix_buffer) {
+            fprintf(stderr, "uzram: cannot make --unix %s an absolute path; give one\n", unix_path);
+            return 1;
+        }
+        unix_path = plan->unix_buffer;
     }
     char runtime_dir[PATH_MAX], socket_dir[PATH_MAX], why[256];
     const char *ctl_dir = runtime_dir;
@@ -642,21 +662,81 @@ static int socket_paths(struct serve_plan *plan)
         ctl_dir = socket_dir;
     }
     if (unix_path == NULL && !no_unix) {
-        n = snprintf(plan->default_unix, sizeof plan->default_unix, "%.4000s/%s.sock", runtime_dir,
+        n = snprintf(plan->unix_buffer, sizeof plan->unix_buffer, "%.4000s/%s.sock", runtime_dir,
                      options->name);
-        if (n < 0 || (size_t)n >= sizeof plan->default_unix) {
+        if (n < 0 || (size_t)n >= sizeof plan->unix_buffer) {
             fputs("uzram: socket path too long; use --unix PATH\n", stderr);
             return 1;
         }
-        unix_path = plan->default_unix;
+        unix_path = plan->unix_buffer;
     }
     n = snprintf(plan->ctl_path, sizeof plan->ctl_path, "%.4000s/%s.ctl", ctl_dir, options->name);
     if (n < 0 || (size_t)n >= sizeof plan->ctl_path) {
         fputs("uzram: control socket path too long\n", stderr);
         return 1;
     }
-    options->unix_path = unix_path;
+    options->unix_path = activated ? NULL : unix_path;
     options->ctl_path = plan->ctl_path;
+    return GO_ON;
+}
+
+/* Socket activation (uzram@.socket): a service manager listens and hands its sockets over
+ * (sd_listen_fds(3)); they are served instead of sockets of our own. The one named "control"
+ * (FileDescriptorName=control) is the control socket; the others serve NBD. Options that say
+ * where to listen would make a second place: they are refused, not ignored. */
+static int activation(struct serve_plan *plan)
+{
+    struct nbd_server_options *options = &plan->options;
+    char error[256];
+    options->inherited_ctl = -1;
+    int count = systemd_init(error, sizeof error);
+    if (count < 0) {
+        fprintf(stderr, "uzram: %s\n", error);
+        return 1;
+    }
+    if (count == 0)
+        return GO_ON;
+    static const int listening[] = {'u', 't', OPT_NO_UNIX};
+    bool given[] = {plan->unix_path != NULL, options->tcp != NULL, plan->no_unix};
+    for (size_t i = 0; i < sizeof listening / sizeof listening[0]; i++) {
+        if (!given[i])
+            continue;
+        struct label label;
+        label_of(plan, listening[i], &label);
+        fprintf(stderr,
+                "uzram: %s%s: the service manager handed over %d socket%s to serve (socket "
+                "activation, LISTEN_FDS): drop %s, the socket unit says where to listen\n",
+                label.where, label.name, count, count == 1 ? "" : "s", label.name);
+        return 1;
+    }
+    size_t handed;
+    const struct systemd_socket *sockets = systemd_sockets(&handed);
+    for (size_t i = 0; i < handed; i++) {
+        if (strcmp(sockets[i].name, "control") != 0) {
+            plan->inherited[options->inherited_count++] = sockets[i].fd;
+            continue;
+        }
+        struct sockaddr_un address = {0};
+        socklen_t length = sizeof address;
+        if (sockets[i].family != AF_UNIX ||
+            getsockname(sockets[i].fd, (struct sockaddr *)&address, &length) < 0 ||
+            address.sun_path[0] != '/') {
+            fprintf(stderr,
+                    "uzram: the socket named 'control' (descriptor %d) must be a Unix "
+                    "socket with a path (ListenStream=/run/uzram/NAME.ctl)\n",
+                    sockets[i].fd);
+            return 1;
+        }
+        options->inherited_ctl = sockets[i].fd;
+        snprintf(plan->ctl_path, sizeof plan->ctl_path, "%s", address.sun_path);
+    }
+    if (options->inherited_count == 0) {
+        fputs("uzram: the service manager handed over only a control socket; add a "
+              "ListenStream= for NBD to the socket unit\n",
+              stderr);
+        return 1;
+    }
+    options->inherited = plan->inherited;
     return GO_ON;
 }
 
@@ -739,8 +819,9 @@ int cmd_serve(int argc, char **argv)
 {
     struct serve_plan plan = {0};
     struct config *config = NULL; /* the strings of its section stay in use until the end */
-    systemd_init();
     int status = parse_options(argc, argv, &plan, &config);
+    if (status == GO_ON)
+        status = activation(&plan);
     if (status == GO_ON)
         status = device_settings(&plan);
     if (status == GO_ON)

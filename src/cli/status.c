@@ -23,10 +23,13 @@ struct device_status {
     size_t count;
     struct {
         char key[64];
-        char text[72];
+        char text[128];
         uint64_t number;
+        bool is_number; /* the value is digits alone */
     } fields[STATUS_MAX_FIELDS];
 };
+
+static bool is_text_field(const char *key);
 
 static void parse_status(char *body, struct device_status *st)
 {
@@ -40,7 +43,10 @@ static void parse_status(char *body, struct device_status *st)
         *space = '\0';
         snprintf(st->fields[st->count].key, sizeof st->fields[0].key, "%s", line);
         snprintf(st->fields[st->count].text, sizeof st->fields[0].text, "%s", space + 1);
-        st->fields[st->count].number = strtoull(space + 1, NULL, 10);
+        char *end;
+        st->fields[st->count].number = strtoull(space + 1, &end, 10);
+        st->fields[st->count].is_number =
+            end != space + 1 && *end == '\0' && !is_text_field(st->fields[st->count].key);
         st->count++;
     }
 }
@@ -66,10 +72,13 @@ static const char *text_of(const struct device_status *st, const char *key)
     return i < 0 ? "" : st->fields[i].text;
 }
 
-/* Fields that are words, not numbers: they are quoted in JSON and labels in Prometheus. */
+/* Fields that are words even when they look like numbers (a device may be called "7"); any
+ * other field is a word when its value is not digits alone. Words are quoted in JSON and are
+ * no Prometheus samples. */
 static bool is_text_field(const char *key)
 {
-    return strcmp(key, "name") == 0 || strcmp(key, "algorithm") == 0;
+    return strcmp(key, "name") == 0 || strcmp(key, "algorithm") == 0 ||
+           strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0;
 }
 
 /* DATA per byte of memory really used (pool plus dedup index). DATA counts every stored page
@@ -112,6 +121,8 @@ static const struct column {
     {"META", "meta_data_size", COLUMN_SIZE, "memory of the deduplication index"},
     {"COMP-RATIO", "orig_data_size", COLUMN_RATIO, "DATA / (TOTAL + META)"},
     {"CLIENTS", "clients", COLUMN_COUNT, "connected NBD clients"},
+    {"SOCKET", "socket", COLUMN_TEXT, "the NBD Unix socket (what serve --unix names)"},
+    {"TCP", "tcp", COLUMN_TEXT, "the TCP address it listens on"},
 };
 #define COLUMN_COUNT_ALL (sizeof columns / sizeof columns[0])
 #define DEFAULT_COLUMNS "NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,COMP-RATIO,CLIENTS"
@@ -200,7 +211,7 @@ static void cell_text(const struct device_status *st, const struct chosen_column
     }
     switch (kind) {
     case COLUMN_TEXT:
-        snprintf(out, size, "%s", text_of(st, key));
+        snprintf(out, size, "%s", text_of(st, key)[0] ? text_of(st, key) : "-");
         break;
     case COLUMN_SIZE:
         if (bytes)
@@ -236,7 +247,7 @@ static void print_table(const struct device_status *rows, size_t row_count,
                         bool raw, bool headings)
 {
     int width[MAX_COLUMNS];
-    char text[72];
+    char text[128];
     for (size_t c = 0; c < column_count; c++) {
         width[c] = headings ? (int)strlen(chosen[c].header) : 1;
         for (size_t r = 0; r < row_count; r++) {
@@ -280,7 +291,7 @@ static void print_json(const struct device_status *rows, size_t row_count)
             fputs(i ? ", " : "", stdout);
             util_json_string(stdout, st->fields[i].key);
             fputs(": ", stdout);
-            if (is_text_field(st->fields[i].key))
+            if (!st->fields[i].is_number)
                 util_json_string(stdout, st->fields[i].text);
             else
                 printf("%" PRIu64, st->fields[i].number);
@@ -325,8 +336,10 @@ static void prometheus_family(const struct device_status *rows, size_t row_count
     bool any = false;
     if (!metric_name_ok(key))
         return;
-    for (size_t r = 0; r < row_count && !any; r++)
-        any = field_index(&rows[r], key) >= 0;
+    for (size_t r = 0; r < row_count && !any; r++) {
+        int i = field_index(&rows[r], key);
+        any = i >= 0 && rows[r].fields[i].is_number;
+    }
     if (!any)
         return;
     const char *suffix = events ? "_total" : "";
@@ -334,7 +347,7 @@ static void prometheus_family(const struct device_status *rows, size_t row_count
     printf("# TYPE uzram_%s%s %s\n", key, suffix, events ? "counter" : "gauge");
     for (size_t r = 0; r < row_count; r++) {
         int i = field_index(&rows[r], key);
-        if (i < 0)
+        if (i < 0 || !rows[r].fields[i].is_number)
             continue;
         printf("uzram_%s%s{device=\"", key, suffix);
         print_label(text_of(&rows[r], "name"));
@@ -373,7 +386,7 @@ static void print_prometheus(const struct device_status *rows, size_t row_count)
     for (size_t r = 0; r < row_count; r++) {
         for (size_t f = 0; f < rows[r].count; f++) {
             const char *key = rows[r].fields[f].key;
-            bool shown = is_text_field(key);
+            bool shown = !rows[r].fields[f].is_number;
             for (size_t i = 0; i < sizeof identity / sizeof identity[0] && !shown; i++)
                 shown = strcmp(key, identity[i].key) == 0;
             for (size_t i = 0; i < uzram_stat_count() && !shown; i++)
@@ -410,8 +423,10 @@ static void status_usage(FILE *out)
           "  -j, --json              a JSON array of objects with every field, raw numbers\n"
           "      --prometheus        Prometheus text format with every counter (for\n"
           "                          node_exporter's textfile collector)\n"
-          "  -u, --runtime-dir DIR   look for NAME.ctl sockets in DIR (default\n"
-          "                          $XDG_RUNTIME_DIR/uzram or /run/uzram)\n"
+          "  -u, --runtime-dir DIR   look for NAME.ctl sockets in DIR (default: the runtime\n"
+          "                          directory, $XDG_RUNTIME_DIR/uzram; see uzram(1)); or\n"
+          "      --runtime-dir SOCKET  show the device of the server that listens on the\n"
+          "                          NBD SOCKET (serve --unix SOCKET), or of NAME.ctl\n"
           "  -h, --help              show this help\n"
           "\n"
           "Columns:\n",
@@ -453,7 +468,8 @@ int cmd_status(int argc, char **argv)
     };
     bool json = false, prometheus = false, bytes = false, headings = true, raw = false;
     const char *output = NULL;
-    char runtime_dir[PATH_MAX] = "", all[512] = "";
+    const char *given_place = NULL;
+    char all[512] = "";
     int c;
 
     optind = 1;
@@ -484,7 +500,7 @@ int cmd_status(int argc, char **argv)
             prometheus = true;
             break;
         case 'u':
-            snprintf(runtime_dir, sizeof runtime_dir, "%s", optarg);
+            given_place = optarg;
             break;
         case 'h':
             status_usage(stdout);
@@ -506,17 +522,29 @@ int cmd_status(int argc, char **argv)
     if (!json && !prometheus &&
         choose_columns(output ? output : DEFAULT_COLUMNS, chosen, &column_count) < 0)
         return 2;
-    if (runtime_dir[0] == '\0' && util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
-        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
+    struct control_place place;
+    char place_message[PATH_MAX + 256];
+    if (control_place(given_place, &place, place_message, sizeof place_message) < 0) {
+        fprintf(stderr, "uzram: %s\n", place_message);
         return 1;
     }
+    const char *runtime_dir = place.dir;
+    if (place.ctl[0] && optind < argc) {
+        fprintf(stderr, "uzram status: -u %s names one device; drop the NAMEs\n", given_place);
+        return 2;
+    }
 
-    /* Names to show: the ones given, or every NAME.ctl in the directory. */
+    /* Names to show: the ones given, the one -u led to, or every NAME.ctl in the directory. */
     char **names = NULL;
     size_t count = 0;
-    bool listed = optind < argc;
+    bool listed = optind < argc || place.ctl[0];
     int status = 0;
-    if (listed) {
+    if (place.ctl[0]) {
+        names = calloc(1, sizeof *names);
+        if (names == NULL)
+            return 1;
+        names[count++] = strdup(place.ctl); /* a path: control_resolve() takes it as is */
+    } else if (listed) {
         names = calloc((size_t)(argc - optind), sizeof *names);
         if (names == NULL)
             return 1;
@@ -528,7 +556,7 @@ int cmd_status(int argc, char **argv)
             /* No directory: no device has run. Any other failure is not "none". */
             fprintf(stderr,
                     "uzram: cannot list the devices in %s: %s (another user's runtime "
-                    "directory? -u DIR names another)\n",
+                    "directory? -u DIR names another, -u SOCKET a server)\n",
                     runtime_dir, strerror(errno));
             status = 1;
         }

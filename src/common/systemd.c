@@ -1,11 +1,14 @@
-/* systemd.c - readiness notification to the service manager (sd_notify(3) protocol: one
- * datagram of "KEY=VALUE" lines to the Unix socket named by $NOTIFY_SOCKET). */
+/* systemd.c - the service manager's protocols: readiness notification (one datagram of
+ * "KEY=VALUE" lines to the Unix socket named by $NOTIFY_SOCKET) and socket activation
+ * (listening sockets from descriptor 3 on, for the process named by $LISTEN_PID). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,7 +17,10 @@
 static struct sockaddr_un notify_address;
 static socklen_t notify_length; /* 0: no manager to tell */
 
-void systemd_init(void)
+static struct systemd_socket sockets[SYSTEMD_MAX_LISTEN_FDS];
+static size_t socket_count;
+
+static void take_notify_socket(void)
 {
     const char *path = getenv("NOTIFY_SOCKET");
     if (path != NULL) {
@@ -31,6 +37,94 @@ void systemd_init(void)
         }
     }
     unsetenv("NOTIFY_SOCKET");
+}
+
+/* Is `fd` a listening stream socket of a family the server serves? */
+static const char *not_a_listener(int fd, int *family)
+{
+    struct stat st;
+    int type = 0, listening = 0;
+    socklen_t length = sizeof type;
+    struct sockaddr_storage address;
+    socklen_t address_length = sizeof address;
+    if (fstat(fd, &st) < 0)
+        return "is not open";
+    if (!S_ISSOCK(st.st_mode))
+        return "is not a socket";
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) < 0 || type != SOCK_STREAM)
+        return "is not a stream socket (the socket unit needs ListenStream=)";
+    length = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) < 0 || !listening)
+        return "is not listening (the socket unit needs ListenStream= and Accept=no)";
+    if (getsockname(fd, (struct sockaddr *)&address, &address_length) < 0)
+        return "has no address";
+    *family = address.ss_family;
+    if (*family != AF_UNIX && *family != AF_INET && *family != AF_INET6)
+        return "is neither a Unix nor a TCP socket";
+    return NULL;
+}
+
+/* The sockets handed over to this process, as sd_listen_fds(3) defines them: LISTEN_PID is
+ * our pid, LISTEN_FDS their number from descriptor 3 on, LISTEN_FDNAMES their names. */
+static int take_listen_fds(char *error, size_t error_size)
+{
+    const char *pid_text = getenv("LISTEN_PID"), *fds_text = getenv("LISTEN_FDS");
+    const char *names = getenv("LISTEN_FDNAMES");
+    int rc = 0;
+    char *end;
+    if (pid_text == NULL || fds_text == NULL)
+        goto out;
+    errno = 0;
+    unsigned long pid = strtoul(pid_text, &end, 10);
+    if (errno || *end != '\0' || pid != (unsigned long)getpid())
+        goto out; /* meant for another process: inherited by mistake */
+    unsigned long count = strtoul(fds_text, &end, 10);
+    if (errno || *end != '\0' || count == 0 || count > SYSTEMD_MAX_LISTEN_FDS) {
+        snprintf(error, error_size,
+                 "LISTEN_FDS=%s: the service manager handed over no usable number of sockets "
+                 "(1 to %d)",
+                 fds_text, SYSTEMD_MAX_LISTEN_FDS);
+        rc = -EINVAL;
+        goto out;
+    }
+    for (unsigned long i = 0; i < count; i++) {
+        struct systemd_socket *socket = &sockets[i];
+        socket->fd = SYSTEMD_LISTEN_FDS_START + (int)i;
+        /* LISTEN_FDNAMES: colon-separated, in descriptor order. */
+        if (names != NULL) {
+            size_t length = strcspn(names, ":");
+            snprintf(socket->name, sizeof socket->name, "%.*s", (int)length, names);
+            names = names[length] == ':' ? names + length + 1 : NULL;
+        }
+        const char *why = not_a_listener(socket->fd, &socket->family);
+        if (why != NULL) {
+            snprintf(error, error_size,
+                     "socket activation: descriptor %d%s%s%s %s; check the socket unit", socket->fd,
+                     socket->name[0] ? " (" : "", socket->name, socket->name[0] ? ")" : "", why);
+            rc = -EINVAL;
+            goto out;
+        }
+        fcntl(socket->fd, F_SETFD, FD_CLOEXEC);
+    }
+    socket_count = count;
+    rc = (int)count;
+out:
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return rc;
+}
+
+int systemd_init(char *error, size_t error_size)
+{
+    take_notify_socket();
+    return take_listen_fds(error, error_size);
+}
+
+const struct systemd_socket *systemd_sockets(size_t *count)
+{
+    *count = socket_count;
+    return sockets;
 }
 
 int systemd_notify(const char *state)

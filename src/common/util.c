@@ -223,12 +223,19 @@ int util_set_timeouts(int fd, int receive_seconds, int send_seconds)
 int util_runtime_dir(char *buf, size_t size)
 {
     const char *base = getenv("XDG_RUNTIME_DIR");
+    char user_dir[64];
+    struct stat st;
     int n;
 
+    snprintf(user_dir, sizeof user_dir, "/run/user/%u", (unsigned)geteuid());
     if (base != NULL && base[0] != '\0')
         n = snprintf(buf, size, "%s/uzram", base);
-    else
+    else if (geteuid() == 0)
         n = snprintf(buf, size, "/run/uzram");
+    else if (stat(user_dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+        n = snprintf(buf, size, "%s/uzram", user_dir);
+    else
+        n = snprintf(buf, size, "/tmp/uzram-%u", (unsigned)geteuid());
     if (n < 0 || (size_t)n >= size)
         return -ENAMETOOLONG;
     return 0;

@@ -56,8 +56,11 @@ int util_thread_start(pthread_t *joinable, void *(*fn)(void *), void *arg, size_
 /* Set SO_RCVTIMEO / SO_SNDTIMEO in seconds (0: no timeout). */
 int util_set_timeouts(int fd, int receive_seconds, int send_seconds);
 
-/* The directory that holds the sockets: $XDG_RUNTIME_DIR/uzram, or
- * /run/uzram when XDG_RUNTIME_DIR is unset or empty. */
+/* The directory that holds the sockets, the one place `serve`, `status`,
+ * `attr` and `make run` agree on: $XDG_RUNTIME_DIR/uzram; without
+ * XDG_RUNTIME_DIR (unset or empty), /run/uzram for root (as systemd
+ * services have it), else /run/user/UID/uzram when that user directory
+ * exists, else /tmp/uzram-UID (serve checks that it is this user's alone). */
 int util_runtime_dir(char *buf, size_t size);
 
 /* Create `path` (one level) with mode 0700 if it does not exist. */

@@ -1,6 +1,7 @@
 /* control.c - the control socket of a served device: a tiny line protocol, both ends.
  * Requests: "get NAME", "set NAME VALUE", "clients", "stats"; replies "ok\n..." or "error E: msg".
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -71,9 +72,10 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server)
     }
     int n = snprintf(body, sizeof body,
                      "name %s\nalgorithm %s\ndisksize %llu\nread_only %d\nuse_dedup %d\n"
-                     "clients %u\n",
+                     "clients %u\nsocket %s\ntcp %s\n",
                      export->name, config.comp_algorithm, (unsigned long long)config.disksize,
-                     export->read_only, config.use_dedup, nbd_server_clients(server));
+                     export->read_only, config.use_dedup, nbd_server_clients(server),
+                     nbd_server_unix_path(server), nbd_server_tcp_address(server));
     size_t used = n < 0 ? sizeof body : (size_t)n;
     for (size_t i = 0; i < uzram_stat_count() && used < sizeof body; i++) {
         n = snprintf(body + used, sizeof body - used, "%s %llu\n", uzram_stat_name(i),
@@ -510,4 +512,101 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
         return -ENOENT;
     }
     return 0;
+}
+
+bool control_field(const char *body, const char *key, char *value, size_t size)
+{
+    size_t length = strlen(key);
+    for (const char *line = body; line != NULL && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t line_length = end ? (size_t)(end - line) : strlen(line);
+        if (line_length > length && strncmp(line, key, length) == 0 && line[length] == ' ') {
+            snprintf(value, size, "%.*s", (int)(line_length - length - 1), line + length + 1);
+            return true;
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* The control socket in `dir` whose server listens on the NBD socket `target` (the same
+ * inode as its "socket" field); true when found. */
+static bool find_server_of(const char *dir, const struct stat *target, char *ctl, size_t size)
+{
+    DIR *listing = opendir(dir);
+    struct dirent *entry;
+    bool found = false;
+    while (!found && listing != NULL && (entry = readdir(listing)) != NULL) {
+        size_t length = strlen(entry->d_name);
+        if (length <= 4 || strcmp(entry->d_name + length - 4, ".ctl") != 0)
+            continue;
+        char path[PATH_MAX], message[256], socket_path[PATH_MAX], *body;
+        if (snprintf(path, sizeof path, "%s/%s", dir, entry->d_name) >= (int)sizeof path ||
+            control_request(path, "stats", &body, message, sizeof message) < 0)
+            continue;
+        struct stat st;
+        if (control_field(body, "socket", socket_path, sizeof socket_path) &&
+            socket_path[0] != '\0' && stat(socket_path, &st) == 0 && st.st_dev == target->st_dev &&
+            st.st_ino == target->st_ino) {
+            snprintf(ctl, size, "%s", path);
+            found = true;
+        }
+        free(body);
+    }
+    if (listing != NULL)
+        closedir(listing);
+    return found;
+}
+
+int control_place(const char *given, struct control_place *place, char *message,
+                  size_t message_size)
+{
+    struct stat st;
+    char runtime_dir[PATH_MAX];
+    place->ctl[0] = '\0';
+    if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
+        snprintf(message, message_size, "$XDG_RUNTIME_DIR is too long");
+        return -ENAMETOOLONG;
+    }
+    if (given == NULL) {
+        snprintf(place->dir, sizeof place->dir, "%s", runtime_dir);
+        return 0;
+    }
+    if (stat(given, &st) < 0) {
+        int err = errno;
+        snprintf(message, message_size,
+                 "%s: %s; -u takes a runtime directory, or a socket a server was given "
+                 "(serve --unix PATH) or made (NAME.ctl)",
+                 given, strerror(err));
+        return -err;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(place->dir, sizeof place->dir, "%s", given);
+        return 0;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(message, message_size, "%s is neither a directory nor a socket", given);
+        return -ENOTSOCK;
+    }
+    /* The directory of the socket, where a server put its control socket when the runtime
+     * directory was not usable. */
+    const char *slash = strrchr(given, '/');
+    if (slash == NULL)
+        snprintf(place->dir, sizeof place->dir, ".");
+    else
+        snprintf(place->dir, sizeof place->dir, "%.*s", (int)(slash == given ? 1 : slash - given),
+                 given);
+    size_t length = strlen(given);
+    if (length > 4 && strcmp(given + length - 4, ".ctl") == 0) {
+        snprintf(place->ctl, sizeof place->ctl, "%s", given);
+        return 0;
+    }
+    if (find_server_of(runtime_dir, &st, place->ctl, sizeof place->ctl) ||
+        find_server_of(place->dir, &st, place->ctl, sizeof place->ctl))
+        return 0;
+    snprintf(message, message_size,
+             "no running uzram server says it listens on %s (asked the control sockets in %s "
+             "and %s)",
+             given, runtime_dir, place->dir);
+    return -ENOENT;
 }

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,8 +25,19 @@
 #include "common/systemd.h"
 #include "common/util.h"
 
+/* Most listening NBD sockets: one Unix and one TCP of its own, or what a service manager
+ * hands over. */
+#define LISTENERS_MAX (SYSTEMD_MAX_LISTEN_FDS + 2)
+
+struct listener {
+    int fd;
+    bool tcp;
+    const char *owned_path; /* bound here: removed at exit; NULL for handed-over sockets */
+};
+
 struct nbd_server {
     struct nbd_export export;
+    char unix_path[PATH_MAX], tcp_address[300]; /* for `uzram status`; "" when none */
     struct nbd_transmission_settings transmission;
     unsigned timeout; /* seconds: handshake, requests, replies */
 
@@ -40,6 +52,16 @@ struct nbd_server {
 const struct nbd_export *nbd_server_export(struct nbd_server *server)
 {
     return &server->export;
+}
+
+const char *nbd_server_unix_path(struct nbd_server *server)
+{
+    return server->unix_path;
+}
+
+const char *nbd_server_tcp_address(struct nbd_server *server)
+{
+    return server->tcp_address;
 }
 
 unsigned nbd_server_clients(struct nbd_server *server)
@@ -217,6 +239,8 @@ static int listen_unix(const char *path, unsigned mode, long gid)
     return fd;
 }
 
+static void describe_tcp(int fd, char *shown, size_t shown_size);
+
 /* "[ADDR:]PORT", ADDR may be "[v6]". Fills `shown` with "ADDR:PORT" as bound. */
 static int listen_tcp(const char *spec, char *shown, size_t shown_size)
 {
@@ -268,8 +292,14 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
         return -1;
     }
     freeaddrinfo(found);
+    describe_tcp(fd, shown, shown_size);
+    return fd;
+}
 
-    struct sockaddr_storage bound;
+/* "ADDR:PORT" of a listening TCP socket into `shown`; a warning when it is not on loopback. */
+static void describe_tcp(int fd, char *shown, size_t shown_size)
+{
+    struct sockaddr_storage bound = {0};
     socklen_t bound_length = sizeof bound;
     getsockname(fd, (struct sockaddr *)&bound, &bound_length);
     char address[INET6_ADDRSTRLEN] = "?";
@@ -295,7 +325,6 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
                 "uzram: warning: listening on %s; NBD has no authentication, anyone who can "
                 "reach this address can read and write the device\n",
                 shown);
-    return fd;
 }
 
 /* ------------------------------------------------------------------------
@@ -369,9 +398,11 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         .handoff_worth_ns = NBD_SERVER_HANDOFF_WORTH_NS,
     };
     struct control_service *control = NULL;
-    int unix_fd = -1, tcp_fd = -1, ctl_fd = -1, signal_fd = -1;
+    struct listener listeners[LISTENERS_MAX];
+    size_t listener_count = 0;
+    int ctl_fd = -1, signal_fd = -1;
+    const char *ctl_owned = NULL; /* the control socket's path, when bound here */
     int status = 1;
-    char tcp_shown[300] = "";
 
     nbd_log_quiet = options->quiet;
     pthread_mutex_init(&server.connections_lock, NULL);
@@ -398,18 +429,44 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         goto out;
     }
 
-    if (options->unix_path) {
-        unix_fd = listen_unix(options->unix_path, options->socket_mode, options->socket_gid);
-        if (unix_fd < 0)
-            goto out;
+    if (options->inherited_count > 0) {
+        /* Socket activation: serve what the service manager listens on. */
+        for (size_t i = 0; i < options->inherited_count && i < LISTENERS_MAX; i++) {
+            int fd = options->inherited[i];
+            struct sockaddr_storage address = {0};
+            socklen_t length = sizeof address;
+            getsockname(fd, (struct sockaddr *)&address, &length);
+            bool tcp = address.ss_family != AF_UNIX;
+            listeners[listener_count++] = (struct listener){fd, tcp, NULL};
+            if (tcp && server.tcp_address[0] == '\0')
+                describe_tcp(fd, server.tcp_address, sizeof server.tcp_address);
+            if (!tcp && server.unix_path[0] == '\0')
+                snprintf(server.unix_path, sizeof server.unix_path, "%.*s",
+                         (int)sizeof((struct sockaddr_un *)0)->sun_path,
+                         ((struct sockaddr_un *)&address)->sun_path);
+        }
+    } else {
+        if (options->unix_path) {
+            int fd = listen_unix(options->unix_path, options->socket_mode, options->socket_gid);
+            if (fd < 0)
+                goto out;
+            listeners[listener_count++] = (struct listener){fd, false, options->unix_path};
+            snprintf(server.unix_path, sizeof server.unix_path, "%s", options->unix_path);
+        }
+        if (options->tcp) {
+            int fd = listen_tcp(options->tcp, server.tcp_address, sizeof server.tcp_address);
+            if (fd < 0)
+                goto out;
+            listeners[listener_count++] = (struct listener){fd, true, NULL};
+        }
     }
-    ctl_fd = listen_unix(options->ctl_path, 0600, -1);
-    if (ctl_fd < 0)
-        goto out;
-    if (options->tcp) {
-        tcp_fd = listen_tcp(options->tcp, tcp_shown, sizeof tcp_shown);
-        if (tcp_fd < 0)
+    if (options->inherited_ctl >= 0) {
+        ctl_fd = options->inherited_ctl;
+    } else {
+        ctl_fd = listen_unix(options->ctl_path, 0600, -1);
+        if (ctl_fd < 0)
             goto out;
+        ctl_owned = options->ctl_path;
     }
     int rc = control_start(ctl_fd, &server, &control);
     if (rc < 0) {
@@ -422,16 +479,19 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         uzram_get_config(dev, &config);
         printf("uzram: serving %s (%llu bytes, %s) on ", options->name,
                (unsigned long long)config.disksize, config.comp_algorithm);
-        if (options->unix_path)
-            printf("unix:%s%s", options->unix_path, tcp_fd >= 0 ? ", " : "");
-        if (tcp_fd >= 0)
-            printf("tcp:%s", tcp_shown);
+        if (server.unix_path[0])
+            printf("unix:%s%s", server.unix_path, server.tcp_address[0] ? ", " : "");
+        if (server.tcp_address[0])
+            printf("tcp:%s", server.tcp_address);
+        if (options->inherited_count > 0)
+            printf(" (%zu socket%s from the service manager)", options->inherited_count,
+                   options->inherited_count == 1 ? "" : "s");
         printf("; control: %s\n", options->ctl_path);
-        if (options->unix_path)
+        if (server.unix_path[0])
             printf("  connect: nbdinfo 'nbd+unix:///?socket=%s'   stats: uzram status\n",
-                   options->unix_path);
+                   server.unix_path);
         else
-            printf("  connect: nbdinfo 'nbd://%s'   stats: uzram status\n", tcp_shown);
+            printf("  connect: nbdinfo 'nbd://%s'   stats: uzram status\n", server.tcp_address);
         printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
                "the server stops (SIGTERM, SIGINT)\n");
         fflush(stdout);
@@ -445,8 +505,10 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         fprintf(stderr, "uzram: cannot tell the service manager we are ready: %s\n", strerror(-rc));
 
     for (;;) {
-        struct pollfd fds[3] = {{signal_fd, POLLIN, 0}, {unix_fd, POLLIN, 0}, {tcp_fd, POLLIN, 0}};
-        if (poll(fds, 3, -1) < 0) {
+        struct pollfd fds[1 + LISTENERS_MAX] = {{signal_fd, POLLIN, 0}};
+        for (size_t i = 0; i < listener_count; i++)
+            fds[1 + i] = (struct pollfd){listeners[i].fd, POLLIN, 0};
+        if (poll(fds, 1 + listener_count, -1) < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "uzram: poll: %s\n", strerror(errno));
@@ -466,26 +528,25 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
             status = 0;
             break;
         }
-        if (fds[1].revents & POLLIN)
-            accept_client(&server, unix_fd, false);
-        if (fds[2].revents & POLLIN)
-            accept_client(&server, tcp_fd, true);
+        for (size_t i = 0; i < listener_count; i++)
+            if (fds[1 + i].revents & POLLIN)
+                accept_client(&server, listeners[i].fd, listeners[i].tcp);
     }
 
 out:
-    /* Stop accepting and remove the names first, so no new client arrives
-     * while the connections drain. */
-    if (unix_fd >= 0) {
-        close(unix_fd);
-        unlink(options->unix_path);
+    /* Stop accepting and remove the names first, so no new client arrives while the
+     * connections drain. Names a service manager made stay: it listens on them again. */
+    for (size_t i = 0; i < listener_count; i++) {
+        close(listeners[i].fd);
+        if (listeners[i].owned_path)
+            unlink(listeners[i].owned_path);
     }
     control_stop(control);
     if (ctl_fd >= 0) {
         close(ctl_fd);
-        unlink(options->ctl_path);
+        if (ctl_owned)
+            unlink(ctl_owned);
     }
-    if (tcp_fd >= 0)
-        close(tcp_fd);
     stop_connections(&server);
 
     if (signal_fd >= 0)

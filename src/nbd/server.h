@@ -162,12 +162,23 @@ const struct nbd_export *nbd_server_export(struct nbd_server *server);
 /* Number of connected clients (handshaking or transmitting). */
 unsigned nbd_server_clients(struct nbd_server *server);
 
+/* Where the server listens, for `uzram status`: its Unix socket ("" if none) and its TCP
+ * address ("ADDR:PORT", "" if none), the first of each. */
+const char *nbd_server_unix_path(struct nbd_server *server);
+const char *nbd_server_tcp_address(struct nbd_server *server);
+
 /* Settings of `uzram serve`, filled by cli/serve.c. */
 struct nbd_server_options {
     const char *name;
     const char *unix_path; /* NULL: no Unix socket */
     const char *ctl_path;
     const char *tcp; /* "[ADDR:]PORT" or NULL */
+    /* Socket activation: listening NBD sockets handed over by a service manager, served
+     * instead of binding unix_path and tcp, and a control socket (-1: bind ctl_path). The
+     * manager owns their names: they are not removed at exit. */
+    const int *inherited;
+    size_t inherited_count;
+    int inherited_ctl;
     unsigned socket_mode;
     long socket_gid;  /* -1: leave the group alone */
     unsigned threads; /* worker threads per connection */

@@ -39,6 +39,7 @@ link $P/lib/libuzram.so.$MAJOR -> libuzram.so.$VERSION
 755 $P/lib/libuzram.so.$VERSION
 644 $P/lib/pkgconfig/uzram.pc
 644 $P/lib/systemd/system/uzram@.service
+644 $P/lib/systemd/system/uzram@.socket
 644 $P/share/doc/uzram/uzram.conf.example
 644 $P/share/man/man1/uzram.1
 EOF
@@ -54,6 +55,7 @@ grep -qx "uzram $VERSION" <<<"$("$DEST$P/bin/uzram" --version)" || fail "install
 grep -qx "ExecStart=$P/bin/uzram serve --config $P/etc/uzram/uzram.conf --name %i" \
     "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service ExecStart: $(grep Exec "$DEST$P/lib/systemd/system/uzram@.service")"
 grep -qx 'Type=notify' "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service is not Type=notify"
+grep -qx 'ListenStream=%t/uzram/%i.sock' "$DEST$P/lib/systemd/system/uzram@.socket" || fail "uzram@.socket ListenStream"
 if grep -n '@[a-zA-Z_]*@' "$DEST$P/lib/pkgconfig/uzram.pc" "$DEST$P"/lib/systemd/system/*; then
     fail "a template placeholder was left in an installed file"
 fi
