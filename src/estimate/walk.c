@@ -93,7 +93,8 @@ static int push_level(struct estimate_walk *walk, int fd, size_t path_length)
         closedir(dir);
         return rc;
     }
-    qsort(level.names, level.count, sizeof *level.names, compare_names);
+    if (level.count > 0) /* an empty directory has no list at all: qsort(NULL) is undefined */
+        qsort(level.names, level.count, sizeof *level.names, compare_names);
     /* The directory stream is done with; its descriptor stays for openat(). */
     level.fd = dup(dirfd(dir));
     closedir(dir);

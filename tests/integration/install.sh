@@ -77,8 +77,11 @@ pass "pkg-config: version, prefix, cflags, libs; --static adds the codecs, -pthr
 awk '/^```c$/ {on = 1; next} /^```$/ {if (on) exit} on' "$REPO/README.md" >"$WORK/hello.c"
 grep -q 'int main' "$WORK/hello.c" || fail "no complete C example in README.md: $(head -5 "$WORK/hello.c")"
 cd "$WORK"
+# A sanitizer build's library needs its runtime first: the program is built the same way.
+san=()
+grep -q 'NEEDED.*libasan' <<<"$(readelf -d "$DEST$P/lib/libuzram.so.$VERSION")" && san=(-fsanitize=address,undefined)
 # shellcheck disable=SC2046 # pkg-config's words are meant to split
-cc -Wall -Werror -o hello-shared hello.c $(pc --cflags --libs) || fail "README example does not build shared"
+cc -Wall -Werror "${san[@]}" -o hello-shared hello.c $(pc --cflags --libs) || fail "README example does not build shared"
 grep -q "NEEDED.*\[libuzram.so.$MAJOR\]" <<<"$(readelf -d hello-shared)" || fail "shared build does not need libuzram.so.$MAJOR"
 LD_LIBRARY_PATH=$DEST$P/lib ./hello-shared >hello.out || fail "shared build failed: $(cat hello.out)"
 LD_LIBRARY_PATH=$DEST$P/lib ldd ./hello-shared >ldd.out
@@ -92,7 +95,7 @@ pass "README example built with pkg-config against libuzram.so.$MAJOR: $(cat hel
 static_libs=$(pc --static --libs)
 static_libs=${static_libs/-luzram/-l:libuzram.a}
 # shellcheck disable=SC2086
-cc -Wall -Werror -o hello-static hello.c $(pc --cflags) $static_libs || fail "README example does not build static"
+cc -Wall -Werror "${san[@]}" -o hello-static hello.c $(pc --cflags) $static_libs || fail "README example does not build static"
 if grep -q 'NEEDED.*libuzram' <<<"$(readelf -d hello-static)"; then fail "the static build needs libuzram.so"; fi
 ./hello-static >hello-static.out || fail "static build failed: $(cat hello-static.out)"
 cmp -s hello.out hello-static.out || fail "static output differs: $(cat hello-static.out)"
