@@ -49,6 +49,9 @@ int store_sample_page(struct uzram *dev, uint64_t index, void *page);
  * library starts when recompress_idle is set and stops when it is 0, at
  * reset (paused) and at destroy. */
 struct recompressor {
+    /* Held through a start or stop (uzram_set_recompress_idle, destroy): one at a time,
+     * so that a start racing a stop cannot leave a setting without its thread. */
+    pthread_mutex_t control;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t thread;

@@ -57,7 +57,7 @@ static const struct serve_option {
      false},
     {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
      "the algorithm that recompresses: algo=NAME[,level=N]\n"
-     "[,dict=PATH|auto] (default algo=zstd)",
+     "[,dict=PATH|auto] (default algo=zstd,level=7)",
      false},
     {"name", 'n', required_argument, "NAME",
      "device and export name (default uzram0; with --config,\n"
@@ -747,19 +747,23 @@ static int recompression(struct uzram *dev, const struct serve_plan *plan)
 {
     if (!plan->recompress && plan->recompress_idle == 0)
         return 0;
-    char algorithm[256] = "algo=zstd priority=1", params[PATH_MAX + 64] = "priority=1";
+    /* zstd at level 7 unless told: docs/BENCHMARKS.md measured it the best trade on build
+     * output (higher levels save next to nothing more and cost more CPU). The words of
+     * SPEC become the attributes' words: algo= for recomp_algorithm, the rest for
+     * algorithm_params. */
+    char algorithm[96] = "algo=zstd", params[PATH_MAX + 64] = "priority=1";
     const char *spec = plan->recompress ? plan->recompress : "";
-    bool has_params = false;
+    bool has_level = false;
     for (const char *word = spec; *word;) {
         size_t length = strcspn(word, ",");
-        int n = 0;
-        if (strncmp(word, "algo=", 5) == 0 && length > 5 && length < 64)
-            n = snprintf(algorithm, sizeof algorithm, "%.*s priority=1", (int)length, word);
-        else if ((strncmp(word, "level=", 6) == 0 || strncmp(word, "dict=", 5) == 0) &&
-                 strlen(params) + length + 2 < sizeof params) {
-            n = snprintf(params + strlen(params), sizeof params - strlen(params), " %.*s",
-                         (int)length, word);
-            has_params = true;
+        bool is_algo = strncmp(word, "algo=", 5) == 0 && length > 5 && length < 64;
+        bool is_param = strncmp(word, "level=", 6) == 0 || strncmp(word, "dict=", 5) == 0;
+        if (is_algo) {
+            snprintf(algorithm, sizeof algorithm, "%.*s", (int)length, word);
+        } else if (is_param && strlen(params) + length + 2 < sizeof params) {
+            snprintf(params + strlen(params), sizeof params - strlen(params), " %.*s", (int)length,
+                     word);
+            has_level |= strncmp(word, "level=", 6) == 0;
         } else {
             fprintf(stderr,
                     "uzram: bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto], "
@@ -767,11 +771,13 @@ static int recompression(struct uzram *dev, const struct serve_plan *plan)
                     spec);
             return -1;
         }
-        (void)n;
         word += length + (word[length] == ',');
     }
+    if (!has_level && strcmp(algorithm, "algo=zstd") == 0)
+        strcat(params, " level=7");
+    strcat(algorithm, " priority=1");
     int rc = uzram_attr_set(dev, "recomp_algorithm", algorithm);
-    if (rc == 0 && has_params)
+    if (rc == 0)
         rc = uzram_attr_set(dev, "algorithm_params", params);
     if (rc < 0) {
         fprintf(stderr,
