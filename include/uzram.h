@@ -268,7 +268,7 @@ UZRAM_API int uzram_recompress(struct uzram *dev, unsigned type, uint64_t thresh
  * pages not accessed for that many seconds (their last-access time, not the
  * idle marks), again and again; 0 stops it. The thread runs at the lowest
  * CPU priority (SCHED_IDLE, else nice 19) and tries at most `rate` pages a
- * second (uzram_set_recompress_rate(); default 16384), so foreground I/O
+ * second (uzram_set_recompress_rate(); default 2048), so foreground I/O
  * keeps its speed. uzram_reset() pauses it, uzram_destroy() stops it.
  * Errors: -ENOMEM / -EAGAIN the thread could not be made. */
 UZRAM_API int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds);
@@ -499,6 +499,22 @@ struct uzram_codec;
 /* Errors: -ENOENT unknown algorithm, -EINVAL bad level, -ENOMEM. */
 int uzram_codec_open(const char *name, int level, struct uzram_codec **out);
 void uzram_codec_close(struct uzram_codec *codec);
+
+/* A compressor with a zstd dictionary (`dict`, `size` bytes: ZDICT's format
+ * or raw content, 256 bytes to 1 MiB), as recompression uses one.
+ * Errors: as uzram_codec_open(), and -EINVAL for an algorithm without
+ * dictionaries or content zstd cannot use. */
+int uzram_codec_open_dict(const char *name, int level, const void *dict, size_t size,
+                          struct uzram_codec **out);
+
+/* Memory the codec's dictionary takes (0: none), as dict_mem counts it. */
+size_t uzram_codec_dict_memory(const struct uzram_codec *codec);
+
+/* Train a zstd dictionary of at most `capacity` bytes from `count` samples
+ * laid end to end in `samples` (sizes in `sample_sizes`), as dict=auto does.
+ * Returns its size, -EAGAIN when the samples are too few or too alike. */
+int uzram_dict_train(void *dict, size_t capacity, const void *samples, const size_t *sample_sizes,
+                     unsigned count);
 
 /* Compress one page (4096 bytes) into dst (capacity `capacity`). Returns the
  * compressed length, 0 when it does not fit in `capacity`, or -EIO. */

@@ -16,6 +16,7 @@
 struct uzram_codec {
     int algorithm;
     int level;
+    struct comp_dict *dict;
 };
 
 int uzram_algorithm_list(const char *current, char *buf, size_t size)
@@ -62,7 +63,7 @@ int uzram_codec_open(const char *name, int level, struct uzram_codec **out)
     int rc = comp_choose(name, level, &id, &resolved);
     if (rc < 0)
         return rc;
-    struct uzram_codec *codec = malloc(sizeof *codec);
+    struct uzram_codec *codec = calloc(1, sizeof *codec);
     if (!codec)
         return -ENOMEM;
     codec->algorithm = id;
@@ -71,8 +72,39 @@ int uzram_codec_open(const char *name, int level, struct uzram_codec **out)
     return 0;
 }
 
+int uzram_codec_open_dict(const char *name, int level, const void *dict, size_t size,
+                          struct uzram_codec **out)
+{
+    if (!dict)
+        return -EINVAL;
+    int rc = uzram_codec_open(name, level, out);
+    if (rc < 0)
+        return rc;
+    rc = comp_dict_create((*out)->algorithm, (*out)->level, dict, size, &(*out)->dict);
+    if (rc < 0) {
+        uzram_codec_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+size_t uzram_codec_dict_memory(const struct uzram_codec *codec)
+{
+    return codec ? comp_dict_memory(codec->dict) : 0;
+}
+
+int uzram_dict_train(void *dict, size_t capacity, const void *samples, const size_t *sample_sizes,
+                     unsigned count)
+{
+    if (!dict || !samples || !sample_sizes || capacity < COMP_DICT_MIN || capacity > COMP_DICT_MAX)
+        return -EINVAL;
+    return comp_dict_train(dict, capacity, samples, sample_sizes, count);
+}
+
 void uzram_codec_close(struct uzram_codec *codec)
 {
+    if (codec)
+        comp_dict_free(codec->dict);
     free(codec);
 }
 
@@ -80,12 +112,12 @@ int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst,
 {
     if (!codec || !page || (!dst && capacity))
         return -EINVAL;
-    return comp_compress(codec->algorithm, codec->level, page, dst, capacity);
+    return comp_compress_dict(codec->algorithm, codec->level, codec->dict, page, dst, capacity);
 }
 
 int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length, void *page)
 {
     if (!codec || !page || (!src && length))
         return -EINVAL;
-    return comp_decompress(codec->algorithm, src, length, page);
+    return comp_decompress_dict(codec->algorithm, codec->dict, src, length, page);
 }

@@ -72,7 +72,8 @@ struct estimate_analyzer {
     struct chunk *queue_head, *queue_tail, *free_list;
     unsigned in_flight;
     bool stopping;
-    int error; /* first compression error of a worker */
+    int error;       /* first compression error of a worker */
+    bool dicts_done; /* dictionaries trained (or given up) on the first chunk */
     _Atomic uint64_t bytes_done;
     struct worker *workers;
 };
@@ -300,10 +301,21 @@ static void analyze_page(struct worker *worker, const unsigned char *page)
     else
         counts->duplicate_pages++;
 
+    const struct estimate_algorithm *specs = analyzer->options.specs;
     for (unsigned a = 0; a < algorithms; a++) {
         _Atomic uint16_t *stored = &index->lengths[slot * algorithms + a];
         unsigned length;
-        if (is_new) {
+        if (is_new && specs[a].from[0] >= 0) {
+            /* what recompression keeps: the secondary's form only where it
+             * takes less pool memory (both were stored just above) */
+            unsigned kept = atomic_load_explicit(
+                &index->lengths[slot * algorithms + specs[a].from[0]], memory_order_relaxed);
+            unsigned again = atomic_load_explicit(
+                &index->lengths[slot * algorithms + specs[a].from[1]], memory_order_relaxed);
+            length = uzram_pool_object_cost(again) < uzram_pool_object_cost(kept) ? again : kept;
+            atomic_store_explicit(stored, (uint16_t)length, memory_order_release);
+            counts->lengths[a].unique[length]++;
+        } else if (is_new) {
             /* capacity one below the engine's huge threshold: a page that
              * does not fit is stored raw, exactly as the engine decides */
             int rc = uzram_codec_compress(worker->codecs[a], page, worker->scratch,
@@ -388,7 +400,11 @@ static int worker_open(struct worker *worker, const struct estimate_options *opt
             return -ENOMEM;
     }
     for (unsigned a = 0; a < options->algorithm_count; a++) {
-        int rc = uzram_codec_open(options->algorithms[a], 0, &worker->codecs[a]);
+        const struct estimate_algorithm *spec = &options->specs[a];
+        /* derived entries compress nothing; dictionary ones wait for it */
+        if (spec->from[0] >= 0 || spec->dict_size)
+            continue;
+        int rc = uzram_codec_open(spec->codec, spec->level, &worker->codecs[a]);
         if (rc < 0) {
             fprintf(stderr, "uzram estimate: cannot open a %s compressor: %s\n",
                     options->algorithms[a], strerror(-rc));
@@ -396,6 +412,93 @@ static int worker_open(struct worker *worker, const struct estimate_options *opt
         }
     }
     return 0;
+}
+
+/* Pages a dictionary is trained on, as the engine's dict=auto takes them. */
+#define TRAIN_PAGES 2048u
+#define TRAIN_MIN_PAGES 16u
+
+/* Train the dictionaries from the pages of `chunk` that are not same-filled
+ * and open the dictionary codecs of every worker; where too few pages allow
+ * no dictionary, those entries compress without one. */
+static int train_dictionaries(struct estimate_analyzer *analyzer, const struct chunk *chunk)
+{
+    struct estimate_options *options = &analyzer->options;
+    analyzer->dicts_done = true;
+    size_t page_size = options->page_size;
+    size_t *sizes = malloc(TRAIN_PAGES * sizeof *sizes);
+    unsigned char *samples = malloc(TRAIN_PAGES * page_size);
+    int rc = 0;
+    unsigned count = 0;
+    for (size_t offset = 0;
+         sizes && samples && offset + page_size <= chunk->length && count < TRAIN_PAGES;
+         offset += page_size) {
+        uint64_t word;
+        if (uzram_page_same_filled(chunk->data + offset, &word))
+            continue;
+        memcpy(samples + (size_t)count * page_size, chunk->data + offset, page_size);
+        sizes[count++] = page_size;
+    }
+    for (unsigned a = 0; a < options->algorithm_count && rc == 0; a++) {
+        struct estimate_algorithm *spec = &options->specs[a];
+        if (!spec->dict_size)
+            continue;
+        void *dict = malloc(spec->dict_size);
+        int length = !dict || !sizes || !samples ? -ENOMEM
+                     : count < TRAIN_MIN_PAGES
+                         ? -EAGAIN
+                         : uzram_dict_train(dict, spec->dict_size, samples, sizes, count);
+        spec->dict_trained = length > 0;
+        for (unsigned i = 0; i < options->jobs && rc == 0; i++) {
+            struct worker *worker = &analyzer->workers[i];
+            rc = length > 0 ? uzram_codec_open_dict(spec->codec, spec->level, dict, (size_t)length,
+                                                    &worker->codecs[a])
+                            : uzram_codec_open(spec->codec, spec->level, &worker->codecs[a]);
+        }
+        free(dict);
+        if (length == -ENOMEM)
+            rc = length;
+    }
+    free(samples);
+    free(sizes);
+    if (rc < 0)
+        fprintf(stderr, "uzram estimate: cannot make the dictionary compressors: %s\n",
+                strerror(-rc));
+    return rc;
+}
+
+/* For a file or device of known size: up to chunk_size bytes of whole pages
+ * read at evenly spaced offsets (pread: the reading position stays). On
+ * success `sample` describes them and the buffer to free is returned; else
+ * NULL and `sample` is left as it is. */
+static unsigned char *sample_spread(struct estimate_source *source, size_t page_size,
+                                    size_t chunk_size, struct chunk *sample)
+{
+    uint64_t pages = source->size / page_size, count = chunk_size / page_size;
+    if ((source->kind != SOURCE_FILE && source->kind != SOURCE_DEVICE) || pages <= count)
+        return NULL;
+    unsigned char *buffer = malloc(count * page_size);
+    size_t length = 0;
+    for (uint64_t i = 0; buffer && i < count; i++) {
+        off_t offset = (off_t)(pages * i / count * page_size);
+        if (pread(source->fd, buffer + length, page_size, offset) == (ssize_t)page_size)
+            length += page_size;
+    }
+    if (length == 0) {
+        free(buffer);
+        return NULL;
+    }
+    *sample = (struct chunk){buffer, length, NULL};
+    return buffer;
+}
+
+void estimate_analyzer_dicts(struct estimate_analyzer *analyzer, struct estimate_options *options)
+{
+    for (unsigned a = 0; a < options->algorithm_count; a++) {
+        options->specs[a].dict_trained = analyzer->options.specs[a].dict_trained;
+        options->specs[a].dict_memory =
+            analyzer->workers ? uzram_codec_dict_memory(analyzer->workers[0].codecs[a]) : 0;
+    }
 }
 
 int estimate_analyzer_start(const struct estimate_options *options, struct estimate_analyzer **out)
@@ -552,6 +655,18 @@ int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_
         long got = error ? 0
                          : estimate_read(source, chunk->data, analyzer->chunk_size,
                                          analyzer->options.page_size);
+        /* Before any page is compressed: nothing is in flight yet. A stream
+         * gives its first pages to learn from; a file or device, pages spread
+         * over all of it, as dict=auto samples the disk (the first pages of a
+         * filesystem image are its metadata, a poor dictionary for the rest). */
+        if (got > 0 && !analyzer->dicts_done && analyzer->options.recompression.on) {
+            struct chunk sample = {chunk->data, (size_t)got, NULL};
+            unsigned char *spread =
+                sample_spread(source, analyzer->options.page_size, analyzer->chunk_size, &sample);
+            if (train_dictionaries(analyzer, &sample) < 0)
+                got = -ENOMEM;
+            free(spread);
+        }
         pthread_mutex_lock(&analyzer->lock);
         if (got <= 0) {
             chunk->next = analyzer->free_list;

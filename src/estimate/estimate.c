@@ -27,6 +27,14 @@ static void usage(FILE *out)
           "  -a, --algorithms LIST  comma-separated algorithms to try (default: lz4, the\n"
           "                         engine's default; 'all' for every one it has; 'none'\n"
           "                         for classes and dedup only)\n"
+          "  -r, --recompress SPEC  also project recompression (uzram serve\n"
+          "                         --recompress-idle): the hot pages stay lz4 (or the\n"
+          "                         first algorithm), the others are recompressed with\n"
+          "                         SPEC = NAME[:LEVEL] (e.g. " ESTIMATE_RECOMPRESS_EXAMPLE
+          "), with and without a\n"
+          "                         dictionary trained on the first pages read\n"
+          "      --hot PERCENT      with -r: share of pages taken as hot (default 20)\n"
+          "      --dict-size SIZE   with -r: dictionary size (default 64K)\n"
           "      --page-size SIZE   page size (default 4096; compression only at 4096)\n"
           "  -j, --jobs N           worker threads (default: number of CPUs)\n"
           "      --json             print JSON instead of tables\n"
@@ -41,7 +49,7 @@ static void usage(FILE *out)
           out);
 }
 
-enum { OPT_PAGE_SIZE = 256, OPT_ALL_MAPPINGS, OPT_JSON };
+enum { OPT_PAGE_SIZE = 256, OPT_ALL_MAPPINGS, OPT_JSON, OPT_HOT, OPT_DICT_SIZE };
 
 /* Split `list` (commas or spaces) into options->algorithms, checked against
  * the engine. `storage` keeps the strings. Returns 0, or -1 after a message. */
@@ -73,8 +81,87 @@ static int parse_algorithms(const char *list, char *storage, size_t size,
             fprintf(stderr, "uzram estimate: at most %d algorithms\n", ESTIMATE_MAX_ALGORITHMS);
             return -1;
         }
+        options->specs[options->algorithm_count] =
+            (struct estimate_algorithm){.codec = name, .from = {-1, -1}};
         options->algorithms[options->algorithm_count++] = name;
     }
+    return 0;
+}
+
+/* The recompression projection's entries, after the user's algorithms: the
+ * secondary without and with a dictionary, and what recompression keeps of
+ * each (the primary's form where it is no bigger). `spec` is NAME[:LEVEL].
+ * Returns 0, or -1 after a message. */
+static int add_recompression(struct estimate_options *options, const char *spec, size_t dict_size)
+{
+    static char names[4][64];
+    char name[32];
+    int level = 0;
+    const char *colon = strchr(spec, ':');
+    size_t length = colon ? (size_t)(colon - spec) : strlen(spec);
+    char *end = NULL;
+    if (colon)
+        level = (int)strtol(colon + 1, &end, 10);
+    int min, max, dflt;
+    if (length == 0 || length >= sizeof name || (colon && (end == colon + 1 || *end))) {
+        fprintf(stderr, "uzram estimate: bad --recompress '%s'; use NAME[:LEVEL], e.g. zstd:7\n",
+                spec);
+        return -1;
+    }
+    memcpy(name, spec, length);
+    name[length] = 0;
+    if (uzram_algorithm_levels(name, &min, &max, &dflt) < 0 ||
+        (level && (level < min || level > max))) {
+        fprintf(stderr,
+                "uzram estimate: bad --recompress '%s': unknown algorithm or level out of "
+                "its range (see uzram(1))\n",
+                spec);
+        return -1;
+    }
+    if (options->algorithm_count + 4 > ESTIMATE_MAX_ALGORITHMS) {
+        fprintf(stderr, "uzram estimate: at most %d algorithms with --recompress\n",
+                ESTIMATE_MAX_ALGORITHMS - 4);
+        return -1;
+    }
+    struct estimate_recompression *r = &options->recompression;
+    /* the primary: the engine's default algorithm if asked for, else the first */
+    r->primary = 0;
+    for (unsigned a = 0; a < options->algorithm_count; a++)
+        if (strcmp(options->algorithms[a], "lz4") == 0)
+            r->primary = a;
+    const char *primary = options->algorithms[r->primary];
+    int shown = level ? level : dflt;
+    bool dictionaries = strcmp(name, "zstd") == 0; /* the engine trains zstd's only */
+    r->secondary = options->algorithm_count;
+    r->secondary_dict = dictionaries ? r->secondary + 1 : r->secondary;
+    r->recompressed = r->secondary_dict + 1;
+    r->recompressed_dict = dictionaries ? r->recompressed + 1 : r->recompressed;
+    snprintf(names[0], sizeof names[0], "%s:%d", name, shown);
+    snprintf(names[1], sizeof names[1], "%s:%d+dict", name, shown);
+    snprintf(names[2], sizeof names[2], "%s>%s:%d", primary, name, shown);
+    snprintf(names[3], sizeof names[3], "%s>%s:%d+dict", primary, name, shown);
+    /* the codec names point into options: copy the secondary's name too */
+    static char codec[32];
+    snprintf(codec, sizeof codec, "%s", name);
+    unsigned a = options->algorithm_count;
+    options->specs[a] =
+        (struct estimate_algorithm){.codec = codec, .level = level, .from = {-1, -1}};
+    options->algorithms[a++] = names[0];
+    if (dictionaries) {
+        options->specs[a] = (struct estimate_algorithm){
+            .codec = codec, .level = level, .dict_size = dict_size, .from = {-1, -1}};
+        options->algorithms[a++] = names[1];
+    }
+    options->specs[a] =
+        (struct estimate_algorithm){.codec = primary, .from = {(int)r->primary, (int)r->secondary}};
+    options->algorithms[a++] = names[2];
+    if (dictionaries) {
+        options->specs[a] = (struct estimate_algorithm){
+            .codec = primary, .from = {(int)r->primary, (int)r->secondary_dict}};
+        options->algorithms[a++] = names[3];
+    }
+    options->algorithm_count = a;
+    r->on = true;
     return 0;
 }
 
@@ -93,6 +180,9 @@ int cmd_estimate(int argc, char **argv)
         {"page-size", required_argument, NULL, OPT_PAGE_SIZE},
         {"jobs", required_argument, NULL, 'j'},
         {"json", no_argument, NULL, OPT_JSON},
+        {"recompress", required_argument, NULL, 'r'},
+        {"hot", required_argument, NULL, OPT_HOT},
+        {"dict-size", required_argument, NULL, OPT_DICT_SIZE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -100,6 +190,9 @@ int cmd_estimate(int argc, char **argv)
     struct estimate_options options = {.page_size = UZRAM_PAGE_SIZE, .progress = true};
     static char algorithm_storage[512];
     const char *algorithm_list = NULL;
+    const char *recompress = NULL;
+    uint64_t dict_size = 64 * 1024;
+    options.recompression.hot_percent = 20;
     struct source_arg *args = calloc((size_t)argc + 1, sizeof *args);
     size_t arg_count = 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -114,7 +207,7 @@ int cmd_estimate(int argc, char **argv)
     optind = 1;
     opterr = 1;
     int c, status = 2;
-    while ((c = getopt_long(argc, argv, "-p:a:j:qh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "-p:a:j:r:qh", long_options, NULL)) != -1) {
         switch (c) {
         case 1:
             args[arg_count++] = (struct source_arg){optarg, false};
@@ -153,6 +246,28 @@ int cmd_estimate(int argc, char **argv)
         }
         case OPT_JSON:
             options.json = true;
+            break;
+        case 'r':
+            recompress = optarg;
+            break;
+        case OPT_HOT: {
+            char *end;
+            long hot = strtol(optarg, &end, 10);
+            if (end == optarg || (*end && strcmp(end, "%") != 0) || hot < 0 || hot > 100) {
+                fprintf(stderr, "uzram estimate: --hot wants a percentage, 0 to 100, not '%s'\n",
+                        optarg);
+                goto out;
+            }
+            options.recompression.hot_percent = (unsigned)hot;
+            break;
+        }
+        case OPT_DICT_SIZE:
+            if (uzram_parse_size(optarg, &dict_size) < 0 || dict_size < 256 ||
+                dict_size > 1024 * 1024) {
+                fprintf(stderr, "uzram estimate: --dict-size wants 256 bytes to 1M, not '%s'\n",
+                        optarg);
+                goto out;
+            }
             break;
         case 'q':
             options.progress = false;
@@ -209,6 +324,12 @@ int cmd_estimate(int argc, char **argv)
                                 &options) < 0) {
         goto out;
     }
+    if (recompress && !options.algorithm_count) {
+        fputs("uzram estimate: --recompress needs compression; drop -a none\n", stderr);
+        goto out;
+    }
+    if (recompress && add_recompression(&options, recompress, (size_t)dict_size) < 0)
+        goto out;
     for (size_t i = 0; i < arg_count; i++)
         if (args[i].is_pid && options.page_size != 4096) {
             fputs("uzram estimate: --pid reads the system's 4096-byte pages; drop --page-size\n",
@@ -274,6 +395,7 @@ int cmd_estimate(int argc, char **argv)
     struct estimate_bucket buckets[ESTIMATE_BUCKETS];
     struct estimate_index_info info;
     estimate_histogram(analyzer, buckets, &info);
+    estimate_analyzer_dicts(analyzer, &options);
     if (options.json)
         estimate_report_json(stdout, &options, sources, arg_count, &total, buckets, &info);
     else

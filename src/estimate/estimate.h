@@ -15,7 +15,10 @@
 #define UZRAM_STATIC_LINKING_ONLY
 #include "uzram.h"
 
-#define ESTIMATE_MAX_ALGORITHMS 8
+#define ESTIMATE_MAX_ALGORITHMS 12
+/* The example of --recompress in the help: the secondary algorithm and level
+ * docs/BENCHMARKS.md measured best for build output. */
+#define ESTIMATE_RECOMPRESS_EXAMPLE "zstd:7"
 #define ESTIMATE_WORD 8 /* zram's same-filled check compares unsigned longs (64-bit) */
 /* Histogram buckets of reference counts: 1, 2, 3-4, 5-8, ... up to 2^32. */
 #define ESTIMATE_BUCKETS 34
@@ -135,11 +138,37 @@ long estimate_read(struct estimate_source *source, unsigned char *buffer, size_t
  * Analysis
  * ---------------------------------------------------------------------- */
 
+/* How an entry of estimate_options.algorithms is measured: compressed with
+ * `codec` at `level` (0: its default), with a dictionary of `dict_size`
+ * bytes trained on the first pages read (0: none); or, when `from[0]` is
+ * not -1, derived as recompression keeps a page: the form of entry from[1]
+ * where it takes less pool memory than that of from[0], else from[0]'s. */
+struct estimate_algorithm {
+    const char *codec;
+    int level;
+    size_t dict_size;
+    int from[2];
+    /* after the run: the dictionary's memory (0: none or not trained) */
+    size_t dict_memory;
+    bool dict_trained;
+};
+
+/* The recompression projection: hot pages stay in the primary algorithm's
+ * form, the rest are recompressed (entries `recompressed` and
+ * `recompressed_dict` of the algorithms, derived as above). */
+struct estimate_recompression {
+    bool on;
+    unsigned primary, secondary, secondary_dict, recompressed, recompressed_dict;
+    unsigned hot_percent;
+};
+
 struct estimate_options {
     size_t page_size;
     unsigned jobs;
     unsigned algorithm_count;
-    const char *algorithms[ESTIMATE_MAX_ALGORITHMS];
+    const char *algorithms[ESTIMATE_MAX_ALGORITHMS]; /* display names */
+    struct estimate_algorithm specs[ESTIMATE_MAX_ALGORITHMS];
+    struct estimate_recompression recompression;
     bool json;
     bool progress;
     bool all_mappings;
@@ -154,6 +183,8 @@ int estimate_analyzer_start(const struct estimate_options *options, struct estim
 int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_source *source,
                             bool show_progress);
 void estimate_analyzer_stop(struct estimate_analyzer *analyzer);
+/* After the run: fill each algorithm's dict_memory and dict_trained. */
+void estimate_analyzer_dicts(struct estimate_analyzer *analyzer, struct estimate_options *options);
 
 /* Duplicate-reference histogram of the run (like zdb -S), after every source. */
 struct estimate_bucket {

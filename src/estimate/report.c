@@ -150,12 +150,12 @@ static void projection_table(FILE *out, const struct estimate_options *options, 
     char size[16];
     fprintf(out, "\nProjected memory for %s (%s of pages; %% of that):\n", title,
             human((uint64_t)input, size, sizeof size));
-    fprintf(out, "%-10s %17s %17s %17s %17s %11s %11s\n", "algorithm", "kernel zram",
+    fprintf(out, "%-16s %17s %17s %17s %17s %11s %11s\n", "algorithm", "kernel zram",
             "zram+dedup patch", "uzram", "uzram+dedup", "huge pages", "ratio");
     for (unsigned a = 0; a < options->algorithm_count; a++) {
         struct estimate_projection p;
         estimate_project(counts, a, &p);
-        fprintf(out, "%-10s", options->algorithms[a]);
+        fprintf(out, "%-16s", options->algorithms[a]);
         model_cell(out, p.kernel_zram, 0, input);
         model_cell(out, p.dedup_patch_pool, p.dedup_patch_meta, input);
         model_cell(out, p.uzram, 0, input);
@@ -163,6 +163,66 @@ static void projection_table(FILE *out, const struct estimate_options *options, 
         double best = p.uzram_dedup_pool + p.uzram_dedup_meta;
         fprintf(out, " %11" PRIu64 " %10.2fx\n", p.huge_unique, best > 0 ? input / best : 0.0);
     }
+}
+
+/* uzram+dedup memory with `hot` of the pages in the primary's form and the
+ * rest in entry `cold`'s (what recompression keeps), plus the dictionary. */
+static double recompressed_memory(const struct estimate_options *options,
+                                  const struct estimate_counts *counts, unsigned cold, double hot)
+{
+    struct estimate_projection first, then;
+    estimate_project(counts, options->recompression.primary, &first);
+    estimate_project(counts, cold, &then);
+    unsigned from = (unsigned)options->specs[cold].from[1];
+    return hot * first.uzram_dedup_pool + (1 - hot) * then.uzram_dedup_pool +
+           first.uzram_dedup_meta + (double)options->specs[from].dict_memory;
+}
+
+static void recompression_row(FILE *out, const char *label, double memory, double input)
+{
+    char size[16];
+    fprintf(out, "  %-58s %10s %5.1f%% %7.2fx\n", label,
+            human((uint64_t)(memory + 0.5), size, sizeof size), percent(memory, input),
+            memory > 0 ? input / memory : 0.0);
+}
+
+static void recompression_table(FILE *out, const struct estimate_options *options,
+                                const struct estimate_counts *counts)
+{
+    const struct estimate_recompression *r = &options->recompression;
+    double input = (double)counts->pages * (double)options->page_size;
+    double hot = r->hot_percent / 100.0;
+    struct estimate_projection first;
+    estimate_project(counts, r->primary, &first);
+    const char *primary = options->algorithms[r->primary];
+    const char *secondary = options->algorithms[r->secondary];
+    fprintf(out,
+            "\nRecompression (uzram serve --dedup --recompress-idle): %u%% of the pages taken as "
+            "hot (--hot)\nstay %s; the others are recompressed with %s once idle, kept only "
+            "where smaller:\n",
+            r->hot_percent, primary, secondary);
+    char label[96];
+    snprintf(label, sizeof label, "%s only", primary);
+    recompression_row(out, label, first.uzram_dedup_pool + first.uzram_dedup_meta, input);
+    snprintf(label, sizeof label, "%s, the cold pages %s", primary, secondary);
+    recompression_row(out, label, recompressed_memory(options, counts, r->recompressed, hot),
+                      input);
+    if (r->recompressed_dict != r->recompressed) {
+        const struct estimate_algorithm *dict = &options->specs[r->secondary_dict];
+        char size[16];
+        if (dict->dict_trained)
+            snprintf(label, sizeof label, "%s, the cold pages %s + dictionary (%s)", primary,
+                     secondary, human(dict->dict_memory, size, sizeof size));
+        else
+            snprintf(label, sizeof label, "(too few pages to train a dictionary)");
+        recompression_row(out, label,
+                          recompressed_memory(options, counts, r->recompressed_dict, hot), input);
+    }
+    fputs("  (uzram+dedup memory: the hot share in the first form, the rest in what\n"
+          "   recompression keeps, the index, and the dictionary trained on 2048 pages\n"
+          "   spread over the first source (a stream: its first pages); ratio: pages /\n"
+          "   memory)\n",
+          out);
 }
 
 void estimate_report_text(FILE *out, const struct estimate_options *options,
@@ -217,8 +277,15 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
               "  Pool memory is uzram's size-class pool (uzram_pool_object_cost) for all four.\n"
               "  ratio: pages / uzram+dedup memory; huge: unique pages kept raw.\n",
               out);
-        if (options->algorithm_count == 1)
-            fputs("  Other algorithms: --algorithms all (or a list such as lz4,zstd).\n", out);
+        unsigned asked =
+            options->recompression.on ? options->recompression.secondary : options->algorithm_count;
+        if (asked == 1)
+            fputs(
+                "  Other algorithms: --algorithms all (or a list such as lz4,zstd); recompression\n"
+                "  of the cold pages: --recompress zstd:7.\n",
+                out);
+        if (options->recompression.on)
+            recompression_table(out, options, total);
     } else if (options->page_size != UZRAM_PAGE_SIZE) {
         fprintf(out,
                 "\nCompression is only estimated for %u-byte pages (the engine's page size).\n",
@@ -389,6 +456,31 @@ void estimate_report_json(FILE *out, const struct estimate_options *options,
     }
     fprintf(out,
             "\n  ],\n  \"index\": {\"entries\": %" PRIu64 ", \"capacity\": %" PRIu64
-            ", \"memory_bytes\": %" PRIu64 "}\n}\n",
+            ", \"memory_bytes\": %" PRIu64 "}",
             info->entries, info->capacity, info->memory_bytes);
+    const struct estimate_recompression *r = &options->recompression;
+    if (r->on) {
+        struct estimate_projection first;
+        estimate_project(total, r->primary, &first);
+        double hot = r->hot_percent / 100.0;
+        fputs(",\n  \"recompression\": {\"primary\": ", out);
+        util_json_string(out, options->algorithms[r->primary]);
+        fputs(", \"secondary\": ", out);
+        util_json_string(out, options->algorithms[r->secondary]);
+        fprintf(out,
+                ", \"hot_percent\": %u, \"primary_only_bytes\": %.0f, "
+                "\"recompressed_bytes\": %.0f",
+                r->hot_percent, first.uzram_dedup_pool + first.uzram_dedup_meta,
+                recompressed_memory(options, total, r->recompressed, hot));
+        if (r->recompressed_dict != r->recompressed) {
+            const struct estimate_algorithm *dict = &options->specs[r->secondary_dict];
+            fprintf(out,
+                    ", \"dictionary_trained\": %s, \"dictionary_memory\": %zu, "
+                    "\"recompressed_dict_bytes\": %.0f",
+                    dict->dict_trained ? "true" : "false", dict->dict_memory,
+                    recompressed_memory(options, total, r->recompressed_dict, hot));
+        }
+        fputc('}', out);
+    }
+    fputs("\n}\n", out);
 }
