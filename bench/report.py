@@ -3,7 +3,7 @@
 # markdown of docs/BENCHMARKS.md: targets table, throughput matrix with ratios, memory table.
 #
 # Usage: /usr/bin/python3 bench/report.py RESULTS_DIR [--plots REL_DIR] [--doc docs/BENCHMARKS.md]
-# Reads RESULTS_DIR/{machine,matrix,memory,micro,micro-dedup}.json and zram-compare.txt (each
+# Reads RESULTS_DIR/{machine,matrix,memory,micro,micro-dedup,recompress}.json and zram-compare.txt (each
 # optional: a missing part is reported as not run), writes RESULTS_DIR/results.md and prints it.
 # With --doc, replaces the part of that file between the RESULTS markers with the same text.
 import argparse
@@ -108,7 +108,7 @@ def zram_compare_skip(text):
     return m.group(1) if m else None
 
 
-def targets_section(machine, matrix, memory, micro, dedup, zc_text):
+def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None):
     t = Targets()
     quick = machine.get("mode") == "quick"
     # ---- issue 2: engine
@@ -200,6 +200,24 @@ def targets_section(machine, matrix, memory, micro, dedup, zc_text):
             t.add("4 NBD", "fio nbd %s, 50%% data, %d job%s, iodepth 16: uzram >= %gx %s"
                   % (workload, j, "" if j == 1 else "s", want, SIDE_NAMES[peer]),
                   value, want, text=ratio_text(value), note=note)
+    # ---- issue 12: recompression
+    if rc and not rc.get("skipped"):
+        mem, zram, direct = recompress_numbers(rc)
+        rec, recd = mem.get("recompress"), mem.get("recompress-dict")
+        t.add("12 recompression", "lz4 + dedup + recompression to zstd within 3% of zstd + dedup written directly",
+              rec / direct if rec and direct else None, 1.03, at_most=True,
+              text=ratio_text(rec / direct, 3) if rec and direct else "-",
+              note="vs kernel zram lz4: %s" % (ratio_text(rec / zram, 3) if rec and zram else "-"))
+        t.add("12 recompression", "with a trained dictionary <= 0.50x kernel zram lz4",
+              recd / zram if recd and zram else None, 0.50, at_most=True,
+              text=ratio_text(recd / zram, 3) if recd and zram else "-",
+              note="zstd + dedup direct: %s" % (ratio_text(direct / zram, 3) if direct and zram else "-"))
+        t.add("12 recompression", "foreground 4 KiB randwrite with the thread busy >= 0.9x idle",
+              rc.get("randwrite_busy_vs_idle"), 0.9, text=ratio_text(rc.get("randwrite_busy_vs_idle"), 3),
+              note="medians of %d interleaved rounds" % rc["rounds"])
+    else:
+        t.add("12 recompression", "recompression memory and foreground throughput", None, 0,
+              note=(rc or {}).get("skipped", "recompress part not run"))
     return t.markdown()
 
 
@@ -319,6 +337,88 @@ def memory_section(memory, plots):
     return out
 
 
+RECOMPRESS_SIDES = (
+    ("zram", "kernel zram lz4"),
+    ("lz4-dedup", "uzram lz4 + dedup"),
+    ("zstd-dedup", "uzram zstd + dedup, written directly"),
+    ("recompress", "uzram lz4 + dedup, recompressed to zstd in the background"),
+    ("recompress-dict", "... and with a trained dictionary"),
+)
+
+
+def recompress_numbers(rc):
+    """mem_used_total of each side, and ratios to kernel zram and to zstd + dedup."""
+    sides = rc.get("sides", {})
+    mem = {k: v.get("mem_used_total") for k, v in sides.items()}
+    zram = mem.get("zram")
+    direct = mem.get("zstd-dedup")
+    return mem, zram, direct
+
+
+def recompress_section(rc):
+    if not rc:
+        return ["The recompression benchmark did not run."]
+    if rc.get("skipped"):
+        return ["Skipped: %s" % rc["skipped"]]
+    mem, zram, direct = recompress_numbers(rc)
+    out = ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`); background thread "
+           "`--recompress-idle 1`, run until it had nothing left to do, then `compact`. "
+           "Memory is mm_stat's mem_used_total (uzram: the pool and the dictionary; the dedup "
+           "index, meta_data_size, is listed apart). Took %d s." % (
+               rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"], rc["seconds"]), "",
+           "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | recompressed pages | dict_mem | time to store / to settle |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, name in RECOMPRESS_SIDES:
+        row = rc["sides"].get(key, {})
+        if "mem_used_total" not in row:
+            out.append("| %s | %s | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
+            continue
+        m = row["mem_used_total"]
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, size(m), ratio_text(m / zram, 3) if zram else "-",
+            ratio_text(m / direct, 3) if direct else "-",
+            size(row.get("meta_data_size")) if "meta_data_size" in row else "-",
+            row.get("recomp_pages", "-"), size(row.get("dict_mem")) if "dict_mem" in row else "-",
+            "%.1f s / %.1f s" % (row["store_seconds"], row["settle_seconds"]) if "store_seconds" in row else "-"))
+    if not rc.get("randwrite_idle"):
+        out += ["", "The throughput step did not run."]
+    else:
+        out += ["",
+                "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
+                "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
+                "form before each run: idle = thread off, busy = the thread recompressing the image "
+                "meanwhile at `recompress_rate` %s pages/s (pages it recompressed during the run in "
+                "brackets):" % (rc["runtime"], rc.get("rate", "16384")), ""]
+        out.append("| thread | IOPS per round | median |")
+        out.append("| --- | --- | --- |")
+        import statistics
+        for state in ("idle", "busy"):
+            runs = rc.get("randwrite_" + state, [])
+            done = rc.get("recompressed_during_" + state, [])
+            cells = ", ".join("%.0f%s" % (v, " (%d)" % d if state == "busy" else "") for v, d in zip(runs, done))
+            out.append("| %s | %s | %.0f |" % (state, cells, statistics.median(runs) if runs else 0))
+        out.append("")
+        out.append("busy / idle: **%s**. 4 KiB randread over the image: %.0f IOPS in lz4 form, %.0f IOPS "
+                   "recompressed (%s)." % (
+                       ratio_text(rc.get("randwrite_busy_vs_idle"), 3), rc.get("randread_lz4", 0),
+                       rc.get("randread_recompressed", 0),
+                       ratio_text(rc["randread_recompressed"] / rc["randread_lz4"], 2)
+                       if rc.get("randread_lz4") else "-"))
+    if rc.get("sweep"):
+        out += ["", "How the level and dictionary size were chosen: `uzram estimate -r zstd:LEVEL "
+                "--dict-size SIZE --hot 0` on the same image (every page recompressed; uzram+dedup "
+                "memory, dictionary included, as a ratio to its kernel zram lz4 projection):", "",
+                "| zstd level | dictionary | without dictionary | with dictionary | dictionary memory |",
+                "| --- | --- | --- | --- | --- |"]
+        for row in rc["sweep"]:
+            z = row["kernel_zram_lz4"]
+            out.append("| %d | %s | %s | %s | %s |" % (
+                row["level"], row["dict_size"], ratio_text(row["recompressed"] / z, 3),
+                ratio_text(row["recompressed_dict"] / z, 3) if row.get("recompressed_dict") else "-",
+                size(row.get("dict_memory"))))
+    return out
+
+
 def micro_section(micro, dedup):
     out = []
     if micro and micro.get("throughput"):
@@ -359,11 +459,45 @@ def micro_section(micro, dedup):
     return out or ["The micro-benchmarks did not run."]
 
 
+PART_BEGIN = "<!-- BEGIN RECOMPRESS RESULTS (bench/report.py --part recompress; do not edit by hand) -->"
+PART_END = "<!-- END RECOMPRESS RESULTS -->"
+
+
+def part_recompress(rc, d, doc_path):
+    """bench/recompress.sh run alone: its targets and section, between markers of their own."""
+    t = targets_section({}, None, None, None, None, None, rc)
+    rows = [r for r in t if r.startswith("| 12 ") or r.startswith("| issue") or r.startswith("| ---")]
+    text = "\n".join(rows + [""] + recompress_section(rc)) + "\n"
+    write_results(text, os.path.join(d, "recompress.md"), doc_path, PART_BEGIN, PART_END)
+    return 0
+
+
+def write_results(text, path, doc_path, begin, end):
+    """Write `text` to `path`, print it, and put it between `begin` and `end` of doc_path."""
+    with open(path, "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+    if not doc_path:
+        return
+    doc = open(doc_path).read()
+    if begin in doc and end in doc:
+        head, rest = doc.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        doc = head + begin + "\n" + text + end + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + begin + "\n" + text + end + "\n"
+    with open(doc_path, "w") as f:
+        f.write(doc)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("results")
     parser.add_argument("--plots", help="folder of the plots, relative to the document")
     parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
+    parser.add_argument("--part", choices=["recompress"],
+                        help="only this part (bench/recompress.sh alone): its targets and section, "
+                             "between its own markers of --doc")
     args = parser.parse_args()
     d = args.results
     machine = load_json(d, "machine.json") or {}
@@ -371,11 +505,14 @@ def main():
     memory = load_json(d, "memory.json")
     micro = load_json(d, "micro.json")
     dedup = load_json(d, "micro-dedup.json")
+    rc = load_json(d, "recompress.json")
     try:
         zc_text = open(os.path.join(d, "zram-compare.txt")).read()
     except OSError:
         zc_text = None
 
+    if args.part == "recompress":
+        return part_recompress(rc, d, args.doc)
     md = []
     md.append("## Results: %s run of %s" % (machine.get("mode", "?"), machine.get("date", "?")))
     md.append("")
@@ -390,7 +527,7 @@ def main():
     md.append("")
     md.append("### Targets")
     md.append("")
-    md += targets_section(machine, matrix, memory, micro, dedup, zc_text)
+    md += targets_section(machine, matrix, memory, micro, dedup, zc_text, rc)
     md.append("")
     md.append("### Throughput matrix (`bench/matrix.sh`)")
     md.append("")
@@ -403,24 +540,16 @@ def main():
     md.append("### Engine micro-benchmarks (`uzram bench`)")
     md.append("")
     md += micro_section(micro, dedup)
+    md.append("### Recompression (`bench/recompress.sh`)")
+    md.append("")
+    md += recompress_section(rc)
+    md.append("")
     md.append("### Engine against kernel zram on the same bytes (`bench/zram-compare.sh`)")
     md.append("")
     md += ["```"] + (zc_text or "did not run\n").rstrip("\n").splitlines() + ["```"]
     text = "\n".join(md) + "\n"
 
-    with open(os.path.join(d, "results.md"), "w") as f:
-        f.write(text)
-    sys.stdout.write(text)
-    if args.doc:
-        doc = open(args.doc).read()
-        if BEGIN in doc and END in doc:
-            head, rest = doc.split(BEGIN, 1)
-            _, tail = rest.split(END, 1)
-            doc = head + BEGIN + "\n" + text + END + tail
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + BEGIN + "\n" + text + END + "\n"
-        with open(args.doc, "w") as f:
-            f.write(doc)
+    write_results(text, os.path.join(d, "results.md"), args.doc, BEGIN, END)
     return 0
 
 

@@ -1,0 +1,330 @@
+#!/bin/bash
+# recompress.sh - recompression benchmark (issue 12): build output in an ext4 image, stored by
+# kernel zram lz4 and by uzram lz4 + dedup with background recompression to zstd (without and
+# with a trained dictionary), against zstd + dedup written directly; then foreground fio 4 KiB
+# randwrite over NBD with the background thread idle and busy, and reads of recompressed pages.
+#
+# Usage: bench/recompress.sh [--quick] [--out DIR]
+#   --quick   a small image (/usr/include/linux and this project's build), 1 round of 3 s
+#   --out DIR results folder (default build/bench-results); writes DIR/recompress.json
+# Environment (optional): UZRAM (default build/uzram), LEVEL (zstd level of recompression and of
+# the direct zstd side, default 7), DICT_SIZE (default 64K), ROUNDS (3; quick 1), RUNTIME (fio
+# seconds per run, 10; quick 3), KERNEL (1: add a Linux tinyconfig build tree when the
+# linux-source-6.1 package is installed; default 1, quick 0), SWEEP ("3 5 7 9" zstd levels at
+# DICT_SIZE and, at LEVEL, the dictionary sizes of DICT_SWEEP "32K 64K 112K", projected by
+# `uzram estimate -r` on the same image: how LEVEL and DICT_SIZE were chosen; quick: none),
+# RATE (recompress_rate of the throughput part; default: the library's), STEPS ("memory
+# throughput sweep": run only some), ZRAM (zram0).
+#
+# The image ("build-tree"): /usr/include, this project's sources with three builds of them
+# (-O2, ASan+UBSan, -O0 -g), and, with KERNEL=1, the Linux 6.1 source tree with a tinyconfig
+# vmlinux build in it (cached in build/bench-cache/ between runs) - a developer's disk during a
+# build, the kind of data the dedup seed measured.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+
+# shellcheck source=bench/common.bash
+. bench/common.bash
+LEVEL=${LEVEL:-7}
+DICT_SIZE=${DICT_SIZE:-64K}
+if [ "$QUICK" = 1 ]; then
+    ROUNDS=${ROUNDS:-1}
+    RUNTIME=${RUNTIME:-3}
+    KERNEL=${KERNEL:-0}
+    SWEEP=${SWEEP:-}
+    DICT_SWEEP=${DICT_SWEEP:-}
+else
+    ROUNDS=${ROUNDS:-3}
+    RUNTIME=${RUNTIME:-10}
+    KERNEL=${KERNEL:-1}
+    SWEEP=${SWEEP:-3 5 7 9}
+    DICT_SWEEP=${DICT_SWEEP:-32K 64K 112K}
+fi
+FIO_REGION=256M
+STEPS=${STEPS:-memory throughput sweep}
+RATE=${RATE:-}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+
+die() { echo "recompress.sh: $*" >&2; exit 2; }
+[ -x "$UZRAM" ] || die "no uzram binary at $UZRAM (run 'make programs' or set UZRAM)"
+UZRAM=$(realpath "$UZRAM")
+for tool in nbdcopy mkfs.ext4 fio; do
+    command -v $tool >/dev/null || die "$tool is not installed (scripts/deps.sh installs it)"
+done
+fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine"
+
+mkdir -p "$OUT" || die "cannot create $OUT"
+OUT=$(realpath "$OUT")
+RES=$OUT/recompress
+rm -rf "$RES"
+mkdir -p "$RES"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-recompress.XXXXXX") || die "mktemp failed"
+CACHE=$(realpath -m build/bench-cache)
+SERVER_PID=
+ZRAM_TOUCHED=0
+export XDG_RUNTIME_DIR=$WORK/run
+mkdir -p "$XDG_RUNTIME_DIR"
+
+cleanup() {
+    [ -n "$SERVER_PID" ] && { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; }
+    [ "$ZRAM_TOUCHED" = 1 ] && { echo 1 > "$ZSYS/reset" 2>/dev/null || echo "recompress.sh: could not reset $ZDEV" >&2; }
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- the image -------------------------------------------------------------------------------
+make_ext4() { # DIR IMAGE: just large enough for DIR
+    local used
+    used=$(du -sb "$1" | cut -f1)
+    mkfs.ext4 -q -F -b 4096 -m 0 -d "$1" "$2" "$(((used / 10 * 12 + 32 * 1048576) / 1048576))M" \
+        >"$WORK/mkfs.log" 2>&1 || { cat "$WORK/mkfs.log" >&2; return 1; }
+}
+
+# The Linux tree with a tinyconfig build, kept as a tar in the cache (building takes minutes).
+kernel_tree() { # DEST
+    local tar=$CACHE/linux-6.1-tinyconfig.tar src=/usr/src/linux-source-6.1.tar.xz
+    if [ ! -f "$tar" ]; then
+        if [ ! -f "$src" ] && [ "$(id -u)" = 0 ]; then
+            echo "recompress.sh: installing linux-source-6.1 for the kernel build tree" >&2
+            apt-get install -y -q linux-source-6.1 flex bison bc >"$WORK/apt.log" 2>&1 || true
+        fi
+        [ -f "$src" ] || { echo "no $src (apt-get install linux-source-6.1)"; return 1; }
+        mkdir -p "$CACHE" "$WORK/k"
+        tar xJf "$src" -C "$WORK/k" || return 1
+        echo "recompress.sh: building Linux 6.1 tinyconfig (once; cached in $CACHE)" >&2
+        (cd "$WORK/k/linux-source-6.1" && make -s tinyconfig && make -s -j"$(nproc)" vmlinux) \
+            >"$WORK/kernel.log" 2>&1 || { tail -5 "$WORK/kernel.log" >&2; echo "the kernel build failed"; return 1; }
+        tar cf "$tar.tmp" -C "$WORK/k" linux-source-6.1 && mv "$tar.tmp" "$tar" || return 1
+        rm -rf "$WORK/k"
+    fi
+    tar xf "$tar" -C "$1"
+}
+
+build_image() {
+    local root=$WORK/tree src=$WORK/tree/uzram
+    mkdir -p "$root/include" "$src"
+    if [ "$QUICK" = 1 ]; then
+        cp -a /usr/include/linux /usr/include/asm-generic "$root/include/" 2>/dev/null
+    else
+        cp -a /usr/include/. "$root/include/" 2>/dev/null
+    fi
+    tar cf - --exclude=./build --exclude=./.git . | tar xf - -C "$src" || return 1
+    (cd "$src" && make -s -j"$(nproc)" O=build all) >"$WORK/make.log" 2>&1 ||
+        { tail -5 "$WORK/make.log" >&2; echo "the project did not build"; return 1; }
+    local what="/usr/include$([ "$QUICK" = 1 ] && echo "/{linux,asm-generic}"), the uzram sources and their -O2 build"
+    if [ "$QUICK" != 1 ]; then
+        (cd "$src" && make -s -j"$(nproc)" O=build/asan SAN=address,undefined OPT=-O1 all &&
+            make -s -j"$(nproc)" O=build/debug OPT=-O0 all) >"$WORK/make.log" 2>&1 ||
+            { tail -5 "$WORK/make.log" >&2; echo "the ASan or -O0 build failed"; return 1; }
+        what="$what, ASan+UBSan and -O0 -g builds"
+    fi
+    if [ "$KERNEL" = 1 ]; then
+        if why=$(kernel_tree "$root"); then
+            what="$what, and the Linux 6.1 source tree with a tinyconfig vmlinux build"
+        else
+            echo "recompress.sh: note: no kernel tree: $why" >&2
+            what="$what (no kernel tree: $why)"
+        fi
+    fi
+    make_ext4 "$root" "$WORK/image" || { echo "mkfs.ext4 -d failed"; return 1; }
+    rm -rf "$root"
+    echo "ext4 image (mkfs.ext4 -d) of $what" >"$RES/image.desc"
+}
+
+# ---- servers and measurements ------------------------------------------------------------------
+wait_sockets() { # NAME
+    for _ in $(seq 100); do
+        [ -S "$XDG_RUNTIME_DIR/uzram/$1.sock" ] && [ -S "$XDG_RUNTIME_DIR/uzram/$1.ctl" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+serve() { # NAME SIZE OPTIONS...
+    local name=$1 size=$2
+    shift 2
+    "$UZRAM" serve -q -n "$name" -s "$size" "$@" >"$WORK/server.log" 2>&1 &
+    SERVER_PID=$!
+    wait_sockets "$name" || die "server $name did not start: $(tail -1 "$WORK/server.log")"
+}
+stop() {
+    kill "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+    SERVER_PID=
+}
+attr() { "$UZRAM" attr "$@"; }
+uri() { echo "nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/$1.sock"; }
+json_field() { attr "$1" stat_json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"; }
+
+# Wait until the background thread has nothing left to do: recomp_pages and mem_used_total
+# unchanged for 3 s (passes run every second). At most 10 minutes.
+settle() { # NAME
+    local last="" now
+    for _ in $(seq 600); do
+        sleep 1
+        now="$(json_field "$1" recomp_pages) $(json_field "$1" mem_used_total)"
+        if [ "$now" = "$last" ]; then
+            sleep 2
+            [ "$now" = "$(json_field "$1" recomp_pages) $(json_field "$1" mem_used_total)" ] && return 0
+        fi
+        last=$now
+    done
+    echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
+}
+
+# memory SIDE: store the image, then record stat_json (and seconds to store / to settle).
+memory() {
+    local side=$1 size start mid end
+    size=$(stat -c %s "$WORK/image")
+    case $side in
+    zram)
+        ZRAM_TOUCHED=1
+        echo 1 > "$ZSYS/reset" && echo lz4 > "$ZSYS/comp_algorithm" && echo "$size" > "$ZSYS/disksize" ||
+            { echo '{"failed": "cannot configure '"$ZDEV"'"}' >"$RES/$side.json"; return; }
+        dd if="$WORK/image" of="$ZDEV" bs=1M oflag=direct status=none
+        read -r -a f < "$ZSYS/mm_stat"
+        echo "{\"mem_used_total\": ${f[2]}, \"compr_data_size\": ${f[1]}, \"orig_data_size\": ${f[0]}}" >"$RES/$side.json"
+        echo 1 > "$ZSYS/reset"
+        return
+        ;;
+    lz4-dedup) serve m "$size" -a lz4 -d ;;
+    zstd-dedup) serve m "$size" -a zstd -l "$LEVEL" -d ;;
+    recompress) serve m "$size" -a lz4 -d --recompress-idle 1 --recompress "algo=zstd,level=$LEVEL" ;;
+    recompress-dict)
+        serve m "$size" -a lz4 -d --recompress-idle 1 \
+            --recompress "algo=zstd,level=$LEVEL,dict=auto"
+        attr m algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"
+        ;;
+    esac
+    # memory only: the thread may go as fast as it can (the throughput part keeps the default rate)
+    case $side in recompress*) attr m recompress_rate 0 ;; esac
+    start=$(date +%s%N)
+    nbdcopy --no-extents -S 0 "$WORK/image" "$(uri m)" || die "nbdcopy into $side failed"
+    mid=$(date +%s%N)
+    case $side in recompress*) settle m ;; esac
+    end=$(date +%s%N)
+    # compaction gives back what the last pass left sparse (the thread compacts too)
+    attr m compact 1
+    { attr m stat_json | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+d["store_seconds"], d["settle_seconds"] = float(sys.argv[1]), float(sys.argv[2])
+print(json.dumps(d))' "$(((mid - start) / 1000000))e-3" "$(((end - mid) / 1000000))e-3"; } >"$RES/$side.json"
+    stop
+}
+
+# ---- throughput: foreground randwrite with the thread idle and busy; reads of each form ----------
+run_fio() { # OUTPUT OFFSET SIZE RW
+    fio --output-format=json --output="$1" --name=fg --ioengine=nbd --uri="$(uri t)" \
+        --bs=4k --offset="$2" --size="$3" --rw="$4" --iodepth=16 --time_based --runtime="$RUNTIME" \
+        --buffer_compress_percentage=50 --refill_buffers >"$WORK/fio.log" 2>&1 ||
+        { cat "$WORK/fio.log" >&2; die "fio $4 failed"; }
+}
+
+throughput() {
+    local size image_bytes region_offset
+    image_bytes=$(stat -c %s "$WORK/image")
+    region_offset=$(((image_bytes + 1048575) / 1048576 * 1048576))
+    size=$((region_offset + $(numfmt --from=iec "$FIO_REGION")))
+    serve t "$size" -a lz4 -d --recompress "algo=zstd,level=$LEVEL"
+    [ -n "$RATE" ] && attr t recompress_rate "$RATE"
+    attr t recompress_rate >"$RES/rate"
+    run_fio "$WORK/warm.json" "$region_offset" "$FIO_REGION" write
+    for round in $(seq "$ROUNDS"); do
+        for state in idle busy; do
+            # the image in lz4 form again: the thread has all of it to do
+            attr t recompress_idle 0
+            nbdcopy --no-extents -S 0 "$WORK/image" "$(uri t)" || die "nbdcopy failed"
+            [ "$round" = 1 ] && [ "$state" = idle ] &&
+                run_fio "$RES/read-lz4.json" 0 "$image_bytes" randread
+            sleep 1.1 # so every page is unused for a second
+            [ "$state" = busy ] && attr t recompress_idle 1
+            before=$(json_field t recomp_pages)
+            run_fio "$RES/randwrite-$state-$round.json" "$region_offset" "$FIO_REGION" randwrite
+            echo "$(($(json_field t recomp_pages) - before))" >"$RES/randwrite-$state-$round.recompressed"
+        done
+        echo "  round $round of $ROUNDS done" >&2
+    done
+    # reads of recompressed pages: let the thread finish, then read the image region
+    settle t
+    attr t recompress_idle 0
+    run_fio "$RES/read-recompressed.json" 0 "$image_bytes" randread
+    stop
+}
+
+START=$(date +%s)
+echo "recompress: zstd level $LEVEL, dictionary $DICT_SIZE, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+if why=$(build_image); then
+    echo "  image: $(($(stat -c %s "$WORK/image") >> 20)) MiB, $(cat "$RES/image.desc")"
+    stat -c %s "$WORK/image" >"$RES/image.bytes"
+    for side in zram lz4-dedup zstd-dedup recompress recompress-dict; do
+        step memory || { echo '{"skipped": "not in STEPS"}' >"$RES/$side.json"; continue; }
+        if [ "$side" = zram ] && { [ ! -b "$ZDEV" ] || [ "$(cat "$ZSYS/initstate" 2>/dev/null)" != 0 ]; }; then
+            echo '{"skipped": "'"$ZDEV"' missing or in use"}' >"$RES/$side.json"
+            continue
+        fi
+        memory "$side"
+        echo "  $side: $(cut -c1-150 "$RES/$side.json")" >&2
+    done
+    step throughput && throughput
+    step sweep || SWEEP= DICT_SWEEP=
+    # the choice of level and dictionary size: uzram estimate's projection of each
+    for level in $SWEEP; do
+        "$UZRAM" estimate -q --json -r "zstd:$level" --dict-size "$DICT_SIZE" --hot 0 "$WORK/image" \
+            >"$RES/sweep-$level-$DICT_SIZE.json" || rm -f "$RES/sweep-$level-$DICT_SIZE.json"
+    done
+    for dict in $DICT_SWEEP; do
+        [ "$dict" = "$DICT_SIZE" ] && [[ " $SWEEP " == *" $LEVEL "* ]] && continue
+        "$UZRAM" estimate -q --json -r "zstd:$LEVEL" --dict-size "$dict" --hot 0 "$WORK/image" \
+            >"$RES/sweep-$LEVEL-$dict.json" || rm -f "$RES/sweep-$LEVEL-$dict.json"
+    done
+else
+    echo "${why:-the image could not be built}" >"$RES/skipped"
+    echo "  skipped: $(cat "$RES/skipped")"
+fi
+END=$(date +%s)
+
+"$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" <<'EOF'
+import glob, json, os, statistics, sys
+res, out, level, dict_size, rounds, runtime, seconds, quick = sys.argv[1:9]
+doc = {"level": int(level), "dict_size": dict_size, "rounds": int(rounds), "runtime": int(runtime),
+       "seconds": int(seconds), "quick": quick == "1"}
+if os.path.exists(os.path.join(res, "skipped")):
+    doc["skipped"] = open(os.path.join(res, "skipped")).read().strip()
+else:
+    doc["image"] = open(os.path.join(res, "image.desc")).read().strip()
+    doc["image_bytes"] = int(open(os.path.join(res, "image.bytes")).read())
+    doc["sides"] = {}
+    for side in ("zram", "lz4-dedup", "zstd-dedup", "recompress", "recompress-dict"):
+        doc["sides"][side] = json.load(open(os.path.join(res, side + ".json")))
+    def iops(path):
+        job = json.load(open(path))["jobs"][0]
+        return job["write"]["iops"] if job["write"]["iops"] else job["read"]["iops"]
+    if os.path.exists(os.path.join(res, "rate")):
+        doc["rate"] = int(open(os.path.join(res, "rate")).read())
+    for state in ("idle", "busy"):
+        runs = sorted(glob.glob(os.path.join(res, "randwrite-%s-*.json" % state)))
+        doc["randwrite_" + state] = [iops(p) for p in runs]
+        doc["recompressed_during_" + state] = [
+            int(open(p.replace(".json", ".recompressed")).read()) for p in runs]
+    if doc["randwrite_idle"] and doc["randwrite_busy"]:
+        doc["randwrite_busy_vs_idle"] = (statistics.median(doc["randwrite_busy"]) /
+                                         statistics.median(doc["randwrite_idle"]))
+        doc["randread_lz4"] = iops(os.path.join(res, "read-lz4.json"))
+        doc["randread_recompressed"] = iops(os.path.join(res, "read-recompressed.json"))
+    doc["sweep"] = []
+    for path in sorted(glob.glob(os.path.join(res, "sweep-*.json"))):
+        level, dict_size = os.path.basename(path)[6:-5].split("-")
+        e = json.load(open(path))
+        r = e["recompression"]
+        lz4 = e["total"]["algorithms"][r["primary"]]
+        doc["sweep"].append({"level": int(level), "dict_size": dict_size,
+                             "kernel_zram_lz4": lz4["kernel_zram"]["total_bytes"],
+                             "recompressed": r["recompressed_bytes"],
+                             "recompressed_dict": r.get("recompressed_dict_bytes"),
+                             "dict_memory": r.get("dictionary_memory")})
+    doc["sweep"].sort(key=lambda x: (x["level"], x["dict_size"]))
+json.dump(doc, open(out, "w"), indent=1)
+EOF
+echo "recompress: done in $((END - START)) s; $OUT/recompress.json"
