@@ -275,6 +275,101 @@ UZRAM_API int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds);
 /* Pages per second the background thread may try; 0: no limit. Returns 0. */
 UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second);
 
+/* ------------------------------------------------------------------------
+ * Writeback: a backing store below memory
+ * ---------------------------------------------------------------------- */
+
+/* zram's writeback (CONFIG_ZRAM_WRITEBACK), with the pages kept compressed:
+ * a device may have a backing store, a regular file or a block device, to
+ * which pages move out of memory. Their compressed objects are packed into
+ * the store's 4 KiB blocks (not a block per page, as zram's), so the store
+ * takes about what the objects took in memory. A read of a written-back
+ * page reads it from the store and decompresses it, without holding up
+ * readers or writers of other pages; it stays on the store until it is
+ * overwritten or discarded, which frees its space (in a file, holes are
+ * punched: the file's allocated blocks shrink). Same-filled pages stay in
+ * memory; an object shared through dedup is written once and stays shared.
+ * A failed read of the store is -EIO for that read (failed_reads); a failed
+ * write leaves the pages in memory (bd_write_errors, bd_nospace).
+ *
+ * The store is as volatile as the memory part: it is not an image of the
+ * device, and it is emptied when it is attached; what a server left in it
+ * is of no use to the next one. */
+
+/* zram's backing_dev: attach the store at `path`, or detach it (`path`
+ * NULL or "none"). A regular file is created if missing, emptied, locked
+ * against a second user and sized sparsely to `size` bytes (0: twice the
+ * disk size); of a block device (opened O_EXCL) `size` bytes are used (0:
+ * all of it). Files and devices are read and written with O_DIRECT where
+ * the file system allows it, so that written-back pages do not come back
+ * into memory as page cache. Only while the device holds no data (as zram
+ * takes backing_dev only before disksize).
+ * Errors: -EBUSY the device holds data, or the file or device is in use;
+ *         -EINVAL neither a regular file nor a block device, or `size`
+ *                 under 8 KiB or above 128 TiB;
+ *         -ENOMEM, or the -errno of opening or sizing it. */
+UZRAM_API int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size);
+
+/* The path of the store into buf, "none" without one, NUL-terminated.
+ * Returns the length, or -ERANGE if buf is too small. */
+UZRAM_API int uzram_get_backing_dev(struct uzram *dev, char *buf, size_t size);
+
+/* Which pages uzram_writeback() takes (zram's writeback modes): idle
+ * (marked by uzram_mark_idle()), huge (stored raw), both (huge_idle),
+ * incompressible (marked so by recompression), or 0 for every page held in
+ * memory. */
+#define UZRAM_WRITEBACK_IDLE 1u
+#define UZRAM_WRITEBACK_HUGE 2u
+#define UZRAM_WRITEBACK_INCOMPRESSIBLE 4u
+
+/* zram's writeback: move the pages of `type` among pages first_page ..
+ * last_page (inclusive; UINT64_MAX: to the end of the disk) to the store
+ * and free their memory; pages already there, same-filled and empty pages
+ * are passed over. Each page is locked only to copy its object, and again
+ * to swap in its place on the store if it did not change meanwhile (a page
+ * written meanwhile stays in memory, and its copy is freed). Stores the
+ * pages written (a shared dedup object counts once) in *written (if not
+ * NULL); each takes one page of writeback_limit while
+ * writeback_limit_enable is on. Thread-safe; one writeback runs at a time.
+ * Errors: -ENODEV  no backing store;
+ *         -EINVAL  bad type, or first_page past the end or after last_page;
+ *         -EIO     writeback_limit_enable is on and writeback_limit is used
+ *                  up (zram's answer), or a write to the store failed;
+ *         -ENOSPC  the store is full;
+ *         in each case the pages not written stay in memory, as they were. */
+UZRAM_API int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page,
+                              uint64_t last_page, uint64_t *written);
+
+/* zram's writeback_limit and writeback_limit_enable: with the limit enabled
+ * (default off), writeback stops once it has written writeback_limit pages,
+ * and each page written takes one from it; set it again to allow more.
+ * uzram_reset() sets the limit to 0. Both apply to every writeback, by
+ * request or automatic. Return 0. */
+UZRAM_API int uzram_set_writeback_limit(struct uzram *dev, uint64_t pages);
+UZRAM_API int uzram_set_writeback_limit_enable(struct uzram *dev, bool on);
+
+/* Beyond zram, as zswap does with its pool: with `on`, a write that would
+ * take the pool past mem_limit first writes back the pages idle the
+ * longest (their last access, idle marks first) until it fits, instead of
+ * failing with -ENOSPC. The wait is bounded: if nothing can be written
+ * back (no store, the store full, writeback_limit used up, only
+ * same-filled pages), the write fails with -ENOSPC as before. A library
+ * thread at the lowest CPU priority also keeps the pool a little below the
+ * limit ahead of the writes, at most writeback_rate pages a second.
+ * Returns 0, or -ENOMEM / -EAGAIN when the thread cannot be made. */
+UZRAM_API int uzram_set_writeback_when_full(struct uzram *dev, bool on);
+
+/* Beyond zram: with `seconds` > 0 the library thread writes back, again
+ * and again, the pages not accessed for that many seconds (their last
+ * access, not the idle marks); 0 stops it. Returns 0, or -ENOMEM /
+ * -EAGAIN when the thread cannot be made. */
+UZRAM_API int uzram_set_writeback_idle(struct uzram *dev, uint64_t seconds);
+
+/* Pages a second the library thread may write back (default 4096, 16
+ * MiB/s of pages; 0: no limit). Writes that must make room themselves are
+ * not held to it. Returns 0. */
+UZRAM_API int uzram_set_writeback_rate(struct uzram *dev, uint64_t pages_per_second);
+
 /* Move objects out of sparsely used pool pages and return the pages that
  * become empty to the operating system, while I/O goes on. Adds the pages
  * freed to pages_compacted and, when `pages_freed` is not NULL, stores the
@@ -325,6 +420,9 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  *          zram dedup patch set (keep this order: scripts read mm_stat by
  *          position)
  *   IO     io_stat: zram's four fields in zram's order
+ *   BD     bd_stat: zram's three fields of the backing store, in 4 KiB pages
+ *          (bd_count: blocks of the store in use; bd_reads, bd_writes: pages
+ *          read from and written to it)
  *   DEBUG  debug_stat, as "name: value" lines
  * `kind` is LEVEL for an amount held now, which goes up and down (a gauge),
  * or EVENTS for a count of events, which only grows until the device is
@@ -357,7 +455,16 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(recomp_bytes, DEBUG, EVENTS, "bytes those objects had before recompression")                 \
     X(recomp_saved_bytes, DEBUG, EVENTS, "bytes recompression saved (before minus after)")         \
     X(incompressible_pages, DEBUG, LEVEL, "pages no secondary algorithm shrinks, skipped")         \
-    X(dict_mem, DEBUG, LEVEL, "bytes of memory of dictionaries (part of mem_used_total)")
+    X(dict_mem, DEBUG, LEVEL, "bytes of memory of dictionaries (part of mem_used_total)")          \
+    X(bd_count, BD, LEVEL, "4 KiB blocks of the backing store in use")                             \
+    X(bd_reads, BD, EVENTS, "pages read from the backing store")                                   \
+    X(bd_writes, BD, EVENTS, "pages written to the backing store (written back or moved)")         \
+    X(bd_objects, DEBUG, LEVEL, "objects on the backing store (a shared dedup object once)")       \
+    X(bd_data_size, DEBUG, LEVEL, "bytes of the objects on the backing store (4096 per raw page)") \
+    X(bd_write_errors, DEBUG, EVENTS, "writes to the backing store that failed (pages stayed)")    \
+    X(bd_nospace, DEBUG, EVENTS, "writebacks that found the backing store full (pages stayed)")    \
+    X(writeback_limit, DEBUG, LEVEL, "pages writeback may still write (writeback_limit_enable)")   \
+    X(writeback_limit_enable, DEBUG, LEVEL, "1: writeback stops when writeback_limit is used up")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */
@@ -404,9 +511,11 @@ UZRAM_API int uzram_stat_kind(size_t index);
  * 2048 for JSON).
  *   mm_stat: the MM counters of UZRAM_STATS, space separated (11 fields)
  *   io_stat: the IO counters, space separated (4 fields)
+ *   bd_stat: the BD counters, space separated (3 fields)
  *   json:    one object with every counter by name, in UZRAM_STATS order */
 UZRAM_API int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size);
 UZRAM_API int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size);
+UZRAM_API int uzram_format_bd_stat(const struct uzram_stats *stats, char *buf, size_t size);
 UZRAM_API int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------

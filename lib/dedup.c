@@ -530,6 +530,18 @@ bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *
     return same;
 }
 
+int dedup_with_object(struct dedup *dedup, uint32_t id,
+                      int (*fn)(void *arg, const struct dedup_object *object), void *arg)
+{
+    struct dedup_entry *entry = entry_at(dedup, id);
+    struct dedup_object object;
+    entry_pin(entry);
+    entry_get_object(entry, &object);
+    int rc = fn(arg, &object);
+    entry_unpin(entry);
+    return rc;
+}
+
 bool dedup_is_huge(struct dedup *dedup, uint32_t id)
 {
     return entry_size(entry_at(dedup, id)) == UZRAM_PAGE_SIZE;

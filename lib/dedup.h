@@ -95,14 +95,20 @@ int dedup_read_object(struct dedup *dedup, uint32_t id, void *page, struct dedup
  * (e.g. through a locked page slot). False if the count is full. */
 bool dedup_get(struct dedup *dedup, uint32_t id);
 
-/* Recompression: make entry `id` (the caller holds a reference) own `object`
- * instead of its current one, if that still has the size and codec of
- * `expected` (another recompression may have come first; compaction may
- * have moved it). Waits for readers decoding it to finish. On success the
- * old object is stored in *old for the caller to free, dup_data_size
- * follows the new size, and true is returned; else `object` is the caller's
- * to free. The content is the same, so dedup keeps finding the entry by its
- * hash. */
+/* Call fn(arg, object) with entry `id`'s object pinned (compaction and
+ * replacement wait meanwhile), and return what it returns. The caller holds
+ * a reference. */
+int dedup_with_object(struct dedup *dedup, uint32_t id,
+                      int (*fn)(void *arg, const struct dedup_object *object), void *arg);
+
+/* Recompression and writeback: make entry `id` (the caller holds a
+ * reference) own `object` instead of its current one, if that still has the
+ * size and codec of `expected` (another recompression may have come first;
+ * compaction may have moved it). Waits for readers decoding it to finish.
+ * On success the old object is stored in *old for the caller to free,
+ * dup_data_size follows the new size, and true is returned; else `object`
+ * is the caller's to free. The content is the same, so dedup keeps finding
+ * the entry by its hash. */
 bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *expected,
                    const struct dedup_object *object, struct dedup_object *old);
 

@@ -12,6 +12,7 @@
 #include "codecs.h"
 #include "recompress.h"
 #include "uzram.h"
+#include "writeback.h"
 
 struct pool;
 struct dedup;
@@ -21,14 +22,15 @@ struct dedup;
  *
  * info bit layout (32 bits):
  *   bit  0       SLOT_LOCK: held while the slot is read or changed
- *   bits 1..3    state (enum slot_state; values 5..7 are free)
+ *   bits 1..3    state (enum slot_state; values 6..7 are free)
  *   bit  4       SLOT_IDLE: marked idle (the `idle` attribute) and not read
  *                or written since
  *   bit  5       SLOT_INCOMPRESSIBLE: recompression found no smaller form;
  *                later recompression passes skip the page
- *   bits 6..9    codec id of a COMPRESSED object (the device's codec table:
- *                the algorithm, level and dictionary that made it)
- *   bits 10..22  compressed size, 1..4096, of a COMPRESSED or HUGE page
+ *   bits 6..9    codec id of a COMPRESSED or BACKED object (the device's
+ *                codec table: the algorithm, level and dictionary that made it)
+ *   bits 10..22  compressed size, 1..4096, of a COMPRESSED, HUGE or BACKED
+ *                page (4096: a raw page)
  *   bits 23..31  free (9 bits), e.g. for a written-back page's marks
  * A new form published in a slot starts with IDLE and INCOMPRESSIBLE clear.
  *
@@ -42,6 +44,8 @@ struct dedup;
  *   COMPRESSED   pool handle of the compressed object
  *   HUGE         pool handle of the raw 4096-byte page
  *   DEDUP        id of a dedup entry (which owns the object)
+ *   BACKED       byte offset of the object on the backing store (written
+ *                back; below 2^47); a raw page when its size is 4096
  *
  * `value` and `ac_time` are only read or written with SLOT_LOCK held (ac_time
  * is atomic only so that a scan may peek at it without the lock); an empty
@@ -54,6 +58,7 @@ enum slot_state {
     SLOT_COMPRESSED = 2,
     SLOT_HUGE = 3,
     SLOT_DEDUP = 4,
+    SLOT_BACKED = 5,
 };
 
 #define SLOT_LOCK 1u
@@ -99,6 +104,11 @@ static inline unsigned slot_info_size(uint32_t info)
 /* Owners of pool objects, as compaction sees them: a page slot (index + 1,
  * so that slot 0 is not owner 0) or a dedup entry (top bit set). */
 #define OWNER_DEDUP_BIT (1ull << 63)
+
+/* A dedup entry's object that was written back: its handle is OBJECT_BACKED
+ * | its offset on the backing store (pool handles and store offsets are
+ * both below 2^47, and an entry keeps 48 bits). */
+#define OBJECT_BACKED (1ull << 47)
 
 /* A compressed or raw page as the write path prepares it before it takes
  * any lock: what goes into the slot. */
@@ -158,11 +168,21 @@ struct uzram {
     _Atomic uint64_t recomp_saved_bytes;
 
     struct recompressor recompressor;
+
+    /* the backing store, and what moves pages to it */
+    struct writeback writeback;
 };
 
 static inline struct dedup *device_dedup(struct uzram *dev)
 {
     return atomic_load_explicit(&dev->dedup, memory_order_acquire);
+}
+
+/* The backing store, or NULL: attached and detached only while the device
+ * holds no page, so a page on it always finds it. */
+static inline struct backing *device_backing(struct uzram *dev)
+{
+    return device_backing_of(&dev->writeback);
 }
 
 static inline void counter_add(_Atomic uint64_t *counter, uint64_t amount)

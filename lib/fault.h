@@ -9,7 +9,8 @@
 /*
  * A fault point guards one place where the engine can fail for a reason
  * outside its control: an allocation (malloc, mmap, a dedup id, a
- * compression context) or a compression call. Written as
+ * compression context), a compression call, or an I/O of the backing store
+ * (a disk that fails). Written as
  *
  *     ptr = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(size);
  *     if (FAULT_POINT(FAULT_COMPRESS)) return -EIO;
@@ -32,7 +33,8 @@
 enum fault_kind {
     FAULT_ALLOC = 1u,    /* memory: malloc, mmap, dedup ids, contexts */
     FAULT_COMPRESS = 2u, /* a compression call reports a library error */
-    FAULT_ANY = 3u,
+    FAULT_IO = 4u,       /* a read or write of the backing store fails (EIO) */
+    FAULT_ANY = 7u,
 };
 
 /* Only test builds have the countdown (fault.c is built into the test

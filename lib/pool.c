@@ -12,11 +12,11 @@
 #include "fault.h"
 
 /*
- * Handle bit layout (48 bits used, bits 48..63 always zero):
+ * Handle bit layout (bits 39..63 always zero: handles stay below 2^47):
  *
  *   bits  0..11  object index inside its span (a span holds at most
  *                16 pages / 16 bytes = 4096 objects)
- *   bits 12..47  span id + 1 (so that no handle is 0)
+ *   bits 12..38  span id + 1 (so that no handle is 0)
  *
  * The span id is also the index of the span's 64 KiB window of address space:
  * window id = chunk number * WINDOWS_PER_CHUNK + window within the chunk. Ids are
@@ -37,6 +37,9 @@
 
 #define OBJECT_INDEX_BITS 12u
 #define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
+_Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_BITS) <=
+                   1ull << POOL_HANDLE_BITS,
+               "every handle is below 2^POOL_HANDLE_BITS");
 
 /* Each object starts with a header holding its owner, so that compaction
  * can ask the owner's permission to move it. */

@@ -17,7 +17,7 @@
  * time, never 0) so that compaction can find who refers to it and ask that
  * owner to let it be moved.
  *
- * Handles are opaque non-zero values below 2^48. A handle stays valid until
+ * Handles are opaque non-zero values below 2^47. A handle stays valid until
  * pool_free() or until compaction moves the object (which it only does while
  * the owner is locked through the callbacks below).
  *
@@ -28,7 +28,7 @@
  */
 
 #define POOL_MAX_OBJECT 4096u
-#define POOL_HANDLE_BITS 48
+#define POOL_HANDLE_BITS 47
 
 struct pool;
 

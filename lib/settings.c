@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "backing.h"
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
@@ -102,6 +103,8 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     uint64_t pages = counter_get(&dev->pages_stored);
     uint64_t dict_mem = codecs_dict_mem(&dev->codecs);
     struct dedup *dedup = device_dedup(dev);
+    struct writeback *writeback = &dev->writeback;
+    struct backing *backing = device_backing(dev);
     const struct uzram_stats all = {
         .orig_data_size = pages * UZRAM_PAGE_SIZE,
         .compr_data_size = counter_get(&dev->compr_data_size),
@@ -127,6 +130,15 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .recomp_saved_bytes = counter_get(&dev->recomp_saved_bytes),
         .incompressible_pages = counter_get(&dev->incompressible_pages),
         .dict_mem = dict_mem,
+        .bd_count = backing ? backing_blocks_used(backing) : 0,
+        .bd_reads = counter_get(&writeback->bd_reads),
+        .bd_writes = counter_get(&writeback->bd_writes),
+        .bd_objects = counter_get(&writeback->bd_objects),
+        .bd_data_size = counter_get(&writeback->bd_data_size),
+        .bd_write_errors = counter_get(&writeback->bd_write_errors),
+        .bd_nospace = counter_get(&writeback->bd_nospace),
+        .writeback_limit = atomic_load(&writeback->limit),
+        .writeback_limit_enable = atomic_load(&writeback->limit_enable),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

@@ -1,5 +1,5 @@
 /* stats.c - the counters by name and the text forms of a snapshot: mm_stat, io_stat,
- * debug_stat, JSON. All of them follow the one list UZRAM_STATS in uzram.h. */
+ * bd_stat, debug_stat, JSON. All of them follow the one list UZRAM_STATS in uzram.h. */
 #include "stats.h"
 
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum stat_form { STAT_FORM_MM, STAT_FORM_IO, STAT_FORM_DEBUG };
+enum stat_form { STAT_FORM_MM, STAT_FORM_IO, STAT_FORM_BD, STAT_FORM_DEBUG };
 
 static const struct stat_field {
     const char *name;
@@ -109,6 +109,11 @@ int uzram_format_mm_stat(const struct uzram_stats *stats, char *buf, size_t size
 int uzram_format_io_stat(const struct uzram_stats *stats, char *buf, size_t size)
 {
     return format_line(stats, STAT_FORM_IO, buf, size);
+}
+
+int uzram_format_bd_stat(const struct uzram_stats *stats, char *buf, size_t size)
+{
+    return format_line(stats, STAT_FORM_BD, buf, size);
 }
 
 int stats_format_debug(const struct uzram_stats *stats, char *buf, size_t size)

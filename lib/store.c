@@ -1,13 +1,15 @@
 /* store.c - the page table, slot locking, and the read, write and discard paths.
  * A whole-page write does its costly work (same-filled check, dedup lookup, compression,
  * allocation) before it takes the slot lock, which then only covers the swap of the old form
- * for the new; a partial write holds the lock throughout (see write_partial). */
+ * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
+ * on the backing store pins it and reads it without the lock (see read_held). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
+#include "backing.h"
 #include "comp.h"
 #include "dedup.h"
 #include "recompress.h"
@@ -184,20 +186,35 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
     int length = store_compress(dev, 0, page, HUGE_THRESHOLD - 1, &codec);
     if (length < 0)
         return length;
-    int rc = length == 0
+    int rc;
+    /* Past mem_limit, writeback_when_full writes cold pages back until
+     * this one fits (a bounded number of tries). */
+    for (unsigned attempt = 0;; attempt++) {
+        rc = length == 0
                  ? store_put_object(dev, page, UZRAM_PAGE_SIZE, 0, owner, object)
                  : store_put_object(dev, compress_buffer, (unsigned)length, codec, owner, object);
+        if (rc != -ENOSPC || !writeback_make_room(dev, attempt))
+            break;
+    }
     if (rc < 0 && length > 0)
         codecs_release(&dev->codecs, codec);
     return rc;
 }
 
-/* Undo store_compress_page(): free the object, its count and its codec user. */
+/* Free a COMPRESSED, HUGE or BACKED object (undoing store_compress_page()
+ * or a writeback): its memory or its place on the backing store, its count
+ * and its codec user. */
 static void store_free_object(struct uzram *dev, const struct page_object *object)
 {
-    pool_free(dev->pool, object->value);
-    counter_sub(&dev->compr_data_size, object->size);
-    if (object->state == SLOT_COMPRESSED)
+    if (object->state == SLOT_BACKED) {
+        backing_free(device_backing(dev), object->value, object->size);
+        counter_sub(&dev->writeback.bd_data_size, object->size);
+        counter_sub(&dev->writeback.bd_objects, 1);
+    } else {
+        pool_free(dev->pool, object->value);
+        counter_sub(&dev->compr_data_size, object->size);
+    }
+    if (object->size != UZRAM_PAGE_SIZE)
         codecs_release(&dev->codecs, object->codec);
 }
 
@@ -213,17 +230,35 @@ static int store_decode(struct uzram *dev, const void *data, unsigned length, un
     return comp_decompress_dict(config->algorithm, config->dict, data, length, page);
 }
 
-/* Decompress (or copy) a COMPRESSED or HUGE object into `page`. */
+/* Decompress (or copy) a COMPRESSED, HUGE or BACKED object into `page`. A
+ * BACKED one must be kept alive by the caller (slot locked, extent pinned,
+ * or a dedup entry pinned) while it is read. */
 static int store_load_object(struct uzram *dev, const struct page_object *object, void *page)
 {
-    return store_decode(dev, pool_map(dev->pool, object->value), object->size, object->codec, page);
+    if (object->state != SLOT_BACKED)
+        return store_decode(dev, pool_map(dev->pool, object->value), object->size, object->codec,
+                            page);
+    const void *data;
+    int rc = backing_read(device_backing(dev), object->value, object->size, &data);
+    if (rc < 0)
+        return -EIO;
+    counter_add(&dev->writeback.bd_reads, 1);
+    return store_decode(dev, data, object->size, object->codec, page);
 }
 
 /* ---- objects of dedup entries ------------------------------------------------------ */
 
-/* A dedup entry's object is a COMPRESSED or HUGE form that the entry owns. */
+/* A dedup entry's object is a COMPRESSED, HUGE or (written back) BACKED
+ * form that the entry owns. */
 static struct page_object dedup_form(const struct dedup_object *object)
 {
+    if (object->handle & OBJECT_BACKED)
+        return (struct page_object){
+            .state = SLOT_BACKED,
+            .value = object->handle & ~OBJECT_BACKED,
+            .codec = object->codec,
+            .size = object->size,
+        };
     return (struct page_object){
         .state = object->size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
         .value = object->handle,
@@ -254,15 +289,19 @@ int store_dedup_create(struct uzram *dev, struct dedup **out)
     return dedup_create(dev->page_count, &ops, out);
 }
 
-_Static_assert(POOL_HANDLE_BITS <= DEDUP_HANDLE_BITS, "a dedup entry holds any pool handle");
+_Static_assert(POOL_HANDLE_BITS <= 47 && BACKING_MAX_BYTES <= OBJECT_BACKED &&
+                   OBJECT_BACKED < 1ull << DEDUP_HANDLE_BITS,
+               "a dedup entry holds any pool handle, and any store offset with OBJECT_BACKED");
 _Static_assert(CODECS_MAX <= 1u << SLOT_CODEC_BITS && CODECS_MAX <= 1u << DEDUP_CODEC_BITS,
                "slots and dedup entries hold any codec id");
 
 /* ---- forms of a page ------------------------------------------------------ */
 
+/* Raw pages count as huge wherever they are, in memory or written back. */
 static bool object_is_huge(struct uzram *dev, const struct page_object *object)
 {
-    if (object->state == SLOT_HUGE)
+    if (object->state == SLOT_HUGE ||
+        (object->state == SLOT_BACKED && object->size == UZRAM_PAGE_SIZE))
         return true;
     return object->state == SLOT_DEDUP && dedup_is_huge(device_dedup(dev), (uint32_t)object->value);
 }
@@ -300,6 +339,7 @@ static void release_old(struct uzram *dev, const struct page_object *old, bool h
         break;
     case SLOT_COMPRESSED:
     case SLOT_HUGE:
+    case SLOT_BACKED:
         store_free_object(dev, old);
         break;
     case SLOT_DEDUP:
@@ -355,7 +395,8 @@ static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
     return rc;
 }
 
-/* Read the page of a locked slot. */
+/* Read the page of a locked slot (one on the backing store too, with the
+ * lock held: a partial write does, see read_held for reads). */
 static int load_locked(struct uzram *dev, struct slot *slot, void *page)
 {
     struct page_object object;
@@ -369,11 +410,60 @@ static int load_locked(struct uzram *dev, struct slot *slot, void *page)
         return 0;
     case SLOT_COMPRESSED:
     case SLOT_HUGE:
+    case SLOT_BACKED:
         return store_load_object(dev, &object, page);
     case SLOT_DEDUP:
         return dedup_read(device_dedup(dev), (uint32_t)object.value, page);
     }
     return -EIO;
+}
+
+/* For a dedup_with_object() caller that wants the object itself. */
+static int copy_dedup_object(void *arg, const struct dedup_object *object)
+{
+    *(struct dedup_object *)arg = *object;
+    return 0;
+}
+
+/* A page on the backing store is read without its slot lock, since a pread
+ * may take long: the object is held alive instead, its extent pinned (and
+ * its codec held) or a reference taken on its dedup entry, so that an
+ * overwrite or discard meanwhile can neither free nor reuse it; the read
+ * still returns the page as it was when it started, whole. With the slot
+ * locked: true if the page is such a one, held in `held`. */
+static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object *held)
+{
+    if (!device_backing(dev))
+        return false;
+    slot_get(slot, held);
+    if (held->state == SLOT_BACKED) {
+        backing_pin(device_backing(dev), held->value, held->size);
+        if (held->size != UZRAM_PAGE_SIZE)
+            codecs_hold(&dev->codecs, held->codec);
+        return true;
+    }
+    if (held->state != SLOT_DEDUP)
+        return false;
+    struct dedup *dedup = device_dedup(dev);
+    struct dedup_object object;
+    dedup_with_object(dedup, (uint32_t)held->value, copy_dedup_object, &object);
+    return (object.handle & OBJECT_BACKED) && dedup_get(dedup, (uint32_t)held->value);
+}
+
+/* Read a page held by hold_backed(), without the slot lock, and let it go. */
+static int read_held(struct uzram *dev, const struct page_object *held, void *page)
+{
+    if (held->state == SLOT_DEDUP) {
+        struct dedup *dedup = device_dedup(dev);
+        int rc = dedup_read(dedup, (uint32_t)held->value, page);
+        dedup_put(dedup, (uint32_t)held->value);
+        return rc;
+    }
+    int rc = store_load_object(dev, held, page);
+    backing_unpin(device_backing(dev), held->value, held->size);
+    if (held->size != UZRAM_PAGE_SIZE)
+        codecs_release(&dev->codecs, held->codec);
+    return rc;
 }
 
 /* Publish `object` (counted as raw when `huge`) in `slot`, then release
@@ -503,16 +593,21 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
             length -= chunk;
             continue;
         }
+        unsigned char *page = chunk == UZRAM_PAGE_SIZE ? out : page_buffer;
+        struct page_object held;
         slot_lock(slot);
-        if (chunk == UZRAM_PAGE_SIZE) {
-            rc = load_locked(dev, slot, out);
-        } else {
-            rc = load_locked(dev, slot, page_buffer);
-            memcpy(out, page_buffer + part.offset, chunk);
-        }
-        if (rc == 0)
+        if (hold_backed(dev, slot, &held)) {
             slot_touch(dev, slot, now);
-        slot_unlock(slot);
+            slot_unlock(slot);
+            rc = read_held(dev, &held, page);
+        } else {
+            rc = load_locked(dev, slot, page);
+            if (rc == 0)
+                slot_touch(dev, slot, now);
+            slot_unlock(slot);
+        }
+        if (page != out)
+            memcpy(out, page + part.offset, chunk);
         if (rc < 0)
             counter_add(&dev->failed_reads, 1);
         offset += chunk;
@@ -765,7 +860,13 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
     slot_unlock(slot);
     if (!take)
         return 0;
+    /* An object on the backing store stays there as it is. */
     struct dedup_object expected;
+    dedup_with_object(dedup, id, copy_dedup_object, &expected);
+    if (expected.handle & OBJECT_BACKED) {
+        dedup_put(dedup, id);
+        return 0;
+    }
     int rc = dedup_read_object(dedup, id, recompress_page, &expected);
     unsigned current = object_priority(dev, expected.size, expected.codec);
     if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
@@ -785,12 +886,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
             const struct dedup_object object = {made.value, made.size, made.codec};
             struct dedup_object replaced;
             if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
-                const struct page_object form = {
-                    .state = SLOT_COMPRESSED,
-                    .value = replaced.handle,
-                    .codec = replaced.codec,
-                    .size = replaced.size,
-                };
+                /* Written back meanwhile: the copy on the store goes. */
+                const struct page_object form = dedup_form(&replaced);
                 store_free_object(dev, &form);
                 tally->recompressed++;
                 tally->bytes_before += expected.size;
@@ -887,6 +984,231 @@ int store_sample_page(struct uzram *dev, uint64_t index, void *page)
     return rc;
 }
 
+/* ---- writeback --------------------------------------------------------------- */
+
+/* Whether `filter` takes a page with this info and ac_time at `now`,
+ * leaving out huge-ness (it needs the slot locked for a dedup reference):
+ * checked once without the lock (to pass over most pages cheaply) and again
+ * with it. Only pages whose object is in memory go. */
+static bool writeback_takes(const struct writeback_filter *filter, uint32_t info, uint32_t ac_time,
+                            uint32_t now)
+{
+    enum slot_state state = slot_info_state(info);
+    if (filter->relocate)
+        return state == SLOT_BACKED || state == SLOT_DEDUP;
+    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
+        return false;
+    if ((filter->type & UZRAM_WRITEBACK_IDLE) && !(info & SLOT_IDLE))
+        return false;
+    if ((filter->type & UZRAM_WRITEBACK_INCOMPRESSIBLE) && !(info & SLOT_INCOMPRESSIBLE))
+        return false;
+    if ((filter->type & UZRAM_WRITEBACK_HUGE) && state == SLOT_COMPRESSED)
+        return false;
+    return filter->min_age == 0 || (ac_time <= now && now - ac_time >= filter->min_age);
+}
+
+struct entry_copy {
+    struct uzram *dev;
+    void *bytes;
+    struct dedup_object *object;
+    bool relocate;
+};
+
+/* Copy `size` bytes of the object at `offset` on the store; false if the
+ * read fails (the object stays where it is). */
+static bool copy_backed(struct uzram *dev, uint64_t offset, unsigned size, void *bytes)
+{
+    const void *data;
+    if (backing_read(device_backing(dev), offset, size, &data) < 0)
+        return false;
+    memcpy(bytes, data, size);
+    return true;
+}
+
+/* dedup_with_object(): copy an entry's object that is in memory (or,
+ * relocating, one in a sparse block of the store). */
+static int copy_entry_bytes(void *arg, const struct dedup_object *object)
+{
+    struct entry_copy *copy = arg;
+    bool backed = object->handle & OBJECT_BACKED;
+    uint64_t offset = object->handle & ~OBJECT_BACKED;
+    if (backed != copy->relocate)
+        return 0;
+    if (backed && (!backing_sparse(device_backing(copy->dev), offset, object->size) ||
+                   !copy_backed(copy->dev, offset, object->size, copy->bytes)))
+        return 0;
+    if (!backed)
+        memcpy(copy->bytes, pool_map(copy->dev->pool, object->handle), object->size);
+    *copy->object = *object;
+    return (int)object->size;
+}
+
+/* Writeback holds its lock while it locks slots, and a writer holding a
+ * slot lock may be waiting for that lock (to make room): so writeback never
+ * waits for a slot lock without bound. `patient`: try for a while, spinning
+ * then yielding; else once. */
+static bool slot_lock_for_writeback(struct slot *slot, bool patient)
+{
+    unsigned spins = 0;
+    while (!slot_trylock(slot)) {
+        if (!patient || spins >= 256)
+            return false;
+        lock_backoff(&spins);
+    }
+    return true;
+}
+
+int store_writeback_take(struct uzram *dev, uint64_t index, const struct writeback_filter *filter,
+                         uint32_t now, bool wait, struct writeback_item *item, void *bytes)
+{
+    struct slot *slot = &dev->slots[index];
+    uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+    if (peek == 0 ||
+        !writeback_takes(filter, peek, atomic_load_explicit(&slot->ac_time, memory_order_relaxed),
+                         now))
+        return 0;
+    if (!slot_lock_for_writeback(slot, wait))
+        return -EBUSY;
+    struct page_object old;
+    slot_get(slot, &old);
+    if (!writeback_takes(filter, slot_info(slot),
+                         atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now) ||
+        ((filter->type & UZRAM_WRITEBACK_HUGE) && !object_is_huge(dev, &old))) {
+        slot_unlock(slot);
+        return 0;
+    }
+    *item = (struct writeback_item){
+        .index = index,
+        .state = old.state,
+        .value = old.value,
+        .codec = old.codec,
+        .size = old.size,
+    };
+    if (old.state == SLOT_BACKED) {
+        /* Compaction: the extent stays pinned until the move is published
+         * or dropped, so that it is not reused meanwhile, and its offset
+         * still names this object when the slot is checked again. */
+        struct backing *backing = device_backing(dev);
+        bool sparse = backing_sparse(backing, old.value, old.size);
+        if (sparse)
+            backing_pin(backing, old.value, old.size);
+        slot_unlock(slot);
+        if (!sparse)
+            return 0;
+        if (!copy_backed(dev, old.value, old.size, bytes)) {
+            backing_unpin(backing, old.value, old.size);
+            return 0;
+        }
+        return (int)old.size;
+    }
+    if (old.state != SLOT_DEDUP) {
+        memcpy(bytes, pool_map(dev->pool, old.value), old.size);
+        slot_unlock(slot);
+        return (int)old.size;
+    }
+    /* A dedup entry goes once for all the pages that share it: work on our
+     * own reference, without the slot lock. */
+    struct dedup *dedup = device_dedup(dev);
+    uint32_t id = (uint32_t)old.value;
+    bool referenced = dedup_get(dedup, id);
+    slot_unlock(slot);
+    if (!referenced)
+        return 0;
+    struct entry_copy copy = {dev, bytes, &item->entry, filter->relocate};
+    int size = dedup_with_object(dedup, id, copy_entry_bytes, &copy);
+    if (size == 0)
+        dedup_put(dedup, id); /* already on the store, or not in a sparse block */
+    return size;
+}
+
+/* A written-back object of `size` bytes left memory. */
+static void account_written_back(struct uzram *dev, unsigned size)
+{
+    counter_sub(&dev->compr_data_size, size);
+    counter_add(&dev->writeback.bd_objects, 1);
+    counter_add(&dev->writeback.bd_data_size, size);
+}
+
+/* Compaction moved a page's object on the store: the slot takes the new
+ * place if it still holds the old one (pinned since it was copied, so the
+ * offset cannot name another object now). */
+static bool publish_moved(struct uzram *dev, struct writeback_item *item, bool wait)
+{
+    struct backing *backing = device_backing(dev);
+    struct slot *slot = &dev->slots[item->index];
+    bool same = false;
+    if (slot_lock_for_writeback(slot, wait)) {
+        struct page_object now;
+        slot_get(slot, &now);
+        same = now.state == SLOT_BACKED && now.value == item->value && now.size == item->size &&
+               now.codec == item->codec;
+        if (same)
+            slot->value = item->offset;
+        slot_unlock(slot);
+    }
+    if (same)
+        backing_free(backing, item->value, item->size);
+    backing_unpin(backing, item->value, item->size);
+    return same;
+}
+
+bool store_writeback_publish(struct uzram *dev, struct writeback_item *item, const void *bytes,
+                             bool wait)
+{
+    if (item->state == SLOT_DEDUP) {
+        struct dedup *dedup = device_dedup(dev);
+        uint32_t id = (uint32_t)item->value;
+        const struct dedup_object backed = {OBJECT_BACKED | item->offset, item->entry.size,
+                                            item->entry.codec};
+        struct dedup_object old;
+        /* Compaction may have moved it meanwhile; recompression may have
+         * replaced it (then it is not the object written). Only writeback
+         * (this pass) moves an entry's object on the store. */
+        bool done = dedup_replace(dedup, id, &item->entry, &backed, &old);
+        if (done && (old.handle & OBJECT_BACKED)) {
+            backing_free(device_backing(dev), old.handle & ~OBJECT_BACKED, old.size);
+        } else if (done) {
+            account_written_back(dev, old.size);
+            pool_free(dev->pool, old.handle);
+        }
+        dedup_put(dedup, id);
+        return done;
+    }
+    if (item->state == SLOT_BACKED)
+        return publish_moved(dev, item, wait);
+    struct slot *slot = &dev->slots[item->index];
+    if (!slot_lock_for_writeback(slot, wait))
+        return false;
+    /* The same bytes with the same codec are the same page: a handle alone
+     * could have been freed and reused for another page meanwhile. */
+    struct page_object now;
+    slot_get(slot, &now);
+    bool same = now.state == item->state && now.size == item->size && now.codec == item->codec &&
+                memcmp(pool_map(dev->pool, now.value), bytes, now.size) == 0;
+    if (same) {
+        /* Not an access: the marks and ac_time stay, and the codec user
+         * passes to the written-back form. */
+        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
+        slot->value = item->offset;
+        atomic_store_explicit(&slot->info,
+                              slot_info_make(SLOT_BACKED, now.codec, now.size) | marks | SLOT_LOCK,
+                              memory_order_relaxed);
+        account_written_back(dev, now.size);
+    }
+    slot_unlock(slot);
+    if (same)
+        pool_free(dev->pool, now.value);
+    return same;
+}
+
+void store_writeback_drop(struct uzram *dev, struct writeback_item *item)
+{
+    if (item->state == SLOT_DEDUP)
+        dedup_put(device_dedup(dev), (uint32_t)item->value);
+    else if (item->state == SLOT_BACKED)
+        backing_unpin(device_backing(dev), item->value, item->size);
+}
+
 /* ---- compaction ------------------------------------------------------------ */
 
 static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
@@ -930,6 +1252,8 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     };
     uint64_t freed = pool_compact(dev->pool, &ops);
     counter_add(&dev->pages_compacted, freed);
+    /* and the backing store gives back what no page uses */
+    writeback_trim(dev, false, true);
     if (pages_freed)
         *pages_freed = freed;
     return 0;
@@ -997,6 +1321,7 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
         atomic_init(&dev->dedup, dedup);
     }
     pthread_mutex_init(&dev->settings_lock, NULL);
+    writeback_init(&dev->writeback);
     codecs_init(&dev->codecs);
     /* The first entry of an empty table: nothing to allocate, cannot fail. */
     codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
@@ -1023,6 +1348,7 @@ void uzram_destroy(struct uzram *dev)
     if (!dev)
         return;
     recompressor_destroy(dev);
+    writeback_destroy(dev);
     dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
     codecs_destroy(&dev->codecs);
@@ -1045,6 +1371,7 @@ int uzram_reset(struct uzram *dev)
     for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
         atomic_store(cumulative[i], 0);
     dedup_reset_counters(device_dedup(dev));
+    writeback_reset(dev);
     pool_reset_mem_used_max(dev->pool);
     pthread_mutex_unlock(&dev->settings_lock);
     recompressor_resume(dev);

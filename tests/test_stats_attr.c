@@ -402,6 +402,7 @@ static void test_format_erange(void **state)
     (void)state;
     expect_erange(uzram_format_mm_stat);
     expect_erange(uzram_format_io_stat);
+    expect_erange(uzram_format_bd_stat);
     expect_erange(uzram_format_json);
 }
 
@@ -471,11 +472,12 @@ static void test_every_counter_in_every_form(void **state)
 
     for (size_t k = 0; k < 2; k++) {
         const struct uzram_stats *s = snapshots[k];
-        char json_text[2048], mm[256], io[256];
-        char debug[512] = "";
+        char json_text[2048], mm[256], io[256], bd[256];
+        char debug[1024] = "";
         assert_true(uzram_format_json(s, json_text, sizeof json_text) > 0);
         assert_true(uzram_format_mm_stat(s, mm, sizeof mm) > 0);
         assert_true(uzram_format_io_stat(s, io, sizeof io) > 0);
+        assert_true(uzram_format_bd_stat(s, bd, sizeof bd) > 0);
         if (k == 1) {
             char got[2048];
             assert_true(uzram_attr_get(dev, "stat_json", got, sizeof got) > 0);
@@ -486,9 +488,10 @@ static void test_every_counter_in_every_form(void **state)
         struct json j;
         assert_true(json_parse(&j, json_text));
         assert_int_equal(j.keys, LISTED_COUNT);
-        uint64_t mm_fields[32], io_fields[32];
+        uint64_t mm_fields[32], io_fields[32], bd_fields[32];
         int mm_count = parse_fields(mm, mm_fields, 32), io_count = parse_fields(io, io_fields, 32);
-        int mm_index = 0, io_index = 0, debug_count = 0;
+        int bd_count = parse_fields(bd, bd_fields, 32);
+        int mm_index = 0, io_index = 0, bd_index = 0, debug_count = 0;
         for (size_t i = 0; i < LISTED_COUNT; i++) {
             uint64_t value = listed_value(s, i);
             assert_string_equal(j.names[i], listed[i].name); /* in list order */
@@ -499,6 +502,9 @@ static void test_every_counter_in_every_form(void **state)
             } else if (strcmp(listed[i].form, "IO") == 0) {
                 assert_true(io_index < io_count && io_fields[io_index] == value);
                 io_index++;
+            } else if (strcmp(listed[i].form, "BD") == 0) {
+                assert_true(bd_index < bd_count && bd_fields[bd_index] == value);
+                bd_index++;
             } else {
                 assert_string_equal(listed[i].form, "DEBUG");
                 debug_count++;
@@ -514,6 +520,8 @@ static void test_every_counter_in_every_form(void **state)
         /* nothing printed that the list does not have */
         assert_int_equal(mm_index, mm_count);
         assert_int_equal(io_index, io_count);
+        assert_int_equal(bd_index, bd_count);
+        assert_int_equal(bd_count, 3); /* zram's bd_stat */
         if (k == 1) {
             int lines = 0;
             for (const char *p = debug; *p; p++)

@@ -1,0 +1,725 @@
+/* writeback.c - moving stored objects to the backing store (see writeback.h): zram's
+ * writeback passes, room made under mem_limit, the background thread, the settings. */
+#include "writeback.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backing.h"
+#include "device.h"
+#include "fault.h"
+#include "pool.h"
+
+/* Objects per batch: one pwrite of at most BACKING_BATCH_BLOCKS blocks. */
+#define BATCH_OBJECTS 64u
+_Static_assert(BATCH_OBJECTS + 2 <= BACKING_BATCH_BLOCKS, "a batch of pages fits the buffer");
+
+/* Slots one search for cold pages looks at, at the most. */
+#define COLD_SCAN 65536u
+
+/* Making room for one write: at most this many batches, and this long. */
+#define MAKE_ROOM_ATTEMPTS 64u
+#define MAKE_ROOM_SECONDS 5
+
+#define DEFAULT_RATE 4096u
+
+/* The thread keeps the pool this far below mem_limit (a fraction of it,
+ * at least 256 KiB), starting when it is within half of that. */
+#define HEADROOM_DIVISOR 16u
+#define HEADROOM_MIN (256u * 1024u)
+
+void writeback_init(struct writeback *writeback)
+{
+    memset(writeback, 0, sizeof *writeback);
+    pthread_mutex_init(&writeback->lock, NULL);
+    pthread_mutex_init(&writeback->thread_lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&writeback->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_init(&writeback->rate, DEFAULT_RATE);
+}
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+static struct timespec timespec_at(int64_t ns)
+{
+    return (struct timespec){.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+}
+
+/* ---- writeback_limit ----------------------------------------------------------- */
+
+/* Pages writeback may still write now: UINT64_MAX without the limit. */
+static uint64_t limit_left(struct writeback *writeback)
+{
+    if (!atomic_load(&writeback->limit_enable))
+        return UINT64_MAX;
+    return atomic_load(&writeback->limit);
+}
+
+static void limit_take(struct writeback *writeback, uint64_t pages)
+{
+    if (!atomic_load(&writeback->limit_enable))
+        return;
+    uint64_t left = atomic_load(&writeback->limit);
+    while (!atomic_compare_exchange_weak(&writeback->limit, &left, left > pages ? left - pages : 0))
+        ;
+}
+
+/* ---- batches ------------------------------------------------------------------ */
+
+/* A batch being filled, under writeback's lock. */
+struct batch {
+    struct uzram *dev;
+    struct backing *backing;
+    bool patient;     /* wait a while for a locked slot (see store_writeback_take) */
+    bool relocating;  /* compaction of the store: not held to writeback_limit */
+    unsigned count;   /* items appended */
+    uint64_t budget;  /* pages writeback_limit still allows, pending ones counted */
+    uint64_t written; /* pages published so far */
+};
+
+static unsigned item_size(const struct writeback_item *item)
+{
+    return item->state == SLOT_DEDUP ? item->entry.size : item->size;
+}
+
+/* Write the batch and put each copy in its page's place. Returns 0 or the
+ * write's -errno (the pages all stay in memory). */
+static int batch_write(struct batch *batch)
+{
+    struct writeback *writeback = &batch->dev->writeback;
+    int rc = backing_flush(batch->backing);
+    unsigned published = 0;
+    for (unsigned i = 0; i < batch->count; i++) {
+        struct writeback_item *item = &writeback->items[i];
+        if (rc == 0 && store_writeback_publish(batch->dev, item,
+                                               backing_appended(batch->backing, item->offset),
+                                               batch->patient)) {
+            published++;
+            continue;
+        }
+        if (rc < 0)
+            store_writeback_drop(batch->dev, item);
+        backing_free(batch->backing, item->offset, item_size(item));
+    }
+    backing_end_batch(batch->backing, rc == 0);
+    if (rc == -ENOSPC)
+        counter_add(&writeback->bd_nospace, 1);
+    else if (rc < 0)
+        counter_add(&writeback->bd_write_errors, 1);
+    counter_add(&writeback->bd_writes, published);
+    if (!batch->relocating)
+        limit_take(writeback, published);
+    batch->budget += batch->count - published;
+    batch->written += published;
+    batch->count = 0;
+    return rc;
+}
+
+/* Whether the batch already carries dedup entry `id` (its pages share one
+ * object, written once). */
+static bool batch_has_entry(const struct batch *batch, uint64_t id)
+{
+    const struct writeback_item *items = batch->dev->writeback.items;
+    for (unsigned i = 0; i < batch->count; i++)
+        if (items[i].state == SLOT_DEDUP && items[i].value == id)
+            return true;
+    return false;
+}
+
+/* Add page `index` to the batch if `filter` takes it, writing the batch when
+ * it is full. Returns 1 if added, 0 if passed over, or a negative errno:
+ * -EIO writeback_limit used up, -ENOSPC the store is full, or the write's
+ * error. */
+static int batch_add(struct batch *batch, uint64_t index, const struct writeback_filter *filter,
+                     uint32_t now)
+{
+    struct uzram *dev = batch->dev;
+    struct writeback *writeback = &dev->writeback;
+    if (batch->budget == 0)
+        return -EIO;
+    struct writeback_item *item = &writeback->items[batch->count];
+    int size = store_writeback_take(dev, index, filter, now, batch->patient, item, writeback->copy);
+    if (size <= 0)
+        return 0;
+    if (item->state == SLOT_DEDUP && batch_has_entry(batch, item->value)) {
+        store_writeback_drop(dev, item);
+        return 0;
+    }
+    for (;;) {
+        int rc = backing_append(batch->backing, writeback->copy, (unsigned)size, batch->relocating,
+                                &item->offset);
+        if (rc == 0)
+            break;
+        if (rc == -EAGAIN && batch->count > 0) {
+            /* The batch's run of blocks cannot grow: write it, go on. */
+            struct writeback_item waiting = *item;
+            rc = batch_write(batch);
+            item = &writeback->items[0];
+            *item = waiting;
+            if (rc == 0)
+                continue;
+        } else if (rc == -ENOSPC) {
+            counter_add(&writeback->bd_nospace, 1);
+        }
+        store_writeback_drop(dev, item);
+        return rc == -EAGAIN ? -ENOSPC : rc;
+    }
+    batch->count++;
+    batch->budget--;
+    if (batch->count == BATCH_OBJECTS) {
+        int rc = batch_write(batch);
+        if (rc < 0)
+            return rc;
+    }
+    return 1;
+}
+
+/* Write what the batch holds (an error then is the batch's answer). */
+static int batch_finish(struct batch *batch, int rc)
+{
+    int written = batch->count ? batch_write(batch) : 0;
+    return rc < 0 ? rc : written;
+}
+
+/* Under lock: a batch on the store, or -ENODEV without one. */
+static int batch_start(struct uzram *dev, bool patient, struct batch *batch)
+{
+    struct writeback *writeback = &dev->writeback;
+    *batch = (struct batch){
+        .dev = dev,
+        .backing = device_backing(dev),
+        .patient = patient,
+        .budget = limit_left(writeback),
+    };
+    return batch->backing ? 0 : -ENODEV;
+}
+
+/* ---- compaction of the store ---------------------------------------------------- */
+
+/* Bytes of the store's blocks in use that hold no live object. */
+static uint64_t store_garbage(struct uzram *dev, struct backing *backing)
+{
+    uint64_t used = backing_blocks_used(backing) * BACKING_BLOCK;
+    uint64_t live = counter_get(&dev->writeback.bd_data_size);
+    return used > live ? used - live : 0;
+}
+
+/* Who asks for a compaction pass of the store. */
+enum compaction_need { NEED_FULL, NEED_ASKED, NEED_BACKGROUND };
+
+/* Whether a compaction pass is worth its scan of the page table: the store
+ * is full and something died since the last pass; or compaction was asked
+ * for (uzram_compact) and a quarter of the store is garbage; or, for the
+ * thread, that garbage is also at least 1 MiB and grew by an eighth of the
+ * store since the last pass. */
+static bool store_fragmented(struct uzram *dev, enum compaction_need need)
+{
+    struct writeback *writeback = &dev->writeback;
+    struct backing *backing = device_backing(dev);
+    if (!backing)
+        return false;
+    uint64_t used = backing_blocks_used(backing) * BACKING_BLOCK;
+    uint64_t garbage = store_garbage(dev, backing);
+    if (garbage <= writeback->garbage_after_pass)
+        return false;
+    if (need == NEED_FULL)
+        return true;
+    if (garbage < used / 4)
+        return false;
+    return need == NEED_ASKED ||
+           (garbage >= (1u << 20) && garbage >= writeback->garbage_after_pass + used / 8);
+}
+
+/* Under lock: move the objects of the store's sparse blocks (half full or
+ * less) together, so that those blocks empty and are given back. Pages
+ * move one at a time, locked only to copy and to swap, as in writeback.
+ * Returns the objects moved, or a negative errno. */
+static int compact_store(struct uzram *dev)
+{
+    struct batch batch;
+    int rc = batch_start(dev, true, &batch);
+    if (rc < 0)
+        return rc;
+    batch.relocating = true;
+    batch.budget = UINT64_MAX;
+    const struct writeback_filter filter = {.relocate = true};
+    uint32_t now = store_now(dev);
+    for (uint64_t index = 0; index < dev->page_count && rc == 0; index++) {
+        int added = batch_add(&batch, index, &filter, now);
+        if (added < 0)
+            rc = added;
+    }
+    rc = batch_finish(&batch, rc);
+    backing_trim(batch.backing);
+    dev->writeback.garbage_after_pass = store_garbage(dev, batch.backing);
+    return rc < 0 ? rc : (int)batch.written;
+}
+
+/* Under lock: after a writeback found the store full (rc -ENOSPC), compact
+ * it if that may give room: 0 to try again, else rc. */
+static int after_full(struct uzram *dev, int rc)
+{
+    if (rc == -ENOSPC && store_fragmented(dev, NEED_FULL) && compact_store(dev) > 0)
+        return 0;
+    return rc;
+}
+
+/* ---- passes -------------------------------------------------------------------- */
+
+int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page, uint64_t last_page,
+                    uint64_t *written)
+{
+    const unsigned types =
+        UZRAM_WRITEBACK_IDLE | UZRAM_WRITEBACK_HUGE | UZRAM_WRITEBACK_INCOMPRESSIBLE;
+    if (written)
+        *written = 0;
+    if (type & ~types)
+        return -EINVAL;
+    if (last_page >= dev->page_count)
+        last_page = dev->page_count - 1;
+    if (first_page > last_page)
+        return -EINVAL;
+    struct writeback *writeback = &dev->writeback;
+    const struct writeback_filter filter = {.type = type};
+    uint32_t now = store_now(dev);
+    struct batch batch;
+    pthread_mutex_lock(&writeback->lock);
+    int rc = batch_start(dev, true, &batch);
+    for (uint64_t index = first_page; rc == 0 && index <= last_page;) {
+        int added = batch_add(&batch, index, &filter, now);
+        if (added < 0)
+            rc = after_full(dev, added); /* then this page again */
+        else
+            index++;
+    }
+    if (rc != -ENODEV)
+        rc = batch_finish(&batch, rc);
+    pthread_mutex_unlock(&writeback->lock);
+    if (written)
+        *written = batch.written;
+    return rc < 0 ? rc : 0;
+}
+
+/* Under lock: write back a batch of the coldest pages in memory, found by
+ * one bounded sweep from cold_hand: pages marked idle, and pages not
+ * accessed for cold_age seconds. cold_age follows the pages: after each
+ * full turn of the hand it becomes half the oldest age of a page the turn
+ * found in memory (a dedup reference counts once its entry is found in
+ * memory), or 0 when the turn took nothing; so the oldest pages go first
+ * and, when they are gone, younger ones. Among those, pages go in table
+ * order, which is the order they were written in when that was within one
+ * second. Returns the pages written, or a negative errno. */
+static int write_back_coldest(struct uzram *dev, bool patient)
+{
+    struct writeback *writeback = &dev->writeback;
+    struct batch batch;
+    int rc = batch_start(dev, patient, &batch);
+    if (rc < 0)
+        return rc;
+    const struct writeback_filter any = {0};
+    uint32_t now = store_now(dev);
+    uint64_t index = writeback->cold_hand % dev->page_count;
+    for (unsigned scanned = 0; scanned < COLD_SCAN && rc == 0; scanned++) {
+        /* The thread (patient) gives way to writers waiting to make room. */
+        if (patient && atomic_load_explicit(&writeback->room_waiters, memory_order_relaxed))
+            break;
+        struct slot *slot = &dev->slots[index];
+        uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+        enum slot_state state = slot_info_state(info);
+        if (state == SLOT_COMPRESSED || state == SLOT_HUGE || state == SLOT_DEDUP) {
+            uint32_t ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
+            uint32_t age = ac_time > now ? 0 : now - ac_time;
+            int added = 0;
+            if ((info & SLOT_IDLE) || age >= writeback->cold_age) {
+                added = batch_add(&batch, index, &any, now);
+                if (added < 0)
+                    rc = added;
+                writeback->cold_turn_took |= added > 0;
+            }
+            if ((added > 0 || state != SLOT_DEDUP) && age > writeback->cold_age_seen)
+                writeback->cold_age_seen = age;
+            if (added > 0 && batch.count == 0)
+                break; /* a batch went out */
+        }
+        if (++index == dev->page_count) {
+            index = 0;
+            writeback->cold_age = writeback->cold_turn_took ? writeback->cold_age_seen / 2 : 0;
+            writeback->cold_age_seen = 0;
+            writeback->cold_turn_took = false;
+        }
+    }
+    writeback->cold_hand = index;
+    rc = batch_finish(&batch, rc);
+    return rc < 0 ? rc : (int)batch.written;
+}
+
+/* Under lock: one batch of pages not accessed for idle_seconds, found by a
+ * sweep from idle_hand that stops at the end of the table. Returns the
+ * pages written, or a negative errno; *wrapped is set when the sweep came
+ * to the end. */
+static int write_back_idle(struct uzram *dev, uint32_t idle_seconds, bool *wrapped)
+{
+    struct writeback *writeback = &dev->writeback;
+    struct batch batch;
+    int rc = batch_start(dev, true, &batch);
+    if (rc < 0)
+        return rc;
+    const struct writeback_filter filter = {.min_age = idle_seconds};
+    uint32_t now = store_now(dev);
+    uint64_t index = writeback->idle_hand % dev->page_count;
+    for (unsigned scanned = 0; scanned < COLD_SCAN && rc == 0; scanned++) {
+        int added = batch_add(&batch, index, &filter, now);
+        if (added < 0)
+            rc = added;
+        bool out = added > 0 && batch.count == 0;
+        if (++index == dev->page_count) {
+            index = 0;
+            *wrapped = true;
+            break;
+        }
+        if (out)
+            break;
+    }
+    writeback->idle_hand = index;
+    rc = batch_finish(&batch, rc);
+    return rc < 0 ? rc : (int)batch.written;
+}
+
+/* ---- making room ----------------------------------------------------------------- */
+
+/* When this thread's write began making room (attempt 0): the bound. */
+static __thread int64_t make_room_since;
+
+bool writeback_make_room(struct uzram *dev, unsigned attempt)
+{
+    struct writeback *writeback = &dev->writeback;
+    if (!atomic_load_explicit(&writeback->when_full, memory_order_relaxed) ||
+        !device_backing(dev) || attempt >= MAKE_ROOM_ATTEMPTS)
+        return false;
+    int64_t now = monotonic_ns();
+    if (attempt == 0)
+        make_room_since = now;
+    int64_t deadline = make_room_since + (int64_t)MAKE_ROOM_SECONDS * 1000000000;
+    if (now >= deadline)
+        return false;
+    /* Someone may be making room already: wait for that batch, then try.
+     * The thread gives way to a waiting writer after its current page. */
+    uint64_t seen = atomic_load(&writeback->room_made);
+    struct timespec realtime;
+    clock_gettime(CLOCK_REALTIME, &realtime);
+    int64_t until_ns = (int64_t)realtime.tv_sec * 1000000000 + realtime.tv_nsec + (deadline - now);
+    struct timespec until = timespec_at(until_ns);
+    atomic_fetch_add(&writeback->room_waiters, 1);
+    int locked = pthread_mutex_timedlock(&writeback->lock, &until);
+    atomic_fetch_sub(&writeback->room_waiters, 1);
+    if (locked != 0)
+        return false;
+    int written = 1;
+    if (atomic_load(&writeback->room_made) == seen) {
+        written = write_back_coldest(dev, false);
+        if (written < 0)
+            written = after_full(dev, written);
+        if (written > 0)
+            atomic_fetch_add(&writeback->room_made, 1);
+    }
+    pthread_mutex_unlock(&writeback->lock);
+    /* Freed objects leave holes in the pool's spans: now and then gather
+     * them, so that whole pages come free. */
+    if (attempt % 8 == 7)
+        uzram_compact(dev, NULL);
+    /* A sweep that found nothing cold moved its hand on: try again. */
+    return written >= 0;
+}
+
+/* ---- the thread ------------------------------------------------------------------- */
+
+/* The lowest CPU priority the thread can get: SCHED_IDLE, else nice 19. */
+static void lower_priority(void)
+{
+    struct sched_param param = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0)
+        setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+}
+
+/* Sleep until `ns` (monotonic) or until woken; under thread_lock. */
+static void sleep_until(struct writeback *writeback, int64_t ns)
+{
+    struct timespec until = timespec_at(ns);
+    if (!writeback->stop)
+        pthread_cond_timedwait(&writeback->wake, &writeback->thread_lock, &until);
+}
+
+/* Pages a batch of `pages` costs in time at the rate: nanoseconds. */
+static int64_t rate_cost(struct writeback *writeback, int pages)
+{
+    uint64_t rate = atomic_load(&writeback->rate);
+    return rate && pages > 0 ? (int64_t)((uint64_t)pages * 1000000000ull / rate) : 0;
+}
+
+/* The pool is over the thread's mark: within half the headroom of
+ * mem_limit (to go down to the full headroom). */
+static bool pool_over(struct uzram *dev, uint64_t headroom)
+{
+    uint64_t limit = atomic_load(&dev->mem_limit);
+    if (limit == 0)
+        return false;
+    uint64_t room =
+        limit / HEADROOM_DIVISOR > HEADROOM_MIN ? limit / HEADROOM_DIVISOR : HEADROOM_MIN;
+    room = room * headroom / 2;
+    return pool_mem_used(dev->pool) + room > limit;
+}
+
+static void *writeback_thread(void *arg)
+{
+    struct uzram *dev = arg;
+    struct writeback *writeback = &dev->writeback;
+    lower_priority();
+    bool filling = false; /* bringing the pool down to the full headroom */
+    bool idle_done = false;
+    int64_t idle_next = 0;
+    pthread_mutex_lock(&writeback->thread_lock);
+    while (!writeback->stop) {
+        pthread_mutex_unlock(&writeback->thread_lock);
+        int written = 0;
+        bool more = false;
+        if (device_backing(dev) && atomic_load(&writeback->when_full) &&
+            pool_over(dev, filling ? 2 : 1)) {
+            pthread_mutex_lock(&writeback->lock);
+            written = write_back_coldest(dev, true);
+            if (written < 0)
+                written = after_full(dev, written);
+            pthread_mutex_unlock(&writeback->lock);
+            filling = written > 0;
+            more = filling;
+        } else {
+            filling = false;
+        }
+        uint64_t idle = atomic_load(&writeback->idle_seconds);
+        int64_t now = monotonic_ns();
+        if (!more && idle && device_backing(dev) && now >= idle_next) {
+            bool wrapped = false;
+            pthread_mutex_lock(&writeback->lock);
+            int n = write_back_idle(dev, idle > UINT32_MAX ? UINT32_MAX : (uint32_t)idle, &wrapped);
+            pthread_mutex_unlock(&writeback->lock);
+            written += n > 0 ? n : 0;
+            /* A whole turn over the table: rest a second before the next. */
+            idle_done = wrapped || n < 0;
+            idle_next = idle_done ? now + 1000000000 : 0;
+            more = !idle_done;
+        }
+        if (store_fragmented(dev, NEED_BACKGROUND)) {
+            pthread_mutex_lock(&writeback->lock);
+            int moved = compact_store(dev);
+            pthread_mutex_unlock(&writeback->lock);
+            written += moved > 0 ? moved : 0;
+        }
+        writeback_trim(dev, true, false);
+        pthread_mutex_lock(&writeback->thread_lock);
+        int64_t pause = rate_cost(writeback, written);
+        if (!more)
+            pause = pause > 1000000000 ? pause : 1000000000 / 4;
+        if (pause)
+            sleep_until(writeback, monotonic_ns() + pause);
+    }
+    pthread_mutex_unlock(&writeback->thread_lock);
+    return NULL;
+}
+
+/* Start the thread when a setting needs it, stop it when none does. */
+static int thread_follow_settings(struct uzram *dev)
+{
+    struct writeback *writeback = &dev->writeback;
+    bool wanted = atomic_load(&writeback->when_full) || atomic_load(&writeback->idle_seconds);
+    int rc = 0;
+    pthread_mutex_lock(&writeback->thread_lock);
+    if (wanted && !writeback->running) {
+        writeback->stop = false;
+        rc = FAULT_POINT(FAULT_ALLOC)
+                 ? EAGAIN
+                 : pthread_create(&writeback->thread, NULL, writeback_thread, dev);
+        writeback->running = rc == 0;
+        rc = -rc;
+    } else if (!wanted && writeback->running) {
+        writeback->stop = true;
+        pthread_cond_signal(&writeback->wake);
+        pthread_mutex_unlock(&writeback->thread_lock);
+        pthread_join(writeback->thread, NULL);
+        pthread_mutex_lock(&writeback->thread_lock);
+        writeback->running = false;
+    } else if (wanted) {
+        pthread_cond_signal(&writeback->wake);
+    }
+    pthread_mutex_unlock(&writeback->thread_lock);
+    return rc;
+}
+
+/* ---- settings --------------------------------------------------------------------- */
+
+/* The settings that start and stop the thread are changed one at a time,
+ * under the settings lock (which the thread never takes). */
+int uzram_set_writeback_when_full(struct uzram *dev, bool on)
+{
+    pthread_mutex_lock(&dev->settings_lock);
+    bool was = atomic_exchange(&dev->writeback.when_full, on);
+    int rc = thread_follow_settings(dev);
+    if (rc < 0)
+        atomic_store(&dev->writeback.when_full, was);
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+int uzram_set_writeback_idle(struct uzram *dev, uint64_t seconds)
+{
+    pthread_mutex_lock(&dev->settings_lock);
+    uint64_t was = atomic_exchange(&dev->writeback.idle_seconds, seconds);
+    int rc = thread_follow_settings(dev);
+    if (rc < 0)
+        atomic_store(&dev->writeback.idle_seconds, was);
+    pthread_mutex_unlock(&dev->settings_lock);
+    return rc;
+}
+
+int uzram_set_writeback_rate(struct uzram *dev, uint64_t pages_per_second)
+{
+    atomic_store(&dev->writeback.rate, pages_per_second);
+    return 0;
+}
+
+int uzram_set_writeback_limit(struct uzram *dev, uint64_t pages)
+{
+    atomic_store(&dev->writeback.limit, pages);
+    return 0;
+}
+
+int uzram_set_writeback_limit_enable(struct uzram *dev, bool on)
+{
+    atomic_store(&dev->writeback.limit_enable, on);
+    return 0;
+}
+
+void writeback_settings(struct uzram *dev, struct writeback_settings *settings)
+{
+    *settings = (struct writeback_settings){
+        .when_full = atomic_load(&dev->writeback.when_full),
+        .idle_seconds = atomic_load(&dev->writeback.idle_seconds),
+        .rate = atomic_load(&dev->writeback.rate),
+    };
+}
+
+/* ---- the store: attach, detach ---------------------------------------------------- */
+
+void writeback_trim(struct uzram *dev, bool wait, bool compact)
+{
+    struct writeback *writeback = &dev->writeback;
+    if (wait)
+        pthread_mutex_lock(&writeback->lock);
+    else if (pthread_mutex_trylock(&writeback->lock) != 0)
+        return;
+    struct backing *backing = device_backing(dev);
+    if (backing && compact && store_fragmented(dev, NEED_ASKED))
+        compact_store(dev);
+    if (backing) {
+        backing_drop_dead_open(backing);
+        backing_trim(backing);
+    }
+    pthread_mutex_unlock(&writeback->lock);
+}
+
+int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size)
+{
+    struct writeback *writeback = &dev->writeback;
+    bool detach = !path || !*path || strcmp(path, "none") == 0;
+    if (!detach && size == 0) {
+        size = dev->disksize > BACKING_MAX_BYTES / 2 ? BACKING_MAX_BYTES : 2 * dev->disksize;
+        /* a block device is used whole (size 0) */
+    }
+    struct backing *opened = NULL;
+    unsigned char *copy = NULL;
+    struct writeback_item *items = NULL;
+    int rc = 0;
+    /* Writeback's lock: no pass runs meanwhile; the settings lock: the
+     * device stays empty meanwhile, as for the other settings. */
+    pthread_mutex_lock(&writeback->lock);
+    pthread_mutex_lock(&dev->settings_lock);
+    if (counter_get(&dev->pages_stored) != 0) {
+        rc = -EBUSY;
+    } else if (!detach) {
+        copy = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(UZRAM_PAGE_SIZE);
+        items = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(BATCH_OBJECTS, sizeof *items);
+        rc = copy && items ? backing_open(path, size, &opened) : -ENOMEM;
+    }
+    if (rc == 0) {
+        struct backing *old = device_backing(dev);
+        atomic_store_explicit(&writeback->backing, opened, memory_order_release);
+        backing_close(old);
+        free(writeback->copy);
+        free(writeback->items);
+        writeback->copy = opened ? copy : NULL;
+        writeback->items = opened ? items : NULL;
+        copy = NULL;
+        items = NULL;
+        writeback->cold_hand = writeback->idle_hand = 0;
+    }
+    pthread_mutex_unlock(&dev->settings_lock);
+    pthread_mutex_unlock(&writeback->lock);
+    free(copy);
+    free(items);
+    return rc;
+}
+
+int uzram_get_backing_dev(struct uzram *dev, char *buf, size_t size)
+{
+    pthread_mutex_lock(&dev->writeback.lock);
+    struct backing *backing = device_backing(dev);
+    const char *path = backing ? backing_path(backing) : "none";
+    size_t length = strlen(path);
+    int rc = length < size ? (int)length : -ERANGE;
+    if (rc >= 0)
+        memcpy(buf, path, length + 1);
+    pthread_mutex_unlock(&dev->writeback.lock);
+    return rc;
+}
+
+void writeback_reset(struct uzram *dev)
+{
+    struct writeback *writeback = &dev->writeback;
+    _Atomic uint64_t *cumulative[] = {
+        &writeback->bd_reads,
+        &writeback->bd_writes,
+        &writeback->bd_write_errors,
+        &writeback->bd_nospace,
+    };
+    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
+        atomic_store(cumulative[i], 0);
+    /* zram: "The writeback_limit count will reset whenever you reset zram" */
+    atomic_store(&writeback->limit, 0);
+    writeback_trim(dev, false, false);
+}
+
+void writeback_destroy(struct uzram *dev)
+{
+    struct writeback *writeback = &dev->writeback;
+    atomic_store(&writeback->when_full, false);
+    atomic_store(&writeback->idle_seconds, 0);
+    thread_follow_settings(dev);
+    backing_close(device_backing(dev));
+    free(writeback->copy);
+    free(writeback->items);
+    pthread_mutex_destroy(&writeback->lock);
+    pthread_mutex_destroy(&writeback->thread_lock);
+    pthread_cond_destroy(&writeback->wake);
+}
