@@ -47,13 +47,30 @@ static const struct attr attrs[] = {
      "seconds a page must be unused before the background thread recompresses it, 0 for off"},
     {"recompress_rate", ATTR_READ | ATTR_WRITE,
      "pages per second the background thread may recompress, 0 for no limit"},
+    {"backing_dev", ATTR_READ | ATTR_WRITE,
+     "the path of a file or block device, or none (only while the device holds no data)"},
+    {"writeback", ATTR_WRITE,
+     "idle, huge, huge_idle or incompressible (or type=...), and/or page_index=N and "
+     "page_indexes=FIRST-LAST, e.g. 'idle' or 'page_indexes=0-1023'"},
+    {"writeback_limit", ATTR_READ | ATTR_WRITE,
+     "a number of 4 KiB pages writeback may write while writeback_limit_enable is 1"},
+    {"writeback_limit_enable", ATTR_READ | ATTR_WRITE, "0 or 1"},
+    {"bd_stat", ATTR_READ, NULL},
+    {"writeback_when_full", ATTR_READ | ATTR_WRITE,
+     "1: a write past mem_limit first writes back the coldest pages; 0: it fails"},
+    {"writeback_idle", ATTR_READ | ATTR_WRITE,
+     "seconds a page must be unused before the background thread writes it back, 0 for off"},
+    {"writeback_rate", ATTR_READ | ATTR_WRITE,
+     "pages per second the background thread may write back, 0 for no limit"},
 };
 
 const char *uzram_attr_names(void)
 {
     return "disksize initstate comp_algorithm algorithm_params same_filled use_dedup "
            "mem_limit mem_used_max mm_stat io_stat debug_stat stat_json compact reset idle "
-           "recomp_algorithm recompress recompress_idle recompress_rate";
+           "recomp_algorithm recompress recompress_idle recompress_rate backing_dev writeback "
+           "writeback_limit writeback_limit_enable bd_stat writeback_when_full writeback_idle "
+           "writeback_rate";
 }
 
 static const struct attr *attr_find(const char *name)
@@ -166,6 +183,29 @@ int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
         return print(buf, size, "%" PRIu64 "\n",
                      strcmp(name, "recompress_rate") == 0 ? rate : idle_seconds);
     }
+    if (strcmp(name, "backing_dev") == 0) {
+        int length = uzram_get_backing_dev(dev, buf, size > 0 ? size - 1 : 0);
+        if (length < 0)
+            return -ERANGE;
+        buf[length++] = '\n';
+        buf[length] = '\0';
+        return length;
+    }
+    if (strcmp(name, "writeback_when_full") == 0 || strcmp(name, "writeback_idle") == 0 ||
+        strcmp(name, "writeback_rate") == 0) {
+        struct writeback_settings settings;
+        writeback_settings(dev, &settings);
+        return print(buf, size, "%" PRIu64 "\n",
+                     strcmp(name, "writeback_when_full") == 0 ? (uint64_t)settings.when_full
+                     : strcmp(name, "writeback_idle") == 0    ? settings.idle_seconds
+                                                              : settings.rate);
+    }
+    if (strcmp(name, "writeback_limit") == 0)
+        return print(buf, size, "%" PRIu64 "\n", stats.writeback_limit);
+    if (strcmp(name, "writeback_limit_enable") == 0)
+        return print(buf, size, "%" PRIu64 "\n", stats.writeback_limit_enable);
+    if (strcmp(name, "bd_stat") == 0)
+        return uzram_format_bd_stat(&stats, buf, size);
     if (strcmp(name, "same_filled") == 0)
         return print(buf, size, "%" PRIu64 "\n", config.same_filled);
     if (strcmp(name, "use_dedup") == 0)
@@ -373,22 +413,30 @@ static int parse_recomp_algorithm(struct uzram *dev, const char *value)
     return rc;
 }
 
-static int parse_type(const char *text, unsigned *type)
+/* A word of a table of names: zram's type= words. */
+struct named_type {
+    const char *name;
+    unsigned type;
+};
+
+static int find_type(const struct named_type *types, size_t count, const char *text, unsigned *type)
 {
-    static const struct {
-        const char *name;
-        unsigned type;
-    } types[] = {
-        {"idle", UZRAM_RECOMPRESS_IDLE},
-        {"huge", UZRAM_RECOMPRESS_HUGE},
-        {"huge_idle", UZRAM_RECOMPRESS_IDLE | UZRAM_RECOMPRESS_HUGE},
-    };
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    for (size_t i = 0; i < count; i++)
         if (strcmp(text, types[i].name) == 0) {
             *type = types[i].type;
             return 0;
         }
     return -EINVAL;
+}
+
+static int parse_type(const char *text, unsigned *type)
+{
+    static const struct named_type types[] = {
+        {"idle", UZRAM_RECOMPRESS_IDLE},
+        {"huge", UZRAM_RECOMPRESS_HUGE},
+        {"huge_idle", UZRAM_RECOMPRESS_IDLE | UZRAM_RECOMPRESS_HUGE},
+    };
+    return find_type(types, sizeof types / sizeof types[0], text, type);
 }
 
 /* recompress: [type=idle|huge|huge_idle] [threshold=BYTES] [max_pages=N]
@@ -424,6 +472,93 @@ static int parse_recompress(struct uzram *dev, const char *value)
     free(words.copy);
     return rc < 0 ? rc
                   : uzram_recompress(dev, type, threshold, max_pages, (unsigned)priority, NULL);
+}
+
+/* backing_dev: a path (the whole value but its newline), or "none". */
+static int parse_backing_dev(struct uzram *dev, const char *value)
+{
+    size_t length = strcspn(value, "\n");
+    if (length == 0 || (value[length] && value[length + 1]))
+        return -EINVAL;
+    char *path = strndup(value, length);
+    if (!path)
+        return -ENOMEM;
+    int rc = uzram_set_backing_dev(dev, path, 0);
+    free(path);
+    return rc;
+}
+
+/* zram's writeback modes, as words or as type=WORD. */
+static int parse_writeback_type(const char *text, unsigned *type)
+{
+    static const struct named_type types[] = {
+        {"idle", UZRAM_WRITEBACK_IDLE},
+        {"huge", UZRAM_WRITEBACK_HUGE},
+        {"huge_idle", UZRAM_WRITEBACK_IDLE | UZRAM_WRITEBACK_HUGE},
+        {"incompressible", UZRAM_WRITEBACK_INCOMPRESSIBLE},
+    };
+    return find_type(types, sizeof types / sizeof types[0], text, type);
+}
+
+#define WRITEBACK_RANGES 64
+
+/* "FIRST-LAST" (page_indexes) or "N" (page_index). */
+static int parse_page_range(const char *text, bool range, uint64_t *first, uint64_t *last)
+{
+    char number[24];
+    const char *dash = range ? strchr(text, '-') : NULL;
+    if (range && !dash)
+        return -EINVAL;
+    size_t length = dash ? (size_t)(dash - text) : strlen(text);
+    if (length == 0 || length >= sizeof number)
+        return -EINVAL;
+    memcpy(number, text, length);
+    number[length] = '\0';
+    int rc = parse_number(number, UINT64_MAX - 1, first);
+    *last = *first;
+    if (rc == 0 && dash)
+        rc = parse_number(dash + 1, UINT64_MAX - 1, last);
+    return rc < 0 || *last < *first ? -EINVAL : 0;
+}
+
+/* writeback: zram's modes (idle, huge, huge_idle, incompressible, also as
+ * type=MODE) and pages (page_index=N, page_indexes=FIRST-LAST, several of
+ * either; page=N too). With both, the mode picks among those pages. */
+static int parse_writeback(struct uzram *dev, const char *value)
+{
+    struct words words = {.copy = strdup(value)};
+    if (!words.copy)
+        return -ENOMEM;
+    unsigned type = 0;
+    bool typed = false;
+    uint64_t first[WRITEBACK_RANGES], last[WRITEBACK_RANGES];
+    unsigned ranges = 0;
+    int rc = 0;
+    char *word, *arg;
+    while (rc == 0 && (word = next_word(&words, &arg))) {
+        bool range = strcmp(word, "page_indexes") == 0;
+        if (!arg && !typed) {
+            rc = parse_writeback_type(word, &type);
+            typed = true;
+        } else if (arg && strcmp(word, "type") == 0 && !typed) {
+            rc = parse_writeback_type(arg, &type);
+            typed = true;
+        } else if (arg && (range || strcmp(word, "page_index") == 0 || strcmp(word, "page") == 0) &&
+                   ranges < WRITEBACK_RANGES) {
+            rc = parse_page_range(arg, range, &first[ranges], &last[ranges]);
+            ranges++;
+        } else {
+            rc = -EINVAL;
+        }
+    }
+    free(words.copy);
+    if (rc == 0 && !typed && ranges == 0)
+        rc = -EINVAL; /* zram writes back nothing for an empty request */
+    if (rc == 0 && ranges == 0)
+        return uzram_writeback(dev, type, 0, UINT64_MAX, NULL);
+    for (unsigned i = 0; i < ranges && rc == 0; i++)
+        rc = uzram_writeback(dev, type, first[i], last[i], NULL);
+    return rc;
 }
 
 int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
@@ -468,6 +603,26 @@ int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
         return parse_recomp_algorithm(dev, value);
     if (strcmp(name, "recompress") == 0)
         return parse_recompress(dev, value);
+    if (strcmp(name, "backing_dev") == 0)
+        return parse_backing_dev(dev, value);
+    if (strcmp(name, "writeback") == 0)
+        return parse_writeback(dev, value);
+    if (strcmp(name, "writeback_limit_enable") == 0 || strcmp(name, "writeback_when_full") == 0) {
+        int rc = parse_bool(value, &on);
+        return rc < 0 ? rc
+               : strcmp(name, "writeback_when_full") == 0
+                   ? uzram_set_writeback_when_full(dev, on)
+                   : uzram_set_writeback_limit_enable(dev, on);
+    }
+    if (strcmp(name, "writeback_limit") == 0 || strcmp(name, "writeback_idle") == 0 ||
+        strcmp(name, "writeback_rate") == 0) {
+        uint64_t number;
+        int rc = parse_count(value, &number);
+        return rc < 0                                 ? rc
+               : strcmp(name, "writeback_limit") == 0 ? uzram_set_writeback_limit(dev, number)
+               : strcmp(name, "writeback_idle") == 0  ? uzram_set_writeback_idle(dev, number)
+                                                      : uzram_set_writeback_rate(dev, number);
+    }
     if (strcmp(name, "recompress_idle") == 0 || strcmp(name, "recompress_rate") == 0) {
         uint64_t number;
         int rc = parse_count(value, &number);

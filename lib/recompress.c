@@ -3,14 +3,12 @@
 #include "recompress.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "background.h"
 #include "comp.h"
 #include "device.h"
 #include "fault.h"
@@ -270,18 +268,6 @@ void recompressor_init(struct recompressor *r)
     atomic_init(&r->rate, DEFAULT_RATE);
 }
 
-/* The lowest CPU priority the thread can have: SCHED_IDLE runs it only when
- * a CPU has nothing else to do; nice 19 where that is refused. */
-static int lower_priority(void)
-{
-    struct sched_param param = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0)
-        return 1;
-    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) == 0)
-        return 2;
-    return 0;
-}
-
 /* How long to wait between passes: half the idle time, 1 s to 60 s. */
 static uint64_t pass_interval(uint64_t idle_seconds)
 {
@@ -293,7 +279,7 @@ static void *recompressor_main(void *arg)
 {
     struct uzram *dev = arg;
     struct recompressor *r = &dev->recompressor;
-    int priority_class = lower_priority();
+    int priority_class = background_lower_priority();
     pthread_mutex_lock(&r->lock);
     r->priority_class = priority_class;
     while (!atomic_load(&r->stop)) {
@@ -371,13 +357,8 @@ static int set_recompress_idle(struct uzram *dev, uint64_t seconds)
     r->idle_seconds = seconds;
     int rc = 0;
     if (!r->running) {
-        /* The thread takes no signals: they are the program's. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
         rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
-                                      : pthread_create(&r->thread, NULL, recompressor_main, dev);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+                                      : background_start(&r->thread, recompressor_main, dev);
         if (rc == 0)
             r->running = true;
         else

@@ -4,13 +4,12 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "background.h"
 #include "backing.h"
 #include "device.h"
 #include "fault.h"
@@ -447,14 +446,6 @@ bool writeback_make_room(struct uzram *dev, unsigned attempt)
 
 /* ---- the thread ------------------------------------------------------------------- */
 
-/* The lowest CPU priority the thread can get: SCHED_IDLE, else nice 19. */
-static void lower_priority(void)
-{
-    struct sched_param param = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0)
-        setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
-}
-
 /* Sleep until `ns` (monotonic) or until woken; under thread_lock. */
 static void sleep_until(struct writeback *writeback, int64_t ns)
 {
@@ -487,7 +478,7 @@ static void *writeback_thread(void *arg)
 {
     struct uzram *dev = arg;
     struct writeback *writeback = &dev->writeback;
-    lower_priority();
+    background_lower_priority();
     bool filling = false; /* bringing the pool down to the full headroom */
     bool idle_done = false;
     int64_t idle_next = 0;
@@ -548,9 +539,8 @@ static int thread_follow_settings(struct uzram *dev)
     pthread_mutex_lock(&writeback->thread_lock);
     if (wanted && !writeback->running) {
         writeback->stop = false;
-        rc = FAULT_POINT(FAULT_ALLOC)
-                 ? EAGAIN
-                 : pthread_create(&writeback->thread, NULL, writeback_thread, dev);
+        rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
+                                      : background_start(&writeback->thread, writeback_thread, dev);
         writeback->running = rc == 0;
         rc = -rc;
     } else if (!wanted && writeback->running) {

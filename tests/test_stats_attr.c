@@ -657,7 +657,8 @@ static void test_attr_names_readable(void **state)
         char buf[2048];
         int rc = attr_get(dev, name, buf, sizeof buf);
         if (strcmp(name, "compact") == 0 || strcmp(name, "reset") == 0 ||
-            strcmp(name, "idle") == 0 || strcmp(name, "recompress") == 0) {
+            strcmp(name, "idle") == 0 || strcmp(name, "recompress") == 0 ||
+            strcmp(name, "writeback") == 0) {
             if (rc != -EACCES)
                 fail_msg("attr_get(%s) returned %d, expected -EACCES", name, rc);
         } else if (rc <= 0) {
@@ -677,7 +678,7 @@ static void test_attr_names_readable(void **state)
 
     assert_int_equal(attr_number(dev, "disksize"), DISK_SIZE);
     /* Read-only attributes refuse writes. */
-    static const char *const read_only[] = {"mm_stat",   "io_stat",   "debug_stat",
+    static const char *const read_only[] = {"mm_stat",   "io_stat",   "debug_stat", "bd_stat",
                                             "stat_json", "initstate", "disksize"};
     for (size_t i = 0; i < sizeof read_only / sizeof read_only[0]; i++) {
         int rc = uzram_attr_set(dev, read_only[i], "1");

@@ -497,6 +497,98 @@ static void test_writeback_idle_thread(void **state)
     disk_close(&disk);
 }
 
+/* zram's attributes, and the ones beyond zram, by name. */
+static void attr_is(struct uzram *dev, const char *name, const char *expected)
+{
+    char buf[512];
+    assert_true(uzram_attr_get(dev, name, buf, sizeof buf) > 0);
+    assert_string_equal(buf, expected);
+}
+
+static void test_writeback_attributes(void **state)
+{
+    (void)state;
+    struct uzram *dev = test_device(64 * PAGE, "lz4", false);
+    char path[300], line[400];
+    attr_is(dev, "backing_dev", "none\n");
+    attr_is(dev, "bd_stat", "0 0 0\n");
+    attr_is(dev, "writeback_limit", "0\n");
+    attr_is(dev, "writeback_limit_enable", "0\n");
+    attr_is(dev, "writeback_when_full", "0\n");
+    attr_is(dev, "writeback_idle", "0\n");
+    attr_is(dev, "writeback_rate", "4096\n");
+    assert_int_equal(uzram_attr_set(dev, "writeback", "idle"), -ENODEV);
+    backing_name(path, sizeof path, "attributes");
+    snprintf(line, sizeof line, "%s\n", path);
+    assert_int_equal(uzram_attr_set(dev, "backing_dev", line), 0);
+    attr_is(dev, "backing_dev", line);
+
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 11);
+    unsigned char page[PAGE];
+    for (uint64_t i = 0; i < 32; i++) {
+        datagen_fill(&rng, i < 8 ? DATAGEN_RANDOM : DATAGEN_TEXT, page, PAGE);
+        assert_int_equal(uzram_write(dev, i * PAGE, page, PAGE), 0);
+    }
+    assert_int_equal(uzram_attr_set(dev, "backing_dev", "none"), -EBUSY);
+    /* every form of zram's writeback */
+    static const char *const bad[] = {"",
+                                      "all",
+                                      "type=all",
+                                      "idle huge",
+                                      "page_index=",
+                                      "page_indexes=5",
+                                      "page_indexes=9-3",
+                                      "page=x",
+                                      "huge type=idle"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (uzram_attr_set(dev, "writeback", bad[i]) != -EINVAL)
+            fail_msg("writeback '%s' was not refused", bad[i]);
+    assert_int_equal(uzram_attr_set(dev, "writeback", "huge\n"), 0);
+    attr_is(dev, "bd_stat", "8 0 8\n"); /* 8 raw pages fill 8 blocks */
+    assert_int_equal(uzram_attr_set(dev, "writeback", "idle"), 0);
+    attr_is(dev, "bd_stat", "8 0 8\n");
+    assert_int_equal(uzram_attr_set(dev, "idle", "all"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback", "page_index=8 page_indexes=10-11 page=20"),
+                     0);
+    struct uzram_stats s = test_stats(dev);
+    assert_int_equal(s.bd_writes, 12);
+    assert_int_equal(uzram_attr_set(dev, "writeback_limit", "2"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback_limit_enable", "1"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback", "type=idle"), -EIO);
+    attr_is(dev, "writeback_limit", "0\n");
+    attr_is(dev, "writeback_limit_enable", "1\n");
+    assert_int_equal(test_stats(dev).bd_writes, 14);
+    assert_int_equal(uzram_attr_set(dev, "writeback_limit_enable", "0"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback", "incompressible"), 0);
+    assert_int_equal(test_stats(dev).bd_writes, 14);
+    assert_int_equal(uzram_attr_set(dev, "writeback", "idle"), 0);
+    s = test_stats(dev);
+    assert_int_equal(s.bd_writes, 32);
+    char expected[64];
+    snprintf(expected, sizeof expected, "%llu 0 32\n", (unsigned long long)s.bd_count);
+    attr_is(dev, "bd_stat", expected);
+    assert_int_equal(uzram_read(dev, 0, page, PAGE), 0);
+    snprintf(expected, sizeof expected, "%llu 1 32\n", (unsigned long long)s.bd_count);
+    attr_is(dev, "bd_stat", expected);
+
+    /* the settings of the thread */
+    assert_int_equal(uzram_attr_set(dev, "writeback_when_full", "1"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback_idle", "30\n"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback_rate", "100"), 0);
+    attr_is(dev, "writeback_when_full", "1\n");
+    attr_is(dev, "writeback_idle", "30\n");
+    attr_is(dev, "writeback_rate", "100\n");
+    assert_int_equal(uzram_attr_set(dev, "writeback_when_full", "2"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "writeback_idle", "-1"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "bd_stat", "1"), -EACCES);
+    assert_non_null(uzram_attr_usage("writeback"));
+    assert_int_equal(uzram_attr_set(dev, "writeback_idle", "0"), 0);
+    assert_int_equal(uzram_attr_set(dev, "writeback_when_full", "0"), 0);
+    uzram_destroy(dev);
+    assert_int_equal(unlink(path), 0);
+}
+
 /* ---- concurrent ------------------------------------------------------------------- */
 
 /* Pages are self-describing (page number, writer, sequence, and a body
@@ -706,6 +798,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_writeback_when_full),
         cmocka_unit_test(test_writeback_when_full_bounded),
         cmocka_unit_test(test_writeback_idle_thread),
+        cmocka_unit_test(test_writeback_attributes),
         cmocka_unit_test(test_concurrent_writeback),
         cmocka_unit_test(test_concurrent_writeback_dedup),
     };

@@ -28,6 +28,11 @@ enum {
     OPT_CONFIG,
     OPT_RECOMPRESS_IDLE,
     OPT_RECOMPRESS,
+    OPT_BACKING_FILE,
+    OPT_BACKING_SIZE,
+    OPT_WRITEBACK_WHEN_FULL,
+    OPT_WRITEBACK_IDLE,
+    OPT_WRITEBACK_RATE,
 };
 
 /* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
@@ -58,6 +63,27 @@ static const struct serve_option {
     {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
      "the algorithm that recompresses: algo=NAME[,level=N]\n"
      "[,dict=PATH|auto] (default algo=zstd,level=7)",
+     false},
+    {"backing-file", OPT_BACKING_FILE, required_argument, "PATH",
+     "write pages back to PATH, a file (created, emptied,\n"
+     "sized sparsely) or a block device; what it holds is\n"
+     "as volatile as the memory part",
+     false},
+    {"backing-size", OPT_BACKING_SIZE, required_argument, "SIZE",
+     "size of the backing file (default twice --size; a\n"
+     "block device: all of it)",
+     false},
+    {"writeback-when-full", OPT_WRITEBACK_WHEN_FULL, optional_argument, NULL,
+     "a write past --mem-limit writes back the coldest\n"
+     "pages instead of failing (needs --backing-file)",
+     false},
+    {"writeback-idle", OPT_WRITEBACK_IDLE, required_argument, "N",
+     "write back pages unused for N seconds, in the\n"
+     "background at the lowest CPU priority (default 0: off)",
+     false},
+    {"writeback-rate", OPT_WRITEBACK_RATE, required_argument, "N",
+     "pages a second the background writeback may write\n"
+     "(default 4096; 0: no limit)",
      false},
     {"name", 'n', required_argument, "NAME",
      "device and export name (default uzram0; with --config,\n"
@@ -155,6 +181,10 @@ struct serve_plan {
     const char *size_text, *level_text, *unix_path;
     const char *recompress; /* --recompress as given, checked once the device exists */
     uint64_t recompress_idle;
+    /* Writeback, set once the device exists. */
+    const char *backing_file;
+    uint64_t backing_size, writeback_idle, writeback_rate;
+    bool writeback_when_full, writeback_rate_given;
     bool no_unix;
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
@@ -337,6 +367,29 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         break;
     case OPT_RECOMPRESS:
         plan->recompress = arg;
+        break;
+    case OPT_BACKING_FILE:
+        plan->backing_file = arg;
+        break;
+    case OPT_BACKING_SIZE:
+        return parse_size_option(&label, arg, &plan->backing_size);
+    case OPT_WRITEBACK_WHEN_FULL:
+        plan->writeback_when_full = flag;
+        break;
+    case OPT_WRITEBACK_IDLE:
+    case OPT_WRITEBACK_RATE:
+        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
+            fprintf(stderr, "uzram: %sbad %s '%s'; use a number%s, 0 for %s\n", label.where,
+                    label.name, arg, option->code == OPT_WRITEBACK_IDLE ? " of seconds" : "",
+                    option->code == OPT_WRITEBACK_IDLE ? "off" : "no limit");
+            return -1;
+        }
+        if (option->code == OPT_WRITEBACK_IDLE) {
+            plan->writeback_idle = value;
+        } else {
+            plan->writeback_rate = value;
+            plan->writeback_rate_given = true;
+        }
         break;
     }
     return 0;
@@ -795,6 +848,47 @@ static int recompression(struct uzram *dev, const struct serve_plan *plan)
     return 0;
 }
 
+/* --backing-file, --backing-size, --writeback-when-full, --writeback-idle, --writeback-rate:
+ * the backing store and writeback, through the library calls behind the attributes that
+ * change them at run time (backing_dev, writeback_when_full, writeback_idle, writeback_rate). */
+static int writeback(struct uzram *dev, const struct serve_plan *plan)
+{
+    struct label label;
+    const char *needs = plan->writeback_when_full ? "--writeback-when-full"
+                        : plan->writeback_idle    ? "--writeback-idle"
+                        : plan->backing_size      ? "--backing-size"
+                                                  : NULL;
+    if (!plan->backing_file) {
+        if (needs) {
+            fprintf(stderr, "uzram: %s needs --backing-file PATH, where pages are written back\n",
+                    needs);
+            return -1;
+        }
+        return 0;
+    }
+    label_of(plan, OPT_BACKING_FILE, &label);
+    int rc = uzram_set_backing_dev(dev, plan->backing_file, plan->backing_size);
+    if (rc < 0) {
+        const char *why = rc == -EBUSY    ? "it is in use (another server's, or a mounted device)"
+                          : rc == -EINVAL ? "it must be a regular file or a block device, of at "
+                                            "least 8K and at most 128T (--backing-size)"
+                                          : strerror(-rc);
+        fprintf(stderr, "uzram: %scannot use %s '%s' to write back to: %s\n", label.where,
+                label.name, plan->backing_file, why);
+        return -1;
+    }
+    if (plan->writeback_rate_given)
+        uzram_set_writeback_rate(dev, plan->writeback_rate);
+    rc = uzram_set_writeback_when_full(dev, plan->writeback_when_full);
+    if (rc == 0)
+        rc = uzram_set_writeback_idle(dev, plan->writeback_idle);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: cannot start the writeback thread: %s\n", strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
 /* Make the device, serve it until a signal, destroy it. */
 static int create_and_serve(const struct serve_plan *plan)
 {
@@ -812,7 +906,7 @@ static int create_and_serve(const struct serve_plan *plan)
                     strerror(-rc));
         return 1;
     }
-    if (recompression(dev, plan) < 0) {
+    if (recompression(dev, plan) < 0 || writeback(dev, plan) < 0) {
         uzram_destroy(dev);
         return 1;
     }

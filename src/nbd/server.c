@@ -382,6 +382,66 @@ static void log_stop(struct nbd_server *server, uint32_t signo)
             clients, clients == 1 ? "" : "s");
 }
 
+/* ------------------------------------------------------------------------
+ * What the log says about the device
+ * ---------------------------------------------------------------------- */
+
+/* The library counts, the server tells: the backing store full, its writes or
+ * reads failing, each said once when it starts and once when it ends, never
+ * per page. */
+struct device_watch {
+    struct uzram_stats seen;
+    bool full, write_failing;
+    time_t read_failure_said;
+};
+
+static void say_backing(struct uzram *dev, const char *what)
+{
+    char path[PATH_MAX];
+    if (uzram_get_backing_dev(dev, path, sizeof path) < 0)
+        snprintf(path, sizeof path, "(?)");
+    fprintf(stderr, "uzram: backing store %s: %s\n", path, what);
+}
+
+static void watch_device(struct uzram *dev, struct device_watch *watch)
+{
+    struct uzram_stats now;
+    if (uzram_get_stats(dev, &now, sizeof now) < 0)
+        return;
+    struct uzram_stats *seen = &watch->seen;
+    bool wrote = now.bd_writes > seen->bd_writes;
+    if (now.bd_nospace > seen->bd_nospace && !watch->full) {
+        say_backing(dev, "full (or its file system is): pages stay in memory, and writes "
+                         "past mem_limit fail; see bd_nospace");
+        watch->full = true;
+    } else if (watch->full && wrote && now.bd_nospace == seen->bd_nospace) {
+        say_backing(dev, "has room again");
+        watch->full = false;
+    }
+    if (now.bd_write_errors > seen->bd_write_errors && !watch->write_failing) {
+        say_backing(dev, "writes fail: pages stay in memory; see bd_write_errors");
+        watch->write_failing = true;
+    } else if (watch->write_failing && wrote && now.bd_write_errors == seen->bd_write_errors) {
+        say_backing(dev, "writes work again");
+        watch->write_failing = false;
+    }
+    time_t clock = time(NULL);
+    if (now.failed_reads > seen->failed_reads && clock - watch->read_failure_said >= 60) {
+        fprintf(stderr,
+                "uzram: %llu read(s) failed with EIO (failed_reads %llu): a backing store that "
+                "cannot be read?\n",
+                (unsigned long long)(now.failed_reads - seen->failed_reads),
+                (unsigned long long)now.failed_reads);
+        watch->read_failure_said = clock;
+        seen->failed_reads = now.failed_reads;
+    } else if (now.failed_reads < seen->failed_reads) {
+        seen->failed_reads = now.failed_reads; /* a reset */
+    }
+    seen->bd_writes = now.bd_writes;
+    seen->bd_nospace = now.bd_nospace;
+    seen->bd_write_errors = now.bd_write_errors;
+}
+
 int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
 {
     struct nbd_server server = {
@@ -504,11 +564,14 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
     if (rc < 0)
         fprintf(stderr, "uzram: cannot tell the service manager we are ready: %s\n", strerror(-rc));
 
+    struct device_watch watch = {0};
+    uzram_get_stats(dev, &watch.seen, sizeof watch.seen);
     for (;;) {
         struct pollfd fds[1 + LISTENERS_MAX] = {{signal_fd, POLLIN, 0}};
         for (size_t i = 0; i < listener_count; i++)
             fds[1 + i] = (struct pollfd){listeners[i].fd, POLLIN, 0};
-        if (poll(fds, 1 + listener_count, -1) < 0) {
+        watch_device(dev, &watch);
+        if (poll(fds, 1 + listener_count, 1000) < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "uzram: poll: %s\n", strerror(errno));

@@ -1,0 +1,29 @@
+/* background.c - the engine's own threads: started without signals, at the lowest CPU priority
+ * (see background.h). */
+#include "background.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int background_start(pthread_t *thread, void *(*main)(void *), void *arg)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(thread, NULL, main, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+int background_lower_priority(void)
+{
+    struct sched_param param = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0)
+        return 1;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) == 0)
+        return 2;
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* background.h - the engine's own threads (recompression, writeback): started with every signal
+ * blocked, and run at the lowest CPU priority (internal). */
+#ifndef UZRAM_BACKGROUND_H
+#define UZRAM_BACKGROUND_H
+
+#include <pthread.h>
+
+/* pthread_create() with every signal blocked in the new thread: signals are
+ * the program's (a server takes SIGTERM through a signalfd in its main
+ * loop, which only works if no thread of ours lets it in). Returns 0 or an
+ * errno value, as pthread_create() does. */
+int background_start(pthread_t *thread, void *(*main)(void *), void *arg);
+
+/* Give the calling thread the lowest CPU priority it can have: SCHED_IDLE,
+ * which runs it only when a CPU has nothing else to do, or nice 19 where
+ * that is refused. Returns 1 (SCHED_IDLE), 2 (nice 19) or 0 (neither). */
+int background_lower_priority(void);
+
+#endif
