@@ -1,5 +1,6 @@
 /* test_model.c - model-based random test of the engine against a plain in-memory array.
- * Random I/O, resets, compaction and memory limits, single-threaded and multi-threaded. */
+ * Random I/O, resets, compaction, memory limits, recompression and writeback to a backing file,
+ * single-threaded and multi-threaded. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -76,6 +78,10 @@ struct model {
      * one got its dictionary (trained once a run: training takes time). */
     bool recompress;
     bool dictionary_done;
+    /* Writeback: a backing file, and writes past mem_limit that make room
+     * (then the library's thread writes back on its own, at any time). */
+    bool backing;
+    bool when_full;
     /* The model owns the whole device and runs alone: resets, memory limits
      * and exact statistics checks are allowed. */
     bool whole_device;
@@ -85,7 +91,8 @@ struct model {
     uint64_t limit_ops_left;
     bool limit_enforceable; /* mem_used_total was within the limit */
     uint64_t failed_requests;
-    uint64_t compacted_pages; /* summed over op_compact, for the summary */
+    uint64_t compacted_pages;         /* summed over op_compact, for the summary */
+    uint64_t written_back, read_back; /* bd_writes, bd_reads summed over resets */
     uint64_t resets;
     /* Progress and failure. */
     uint64_t op;
@@ -186,7 +193,26 @@ struct model_options {
     /* Secondary algorithms for recompression, priority 1 and 2 (NULL: none
      * at that priority); a zstd one may get a trained dictionary. */
     const char *recompress[2];
+    /* A backing file (removed at once: the open store keeps it), and
+     * writeback_when_full with it. */
+    bool backing;
+    bool when_full;
 };
+
+/* A backing file of its own for a device: made, attached, unlinked. */
+static int attach_backing(struct uzram *dev)
+{
+    const char *tmp = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/uzram-model.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    int rc = uzram_set_backing_dev(dev, path, 0);
+    unlink(path);
+    return rc;
+}
 
 static struct uzram *make_device(const struct model_options *options)
 {
@@ -209,6 +235,12 @@ static struct uzram *make_device(const struct model_options *options)
             uzram_destroy(dev);
             return NULL;
         }
+    if (options->backing && ((rc = attach_backing(dev)) != 0 ||
+                             (rc = uzram_set_writeback_when_full(dev, options->when_full)) != 0)) {
+        fprintf(stderr, "backing store for %s: %d\n", options->name, rc);
+        uzram_destroy(dev);
+        return NULL;
+    }
     return dev;
 }
 
@@ -315,7 +347,9 @@ static void verify_request(struct model *m, enum request_kind kind, uint64_t off
     uint64_t span_start = first_page * PAGE;
     size_t span = span_pages * PAGE;
 
-    bool may_fail = m->limit_active && (rc == -ENOSPC);
+    /* past mem_limit; or, with writeback when full, when room could not be
+     * made in time (the store full, nothing cold enough, a slow machine) */
+    bool may_fail = (m->limit_active || m->when_full) && rc == -ENOSPC;
     if (!check(m, rc == 0 || may_fail, "request returned %d (limit %s)", rc,
                m->limit_active ? "active" : "off"))
         return;
@@ -520,6 +554,16 @@ static void check_stats(struct model *m)
           U(s.same_pages));
     check(m, s.idle_pages <= s.pages_stored, "idle_pages %llu > pages_stored %llu", U(s.idle_pages),
           U(s.pages_stored));
+    check(m, s.bd_objects <= s.pages_stored - s.same_pages,
+          "bd_objects %llu > pages_stored %llu - same_pages %llu", U(s.bd_objects),
+          U(s.pages_stored), U(s.same_pages));
+    check(m, s.bd_data_size >= s.bd_objects && s.bd_data_size <= s.bd_objects * PAGE,
+          "bd_data_size %llu for %llu objects", U(s.bd_data_size), U(s.bd_objects));
+    check(m, s.bd_writes >= s.bd_objects || s.bd_writes == 0,
+          "bd_writes %llu < bd_objects %llu (and not just reset)", U(s.bd_writes), U(s.bd_objects));
+    if (!m->backing)
+        check(m, s.bd_objects + s.bd_count + s.bd_reads + s.bd_writes == 0,
+              "backing store counters without a backing store");
     check(m, s.incompressible_pages <= s.pages_stored - s.same_pages,
           "incompressible_pages %llu > pages_stored %llu - same_pages %llu",
           U(s.incompressible_pages), U(s.pages_stored), U(s.same_pages));
@@ -550,9 +594,10 @@ static void check_stats(struct model *m)
     }
     if (!m->use_dedup) {
         check(m, s.dup_data_size == 0, "dup_data_size %llu without dedup", U(s.dup_data_size));
-        check(m, s.compr_data_size >= s.huge_pages * PAGE,
-              "compr_data_size %llu < huge_pages %llu * 4096", U(s.compr_data_size),
-              U(s.huge_pages));
+        /* raw pages count as huge wherever they are */
+        check(m, s.compr_data_size + s.bd_data_size >= s.huge_pages * PAGE,
+              "compr_data_size %llu + bd_data_size %llu < huge_pages %llu * 4096",
+              U(s.compr_data_size), U(s.bd_data_size), U(s.huge_pages));
     }
     check(m, s.failed_reads == 0, "failed_reads %llu", U(s.failed_reads));
     check(m, s.invalid_io == 0, "invalid_io %llu though every request was valid", U(s.invalid_io));
@@ -564,7 +609,7 @@ static void check_stats(struct model *m)
               s.pages_stored == 0 && s.orig_data_size == 0 && s.compr_data_size == 0 &&
                   s.same_pages == 0 && s.huge_pages == 0 && s.dup_data_size == 0 &&
                   s.zero_pages == 0 && s.mem_used_total == s.dict_mem && s.idle_pages == 0 &&
-                  s.incompressible_pages == 0,
+                  s.incompressible_pages == 0 && s.bd_objects == 0 && s.bd_data_size == 0,
               "device holds no page but: pages_stored %llu orig %llu compr %llu same %llu "
               "huge %llu dup %llu zero %llu mem_used_total %llu",
               U(s.pages_stored), U(s.orig_data_size), U(s.compr_data_size), U(s.same_pages),
@@ -601,6 +646,9 @@ static void op_compact(struct model *m)
 static void op_reset(struct model *m)
 {
     snprintf(m->op_text, sizeof m->op_text, "reset");
+    struct uzram_stats last = test_stats(m->dev);
+    m->written_back += last.bd_writes;
+    m->read_back += last.bd_reads;
     int rc = uzram_reset(m->dev);
     if (!check(m, rc == 0, "uzram_reset returned %d", rc))
         return;
@@ -706,7 +754,7 @@ static void op_recompress(struct model *m)
     struct uzram_recompress_result result;
     int rc = uzram_recompress(m->dev, type, threshold, max_pages, priority, &result);
     /* priority 2 may be unset; a memory limit may refuse the new object */
-    if (!check(m, rc == 0 || rc == -ENOENT || (m->limit_active && rc == -ENOSPC),
+    if (!check(m, rc == 0 || rc == -ENOENT || ((m->limit_active || m->when_full) && rc == -ENOSPC),
                "uzram_recompress returned %d", rc) ||
         rc != 0 || !m->whole_device)
         return;
@@ -717,9 +765,10 @@ static void op_recompress(struct model *m)
           "recomp_pages %llu -> %llu, pass recompressed %llu",
           (unsigned long long)before.recomp_pages, (unsigned long long)after.recomp_pages,
           (unsigned long long)result.pages_recompressed);
+    /* (the writeback thread moves objects out of memory at any time) */
     check(m,
-          before.compr_data_size - after.compr_data_size ==
-              result.bytes_before - result.bytes_after,
+          m->when_full || before.compr_data_size - after.compr_data_size ==
+                              result.bytes_before - result.bytes_after,
           "compr_data_size %llu -> %llu, pass saved %llu",
           (unsigned long long)before.compr_data_size, (unsigned long long)after.compr_data_size,
           (unsigned long long)(result.bytes_before - result.bytes_after));
@@ -728,6 +777,63 @@ static void op_recompress(struct model *m)
     check(m, threshold == 0 || result.bytes_after < threshold * result.pages_recompressed + 1,
           "threshold %llu: %llu bytes after for %llu pages", (unsigned long long)threshold,
           (unsigned long long)result.bytes_after, (unsigned long long)result.pages_recompressed);
+}
+
+/* Write back pages of a random type from a random part of the region,
+ * sometimes under a writeback_limit. The data is checked by the reads
+ * around it; alone on the device (and without the library's own thread
+ * moving pages too), the counters must add up exactly: objects move from
+ * compr_data_size to bd_data_size, one bd_write each. */
+static void op_writeback(struct model *m)
+{
+    static const unsigned types[] = {0, UZRAM_WRITEBACK_IDLE, UZRAM_WRITEBACK_HUGE,
+                                     UZRAM_WRITEBACK_IDLE | UZRAM_WRITEBACK_HUGE,
+                                     UZRAM_WRITEBACK_INCOMPRESSIBLE};
+    unsigned type = types[datagen_rng_below(&m->rng, 5)];
+    uint64_t first = datagen_rng_below(&m->rng, m->pages);
+    uint64_t last =
+        datagen_rng_below(&m->rng, 8) == 0 ? m->pages - 1 : first + datagen_rng_below(&m->rng, 64);
+    if (last >= m->pages)
+        last = m->pages - 1;
+    uint64_t limit = datagen_rng_below(&m->rng, 8) == 0 ? datagen_rng_below(&m->rng, 16) : 0;
+    uint64_t base = m->base / PAGE;
+    snprintf(m->op_text, sizeof m->op_text, "writeback type %u pages %llu-%llu limit %llu", type,
+             (unsigned long long)(base + first), (unsigned long long)(base + last),
+             (unsigned long long)limit);
+    bool exact = m->whole_device && !m->when_full;
+    if (limit && m->whole_device) {
+        uzram_set_writeback_limit(m->dev, limit);
+        uzram_set_writeback_limit_enable(m->dev, true);
+    }
+    struct uzram_stats before = test_stats(m->dev);
+    uint64_t written = UINT64_MAX;
+    int rc = uzram_writeback(m->dev, type, base + first, base + last, &written);
+    struct uzram_stats after = test_stats(m->dev);
+    if (limit && m->whole_device)
+        uzram_set_writeback_limit_enable(m->dev, false);
+    /* -ENOSPC: the store is full; -EIO: the limit was used up */
+    if (!check(m, rc == 0 || rc == -ENOSPC || (limit && m->whole_device && rc == -EIO),
+               "uzram_writeback returned %d", rc) ||
+        !check(m, written != UINT64_MAX, "uzram_writeback did not store `written`") || !exact)
+        return;
+    check(m, !limit || written <= limit, "wrote %llu pages past writeback_limit %llu",
+          (unsigned long long)written, (unsigned long long)limit);
+    check(m, after.bd_objects == before.bd_objects + written,
+          "bd_objects %llu -> %llu, pass wrote %llu", (unsigned long long)before.bd_objects,
+          (unsigned long long)after.bd_objects, (unsigned long long)written);
+    check(m, after.bd_writes == before.bd_writes + written, "bd_writes %llu -> %llu, wrote %llu",
+          (unsigned long long)before.bd_writes, (unsigned long long)after.bd_writes,
+          (unsigned long long)written);
+    check(m,
+          after.compr_data_size + after.bd_data_size ==
+              before.compr_data_size + before.bd_data_size,
+          "compr_data_size + bd_data_size %llu + %llu -> %llu + %llu",
+          (unsigned long long)before.compr_data_size, (unsigned long long)before.bd_data_size,
+          (unsigned long long)after.compr_data_size, (unsigned long long)after.bd_data_size);
+    check(m,
+          after.pages_stored == before.pages_stored && after.same_pages == before.same_pages &&
+              after.huge_pages == before.huge_pages && after.idle_pages == before.idle_pages,
+          "writeback changed pages_stored, same_pages, huge_pages or idle_pages");
 }
 
 /* Mark pages idle (all, or by age: nothing here is older than the test).
@@ -791,6 +897,8 @@ static void model_step(struct model *m)
         op_idle(m);
     else if (r < 958 && m->recompress)
         op_recompress(m);
+    else if (r >= 958 && r < 966 && m->backing)
+        op_writeback(m);
     else if (!m->whole_device)
         op_write(m);
     else if (r < 951)
@@ -844,6 +952,8 @@ static void run_single(const struct model_options *options, uint64_t default_see
     m.use_dedup = options->use_dedup;
     m.shared_contents = options->shared_contents;
     m.recompress = options->recompress[0] != NULL;
+    m.backing = options->backing;
+    m.when_full = options->when_full;
     m.whole_device = true;
     model_buffers(&m);
 
@@ -856,12 +966,16 @@ static void run_single(const struct model_options *options, uint64_t default_see
             op_mem_limit(&m);
         op_discard_all(&m);
     }
+    struct uzram_stats last = test_stats(m.dev);
+    m.written_back += last.bd_writes;
+    m.read_back += last.bd_reads;
     if (getenv("UZRAM_TEST_VERBOSE"))
         fprintf(stderr,
                 "[%s] seed %llu: %llu failed requests since the last reset, %llu resets, "
-                "%llu pages compacted\n",
+                "%llu pages compacted, %llu pages written back and %llu read back\n",
                 m.name, (unsigned long long)m.seed, (unsigned long long)m.failed_requests,
-                (unsigned long long)m.resets, (unsigned long long)m.compacted_pages);
+                (unsigned long long)m.resets, (unsigned long long)m.compacted_pages,
+                (unsigned long long)m.written_back, (unsigned long long)m.read_back);
     bool failed = m.failed;
     uzram_destroy(m.dev);
     model_free_buffers(&m);
@@ -875,52 +989,57 @@ static void run_single(const struct model_options *options, uint64_t default_see
 static void test_model_lz4(void **state)
 {
     (void)state;
-    struct model_options o = {"model_lz4", "lz4", true, false, false, 8 * MIB, {"zstd", "deflate"}};
+    struct model_options o = {"model_lz4",         "lz4",          true, false, false, 8 * MIB,
+                              {"zstd", "deflate"}, .backing = true};
     run_single(&o, 1001);
 }
 
 static void test_model_lz4hc(void **state)
 {
     (void)state;
-    struct model_options o = {"model_lz4hc",      "lz4hc", true, false, false, 8 * MIB,
-                              {"deflate", "zstd"}};
+    struct model_options o = {"model_lz4hc",       "lz4hc",         true, false, false, 8 * MIB,
+                              {"deflate", "zstd"}, .backing = false};
     run_single(&o, 1002);
 }
 
 static void test_model_zstd(void **state)
 {
     (void)state;
-    struct model_options o = {"model_zstd", "zstd", true, false, false, 8 * MIB, {"lz4hc", "lzo"}};
+    struct model_options o = {
+        "model_zstd",    "zstd",           true, false, false, 8 * MIB, {"lz4hc", "lzo"},
+        .backing = true, .when_full = true};
     run_single(&o, 1003);
 }
 
 static void test_model_lzo(void **state)
 {
     (void)state;
-    struct model_options o = {"model_lzo", "lzo", true, false, false, 8 * MIB, {"zstd", "lz4"}};
+    struct model_options o = {"model_lzo",     "lzo",           true, false, false, 8 * MIB,
+                              {"zstd", "lz4"}, .backing = false};
     run_single(&o, 1004);
 }
 
 static void test_model_deflate(void **state)
 {
     (void)state;
-    struct model_options o = {"model_deflate", "deflate", true,           false,
-                              false,           8 * MIB,   {"lzo", "zstd"}};
+    struct model_options o = {"model_deflate", "deflate",       true, false, false, 8 * MIB,
+                              {"lzo", "zstd"}, .backing = false};
     run_single(&o, 1005);
 }
 
 static void test_model_no_same_filled(void **state)
 {
     (void)state;
-    struct model_options o = {"model_no_same_filled", "lz4", false, false, false, 8 * MIB,
-                              {"lz4hc", NULL}};
+    struct model_options o = {"model_no_same_filled", "lz4",           false, false, false, 8 * MIB,
+                              {"lz4hc", NULL},        .backing = false};
     run_single(&o, 1006);
 }
 
 static void test_model_dedup(void **state)
 {
     (void)state;
-    struct model_options o = {"model_dedup", "lz4", true, true, true, 8 * MIB, {"zstd", "lz4hc"}};
+    struct model_options o = {"model_dedup",     "lz4",          true, true, true, 8 * MIB,
+                              {"zstd", "lz4hc"}, .backing = true};
     run_single(&o, 1007);
 }
 
@@ -928,8 +1047,9 @@ static void test_model_dedup_zstd_unique(void **state)
 {
     (void)state;
     /* Dedup on but mostly unique pages: the index under churn. */
-    struct model_options o = {"model_dedup_zstd_unique", "zstd", true, true, false, 8 * MIB,
-                              {"deflate", NULL}};
+    struct model_options o = {
+        "model_dedup_zstd_unique", "zstd",           true, true, false, 8 * MIB, {"deflate", NULL},
+        .backing = true,           .when_full = true};
     run_single(&o, 1008);
 }
 
@@ -944,6 +1064,7 @@ struct background {
     volatile int stop; /* written by the main thread once, read with atomics */
     uint64_t compactions;
     uint64_t recompressions;
+    bool backing; /* write back too */
     int error;
 };
 
@@ -967,7 +1088,21 @@ static void *compactor_main(void *arg)
             bg->error = rc;
         rc = uzram_recompress(bg->dev, turn == 3 ? UZRAM_RECOMPRESS_HUGE : UZRAM_RECOMPRESS_IDLE, 0,
                               0, turn % 3, NULL);
-        if (rc != 0 && rc != -ENOENT)
+        /* (a device with a mem_limit may have no room for a new object) */
+        if (rc != 0 && rc != -ENOENT && rc != -ENOSPC)
+            bg->error = rc;
+        /* Write back by turns: idle pages, huge ones, a range of any, all
+         * (the store may fill: -ENOSPC). */
+        static const unsigned writeback_types[] = {UZRAM_WRITEBACK_IDLE, UZRAM_WRITEBACK_HUGE, 0,
+                                                   0};
+        struct uzram_config config;
+        uzram_get_config(bg->dev, &config);
+        uint64_t pages = config.disksize / PAGE;
+        uint64_t first = turn == 2 ? bg->compactions * 7 % pages : 0;
+        if (bg->backing &&
+            (rc = uzram_writeback(bg->dev, writeback_types[turn], first,
+                                  turn == 2 ? first + 63 : UINT64_MAX, NULL)) != 0 &&
+            rc != -ENOSPC)
             bg->error = rc;
         /* and time flies, for the library's own recompressor where the
          * test started it (pages unused for 1 s) */
@@ -1023,12 +1158,18 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
         m->shared_contents = options->shared_contents;
         m->recompress = options->recompress[0] != NULL;
         m->dictionary_done = i != 0; /* one thread trains */
+        m->backing = options->backing;
+        m->when_full = options->when_full;
         m->whole_device = false;
         model_buffers(m);
         threads[i].ops = ops;
     }
 
-    struct background bg = {.dev = dev};
+    struct background bg = {.dev = dev, .backing = options->backing};
+    /* With writeback when full, a pool of a quarter of the disk: writes
+     * make room all the time. */
+    if (options->when_full)
+        assert_int_equal(uzram_set_mem_limit(dev, options->disksize / 4), 0);
     pthread_t compactor;
     assert_int_equal(pthread_create(&compactor, NULL, compactor_main, &bg), 0);
     for (int i = 0; i < THREADS; i++)
@@ -1037,6 +1178,9 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
         pthread_join(ids[i], NULL);
     __atomic_store_n(&bg.stop, 1, __ATOMIC_RELEASE);
     pthread_join(compactor, NULL);
+    /* quiet from here: the library's writeback thread too */
+    assert_int_equal(uzram_set_writeback_when_full(dev, false), 0);
+    assert_int_equal(uzram_set_mem_limit(dev, 0), 0);
 
     bool failed = false;
     for (int i = 0; i < THREADS; i++) {
@@ -1067,6 +1211,7 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
         whole.same_filled = options->same_filled;
         whole.use_dedup = options->use_dedup;
         whole.shared_contents = options->shared_contents;
+        whole.backing = options->backing;
         whole.whole_device = true;
         model_buffers(&whole);
         verify_all(&whole);
@@ -1089,16 +1234,18 @@ static void run_disjoint(const struct model_options *options, uint64_t default_s
 static void test_concurrent_disjoint(void **state)
 {
     (void)state;
-    struct model_options o = {"concurrent_disjoint", "lz4", true, false, false, 8 * MIB,
-                              {"zstd", NULL}};
+    struct model_options o = {
+        "concurrent_disjoint", "lz4", true, false, false, 8 * MIB, {"zstd", NULL}, .backing = true,
+        .when_full = true};
     run_disjoint(&o, 2001);
 }
 
 static void test_concurrent_disjoint_zstd(void **state)
 {
     (void)state;
-    struct model_options o = {"concurrent_disjoint_zstd", "zstd", true, false, false, 8 * MIB,
-                              {"deflate", "lz4"}};
+    struct model_options o = {
+        "concurrent_disjoint_zstd", "zstd",          true, false, false, 8 * MIB,
+        {"deflate", "lz4"},         .backing = false};
     run_disjoint(&o, 2002);
 }
 
@@ -1106,8 +1253,15 @@ static void test_concurrent_disjoint_dedup(void **state)
 {
     (void)state;
     /* Threads share objects across their regions through the dedup index. */
-    struct model_options o = {
-        "concurrent_disjoint_dedup", "lz4", true, true, true, 8 * MIB, {"zstd", NULL}};
+    struct model_options o = {"concurrent_disjoint_dedup",
+                              "lz4",
+                              true,
+                              true,
+                              true,
+                              8 * MIB,
+                              {"zstd", NULL},
+                              .backing = true,
+                              .when_full = true};
     run_disjoint(&o, 2003);
 }
 
@@ -1324,8 +1478,14 @@ static void *overlap_thread_main(void *arg)
 
 static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint64_t default_seed)
 {
-    struct model_options options = {
-        name, "lz4", true, use_dedup, use_dedup, OVERLAP_PAGES * PAGE, {"zstd", "deflate"}};
+    struct model_options options = {name,
+                                    "lz4",
+                                    true,
+                                    use_dedup,
+                                    use_dedup,
+                                    OVERLAP_PAGES * PAGE,
+                                    {"zstd", "deflate"},
+                                    .backing = true};
     struct overlap o;
     memset(&o, 0, sizeof o);
     pthread_mutex_init(&o.lock, NULL);
@@ -1343,7 +1503,7 @@ static void run_overlap(const char *name, bool use_dedup, bool with_reset, uint6
     static const int roles[N] = {0, 0, 1, 2};
     struct overlap_thread threads[N];
     pthread_t ids[N];
-    struct background bg = {.dev = o.dev};
+    struct background bg = {.dev = o.dev, .backing = true};
     /* the background recompressor too, as fast as it goes */
     assert_int_equal(uzram_set_recompress_rate(o.dev, 0), 0);
     assert_int_equal(uzram_set_recompress_idle(o.dev, 1), 0);
@@ -1501,7 +1661,7 @@ static void *sector_thread_main(void *arg)
 static void run_shared_sectors(const char *name, bool use_dedup, uint64_t default_seed)
 {
     struct model_options options = {
-        name, "lz4", true, use_dedup, false, SHARED_PAGES * PAGE, {"zstd", NULL}};
+        name, "lz4", true, use_dedup, false, SHARED_PAGES * PAGE, {"zstd", NULL}, .backing = true};
     struct uzram *dev = make_device(&options);
     assert_non_null(dev);
     uint8_t *model = calloc(SHARED_PAGES, PAGE);
@@ -1509,7 +1669,7 @@ static void run_shared_sectors(const char *name, bool use_dedup, uint64_t defaul
     uint64_t seed = test_seed(default_seed);
     struct sector_thread threads[SECTOR_OWNERS];
     pthread_t ids[SECTOR_OWNERS];
-    struct background bg = {.dev = dev};
+    struct background bg = {.dev = dev, .backing = true};
     pthread_t compactor;
     assert_int_equal(pthread_create(&compactor, NULL, compactor_main, &bg), 0);
     for (int i = 0; i < SECTOR_OWNERS; i++) {
