@@ -535,6 +535,9 @@ static int thread_follow_settings(struct uzram *dev)
 {
     struct writeback *writeback = &dev->writeback;
     bool wanted = atomic_load(&writeback->when_full) || atomic_load(&writeback->idle_seconds);
+#ifdef UZRAM_TEST_HOOKS
+    wanted = wanted && !writeback->no_thread;
+#endif
     int rc = 0;
     pthread_mutex_lock(&writeback->thread_lock);
     if (wanted && !writeback->running) {
@@ -556,6 +559,13 @@ static int thread_follow_settings(struct uzram *dev)
     pthread_mutex_unlock(&writeback->thread_lock);
     return rc;
 }
+
+#ifdef UZRAM_TEST_HOOKS
+void writeback_test_no_thread(struct uzram *dev)
+{
+    dev->writeback.no_thread = true;
+}
+#endif
 
 /* ---- settings --------------------------------------------------------------------- */
 

@@ -96,6 +96,9 @@ struct writeback {
     pthread_t thread;
     bool running;
     bool stop;
+#ifdef UZRAM_TEST_HOOKS
+    bool no_thread; /* writeback_test_no_thread() */
+#endif
 
     /* counters (see struct uzram_stats) */
     _Atomic uint64_t bd_objects;
@@ -129,6 +132,13 @@ void writeback_trim(struct uzram *dev, bool wait, bool compact);
  * true to try again; false when nothing more can be done. Never waits on a
  * slot lock, so a caller may hold one. */
 bool writeback_make_room(struct uzram *dev, unsigned attempt);
+
+#ifdef UZRAM_TEST_HOOKS
+/* Test builds: never start the thread (its work would come at random
+ * moments: a fault sweep needs every fault point in a fixed order). Writes
+ * still make room themselves. */
+void writeback_test_no_thread(struct uzram *dev);
+#endif
 
 /* What the attributes show. */
 struct writeback_settings {

@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "device.h" /* writeback_test_no_thread */
 #include "fault.h"
 #include "test_util.h"
 
@@ -66,6 +68,12 @@ struct sweep_config {
      * dictionary to train for priority 1 (zstd). */
     const char *recompress[2];
     bool dictionary;
+    /* A backing file: the workload writes pages back (reads and partial
+     * writes then go to the file); `when_full` with a pool of a third of
+     * the disk, so writes make room by writing back, themselves (the
+     * library's thread stays off: its work would come at random moments). */
+    bool backing;
+    bool when_full;
 };
 
 struct run_result {
@@ -200,8 +208,12 @@ static void check_stats(struct run_state *state)
 static bool absorbable(const char *site)
 {
     /* Also: a dictionary that a recompression pass fails to train stays
-     * to be trained, and the pass goes on without it (uzram.h). */
-    return site && (strstr(site, "comp.c") != NULL || strstr(site, "recompress.c") != NULL);
+     * to be trained, and the pass goes on without it (uzram.h); a candidate
+     * on the backing store that cannot be read is different too, and
+     * compaction of the store leaves an object it cannot read or write
+     * where it is. */
+    return site && (strstr(site, "comp.c") != NULL || strstr(site, "recompress.c") != NULL ||
+                    strstr(site, "backing.c") != NULL);
 }
 
 /* After a write-like call on [offset, offset + length): check the outcome
@@ -224,7 +236,9 @@ static void settle(struct run_state *state, int rc, uint64_t hits_before, uint64
         CHECK(ctx, rc == 0, "call failed with %d without an injected fault", rc);
     }
     if (rc < 0) {
-        CHECK(ctx, rc == -ENOMEM || rc == -EIO, "unexpected error %d", rc);
+        /* -ENOSPC: a write that could not make room, as writing back failed */
+        CHECK(ctx, rc == -ENOMEM || rc == -EIO || (ctx->config->when_full && rc == -ENOSPC),
+              "unexpected error %d", rc);
         state->result.failed_ops++;
         if (writes)
             state->failed_writes++;
@@ -307,10 +321,14 @@ static void op_read(struct run_state *state, uint64_t offset, uint64_t length)
         CHECK(&state->ctx, memcmp(state->buffer, state->model + offset, length) == 0,
               "read differs from the model");
     } else {
-        CHECK(&state->ctx, hit && rc == -ENOMEM, "read failed with %d (fault %d)", rc, hit);
+        /* -EIO: the backing store could not be read */
+        CHECK(&state->ctx, hit && (rc == -ENOMEM || rc == -EIO), "read failed with %d (fault %d)",
+              rc, hit);
         state->failed_reads++;
         state->result.failed_ops++;
     }
+    /* every fault a read meets fails it: it has nothing to fall back on */
+    CHECK(&state->ctx, !hit || rc < 0, "a read met a fault and succeeded");
     if (hit) {
         state->result.hit = true;
         state->result.site = fault_last_site();
@@ -339,6 +357,21 @@ static void op_dictionary(struct run_state *state)
     memcpy(state->expected, state->model, DEVICE_BYTES);
     uint64_t hits = fault_hits();
     int rc = uzram_set_algorithm_params(state->dev, 1, 0, NULL, 1024);
+    settle(state, rc, hits, 0, 0, false);
+}
+
+/* Write back pages of some type from some part of the disk: a failure
+ * leaves them all in memory, as they were. */
+static void op_writeback(struct run_state *state)
+{
+    static const unsigned types[] = {0, UZRAM_WRITEBACK_IDLE, UZRAM_WRITEBACK_HUGE};
+    unsigned type = types[datagen_rng_below(&state->rng, 3)];
+    uint64_t first = datagen_rng_below(&state->rng, DEVICE_PAGES);
+    memcpy(state->expected, state->model, DEVICE_BYTES);
+    uint64_t hits = fault_hits();
+    int rc = uzram_mark_idle(state->dev, 0, NULL);
+    if (rc == 0)
+        rc = uzram_writeback(state->dev, type, first, first + 16, NULL);
     settle(state, rc, hits, 0, 0, false);
 }
 
@@ -399,6 +432,9 @@ static void workload(struct run_state *state)
             ctx->op_name = "read";
             random_range(state, datagen_rng_below(&state->rng, 2), &offset, &length);
             op_read(state, offset, length);
+        } else if (ctx->config->backing && choice >= 96) {
+            ctx->op_name = "writeback";
+            op_writeback(state);
         } else if (choice < 96 || !ctx->config->recompress[0]) {
             ctx->op_name = "compact";
             op_compact(state);
@@ -430,6 +466,14 @@ static void *run_thread(void *arg)
             CHECK(&state->ctx,
                   uzram_set_recomp_algorithm(state->dev, i + 1, config->recompress[i], 0) == 0,
                   "secondary algorithm");
+    if (config->backing) {
+        CHECK(&state->ctx, test_attach_backing(state->dev, true) == 0, "backing store");
+        writeback_test_no_thread(state->dev);
+        if (config->when_full) {
+            CHECK(&state->ctx, uzram_set_writeback_when_full(state->dev, true) == 0, "when full");
+            CHECK(&state->ctx, uzram_set_mem_limit(state->dev, DEVICE_BYTES / 3) == 0, "limit");
+        }
+    }
     state->meta_baseline = stats_of(state).meta_data_size;
     memset(state->model, 0, DEVICE_BYTES);
     sem_init(&state->check_go, 0, 0);
@@ -459,6 +503,10 @@ static void *run_thread(void *arg)
           (unsigned long long)s.orig_data_size, (unsigned long long)s.compr_data_size,
           (unsigned long long)s.dup_data_size, (unsigned long long)s.same_pages,
           (unsigned long long)s.huge_pages, (unsigned long long)s.mem_used_total);
+    CHECK(&state->ctx, s.bd_objects == 0 && s.bd_data_size == 0 && s.bd_count == 0,
+          "after discarding everything: bd_objects %llu bd_data_size %llu bd_count %llu",
+          (unsigned long long)s.bd_objects, (unsigned long long)s.bd_data_size,
+          (unsigned long long)s.bd_count);
     CHECK(&state->ctx, s.meta_data_size == state->meta_baseline,
           "meta_data_size %llu, empty index has %llu", (unsigned long long)s.meta_data_size,
           (unsigned long long)state->meta_baseline);
@@ -563,6 +611,25 @@ static void test_sweep_recompress(void **unused)
         .algorithm = "lz4", .use_dedup = false, .seed = 16, .recompress = {"zstd", "deflate"}});
 }
 
+/* Writeback: every allocation, compression and I/O of the backing store
+ * fails in turn, in writeback by request, in writes that make room, in
+ * reads and partial writes of written-back pages and in dedup comparisons
+ * with them: a failed write to the store leaves the pages in memory, a
+ * failed read is that read's -EIO, and nothing else changes. */
+static void test_sweep_writeback_when_full(void **unused)
+{
+    (void)unused;
+    sweep(&(struct sweep_config){
+        .algorithm = "lz4", .use_dedup = false, .seed = 18, .backing = true, .when_full = true});
+}
+
+static void test_sweep_writeback_dedup(void **unused)
+{
+    (void)unused;
+    sweep(&(struct sweep_config){
+        .algorithm = "zstd", .use_dedup = true, .seed = 19, .backing = true, .when_full = true});
+}
+
 static void test_sweep_recompress_dedup_dictionary(void **unused)
 {
     (void)unused;
@@ -634,6 +701,57 @@ static void test_sweep_create(void **unused)
            (unsigned long long)early, (unsigned long long)late);
 }
 
+/* Attaching a backing store and starting the writeback thread allocate
+ * too: each failure must give -ENOMEM (-EAGAIN for the thread), leave the
+ * device as it was (no store; the setting off) and leak nothing. */
+static void test_sweep_attach(void **unused)
+{
+    (void)unused;
+    if (!fault_enabled())
+        skip();
+    uint64_t nth;
+    for (nth = 1; nth < 1000; nth++) {
+        struct uzram *dev = test_device(DEVICE_BYTES, "lz4", false);
+        fault_arm(nth);
+        int rc = test_attach_backing(dev, true);
+        int thread_rc = rc == 0 ? uzram_set_writeback_when_full(dev, true) : 0;
+        uint64_t hits = fault_hits();
+        fault_disarm();
+        char path[64];
+        int length = uzram_get_backing_dev(dev, path, sizeof path);
+        if (rc < 0) {
+            assert_int_equal(rc, -ENOMEM);
+            assert_int_equal(length, 4); /* "none" */
+        }
+        if (thread_rc < 0) {
+            assert_int_equal(thread_rc, -EAGAIN);
+            char value[16];
+            assert_true(uzram_attr_get(dev, "writeback_when_full", value, sizeof value) > 0);
+            assert_string_equal(value, "0\n");
+        }
+        assert_int_equal(hits != 0, rc < 0 || thread_rc < 0);
+        /* whatever failed, the device works, and writes back once it has a store */
+        if (rc < 0)
+            assert_int_equal(test_attach_backing(dev, true), 0);
+        uint8_t page[PAGE], back[PAGE];
+        memset(page, 0x5a, sizeof page);
+        page[9] = 1;
+        assert_int_equal(uzram_write(dev, 0, page, PAGE), 0);
+        uint64_t written = 0;
+        assert_int_equal(uzram_writeback(dev, 0, 0, UINT64_MAX, &written), 0);
+        assert_int_equal(written, 1);
+        assert_int_equal(uzram_read(dev, 0, back, PAGE), 0);
+        assert_memory_equal(page, back, PAGE);
+        uzram_destroy(dev);
+        if (!hits)
+            break;
+    }
+    assert_true(nth < 1000);
+    total_swept += nth - 1;
+    printf("attach a backing store, start the writeback thread: %llu fault points swept\n",
+           (unsigned long long)(nth - 1));
+}
+
 /* The kind mask: with only compression armed, the first write fails with
  * -EIO from the compressor, and no allocation is failed. */
 static void test_compress_only(void **unused)
@@ -693,6 +811,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sweep_lzo_dedup),
         cmocka_unit_test(test_sweep_recompress),
         cmocka_unit_test(test_sweep_recompress_dedup_dictionary),
+        cmocka_unit_test(test_sweep_writeback_when_full),
+        cmocka_unit_test(test_sweep_writeback_dedup),
+        cmocka_unit_test(test_sweep_attach),
         cmocka_unit_test(test_report_sites),
     };
     return cmocka_run_group_tests_name("fault", tests, NULL, NULL);

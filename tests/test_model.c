@@ -193,26 +193,11 @@ struct model_options {
     /* Secondary algorithms for recompression, priority 1 and 2 (NULL: none
      * at that priority); a zstd one may get a trained dictionary. */
     const char *recompress[2];
-    /* A backing file (removed at once: the open store keeps it), and
+    /* A backing file (in memory, test_attach_backing), and
      * writeback_when_full with it. */
     bool backing;
     bool when_full;
 };
-
-/* A backing file of its own for a device: made, attached, unlinked. */
-static int attach_backing(struct uzram *dev)
-{
-    const char *tmp = getenv("TMPDIR");
-    char path[512];
-    snprintf(path, sizeof path, "%s/uzram-model.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0)
-        return -errno;
-    close(fd);
-    int rc = uzram_set_backing_dev(dev, path, 0);
-    unlink(path);
-    return rc;
-}
 
 static struct uzram *make_device(const struct model_options *options)
 {
@@ -235,7 +220,7 @@ static struct uzram *make_device(const struct model_options *options)
             uzram_destroy(dev);
             return NULL;
         }
-    if (options->backing && ((rc = attach_backing(dev)) != 0 ||
+    if (options->backing && ((rc = test_attach_backing(dev, true)) != 0 ||
                              (rc = uzram_set_writeback_when_full(dev, options->when_full)) != 0)) {
         fprintf(stderr, "backing store for %s: %d\n", options->name, rc);
         uzram_destroy(dev);

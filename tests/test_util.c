@@ -1,5 +1,5 @@
 /* test_util.c - shared helpers for the unit and model tests.
- * The name filter that lets one binary run only its concurrent tests. */
+ * The name filter that lets one binary run only its concurrent tests; backing files. */
 #include "test_util.h"
 
 #include <setjmp.h>
@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <errno.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -22,4 +25,24 @@ void test_apply_filter(int argc, char **argv)
     else
         snprintf(pattern, sizeof pattern, "*%s*", filter);
     cmocka_set_test_filter(pattern);
+}
+
+int test_attach_backing(struct uzram *dev, int memory)
+{
+    const char *tmp = getenv("TMPDIR");
+    struct stat st;
+    const char *folder =
+        memory && stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0
+            ? "/dev/shm"
+        : tmp && *tmp ? tmp
+                      : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/uzram-test.XXXXXX", folder);
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    int rc = uzram_set_backing_dev(dev, path, 0);
+    unlink(path);
+    return rc;
 }

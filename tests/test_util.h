@@ -40,6 +40,14 @@ static inline struct uzram *test_device(uint64_t disksize, const char *algorithm
     return dev;
 }
 
+/* Attach a backing file of its own to `dev`: made with mkstemp, attached
+ * (uzram_set_backing_dev) and unlinked at once, the open store keeping it.
+ * `memory`: in /dev/shm when it is there (tmpfs: no O_DIRECT, no disk
+ * latency), for tests that go through the store thousands of times; else
+ * in $TMPDIR or /tmp, on a real file system. Returns what attaching
+ * returned, or -errno of making the file. */
+int test_attach_backing(struct uzram *dev, int memory);
+
 /* Statistics snapshot; aborts on failure. */
 static inline struct uzram_stats test_stats(struct uzram *dev)
 {
