@@ -526,11 +526,14 @@ UZRAM_API int uzram_format_json(const struct uzram_stats *stats, char *buf, size
  * Names: disksize initstate comp_algorithm algorithm_params same_filled
  *        use_dedup mem_limit mem_used_max mm_stat io_stat debug_stat
  *        stat_json recomp_algorithm recompress_idle recompress_rate
+ *        backing_dev (a path or "none") bd_stat writeback_limit
+ *        writeback_limit_enable writeback_when_full writeback_idle
+ *        writeback_rate
  * algorithm_params shows "algo=NAME level=N" for the primary algorithm,
  * then a line "priority=P algo=NAME level=N [dict=...]" per secondary one;
  * recomp_algorithm shows zram's "#P: lzo [zstd] ..." lines.
  * Returns the length written, -ENOENT for an unknown name, -EACCES for a
- * write-only attribute (compact, reset, idle, recompress), -ERANGE if buf
+ * write-only attribute (compact, reset, idle, recompress, writeback), -ERANGE if buf
  * is too small. */
 UZRAM_API int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size);
 
@@ -544,7 +547,13 @@ UZRAM_API int uzram_attr_get(struct uzram *dev, const char *name, char *buf, siz
  * idle ("all" or seconds: uzram_mark_idle()) recomp_algorithm ("algo=NAME
  * [priority=1..3] [level=N]") recompress ("[type=idle|huge|huge_idle]
  * [threshold=BYTES] [max_pages=N] [algo=NAME|priority=N]") recompress_idle
- * (seconds, 0 off) recompress_rate (pages per second, 0 no limit).
+ * (seconds, 0 off) recompress_rate (pages per second, 0 no limit)
+ * backing_dev (a path, or "none": uzram_set_backing_dev() with size 0)
+ * writeback (zram's "idle|huge|huge_idle|incompressible", also as type=,
+ * and/or "page_index=N" / "page=N" / "page_indexes=FIRST-LAST", several:
+ * uzram_writeback() per range) writeback_limit (pages) writeback_limit_enable
+ * writeback_when_full (0/1) writeback_idle (seconds, 0 off) writeback_rate
+ * (pages per second, 0 no limit).
  * uzram_attr_usage() says what each writable one takes.
  * Errors: -ENOENT unknown name, -EACCES read-only attribute, -EINVAL bad
  * value, and whatever the setting's own function returns (-EBUSY ...). */
