@@ -48,7 +48,8 @@ static const struct attr attrs[] = {
     {"recompress_rate", ATTR_READ | ATTR_WRITE,
      "pages per second the background thread may recompress, 0 for no limit"},
     {"backing_dev", ATTR_READ | ATTR_WRITE,
-     "the path of a file or block device, or none (only while the device holds no data)"},
+     "the absolute path of a file or block device, or none (only while the device holds no "
+     "data)"},
     {"writeback", ATTR_WRITE,
      "idle, huge, huge_idle or incompressible (or type=...), and/or page_index=N and "
      "page_indexes=FIRST-LAST, e.g. 'idle' or 'page_indexes=0-1023'"},
@@ -474,11 +475,14 @@ static int parse_recompress(struct uzram *dev, const char *value)
                   : uzram_recompress(dev, type, threshold, max_pages, (unsigned)priority, NULL);
 }
 
-/* backing_dev: a path (the whole value but its newline), or "none". */
+/* backing_dev: an absolute path (the whole value but its newline), or
+ * "none". A relative one would be taken from the server's working folder,
+ * which whoever writes the attribute does not see. */
 static int parse_backing_dev(struct uzram *dev, const char *value)
 {
     size_t length = strcspn(value, "\n");
-    if (length == 0 || (value[length] && value[length + 1]))
+    if (length == 0 || (value[length] && value[length + 1]) ||
+        (value[0] != '/' && strncmp(value, "none", length > 4 ? length : 4) != 0))
         return -EINVAL;
     char *path = strndup(value, length);
     if (!path)

@@ -518,6 +518,10 @@ static void test_writeback_attributes(void **state)
     attr_is(dev, "writeback_idle", "0\n");
     attr_is(dev, "writeback_rate", "4096\n");
     assert_int_equal(uzram_attr_set(dev, "writeback", "idle"), -ENODEV);
+    /* relative paths would be the server's working folder's: refused */
+    assert_int_equal(uzram_attr_set(dev, "backing_dev", "store"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "backing_dev", "nonesuch"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "backing_dev", "none\n"), 0);
     backing_name(path, sizeof path, "attributes");
     snprintf(line, sizeof line, "%s\n", path);
     assert_int_equal(uzram_attr_set(dev, "backing_dev", line), 0);

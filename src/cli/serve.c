@@ -867,7 +867,12 @@ static int writeback(struct uzram *dev, const struct serve_plan *plan)
         return 0;
     }
     label_of(plan, OPT_BACKING_FILE, &label);
-    int rc = uzram_set_backing_dev(dev, plan->backing_file, plan->backing_size);
+    /* Absolute, so that backing_dev and the log name it wherever they are read. */
+    char path[PATH_MAX], cwd[PATH_MAX];
+    if (plan->backing_file[0] == '/' || !getcwd(cwd, sizeof cwd) ||
+        snprintf(path, sizeof path, "%s/%s", cwd, plan->backing_file) >= (int)sizeof path)
+        snprintf(path, sizeof path, "%s", plan->backing_file);
+    int rc = uzram_set_backing_dev(dev, path, plan->backing_size);
     if (rc < 0) {
         const char *why = rc == -EBUSY    ? "it is in use (another server's, or a mounted device)"
                           : rc == -EINVAL ? "it must be a regular file or a block device, of at "

@@ -99,7 +99,7 @@ static bool compression_ratio(const struct device_status *st, double *ratio)
  * Columns, as zramctl has them
  * ---------------------------------------------------------------------- */
 
-enum column_kind { COLUMN_TEXT, COLUMN_SIZE, COLUMN_COUNT, COLUMN_RATIO };
+enum column_kind { COLUMN_TEXT, COLUMN_SIZE, COLUMN_PAGES, COLUMN_COUNT, COLUMN_RATIO };
 
 static const struct column {
     const char *name; /* the header, and what --output takes */
@@ -120,6 +120,8 @@ static const struct column {
     {"DUP", "dup_data_size", COLUMN_SIZE, "bytes deduplication did not have to store"},
     {"META", "meta_data_size", COLUMN_SIZE, "memory of the deduplication index"},
     {"COMP-RATIO", "orig_data_size", COLUMN_RATIO, "DATA / (TOTAL + META)"},
+    {"BD-DATA", "bd_data_size", COLUMN_SIZE, "data written back to the backing store, compressed"},
+    {"BD-USED", "bd_count", COLUMN_PAGES, "space it takes on the backing store (bd_count)"},
     {"CLIENTS", "clients", COLUMN_COUNT, "connected NBD clients"},
     {"SOCKET", "socket", COLUMN_TEXT, "the NBD Unix socket (what serve --unix names)"},
     {"TCP", "tcp", COLUMN_TEXT, "the TCP address it listens on"},
@@ -214,11 +216,14 @@ static void cell_text(const struct device_status *st, const struct chosen_column
         snprintf(out, size, "%s", text_of(st, key)[0] ? text_of(st, key) : "-");
         break;
     case COLUMN_SIZE:
+    case COLUMN_PAGES: {
+        uint64_t value = number_of(st, key) * (kind == COLUMN_PAGES ? 4096 : 1);
         if (bytes)
-            snprintf(out, size, "%" PRIu64, number_of(st, key));
+            snprintf(out, size, "%" PRIu64, value);
         else
-            util_human_size(number_of(st, key), out, size);
+            util_human_size(value, out, size);
         break;
+    }
     case COLUMN_COUNT:
         snprintf(out, size, "%" PRIu64, number_of(st, key));
         break;
