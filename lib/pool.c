@@ -484,9 +484,16 @@ static void release_span(struct pool *pool, struct pool_span *span)
 {
     size_t bytes = (size_t)span->pages * PAGE_BYTES;
     uint32_t window = span->window;
-    /* MADV_DONTNEED on private anonymous memory cannot fail on a range we
-     * mapped; if it did, the pages would merely stay resident. */
-    (void)madvise(span->base, bytes, MADV_DONTNEED);
+    /* MADV_DONTNEED refuses locked memory (EINVAL): in a process that called
+     * mlockall() (uzram serve --swap) the span is unlocked, emptied and locked
+     * again as it is touched (MLOCK_ONFAULT), which also lets the kernel merge
+     * it back into one mapping with its neighbours. If even that failed, the
+     * pages would merely stay resident. */
+    if (madvise(span->base, bytes, MADV_DONTNEED) < 0 && errno == EINVAL &&
+        munlock(span->base, bytes) == 0) {
+        (void)madvise(span->base, bytes, MADV_DONTNEED);
+        (void)mlock2(span->base, bytes, MLOCK_ONFAULT);
+    }
     struct pool_chunk *chunk = chunk_of_window(pool, window);
     atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], NULL,
                           memory_order_release);

@@ -11,6 +11,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -520,6 +523,89 @@ static void *compactor_main(void *opaque)
     return NULL;
 }
 
+/* A number from /proc/self/status ("VmRSS:"), in KiB; lines of /proc/self/maps. */
+static long self_status_kib(const char *key)
+{
+    FILE *status = fopen("/proc/self/status", "r");
+    char line[256];
+    long value = -1;
+    while (status != NULL && fgets(line, sizeof line, status))
+        if (strncmp(line, key, strlen(key)) == 0)
+            value = atol(line + strlen(key));
+    if (status != NULL)
+        fclose(status);
+    return value;
+}
+
+static long self_mappings(void)
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    long lines = 0;
+    for (int c; maps != NULL && (c = fgetc(maps)) != EOF;)
+        lines += c == '\n';
+    if (maps != NULL)
+        fclose(maps);
+    return lines;
+}
+
+/* The body of test_locked_memory_goes_back, in a child process (mlockall changes the
+ * whole process): 0 when freed spans leave RSS, 77 when memory cannot be locked here. */
+static int locked_memory_child(void)
+{
+    enum { OBJECTS = 12288, SIZE = 2800 }; /* ~35 MiB of spans */
+    static uint64_t handles[OBJECTS];
+    if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0)
+        return 77;
+    /* AddressSanitizer makes mlockall() a no-op: nothing is locked, nothing to check. */
+    if (self_status_kib("VmLck:") <= 0)
+        return 77;
+    struct pool *pool = NULL;
+    if (pool_create(&pool) < 0)
+        return 2;
+    for (int round = 0; round < 3; round++) {
+        long maps_before = self_mappings();
+        for (uint32_t i = 0; i < OBJECTS; i++) {
+            if (pool_alloc(pool, SIZE, i + 1, &handles[i]) < 0)
+                return 3;
+            fill_pattern(pool_map(pool, handles[i]), SIZE, i);
+        }
+        long full = self_status_kib("VmRSS:");
+        for (uint32_t i = 0; i < OBJECTS; i++)
+            pool_free(pool, handles[i]);
+        long empty = self_status_kib("VmRSS:");
+        long locked = self_status_kib("VmLck:");
+        fprintf(stderr,
+                "round %d: VmRSS %ld kB full, %ld kB after freeing; VmLck %ld kB; %ld -> %ld "
+                "mappings\n",
+                round, full, empty, locked, maps_before, self_mappings());
+        if (locked <= 0 || full - empty < 28 * 1024 || pool_mem_used(pool) != 0)
+            return 4;
+        /* Freed spans are mapped over, not split off for ever: the count stays put. */
+        if (self_mappings() > maps_before + 8)
+            return 5;
+    }
+    pool_destroy(pool);
+    return 0;
+}
+
+/* Under mlockall() (`uzram serve --swap`), madvise(MADV_DONTNEED) refuses locked pages: the
+ * pool must still give freed spans back, or a swap device would never shrink. */
+static void test_locked_memory_goes_back(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(locked_memory_child());
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        skip(); /* no CAP_IPC_LOCK and too small a RLIMIT_MEMLOCK, or ASan's no-op mlockall */
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static void test_concurrent_threads(void **state)
 {
     (void)state;
@@ -562,6 +648,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_compact_with_refusals),
         cmocka_unit_test(test_destroy_with_live_objects),
+        cmocka_unit_test(test_locked_memory_goes_back),
         cmocka_unit_test(test_concurrent_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
