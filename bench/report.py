@@ -6,6 +6,8 @@
 # Reads RESULTS_DIR/{machine,matrix,memory,micro,micro-dedup,recompress}.json and zram-compare.txt (each
 # optional: a missing part is reported as not run), writes RESULTS_DIR/results.md and prints it.
 # With --doc, replaces the part of that file between the RESULTS markers with the same text.
+# With --part attach: RESULTS_DIR/attach.json (bench/attach.sh) alone, into attach.md and the
+# ATTACH RESULTS part of --doc.
 import argparse
 import json
 import os
@@ -14,6 +16,13 @@ import sys
 
 BEGIN = "<!-- BEGIN RESULTS (written by bench/report.py; do not edit by hand) -->"
 END = "<!-- END RESULTS -->"
+
+# bench/attach.sh's part has markers of its own: it runs alone or as a part of bench/run.sh.
+ATTACH_BEGIN = "<!-- BEGIN ATTACH RESULTS (written by bench/report.py --part attach; do not edit by hand) -->"
+ATTACH_END = "<!-- END ATTACH RESULTS -->"
+ATTACH_SIDES = (("attach", "`uzram attach` (FUSE file in the server + loop, direct I/O)"),
+                ("nbdfuse", "nbdfuse + `losetup --direct-io=on` (same server)"),
+                ("zram", "kernel zram lz4 (`/dev/zram0`)"))
 
 SIDE_NAMES = {
     "uzram-off": "uzram lz4",
@@ -459,6 +468,53 @@ def micro_section(micro, dedup):
     return out or ["The micro-benchmarks did not run."]
 
 
+def attach_section(a):
+    """The markdown of bench/attach.sh's results (attach.json)."""
+    md = ["### `uzram attach` against nbdfuse + loop and kernel zram (`bench/attach.sh`)", ""]
+    md.append("- Command: `%s`; kernel %s, `nproc` %s" % (a["command"], a["kernel"], a["nproc"]))
+    md.append("- %d rounds, each side in turn (each round starts with the next side); fio %d s per run "
+              "on a %s region of a %s device, filled first; untar of `%s` (%d files, %.0f MiB as a tar) "
+              "into a fresh ext4, then `sync`. Medians over the rounds." % (
+                  a["rounds"], a["runtime"], a["region"], a["size"], a["tree"], a["tree_files"],
+                  a["tree_bytes"] / (1 << 20)))
+    md.append("- fio: `--ioengine=libaio --direct=1 --bs=4k --iodepth=16 --numjobs=1 "
+              "--buffer_compress_percentage=50 --refill_buffers`. Server CPU: user + system time of "
+              "the uzram server (and nbdfuse) per request, while fio shares the same cores.")
+    md.append("")
+    md.append("| target | measured | met |")
+    md.append("| --- | ---: | --- |")
+    for t in a["targets"]:
+        met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        md.append("| %s %s | %s | %s |" % (t["what"], t["target"], ratio_text(t["value"]), met))
+    md.append("")
+    md.append("| side | rand write IOPS | MiB/s | server CPU us/req | rand read IOPS | MiB/s | server CPU us/req | untar + sync s |")
+    md.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    fmt = lambda v, f: "-" if v is None else f % v
+    for side, name in ATTACH_SIDES:
+        m = a["median"].get(side)
+        if m is None:
+            md.append("| %s | skipped: %s |||||||" % (name, a["skipped"].get(side, "did not run")))
+            continue
+        md.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, fmt(m.get("randwrite_iops"), "%.0f"), fmt(m.get("randwrite_MiBps"), "%.1f"),
+            fmt(m.get("randwrite_cpu_us"), "%.1f"), fmt(m.get("randread_iops"), "%.0f"),
+            fmt(m.get("randread_MiBps"), "%.1f"), fmt(m.get("randread_cpu_us"), "%.1f"),
+            fmt(m.get("untar_s"), "%.2f")))
+    md.append("")
+    md.append("Every round (IOPS; untar seconds):")
+    md.append("")
+    md.append("| side | rand write | rand read | untar |")
+    md.append("| --- | --- | --- | --- |")
+    for side, name in ATTACH_SIDES:
+        runs = a["runs"].get(side, {})
+        md.append("| %s | %s | %s | %s |" % (
+            name, ", ".join(str(r["iops"]) for r in runs.get("randwrite", [])) or "-",
+            ", ".join(str(r["iops"]) for r in runs.get("randread", [])) or "-",
+            ", ".join("%.2f" % u["seconds"] for u in a["untar"].get(side, [])) or "-"))
+    md.append("")
+    return md
+
+
 PART_BEGIN = "<!-- BEGIN RECOMPRESS RESULTS (bench/report.py --part recompress; do not edit by hand) -->"
 PART_END = "<!-- END RECOMPRESS RESULTS -->"
 
@@ -495,11 +551,19 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--plots", help="folder of the plots, relative to the document")
     parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
-    parser.add_argument("--part", choices=["recompress"],
-                        help="only this part (bench/recompress.sh alone): its targets and section, "
-                             "between its own markers of --doc")
+    parser.add_argument("--part", choices=["recompress", "attach"],
+                        help="only this part (bench/recompress.sh or bench/attach.sh alone): its "
+                             "targets and section, between its own markers of --doc")
     args = parser.parse_args()
     d = args.results
+    if args.part == "attach":
+        attach = load_json(d, "attach.json")
+        if attach is None:
+            print("report.py: no attach.json in %s" % d, file=sys.stderr)
+            return 1
+        text = "\n".join(attach_section(attach)) + "\n"
+        write_results(text, os.path.join(d, "attach.md"), args.doc, ATTACH_BEGIN, ATTACH_END)
+        return 0
     machine = load_json(d, "machine.json") or {}
     matrix = load_json(d, "matrix.json")
     memory = load_json(d, "memory.json")

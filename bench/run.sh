@@ -10,7 +10,8 @@
 #   --doc / --no-doc  force writing docs/BENCHMARKS.md and docs/bench/ on or off.
 # Environment: UZRAM (default build/uzram), UZRAM_GIT (the commit it was built from, for the
 # report; default: this checkout's), RESULTS (results folder), PARTS (default
-# "matrix memory micro zram-compare recompress": run only some), and each script's own variables.
+# "matrix memory micro zram-compare recompress attach": run only some), and each script's own
+# variables.
 # The parts run one after another, never two at once: both the matrix and the memory table
 # reset /dev/zram0, and the machine has 2 cores. A part that fails is reported as not run.
 set -u
@@ -43,13 +44,13 @@ else
     MODE=full
     QUICK_ARG=
 fi
-PARTS=${PARTS:-"matrix memory micro zram-compare recompress"}
+PARTS=${PARTS:-"matrix memory micro zram-compare recompress attach"}
 if [ ! -x "$UZRAM" ]; then
     echo "bench/run.sh: no uzram binary at $UZRAM (run 'make programs' first)" >&2
     exit 1
 fi
 mkdir -p "$RESULTS" || exit 1
-rm -f "$RESULTS"/{matrix,memory,micro,micro-dedup,machine,recompress}.json "$RESULTS"/zram-compare.txt "$RESULTS"/results.md
+rm -f "$RESULTS"/{matrix,memory,micro,micro-dedup,machine,recompress,attach}.json "$RESULTS"/zram-compare.txt "$RESULTS"/results.md
 LOG=$RESULTS/log.txt
 if [ "$DOC" = 1 ]; then PLOTS=docs/bench; else PLOTS=$RESULTS/plots; fi
 
@@ -102,6 +103,17 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
     if part recompress; then
         note_load recompress
         bench/recompress.sh $QUICK_ARG --out "$RESULTS" || { echo "### recompress.sh failed"; status=1; }
+    fi
+    if part attach; then
+        note_load attach
+        # Its own part of docs/BENCHMARKS.md (bench/report.py --part attach), written by itself.
+        ATTACH_DOC=()
+        [ "$DOC" = 1 ] && ATTACH_DOC=(--doc docs/BENCHMARKS.md)
+        if [ "$(id -u)" != 0 ]; then
+            echo "### attach.sh not run: it needs root (loop devices, mount, /dev/zram0)"
+        else
+            bench/attach.sh $QUICK_ARG --out "$RESULTS" "${ATTACH_DOC[@]}" || { echo "### attach.sh failed"; status=1; }
+        fi
     fi
     note_load end
     END=$(date +%s)
