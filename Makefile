@@ -12,6 +12,9 @@ LIB_PKGS := liblz4 libzstd lzo2 libdeflate libxxhash
 DEP_CFLAGS := $(shell pkg-config --cflags $(LIB_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+# The program (not the library) serves a device as a file through FUSE (src/attach/).
+FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
@@ -96,16 +99,18 @@ check-exports: $(LIBUZRAM_SO)
 
 # The program's files include each other by folder: "nbd/server.h".
 $(O)/src/%.o: ALL_CFLAGS += -Isrc
+$(O)/src/attach/%.o: ALL_CFLAGS += $(FUSE_CFLAGS)
 
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) -lm
 
 # Tests draw page contents from the programs' generator, src/common/datagen.c, and
 # link the engine with its test hooks.
+# A test of another part of the program names that part's objects as prerequisites.
 $(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
 $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(O)/tests/test_util.o $(O)/src/common/datagen.o \
-		$(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
+$(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
@@ -178,7 +183,7 @@ SUBSTITUTE = sed -e 's|@prefix@|$(prefix)|g' -e 's|@libdir@|$(call pc_path,$(lib
 	-e 's|@includedir@|$(call pc_path,$(includedir))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	-e 's|@REQUIRES_PRIVATE@|$(LIB_PKGS)|g' -e 's|@bindir@|$(bindir)|g' \
 	-e 's|@sysconfdir@|$(sysconfdir)|g'
-SYSTEMD_UNITS := uzram@.service uzram@.socket
+SYSTEMD_UNITS := uzram@.service uzram@.socket uzram-swap@.service
 
 .PHONY: install uninstall
 install: lib programs

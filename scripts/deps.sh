@@ -8,7 +8,7 @@ packages=(
     liblz4-dev libzstd-dev liblzo2-dev zlib1g-dev libdeflate-dev libxxhash-dev
     libcmocka-dev clang libclang-rt-14-dev clang-format valgrind
     # libnbd-bin brings nbdinfo, nbdcopy and nbdfuse
-    libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs
+    libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 libfuse3-dev e2fsprogs
     gnuplot-nox
 )
 

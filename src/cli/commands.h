@@ -6,6 +6,8 @@
 int cmd_serve(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_attr(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
+int cmd_detach(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 

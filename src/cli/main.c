@@ -14,6 +14,8 @@ static const struct {
     {"serve", cmd_serve, "create a compressed RAM disk and serve it over NBD"},
     {"status", cmd_status, "show running devices and their statistics, like zramctl"},
     {"attr", cmd_attr, "read or write an attribute of a running device"},
+    {"attach", cmd_attach, "give a running device a /dev node (nbd-client or FUSE + loop)"},
+    {"detach", cmd_detach, "take the /dev node of a running device away again"},
     {"estimate", cmd_estimate,
      "estimate what same-filled pages, compression and dedup save on data"},
     {"bench", cmd_bench, "measure the engine on generated data"},

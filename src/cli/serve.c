@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "nbd/server.h"
+#include "attach/attach.h"
 #include "common/systemd.h"
 #include "common/util.h"
 
@@ -33,6 +34,7 @@ enum {
     OPT_WRITEBACK_WHEN_FULL,
     OPT_WRITEBACK_IDLE,
     OPT_WRITEBACK_RATE,
+    OPT_SWAP,
 };
 
 /* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
@@ -90,6 +92,10 @@ static const struct serve_option {
      "the section to serve)",
      true},
     {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
+    {"swap", OPT_SWAP, optional_argument, NULL,
+     "for swap: lock memory, allocate without waiting for\n"
+     "I/O, no OOM kill (needs --mem-limit and root)",
+     false},
     {NULL, 0, 0, NULL, "Listening:", false},
     {"unix", 'u', required_argument, "PATH",
      "NBD Unix socket (default NAME.sock in the runtime\n"
@@ -315,6 +321,9 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         break;
     case 'r':
         options->read_only = flag;
+        break;
+    case OPT_SWAP:
+        options->swap = flag;
         break;
     case 'u':
         plan->unix_path = arg;
@@ -619,6 +628,17 @@ static int device_settings(struct serve_plan *plan)
         }
         config->comp_level = (int)level;
     }
+    /* A swap device that needs memory to store what is swapped out must not grow without
+     * bound: the limit is where writes start failing instead of the machine. */
+    if (plan->options.swap && config->mem_limit == 0) {
+        label_of(plan, OPT_SWAP, &label);
+        fprintf(stderr,
+                "uzram: %s%s needs a memory limit: add %s (e.g. a quarter of RAM) so that "
+                "swapped-out pages cannot take all memory\n",
+                label.where, label.name,
+                label.where[0] ? "'mem-limit = SIZE' to the section" : "--mem-limit SIZE");
+        return 1;
+    }
     return GO_ON;
 }
 
@@ -898,7 +918,16 @@ static int writeback(struct uzram *dev, const struct serve_plan *plan)
 static int create_and_serve(const struct serve_plan *plan)
 {
     struct uzram *dev;
-    int rc = uzram_create(&plan->config, &dev);
+    int rc;
+    /* Before the device and every thread: threads inherit the I/O flusher mark. */
+    if (plan->options.swap) {
+        char message[512];
+        if (swap_safety_enable(message, sizeof message) < 0) {
+            fprintf(stderr, "uzram: %s\n", message);
+            return 1;
+        }
+    }
+    rc = uzram_create(&plan->config, &dev);
     if (rc < 0) {
         if (rc == -ENOMEM)
             fprintf(stderr,

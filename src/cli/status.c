@@ -78,7 +78,7 @@ static const char *text_of(const struct device_status *st, const char *key)
 static bool is_text_field(const char *key)
 {
     return strcmp(key, "name") == 0 || strcmp(key, "algorithm") == 0 ||
-           strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0;
+           strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0 || strcmp(key, "attached") == 0;
 }
 
 /* DATA per byte of memory really used (pool plus dedup index). DATA counts every stored page
@@ -125,9 +125,10 @@ static const struct column {
     {"CLIENTS", "clients", COLUMN_COUNT, "connected NBD clients"},
     {"SOCKET", "socket", COLUMN_TEXT, "the NBD Unix socket (what serve --unix names)"},
     {"TCP", "tcp", COLUMN_TEXT, "the TCP address it listens on"},
+    {"ATTACHED", "attached", COLUMN_TEXT, "the /dev node of uzram attach (-: none)"},
 };
 #define COLUMN_COUNT_ALL (sizeof columns / sizeof columns[0])
-#define DEFAULT_COLUMNS "NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,COMP-RATIO,CLIENTS"
+#define DEFAULT_COLUMNS "NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,COMP-RATIO,CLIENTS,ATTACHED"
 #define MAX_COLUMNS 64
 
 /* A column asked for: one of the table, or any field of the reply by its key (a counter
@@ -381,6 +382,9 @@ static void print_prometheus(const struct device_status *rows, size_t row_count)
         {"read_only", "1 when the device is exported read-only"},
         {"use_dedup", "1 when identical pages are stored once"},
         {"clients", "NBD clients connected"},
+        {"swap", "1 when the server runs with serve --swap"},
+        {"io_flusher", "1 when the server is an I/O flusher (PR_GET_IO_FLUSHER)"},
+        {"mem_locked", "bytes of the server's memory locked (VmLck)"},
     };
     for (size_t i = 0; i < sizeof identity / sizeof identity[0]; i++)
         prometheus_family(rows, row_count, identity[i].key, identity[i].help, false);

@@ -317,6 +317,10 @@ static const struct {
     {EPROTO, "EPROTO"},
     {ENAMETOOLONG, "ENAMETOOLONG"},
     {EOVERFLOW, "EOVERFLOW"},
+    {ENODEV, "ENODEV"},
+    {ENXIO, "ENXIO"},
+    {ETIMEDOUT, "ETIMEDOUT"},
+    {ESHUTDOWN, "ESHUTDOWN"},
 };
 
 const char *util_errno_name(int err, char *buf, size_t size)

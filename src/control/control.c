@@ -1,5 +1,6 @@
 /* control.c - the control socket of a served device: a tiny line protocol, both ends.
- * Requests: "get NAME", "set NAME VALUE", "clients", "stats"; replies "ok\n..." or "error E: msg".
+ * Requests: "get NAME", "set NAME VALUE", "clients", "stats", "attach VIA [swap] [/FILE]",
+ * "detach"; replies "ok\n..." or "error E: msg".
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "control/control.h"
+#include "attach/attach.h"
 #include "nbd/server.h"
 #include "common/util.h"
 
@@ -82,6 +84,17 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server)
                      (unsigned long long)uzram_stat_value(&st, sizeof st, i));
         used = n < 0 ? sizeof body : used + (size_t)n;
     }
+    /* The /dev node of `uzram attach`, and swap safety as this thread reads it back (a thread
+     * started after `serve --swap` set it up, so the I/O flusher mark is the inherited one). */
+    char device[BLOCKDEV_PATH_MAX];
+    struct swap_safety safety;
+    attachment_device(nbd_server_attachment(server), device, sizeof device);
+    swap_safety_read(&safety);
+    n = snprintf(body + used, sizeof body - used,
+                 "attached %s\nswap %d\nio_flusher %d\nmem_locked %llu\n", device[0] ? device : "-",
+                 nbd_server_export(server)->swap, safety.io_flusher,
+                 (unsigned long long)safety.locked_kib * 1024);
+    used = n < 0 || used >= sizeof body ? sizeof body : used + (size_t)n;
     if (used >= sizeof body) {
         reply_error(peer, ERANGE, "the statistics do not fit in one reply");
         return;
@@ -143,6 +156,41 @@ static void handle_set(const struct peer *peer, struct nbd_server *server, const
         reply_error(peer, -rc, "%s", strerror(-rc));
         break;
     }
+}
+
+/* "attach VIA [swap] [/FILE]": the file, when given, is the rest of the line (an absolute
+ * path, which may hold spaces). */
+static void handle_attach(const struct peer *peer, struct nbd_server *server, char *args)
+{
+    char *save = NULL, reply[1024], message[1024];
+    char *via = args ? strtok_r(args, " ", &save) : NULL;
+    char *rest = strtok_r(NULL, "", &save);
+    bool swap = false;
+    if (rest != NULL && (strcmp(rest, "swap") == 0 || strncmp(rest, "swap ", 5) == 0)) {
+        swap = true;
+        rest = rest[4] ? rest + 5 : NULL;
+    }
+    if (via == NULL || (rest != NULL && rest[0] != '/')) {
+        reply_error(peer, EINVAL, "usage: attach loop|nbd [swap] [/FILE]");
+        return;
+    }
+    int rc = attachment_attach(nbd_server_attachment(server), via, swap, rest, reply, sizeof reply,
+                               message, sizeof message);
+    if (rc < 0)
+        reply_error(peer, -rc, "%s", message);
+    else
+        reply_ok(peer, reply);
+}
+
+static void handle_detach(const struct peer *peer, struct nbd_server *server)
+{
+    char reply[1024], message[1024];
+    int rc = attachment_detach(nbd_server_attachment(server), reply, sizeof reply, message,
+                               sizeof message);
+    if (rc < 0)
+        reply_error(peer, -rc, "%s", message);
+    else
+        reply_ok(peer, reply);
 }
 
 /* Read the request line by the peer's deadline. Returns its length (the line
@@ -245,9 +293,15 @@ static void serve_peer(const struct peer *peer, struct nbd_server *server)
         reply_ok(peer, body);
     } else if (strcmp(verb, "stats") == 0) {
         handle_stats(peer, server);
+    } else if (strcmp(verb, "attach") == 0) {
+        handle_attach(peer, server, strtok_r(NULL, "", &save));
+    } else if (strcmp(verb, "detach") == 0) {
+        handle_detach(peer, server);
     } else {
         reply_error(peer, EINVAL,
-                    "unknown request '%s'; try: get NAME, set NAME VALUE, clients, stats", verb);
+                    "unknown request '%s'; try: get NAME, set NAME VALUE, clients, stats, attach, "
+                    "detach",
+                    verb);
     }
 }
 

@@ -18,10 +18,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <limits.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "nbd/server.h"
+#include "attach/attach.h"
 #include "common/systemd.h"
 #include "common/util.h"
 
@@ -47,7 +49,14 @@ struct nbd_server {
     struct client *clients;
     unsigned connection_count;
     unsigned next_id;
+
+    struct attachment *attachment;
 };
+
+struct attachment *nbd_server_attachment(struct nbd_server *server)
+{
+    return server->attachment;
+}
 
 const struct nbd_export *nbd_server_export(struct nbd_server *server)
 {
@@ -445,7 +454,10 @@ static void watch_device(struct uzram *dev, struct device_watch *watch)
 int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
 {
     struct nbd_server server = {
-        .export = {.dev = dev, .name = options->name, .read_only = options->read_only},
+        .export = {.dev = dev,
+                   .name = options->name,
+                   .read_only = options->read_only,
+                   .swap = options->swap},
         .timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT,
     };
     unsigned threads = options->threads < 1 ? 1 : options->threads;
@@ -527,6 +539,27 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         if (ctl_fd < 0)
             goto out;
         ctl_owned = options->ctl_path;
+    }
+    /* `uzram attach` puts the device's file beside the control socket. */
+    char runtime_dir[PATH_MAX];
+    snprintf(runtime_dir, sizeof runtime_dir, "%s", options->ctl_path);
+    char *slash = strrchr(runtime_dir, '/');
+    if (slash == NULL)
+        snprintf(runtime_dir, sizeof runtime_dir, ".");
+    else
+        slash[slash == runtime_dir] = '\0';
+    struct attach_settings attach = {
+        .dev = dev,
+        .name = options->name,
+        .unix_path = server.unix_path[0] ? server.unix_path : NULL,
+        .runtime_dir = runtime_dir,
+        .fuse_threads = threads,
+        .read_only = options->read_only,
+        .swap = options->swap,
+    };
+    if (attachment_create(&attach, &server.attachment) < 0) {
+        fprintf(stderr, "uzram: out of memory\n");
+        goto out;
     }
     int rc = control_start(ctl_fd, &server, &control);
     if (rc < 0) {
@@ -610,6 +643,8 @@ out:
         if (ctl_owned)
             unlink(ctl_owned);
     }
+    /* Before the connections end: nbd-client -d still talks to us. */
+    attachment_destroy(server.attachment);
     stop_connections(&server);
 
     if (signal_fd >= 0)

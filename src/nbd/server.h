@@ -78,6 +78,7 @@ struct nbd_export {
     struct uzram *dev;
     const char *name;
     bool read_only;
+    bool swap; /* serve --swap: swap safety is on */
 };
 
 /* What a client negotiated during the handshake. */
@@ -159,6 +160,9 @@ int nbd_transmission(const struct nbd_session *session, struct nbd_server *serve
 /* The device exported by this server. */
 const struct nbd_export *nbd_server_export(struct nbd_server *server);
 
+/* The device's /dev node, if `uzram attach` made one (attach/attachment.c). */
+struct attachment *nbd_server_attachment(struct nbd_server *server);
+
 /* Number of connected clients (handshaking or transmitting). */
 unsigned nbd_server_clients(struct nbd_server *server);
 
@@ -185,6 +189,7 @@ struct nbd_server_options {
     unsigned timeout; /* client deadlines in seconds; 0: NBD_SERVER_TIMEOUT */
     bool read_only;
     bool quiet;
+    bool swap; /* swap safety is on (cli/serve.c set it up): `attach --swap` may go on */
 };
 
 /* Listen, serve until SIGINT/SIGTERM, clean up. Returns the exit status;

@@ -38,6 +38,7 @@ link $P/lib/libuzram.so -> libuzram.so.$MAJOR
 link $P/lib/libuzram.so.$MAJOR -> libuzram.so.$VERSION
 755 $P/lib/libuzram.so.$VERSION
 644 $P/lib/pkgconfig/uzram.pc
+644 $P/lib/systemd/system/uzram-swap@.service
 644 $P/lib/systemd/system/uzram@.service
 644 $P/lib/systemd/system/uzram@.socket
 644 $P/share/doc/uzram/uzram.conf.example

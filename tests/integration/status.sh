@@ -33,7 +33,7 @@ json_of() { "$UZRAM" attr "$1" stat_json; }
 
 # --- the default table: zramctl's first columns, every line within 80 characters ---
 "$UZRAM" status >"$WORK/default"
-[[ $(head -1 "$WORK/default" | tr -s ' ') == "NAME ALGORITHM DISKSIZE DATA COMPR TOTAL COMP-RATIO CLIENTS" ]] ||
+[[ $(head -1 "$WORK/default" | tr -s ' ') == "NAME ALGORITHM DISKSIZE DATA COMPR TOTAL COMP-RATIO CLIENTS ATTACHED" ]] ||
     fail "default header: $(head -1 "$WORK/default")"
 [[ $(wc -l <"$WORK/default") -eq 4 ]] || fail "three devices, one header: $(cat "$WORK/default")"
 awk 'length($0) > 80 {exit 1}' "$WORK/default" || fail "a line of the default table is over 80 characters: $(cat "$WORK/default")"

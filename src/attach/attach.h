@@ -1,0 +1,175 @@
+/* attach.h - a served device as a /dev node (`uzram attach`), and swap safety (`--swap`).
+ * The server side: the disk as a FUSE file with a loop device on it, or nbd-client on the
+ * server's socket; the checks that keep a device in use from being taken away. */
+#ifndef UZRAM_ATTACH_H
+#define UZRAM_ATTACH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "uzram.h"
+
+/* ------------------------------------------------------------------------
+ * The disk as one file through FUSE (fuse_file.c)
+ * ---------------------------------------------------------------------- */
+
+/* Largest read or write in one FUSE request (max_read, max_write): the kernel splits larger
+ * direct I/O at this size. */
+#define FUSE_FILE_MAX_IO (1u << 20)
+/* Requests the kernel may queue for us at once for asynchronous direct I/O (the loop
+ * device's); more than a queue depth of 16 with room to spare. */
+#define FUSE_FILE_MAX_BACKGROUND 64u
+/* Most threads reading the FUSE queue (each holds two buffers of FUSE_FILE_MAX_IO). */
+#define FUSE_FILE_MAX_THREADS 64u
+/* A worker that finds the queue empty tries again for this long before it sleeps. */
+#ifndef FUSE_FILE_SPIN_NS
+#define FUSE_FILE_SPIN_NS 50000u
+#endif
+#define FUSE_FILE_PATH_MAX 4096
+
+struct fuse_file;
+
+struct fuse_file_options {
+    const char *path; /* the file to mount over (created if missing; must be empty) */
+    const char *name; /* the device's name, shown as the filesystem's source */
+    unsigned threads; /* threads reading the FUSE queue, 1..FUSE_FILE_MAX_THREADS */
+    bool read_only;
+    bool direct_io; /* FOPEN_DIRECT_IO: even buffered opens of the file skip the page cache */
+};
+
+/* Mount the disk of `dev` as the file options->path and serve it with options->threads
+ * threads until fuse_file_stop(). Returns 0, or a negative errno with a message. */
+int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
+                    struct fuse_file **out, char *message, size_t message_size);
+/* Unmount (with `wait_for_users`, waiting up to 2 s for the last user to let go; then
+ * lazily), stop the threads, close the FUSE connection (whatever still uses the file gets
+ * ENOTCONN from then on) and remove the file if it was created. NULL is accepted. */
+void fuse_file_stop(struct fuse_file *file, bool wait_for_users);
+const char *fuse_file_path(const struct fuse_file *file);
+/* TRIM requests (punched holes) that reached the engine. */
+uint64_t fuse_file_discards(const struct fuse_file *file);
+
+/* ------------------------------------------------------------------------
+ * Block devices: loop devices, users of a device (blockdev.c)
+ * ---------------------------------------------------------------------- */
+
+#define BLOCKDEV_PATH_MAX 64
+
+/* Attach a free loop device to the file `path` with direct I/O and 4 KiB logical blocks
+ * (LOOP_CONFIGURE). Fills `device` ("/dev/loopN") and says whether the kernel took direct
+ * I/O. Returns 0 or a negative errno with a message. */
+int loop_attach(const char *path, bool read_only, char device[BLOCKDEV_PATH_MAX], bool *direct_io,
+                char *message, size_t message_size);
+
+/* Detach the loop device `device` if its backing file is still (st_dev, st_ino) and nothing
+ * uses it (blockdev_claim). Returns 0; -EBUSY with a message that says what to undo first;
+ * -ENXIO when the device no longer has that file. */
+int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, char *message,
+                size_t message_size);
+
+/* The server stops while the loop device is still in use: let it detach by itself when its
+ * last user closes it (LO_FLAGS_AUTOCLEAR), if its backing file is still (st_dev, st_ino). */
+void loop_autoclear(const char *device, dev_t file_dev, ino_t file_ino);
+
+/* Open `device` exclusively after checking that nothing uses it: not mounted, not swap, not
+ * held by another block device (device-mapper, md), not open in another process. Returns
+ * the descriptor (the caller closes it), or -EBUSY with a message naming the user and the
+ * command that ends its use, or another negative errno. */
+int blockdev_claim(const char *device, char *message, size_t message_size);
+
+/* ------------------------------------------------------------------------
+ * The kernel's NBD client (nbd_client.c)
+ * ---------------------------------------------------------------------- */
+
+#define NBD_CLIENT_PROGRAM "nbd-client"
+#define NBD_CLIENT_ARGS_MAX 16
+
+/* What `attach` asks nbd-client to connect. */
+struct nbd_client_plan {
+    const char *socket; /* the server's NBD Unix socket */
+    const char *export_name;
+    const char *device; /* /dev/nbdN */
+    bool swap;          /* -swap: nbd-client locks its memory too (ioctl mode) */
+    bool read_only;
+};
+
+/* Whether the kernel has its NBD client: /sys/module/nbd exists. */
+bool nbd_module_loaded(void);
+
+/* Whether a client is connected to /dev/nbdN (it has a pid and a size in /sys/block). */
+bool nbd_device_connected(const char *device);
+
+/* The first /dev/nbdN that no client is connected to, into `device`. Returns 0, or -ENODEV
+ * when the module is missing or every device is taken. */
+int nbd_free_device(char device[BLOCKDEV_PATH_MAX]);
+
+/* The command line that connects plan->device: argv[0] is NBD_CLIENT_PROGRAM, the list ends
+ * with NULL. Returns the number of arguments, or -EINVAL. */
+int nbd_client_argv(const struct nbd_client_plan *plan, const char *argv[NBD_CLIENT_ARGS_MAX]);
+/* The command line that disconnects `device`. */
+int nbd_client_disconnect_argv(const char *device, const char *argv[NBD_CLIENT_ARGS_MAX]);
+
+/* Run a program (argv[0] looked up in PATH) with no input, waiting at most
+ * `timeout_seconds` (then it is killed). Returns its exit status (0..255), or a negative
+ * errno; `message` gets the last line it wrote to stderr, or why it did not run. */
+int run_program(const char *const argv[], int timeout_seconds, char *message, size_t message_size);
+
+/* ------------------------------------------------------------------------
+ * Swap safety (swap.c)
+ * ---------------------------------------------------------------------- */
+
+/* What `serve --swap` put in place, read back from the kernel. */
+struct swap_safety {
+    bool memory_locked;  /* mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) */
+    bool io_flusher;     /* PR_GET_IO_FLUSHER of the calling thread */
+    int oom_score_adj;   /* /proc/self/oom_score_adj */
+    uint64_t locked_kib; /* VmLck of /proc/self/status */
+};
+
+/* Lock the process's memory (present and future, as it is touched), mark it an I/O flusher
+ * (PR_SET_IO_FLUSHER: its allocations never wait for I/O, which could be its own) and keep
+ * the OOM killer away (oom_score_adj -1000). Call in the main thread before any other thread
+ * starts: threads inherit the flusher mark. All or nothing: returns 0, or a negative errno
+ * with a message naming what was refused and the privilege it needs (nothing stays set). */
+int swap_safety_enable(char *message, size_t message_size);
+/* Read the settings back. */
+void swap_safety_read(struct swap_safety *safety);
+
+/* ------------------------------------------------------------------------
+ * The attachment of a served device (attachment.c)
+ * ---------------------------------------------------------------------- */
+
+struct attach_settings {
+    struct uzram *dev;
+    const char *name;        /* the device's name: export name, default file name */
+    const char *unix_path;   /* the NBD socket nbd-client connects to; NULL: none */
+    const char *runtime_dir; /* where the FUSE file goes unless the request names one */
+    unsigned fuse_threads;
+    bool read_only;
+    bool swap; /* the server runs with swap safety (serve --swap) */
+};
+
+struct attachment;
+
+int attachment_create(const struct attach_settings *settings, struct attachment **out);
+/* attachment_stop(), then free. */
+void attachment_destroy(struct attachment *attachment);
+
+/* The control requests. Attach `via` "loop" (the FUSE file at `file`, or NAME.disk in the
+ * runtime directory, with a loop device on it) or "nbd" (nbd-client on the Unix socket);
+ * `swap` asks that the server be in swap mode. Detach undoes it in order, refusing while the
+ * device is in use. Each returns 0 with "key value" lines in `reply` (device, file,
+ * direct_io), or a negative errno with a message that says what to do. One runs at a time. */
+int attachment_attach(struct attachment *attachment, const char *via, bool swap, const char *file,
+                      char *reply, size_t reply_size, char *message, size_t message_size);
+int attachment_detach(struct attachment *attachment, char *reply, size_t reply_size, char *message,
+                      size_t message_size);
+/* The attached /dev path, "" when none. */
+void attachment_device(struct attachment *attachment, char *device, size_t size);
+/* The server stops: detach what nothing uses; what is still used stays, failing its I/O (a
+ * loop device then goes away with its last user). Logs what it did. Refuses attaches after. */
+void attachment_stop(struct attachment *attachment);
+
+#endif

@@ -1,0 +1,104 @@
+/* swap.c - `serve --swap`: what a user-space swap target needs to make progress while the
+ * kernel is short of memory. Memory locked, allocations that never wait for I/O, no OOM kill. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "attach/attach.h"
+
+#ifndef PR_SET_IO_FLUSHER
+#define PR_SET_IO_FLUSHER 57
+#define PR_GET_IO_FLUSHER 58
+#endif
+#ifndef MCL_ONFAULT
+#define MCL_ONFAULT 4
+#endif
+
+#define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
+
+static int read_oom_score_adj(int *value)
+{
+    char text[32];
+    int fd = open(OOM_SCORE_ADJ, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return -EIO;
+    text[n] = '\0';
+    *value = atoi(text);
+    return 0;
+}
+
+static int write_oom_score_adj(int value)
+{
+    char text[32];
+    int length = snprintf(text, sizeof text, "%d\n", value);
+    int fd = open(OOM_SCORE_ADJ, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = write(fd, text, (size_t)length) == length ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+int swap_safety_enable(char *message, size_t message_size)
+{
+    /* The allocations of a flusher never start I/O to reclaim memory (PF_MEMALLOC_NOIO): a
+     * swap-out that reaches us can never wait for another swap-out to us. */
+    if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0) {
+        int err = errno;
+        snprintf(message, message_size,
+                 "--swap: PR_SET_IO_FLUSHER refused: %s; it needs CAP_SYS_RESOURCE (root has it "
+                 "unless a container or the service's CapabilityBoundingSet takes it away; a "
+                 "unit run as a user needs AmbientCapabilities=CAP_SYS_RESOURCE CAP_IPC_LOCK)",
+                 strerror(err));
+        return -err;
+    }
+    int old_score = 0;
+    read_oom_score_adj(&old_score);
+    int rc = write_oom_score_adj(-1000);
+    if (rc < 0) {
+        prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
+        snprintf(message, message_size,
+                 "--swap: cannot set oom_score_adj to -1000: %s; it needs CAP_SYS_RESOURCE",
+                 strerror(-rc));
+        return rc;
+    }
+    /* Locked as it is touched (MCL_ONFAULT): the pool's reserved address space costs nothing
+     * until used, and nothing the write path touches can be swapped out, to us or elsewhere. */
+    if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0) {
+        int err = errno;
+        prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
+        write_oom_score_adj(old_score);
+        snprintf(message, message_size,
+                 "--swap: mlockall refused: %s; it needs CAP_IPC_LOCK or a large enough "
+                 "RLIMIT_MEMLOCK (LimitMEMLOCK=infinity in the unit, ulimit -l unlimited)",
+                 strerror(err));
+        return -err;
+    }
+    return 0;
+}
+
+void swap_safety_read(struct swap_safety *safety)
+{
+    memset(safety, 0, sizeof *safety);
+    safety->io_flusher = prctl(PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1;
+    read_oom_score_adj(&safety->oom_score_adj);
+    FILE *status = fopen("/proc/self/status", "re");
+    char line[256];
+    while (status != NULL && fgets(line, sizeof line, status)) {
+        unsigned long long kib;
+        if (sscanf(line, "VmLck: %llu kB", &kib) == 1)
+            safety->locked_kib = kib;
+    }
+    if (status != NULL)
+        fclose(status);
+    safety->memory_locked = safety->locked_kib > 0;
+}

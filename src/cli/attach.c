@@ -1,0 +1,232 @@
+/* attach.c - `uzram attach` and `uzram detach`: a served device as a /dev node, and back.
+ * Picks the way (nbd-client or a FUSE file with a loop device); the server does the work. */
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attach/attach.h"
+#include "cli/commands.h"
+#include "control/control.h"
+#include "common/util.h"
+
+static void attach_usage(FILE *out)
+{
+    fputs("Usage: uzram attach [OPTION]... DEVICE\n"
+          "Give a served device a /dev node and print its path (like losetup --show).\n"
+          "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
+          ".ctl control socket.\n"
+          "\n"
+          "  --via nbd|loop          nbd: the kernel's NBD client (nbd-client) on the server's\n"
+          "                          Unix socket, /dev/nbdN; loop: the server shows the disk\n"
+          "                          as a file through FUSE and a loop device with direct I/O\n"
+          "                          sits on it, /dev/loopN. Default: nbd when the kernel has\n"
+          "                          its nbd module (modprobe nbd is tried), else loop\n"
+          "  --file PATH             with --via loop: the file the server mounts (default\n"
+          "                          NAME.disk beside the control socket)\n"
+          "  --swap                  the device is for swap: the server must run with\n"
+          "                          serve --swap; prints the mkswap/swapon lines\n"
+          "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
+          "  -h, --help              show this help\n"
+          "\n"
+          "uzram detach DEVICE undoes it. Example:\n"
+          "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
+          out);
+}
+
+static void detach_usage(FILE *out)
+{
+    fputs("Usage: uzram detach [-u DIR] DEVICE\n"
+          "Take away the /dev node `uzram attach` gave a served device: the loop device and\n"
+          "the FUSE file under it, or the nbd-client connection. Refused while the node is\n"
+          "mounted, used as swap, held by another device or open in a program; the message\n"
+          "says what to end first. The served device and its data stay.\n"
+          "\n"
+          "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
+          "  -h, --help              show this help\n",
+          out);
+}
+
+/* The control socket of DEVICE: returns 0, or 1 after a message. */
+static int control_path(const char *device, const char *runtime_dir_option, char *path, size_t size)
+{
+    char runtime_dir[PATH_MAX], message[512];
+    if (runtime_dir_option != NULL)
+        snprintf(runtime_dir, sizeof runtime_dir, "%s", runtime_dir_option);
+    else if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
+        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
+        return 1;
+    }
+    if (control_resolve(device, runtime_dir, path, size, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
+        return 1;
+    }
+    return 0;
+}
+
+/* The value of `key` in "key value" lines, into `value`; false when absent. */
+static bool reply_value(const char *body, const char *key, char *value, size_t size)
+{
+    size_t key_length = strlen(key);
+    for (const char *line = body; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, key, key_length) == 0 && line[key_length] == ' ') {
+            snprintf(value, size, "%.*s", (int)strcspn(line + key_length + 1, "\n"),
+                     line + key_length + 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* nbd when the kernel has its client, after trying to load it as zramctl loads zram. */
+static const char *default_via(void)
+{
+    if (nbd_module_loaded())
+        return "nbd";
+    if (geteuid() == 0) {
+        const char *argv[] = {"modprobe", "-q", "nbd", NULL};
+        char output[256];
+        if (run_program(argv, 10, output, sizeof output) == 0 && nbd_module_loaded())
+            return "nbd";
+    }
+    return "loop";
+}
+
+int cmd_attach(int argc, char **argv)
+{
+    enum { OPT_VIA = 256, OPT_FILE, OPT_SWAP };
+    static const struct option long_options[] = {
+        {"via", required_argument, NULL, OPT_VIA}, {"file", required_argument, NULL, OPT_FILE},
+        {"swap", no_argument, NULL, OPT_SWAP},     {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    const char *via = NULL, *file = NULL, *runtime_dir = NULL;
+    bool swap = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case OPT_VIA:
+            if (strcmp(optarg, "nbd") != 0 && strcmp(optarg, "loop") != 0) {
+                fprintf(stderr, "uzram: bad --via '%s'; use nbd or loop\n", optarg);
+                return 2;
+            }
+            via = optarg;
+            break;
+        case OPT_FILE:
+            file = optarg;
+            break;
+        case OPT_SWAP:
+            swap = true;
+            break;
+        case 'u':
+            runtime_dir = optarg;
+            break;
+        case 'h':
+            attach_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram attach --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fputs("uzram attach: expected one DEVICE\n"
+              "Try 'uzram attach --help' for more information.\n",
+              stderr);
+        return 2;
+    }
+    const char *device = argv[optind];
+    if (file != NULL && via != NULL && strcmp(via, "loop") != 0) {
+        fputs("uzram: --file goes with --via loop\n", stderr);
+        return 2;
+    }
+    if (file != NULL)
+        via = "loop";
+    if (via == NULL)
+        via = default_via();
+
+    /* The server mounts the file: give it a path that does not depend on our directory. */
+    char absolute[PATH_MAX] = "";
+    if (file != NULL) {
+        char cwd[PATH_MAX];
+        if (file[0] != '/' && getcwd(cwd, sizeof cwd) == NULL) {
+            perror("uzram: getcwd");
+            return 1;
+        }
+        int n = snprintf(absolute, sizeof absolute, "%s%s%s", file[0] == '/' ? "" : cwd,
+                         file[0] == '/' ? "" : "/", file);
+        if (n < 0 || (size_t)n >= sizeof absolute || strchr(absolute, '\n') != NULL) {
+            fprintf(stderr, "uzram: bad --file '%s'\n", file);
+            return 1;
+        }
+    }
+    char path[PATH_MAX], request[PATH_MAX + 64], message[1024], *body;
+    if (control_path(device, runtime_dir, path, sizeof path) != 0)
+        return 1;
+    snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
+             absolute[0] ? " " : "", absolute);
+    if (control_request(path, request, &body, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: cannot attach %s: %s\n", device, message);
+        return 1;
+    }
+    char node[BLOCKDEV_PATH_MAX] = "", direct_io[8] = "";
+    reply_value(body, "device", node, sizeof node);
+    if (reply_value(body, "direct_io", direct_io, sizeof direct_io) && strcmp(direct_io, "1") != 0)
+        fprintf(stderr,
+                "uzram: warning: the kernel did not take direct I/O for %s: its page cache sits "
+                "in front of the device (slower, and memory spent twice)\n",
+                node);
+    free(body);
+    printf("%s\n", node);
+    if (swap)
+        fprintf(stderr,
+                "uzram: for swap: mkswap %s && swapon %s; before stopping: swapoff %s "
+                "&& uzram detach %s\n",
+                node, node, node, device);
+    return 0;
+}
+
+int cmd_detach(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *runtime_dir = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'u':
+            runtime_dir = optarg;
+            break;
+        case 'h':
+            detach_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram detach --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fputs("uzram detach: expected one DEVICE\n"
+              "Try 'uzram detach --help' for more information.\n",
+              stderr);
+        return 2;
+    }
+    const char *device = argv[optind];
+    char path[PATH_MAX], message[1024], *body;
+    if (control_path(device, runtime_dir, path, sizeof path) != 0)
+        return 1;
+    if (control_request(path, "detach", &body, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: cannot detach %s: %s\n", device, message);
+        return 1;
+    }
+    free(body);
+    return 0;
+}
