@@ -676,12 +676,13 @@ void fuse_file_stop(struct fuse_file *file, bool wait_for_users)
         stop_workers(file);
         /* The connection ends when its last descriptor closes: whatever the kernel still
          * queues for it fails (ENOTCONN). fuse_session_unmount() also unmounts (lazily,
-         * through fusermount3 when we are not root) if that has not happened yet. */
+         * through fusermount3 when we are not root) if that has not happened yet; it is
+         * called in every case, as it frees the mount point's name fuse_session_mount()
+         * kept (and does nothing else once the connection is gone: POLLERR on its fd). */
         for (unsigned i = 0; i < file->worker_count; i++)
             if (file->workers[i].fd >= 0 && file->workers[i].fd != session_fd)
                 close(file->workers[i].fd);
-        if (file->mounted)
-            fuse_session_unmount(file->session);
+        fuse_session_unmount(file->session);
         fuse_session_destroy(file->session);
     }
     if (file->created)

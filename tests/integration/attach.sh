@@ -33,6 +33,21 @@ attached_of() { # NAME: the ATTACHED value of `uzram status --json`, "null" when
 # The loop device whose backing file is FILE, if any.
 loop_of_file() { losetup -n -O NAME -j "$1" 2>/dev/null | head -1; }
 
+# The loop device of a just-unmounted filesystem, free to be claimed (O_EXCL). Another test
+# that made a mount namespace (unshare -m) while ours was mounted keeps a copy of the mount,
+# and the device busy, until that namespace ends: wait for that, as a user would.
+wait_unclaimed() {
+    $PY -c '
+import os, sys, time
+for _ in range(600):
+    try:
+        os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.1)
+sys.exit(1)' "$1" || fail "$1 is still claimed 60 s after its filesystem was unmounted"
+}
+
 start_server att -s 512M
 FILE=$XDG_RUNTIME_DIR/uzram/att.disk
 
@@ -73,6 +88,7 @@ cmp -s "$WORK/random.ref" "$MNT/random" || fail "the file changed after the refu
 pass "detach refused while mounted: $(cat "$WORK/detach.err")"
 
 umount "$MNT" || fail "umount"
+wait_unclaimed "$DEV"
 sleep 30 <"$DEV" &
 holder=$!
 if "$UZRAM" detach att 2>"$WORK/detach.err"; then fail "detach succeeded while $DEV is open in a program"; fi
@@ -111,6 +127,7 @@ freed=$((before - after))
     fail "orig_data_size went from $before to $after after rm + fstrim: discards did not reach the server"
 pass "rm + fstrim freed $((freed / MiB)) MiB on the server ($(cat "$WORK/fstrim.log"))"
 umount "$MNT" || fail "final umount"
+wait_unclaimed "$DEV"
 "$UZRAM" detach att || fail "final detach"
 stop_server att
 [[ ! -e $FILE ]] || fail "the server left $FILE behind"
@@ -173,12 +190,14 @@ else
     if "$UZRAM" detach nbd 2>"$WORK/detach.err"; then fail "detach of $DEV succeeded while mounted"; fi
     grep -q "$DEV is mounted on $MNT" "$WORK/detach.err" || fail "detach said: $(cat "$WORK/detach.err")"
     umount "$MNT"
+    wait_unclaimed "$DEV"
     "$UZRAM" detach nbd 2>"$WORK/detach.err" || fail "detach of $DEV: $(cat "$WORK/detach.err")"
     [[ $(attached_of nbd) == - ]] || fail "status still shows $DEV after detach"
     DEV=$("$UZRAM" attach --via nbd nbd) || fail "attach --via nbd again"
     mount -t ext4 "$DEV" "$MNT" || fail "mount $DEV again"
     cmp -s "$WORK/random.ref" "$MNT/random" || fail "data differs after detach and attach through nbd"
     umount "$MNT"
+    wait_unclaimed "$DEV"
     "$UZRAM" detach nbd || fail "second detach of $DEV"
     pass "attach --via nbd: $DEV, ext4, detach refused while mounted, data kept across attaches"
 fi
