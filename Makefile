@@ -15,6 +15,9 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 # The program (not the library) serves a device as a file through FUSE (src/attach/).
 FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
+# The program alone (the NBD server's TLS) uses GnuTLS; the library does not.
+TLS_CFLAGS := $(shell pkg-config --cflags gnutls 2>/dev/null)
+TLS_LIBS := $(shell pkg-config --libs gnutls 2>/dev/null)
 
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
@@ -98,11 +101,11 @@ check-exports: $(LIBUZRAM_SO)
 # ---- end of the library ----
 
 # The program's files include each other by folder: "nbd/server.h".
-$(O)/src/%.o: ALL_CFLAGS += -Isrc
+$(O)/src/%.o: ALL_CFLAGS += -Isrc $(TLS_CFLAGS)
 $(O)/src/attach/%.o: ALL_CFLAGS += $(FUSE_CFLAGS)
 
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) -lm
 
 # Tests draw page contents from the programs' generator, src/common/datagen.c, and
 # link the engine with its test hooks.

@@ -31,7 +31,7 @@
  *
  * Only the handshake and the socket helpers are linked; nbd_log() is defined
  * here so that no server state is needed.
- * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/common/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/nbd/io.c src/nbd/tls.c src/common/util.c
  * fuzz-options: -max_len=16384
  */
 

@@ -6,9 +6,11 @@ set -euo pipefail
 packages=(
     gcc make pkg-config
     liblz4-dev libzstd-dev liblzo2-dev zlib1g-dev libdeflate-dev libxxhash-dev
-    libcmocka-dev clang libclang-rt-14-dev clang-format valgrind
+    libgnutls28-dev libcmocka-dev clang libclang-rt-14-dev clang-format valgrind
     # libnbd-bin brings nbdinfo, nbdcopy and nbdfuse
     libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 libfuse3-dev e2fsprogs
+    # certtool and psktool make the TLS tests' credentials
+    gnutls-bin
     gnuplot-nox
 )
 

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-run}
 seconds=${2:-${FUZZ_SECONDS:-60}}
 jobs=$(nproc 2>/dev/null || echo 2)
-pkgs="liblz4 libzstd lzo2 libdeflate libxxhash"
+pkgs="liblz4 libzstd lzo2 libdeflate libxxhash gnutls"
 dep_cflags=$(pkg-config --cflags $pkgs)
 dep_libs="$(pkg-config --libs $pkgs) -lm"
 common="-std=gnu11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -DUZRAM_TEST_HOOKS -Iinclude -Ilib -Isrc $dep_cflags"

@@ -35,6 +35,10 @@ enum {
     OPT_WRITEBACK_IDLE,
     OPT_WRITEBACK_RATE,
     OPT_SWAP,
+    OPT_TLS,
+    OPT_TLS_CERTIFICATES,
+    OPT_TLS_PSK,
+    OPT_TLS_VERIFY_PEER,
 };
 
 /* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
@@ -112,6 +116,24 @@ static const struct serve_option {
      "most worker threads per client connection (default:\n"
      "number of CPUs, at least 2); helpers start only while\n"
      "costly requests queue up",
+     false},
+    {NULL, 0, 0, NULL, "TLS (clients use nbds:// URIs):", false},
+    {"tls", OPT_TLS, required_argument, "off|on|require",
+     "on: offer TLS (NBD_OPT_STARTTLS); require: refuse\n"
+     "clients that do not start it (default: require when\n"
+     "credentials are given, else off)",
+     false},
+    {"tls-certificates", OPT_TLS_CERTIFICATES, required_argument, "DIR",
+     "X.509: DIR holds server-cert.pem, server-key.pem and\n"
+     "ca-cert.pem (certtool makes them)",
+     false},
+    {"tls-psk", OPT_TLS_PSK, required_argument, "FILE",
+     "pre-shared keys, USERNAME:HEXKEY lines (psktool\n"
+     "-u NAME -p FILE)",
+     false},
+    {"tls-verify-peer", OPT_TLS_VERIFY_PEER, optional_argument, NULL,
+     "X.509: clients must show a certificate signed by\n"
+     "DIR/ca-cert.pem",
      false},
     {NULL, 0, 0, NULL, "Other:", false},
     {"config", OPT_CONFIG, required_argument, "FILE",
@@ -192,6 +214,7 @@ struct serve_plan {
     uint64_t backing_size, writeback_idle, writeback_rate;
     bool writeback_when_full, writeback_rate_given;
     bool no_unix;
+    bool tls_given; /* --tls was set, not defaulted */
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
     /* Storage for the paths options points to when they are derived. */
@@ -399,6 +422,29 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
             plan->writeback_rate = value;
             plan->writeback_rate_given = true;
         }
+        break;
+    case OPT_TLS:
+        if (strcmp(arg, "off") == 0) {
+            options->tls.mode = NBD_TLS_OFF;
+        } else if (strcmp(arg, "on") == 0) {
+            options->tls.mode = NBD_TLS_ON;
+        } else if (strcmp(arg, "require") == 0) {
+            options->tls.mode = NBD_TLS_REQUIRE;
+        } else {
+            fprintf(stderr, "uzram: %sbad %s '%s'; use off, on or require\n", label.where,
+                    label.name, arg);
+            return -1;
+        }
+        plan->tls_given = true;
+        break;
+    case OPT_TLS_CERTIFICATES:
+        options->tls.certificates = arg;
+        break;
+    case OPT_TLS_PSK:
+        options->tls.psk_file = arg;
+        break;
+    case OPT_TLS_VERIFY_PEER:
+        options->tls.verify_peer = flag;
         break;
     }
     return 0;
@@ -753,6 +799,49 @@ static int socket_paths(struct serve_plan *plan)
     return GO_ON;
 }
 
+/* --tls and its credentials fit together: credentials alone mean require (as qemu-nbd's
+ * --tls-creds), a mode other than off needs credentials, and nothing given is ignored. The
+ * files themselves are loaded when the server starts (nbd_tls_create). */
+static int tls_settings(struct serve_plan *plan)
+{
+    struct nbd_tls_options *tls = &plan->options.tls;
+    struct label mode, certificates, psk, verify;
+    bool has_credentials = tls->certificates != NULL || tls->psk_file != NULL;
+    label_of(plan, OPT_TLS, &mode);
+    label_of(plan, OPT_TLS_CERTIFICATES, &certificates);
+    label_of(plan, OPT_TLS_PSK, &psk);
+    label_of(plan, OPT_TLS_VERIFY_PEER, &verify);
+    if (tls->certificates != NULL && tls->psk_file != NULL) {
+        fprintf(stderr, "uzram: %s%s and %s%s: choose one kind of TLS credentials\n",
+                certificates.where, certificates.name, psk.where, psk.name);
+        return 1;
+    }
+    if (!plan->tls_given && has_credentials)
+        tls->mode = NBD_TLS_REQUIRE;
+    if (tls->mode == NBD_TLS_OFF && has_credentials) {
+        fprintf(stderr,
+                "uzram: %s%s off with %s%s: the credentials would go unused; drop one of them\n",
+                mode.where, mode.name, tls->psk_file ? psk.where : certificates.where,
+                tls->psk_file ? psk.name : certificates.name);
+        return 1;
+    }
+    if (tls->mode != NBD_TLS_OFF && !has_credentials) {
+        fprintf(stderr,
+                "uzram: %s%s needs credentials: --tls-certificates DIR (X.509) or --tls-psk "
+                "FILE (pre-shared keys)\n",
+                mode.where, mode.name);
+        return 1;
+    }
+    if (tls->verify_peer && tls->certificates == NULL) {
+        fprintf(stderr,
+                "uzram: %s%s checks X.509 client certificates: it needs --tls-certificates DIR "
+                "with ca-cert.pem\n",
+                verify.where, verify.name);
+        return 1;
+    }
+    return GO_ON;
+}
+
 /* Socket activation (uzram@.socket): a service manager listens and hands its sockets over
  * (sd_listen_fds(3)); they are served instead of sockets of our own. The one named "control"
  * (FileDescriptorName=control) is the control socket; the others serve NBD. Options that say
@@ -958,6 +1047,8 @@ int cmd_serve(int argc, char **argv)
         status = activation(&plan);
     if (status == GO_ON)
         status = device_settings(&plan);
+    if (status == GO_ON)
+        status = tls_settings(&plan);
     if (status == GO_ON)
         status = socket_paths(&plan);
     if (status == GO_ON)

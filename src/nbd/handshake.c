@@ -39,7 +39,7 @@ static int send_reply(struct nbd_session *s, uint32_t option, uint32_t type, con
     struct iovec iov[2] = {{header, sizeof header}, {(void *)data, length}};
     /* The deadline covers sends too: a client that sends options and does not
      * read the replies must not keep the handshake going. */
-    return util_send_iov_by(s->fd, iov, length ? 2 : 1, s->handshake_deadline_ms);
+    return nbd_io_send_iov_by(s, iov, length ? 2 : 1, s->handshake_deadline_ms);
 }
 
 static int send_error(struct nbd_session *s, uint32_t option, uint32_t type, const char *message)
@@ -224,8 +224,49 @@ static int option_export_name(struct nbd_session *s, const unsigned char *data, 
     util_put64(reply, s->size);
     util_put16(reply + 8, s->flags);
     int rc =
-        util_send_all_by(s->fd, reply, s->no_zeroes ? 10 : sizeof reply, s->handshake_deadline_ms);
+        nbd_io_send_all_by(s, reply, s->no_zeroes ? 10 : sizeof reply, s->handshake_deadline_ms);
     return rc < 0 ? rc : 1;
+}
+
+/* NBD_OPT_STARTTLS: ACK in the clear, then the TLS handshake; every later byte is
+ * encrypted. Returns 0 to go on with the options, a negative errno to drop the client. */
+static int option_starttls(struct nbd_session *s, uint32_t length)
+{
+    if (nbd_tls_mode(s->tls_config) == NBD_TLS_OFF)
+        return send_error(s, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP,
+                          "this server does not use TLS (uzram serve --tls on)");
+    if (s->tls != NULL)
+        return send_error(s, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already on");
+    if (length != 0)
+        return send_error(s, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "option takes no data");
+    int rc = send_reply(s, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+    if (rc == 0)
+        rc = nbd_tls_start(s, s->tls_config);
+    if (rc < 0)
+        return rc;
+    /* Anything agreed in the clear could have been put there by someone in the middle:
+     * the client negotiates it again inside TLS. */
+    s->structured = false;
+    s->meta_allocation = false;
+    return 0;
+}
+
+/* With --tls require, before STARTTLS: only STARTTLS and ABORT are served. Returns 1 when
+ * `option` may be handled, else what handling it returned (the refusal). */
+static int tls_required(struct nbd_session *s, uint32_t option)
+{
+    if (s->tls != NULL || nbd_tls_mode(s->tls_config) != NBD_TLS_REQUIRE ||
+        option == NBD_OPT_STARTTLS || option == NBD_OPT_ABORT)
+        return 1;
+    if (option == NBD_OPT_EXPORT_NAME) {
+        /* It has no error reply: the protocol says to close. */
+        nbd_log(s, "EXPORT_NAME without TLS, which this server requires; closing");
+        return -EPROTO;
+    }
+    if (option == NBD_OPT_GO)
+        nbd_log(s, "refused: TLS is required (--tls require) and the client did not start it");
+    return send_error(s, option, NBD_REP_ERR_TLS_REQD,
+                      "this server requires TLS: use NBD_OPT_STARTTLS (an nbds:// URI)");
 }
 
 int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
@@ -234,12 +275,12 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
     util_put64(greeting, NBD_MAGIC);
     util_put64(greeting + 8, NBD_OPT_MAGIC);
     util_put16(greeting + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
-    int rc = util_send_all_by(s->fd, greeting, sizeof greeting, s->handshake_deadline_ms);
+    int rc = nbd_io_send_all_by(s, greeting, sizeof greeting, s->handshake_deadline_ms);
     if (rc < 0)
         return rc;
 
     unsigned char client_flags[4];
-    rc = util_read_full_by(s->fd, client_flags, sizeof client_flags, s->handshake_deadline_ms);
+    rc = nbd_io_read_full_by(s, client_flags, sizeof client_flags, s->handshake_deadline_ms);
     if (rc <= 0)
         return rc;
     uint32_t flags = util_get32(client_flags);
@@ -254,7 +295,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
         return -ENOMEM;
     for (;;) {
         unsigned char header[16];
-        rc = util_read_full_by(s->fd, header, sizeof header, s->handshake_deadline_ms);
+        rc = nbd_io_read_full_by(s, header, sizeof header, s->handshake_deadline_ms);
         if (rc <= 0)
             break;
         if (util_get64(header) != NBD_OPT_MAGIC) {
@@ -271,19 +312,25 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
                 break;
             }
             nbd_log(s, "option %u with %u bytes of data refused as too big", option, length);
-            rc = util_discard_by(s->fd, length, s->handshake_deadline_ms);
+            rc = nbd_io_discard_by(s, length, s->handshake_deadline_ms);
             if (rc == 0)
                 rc = send_error(s, option, NBD_REP_ERR_TOO_BIG, "option data too large");
             if (rc < 0)
                 break;
             continue;
         }
-        rc = util_read_full_by(s->fd, data, length, s->handshake_deadline_ms);
+        rc = nbd_io_read_full_by(s, data, length, s->handshake_deadline_ms);
         if (length > 0 && rc <= 0) {
             rc = rc == 0 ? -ECONNRESET : rc;
             break;
         }
 
+        rc = tls_required(s, option);
+        if (rc != 1) {
+            if (rc != 0)
+                break;
+            continue;
+        }
         switch (option) {
         case NBD_OPT_EXPORT_NAME:
             rc = option_export_name(s, data, length, export);
@@ -313,7 +360,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
             rc = option_meta_context(s, option, data, length, export);
             break;
         case NBD_OPT_STARTTLS:
-            rc = send_error(s, option, NBD_REP_ERR_UNSUP, "this server has no TLS");
+            rc = option_starttls(s, length);
             break;
         default:
             /* Including EXTENDED_HEADERS: clients fall back to compact headers. */

@@ -41,7 +41,8 @@ struct nbd_server {
     struct nbd_export export;
     char unix_path[PATH_MAX], tcp_address[300]; /* for `uzram status`; "" when none */
     struct nbd_transmission_settings transmission;
-    unsigned timeout; /* seconds: handshake, requests, replies */
+    unsigned timeout;    /* seconds: handshake, requests, replies */
+    struct nbd_tls *tls; /* NULL: --tls off */
 
     /* Live connections, so shutdown can wake them and wait for them. */
     pthread_mutex_t connections_lock;
@@ -108,6 +109,7 @@ static void client_free(struct client *client)
     pthread_cond_broadcast(&server->connections_gone);
     pthread_mutex_unlock(&server->connections_lock);
     /* Closed only after leaving the list, so shutdown never sees a reused fd. */
+    nbd_tls_end(&client->session);
     close(client->session.fd);
     free(client);
 }
@@ -158,6 +160,7 @@ static void accept_client(struct nbd_server *server, int listener, bool tcp)
     }
     client->session.fd = fd;
     client->session.id = id;
+    client->session.tls_config = server->tls;
     client->server = server;
 
     pthread_mutex_lock(&server->connections_lock);
@@ -248,10 +251,10 @@ static int listen_unix(const char *path, unsigned mode, long gid)
     return fd;
 }
 
-static void describe_tcp(int fd, char *shown, size_t shown_size);
+static void describe_tcp(int fd, char *shown, size_t shown_size, enum nbd_tls_mode tls);
 
 /* "[ADDR:]PORT", ADDR may be "[v6]". Fills `shown` with "ADDR:PORT" as bound. */
-static int listen_tcp(const char *spec, char *shown, size_t shown_size)
+static int listen_tcp(const char *spec, char *shown, size_t shown_size, enum nbd_tls_mode tls)
 {
     char host[256] = "127.0.0.1";
     const char *port = spec;
@@ -301,12 +304,13 @@ static int listen_tcp(const char *spec, char *shown, size_t shown_size)
         return -1;
     }
     freeaddrinfo(found);
-    describe_tcp(fd, shown, shown_size);
+    describe_tcp(fd, shown, shown_size, tls);
     return fd;
 }
 
-/* "ADDR:PORT" of a listening TCP socket into `shown`; a warning when it is not on loopback. */
-static void describe_tcp(int fd, char *shown, size_t shown_size)
+/* "ADDR:PORT" of a listening TCP socket into `shown`; a warning when it is not on loopback
+ * and clients may connect without TLS. */
+static void describe_tcp(int fd, char *shown, size_t shown_size, enum nbd_tls_mode tls)
 {
     struct sockaddr_storage bound = {0};
     socklen_t bound_length = sizeof bound;
@@ -329,10 +333,17 @@ static void describe_tcp(int fd, char *shown, size_t shown_size)
                    (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127);
         snprintf(shown, shown_size, "[%s]:%u", address, bound_port);
     }
-    if (!loopback)
+    if (!loopback && tls == NBD_TLS_OFF)
         fprintf(stderr,
                 "uzram: warning: listening on %s; NBD has no authentication, anyone who can "
-                "reach this address can read and write the device\n",
+                "reach this address can read and write the device (--tls require prevents "
+                "that)\n",
+                shown);
+    else if (!loopback && tls == NBD_TLS_ON)
+        fprintf(stderr,
+                "uzram: warning: listening on %s with --tls on: clients that do not start TLS "
+                "are served too, unauthenticated and in the clear (--tls require refuses "
+                "them)\n",
                 shown);
 }
 
@@ -500,6 +511,9 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         fprintf(stderr, "uzram: signalfd: %s\n", strerror(errno));
         goto out;
     }
+    /* Credentials that cannot be loaded stop the server before it listens. */
+    if (nbd_tls_create(&options->tls, &server.tls) < 0)
+        goto out;
 
     if (options->inherited_count > 0) {
         /* Socket activation: serve what the service manager listens on. */
@@ -511,7 +525,7 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
             bool tcp = address.ss_family != AF_UNIX;
             listeners[listener_count++] = (struct listener){fd, tcp, NULL};
             if (tcp && server.tcp_address[0] == '\0')
-                describe_tcp(fd, server.tcp_address, sizeof server.tcp_address);
+                describe_tcp(fd, server.tcp_address, sizeof server.tcp_address, options->tls.mode);
             if (!tcp && server.unix_path[0] == '\0')
                 snprintf(server.unix_path, sizeof server.unix_path, "%.*s",
                          (int)sizeof((struct sockaddr_un *)0)->sun_path,
@@ -526,7 +540,8 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
             snprintf(server.unix_path, sizeof server.unix_path, "%s", options->unix_path);
         }
         if (options->tcp) {
-            int fd = listen_tcp(options->tcp, server.tcp_address, sizeof server.tcp_address);
+            int fd = listen_tcp(options->tcp, server.tcp_address, sizeof server.tcp_address,
+                                options->tls.mode);
             if (fd < 0)
                 goto out;
             listeners[listener_count++] = (struct listener){fd, true, NULL};
@@ -580,11 +595,17 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
             printf(" (%zu socket%s from the service manager)", options->inherited_count,
                    options->inherited_count == 1 ? "" : "s");
         printf("; control: %s\n", options->ctl_path);
+        if (server.tls)
+            printf("  TLS %s (%s)\n",
+                   options->tls.mode == NBD_TLS_REQUIRE ? "required" : "offered, not required",
+                   nbd_tls_kind(server.tls));
+        const char *scheme = options->tls.mode == NBD_TLS_REQUIRE ? "nbds" : "nbd";
         if (server.unix_path[0])
-            printf("  connect: nbdinfo 'nbd+unix:///?socket=%s'   stats: uzram status\n",
+            printf("  connect: nbdinfo '%s+unix:///?socket=%s'   stats: uzram status\n", scheme,
                    server.unix_path);
         else
-            printf("  connect: nbdinfo 'nbd://%s'   stats: uzram status\n", server.tcp_address);
+            printf("  connect: nbdinfo '%s://%s'   stats: uzram status\n", scheme,
+                   server.tcp_address);
         printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
                "the server stops (SIGTERM, SIGINT)\n");
         fflush(stdout);
@@ -649,6 +670,7 @@ out:
 
     if (signal_fd >= 0)
         close(signal_fd);
+    nbd_tls_free(server.tls);
     pthread_mutex_destroy(&server.connections_lock);
     pthread_cond_destroy(&server.connections_gone);
     return status;

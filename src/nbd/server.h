@@ -6,6 +6,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "nbd/tls.h"
 #include "uzram.h"
 
 /* Block size constraints advertised in NBD_INFO_BLOCK_SIZE. The engine needs
@@ -95,7 +99,24 @@ struct nbd_session {
      * none. A receive timeout alone would let a client that trickles one
      * byte at a time hold its connection slot for ever. */
     uint64_t handshake_deadline_ms;
+    /* The server's TLS credentials and --tls mode (NULL: off), and this connection's TLS
+     * session once STARTTLS succeeded (NULL: plain). Bytes go through io.c either way. */
+    const struct nbd_tls *tls_config;
+    struct nbd_tls_session *tls;
 };
+
+/* The byte I/O seam (io.c): the socket functions' contracts (recv(); util_send_iov_timeout,
+ * util_send_iov_by, util_send_all_by, util_read_full_by, util_discard_by), over the socket
+ * or the connection's TLS session. nbd_io_wait_readable polls for input unless decrypted
+ * bytes are already waiting: 1 readable, 0 timeout, negative errno. */
+ssize_t nbd_io_recv(struct nbd_session *s, void *buf, size_t length, int flags);
+int nbd_io_wait_readable(struct nbd_session *s, int timeout_ms);
+int nbd_io_send_iov_timeout(struct nbd_session *s, struct iovec *iov, int count,
+                            int timeout_seconds);
+int nbd_io_send_iov_by(struct nbd_session *s, struct iovec *iov, int count, uint64_t deadline_ms);
+int nbd_io_send_all_by(struct nbd_session *s, const void *buf, size_t length, uint64_t deadline_ms);
+int nbd_io_read_full_by(struct nbd_session *s, void *buf, size_t length, uint64_t deadline_ms);
+int nbd_io_discard_by(struct nbd_session *s, uint64_t length, uint64_t deadline_ms);
 
 /* One parsed transmission request. */
 struct nbd_request {
@@ -190,6 +211,7 @@ struct nbd_server_options {
     bool read_only;
     bool quiet;
     bool swap; /* swap safety is on (cli/serve.c set it up): `attach --swap` may go on */
+    struct nbd_tls_options tls;
 };
 
 /* Listen, serve until SIGINT/SIGTERM, clean up. Returns the exit status;

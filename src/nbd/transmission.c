@@ -273,10 +273,10 @@ static int send_locked(struct nbd_connection *conn, struct iovec *iov, int count
         iov = joined;
         count++;
     } else if (conn->held_bytes > 0) {
-        rc = util_send_iov_timeout(conn->session.fd, joined, 1, timeout);
+        rc = nbd_io_send_iov_timeout(&conn->session, joined, 1, timeout);
     }
     if (rc == 0)
-        rc = util_send_iov_timeout(conn->session.fd, iov, count, timeout);
+        rc = nbd_io_send_iov_timeout(&conn->session, iov, count, timeout);
     conn->held_bytes = 0;
     conn->held_replies = 0;
     if (rc < 0) {
@@ -863,8 +863,8 @@ static int input_fill(struct nbd_connection *conn, size_t need, bool started)
             conn->input_end -= conn->input_start;
             conn->input_start = 0;
         }
-        ssize_t n = recv(conn->session.fd, conn->input + conn->input_end,
-                         NBD_SERVER_INPUT_BUFFER - conn->input_end, 0);
+        ssize_t n = nbd_io_recv(&conn->session, conn->input + conn->input_end,
+                                NBD_SERVER_INPUT_BUFFER - conn->input_end, 0);
         int rc = 0;
         if (n > 0) {
             conn->input_end += (size_t)n;
@@ -931,11 +931,9 @@ static int wait_readable(struct nbd_connection *conn)
         return rc;
     uint64_t now = util_now_ms();
     uint64_t left = conn->request_deadline_ms > now ? conn->request_deadline_ms - now : 0;
-    struct pollfd p = {conn->session.fd, POLLIN, 0};
-    if (poll(&p, 1, (int)(left < NBD_SERVER_IDLE_MS ? left : NBD_SERVER_IDLE_MS)) < 0 &&
-        errno != EINTR)
-        return -errno;
-    return 0;
+    rc = nbd_io_wait_readable(&conn->session,
+                              (int)(left < NBD_SERVER_IDLE_MS ? left : NBD_SERVER_IDLE_MS));
+    return rc < 0 ? rc : 0;
 }
 
 /* Receive the rest of a large WRITE payload straight from the socket into
@@ -955,7 +953,7 @@ static int receive_rest(struct nbd_connection *conn, struct request_data *d, siz
             step = sizeof scratch;
         if (budgeted && budget_take(d->budget, step))
             conn->request_deadline_ms = 0;
-        ssize_t n = recv(conn->session.fd, to, step, MSG_DONTWAIT);
+        ssize_t n = nbd_io_recv(&conn->session, to, step, MSG_DONTWAIT);
         size_t got = n > 0 ? (size_t)n : 0;
         if (budgeted) {
             budget_give(d->budget, step - got);
@@ -1033,11 +1031,10 @@ static int wait_idle(struct nbd_worker *w)
     conn->input_start = conn->input_end = 0;
     free(w->buffer);
     w->buffer = NULL;
-    struct pollfd p = {conn->session.fd, POLLIN, 0};
-    while (poll(&p, 1, -1) < 0)
-        if (errno != EINTR)
-            return -errno;
-    return 0;
+    int rc;
+    while ((rc = nbd_io_wait_readable(&conn->session, -1)) == 0)
+        ;
+    return rc < 0 ? rc : 0;
 }
 
 /* Read and check one request (and a WRITE's payload). Called with the
