@@ -29,6 +29,13 @@
  * well-formed option replies, and, when the handshake says transmission
  * starts, either an ACK to NBD_OPT_GO or the EXPORT_NAME answer at the end.
  *
+ * Each input is run three times: with --tls off, on and require (PSK credentials
+ * from a key file written at start). With TLS the replies are checked up to the
+ * ACK to NBD_OPT_STARTTLS; what follows is the TLS handshake, which the fuzz
+ * bytes cannot complete (it needs the client's keys), so it ends in an error
+ * path of tls.c and transmission never starts. Under require, every option
+ * before STARTTLS but ABORT must get NBD_REP_ERR_TLS_REQD.
+ *
  * Only the handshake and the socket helpers are linked; nbd_log() is defined
  * here so that no server state is needed.
  * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/nbd/io.c src/nbd/tls.c src/common/util.c
@@ -61,6 +68,25 @@ void nbd_log(struct nbd_session *session, const char *format, ...)
 }
 
 static struct uzram *device;
+static struct nbd_tls *tls_on, *tls_require;
+
+/* TLS credentials for the on and require runs: one PSK in a file of its own. */
+static void make_tls(void)
+{
+    if (tls_on != NULL)
+        return;
+    char path[] = "/tmp/fuzz_handshake_psk.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    static const char key[] = "fuzz:00112233445566778899aabbccddeeff\n";
+    CHECK(write(fd, key, sizeof key - 1) == (ssize_t)(sizeof key - 1), "write the PSK file");
+    close(fd);
+    struct nbd_tls_options options = {.mode = NBD_TLS_ON, .psk_file = path};
+    CHECK(nbd_tls_create(&options, &tls_on) == 0, "nbd_tls_create(on)");
+    options.mode = NBD_TLS_REQUIRE;
+    CHECK(nbd_tls_create(&options, &tls_require) == 0, "nbd_tls_create(require)");
+    unlink(path); /* the credentials are loaded; GnuTLS re-reads the file only per handshake */
+}
 
 /* One device for the whole run: the handshake only asks it for its size. */
 static struct uzram *get_device(void)
@@ -76,7 +102,7 @@ static struct uzram *get_device(void)
 
 /* Check the server's byte stream against what nbd_handshake() returned. */
 static void check_replies(const uint8_t *out, size_t size, int rc, const struct nbd_session *s,
-                          const struct nbd_export *export)
+                          const struct nbd_export *export, enum nbd_tls_mode mode)
 {
     CHECK(size >= 18, "no greeting (%zu bytes)", size);
     CHECK(util_get64(out) == NBD_MAGIC && util_get64(out + 8) == NBD_OPT_MAGIC, "bad greeting");
@@ -92,6 +118,18 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
         CHECK(length <= 4096 + 64, "reply of %u bytes", length);
         CHECK(size - position - 20 >= length, "truncated reply");
         const uint8_t *data = out + position + 20;
+        if (mode == NBD_TLS_REQUIRE && option != NBD_OPT_ABORT && option != NBD_OPT_STARTTLS)
+            CHECK(type == NBD_REP_ERR_TLS_REQD, "reply 0x%x to option %u before TLS", type, option);
+        if (option == NBD_OPT_STARTTLS && type == NBD_REP_ACK) {
+            /* TLS from here on: the fuzz bytes cannot finish its handshake. */
+            CHECK(mode != NBD_TLS_OFF, "STARTTLS acknowledged with TLS off");
+            CHECK(length == 0, "ACK with data");
+            CHECK(rc < 0 && s->tls == NULL, "TLS handshake on fuzz bytes returned %d", rc);
+            return;
+        }
+        if (option == NBD_OPT_STARTTLS)
+            CHECK(type == (mode == NBD_TLS_OFF ? NBD_REP_ERR_UNSUP : NBD_REP_ERR_INVALID),
+                  "STARTTLS answered 0x%x", type);
         switch (type) {
         case NBD_REP_ACK:
             CHECK(length == 0, "ACK with data");
@@ -137,6 +175,7 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
         CHECK(rest == 0, "%zu stray bytes after the option replies (rc %d)", rest, rc);
         return;
     }
+    CHECK(mode != NBD_TLS_REQUIRE, "transmission without TLS under --tls require");
     CHECK(s->size == DISK, "session size %llu", (unsigned long long)s->size);
     CHECK(s->flags == nbd_transmission_flags(export, s), "transmission flags");
     CHECK(!s->meta_allocation || s->structured, "meta context without structured replies");
@@ -154,7 +193,7 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void run(const uint8_t *data, size_t size, enum nbd_tls_mode mode)
 {
     struct nbd_export export = {.dev = get_device(), .name = EXPORT_NAME, .read_only = false};
     int fds[2];
@@ -165,6 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(pthread_create(&thread, NULL, fuzz_client_main, &client) == 0, "pthread_create");
 
     struct nbd_session session = {.fd = fds[0], .id = 1};
+    session.tls_config = mode == NBD_TLS_ON ? tls_on : mode == NBD_TLS_REQUIRE ? tls_require : NULL;
     int rc = nbd_handshake(&session, &export);
     CHECK(rc == 1 || rc == 0 || rc == -EPROTO || rc == -ENOENT || rc == -ECONNRESET,
           "nbd_handshake returned %d", rc);
@@ -175,7 +215,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(fds[0]);
     close(fds[1]);
 
-    check_replies(client.output, client.output_size, rc, &session, &export);
+    check_replies(client.output, client.output_size, rc, &session, &export, mode);
+    nbd_tls_end(&session);
     free(client.output);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    make_tls();
+    run(data, size, NBD_TLS_OFF);
+    run(data, size, NBD_TLS_ON);
+    run(data, size, NBD_TLS_REQUIRE);
     return 0;
 }

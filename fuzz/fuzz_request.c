@@ -39,7 +39,8 @@
  * The server object is defined here (nbd_server_export() is all the worker
  * loop needs from it), so only the transmission file and the socket helpers
  * are linked.
- * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/handshake.c src/nbd/io.c src/nbd/tls.c src/common/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/handshake.c
+ * fuzz-link: src/nbd/io.c src/nbd/tls.c src/common/util.c
  * fuzz-options: -max_len=131072
  */
 

@@ -16,6 +16,11 @@ ssize_t nbd_io_recv(struct nbd_session *s, void *buf, size_t length, int flags)
     return recv(s->fd, buf, length, flags);
 }
 
+bool nbd_io_midway(struct nbd_session *s)
+{
+    return s->tls != NULL && nbd_tls_midway(s);
+}
+
 int nbd_io_wait_readable(struct nbd_session *s, int timeout_ms)
 {
     if (s->tls && nbd_tls_pending(s) > 0)

@@ -35,9 +35,12 @@ struct nbd_tls {
 struct nbd_tls_session {
     gnutls_session_t session;
     int fd;
-    /* recv() flags of the receive in progress (MSG_DONTWAIT or 0; 0 waits at most the
-     * socket's SO_RCVTIMEO). Only the receiver touches it. */
-    int recv_flags;
+    /* Where the receive stream is in the record it is reading (GnuTLS pulls exactly the
+     * bytes of one record at a time): bytes of the 5-byte record header seen, and bytes of
+     * the record's body still to come. Only the receiver touches them. */
+    unsigned char header[5];
+    unsigned header_seen;
+    size_t body_left;
     /* Reply pieces gathered into one record; only the sender touches it. */
     unsigned char gather[TLS_RECORD_MAX];
 };
@@ -213,18 +216,40 @@ int nbd_tls_create(const struct nbd_tls_options *options, struct nbd_tls **out)
 }
 
 /* ------------------------------------------------------------------------
- * The transport under GnuTLS: the connection's socket, never blocking on a send (sends
- * poll against their deadline above GnuTLS), receiving as the caller asked.
+ * The transport under GnuTLS: the connection's socket, never blocking (waits poll against
+ * their deadline above GnuTLS, so a partial record always comes back to the caller).
  * ---------------------------------------------------------------------- */
+
+/* Follow record boundaries in the bytes received, for nbd_tls_midway(). */
+static void track_records(struct nbd_tls_session *t, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        if (t->body_left > 0) {
+            size_t k = n < t->body_left ? n : t->body_left;
+            t->body_left -= k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        t->header[t->header_seen++] = *p++;
+        n--;
+        if (t->header_seen == sizeof t->header) {
+            t->body_left = (size_t)t->header[3] << 8 | t->header[4];
+            t->header_seen = 0;
+        }
+    }
+}
 
 static ssize_t transport_pull(gnutls_transport_ptr_t pointer, void *buf, size_t length)
 {
     struct nbd_tls_session *t = pointer;
     ssize_t n;
-    while ((n = recv(t->fd, buf, length, t->recv_flags)) < 0 && errno == EINTR)
+    while ((n = recv(t->fd, buf, length, MSG_DONTWAIT)) < 0 && errno == EINTR)
         ;
     if (n < 0)
         gnutls_transport_set_errno(t->session, errno == EWOULDBLOCK ? EAGAIN : errno);
+    if (n > 0)
+        track_records(t, buf, (size_t)n);
     return n;
 }
 
@@ -292,7 +317,6 @@ int nbd_tls_start(struct nbd_session *s, const struct nbd_tls *tls)
     if (t == NULL)
         return -ENOMEM;
     t->fd = s->fd;
-    t->recv_flags = MSG_DONTWAIT;
     if (gnutls_init(&t->session, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL) < 0) {
         free(t);
         return -ENOMEM;
@@ -345,10 +369,20 @@ void nbd_tls_end(struct nbd_session *s)
     s->tls = NULL;
 }
 
+/* What recv() without MSG_DONTWAIT waits at most: the socket's SO_RCVTIMEO (-1: no limit). */
+static int receive_timeout_ms(int fd)
+{
+    struct timeval t = {0, 0};
+    socklen_t size = sizeof t;
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, &size) < 0 || (t.tv_sec == 0 && t.tv_usec == 0))
+        return -1;
+    return (int)(t.tv_sec * 1000 + t.tv_usec / 1000);
+}
+
 ssize_t nbd_tls_recv(struct nbd_session *s, void *buf, size_t length, int flags)
 {
     struct nbd_tls_session *t = s->tls;
-    t->recv_flags = flags & MSG_DONTWAIT;
+    bool waited = false;
     for (;;) {
         ssize_t n = gnutls_record_recv(t->session, buf, length);
         if (n >= 0)
@@ -356,6 +390,19 @@ ssize_t nbd_tls_recv(struct nbd_session *s, void *buf, size_t length, int flags)
         if (n == GNUTLS_E_INTERRUPTED)
             continue;
         if (n == GNUTLS_E_AGAIN) {
+            /* Like recv(): without MSG_DONTWAIT, one wait of up to SO_RCVTIMEO for bytes,
+             * and back to the caller with what they made, even half a record (so that its
+             * request deadline is checked as often as without TLS). */
+            if (!(flags & MSG_DONTWAIT) && !waited) {
+                struct pollfd p = {t->fd, POLLIN, 0};
+                int ready = poll(&p, 1, receive_timeout_ms(t->fd));
+                if (ready < 0 && errno != EINTR)
+                    return -1;
+                if (ready > 0) {
+                    waited = true;
+                    continue;
+                }
+            }
             errno = EWOULDBLOCK;
             return -1;
         }
@@ -381,6 +428,11 @@ ssize_t nbd_tls_recv(struct nbd_session *s, void *buf, size_t length, int flags)
 size_t nbd_tls_pending(struct nbd_session *s)
 {
     return gnutls_record_check_pending(s->tls->session);
+}
+
+bool nbd_tls_midway(struct nbd_session *s)
+{
+    return s->tls->header_seen > 0 || s->tls->body_left > 0;
 }
 
 /* Send `length` bytes as records (each call to gnutls_record_send sends at most one). */

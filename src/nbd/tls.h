@@ -49,11 +49,14 @@ int nbd_tls_start(struct nbd_session *session, const struct nbd_tls *tls);
 void nbd_tls_end(struct nbd_session *session);
 
 /* Record I/O for io.c. nbd_tls_recv has recv()'s contract (bytes, 0 at end of file, or -1
- * with errno; EWOULDBLOCK when no whole record came within the socket's receive timeout or
- * at once with MSG_DONTWAIT). One receiver and one sender may run at the same time. */
+ * with errno; EWOULDBLOCK when no whole record came within the socket's receive timeout, or
+ * at once with MSG_DONTWAIT, even if part of one did). One receiver and one sender may run
+ * at the same time. */
 ssize_t nbd_tls_recv(struct nbd_session *session, void *buf, size_t length, int flags);
 /* Decrypted bytes waiting in the session: poll() on the socket would not see them. */
 size_t nbd_tls_pending(struct nbd_session *session);
+/* Part of a record has arrived: the client has started sending something. */
+bool nbd_tls_midway(struct nbd_session *session);
 /* util_send_iov's contract: timeout_ms >= 0 from the first wait, or until deadline_ms. */
 int nbd_tls_send_iov(struct nbd_session *session, struct iovec *iov, int count, int64_t timeout_ms,
                      uint64_t deadline_ms);

@@ -873,7 +873,7 @@ static int input_fill(struct nbd_connection *conn, size_t need, bool started)
         } else if (n == 0) {
             return input_available(conn) == 0 && !started ? 0 : -ECONNRESET;
         } else if (errno == EWOULDBLOCK) {
-            if (input_available(conn) == 0 && !started)
+            if (input_available(conn) == 0 && !started && !nbd_io_midway(&conn->session))
                 return -EAGAIN;
             rc = request_waits(conn);
         } else if (errno != EINTR) {

@@ -207,3 +207,45 @@ bad_start "--tls off with credentials" "would go unused" --tls off --tls-psk "$C
 bad_start "bad --tls value" "use off, on or require" --tls maybe
 bad_start "verify-peer with PSK" "needs --tls-certificates" --tls-psk "$C/keys.psk" --tls-verify-peer
 pass "credentials that cannot be loaded and contradicting options stop the server, naming them"
+
+# ---- deadlines: a TLS client that stalls only stalls itself ----
+UZRAM_SERVE_TIMEOUT=2 start_server stall -s 64M --tls-certificates "$C/server"
+S=$(sock_of stall)
+STALL="$PY $(dirname "$0")/tls_stall.py"
+took=$($STALL handshake "$S" "$C/server/ca-cert.pem") || fail "handshake stall client failed"
+awk -v t="$took" 'BEGIN { exit !(t >= 1.5 && t <= 6) }' ||
+    fail "half a ClientHello held the connection for $took s (deadline 2 s)"
+grep -q 'handshake not finished within 2 s' "$WORK/server-stall.err" || fail "no handshake deadline line"
+pass "half a ClientHello: dropped at the handshake deadline ($took s)"
+
+$STALL record "$S" "$C/server/ca-cert.pem" >"$WORK/record.out" 2>&1 &
+record_pid=$!
+at_exit "kill -KILL $record_pid"
+for _ in $(seq 50); do grep -q stalled "$WORK/record.out" && break; sleep 0.1; done
+grep -q stalled "$WORK/record.out" || fail "record stall client: $(cat "$WORK/record.out")"
+# Meanwhile a good client is served at once.
+UNIX="nbds+unix:///?socket=$S&tls-certificates=$C/client"
+timeout 10 nbdcopy "$WORK/data" "$UNIX" >"$WORK/copy.log" 2>&1 ||
+    fail "a good client was not served while another stalled mid-record: $(cat "$WORK/copy.log")"
+wait $record_pid || fail "record stall client: $(cat "$WORK/record.out")"
+took=$(tail -n 1 "$WORK/record.out")
+awk -v t="$took" 'BEGIN { exit !(t >= 1.5 && t <= 6) }' ||
+    fail "half a TLS record held the connection for $took s (request deadline 2 s)"
+grep -q 'request not complete within 2 s' "$WORK/server-stall.err" || fail "no request deadline line"
+pass "half a TLS record: others served meanwhile, dropped at the request deadline ($took s)"
+
+# An idle TLS client (no request started) is not dropped.
+$PY - "$UNIX" <<'PYEOF' || fail "an idle TLS client was dropped"
+import nbd, sys, time
+h = nbd.NBD()
+h.set_uri_allow_local_file(True)
+h.connect_uri(sys.argv[1])
+h.pwrite(b"x" * 4096, 0)
+time.sleep(3.5)
+assert h.pread(4096, 0) == b"x" * 4096
+h.shutdown()
+PYEOF
+got=$($STALL noread "$S" "$C/server/ca-cert.pem" 5) || fail "noread client failed"
+grep -q 'could not be sent within 2 s' "$WORK/server-stall.err" || fail "a TLS client not reading was not dropped ($got)"
+pass "idle TLS client kept past the deadline; one not reading its replies dropped ($got)"
+stop_server stall
