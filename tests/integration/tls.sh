@@ -58,8 +58,18 @@ psktool -u mallory -p "$C/mallory.psk" >/dev/null 2>&1
 
 head -c $((8 * MiB)) /dev/urandom >"$WORK/data"
 
+# banner NAME TEXT: the server's startup lines say TEXT (they may still be on their way
+# when its sockets appear: waits at most 5 s).
+banner() {
+    for _ in $(seq 50); do
+        grep -qF -- "$2" "$WORK/server-$1.out" && return 0
+        sleep 0.1
+    done
+    fail "server $1: no '$2' in its banner: $(cat "$WORK/server-$1.out")"
+}
 # tcp_port NAME: the port a server with --tcp 127.0.0.1:0 bound, from its banner.
 tcp_port() {
+    banner "$1" "the data lives only in this process"
     sed -n 's/.*tcp:127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/server-$1.out" | head -n 1
 }
 # refused WHAT CMD...: CMD must fail (a client that must not get in).
@@ -80,7 +90,7 @@ round_trip() {
 
 # ---- X.509, --tls require (the default with credentials) ----
 start_server x509 -s 64M --tcp 127.0.0.1:0 --tls-certificates "$C/server"
-grep -q 'TLS required (X.509)' "$WORK/server-x509.out" || fail "banner: $(cat "$WORK/server-x509.out")"
+banner x509 'TLS required (X.509)'
 PORT=$(tcp_port x509)
 [[ -n $PORT ]] || fail "no TCP port in the banner"
 TCP="nbds://127.0.0.1:$PORT/?tls-certificates=$C/client"
@@ -142,7 +152,7 @@ stop_server verify
 
 # ---- PSK, --tls on ----
 start_server psk -s 64M --tcp 127.0.0.1:0 --tls on --tls-psk "$C/keys.psk"
-grep -q 'TLS offered, not required (PSK)' "$WORK/server-psk.out" || fail "banner: $(cat "$WORK/server-psk.out")"
+banner psk 'TLS offered, not required (PSK)'
 PORT=$(tcp_port psk)
 TCP="nbds://alice@127.0.0.1:$PORT/?tls-psk-file=$C/keys.psk"
 UNIX="nbds+unix://alice@/?socket=$(sock_of psk)&tls-psk-file=$C/keys.psk"
@@ -167,7 +177,7 @@ tls = require
 tls-psk = $C/keys.psk
 EOF
 start_server conf --config "$WORK/uzram.conf"
-grep -q 'TLS required (PSK)' "$WORK/server-conf.out" || fail "config: banner: $(cat "$WORK/server-conf.out")"
+banner conf 'TLS required (PSK)'
 nbdinfo "nbds+unix://alice@/?socket=$(sock_of conf)&tls-psk-file=$C/keys.psk" >"$WORK/info" 2>&1 ||
     fail "config: PSK client: $(cat "$WORK/info")"
 refused "config: plain client" nbdinfo "$(uri_of conf)"
