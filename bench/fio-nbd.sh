@@ -1,34 +1,56 @@
 #!/usr/bin/env bash
-# fio-nbd.sh - NBD server benchmark: fio 4 KiB random I/O against `uzram serve` and nbdkit memory.
-# Runs uzram (lz4), nbdkit allocator=sparse and allocator=zstd alternately, prints median IOPS.
+# fio-nbd.sh - NBD server benchmark: fio 4 KiB random I/O against `uzram serve`, kernel zram
+# (libaio, direct) and nbdkit memory, rounds interleaved; median IOPS and CPU per request.
 #
-# Usage: bench/fio-nbd.sh [UZRAM_BINARY]        (default build/uzram)
+# Usage: bench/fio-nbd.sh [--doc] [UZRAM_BINARY]        (default build/uzram)
+#   --doc   also write the report into docs/BENCHMARKS.md (between its FIO-NBD markers)
 # Environment (all optional):
-#   ROUNDS=3        rounds; each round runs every server once, in turn (medians are taken)
-#   RUNTIME=10      seconds per fio run (time_based)
+#   ROUNDS=3        rounds; each round runs every side once, in turn (medians are taken)
+#   RUNTIME=5       seconds per fio run (time_based)
 #   REGION=512M     part of the 1 GiB device the random I/O covers (filled first)
 #   JOBS="1 2"      fio numjobs values (one NBD connection per job)
 #   IODEPTH=16
-#   SERVERS="uzram sparse zstd"
+#   TESTS="randwrite randread"   fio rw modes; trimwrite (trim, then write the same blocks
+#                   again: the pool's span cache at work) counts trims and writes as requests
+#   SERVERS="uzram zram sparse"   sides: uzram, zram (kernel zram on /dev/$ZRAM, root only),
+#                   sparse and zstd (nbdkit memory allocators), base (BASELINE below)
 #   UZRAM_ARGS=     extra arguments for `uzram serve` (e.g. --threads 2)
-#   BASELINE=PATH   another uzram binary to run as server "base" too (before/after comparisons)
-#   KEEP=DIR        keep the fio JSON reports in DIR
-# Every server gets the same data: fio buffers 50% compressible, refilled for each I/O. Reads
+#   BASELINE=PATH   another uzram binary to run as side "base" too (before/after comparisons)
+#   ZRAM=zram0      the kernel zram device; it must be unused (ZRAM_FORCE=1 resets it anyway)
+#   KEEP=DIR        keep the fio JSON reports and CPU counts in DIR
+# Every side gets the same data: fio buffers 50% compressible, refilled for each I/O. Reads
 # run after a sequential write pass over REGION so that they hit stored data, not holes.
-# Targets (issue 4): randwrite >= 3x nbdkit zstd and >= 1x nbdkit sparse; randread >= 1x
-# nbdkit sparse. Exit status 0 when every target is met, 1 when one is not, 2 on a failure.
+# Kernel zram is reset before it is used and on exit. Server CPU per request comes from
+# /proc/PID/stat (user + system) over each fio run; kernel zram does its work in fio's own
+# system calls, so its cost shows in the fio CPU column.
+# Targets: issue 16 (uzram against kernel zram: randread >= 0.7x at 1 job, >= 0.45x at 2;
+# randwrite >= 1.1x / >= 0.7x; server CPU <= 4.5 us per read, <= 6.5 us per write) and
+# issue 4 (randwrite >= 3x nbdkit zstd and >= 1x nbdkit sparse; randread >= 1x nbdkit
+# sparse), each judged when its sides ran. Exit status 0 when every target is met, 1 when
+# one is not, 2 on a failure.
 set -u
 
+DOC=0
+if [[ ${1:-} == --doc ]]; then
+    DOC=1
+    shift
+fi
+ARGS_TEXT="$*"
 UZRAM=${1:-${UZRAM:-build/uzram}}
 ROUNDS=${ROUNDS:-3}
-RUNTIME=${RUNTIME:-10}
+RUNTIME=${RUNTIME:-5}
 REGION=${REGION:-512M}
 JOBS=${JOBS:-"1 2"}
 IODEPTH=${IODEPTH:-16}
+TESTS=${TESTS:-"randwrite randread"}
 BASELINE=${BASELINE:-}
-SERVERS=${SERVERS:-"uzram sparse zstd${BASELINE:+ base}"}
+SERVERS=${SERVERS:-"uzram zram sparse${BASELINE:+ base}"}
 UZRAM_ARGS=${UZRAM_ARGS:-}
+ZRAM=${ZRAM:-zram0}
+ZDEV=/dev/$ZRAM
+ZSYS=/sys/block/$ZRAM
 PY=/usr/bin/python3
+HERE=$(cd "$(dirname "$0")/.." && pwd)
 
 die() { echo "fio-nbd.sh: $*" >&2; exit 2; }
 [[ -x $UZRAM ]] || die "no uzram binary at $UZRAM (give its path as the first argument)"
@@ -36,14 +58,30 @@ die() { echo "fio-nbd.sh: $*" >&2; exit 2; }
 UZRAM=$(realpath "$UZRAM")
 command -v fio >/dev/null || die "fio is not installed"
 fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine"
-command -v nbdkit >/dev/null || die "nbdkit is not installed"
+if [[ " $SERVERS " == *" sparse "* || " $SERVERS " == *" zstd "* ]]; then
+    command -v nbdkit >/dev/null || die "nbdkit is not installed (or leave sparse and zstd out of SERVERS)"
+fi
+if [[ " $SERVERS " == *" zram "* ]]; then
+    [[ -b $ZDEV ]] || die "$ZDEV does not exist (modprobe zram, or leave zram out of SERVERS)"
+    [[ $(id -u) == 0 ]] || die "kernel zram needs root (or leave zram out of SERVERS)"
+    grep -q "^$ZDEV " /proc/swaps /proc/mounts 2>/dev/null && die "$ZDEV is in use (swap or mounted)"
+    [[ $(cat "$ZSYS/initstate") == 0 || ${ZRAM_FORCE:-0} == 1 ]] ||
+        die "$ZDEV is initialised (someone else's data?); ZRAM_FORCE=1 resets it"
+    grep -qw lz4 "$ZSYS/comp_algorithm" || die "kernel zram has no lz4"
+fi
 
-WORK=$(mktemp -d)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-fio-nbd.XXXXXX") || die "mktemp failed"
 declare -A PIDS
+ZRAM_TOUCHED=0
+zram_reset() { echo 1 >"$ZSYS/reset" 2>/dev/null; }
 cleanup() {
     for pid in "${PIDS[@]}"; do
         kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
     done
+    # zram0 is shared by the whole machine: always hand it back empty.
+    if [[ $ZRAM_TOUCHED == 1 ]]; then
+        zram_reset || echo "fio-nbd.sh: warning: could not reset $ZDEV" >&2
+    fi
     if [[ -n ${KEEP:-} ]]; then
         mkdir -p "$KEEP" && cp "$WORK"/*.json "$WORK"/*.cpu "$KEEP"/ 2>/dev/null
     fi
@@ -58,6 +96,12 @@ trap 'exit 2' INT TERM
 start_server() {
     local sock=$WORK/$1.sock
     case $1 in
+    zram)
+        ZRAM_TOUCHED=1
+        zram_reset && echo lz4 >"$ZSYS/comp_algorithm" && echo 1G >"$ZSYS/disksize" ||
+            die "cannot set up $ZDEV"
+        return 0
+        ;;
     uzram | base)
         local binary=$UZRAM
         [[ $1 == base ]] && binary=$BASELINE
@@ -68,7 +112,7 @@ start_server() {
     sparse | zstd)
         nbdkit -f --unix "$sock" memory 1G allocator="$1" >"$WORK/$1.log" 2>&1 &
         ;;
-    *) die "unknown server $1 (use uzram, sparse, zstd, base)" ;;
+    *) die "unknown side $1 (use uzram, zram, sparse, zstd, base)" ;;
     esac
     PIDS[$1]=$!
     for _ in $(seq 100); do
@@ -80,23 +124,31 @@ start_server() {
     die "server $1 did not start"
 }
 
-# CPU time (user + system, in clock ticks) a server process has used so far.
+# CPU time (user + system, in clock ticks) a server process has used so far; 0 for kernel
+# zram, which works in fio's own system calls.
 cpu_ticks() {
-    awk '{print $14 + $15}' "/proc/$1/stat"
+    [[ $1 == zram ]] && { echo 0; return; }
+    awk '{print $14 + $15}' "/proc/${PIDS[$1]}/stat"
 }
 
-# run_fio SERVER OUTPUT [fio options...]
+# run_fio SIDE OUTPUT [fio options...]
 run_fio() {
-    local server=$1 out=$2
+    local side=$1 out=$2 target
     shift 2
-    fio --output-format=json --output="$out" --name=bench --ioengine=nbd \
-        --uri="nbd+unix:///?socket=$WORK/$server.sock" --bs=4k --size="$REGION" \
-        --buffer_compress_percentage=50 --refill_buffers --group_reporting "$@" \
-        >"$WORK/fio.log" 2>&1 || { cat "$WORK/fio.log" >&2; die "fio failed on $server: $*"; }
+    if [[ $side == zram ]]; then
+        target=(--ioengine=libaio --direct=1 --filename="$ZDEV")
+    else
+        target=(--ioengine=nbd --uri="nbd+unix:///?socket=$WORK/$side.sock")
+    fi
+    fio --output-format=json --output="$out" --name=bench "${target[@]}" --bs=4k \
+        --size="$REGION" --buffer_compress_percentage=50 --refill_buffers --group_reporting "$@" \
+        >"$WORK/fio.log" 2>&1 || { cat "$WORK/fio.log" >&2; die "fio failed on $side: $*"; }
 }
 
+START=$(date -u '+%Y-%m-%d %H:%M')
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "fio-nbd: 4 KiB, iodepth $IODEPTH, ${RUNTIME}s per run, region $REGION, $ROUNDS rounds;" \
-    "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    "$(nproc) CPUs, load $LOAD"
 read -ra server_list <<<"$SERVERS"
 for server in "${server_list[@]}"; do
     start_server "$server"
@@ -104,93 +156,162 @@ for server in "${server_list[@]}"; do
     run_fio "$server" "$WORK/fill.json" --rw=write --bs=1M --iodepth=4
 done
 for round in $(seq "$ROUNDS"); do
-    # Rotate the order every round so no server always runs first or last.
+    # Rotate the order every round so no side always runs first or last.
     shift_by=$(((round - 1) % ${#server_list[@]}))
     order=("${server_list[@]:shift_by}" "${server_list[@]:0:shift_by}")
     for jobs in $JOBS; do
-        for rw in randwrite randread; do
+        for rw in $TESTS; do
             for server in "${order[@]}"; do
                 name=$server-$rw-j$jobs-r$round
-                before=$(cpu_ticks "${PIDS[$server]}")
+                before=$(cpu_ticks "$server")
                 run_fio "$server" "$WORK/$name.json" --rw="$rw" \
                     --iodepth="$IODEPTH" --numjobs="$jobs" --time_based --runtime="$RUNTIME"
-                echo $(($(cpu_ticks "${PIDS[$server]}") - before)) >"$WORK/$name.cpu"
+                echo $(($(cpu_ticks "$server") - before)) >"$WORK/$name.cpu"
             done
         done
     done
     echo "  round $round of $ROUNDS done" >&2
 done
+END_TIME=$(date -u '+%H:%M')
 
-"$PY" - "$WORK" "$ROUNDS" "$JOBS" "$SERVERS" "$(getconf CLK_TCK)" <<'EOF'
+COMMAND="bench/fio-nbd.sh"
+[[ $DOC == 1 ]] && COMMAND="$COMMAND --doc"
+COMMAND="$COMMAND${ARGS_TEXT:+ $ARGS_TEXT}"
+for var in ROUNDS RUNTIME REGION JOBS IODEPTH TESTS SERVERS UZRAM_ARGS BASELINE; do
+    # The settings that differ from the defaults, so the command can be run again as it was.
+    case $var in
+    ROUNDS) default=3 ;; RUNTIME) default=5 ;; REGION) default=512M ;; JOBS) default="1 2" ;;
+    IODEPTH) default=16 ;; TESTS) default="randwrite randread" ;; SERVERS) default="uzram zram sparse${BASELINE:+ base}" ;;
+    *) default= ;;
+    esac
+    [[ ${!var} != "$default" ]] && COMMAND="$var=\"${!var}\" $COMMAND"
+done
+GIT=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git -C "$HERE" status --porcelain --untracked-files=no 2>/dev/null) ]] &&
+    GIT="$GIT + uncommitted changes"
+
+"$PY" - "$WORK" "$ROUNDS" "$JOBS" "$SERVERS" "$(getconf CLK_TCK)" "$DOC" "$HERE/docs/BENCHMARKS.md" \
+    "$START-$END_TIME UTC" "$COMMAND" "$LOAD" "$(nproc)" "$GIT" "$RUNTIME" "$REGION" "$IODEPTH" "$TESTS" <<'EOF'
 import json, os, statistics, sys
-work, rounds, jobs, servers = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-ticks_per_second = int(sys.argv[5])
+(work, rounds, jobs, servers, ticks_per_second, doc, doc_path, when, command, load, nproc, git,
+ runtime, region, iodepth, tests) = sys.argv[1:17]
+tests = tests.split()
+rounds, jobs, servers, ticks_per_second = int(rounds), jobs.split(), servers.split(), int(ticks_per_second)
+BEGIN = "<!-- BEGIN FIO-NBD (written by bench/fio-nbd.sh --doc; do not edit by hand) -->"
+END = "<!-- END FIO-NBD -->"
 
-def cpu_per_request(server, rw, j):
-    """Median server CPU time per request in microseconds: less noisy than IOPS."""
-    values = []
+def report(side, rw, j, r):
+    return json.load(open(os.path.join(work, f"{side}-{rw}-j{j}-r{r}.json")))
+
+def per_round(side, rw, j):
+    """(IOPS, server CPU us/request, fio CPU us/request) of every round."""
+    out = []
     for r in range(1, rounds + 1):
-        name = os.path.join(work, f"{server}-{rw}-j{j}-r{r}")
-        report = json.load(open(name + ".json"))
-        side = "write" if rw == "randwrite" else "read"
-        ios = sum(job[side]["total_ios"] for job in report["jobs"])
-        ticks = int(open(name + ".cpu").read())
-        values.append(ticks / ticks_per_second * 1e6 / max(ios, 1))
-    return statistics.median(values)
+        rep = report(side, rw, j, r)
+        # Requests of every direction (a trimwrite run has trims and writes).
+        kinds = ("read", "write", "trim")
+        ios = max(sum(job[key]["total_ios"] for job in rep["jobs"] for key in kinds), 1)
+        iops = sum(job[key]["iops"] for job in rep["jobs"] for key in kinds)
+        ticks = int(open(os.path.join(work, f"{side}-{rw}-j{j}-r{r}.cpu")).read())
+        fio_s = sum(job["job_runtime"] / 1000 * (job["usr_cpu"] + job["sys_cpu"]) / 100
+                    for job in rep["jobs"])
+        out.append((iops, ticks / ticks_per_second * 1e6 / ios, fio_s * 1e6 / ios))
+    return out
 
-def client_cpu_per_request(server, rw, j):
-    """Median fio CPU time per request in microseconds: fio shares the cores with the server."""
-    values = []
-    for r in range(1, rounds + 1):
-        report = json.load(open(os.path.join(work, f"{server}-{rw}-j{j}-r{r}.json")))
-        side = "write" if rw == "randwrite" else "read"
-        ios = sum(job[side]["total_ios"] for job in report["jobs"])
-        seconds = sum(job["job_runtime"] / 1000 * (job["usr_cpu"] + job["sys_cpu"]) / 100
-                      for job in report["jobs"])
-        values.append(seconds * 1e6 / max(ios, 1))
-    return statistics.median(values)
-
-def iops(server, rw, j):
-    values = []
-    for r in range(1, rounds + 1):
-        path = os.path.join(work, f"{server}-{rw}-j{j}-r{r}.json")
-        report = json.load(open(path))
-        side = "write" if rw == "randwrite" else "read"
-        values.append(sum(job[side]["iops"] for job in report["jobs"]))
-    return statistics.median(values), values
-
-names = {"uzram": "uzram lz4", "sparse": "nbdkit sparse", "zstd": "nbdkit zstd",
-         "base": "baseline lz4"}
-print()
-print(f"{'test':<14} {'jobs':>4} " + " ".join(f"{names[s]:>14}" for s in servers)
-      + "   (median IOPS; all rounds below)")
-table = {}
-for rw in ("randwrite", "randread"):
+names = {"uzram": "uzram lz4", "zram": "kernel zram lz4", "sparse": "nbdkit sparse",
+         "zstd": "nbdkit zstd", "base": "baseline lz4"}
+med = {}
+rows = {}
+for rw in tests:
     for j in jobs:
-        row = []
         for s in servers:
-            median, values = iops(s, rw, j)
-            table[(s, rw, j)] = median
-            row.append(median)
-        print(f"{rw:<14} {j:>4} " + " ".join(f"{v:>14.0f}" for v in row))
-        for s in servers:
-            _, values = iops(s, rw, j)
-            print(f"{'':<20}{names[s]}: " + ", ".join(f"{v:.0f}" for v in values)
-                  + f"   (CPU us/request: server {cpu_per_request(s, rw, j):.1f},"
-                  f" fio {client_cpu_per_request(s, rw, j):.1f})")
+            values = per_round(s, rw, j)
+            rows[(s, rw, j)] = values
+            med[(s, rw, j)] = tuple(statistics.median(v[i] for v in values) for i in range(3))
 
-targets = [("randwrite", "zstd", 3.0), ("randwrite", "sparse", 1.0), ("randread", "sparse", 1.0)]
-print()
-print("targets (issue 4):")
-all_met = True
-for rw, peer, want in targets:
-    if "uzram" not in servers or peer not in servers:
-        continue
+def k(v):
+    return f"{v / 1000:.1f}k"
+
+lines = []
+lines.append(f"fio 4 KiB, iodepth {iodepth}, {runtime} s per run, region {region} of a 1 GiB device, "
+             f"50% compressible buffers refilled per I/O, {rounds} rounds interleaved (the order "
+             f"rotated every round); medians. NBD sides: `--ioengine=nbd` over a Unix socket, one "
+             f"connection per job; kernel zram: `--ioengine=libaio --direct=1` on /dev/zram0. "
+             f"Server CPU: user + system time of the server process over the run, per request; "
+             f"kernel zram does its work inside fio's system calls, so it shows in fio's CPU.")
+lines.append("")
+header = "| test | jobs | " + " | ".join(names[s] + " IOPS" for s in servers)
+sep = "| --- | ---: | " + " | ".join("---:" for _ in servers)
+if "uzram" in servers and "zram" in servers:
+    header += " | uzram / kernel zram"
+    sep += " | ---:"
+header += " | server CPU us/request | fio CPU us/request |"
+sep += " | --- | --- |"
+lines += [header, sep]
+for rw in tests:
     for j in jobs:
-        ratio = table[("uzram", rw, j)] / max(table[(peer, rw, j)], 1e-9)
-        met = ratio >= want
-        all_met &= met
-        print(f"  {rw:<10} jobs {j}: uzram / nbdkit {peer:<6} = {ratio:5.2f}x"
-              f"  (target >= {want:g}x)  {'met' if met else 'NOT MET'}")
-sys.exit(0 if all_met else 1)
+        cells = [k(med[(s, rw, j)][0]) for s in servers]
+        row = f"| {rw} | {j} | " + " | ".join(cells)
+        if "uzram" in servers and "zram" in servers:
+            row += f" | {med[('uzram', rw, j)][0] / max(med[('zram', rw, j)][0], 1e-9):.2f}x"
+        cpu = ", ".join(f"{names[s].split()[0] if s != 'zram' else 'zram'} {med[(s, rw, j)][1]:.1f}"
+                        for s in servers if s != "zram")
+        fio = ", ".join(f"{names[s].split()[0] if s != 'zram' else 'zram'} {med[(s, rw, j)][2]:.1f}"
+                        for s in servers)
+        lines.append(row + f" | {cpu} | {fio} |")
+lines.append("")
+lines.append("Every round (IOPS, server CPU us/request):")
+lines.append("")
+for rw in tests:
+    for j in jobs:
+        parts = []
+        for s in servers:
+            vals = rows[(s, rw, j)]
+            if s == "zram":
+                parts.append(f"{names[s]} " + ", ".join(k(v[0]) for v in vals))
+            else:
+                parts.append(f"{names[s]} " + ", ".join(f"{k(v[0])} ({v[1]:.1f})" for v in vals))
+        lines.append(f"- {rw} {j} job{'s' if j != '1' else ''}: " + "; ".join(parts))
+
+targets = []
+def ratio_target(issue, rw, j, peer, want):
+    if "uzram" in servers and peer in servers and j in jobs and rw in tests:
+        got = med[("uzram", rw, j)][0] / max(med[(peer, rw, j)][0], 1e-9)
+        targets.append((issue, f"{rw}, {j} job{'s' if j != '1' else ''}: uzram / {names[peer]} >= {want:g}x",
+                        f"{got:.2f}x", got >= want))
+
+for rw, j, want in (("randread", "1", 0.7), ("randread", "2", 0.45),
+                    ("randwrite", "1", 1.1), ("randwrite", "2", 0.7)):
+    ratio_target("16", rw, j, "zram", want)
+if "uzram" in servers:
+    for rw, want in (("randread", 4.5), ("randwrite", 6.5)):
+        for j in jobs if rw in tests else []:
+            got = med[("uzram", rw, j)][1]
+            targets.append(("16", f"{rw}, {j} job{'s' if j != '1' else ''}: server CPU per request <= {want:g} us",
+                            f"{got:.1f} us", got <= want))
+for rw, peer, want in (("randwrite", "zstd", 3.0), ("randwrite", "sparse", 1.0),
+                       ("randread", "sparse", 1.0)):
+    for j in jobs:
+        ratio_target("4", rw, j, peer, want)
+if targets:
+    lines.append("")
+    lines += ["| issue | target | measured | met |", "| --- | --- | ---: | --- |"]
+    for issue, what, got, met in targets:
+        lines.append(f"| {issue} | {what} | {got} | {'yes' if met else '**no**'} |")
+
+title = f"### NBD path against kernel zram: `bench/fio-nbd.sh`, {when}"
+meta = (f"- Command: `{command}`\n- Machine: {nproc} CPUs, load average {load} at the start; "
+        f"uzram git {git}")
+text = "\n".join([title, "", meta, ""] + lines) + "\n"
+print()
+print(text)
+if doc == "1":
+    body = open(doc_path).read()
+    if BEGIN not in body or END not in body:
+        sys.exit(f"fio-nbd.sh: {doc_path} has no {BEGIN} ... {END} markers")
+    head, rest = body.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    open(doc_path, "w").write(head + BEGIN + "\n" + text + END + tail)
+    print(f"({doc_path} updated)")
+sys.exit(0 if all(t[3] for t in targets) else 1)
 EOF
