@@ -68,10 +68,18 @@ struct nbd_connection {
     atomic_bool requests_buffered;
 
     pthread_mutex_t send_lock; /* one reply goes out whole */
-    /* Under send_lock: short replies held back, whole, in arrival order. */
+    /* Under send_lock: replies held back, whole, in arrival order: their
+     * headers copied into `held`, their data (READ data in a worker's buffer)
+     * referenced, both in held_iov, ready for one sendmsg. */
     unsigned char held[NBD_SERVER_REPLY_BATCH * NBD_SERVER_HELD_REPLY_MAX];
     size_t held_bytes;
+    struct iovec held_iov[2 * NBD_SERVER_REPLY_BATCH];
+    unsigned held_iovs;
     unsigned held_replies;
+    /* Counts the times held replies were sent (or dropped with a dead
+     * connection): a worker whose data was held may reuse its buffer once
+     * this has moved on. Written under send_lock. */
+    _Atomic uint64_t sent_gen;
     atomic_bool dead; /* sending failed: later replies are dropped */
 };
 
@@ -79,10 +87,21 @@ struct nbd_connection {
 struct nbd_worker {
     struct nbd_connection *conn;
     /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request; allocated at
-     * the first request that needs it, given back when the connection idles. */
+     * the first request that needs it, given back when the connection idles.
+     * READ data of held replies fills it from the start: buffer[0, used) is
+     * still to be sent while sent_gen equals held_gen (worker_space()). */
     unsigned char *buffer;
-    bool first; /* the thread that called nbd_transmission() */
+    size_t used;
+    uint64_t held_gen;
+    bool first;    /* the thread that called nbd_transmission() */
+    bool has_role; /* this worker holds the receiver role */
 };
+
+/* READ data in a worker's buffer starts at multiples of this. */
+#define WORKER_SPACE_ALIGN 64u
+/* Most iovecs of a reply that are joined with the held replies into one
+ * sendmsg (a longer reply goes out in a send of its own after them). */
+#define SEND_JOIN_MAX 8
 
 /* A share of the request buffer budget (see budget_take()). */
 struct budget {
@@ -90,12 +109,22 @@ struct budget {
     uint64_t next_ticket, serving; /* first come, first served */
 };
 
-/* Request data a worker holds: a WRITE's payload or a READ's data. */
+/* Request data a worker holds: a WRITE's payload or a READ's data (in the
+ * worker's own buffer unless `borrowed` or `allocated`). */
 struct request_data {
-    void *buffer;          /* the worker's own buffer, or one allocated for the request */
+    /* the worker's own buffer, one allocated for the request, or (borrowed)
+     * the connection's input buffer, where a small WRITE payload is used in
+     * place while its worker holds the receiver role */
+    void *buffer;
+    bool borrowed;
+    size_t borrowed_length;
+    bool allocated;        /* for this request alone: freed with it */
     struct budget *budget; /* the share `charged` bytes are taken from */
     uint64_t charged;
 };
+
+static void input_top_up(struct nbd_connection *conn);
+static bool input_holds_request(const struct nbd_connection *conn);
 
 bool nbd_log_quiet;
 
@@ -252,67 +281,139 @@ uint32_t nbd_check_request(const struct nbd_session *s, bool read_only, const st
  * Sending replies
  * ---------------------------------------------------------------------- */
 
+/* ------------------------------------------------------------------------
+ * Byte I/O: the transmission phase reaches the client only through these
+ * three adapters over the connection's seam (io.c: the socket, or the TLS
+ * session after STARTTLS), in errno-returning form.
+ * ---------------------------------------------------------------------- */
+
+/* Receive up to `length` bytes into `to`. `wait`: until some arrive or the
+ * socket's receive timeout passes (SO_RCVTIMEO, NBD_SERVER_IDLE_MS); else
+ * only what is there already. Returns the count, 0 at end of file, -EAGAIN
+ * when nothing came, -EINTR (the caller retries) or another -errno. */
+static ssize_t conn_recv(struct nbd_connection *conn, void *to, size_t length, bool wait)
+{
+    ssize_t n = nbd_io_recv(&conn->session, to, length, wait ? 0 : MSG_DONTWAIT);
+    if (n >= 0)
+        return n;
+    return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+}
+
+/* Send `iov` whole within settings.timeout seconds. 0, -ETIMEDOUT or -errno. */
+static int conn_send_iov(struct nbd_connection *conn, struct iovec *iov, int count)
+{
+    return nbd_io_send_iov_timeout(&conn->session, iov, count, (int)conn->settings.timeout);
+}
+
+/* Wait until bytes can be received, at most `timeout_ms` (-1: no limit).
+ * 1 readable, 0 timed out or interrupted (the caller looks again), -errno. */
+static int conn_wait_readable(struct nbd_connection *conn, int timeout_ms)
+{
+    return nbd_io_wait_readable(&conn->session, timeout_ms);
+}
+
 /* With send_lock held: the replies held back so far, then `iov`, in one
  * sendmsg when the iovec is short. A failed or timed out send kills the
  * connection: shutdown() wakes the worker that waits in recv() or poll(), and
- * the others stop at their next turn. Returns 0 or a negative errno. */
+ * the others stop at their next turn. Either way the held replies are gone
+ * afterwards, and sent_gen says so to the workers whose buffers they used.
+ * Returns 0 or a negative errno. */
 static int send_locked(struct nbd_connection *conn, struct iovec *iov, int count)
 {
-    int timeout = (int)conn->settings.timeout;
     int rc = 0;
+    unsigned held = conn->held_iovs;
 
     if (atomic_load(&conn->dead)) {
+        rc = -EPIPE;
+    } else if (held > 0 && count <= SEND_JOIN_MAX) {
+        struct iovec joined[2 * NBD_SERVER_REPLY_BATCH + SEND_JOIN_MAX];
+        memcpy(joined, conn->held_iov, held * sizeof joined[0]);
+        if (count > 0)
+            memcpy(joined + held, iov, (size_t)count * sizeof joined[0]);
+        rc = conn_send_iov(conn, joined, (int)held + count);
+    } else {
+        if (held > 0)
+            rc = conn_send_iov(conn, conn->held_iov, (int)held);
+        if (rc == 0 && count > 0)
+            rc = conn_send_iov(conn, iov, count);
+    }
+    if (held > 0) {
         conn->held_bytes = 0;
+        conn->held_iovs = 0;
         conn->held_replies = 0;
-        return -EPIPE;
+        atomic_fetch_add_explicit(&conn->sent_gen, 1, memory_order_release);
     }
-    struct iovec joined[4] = {{conn->held, conn->held_bytes}};
-    if (conn->held_bytes > 0 && count < 4) {
-        for (int i = 0; i < count; i++)
-            joined[i + 1] = iov[i];
-        iov = joined;
-        count++;
-    } else if (conn->held_bytes > 0) {
-        rc = nbd_io_send_iov_timeout(&conn->session, joined, 1, timeout);
-    }
-    if (rc == 0)
-        rc = nbd_io_send_iov_timeout(&conn->session, iov, count, timeout);
-    conn->held_bytes = 0;
-    conn->held_replies = 0;
-    if (rc < 0) {
+    if (rc < 0 && rc != -EPIPE) {
         atomic_store(&conn->dead, true);
         shutdown(conn->session.fd, SHUT_RDWR);
         if (rc == -ETIMEDOUT)
             nbd_log(&conn->session,
-                    "a reply could not be sent within %d s (client not reading); "
+                    "a reply could not be sent within %u s (client not reading); "
                     "dropping the connection",
-                    timeout);
+                    conn->settings.timeout);
     }
     return rc;
 }
 
-/* Send one whole reply under the connection's send lock, after the replies
- * held back so far; or hold it back too when it is short and another request
- * is already buffered (whoever answers that one sends them all: a request
- * whose reply is held always has a successor, or the connection stops and
- * the exiting workers flush). At most NBD_SERVER_REPLY_BATCH - 1 replies are
- * held, so one send carries at most NBD_SERVER_REPLY_BATCH. */
-static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
+/* With send_lock held: add a reply to the held ones. Its header part (every
+ * iovec but the data) is copied; the data, if any, is referenced. */
+static void hold_locked(struct nbd_connection *conn, const struct iovec *iov, int count,
+                        const struct iovec *data)
 {
-    size_t length = 0;
-    for (int i = 0; i < count; i++)
-        length += iov[i].iov_len;
+    for (int i = 0; i < count; i++) {
+        unsigned char *to = conn->held + conn->held_bytes;
+        memcpy(to, iov[i].iov_base, iov[i].iov_len);
+        conn->held_bytes += iov[i].iov_len;
+        struct iovec *last = conn->held_iovs ? &conn->held_iov[conn->held_iovs - 1] : NULL;
+        if (last && (unsigned char *)last->iov_base + last->iov_len == to)
+            last->iov_len += iov[i].iov_len; /* contiguous with the last header */
+        else
+            conn->held_iov[conn->held_iovs++] = (struct iovec){to, iov[i].iov_len};
+    }
+    if (data != NULL && data->iov_len > 0)
+        conn->held_iov[conn->held_iovs++] = *data;
+    conn->held_replies++;
+}
+
+/* Send one whole reply under the connection's send lock, after the replies
+ * held back so far; or hold it back too while another whole request is
+ * already buffered (whoever answers that one sends them all: a request whose
+ * reply is held always has a successor, or the connection stops and the
+ * exiting workers flush). A reply can be held when its header part is at most
+ * NBD_SERVER_HELD_REPLY_MAX bytes and its data, if any, lies in the worker's
+ * own buffer (`data_in_worker`: the last iovec), which the worker does not
+ * touch again until sent_gen says the data went out. At most
+ * NBD_SERVER_REPLY_BATCH - 1 replies are held, so one send carries at most
+ * NBD_SERVER_REPLY_BATCH.
+ *
+ * A worker that holds the receiver role looks for more requests first (one
+ * recv() that does not wait): a reply is not sent alone while the client's
+ * next requests are already on their way. */
+static void reply_send(struct nbd_worker *w, struct iovec *iov, int count, bool data_in_worker)
+{
+    struct nbd_connection *conn = w->conn;
+    const struct iovec *data = data_in_worker && count > 0 ? &iov[count - 1] : NULL;
+    int header_count = data ? count - 1 : count;
+    size_t header_length = 0;
+    for (int i = 0; i < header_count; i++)
+        header_length += iov[i].iov_len;
     if (atomic_load(&conn->dead))
         return;
+    bool holdable = count > 0 && header_length <= NBD_SERVER_HELD_REPLY_MAX;
+    if (holdable && w->has_role &&
+        !atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
+        input_top_up(conn);
+        atomic_store_explicit(&conn->requests_buffered, input_holds_request(conn),
+                              memory_order_relaxed);
+    }
     pthread_mutex_lock(&conn->send_lock);
-    if (!atomic_load(&conn->dead) && count > 0 && length <= NBD_SERVER_HELD_REPLY_MAX &&
-        conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
+    if (!atomic_load(&conn->dead) && holdable && conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
         atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
-        for (int i = 0; i < count; i++) {
-            memcpy(conn->held + conn->held_bytes, iov[i].iov_base, iov[i].iov_len);
-            conn->held_bytes += iov[i].iov_len;
+        hold_locked(conn, iov, header_count, data);
+        if (data) {
+            w->used += (data->iov_len + WORKER_SPACE_ALIGN - 1) & ~(size_t)(WORKER_SPACE_ALIGN - 1);
+            w->held_gen = atomic_load_explicit(&conn->sent_gen, memory_order_relaxed);
         }
-        conn->held_replies++;
     } else {
         send_locked(conn, iov, count);
     }
@@ -322,7 +423,10 @@ static void conn_send(struct nbd_connection *conn, struct iovec *iov, int count)
 /* Send the replies held back, if any (a worker leaving does this). */
 static void conn_flush(struct nbd_connection *conn)
 {
-    conn_send(conn, NULL, 0);
+    pthread_mutex_lock(&conn->send_lock);
+    if (conn->held_iovs > 0)
+        send_locked(conn, NULL, 0);
+    pthread_mutex_unlock(&conn->send_lock);
 }
 
 static void put_simple_header(unsigned char *h, uint32_t error, uint64_t cookie)
@@ -342,21 +446,21 @@ static void put_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, ui
     util_put32(h + 16, length);
 }
 
-static void reply_simple(struct nbd_connection *conn, uint64_t cookie, uint32_t error)
+static void reply_simple(struct nbd_worker *w, uint64_t cookie, uint32_t error)
 {
     unsigned char header[NBD_SIMPLE_REPLY_SIZE];
     put_simple_header(header, error, cookie);
     struct iovec iov = {header, sizeof header};
-    conn_send(conn, &iov, 1);
+    reply_send(w, &iov, 1, false);
 }
 
 /* An error reply: a structured ERROR chunk with a message when structured
  * replies are on (required for READ, preferred for the rest), else simple. */
-static void reply_error(struct nbd_connection *conn, const struct nbd_request *r, uint32_t error,
+static void reply_error(struct nbd_worker *w, const struct nbd_request *r, uint32_t error,
                         const char *message)
 {
-    if (!conn->session.structured) {
-        reply_simple(conn, r->cookie, error);
+    if (!w->conn->session.structured) {
+        reply_simple(w, r->cookie, error);
         return;
     }
     size_t message_length = strlen(message);
@@ -366,11 +470,12 @@ static void reply_error(struct nbd_connection *conn, const struct nbd_request *r
     util_put32(header + NBD_STRUCTURED_REPLY_SIZE, error);
     util_put16(header + NBD_STRUCTURED_REPLY_SIZE + 4, (uint16_t)message_length);
     struct iovec iov[2] = {{header, sizeof header}, {(void *)message, message_length}};
-    conn_send(conn, iov, 2);
+    reply_send(w, iov, 2, false);
 }
 
-static void reply_engine_error(struct nbd_connection *conn, const struct nbd_request *r, int rc)
+static void reply_engine_error(struct nbd_worker *w, const struct nbd_request *r, int rc)
 {
+    struct nbd_connection *conn = w->conn;
     uint32_t error = nbd_errno_to_wire(-rc);
     char message[128];
     snprintf(message, sizeof message, "%s failed: %s", command_name(r->type), strerror(-rc));
@@ -378,7 +483,7 @@ static void reply_engine_error(struct nbd_connection *conn, const struct nbd_req
     if (error != NBD_ENOSPC)
         nbd_log(&conn->session, "%s at %llu+%u: %s", command_name(r->type),
                 (unsigned long long)r->offset, r->length, strerror(-rc));
-    reply_error(conn, r, error, message);
+    reply_error(w, r, error, message);
 }
 
 /* ------------------------------------------------------------------------
@@ -440,12 +545,38 @@ static void budget_give(struct budget *b, uint64_t bytes)
     pthread_mutex_unlock(&budget_lock);
 }
 
-/* The worker's own buffer, made at first use; NULL when out of memory. */
-static unsigned char *worker_buffer(struct nbd_worker *w)
+/* `length` (<= NBD_SERVER_WORKER_BUFFER) bytes of the worker's own buffer
+ * (made at first use) that no held reply uses: after the READ data of its
+ * held replies, or from the start once they have gone out (sent now if the
+ * rest of the buffer is too short). Held data advances w->used (reply_send).
+ * NULL when out of memory. */
+static unsigned char *worker_space(struct nbd_worker *w, size_t length)
 {
-    if (w->buffer == NULL)
+    if (w->buffer == NULL) {
         w->buffer = malloc(NBD_SERVER_WORKER_BUFFER);
-    return w->buffer;
+        w->used = 0;
+        if (w->buffer == NULL)
+            return NULL;
+    }
+    if (w->used > 0 &&
+        atomic_load_explicit(&w->conn->sent_gen, memory_order_acquire) != w->held_gen)
+        w->used = 0;
+    if (w->used + length > NBD_SERVER_WORKER_BUFFER) {
+        conn_flush(w->conn);
+        w->used = 0;
+    }
+    return w->buffer + w->used;
+}
+
+/* Give the worker's buffer back (an idle or leaving worker), after any held
+ * replies that use it have gone out. */
+static void worker_buffer_free(struct nbd_worker *w)
+{
+    if (w->used > 0)
+        conn_flush(w->conn);
+    free(w->buffer);
+    w->buffer = NULL;
+    w->used = 0;
 }
 
 /* A buffer for a WRITE payload of `length` bytes: the worker's own when it is
@@ -454,7 +585,12 @@ static unsigned char *worker_buffer(struct nbd_worker *w)
 static bool write_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
 {
     *d = (struct request_data){.budget = &write_budget};
-    d->buffer = length <= NBD_SERVER_WORKER_BUFFER ? worker_buffer(w) : malloc(length);
+    if (length <= NBD_SERVER_WORKER_BUFFER) {
+        d->buffer = worker_space(w, length);
+    } else {
+        d->buffer = malloc(length);
+        d->allocated = true;
+    }
     return d->buffer != NULL;
 }
 
@@ -465,7 +601,7 @@ static bool read_buffer(struct nbd_worker *w, size_t length, struct request_data
 {
     *d = (struct request_data){.budget = &read_budget};
     if (length <= NBD_SERVER_WORKER_BUFFER) {
-        d->buffer = worker_buffer(w);
+        d->buffer = worker_space(w, length);
         return d->buffer != NULL;
     }
     if (!budget_try_take(&read_budget, length))
@@ -475,13 +611,14 @@ static bool read_buffer(struct nbd_worker *w, size_t length, struct request_data
         budget_give(&read_budget, length);
         return false;
     }
+    d->allocated = true;
     d->charged = length;
     return true;
 }
 
-static void release_data(struct nbd_worker *w, struct request_data *d)
+static void release_data(struct request_data *d)
 {
-    if (d->buffer != w->buffer)
+    if (d->allocated)
         free(d->buffer);
     if (d->charged)
         budget_give(d->budget, d->charged);
@@ -557,11 +694,11 @@ static int plan_read(struct uzram *dev, const struct nbd_request *r, struct read
 static void read_in_pieces(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
     struct nbd_connection *conn = w->conn;
-    unsigned char *buf = worker_buffer(w);
     size_t piece = r->length < NBD_SERVER_WORKER_BUFFER ? r->length : NBD_SERVER_WORKER_BUFFER;
+    unsigned char *buf = worker_space(w, piece);
     int rc = buf == NULL ? -ENOMEM : uzram_read(dev, r->offset, buf, piece);
     if (rc < 0) {
-        reply_engine_error(conn, r, rc);
+        reply_engine_error(w, r, rc);
         return;
     }
 
@@ -596,7 +733,6 @@ static void read_in_pieces(struct nbd_worker *w, struct uzram *dev, const struct
 
 static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
-    struct nbd_connection *conn = w->conn;
     unsigned char header[NBD_SIMPLE_REPLY_SIZE];
     struct request_data data;
     int rc = 0;
@@ -608,13 +744,13 @@ static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct
     if (r->length)
         rc = uzram_read(dev, r->offset, data.buffer, r->length);
     if (rc < 0) {
-        reply_engine_error(conn, r, rc);
+        reply_engine_error(w, r, rc);
     } else {
         put_simple_header(header, 0, r->cookie);
         struct iovec iov[2] = {{header, sizeof header}, {data.buffer, r->length}};
-        conn_send(conn, iov, r->length ? 2 : 1);
+        reply_send(w, iov, r->length ? 2 : 1, r->length && !data.allocated);
     }
-    release_data(w, &data);
+    release_data(&data);
 }
 
 /* The chunk headers of a structured read: OFFSET_DATA needs 8 bytes after the
@@ -623,12 +759,11 @@ static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct
 
 static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
-    struct nbd_connection *conn = w->conn;
     if (r->length == 0) {
         unsigned char header[NBD_STRUCTURED_REPLY_SIZE];
         put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, r->cookie, 0);
         struct iovec iov = {header, sizeof header};
-        conn_send(conn, &iov, 1);
+        reply_send(w, &iov, 1, false);
         return;
     }
     struct request_data data;
@@ -700,11 +835,12 @@ static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const st
             iov[n++] = (struct iovec){(char *)buf + segs[i].offset, segs[i].length};
         }
     }
-    conn_send(conn, iov, n);
+    /* One data chunk in the worker's buffer may be held with other replies. */
+    reply_send(w, iov, n, n == 2 && !data.allocated);
 out:
     if (rc < 0)
-        reply_engine_error(conn, r, rc);
-    release_data(w, &data);
+        reply_engine_error(w, r, rc);
+    release_data(&data);
     if (planned) {
         free(iov);
         free(headers);
@@ -712,8 +848,7 @@ out:
     }
 }
 
-static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
-                            const struct nbd_request *r)
+static void do_block_status(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
     unsigned max = (r->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_SERVER_MAX_EXTENTS;
     size_t size = NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)max;
@@ -724,7 +859,7 @@ static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
     int rc = 0;
 
     if (reply == NULL) {
-        reply_engine_error(conn, r, -ENOMEM);
+        reply_engine_error(w, r, -ENOMEM);
         return;
     }
     unsigned char *descriptors = reply + NBD_STRUCTURED_REPLY_SIZE + 4;
@@ -754,18 +889,16 @@ static void do_block_status(struct nbd_connection *conn, struct uzram *dev,
     }
     if (rc < 0 || count == 0) {
         free(reply);
-        reply_engine_error(conn, r, rc < 0 ? rc : -EIO);
+        reply_engine_error(w, r, rc < 0 ? rc : -EIO);
         return;
     }
     put_chunk_header(reply, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->cookie,
                      4 + 8 * count);
     util_put32(reply + NBD_STRUCTURED_REPLY_SIZE, NBD_CONTEXT_ID_BASE_ALLOCATION);
     struct iovec iov = {reply, NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)count};
-    conn_send(conn, &iov, 1);
+    reply_send(w, &iov, 1, false);
     free(reply);
 }
-
-/* Run one checked request on the engine and send its reply. */
 
 /* Run one checked request on the engine and send its reply. A WRITE's
  * payload (*payload) is given back before the reply goes out, so a client
@@ -788,12 +921,12 @@ static void execute(struct nbd_worker *w, const struct nbd_request *r, struct re
             do_read_simple(w, dev, r);
         return;
     case NBD_CMD_BLOCK_STATUS:
-        do_block_status(conn, dev, r);
+        do_block_status(w, dev, r);
         return;
     case NBD_CMD_WRITE:
         if (r->length)
             rc = uzram_write(dev, r->offset, payload->buffer, r->length);
-        release_data(w, payload);
+        release_data(payload);
         break;
     case NBD_CMD_TRIM:
         if (r->length)
@@ -815,9 +948,9 @@ static void execute(struct nbd_worker *w, const struct nbd_request *r, struct re
         break;
     }
     if (rc < 0)
-        reply_engine_error(conn, r, rc);
+        reply_engine_error(w, r, rc);
     else
-        reply_simple(conn, r->cookie, 0);
+        reply_simple(w, r->cookie, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -843,6 +976,19 @@ static int request_waits(struct nbd_connection *conn)
     return 0;
 }
 
+/* Move the unparsed bytes to the start of the input buffer when fewer than
+ * `need` bytes fit from where they start. */
+static void input_make_room(struct nbd_connection *conn, size_t need)
+{
+    if (conn->input_start == conn->input_end) {
+        conn->input_start = conn->input_end = 0;
+    } else if (NBD_SERVER_INPUT_BUFFER - conn->input_start < need) {
+        memmove(conn->input, conn->input + conn->input_start, input_available(conn));
+        conn->input_end -= conn->input_start;
+        conn->input_start = 0;
+    }
+}
+
 /* Make at least `need` (<= NBD_SERVER_INPUT_BUFFER) bytes available in the
  * input buffer. Each recv() takes whatever the client has sent, up to the free
  * space, so later requests usually need no system call at all. A recv()
@@ -856,15 +1002,9 @@ static int input_fill(struct nbd_connection *conn, size_t need, bool started)
     if (conn->input == NULL && (conn->input = malloc(NBD_SERVER_INPUT_BUFFER)) == NULL)
         return -ENOMEM;
     while (input_available(conn) < need) {
-        if (conn->input_start == conn->input_end) {
-            conn->input_start = conn->input_end = 0;
-        } else if (NBD_SERVER_INPUT_BUFFER - conn->input_start < need) {
-            memmove(conn->input, conn->input + conn->input_start, input_available(conn));
-            conn->input_end -= conn->input_start;
-            conn->input_start = 0;
-        }
-        ssize_t n = nbd_io_recv(&conn->session, conn->input + conn->input_end,
-                                NBD_SERVER_INPUT_BUFFER - conn->input_end, 0);
+        input_make_room(conn, need);
+        ssize_t n = conn_recv(conn, conn->input + conn->input_end,
+                              NBD_SERVER_INPUT_BUFFER - conn->input_end, true);
         int rc = 0;
         if (n > 0) {
             conn->input_end += (size_t)n;
@@ -872,12 +1012,13 @@ static int input_fill(struct nbd_connection *conn, size_t need, bool started)
                 rc = request_waits(conn);
         } else if (n == 0) {
             return input_available(conn) == 0 && !started ? 0 : -ECONNRESET;
-        } else if (errno == EWOULDBLOCK) {
+        } else if (n == -EAGAIN) {
+            /* A TLS record begun is a request begun (nbd_io_midway). */
             if (input_available(conn) == 0 && !started && !nbd_io_midway(&conn->session))
                 return -EAGAIN;
             rc = request_waits(conn);
-        } else if (errno != EINTR) {
-            return -errno;
+        } else if (n != -EINTR) {
+            return (int)n;
         }
         if (rc < 0)
             return rc;
@@ -892,6 +1033,22 @@ static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
         memcpy(to, conn->input + conn->input_start, n);
     conn->input_start += n;
     return n;
+}
+
+/* Take in whatever the client has sent by now, without waiting (one recv()
+ * at most): reply_send() looks for the next request this way before it sends
+ * a reply alone. End of file and errors are left for the next input_fill()
+ * to see. Only the worker holding the receiver role calls this, between
+ * requests (no payload in the input buffer is in use). */
+static void input_top_up(struct nbd_connection *conn)
+{
+    if (conn->input == NULL || conn->receive_done)
+        return;
+    input_make_room(conn, input_available(conn) + NBD_REQUEST_SIZE);
+    ssize_t n = conn_recv(conn, conn->input + conn->input_end,
+                          NBD_SERVER_INPUT_BUFFER - conn->input_end, false);
+    if (n > 0)
+        conn->input_end += (size_t)n;
 }
 
 /* The fields of a 28-byte request header (its magic is checked apart). */
@@ -920,9 +1077,6 @@ static bool input_holds_request(const struct nbd_connection *conn)
     return input_available(conn) >= whole;
 }
 
-/* Receive a WRITE payload into `buf` (NULL: skip it). Returns 0 or a negative
- * errno (-ECONNRESET when the client closed in the middle). */
-
 /* Wait (at most NBD_SERVER_IDLE_MS) for more bytes of a started request. */
 static int wait_readable(struct nbd_connection *conn)
 {
@@ -931,8 +1085,7 @@ static int wait_readable(struct nbd_connection *conn)
         return rc;
     uint64_t now = util_now_ms();
     uint64_t left = conn->request_deadline_ms > now ? conn->request_deadline_ms - now : 0;
-    rc = nbd_io_wait_readable(&conn->session,
-                              (int)(left < NBD_SERVER_IDLE_MS ? left : NBD_SERVER_IDLE_MS));
+    rc = conn_wait_readable(conn, (int)(left < NBD_SERVER_IDLE_MS ? left : NBD_SERVER_IDLE_MS));
     return rc < 0 ? rc : 0;
 }
 
@@ -953,7 +1106,7 @@ static int receive_rest(struct nbd_connection *conn, struct request_data *d, siz
             step = sizeof scratch;
         if (budgeted && budget_take(d->budget, step))
             conn->request_deadline_ms = 0;
-        ssize_t n = nbd_io_recv(&conn->session, to, step, MSG_DONTWAIT);
+        ssize_t n = conn_recv(conn, to, step, false);
         size_t got = n > 0 ? (size_t)n : 0;
         if (budgeted) {
             budget_give(d->budget, step - got);
@@ -965,10 +1118,10 @@ static int receive_rest(struct nbd_connection *conn, struct request_data *d, siz
         }
         if (n == 0)
             return -ECONNRESET;
-        if (errno == EINTR)
+        if (n == -EINTR)
             continue;
-        if (errno != EWOULDBLOCK)
-            return -errno;
+        if (n != -EAGAIN)
+            return (int)n;
         int rc = wait_readable(conn);
         if (rc < 0)
             return rc;
@@ -976,16 +1129,24 @@ static int receive_rest(struct nbd_connection *conn, struct request_data *d, siz
     return 0;
 }
 
-/* Receive a WRITE payload into d->buffer (NULL: skip it). Returns 0 or a
- * negative errno (-ECONNRESET when the client closed in the middle,
- * -ETIMEDOUT when it did not arrive whole in time). */
-static int receive_payload(struct nbd_connection *conn, struct request_data *d, uint32_t length)
+/* Receive a WRITE payload into d->buffer (NULL: skip it), or, `in_place`
+ * (small payloads only), leave it in the input buffer and point d->buffer at
+ * it there (borrowed: valid while this worker keeps the receiver role).
+ * Returns 0 or a negative errno (-ECONNRESET when the client closed in the
+ * middle, -ETIMEDOUT when it did not arrive whole in time). */
+static int receive_payload(struct nbd_connection *conn, struct request_data *d, uint32_t length,
+                           bool in_place)
 {
     if (length <= NBD_SERVER_SMALL_PAYLOAD) {
         int rc = input_fill(conn, length, true);
         if (rc < 0)
             return rc;
-        input_take(conn, d->buffer, length);
+        if (in_place) {
+            d->buffer = conn->input + conn->input_start;
+            d->borrowed = true;
+            d->borrowed_length = length;
+        }
+        input_take(conn, in_place ? NULL : d->buffer, length);
         return 0;
     }
     /* Large: what is buffered already, then the rest straight from the socket. */
@@ -1029,10 +1190,9 @@ static int wait_idle(struct nbd_worker *w)
     free(conn->input);
     conn->input = NULL;
     conn->input_start = conn->input_end = 0;
-    free(w->buffer);
-    w->buffer = NULL;
+    worker_buffer_free(w);
     int rc;
-    while ((rc = nbd_io_wait_readable(&conn->session, -1)) == 0)
+    while ((rc = conn_wait_readable(conn, -1)) == 0)
         ;
     return rc < 0 ? rc : 0;
 }
@@ -1091,19 +1251,22 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s", command_name(r->type),
                 r->type, (unsigned)r->flags, (unsigned long long)r->offset, r->length,
                 wire_error_name(*error), *reason);
-    } else if (r->type == NBD_CMD_WRITE && r->length > 0 && !write_buffer(w, r->length, payload)) {
+    } else if (r->type == NBD_CMD_WRITE && r->length > NBD_SERVER_SMALL_PAYLOAD &&
+               !write_buffer(w, r->length, payload)) {
         *error = NBD_ENOMEM;
         *reason = "server out of memory";
     }
     if (r->type == NBD_CMD_WRITE && r->length > 0) {
-        /* A refused WRITE's payload is skipped to stay in step. */
-        rc = receive_payload(conn, payload, r->length);
+        /* A small payload is compressed straight from the input buffer. A
+         * refused WRITE's payload is skipped to stay in step. */
+        bool in_place = *error == 0 && r->length <= NBD_SERVER_SMALL_PAYLOAD;
+        rc = receive_payload(conn, payload, r->length, in_place);
         if (rc < 0) {
             if (rc == -ECONNRESET)
                 nbd_log(s, "connection closed in the middle of a WRITE payload");
             else
                 log_receive_failure(conn, rc);
-            release_data(w, payload);
+            release_data(payload);
             goto stop;
         }
     }
@@ -1202,6 +1365,34 @@ static void helper_start(struct nbd_connection *conn)
     pthread_mutex_unlock(&conn->receive_lock);
 }
 
+/* Whether the next request is already buffered and this connection's
+ * requests take long enough to be worth running on another worker
+ * (settings.handoff_worth_ns). Otherwise the worker keeps the receiver role
+ * and reads the next request itself after this one. */
+static bool hand_off_worth_it(const struct nbd_connection *conn)
+{
+    return atomic_load_explicit(&conn->request_ns, memory_order_relaxed) >=
+               conn->settings.handoff_worth_ns &&
+           input_holds_request(conn);
+}
+
+/* Before the receiver role is given up: a borrowed payload must leave the
+ * input buffer, which the next receiver reuses. false (keep the role and the
+ * payload where it is) when the worker has no buffer for it. */
+static bool unborrow(struct nbd_worker *w, struct request_data *d)
+{
+    if (!d->borrowed)
+        return true;
+    size_t length = d->borrowed_length;
+    unsigned char *copy = worker_space(w, length);
+    if (copy == NULL)
+        return false;
+    memcpy(copy, d->buffer, length);
+    d->buffer = copy;
+    d->borrowed = false;
+    return true;
+}
+
 /* Give the role up. The next request goes to another worker only when it is
  * already buffered and this connection's requests take long enough to be
  * worth a hand-off (settings.handoff_worth_ns): to an idle worker, or to a
@@ -1264,7 +1455,10 @@ static void *worker_main(void *arg)
     struct nbd_worker *w = arg;
     struct nbd_connection *conn = w->conn;
 
-    while (take_receiver_role(w)) {
+    for (;;) {
+        if (!w->has_role && !take_receiver_role(w))
+            break;
+        w->has_role = true;
         struct nbd_request r;
         struct request_data payload;
         uint32_t error = 0;
@@ -1272,24 +1466,33 @@ static void *worker_main(void *arg)
 
         enum receive_result result = receive_request(w, &r, &payload, &error, &reason);
         if (result == RECEIVE_IDLE) {
+            w->has_role = false;
             hand_role_to_first(conn);
             break;
         }
-        release_receiver_role(conn);
+        if (result == RECEIVE_STOP || (hand_off_worth_it(conn) && unborrow(w, &payload))) {
+            w->has_role = false;
+            release_receiver_role(conn);
+        } else {
+            /* Keep the role: nobody else could take the next request sooner
+             * than this worker, and a borrowed payload stays valid. Relaxed,
+             * as in release_receiver_role(). */
+            atomic_store_explicit(&conn->requests_buffered, input_holds_request(conn),
+                                  memory_order_relaxed);
+        }
 
         if (result == RECEIVE_STOP)
             break;
         uint64_t started = util_now_ns();
         if (result == RECEIVE_REFUSED)
-            reply_error(conn, &r, error, reason);
+            reply_error(w, &r, error, reason);
         else
             execute(w, &r, &payload);
-        release_data(w, &payload);
+        release_data(&payload);
         account_request_time(conn, util_now_ns() - started);
     }
     conn_flush(conn);
-    free(w->buffer);
-    w->buffer = NULL;
+    worker_buffer_free(w);
     if (!w->first) {
         /* After this unlock the connection may be gone: touch it no more. */
         pthread_mutex_lock(&conn->receive_lock);
