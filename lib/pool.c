@@ -124,6 +124,15 @@ struct pool {
     uint32_t *free_windows;               /* under window_lock: stack of released windows */
     size_t free_window_count;
     size_t free_window_capacity;
+    /* Span cache, under window_lock: windows of emptied spans whose first
+     * `pages` pages are still resident (see POOL_SPAN_CACHE_BYTES), newest
+     * last; cache_bytes is their total, also read without the lock. */
+    struct cached_window {
+        uint32_t window;
+        uint32_t pages;
+    } cache[POOL_SPAN_CACHE_BYTES / PAGE_BYTES];
+    size_t cache_count;
+    _Atomic uint64_t cache_bytes;
 
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
@@ -406,11 +415,28 @@ static int map_chunk(struct pool *pool)
     return 0;
 }
 
-static int take_window(struct pool *pool, uint32_t *window)
+/* A window for a span of `pages` pages: a cached one first (its resident
+ * pages in *resident; the newest of the last few with exactly `pages`, else
+ * the newest), then a released one, then a new one. */
+static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsigned *resident)
 {
     int rc = 0;
+    *resident = 0;
     pthread_mutex_lock(&pool->window_lock);
-    if (pool->free_window_count > 0) {
+    if (pool->cache_count > 0) {
+        size_t pick = pool->cache_count - 1;
+        for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
+            if (pool->cache[i].pages == pages) {
+                pick = i;
+                break;
+            }
+        struct cached_window taken = pool->cache[pick];
+        pool->cache[pick] = pool->cache[--pool->cache_count];
+        atomic_fetch_sub_explicit(&pool->cache_bytes, (uint64_t)taken.pages * PAGE_BYTES,
+                                  memory_order_relaxed);
+        *window = taken.window;
+        *resident = taken.pages;
+    } else if (pool->free_window_count > 0) {
         *window = pool->free_windows[--pool->free_window_count];
     } else {
         if (pool->next_unused_window == pool->chunk_count * WINDOWS_PER_CHUNK)
@@ -435,6 +461,74 @@ static struct pool_chunk *chunk_of_window(struct pool *pool, uint32_t window)
                                 memory_order_acquire);
 }
 
+static unsigned char *window_base(struct pool *pool, uint32_t window)
+{
+    return chunk_of_window(pool, window)->base +
+           (size_t)(window & (WINDOWS_PER_CHUNK - 1)) * WINDOW_BYTES;
+}
+
+/* Give the pages of [base, base + bytes) back to the OS. MADV_DONTNEED
+ * refuses locked memory (EINVAL): in a process that called mlockall() (uzram
+ * serve --swap) the range is unlocked, emptied and locked again as it is
+ * touched (MLOCK_ONFAULT), which also lets the kernel merge it back into one
+ * mapping with its neighbours. If even that failed, the pages would merely
+ * stay resident. */
+static void give_pages_back(unsigned char *base, size_t bytes)
+{
+    if (madvise(base, bytes, MADV_DONTNEED) < 0 && errno == EINVAL && munlock(base, bytes) == 0) {
+        (void)madvise(base, bytes, MADV_DONTNEED);
+        (void)mlock2(base, bytes, MLOCK_ONFAULT);
+    }
+}
+
+/* Keep the window of an emptied span of `pages` pages, its pages resident,
+ * while the cache has room and pool memory, cache included, stays within the
+ * limit (mem_used no longer counts the span). false: give it back instead. */
+static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
+{
+    uint64_t bytes = (uint64_t)pages * PAGE_BYTES;
+    uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
+    bool kept = false;
+    pthread_mutex_lock(&pool->window_lock);
+    uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
+    if (cached + bytes <= POOL_SPAN_CACHE_BYTES &&
+        (limit == 0 ||
+         atomic_load_explicit(&pool->mem_used, memory_order_relaxed) + cached + bytes <= limit)) {
+        pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
+        atomic_store_explicit(&pool->cache_bytes, cached + bytes, memory_order_relaxed);
+        kept = true;
+    }
+    pthread_mutex_unlock(&pool->window_lock);
+    return kept;
+}
+
+/* Give the cached windows' pages back to the OS (madvise outside the lock,
+ * a few windows at a time). Returns the pages given back. */
+static uint64_t drain_cache(struct pool *pool)
+{
+    uint64_t pages_given = 0;
+    for (;;) {
+        struct cached_window batch[64];
+        size_t n = 0;
+        pthread_mutex_lock(&pool->window_lock);
+        while (n < 64 && pool->cache_count > 0)
+            batch[n++] = pool->cache[--pool->cache_count];
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            bytes += (uint64_t)batch[i].pages * PAGE_BYTES;
+        atomic_fetch_sub_explicit(&pool->cache_bytes, bytes, memory_order_relaxed);
+        pthread_mutex_unlock(&pool->window_lock);
+        if (n == 0)
+            return pages_given;
+        for (size_t i = 0; i < n; i++) {
+            give_pages_back(window_base(pool, batch[i].window),
+                            (size_t)batch[i].pages * PAGE_BYTES);
+            give_back_window(pool, batch[i].window);
+            pages_given += batch[i].pages;
+        }
+    }
+}
+
 /* Make an empty span of class `class_index` (a short one if `small`),
  * published in the span table but on no list yet. Called without any class
  * lock. */
@@ -447,6 +541,14 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
     int rc = reserve_memory(pool, bytes);
     if (rc)
         return rc;
+    /* Near the limit the span cache goes first: pool memory, cache
+     * included, stays within it. */
+    uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
+    if (limit != 0 && atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > 0 &&
+        atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
+                atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
+            limit)
+        drain_cache(pool);
     struct pool_span *span =
         FAULT_POINT(FAULT_ALLOC)
             ? NULL
@@ -456,7 +558,8 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
         return -ENOMEM;
     }
     uint32_t window;
-    rc = take_window(pool, &window);
+    unsigned resident;
+    rc = take_window(pool, pages, &window, &resident);
     if (rc) {
         free(span);
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
@@ -464,7 +567,12 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
     }
     struct pool_chunk *chunk = chunk_of_window(pool, window);
     memset(span, 0, sizeof *span);
-    span->base = chunk->base + (size_t)(window & (WINDOWS_PER_CHUNK - 1)) * WINDOW_BYTES;
+    span->base = window_base(pool, window);
+    /* A cached window longer than the span: its tail would be resident and
+     * counted nowhere. */
+    if (resident > pages)
+        give_pages_back(span->base + (size_t)pages * PAGE_BYTES,
+                        (size_t)(resident - pages) * PAGE_BYTES);
     span->window = window;
     span->class_index = (uint16_t)class_index;
     span->pages = (uint16_t)pages;
@@ -478,28 +586,25 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
     return 0;
 }
 
-/* Give an empty span back: its pages to the OS, its window to the free
- * stack. Called without any class lock (madvise can take a while). */
-static void release_span(struct pool *pool, struct pool_span *span)
+/* Give an empty span back: its window to the span cache with its pages
+ * resident while the cache has room (`cache`), else its pages to the OS and
+ * its window to the free stack. Called without any class lock (madvise can
+ * take a while). */
+static void release_span(struct pool *pool, struct pool_span *span, bool cache)
 {
     size_t bytes = (size_t)span->pages * PAGE_BYTES;
     uint32_t window = span->window;
-    /* MADV_DONTNEED refuses locked memory (EINVAL): in a process that called
-     * mlockall() (uzram serve --swap) the span is unlocked, emptied and locked
-     * again as it is touched (MLOCK_ONFAULT), which also lets the kernel merge
-     * it back into one mapping with its neighbours. If even that failed, the
-     * pages would merely stay resident. */
-    if (madvise(span->base, bytes, MADV_DONTNEED) < 0 && errno == EINVAL &&
-        munlock(span->base, bytes) == 0) {
-        (void)madvise(span->base, bytes, MADV_DONTNEED);
-        (void)mlock2(span->base, bytes, MLOCK_ONFAULT);
-    }
+    unsigned pages = span->pages;
+    unsigned char *base = span->base;
     struct pool_chunk *chunk = chunk_of_window(pool, window);
     atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], NULL,
                           memory_order_release);
     free(span);
-    give_back_window(pool, window);
     atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+    if (cache && cache_window(pool, window, pages))
+        return;
+    give_pages_back(base, bytes);
+    give_back_window(pool, window);
 }
 
 int pool_create(struct pool **out)
@@ -603,7 +708,7 @@ void pool_free(struct pool *pool, uint64_t handle)
     }
     pthread_mutex_unlock(&class->lock);
     if (empty)
-        release_span(pool, span);
+        release_span(pool, span, true);
 }
 
 void *pool_map(struct pool *pool, uint64_t handle)
@@ -619,6 +724,11 @@ void *pool_map(struct pool *pool, uint64_t handle)
 void pool_set_limit(struct pool *pool, uint64_t bytes)
 {
     atomic_store_explicit(&pool->limit, bytes, memory_order_relaxed);
+    /* A lower limit leaves no room for the cache: give it back. */
+    if (bytes != 0 && atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
+                              atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
+                          bytes)
+        drain_cache(pool);
 }
 
 uint64_t pool_mem_used(struct pool *pool)
@@ -704,7 +814,7 @@ static bool compact_one_span(struct pool *pool, unsigned class_index,
         list_push(class, source, group_of(source));
     pthread_mutex_unlock(&class->lock);
     if (empty) {
-        release_span(pool, source);
+        release_span(pool, source, false);
         *freed += pages;
         atomic_fetch_add_explicit(&pool->pages_compacted, pages, memory_order_relaxed);
     }
@@ -726,7 +836,15 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
         while (compact_one_span(pool, class_index, ops, gen, &freed))
             ;
     }
+    /* Compaction gives memory back: the span cache too (not counted in
+     * freed, which is mem_used's share). */
+    drain_cache(pool);
     return freed;
+}
+
+uint64_t pool_span_cache_bytes(struct pool *pool)
+{
+    return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
 }
 
 double pool_object_cost(size_t size)

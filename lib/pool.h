@@ -45,6 +45,17 @@ void pool_free(struct pool *pool, uint64_t handle);
 /* Address of the object's bytes. Valid until the object is freed or moved. */
 void *pool_map(struct pool *pool, uint64_t handle);
 
+/* Span cache: a span that becomes empty in pool_free() keeps its pages
+ * resident, up to POOL_SPAN_CACHE_BYTES per pool, and the next span made
+ * takes them, so a device that is written, trimmed and written again does
+ * not fault its memory in again (1.1-1.6 us a page). The cache is NOT in
+ * pool_mem_used() (which counts spans holding objects, as zsmalloc's pages
+ * do) but in pool_span_cache_bytes(); it never takes pool memory, cache
+ * included, above the limit (near it the cache is emptied first), and
+ * pool_compact() empties it. */
+#define POOL_SPAN_CACHE_BYTES (16u << 20)
+uint64_t pool_span_cache_bytes(struct pool *pool);
+
 /* Memory limit in bytes of pool pages (0: none); checked when a new span is
  * needed. */
 void pool_set_limit(struct pool *pool, uint64_t bytes);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sys/mman.h>
 
 #include "pool.h"
 #include "test_util.h"
@@ -233,6 +234,115 @@ static void test_object_cost(void **state)
         assert_true(ratio >= 1.0);
         assert_true(ratio < 1.04);
     }
+}
+
+/* Whether the page at `p` is resident (mincore). */
+static bool resident(const void *p)
+{
+    unsigned char vec = 0;
+    void *page = (void *)((uintptr_t)p & ~(uintptr_t)(PAGE - 1));
+    assert_int_equal(mincore(page, PAGE, &vec), 0);
+    return vec & 1;
+}
+
+static bool no_owner(void *arg, uint64_t owner, uint64_t handle)
+{
+    (void)arg, (void)owner, (void)handle;
+    fail_msg("compaction of an empty pool asked for an owner");
+    return false;
+}
+
+static void no_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+{
+    (void)arg, (void)owner, (void)old_handle, (void)new_handle;
+}
+
+/* Emptied spans stay resident in the span cache (not in mem_used), the next
+ * spans reuse them, the cache is bounded, kept within the limit and emptied
+ * by compaction. */
+static void test_span_cache(void **state)
+{
+    (void)state;
+    struct pool *pool = new_pool();
+    enum { N = 64 };
+    uint64_t handles[N];
+    unsigned char *pages[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(pool_alloc(pool, PAGE, 1, &handles[i]), 0);
+        pages[i] = pool_map(pool, handles[i]);
+        fill_pattern(pages[i], PAGE, (uint32_t)i);
+    }
+    for (int i = 0; i < N; i++)
+        pool_free(pool, handles[i]);
+    assert_int_equal(pool_mem_used(pool), 0);
+    assert_int_equal(pool_span_cache_bytes(pool), N * PAGE);
+    for (int i = 0; i < N; i++)
+        assert_true(resident(pages[i]));
+
+    /* The next spans take the cached pages: nothing new is touched. */
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(pool_alloc(pool, PAGE, 1, &handles[i]), 0);
+        unsigned char *p = pool_map(pool, handles[i]);
+        bool reused = false;
+        for (int j = 0; j < N; j++)
+            reused |= p == pages[j];
+        assert_true(reused);
+        fill_pattern(p, PAGE, (uint32_t)i + 1000);
+    }
+    assert_int_equal(pool_span_cache_bytes(pool), 0);
+    assert_int_equal(pool_mem_used(pool), N * PAGE);
+    for (int i = 0; i < N; i++)
+        assert_true(check_pattern(pool_map(pool, handles[i]), PAGE, (uint32_t)i + 1000));
+
+    /* A cached window serves a span of another length too. */
+    for (int i = 0; i < N; i++)
+        pool_free(pool, handles[i]);
+    uint64_t small;
+    assert_int_equal(pool_alloc(pool, 300, 7, &small), 0);
+    fill_pattern(pool_map(pool, small), 300, 7);
+    assert_true(check_pattern(pool_map(pool, small), 300, 7));
+    assert_true(pool_span_cache_bytes(pool) < N * PAGE);
+    pool_free(pool, small);
+
+    /* Compaction gives the cache back to the OS. */
+    struct pool_owner_ops ops = {no_owner, no_relocate, NULL};
+    pool_compact(pool, &ops);
+    assert_int_equal(pool_span_cache_bytes(pool), 0);
+    assert_int_equal(pool_mem_used(pool), 0);
+    for (int i = 0; i < N; i++)
+        assert_false(resident(pages[i]));
+
+    /* Bounded: POOL_SPAN_CACHE_BYTES at most. */
+    size_t many = POOL_SPAN_CACHE_BYTES / PAGE + 100;
+    uint64_t *lots = malloc(many * sizeof *lots);
+    assert_non_null(lots);
+    for (size_t i = 0; i < many; i++)
+        assert_int_equal(pool_alloc(pool, PAGE, 1, &lots[i]), 0);
+    for (size_t i = 0; i < many; i++)
+        pool_free(pool, lots[i]);
+    assert_int_equal(pool_span_cache_bytes(pool), POOL_SPAN_CACHE_BYTES);
+    assert_int_equal(pool_mem_used(pool), 0);
+    pool_compact(pool, &ops);
+    assert_int_equal(pool_span_cache_bytes(pool), 0);
+    free(lots);
+
+    /* Within the limit: used + cached never above it. */
+    pool_set_limit(pool, 10 * PAGE);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(pool_alloc(pool, PAGE, 1, &handles[i]), 0);
+    for (int i = 0; i < 4; i++)
+        pool_free(pool, handles[i]);
+    assert_int_equal(pool_mem_used(pool) + pool_span_cache_bytes(pool), 10 * PAGE);
+    pool_set_limit(pool, 8 * PAGE);
+    pool_free(pool, handles[4]);
+    assert_int_equal(pool_mem_used(pool), 5 * PAGE);
+    assert_true(pool_mem_used(pool) + pool_span_cache_bytes(pool) <= 8 * PAGE);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pool_alloc(pool, PAGE, 1, &handles[i]), 0);
+    uint64_t over;
+    assert_int_equal(pool_alloc(pool, PAGE, 1, &over), -ENOSPC);
+    assert_true(pool_mem_used(pool) + pool_span_cache_bytes(pool) <= 8 * PAGE);
+    pool_destroy(pool);
 }
 
 /* Owners for the compaction tests: owner i (1-based) refers to entry i. */
@@ -578,7 +688,11 @@ static int locked_memory_child(void)
                 "round %d: VmRSS %ld kB full, %ld kB after freeing; VmLck %ld kB; %ld -> %ld "
                 "mappings\n",
                 round, full, empty, locked, maps_before, self_mappings());
-        if (locked <= 0 || full - empty < 28 * 1024 || pool_mem_used(pool) != 0)
+        /* All but the span cache (kept resident on purpose, at most
+         * POOL_SPAN_CACHE_BYTES) leaves RSS. */
+        long cached = (long)(pool_span_cache_bytes(pool) / 1024);
+        if (locked <= 0 || full - empty + cached < 28 * 1024 || pool_mem_used(pool) != 0 ||
+            cached > (long)(POOL_SPAN_CACHE_BYTES / 1024))
             return 4;
         /* Freed spans are mapped over, not split off for ever: the count stays put. */
         if (self_mappings() > maps_before + 8)
@@ -644,6 +758,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mem_used_moves_by_spans),
         cmocka_unit_test(test_mem_used_max),
         cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_span_cache),
         cmocka_unit_test(test_object_cost),
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_compact_with_refusals),
