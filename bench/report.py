@@ -3,7 +3,7 @@
 # markdown of docs/BENCHMARKS.md: targets table, throughput matrix with ratios, memory table.
 #
 # Usage: /usr/bin/python3 bench/report.py RESULTS_DIR [--plots REL_DIR] [--doc docs/BENCHMARKS.md]
-# Reads RESULTS_DIR/{machine,matrix,memory,micro,micro-dedup,recompress}.json and zram-compare.txt (each
+# Reads RESULTS_DIR/{machine,matrix,memory,micro,micro-dedup,recompress,writeback}.json and zram-compare.txt (each
 # optional: a missing part is reported as not run), writes RESULTS_DIR/results.md and prints it.
 # With --doc, replaces the part of that file between the RESULTS markers with the same text.
 # With --part attach: RESULTS_DIR/attach.json (bench/attach.sh) alone, into attach.md and the
@@ -117,7 +117,7 @@ def zram_compare_skip(text):
     return m.group(1) if m else None
 
 
-def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None):
+def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None, wb=None):
     t = Targets()
     quick = machine.get("mode") == "quick"
     # ---- issue 2: engine
@@ -227,6 +227,29 @@ def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None):
     else:
         t.add("12 recompression", "recompression memory and foreground throughput", None, 0,
               note=(rc or {}).get("skipped", "recompress part not run"))
+    # ---- issue 13: writeback
+    if wb and not wb.get("skipped") and wb.get("reads") and wb.get("space"):
+        x4, x16, kit = wb["reads"]["x4"], wb["reads"]["x16"], wb["reads"]["nbdkit"]
+        t.add("13 writeback", "--writeback-when-full serves a working set of 4x mem_limit with 0 errors",
+              x4["errors"], 0, at_most=True, text="%d errors" % x4["errors"],
+              note="%s stored, mem_limit %s; %.0f%% of its reads from disk"
+                   % (size(wb["set_bytes"]), size(x4["mem_limit"]), 100 * x4["from_disk"]))
+        lz4 = wb["space"].get("lz4")
+        value = lz4["file_allocated"] / lz4["raw_bytes"] if lz4 and lz4["raw_bytes"] else None
+        t.add("13 writeback", "disk space <= 0.6x the raw data written back (build image, lz4)",
+              value, 0.6, at_most=True, text=ratio_text(value, 3),
+              note="lz4 + dedup %s, recompressed to zstd %s" % tuple(
+                  ratio_text(wb["space"][k]["file_allocated"] / wb["space"][k]["raw_bytes"], 3)
+                  if k in wb["space"] and wb["space"][k]["raw_bytes"] else "-"
+                  for k in ("lz4-dedup", "recompressed")))
+        value = x16["iops"] / kit["iops"] if kit["iops"] else None
+        t.add("13 writeback", "random 4 KiB reads, working set mostly on disk (16x mem_limit) >= 0.8x nbdkit file",
+              value, 0.8, text=ratio_text(value),
+              note="%.0f%% from disk; 4x mem_limit: %s" % (
+                  100 * x16["from_disk"], ratio_text(x4["iops"] / kit["iops"]) if kit["iops"] else "-"))
+    else:
+        t.add("13 writeback", "writeback disk space and reads", None, 0,
+              note=(wb or {}).get("skipped", "writeback part not run"))
     return t.markdown()
 
 
@@ -515,6 +538,74 @@ def attach_section(a):
     return md
 
 
+WRITEBACK_SPACE_SIDES = (
+    ("lz4", "lz4, every page written back"),
+    ("lz4-dedup", "lz4 + dedup, every page written back"),
+    ("recompressed", "lz4 + dedup, recompressed to zstd level 7, then written back"),
+    ("when-full", "lz4, mem_limit 1/16 of the image, --writeback-when-full"),
+)
+
+
+def writeback_section(wb):
+    if not wb:
+        return ["The writeback benchmark did not run."]
+    if wb.get("skipped"):
+        return ["Skipped: %s" % wb["skipped"]]
+    out = ["Image: %s, %s. Took %d s." % (wb["image"], size(wb["image_bytes"]), wb["seconds"]), ""]
+    if wb.get("space"):
+        out += ["Disk space of the written-back pages: the backing file's allocated bytes (`stat -c %b`) "
+                "after `compact`, against the raw bytes of those pages (pages stored but not "
+                "same-filled: those stay in memory; with dedup a shared page once per reference). Time: to store "
+                "the image and write it back (recompressed: with the thread's recompression, waited for).", "",
+                "| side | raw bytes | file allocated | ratio | bd_data_size | bd_count | objects | time |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for key, name in WRITEBACK_SPACE_SIDES:
+            r = wb["space"].get(key)
+            if not r:
+                continue
+            out.append("| %s | %s | %s | **%s** | %s | %d | %d | %.1f s |" % (
+                name, size(r["raw_bytes"]), size(r["file_allocated"]),
+                ratio_text(r["file_allocated"] / r["raw_bytes"], 3) if r["raw_bytes"] else "-",
+                size(r["bd_data_size"]), r["bd_count"], r["bd_objects"], r["seconds"]))
+    if wb.get("reads"):
+        reads = wb["reads"]
+        kit = reads["nbdkit"]["iops"]
+        out += ["", "Random 4 KiB reads (fio nbd engine, iodepth 16, %d s a run, %d rounds interleaved) over "
+                "%s of the image's pages that are not same-filled (those stay in memory), stored with `--writeback-when-full` under a mem_limit of a "
+                "quarter (4x) and a sixteenth (16x) of it (`--threads 16`, as nbdkit's 16 threads; "
+                "and once with serve's default, a worker per CPU), against `nbdkit file cache=none "
+                "fadvise=random` on a copy of the same bytes on the same disk. uzram reads its backing "
+                "file with O_DIRECT, nbdkit drops each read from the page cache: on both sides a read of "
+                "a page on disk goes to the disk (disk KiB per read: the server's read_bytes in /proc/PID/io)." % (wb["runtime"], wb["rounds"], size(wb["set_bytes"])), "",
+                "| side | IOPS per round | median | vs nbdkit | reads from disk | disk KiB per read | server CPU us/read |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for key, name in (("nbdkit", "nbdkit file"), ("x4", "uzram, 4x mem_limit"),
+                          ("x16", "uzram, 16x mem_limit"),
+                          ("x16t", "uzram, 16x mem_limit, serve's default --threads")):
+            e = reads.get(key)
+            if not e:
+                continue
+            out.append("| %s | %s | %.0f | %s | %s | %.2f | %.1f |" % (
+                name, ", ".join("%.0f" % r["iops"] for r in e["runs"]), e["iops"],
+                ratio_text(e["iops"] / kit) if kit else "-",
+                "%.0f%%" % (100 * e["from_disk"]) if "from_disk" in e else "-",
+                e.get("disk_bytes_per_read", 0) / 1024, e["server_cpu_us"]))
+    return out
+
+
+WRITEBACK_BEGIN = "<!-- BEGIN WRITEBACK RESULTS (bench/report.py --part writeback; do not edit by hand) -->"
+WRITEBACK_END = "<!-- END WRITEBACK RESULTS -->"
+
+
+def part_writeback(wb, d, doc_path):
+    """bench/writeback.sh run alone: its targets and section, between markers of their own."""
+    t = targets_section({}, None, None, None, None, None, None, wb)
+    rows = [r for r in t if r.startswith("| 13 ") or r.startswith("| issue") or r.startswith("| ---")]
+    text = "\n".join(rows + [""] + writeback_section(wb)) + "\n"
+    write_results(text, os.path.join(d, "writeback.md"), doc_path, WRITEBACK_BEGIN, WRITEBACK_END)
+    return 0
+
+
 PART_BEGIN = "<!-- BEGIN RECOMPRESS RESULTS (bench/report.py --part recompress; do not edit by hand) -->"
 PART_END = "<!-- END RECOMPRESS RESULTS -->"
 
@@ -551,9 +642,10 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--plots", help="folder of the plots, relative to the document")
     parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
-    parser.add_argument("--part", choices=["recompress", "attach"],
-                        help="only this part (bench/recompress.sh or bench/attach.sh alone): its "
-                             "targets and section, between its own markers of --doc")
+    parser.add_argument("--part", choices=["recompress", "writeback", "attach"],
+                        help="only this part (bench/recompress.sh, bench/writeback.sh or "
+                             "bench/attach.sh alone): its targets and section, between its own "
+                             "markers of --doc")
     args = parser.parse_args()
     d = args.results
     if args.part == "attach":
@@ -575,8 +667,11 @@ def main():
     except OSError:
         zc_text = None
 
+    wb = load_json(d, "writeback.json")
     if args.part == "recompress":
         return part_recompress(rc, d, args.doc)
+    if args.part == "writeback":
+        return part_writeback(wb, d, args.doc)
     md = []
     md.append("## Results: %s run of %s" % (machine.get("mode", "?"), machine.get("date", "?")))
     md.append("")
@@ -591,7 +686,7 @@ def main():
     md.append("")
     md.append("### Targets")
     md.append("")
-    md += targets_section(machine, matrix, memory, micro, dedup, zc_text, rc)
+    md += targets_section(machine, matrix, memory, micro, dedup, zc_text, rc, wb)
     md.append("")
     md.append("### Throughput matrix (`bench/matrix.sh`)")
     md.append("")
@@ -607,6 +702,10 @@ def main():
     md.append("### Recompression (`bench/recompress.sh`)")
     md.append("")
     md += recompress_section(rc)
+    md.append("")
+    md.append("### Writeback (`bench/writeback.sh`)")
+    md.append("")
+    md += writeback_section(wb)
     md.append("")
     md.append("### Engine against kernel zram on the same bytes (`bench/zram-compare.sh`)")
     md.append("")

@@ -10,8 +10,8 @@
 #   --doc / --no-doc  force writing docs/BENCHMARKS.md and docs/bench/ on or off.
 # Environment: UZRAM (default build/uzram), UZRAM_GIT (the commit it was built from, for the
 # report; default: this checkout's), RESULTS (results folder), PARTS (default
-# "matrix memory micro zram-compare recompress attach": run only some), and each script's own
-# variables.
+# "matrix memory micro zram-compare recompress writeback attach": run only some), and each
+# script's own variables.
 # The parts run one after another, never two at once: both the matrix and the memory table
 # reset /dev/zram0, and the machine has 2 cores. A part that fails is reported as not run.
 set -u
@@ -44,13 +44,13 @@ else
     MODE=full
     QUICK_ARG=
 fi
-PARTS=${PARTS:-"matrix memory micro zram-compare recompress attach"}
+PARTS=${PARTS:-"matrix memory micro zram-compare recompress writeback attach"}
 if [ ! -x "$UZRAM" ]; then
     echo "bench/run.sh: no uzram binary at $UZRAM (run 'make programs' first)" >&2
     exit 1
 fi
 mkdir -p "$RESULTS" || exit 1
-rm -f "$RESULTS"/{matrix,memory,micro,micro-dedup,machine,recompress,attach}.json "$RESULTS"/zram-compare.txt "$RESULTS"/results.md
+rm -f "$RESULTS"/{matrix,memory,micro,micro-dedup,machine,recompress,writeback,attach}.json "$RESULTS"/zram-compare.txt "$RESULTS"/results.md
 LOG=$RESULTS/log.txt
 if [ "$DOC" = 1 ]; then PLOTS=docs/bench; else PLOTS=$RESULTS/plots; fi
 
@@ -103,6 +103,10 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
     if part recompress; then
         note_load recompress
         bench/recompress.sh $QUICK_ARG --out "$RESULTS" || { echo "### recompress.sh failed"; status=1; }
+    fi
+    if part writeback; then
+        note_load writeback
+        bench/writeback.sh $QUICK_ARG --out "$RESULTS" || { echo "### writeback.sh failed"; status=1; }
     fi
     if part attach; then
         note_load attach
