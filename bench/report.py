@@ -243,10 +243,13 @@ def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None, wb=
                   if k in wb["space"] and wb["space"][k]["raw_bytes"] else "-"
                   for k in ("lz4-dedup", "recompressed")))
         value = x16["iops"] / kit["iops"] if kit["iops"] else None
+        qemu = wb["reads"].get("qemu")
         t.add("13 writeback", "random 4 KiB reads, working set mostly on disk (16x mem_limit) >= 0.8x nbdkit file",
               value, 0.8, text=ratio_text(value),
-              note="%.0f%% from disk; 4x mem_limit: %s" % (
-                  100 * x16["from_disk"], ratio_text(x4["iops"] / kit["iops"]) if kit["iops"] else "-"))
+              note="%.0f%% from disk (nbdkit: %.2f disk KiB a read); vs qemu-nbd O_DIRECT %s; 4x mem_limit: %s" % (
+                  100 * x16["from_disk"], kit.get("disk_bytes_per_read", 0) / 1024,
+                  ratio_text(x16["iops"] / qemu["iops"]) if qemu and qemu["iops"] else "-",
+                  ratio_text(x4["iops"] / kit["iops"]) if kit["iops"] else "-"))
     else:
         t.add("13 writeback", "writeback disk space and reads", None, 0,
               note=(wb or {}).get("skipped", "writeback part not run"))
@@ -570,16 +573,23 @@ def writeback_section(wb):
     if wb.get("reads"):
         reads = wb["reads"]
         kit = reads["nbdkit"]["iops"]
+        qemu = "qemu" in reads
         out += ["", "Random 4 KiB reads (fio nbd engine, iodepth 16, %d s a run, %d rounds interleaved) over "
                 "%s of the image's pages that are not same-filled (those stay in memory), stored with `--writeback-when-full` under a mem_limit of a "
                 "quarter (4x) and a sixteenth (16x) of it (`--threads 16`, as nbdkit's 16 threads; "
                 "and once with serve's default, a worker per CPU), against `nbdkit file cache=none "
-                "fadvise=random` on a copy of the same bytes on the same disk. uzram reads its backing "
-                "file with O_DIRECT, nbdkit drops each read from the page cache: on both sides a read of "
-                "a page on disk goes to the disk (disk KiB per read: the server's read_bytes in /proc/PID/io)." % (wb["runtime"], wb["rounds"], size(wb["set_bytes"])), "",
+                "fadvise=random`%s on a copy of the same bytes on the same disk, synced and dropped from "
+                "the page cache first. uzram%s reads with O_DIRECT; nbdkit 1.32 has no O_DIRECT, its "
+                "cache=none asks the kernel to drop each read from the page cache afterwards, which does "
+                "not always happen: disk KiB per read (the server's read_bytes in /proc/PID/io) shows how "
+                "many of its reads went to the disk." % (
+                    wb["runtime"], wb["rounds"], size(wb["set_bytes"]),
+                    " and `qemu-nbd -f raw --cache=none --aio=native`" if qemu else "",
+                    " (and qemu-nbd)" if qemu else ""), "",
                 "| side | IOPS per round | median | vs nbdkit | reads from disk | disk KiB per read | server CPU us/read |",
                 "| --- | --- | --- | --- | --- | --- | --- |"]
-        for key, name in (("nbdkit", "nbdkit file"), ("x4", "uzram, 4x mem_limit"),
+        for key, name in (("nbdkit", "nbdkit file cache=none"), ("qemu", "qemu-nbd --cache=none (O_DIRECT)"),
+                          ("x4", "uzram, 4x mem_limit"),
                           ("x16", "uzram, 16x mem_limit"),
                           ("x16t", "uzram, 16x mem_limit, serve's default --threads")):
             e = reads.get(key)
