@@ -400,6 +400,39 @@ UZRAM_API int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
 /* Set mem_used_max back to the current mem_used_total. Returns 0. */
 UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
 
+/* A memory limit shared by several devices (what `uzram serve --mem-limit-total`
+ * sets for every device of a server): the pool memory of all the devices of a
+ * group together may not pass the group's limit, besides each device's own
+ * mem_limit. A write that would pass either fails with -ENOSPC, the same
+ * way; what the write stored before that page stays. As with mem_limit, only
+ * pool memory counts (not dictionaries nor the dedup index). The group counts
+ * the same bytes as the sum of its devices' mem_used_total minus their
+ * dict_mem. A device joins a group once, before any page is stored in it,
+ * and leaves it when destroyed; destroy the group after its devices. */
+struct uzram_group;
+
+struct uzram_group_stats {
+    uint64_t mem_used;     /* bytes of pool memory of all the devices now */
+    uint64_t mem_limit;    /* the group's limit; 0: none */
+    uint64_t mem_used_max; /* peak of mem_used since the group was made */
+    uint64_t devices;      /* devices in the group */
+};
+
+/* Make a group with the limit `mem_limit` (bytes; 0: none).
+ * Errors: -EINVAL out is NULL, -ENOMEM. */
+UZRAM_API int uzram_group_create(uint64_t mem_limit, struct uzram_group **out);
+/* Free a group. NULL is accepted. Errors: -EBUSY while a device is in it. */
+UZRAM_API int uzram_group_destroy(struct uzram_group *group);
+/* Change the group's limit at any time; 0 removes it. Memory already held stays;
+ * later writes that do not fit fail with -ENOSPC. Errors: -EINVAL. */
+UZRAM_API int uzram_group_set_mem_limit(struct uzram_group *group, uint64_t bytes);
+/* A snapshot of the group's figures. Errors: -EINVAL. Thread-safe. */
+UZRAM_API int uzram_group_get_stats(struct uzram_group *group, struct uzram_group_stats *stats);
+/* Put `dev` in `group`. Call it before the device's first write (no other
+ * call on the device may run meanwhile). Errors: -EINVAL a NULL argument,
+ * -EBUSY the device is in a group already or holds pool memory. */
+UZRAM_API int uzram_set_group(struct uzram *dev, struct uzram_group *group);
+
 /* Read back the current settings into `config` (comp_algorithm points to a
  * static string). Returns 0. */
 UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "fault.h"
+#include "group.h"
 
 /*
  * Handle bit layout (bits 39..63 always zero: handles stay below 2^47):
@@ -137,6 +138,8 @@ struct pool {
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
     _Atomic uint64_t limit;
+    /* A limit shared with other devices (uzram_set_group()), charged besides mem_used. */
+    _Atomic(struct uzram_group *) group;
     _Atomic uint64_t pages_compacted;
     _Atomic uint64_t compact_gen;
 };
@@ -359,7 +362,8 @@ static uint64_t owner_of(const struct class_shape *shape, const struct pool_span
     return owner;
 }
 
-/* Account `bytes` more pool memory unless that would pass the limit. */
+/* Account `bytes` more pool memory unless that would pass the limit, the pool's own or
+ * its group's. */
 static int reserve_memory(struct pool *pool, uint64_t bytes)
 {
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
@@ -369,6 +373,11 @@ static int reserve_memory(struct pool *pool, uint64_t bytes)
             return -ENOSPC;
     } while (!atomic_compare_exchange_weak_explicit(&pool->mem_used, &used, used + bytes,
                                                     memory_order_relaxed, memory_order_relaxed));
+    struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
+    if (group && group_reserve(group, bytes) < 0) {
+        atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+        return -ENOSPC;
+    }
     uint64_t now = used + bytes;
     uint64_t peak = atomic_load_explicit(&pool->mem_used_max, memory_order_relaxed);
     while (peak < now &&
@@ -376,6 +385,15 @@ static int reserve_memory(struct pool *pool, uint64_t bytes)
                                                   memory_order_relaxed, memory_order_relaxed))
         ;
     return 0;
+}
+
+/* Give back what reserve_memory() took. */
+static void unreserve_memory(struct pool *pool, uint64_t bytes)
+{
+    atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+    struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
+    if (group)
+        group_release(group, bytes);
 }
 
 /* Reserve one more chunk of address space. Called with window_lock held. */
@@ -489,9 +507,15 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
     uint64_t bytes = (uint64_t)pages * PAGE_BYTES;
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
     bool kept = false;
+    /* Under a group's limit too (approximately: other members' caches are not seen). */
+    struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
+    uint64_t group_limit = group ? atomic_load_explicit(&group->limit, memory_order_relaxed) : 0;
+    bool group_room =
+        group_limit == 0 ||
+        atomic_load_explicit(&group->used, memory_order_relaxed) + bytes <= group_limit;
     pthread_mutex_lock(&pool->window_lock);
     uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-    if (cached + bytes <= POOL_SPAN_CACHE_BYTES &&
+    if (group_room && cached + bytes <= POOL_SPAN_CACHE_BYTES &&
         (limit == 0 ||
          atomic_load_explicit(&pool->mem_used, memory_order_relaxed) + cached + bytes <= limit)) {
         pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
@@ -554,7 +578,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
             ? NULL
             : malloc(sizeof *span + (size_t)objects * sizeof span->next_free[0]);
     if (!span) {
-        atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+        unreserve_memory(pool, bytes);
         return -ENOMEM;
     }
     uint32_t window;
@@ -562,7 +586,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
     rc = take_window(pool, pages, &window, &resident);
     if (rc) {
         free(span);
-        atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+        unreserve_memory(pool, bytes);
         return rc;
     }
     struct pool_chunk *chunk = chunk_of_window(pool, window);
@@ -600,7 +624,7 @@ static void release_span(struct pool *pool, struct pool_span *span, bool cache)
     atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], NULL,
                           memory_order_release);
     free(span);
-    atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
+    unreserve_memory(pool, bytes);
     if (cache && cache_window(pool, window, pages))
         return;
     give_pages_back(base, bytes);
@@ -635,6 +659,11 @@ void pool_destroy(struct pool *pool)
 {
     if (!pool)
         return;
+    struct uzram_group *group = atomic_load(&pool->group);
+    if (group) {
+        group_release(group, atomic_load(&pool->mem_used));
+        atomic_fetch_sub(&group->members, 1);
+    }
     for (uint32_t c = 0; c < pool->chunk_count; c++) {
         struct pool_chunk *chunk = atomic_load_explicit(&pool->chunks[c], memory_order_acquire);
         for (unsigned s = 0; s < WINDOWS_PER_CHUNK; s++)
@@ -729,6 +758,15 @@ void pool_set_limit(struct pool *pool, uint64_t bytes)
                               atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
                           bytes)
         drain_cache(pool);
+}
+
+int pool_set_group(struct pool *pool, struct uzram_group *group)
+{
+    if (atomic_load(&pool->group) != NULL || atomic_load(&pool->mem_used) != 0)
+        return -EBUSY;
+    atomic_fetch_add(&group->members, 1);
+    atomic_store(&pool->group, group);
+    return 0;
 }
 
 uint64_t pool_mem_used(struct pool *pool)

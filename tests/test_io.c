@@ -1,6 +1,7 @@
 /* test_io.c - deterministic unit tests of the public I/O contract of libuzram.
  * Reads, writes, discards, write-zeroes, extents, limits, compaction and reset, each exact. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -671,6 +672,126 @@ static void test_mem_limit(void **state)
     assert_true(failures < 40);
 }
 
+/* A group's limit (uzram serve --server-mem-limit) holds over several devices: a write to
+ * any of them that would pass it fails with -ENOSPC like a device's own limit, what the
+ * others free is room for all, and the group counts exactly its devices' pool memory. */
+static void test_group_mem_limit(void **state)
+{
+    (void)state;
+    struct uzram_group *group;
+    assert_int_equal(uzram_group_create(24 * PAGE, &group), 0);
+    struct uzram *a = test_device(1 << 20, NULL, 0), *b = test_device(1 << 20, NULL, 0);
+    assert_int_equal(uzram_set_group(a, group), 0);
+    assert_int_equal(uzram_set_group(b, group), 0);
+    assert_int_equal(uzram_set_group(a, group), -EBUSY);  /* once */
+    assert_int_equal(uzram_group_destroy(group), -EBUSY); /* while devices are in it */
+    struct uzram_group_stats gs;
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_int_equal(gs.devices, 2);
+    assert_int_equal(gs.mem_limit, 24 * PAGE);
+
+    uint8_t page[PAGE];
+    unsigned written_a = 0, written_b = 0;
+    for (unsigned p = 0; p < 64; p++) {
+        fill_kind(500 + p, DATAGEN_RANDOM, page, PAGE);
+        int rc = uzram_write(a, p * PAGE, page, PAGE);
+        if (rc == -ENOSPC)
+            break;
+        assert_int_equal(rc, 0);
+        written_a++;
+    }
+    assert_true(written_a > 0 && written_a < 64);
+    /* a filled the group: b has no limit of its own and still cannot store a huge page. */
+    fill_kind(900, DATAGEN_RANDOM, page, PAGE);
+    assert_int_equal(uzram_write(b, 0, page, PAGE), -ENOSPC);
+    expect_zero_pages(b, 0, 1);
+    assert_int_equal(test_stats(b).failed_writes, 1);
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_true(gs.mem_used <= 24 * PAGE);
+    assert_int_equal(gs.mem_used, test_stats(a).mem_used_total + test_stats(b).mem_used_total);
+
+    /* What a frees is b's to use. */
+    assert_int_equal(uzram_discard(a, 0, (uint64_t)written_a * PAGE), 0);
+    for (unsigned p = 0; p < written_a / 2; p++) {
+        fill_kind(700 + p, DATAGEN_RANDOM, page, PAGE);
+        assert_int_equal(uzram_write(b, p * PAGE, page, PAGE), 0);
+        written_b++;
+    }
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_int_equal(gs.mem_used, test_stats(a).mem_used_total + test_stats(b).mem_used_total);
+    assert_true(gs.mem_used_max >= gs.mem_used);
+
+    /* No limit: anything fits; a destroyed device gives its memory back and leaves. */
+    assert_int_equal(uzram_group_set_mem_limit(group, 0), 0);
+    fill_kind(901, DATAGEN_RANDOM, page, PAGE);
+    assert_int_equal(uzram_write(a, 63 * PAGE, page, PAGE), 0);
+    uint64_t b_used = test_stats(b).mem_used_total;
+    uzram_destroy(a);
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_int_equal(gs.devices, 1);
+    assert_int_equal(gs.mem_used, b_used);
+    uzram_destroy(b);
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_int_equal(gs.mem_used, 0);
+    assert_int_equal(uzram_group_destroy(group), 0);
+    assert_int_equal(uzram_group_create(0, NULL), -EINVAL);
+}
+
+/* Writers on two devices of one group at once never take the group past its limit (TSan
+ * runs this one). */
+struct group_writer {
+    struct uzram *dev;
+    unsigned seed;
+    int failures;
+};
+
+static void *group_writer_main(void *arg)
+{
+    struct group_writer *w = arg;
+    uint8_t page[PAGE];
+    for (unsigned round = 0; round < 4; round++) {
+        for (unsigned p = 0; p < 48; p++) {
+            fill_kind(w->seed + round * 100 + p, DATAGEN_RANDOM, page, PAGE);
+            int rc = uzram_write(w->dev, p * PAGE, page, PAGE);
+            if (rc == -ENOSPC)
+                w->failures++;
+            else if (rc != 0)
+                return (void *)1;
+        }
+        if (uzram_discard(w->dev, 0, 48 * PAGE) != 0)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void test_group_concurrent(void **state)
+{
+    (void)state;
+    struct uzram_group *group;
+    assert_int_equal(uzram_group_create(40 * PAGE, &group), 0);
+    struct group_writer writers[2] = {{test_device(1 << 20, NULL, 0), 1000, 0},
+                                      {test_device(1 << 20, NULL, 0), 5000, 0}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(uzram_set_group(writers[i].dev, group), 0);
+        assert_int_equal(pthread_create(&threads[i], NULL, group_writer_main, &writers[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        void *result;
+        assert_int_equal(pthread_join(threads[i], &result), 0);
+        assert_null(result);
+    }
+    struct uzram_group_stats gs;
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_true(gs.mem_used_max <= 40 * PAGE);
+    assert_true(writers[0].failures + writers[1].failures > 0);
+    for (int i = 0; i < 2; i++)
+        uzram_destroy(writers[i].dev);
+    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
+    assert_int_equal(gs.mem_used, 0);
+    assert_int_equal(uzram_group_destroy(group), 0);
+}
+
 /* ------------------------------------------------------------------------
  * Extents
  * ---------------------------------------------------------------------- */
@@ -953,6 +1074,8 @@ int main(int argc, char **argv)
         DEVICE_TEST(test_huge_pages),
         DEVICE_TEST(test_settings_busy),
         DEVICE_TEST(test_mem_limit),
+        cmocka_unit_test(test_group_mem_limit),
+        cmocka_unit_test(test_group_concurrent),
         DEVICE_TEST(test_extent),
         cmocka_unit_test(test_compaction),
         cmocka_unit_test(test_reset),
