@@ -36,8 +36,10 @@
  * path of tls.c and transmission never starts. Under require, every option
  * before STARTTLS but ABORT must get NBD_REP_ERR_TLS_REQD.
  *
- * Only the handshake and the socket helpers are linked; nbd_log() is defined
- * here so that no server state is needed.
+ * Only the handshake and the socket helpers are linked; nbd_log() and the
+ * server's export lookups are defined here: two exports, "fuzz" (the default)
+ * and "other" (read-only, another size), whose holds are counted, so that a
+ * handshake that keeps a hold it should have given back is caught.
  * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/nbd/io.c src/nbd/tls.c src/common/util.c
  * fuzz-options: -max_len=16384
  */
@@ -67,7 +69,6 @@ void nbd_log(struct nbd_session *session, const char *format, ...)
     session->log_lines++;
 }
 
-static struct uzram *device;
 static struct nbd_tls *tls_on, *tls_require;
 
 /* TLS credentials for the on and require runs: one PSK in a file of its own. */
@@ -88,21 +89,73 @@ static void make_tls(void)
     unlink(path); /* the credentials are loaded; GnuTLS re-reads the file only per handshake */
 }
 
-/* One device for the whole run: the handshake only asks it for its size. */
-static struct uzram *get_device(void)
+#define OTHER_NAME "other"
+#define OTHER_DISK (2 * DISK)
+
+/* The fuzz target's server: two exports and the holds on each. */
+struct nbd_server {
+    struct nbd_export exports[2];
+    int holds[2], clients[2];
+};
+
+static struct nbd_server server;
+
+/* Two devices for the whole run: the handshake only asks them for their size. */
+static void make_server(void)
 {
-    if (device == NULL) {
-        struct uzram_config config;
-        uzram_config_init(&config);
-        config.disksize = DISK;
-        CHECK(uzram_create(&config, &device) == 0, "uzram_create");
+    if (server.exports[0].dev != NULL)
+        return;
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = DISK;
+    server.exports[0] = (struct nbd_export){NULL, EXPORT_NAME, false};
+    CHECK(uzram_create(&config, &server.exports[0].dev) == 0, "uzram_create");
+    config.disksize = OTHER_DISK;
+    server.exports[1] = (struct nbd_export){NULL, OTHER_NAME, true};
+    CHECK(uzram_create(&config, &server.exports[1].dev) == 0, "uzram_create");
+}
+
+struct nbd_export *nbd_export_get(struct nbd_server *s, const char *name, bool client)
+{
+    for (int i = 0; i < 2; i++) {
+        if (strcmp(name, s->exports[i].name) == 0 || (i == 0 && name[0] == '\0')) {
+            (client ? s->clients : s->holds)[i]++;
+            return &s->exports[i];
+        }
     }
-    return device;
+    return NULL;
+}
+
+void nbd_export_put(struct nbd_server *s, struct nbd_export *export, bool client)
+{
+    int i = (int)(export - s->exports);
+    CHECK(i == 0 || i == 1, "put of an export that is not one");
+    (client ? s->clients : s->holds)[i]--;
+    CHECK(s->clients[i] >= 0 && s->holds[i] >= 0, "put without a get");
+}
+
+size_t nbd_export_list(struct nbd_server *s, struct nbd_export_entry *entries, size_t max)
+{
+    size_t count = 0;
+    for (int i = 0; i < 2 && count < max; i++, count++) {
+        snprintf(entries[count].name, sizeof entries[count].name, "%s", s->exports[i].name);
+        snprintf(entries[count].description, sizeof entries[count].description, "export %d", i);
+    }
+    return count;
+}
+
+static bool known_name(const uint8_t *name, size_t length)
+{
+    for (int i = 0; i < 2; i++)
+        if (length == strlen(server.exports[i].name) &&
+            memcmp(name, server.exports[i].name, length) == 0)
+            return true;
+    return false;
 }
 
 /* Check the server's byte stream against what nbd_handshake() returned. */
 static void check_replies(const uint8_t *out, size_t size, int rc, const struct nbd_session *s,
-                          const struct nbd_export *export, enum nbd_tls_mode mode)
+                          enum nbd_tls_mode mode)
 {
     CHECK(size >= 18, "no greeting (%zu bytes)", size);
     CHECK(util_get64(out) == NBD_MAGIC && util_get64(out + 8) == NBD_OPT_MAGIC, "bad greeting");
@@ -136,21 +189,21 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
             break;
         case NBD_REP_SERVER:
             CHECK(option == NBD_OPT_LIST, "SERVER reply to option %u", option);
-            CHECK(length >= 4 && util_get32(data) == length - 4, "SERVER reply length");
+            CHECK(length >= 4 && util_get32(data) <= length - 4, "SERVER reply length");
+            CHECK(known_name(data + 4, util_get32(data)), "SERVER reply names no export");
             break;
         case NBD_REP_INFO:
             CHECK(option == NBD_OPT_INFO || option == NBD_OPT_GO, "INFO reply to %u", option);
             CHECK(length >= 2, "INFO reply without type");
             if (util_get16(data) == NBD_INFO_EXPORT) {
                 CHECK(length == 12, "INFO_EXPORT length %u", length);
-                CHECK(util_get64(data + 2) == DISK, "INFO_EXPORT size");
+                CHECK(util_get64(data + 2) == DISK || util_get64(data + 2) == OTHER_DISK,
+                      "INFO_EXPORT size");
             } else if (util_get16(data) == NBD_INFO_BLOCK_SIZE) {
                 CHECK(length == 14, "INFO_BLOCK_SIZE length %u", length);
             } else {
                 CHECK(util_get16(data) == NBD_INFO_NAME, "INFO type %u", util_get16(data));
-                CHECK(length == 2 + strlen(EXPORT_NAME) &&
-                          memcmp(data + 2, EXPORT_NAME, length - 2) == 0,
-                      "INFO_NAME");
+                CHECK(known_name(data + 2, length - 2), "INFO_NAME");
             }
             break;
         case NBD_REP_META_CONTEXT:
@@ -176,8 +229,10 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
         return;
     }
     CHECK(mode != NBD_TLS_REQUIRE, "transmission without TLS under --tls require");
-    CHECK(s->size == DISK, "session size %llu", (unsigned long long)s->size);
-    CHECK(s->flags == nbd_transmission_flags(export, s), "transmission flags");
+    CHECK(s->export == &server.exports[0] || s->export == &server.exports[1], "session export");
+    uint64_t disk = s->export == &server.exports[0] ? DISK : OTHER_DISK;
+    CHECK(s->size == disk, "session size %llu", (unsigned long long)s->size);
+    CHECK(s->flags == nbd_transmission_flags(s->export, s), "transmission flags");
     CHECK(!s->meta_allocation || s->structured, "meta context without structured replies");
     if (rest == 0) {
         CHECK(any_reply && last_option == NBD_OPT_GO && last_type == NBD_REP_ACK,
@@ -186,7 +241,7 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
         /* NBD_OPT_EXPORT_NAME: size, flags and maybe 124 zero bytes. */
         CHECK(rest == (s->no_zeroes ? 10u : 10u + NBD_EXPORT_NAME_PADDING),
               "EXPORT_NAME answer of %zu bytes", rest);
-        CHECK(util_get64(out + position) == DISK, "EXPORT_NAME size");
+        CHECK(util_get64(out + position) == disk, "EXPORT_NAME size");
         CHECK(util_get16(out + position + 8) == s->flags, "EXPORT_NAME flags");
         for (size_t i = 10; i < rest; i++)
             CHECK(out[position + i] == 0, "EXPORT_NAME padding");
@@ -195,7 +250,7 @@ static void check_replies(const uint8_t *out, size_t size, int rc, const struct 
 
 static void run(const uint8_t *data, size_t size, enum nbd_tls_mode mode)
 {
-    struct nbd_export export = {.dev = get_device(), .name = EXPORT_NAME, .read_only = false};
+    make_server();
     int fds[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
 
@@ -205,7 +260,7 @@ static void run(const uint8_t *data, size_t size, enum nbd_tls_mode mode)
 
     struct nbd_session session = {.fd = fds[0], .id = 1};
     session.tls_config = mode == NBD_TLS_ON ? tls_on : mode == NBD_TLS_REQUIRE ? tls_require : NULL;
-    int rc = nbd_handshake(&session, &export);
+    int rc = nbd_handshake(&session, &server);
     CHECK(rc == 1 || rc == 0 || rc == -EPROTO || rc == -ENOENT || rc == -ECONNRESET,
           "nbd_handshake returned %d", rc);
 
@@ -215,8 +270,15 @@ static void run(const uint8_t *data, size_t size, enum nbd_tls_mode mode)
     close(fds[0]);
     close(fds[1]);
 
-    check_replies(client.output, client.output_size, rc, &session, &export, mode);
+    check_replies(client.output, client.output_size, rc, &session, mode);
     nbd_tls_end(&session);
+    /* Every short hold given back; a client hold only with transmission starting. */
+    for (int i = 0; i < 2; i++) {
+        CHECK(server.holds[i] == 0, "export %d: %d holds kept", i, server.holds[i]);
+        int wanted = rc == 1 && session.export == &server.exports[i];
+        CHECK(server.clients[i] == wanted, "export %d: %d client holds", i, server.clients[i]);
+        server.clients[i] = 0;
+    }
     free(client.output);
 }
 

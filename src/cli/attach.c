@@ -50,16 +50,17 @@ static void detach_usage(FILE *out)
 }
 
 /* The control socket of DEVICE: returns 0, or 1 after a message. */
-static int control_path(const char *device, const char *runtime_dir_option, char *path, size_t size)
+static int control_path(const char *device, const char *runtime_dir_option,
+                        struct control_target *target)
 {
-    char runtime_dir[PATH_MAX], message[512];
+    char runtime_dir[PATH_MAX], message[PATH_MAX + 512];
     if (runtime_dir_option != NULL)
         snprintf(runtime_dir, sizeof runtime_dir, "%s", runtime_dir_option);
     else if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
         fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
         return 1;
     }
-    if (control_resolve(device, runtime_dir, path, size, message, sizeof message) < 0) {
+    if (control_resolve(device, runtime_dir, target, message, sizeof message) < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
@@ -164,12 +165,13 @@ int cmd_attach(int argc, char **argv)
             return 1;
         }
     }
-    char path[PATH_MAX], request[PATH_MAX + 64], message[1024], *body;
-    if (control_path(device, runtime_dir, path, sizeof path) != 0)
+    char request[PATH_MAX + 64], message[1024], *body;
+    struct control_target target;
+    if (control_path(device, runtime_dir, &target) != 0)
         return 1;
     snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
              absolute[0] ? " " : "", absolute);
-    if (control_request(path, request, &body, message, sizeof message) < 0) {
+    if (control_ask(&target, request, &body, message, sizeof message) < 0) {
         fprintf(stderr, "uzram: cannot attach %s: %s\n", device, message);
         return 1;
     }
@@ -220,10 +222,11 @@ int cmd_detach(int argc, char **argv)
         return 2;
     }
     const char *device = argv[optind];
-    char path[PATH_MAX], message[1024], *body;
-    if (control_path(device, runtime_dir, path, sizeof path) != 0)
+    char message[1024], *body;
+    struct control_target target;
+    if (control_path(device, runtime_dir, &target) != 0)
         return 1;
-    if (control_request(path, "detach", &body, message, sizeof message) < 0) {
+    if (control_ask(&target, "detach", &body, message, sizeof message) < 0) {
         fprintf(stderr, "uzram: cannot detach %s: %s\n", device, message);
         return 1;
     }

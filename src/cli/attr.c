@@ -1,5 +1,5 @@
 /* attr.c - `uzram attr`: read or write one attribute of a running device, or list them all.
- * Sends "get NAME" or "set NAME VALUE" to the server's control socket (NAME.ctl). */
+ * Sends "get NAME" or "set NAME VALUE" about the device to its server's control socket. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -18,28 +18,30 @@ static void attr_usage(FILE *out)
             "Usage: uzram attr [-u DIR] DEVICE [NAME [VALUE]]\n"
             "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
             "without NAME, list every attribute with its value. DEVICE is a device name\n"
-            "(looked up in the runtime directory) or the path of its .ctl control socket.\n"
+            "(looked up among the servers of the runtime directory) or the path of a .ctl\n"
+            "control socket (its server's first device).\n"
             "\n"
             "  -u, --runtime-dir DIR   look for NAME.ctl in DIR, not in the runtime directory;\n"
             "                          or the server listening on a socket: -u SOCKET as\n"
             "                          given to serve --unix (or its NAME.ctl)\n"
             "  -h, --help              show this help\n"
             "\n"
-            "Attributes: %s clients\n"
+            "Attributes: %s clients server_mem_limit\n"
             "Writable: comp_algorithm algorithm_params same_filled use_dedup mem_limit\n"
             "  mem_used_max (0) compact reset (1, only with no client connected)\n"
             "  idle (all, or seconds since the last access);\n"
-            "  disksize is set when the device is served (uzram serve --size)\n",
+            "  disksize is set when the device is served (uzram serve --size);\n"
+            "  server_mem_limit (bytes, 0 none) is the server's: all its devices together\n",
             uzram_attr_names());
 }
 
 /* Every attribute of the library's list, then clients, as "NAME  VALUE" lines: what
  * `grep . /sys/block/zram0/...` shows of a zram device. A value of several lines (debug_stat)
  * continues under the first; write-only attributes say so. */
-static int list_attributes(const char *path)
+static int list_attributes(const struct control_target *target)
 {
     char names[1024], message[512], request[128], *body;
-    snprintf(names, sizeof names, "%s clients", uzram_attr_names());
+    snprintf(names, sizeof names, "%s clients server_mem_limit", uzram_attr_names());
     int width = 0;
     for (char *name = names; *name;) {
         int length = (int)strcspn(name, " ");
@@ -53,7 +55,7 @@ static int list_attributes(const char *path)
             snprintf(request, sizeof request, "clients");
         else
             snprintf(request, sizeof request, "get %s", name);
-        int rc = control_request(path, request, &body, message, sizeof message);
+        int rc = control_ask(target, request, &body, message, sizeof message);
         if (rc == -EACCES) {
             printf("%-*s  (write-only)\n", width, name);
             continue;
@@ -76,23 +78,32 @@ static int list_attributes(const char *path)
     return status;
 }
 
-/* -u named one server (by its NBD or control socket): DEVICE must be the device it serves, or
- * the same control socket. */
-static int same_device(const struct control_place *place, const char *device, char *path,
-                       size_t size, char *message, size_t message_size)
+/* -u named one server (by its NBD or control socket): DEVICE must be one of its devices, or
+ * the same control socket (its default device). */
+static int same_device(const struct control_place *place, const char *device,
+                       struct control_target *target, char *message, size_t message_size)
 {
-    char *body, name[128] = "";
-    int rc = control_request(place->ctl, "stats", &body, message, message_size);
+    snprintf(target->ctl, sizeof target->ctl, "%s", place->ctl);
+    target->device[0] = '\0';
+    if (strcmp(device, place->ctl) == 0)
+        return 0;
+    char **names;
+    size_t count;
+    int rc = control_devices(place->ctl, &names, &count, message, message_size);
     if (rc < 0)
         return rc;
-    control_field(body, "name", name, sizeof name);
-    free(body);
-    if (strcmp(device, name) != 0 && strcmp(device, place->ctl) != 0) {
-        snprintf(message, message_size, "-u leads to device '%s' (%s), not '%s'", name, place->ctl,
+    bool found = false;
+    for (size_t i = 0; i < count && !found; i++)
+        found = strcmp(names[i], device) == 0;
+    if (!found)
+        snprintf(message, message_size,
+                 "-u leads to the server of %s, which serves %s%s%s, not '%s'", place->ctl,
+                 count ? names[0] : "no device", count > 1 ? ", " : "", count > 1 ? names[1] : "",
                  device);
+    control_free_names(names, count);
+    if (!found)
         return -ENOENT;
-    }
-    snprintf(path, size, "%s", place->ctl);
+    snprintf(target->device, sizeof target->device, "%s", device);
     return 0;
 }
 
@@ -136,26 +147,27 @@ int cmd_attr(int argc, char **argv)
         return 1;
     }
 
-    char path[PATH_MAX], message[PATH_MAX + 256], request[PATH_MAX + 64], *body;
+    char message[2 * PATH_MAX + 256], request[PATH_MAX + 64], *body;
     struct control_place place;
+    struct control_target target;
     int rc = control_place(given_place, &place, message, sizeof message);
     if (rc == 0 && place.ctl[0])
-        rc = same_device(&place, device, path, sizeof path, message, sizeof message);
+        rc = same_device(&place, device, &target, message, sizeof message);
     else if (rc == 0)
-        rc = control_resolve(device, place.dir, path, sizeof path, message, sizeof message);
+        rc = control_resolve(device, place.dir, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
     if (name == NULL)
-        return list_attributes(path);
+        return list_attributes(&target);
     if (value != NULL)
         snprintf(request, sizeof request, "set %s %s", name, value);
     else if (strcmp(name, "clients") == 0)
         snprintf(request, sizeof request, "clients");
     else
         snprintf(request, sizeof request, "get %s", name);
-    rc = control_request(path, request, &body, message, sizeof message);
+    rc = control_ask(&target, request, &body, message, sizeof message);
     if (rc < 0) {
         if (value != NULL)
             fprintf(stderr, "uzram: cannot set %s: %s\n", name, message);

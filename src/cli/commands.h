@@ -8,6 +8,8 @@ int cmd_status(int argc, char **argv);
 int cmd_attr(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_detach(int argc, char **argv);
+int cmd_hot_add(int argc, char **argv);
+int cmd_hot_remove(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 

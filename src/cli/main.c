@@ -16,6 +16,8 @@ static const struct {
     {"attr", cmd_attr, "read or write an attribute of a running device"},
     {"attach", cmd_attach, "give a running device a /dev node (nbd-client or FUSE + loop)"},
     {"detach", cmd_detach, "take the /dev node of a running device away again"},
+    {"hot-add", cmd_hot_add, "add a device to a running server (zram's hot_add)"},
+    {"hot-remove", cmd_hot_remove, "remove a device from its server (zram's hot_remove)"},
     {"estimate", cmd_estimate,
      "estimate what same-filled pages, compression and dedup save on data"},
     {"bench", cmd_bench, "measure the engine on generated data"},
@@ -30,7 +32,7 @@ static void usage(FILE *out)
           "Commands:\n",
           out);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
           "Run 'uzram COMMAND --help' for the options of a command; see uzram(1).\n"
           "Example:\n"

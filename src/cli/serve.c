@@ -1,9 +1,12 @@
-/* serve.c - `uzram serve`: command line of the NBD server, device creation, socket paths.
- * Every bad setting ends with one line saying what to do; the server itself is in nbd/server.c. */
+/* serve.c - `uzram serve`: command line of the NBD server, its devices, socket paths.
+ * Every bad setting ends with one line saying what to do; the server itself is in nbd/server.c.
+ * The devices' settings are read here for hot-add too (make_device()), so that a device
+ * added at run time takes exactly what --device takes. */
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/serve.h"
 #include "nbd/server.h"
 #include "attach/attach.h"
 #include "common/systemd.h"
@@ -39,12 +43,19 @@ enum {
     OPT_TLS_CERTIFICATES,
     OPT_TLS_PSK,
     OPT_TLS_VERIFY_PEER,
+    OPT_DEVICE,
+    OPT_SERVER_MEM_LIMIT,
 };
+
+/* The `code` of a row that starts a group of --help: what the options below it set. */
+enum { SETS_SERVER = 0, SETS_DEVICE = 1 };
 
 /* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
  * the configuration file are all made from this list, so an option added here is a key
- * too. A row without a name starts a group of --help. Flags (optional_argument) take
- * `=yes` or `=no` in their long form, so the command line can undo a file's setting. */
+ * too. A row without a name starts a group of --help; the options of a SETS_DEVICE group
+ * are a device's own settings (each --device, configuration section and hot-add may set
+ * them), the others the whole server's. Flags (optional_argument) take `=yes` or `=no` in
+ * their long form, so the command line can undo a file's setting. */
 static const struct serve_option {
     const char *name; /* long option and configuration key */
     int code;         /* short option letter, or OPT_* */
@@ -53,7 +64,7 @@ static const struct serve_option {
     const char *help; /* lines after the first are indented under it */
     bool command_line_only;
 } serve_options[] = {
-    {NULL, 0, 0, NULL, "Device:", false},
+    {NULL, SETS_DEVICE, 0, NULL, "Device (with several, each --device may set these):", false},
     {"size", 's', required_argument, "SIZE", "disk size, K/M/G/T suffixes (default 1G)", false},
     {"algorithm", 'a', required_argument, "NAME", "compression algorithm (default lz4)", false},
     {"level", 'l', required_argument, "N", "compression level (default: the algorithm's)", false},
@@ -91,16 +102,29 @@ static const struct serve_option {
      "pages a second the background writeback may write\n"
      "(default 4096; 0: no limit)",
      false},
-    {"name", 'n', required_argument, "NAME",
-     "device and export name (default uzram0; with --config,\n"
-     "the section to serve)",
-     true},
     {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
+    {NULL, SETS_SERVER, 0, NULL, "Server:", false},
+    {"name", 'n', required_argument, "NAME",
+     "device and export name (default uzram0); with --device\n"
+     "or a devices key, the server's name (default: its first\n"
+     "device's); with --config, the section to serve",
+     true},
+    {"device", OPT_DEVICE, required_argument, "SPEC",
+     "serve one more device, SPEC = NAME[:SIZE[:KEY=VALUE]...]\n"
+     "with the keys of the device options above (dedup alone\n"
+     "for dedup=yes); a bare NAME with --config: its section.\n"
+     "Repeat it for several; the first is the default export",
+     true},
+    {"server-mem-limit", OPT_SERVER_MEM_LIMIT, required_argument, "SIZE",
+     "most memory the compressed pages of all the devices\n"
+     "together may use (default none)",
+     false},
     {"swap", OPT_SWAP, optional_argument, NULL,
      "for swap: lock memory, allocate without waiting for\n"
-     "I/O, no OOM kill (needs --mem-limit and root)",
+     "I/O, no OOM kill (needs --mem-limit or\n"
+     "--server-mem-limit, and root)",
      false},
-    {NULL, 0, 0, NULL, "Listening:", false},
+    {NULL, SETS_SERVER, 0, NULL, "Listening:", false},
     {"unix", 'u', required_argument, "PATH",
      "NBD Unix socket (default NAME.sock in the runtime\n"
      "directory, $XDG_RUNTIME_DIR/uzram; see uzram(1))",
@@ -117,7 +141,7 @@ static const struct serve_option {
      "number of CPUs, at least 2); helpers start only while\n"
      "costly requests queue up",
      false},
-    {NULL, 0, 0, NULL, "TLS (clients use nbds:// URIs):", false},
+    {NULL, SETS_SERVER, 0, NULL, "TLS (clients use nbds:// URIs):", false},
     {"tls", OPT_TLS, required_argument, "off|on|require",
      "on: offer TLS (NBD_OPT_STARTTLS); require: refuse\n"
      "clients that do not start it (default: require when\n"
@@ -135,7 +159,7 @@ static const struct serve_option {
      "X.509: clients must show a certificate signed by\n"
      "DIR/ca-cert.pem",
      false},
-    {NULL, 0, 0, NULL, "Other:", false},
+    {NULL, SETS_SERVER, 0, NULL, "Other:", false},
     {"config", OPT_CONFIG, required_argument, "FILE",
      "read the options of device NAME from the [NAME] section\n"
      "of FILE; options on the command line win",
@@ -146,11 +170,14 @@ static const struct serve_option {
 #define SERVE_OPTION_COUNT (sizeof serve_options / sizeof serve_options[0])
 #define HELP_COLUMN 26
 
+/* The configuration key that makes a section a server's: the sections of its devices. */
+#define DEVICES_KEY "devices"
+
 static void serve_usage(FILE *out)
 {
     fputs("Usage: uzram serve [OPTION]...\n"
-          "Create a compressed RAM disk and serve it over NBD until SIGINT/SIGTERM\n"
-          "(SIGHUP is ignored).\n",
+          "Create compressed RAM disks and serve them over NBD until SIGINT/SIGTERM\n"
+          "(SIGHUP is ignored): one (uzram0), or one per --device.\n",
           out);
     for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
         const struct serve_option *o = &serve_options[i];
@@ -176,12 +203,16 @@ static void serve_usage(FILE *out)
     fputs("\n"
           "Flags take an optional =yes or =no in their long form (--dedup=no). The keys of a\n"
           "--config file are the long options above, one 'KEY = VALUE' a line, in a [NAME]\n"
-          "section per device. The control socket NAME.ctl is created in the runtime\n"
-          "directory (only you can write there); see uzram status and uzram attr. The disk\n"
-          "lives only in this process, like zram and tmpfs: it is lost when the server\n"
-          "stops. Example:\n"
+          "section per device; a section with a 'devices = NAME...' key is a server of those\n"
+          "devices, and its device keys are their defaults. With several devices the device\n"
+          "options given alone apply to each (a --device's own keys win). The control socket\n"
+          "NAME.ctl is created in the runtime directory (only you can write there); see uzram\n"
+          "status, uzram attr, uzram hot-add and hot-remove. The disks live only in this\n"
+          "process, like zram and tmpfs: they are lost when the server stops. Examples:\n"
           "  uzram serve -s 4G -a zstd --dedup &\n"
-          "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n",
+          "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n"
+          "  uzram serve --name pool --device db:4G:dedup --device tmp:1G:algorithm=zstd &\n"
+          "  nbdinfo --list 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/pool.sock'\n",
           out);
 }
 
@@ -196,34 +227,87 @@ static int parse_uint(const char *text, unsigned long max, int base, unsigned lo
     return 0;
 }
 
-/* Where a setting came from: the command line (file NULL) or a line of the configuration. */
+/* Where a setting came from: the command line (file and spec NULL), a line of the
+ * configuration, or a device SPEC (--device, hot-add). */
 struct origin {
     const char *file;
     unsigned line;
+    const char *spec;
 };
 
-/* What `uzram serve` was asked for: the device, and where to listen. */
-struct serve_plan {
+/* One device to serve: its settings as given, checked by device_settings(). */
+struct device_plan {
+    const char *name;
     struct uzram_config config;
-    struct nbd_server_options options;
-    const char *size_text, *level_text, *unix_path;
+    const char *size_text, *level_text;
     const char *recompress; /* --recompress as given, checked once the device exists */
     uint64_t recompress_idle;
     /* Writeback, set once the device exists. */
     const char *backing_file;
     uint64_t backing_size, writeback_idle, writeback_rate;
     bool writeback_when_full, writeback_rate_given;
-    bool no_unix;
-    bool tls_given; /* --tls was set, not defaulted */
+    bool read_only;
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
+};
+
+/* A device option given on the command line without --device: applied to every device. */
+struct given_option {
+    const struct serve_option *option;
+    const char *arg;
+};
+
+/* What `uzram serve` was asked for: the devices, and where to listen. */
+struct serve_plan {
+    struct nbd_server_options options;
+    const char *unix_path;
+    bool no_unix;
+    bool tls_given;                         /* --tls was set, not defaulted */
+    struct origin from[SERVE_OPTION_COUNT]; /* of the server's options */
+    /* The devices: from --device (specs), a server section's devices key, or the one. */
+    struct device_plan *devices;
+    size_t device_count;
+    const char **specs; /* --device as given */
+    size_t spec_count;
+    struct given_option *given; /* the command line's device options, in order */
+    size_t given_count;
+    const struct config *file;           /* --config, or NULL */
+    const struct config_section *server; /* its section of server settings, or NULL */
+    bool several;                        /* --device or a devices key: the devices are listed */
+    char *listed_text;                   /* the server section's devices key, cut in words */
+    const char *listed[NBD_SERVER_MAX_EXPORTS];
+    size_t listed_count;
+    /* Where a complaint goes: stderr ("uzram: ...\n"), or, for hot-add, this buffer. */
+    char *message;
+    size_t message_size;
     /* Storage for the paths options points to when they are derived. */
     char unix_buffer[PATH_MAX], ctl_path[PATH_MAX];
     int inherited[SYSTEMD_MAX_LISTEN_FDS]; /* sockets handed over (socket activation) */
+    char **spec_copies;                    /* per device: its --device text, cut by apply_spec() */
+    bool name_given;                       /* --name */
 };
 
 /* The GO_ON-or-status steps below return GO_ON, or the exit status to stop with. */
 #define GO_ON (-1)
+
+/* One line saying what is wrong and what to do: on stderr, or the answer to hot-add. */
+static void complain(const struct serve_plan *plan, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void complain(const struct serve_plan *plan, const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    if (plan->message != NULL) {
+        if (plan->message[0] == '\0')
+            vsnprintf(plan->message, plan->message_size, format, args);
+    } else {
+        fputs("uzram: ", stderr);
+        vfprintf(stderr, format, args);
+        fputc('\n', stderr);
+    }
+    va_end(args);
+}
 
 /* The option a configuration key names, or NULL: every option but the command-line-only ones. */
 static const struct serve_option *option_by_key(const char *key)
@@ -243,8 +327,18 @@ static const struct serve_option *option_by_code(int code)
     return NULL;
 }
 
+/* Is `option` a device's own setting (in a SETS_DEVICE group of the table)? */
+static bool sets_device(const struct serve_option *option)
+{
+    for (const struct serve_option *row = option; row >= serve_options; row--)
+        if (row->name == NULL)
+            return row->code == SETS_DEVICE;
+    return false;
+}
+
 /* How a message names an option: "--size" on the command line; "size", after "FILE:LINE: ",
- * from a configuration file. Messages read "uzram: WHERE... NAME 'VALUE' ...". */
+ * from a configuration file, or after "in 'SPEC': " from a device spec. Messages read
+ * "WHERE... NAME 'VALUE' ...". */
 struct label {
     char where[PATH_MAX + 32];
     char name[64];
@@ -253,35 +347,40 @@ struct label {
 static const struct label *option_label(const struct serve_option *option,
                                         const struct origin *from, struct label *label)
 {
-    if (from->file == NULL) {
+    if (from->file == NULL && from->spec == NULL) {
         label->where[0] = '\0';
         snprintf(label->name, sizeof label->name, "--%s", option->name);
     } else {
-        snprintf(label->where, sizeof label->where, "%s:%u: ", from->file, from->line);
+        if (from->file != NULL)
+            snprintf(label->where, sizeof label->where, "%s:%u: ", from->file, from->line);
+        else
+            snprintf(label->where, sizeof label->where, "in '%.4000s': ", from->spec);
         snprintf(label->name, sizeof label->name, "%s", option->name);
     }
     return label;
 }
 
-static int parse_size_option(const struct label *label, const char *text, uint64_t *bytes)
+static int parse_size_option(const struct serve_plan *plan, const struct label *label,
+                             const char *text, uint64_t *bytes)
 {
     int rc = uzram_parse_size(text, bytes);
     if (rc == -ERANGE) {
-        fprintf(stderr, "uzram: %s%s '%s' is too large\n", label->where, label->name, text);
+        complain(plan, "%s%s '%s' is too large", label->where, label->name, text);
         return -1;
     }
     if (rc < 0) {
-        fprintf(stderr,
-                "uzram: %s%s '%s' is not a size; use a number with an optional K, M, G "
-                "or T suffix, e.g. 512M\n",
-                label->where, label->name, text);
+        complain(plan,
+                 "%s%s '%s' is not a size; use a number with an optional K, M, G or T suffix, "
+                 "e.g. 512M",
+                 label->where, label->name, text);
         return -1;
     }
     return 0;
 }
 
 /* A flag's value: none (the flag alone), or yes/no as systemd spells them. */
-static int parse_flag(const struct label *label, const char *text, bool *value)
+static int parse_flag(const struct serve_plan *plan, const struct label *label, const char *text,
+                      bool *value)
 {
     static const char *const yes[] = {"yes", "y", "true", "on", "1"};
     static const char *const no[] = {"no", "n", "false", "off", "0"};
@@ -295,34 +394,56 @@ static int parse_flag(const struct label *label, const char *text, bool *value)
             return 0;
         }
     }
-    fprintf(stderr, "uzram: %sbad %s '%s'; use yes or no\n", label->where, label->name, text);
+    complain(plan, "%sbad %s '%s'; use yes or no", label->where, label->name, text);
     return -1;
 }
 
-/* One option, from the command line or the configuration: returns 0, or -1 after one line
- * that names where the bad value came from and says what is allowed. */
-static int apply_option(struct serve_plan *plan, const struct serve_option *option, const char *arg,
+/* A device's settings before any option: the defaults. */
+static void device_defaults(struct device_plan *device, const char *name)
+{
+    memset(device, 0, sizeof *device);
+    device->name = name;
+    uzram_config_init(&device->config);
+    device->config.comp_algorithm = "lz4";
+    device->size_text = "1G";
+}
+
+/* One option, from the command line, the configuration or a device spec: a device's own
+ * settings go to `device` (NULL: there is none to set, the option is refused), the others
+ * to the server. Returns 0, or -1 after one line that names where the bad value came from
+ * and says what is allowed. */
+static int apply_option(struct serve_plan *plan, struct device_plan *device,
+                        const struct serve_option *option, const char *arg,
                         const struct origin *from)
 {
-    struct uzram_config *config = &plan->config;
     struct nbd_server_options *options = &plan->options;
     struct label label;
     unsigned long value;
     bool flag = false;
 
     option_label(option, from, &label);
-    plan->from[option - serve_options] = *from;
-    if (option->has_arg == optional_argument && parse_flag(&label, arg, &flag) < 0)
+    if (sets_device(option)) {
+        if (device == NULL) {
+            complain(plan, "%s%s is a setting of one device; it cannot be set here", label.where,
+                     label.name);
+            return -1;
+        }
+        device->from[option - serve_options] = *from;
+    } else {
+        plan->from[option - serve_options] = *from;
+    }
+    struct uzram_config *config = device ? &device->config : NULL;
+    if (option->has_arg == optional_argument && parse_flag(plan, &label, arg, &flag) < 0)
         return -1;
     switch (option->code) {
     case 's':
-        plan->size_text = arg;
+        device->size_text = arg;
         break;
     case 'a':
         config->comp_algorithm = arg;
         break;
     case 'l':
-        plan->level_text = arg;
+        device->level_text = arg;
         break;
     case OPT_NO_SAME_FILLED:
         config->same_filled = !flag;
@@ -331,23 +452,59 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         config->use_dedup = flag;
         break;
     case 'm':
-        return parse_size_option(&label, arg, &config->mem_limit);
+        return parse_size_option(plan, &label, arg, &config->mem_limit);
+    case 'r':
+        device->read_only = flag;
+        break;
+    case OPT_RECOMPRESS_IDLE:
+        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
+            complain(plan, "%sbad %s '%s'; use a number of seconds, 0 for off", label.where,
+                     label.name, arg);
+            return -1;
+        }
+        device->recompress_idle = value;
+        break;
+    case OPT_RECOMPRESS:
+        device->recompress = arg;
+        break;
+    case OPT_BACKING_FILE:
+        device->backing_file = arg;
+        break;
+    case OPT_BACKING_SIZE:
+        return parse_size_option(plan, &label, arg, &device->backing_size);
+    case OPT_WRITEBACK_WHEN_FULL:
+        device->writeback_when_full = flag;
+        break;
+    case OPT_WRITEBACK_IDLE:
+    case OPT_WRITEBACK_RATE:
+        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
+            complain(plan, "%sbad %s '%s'; use a number%s, 0 for %s", label.where, label.name, arg,
+                     option->code == OPT_WRITEBACK_IDLE ? " of seconds" : "",
+                     option->code == OPT_WRITEBACK_IDLE ? "off" : "no limit");
+            return -1;
+        }
+        if (option->code == OPT_WRITEBACK_IDLE) {
+            device->writeback_idle = value;
+        } else {
+            device->writeback_rate = value;
+            device->writeback_rate_given = true;
+        }
+        break;
     case 'n':
         if (!util_valid_name(arg)) {
-            fprintf(stderr,
-                    "uzram: %sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not "
-                    "starting with -\n",
-                    label.where, label.name, arg);
+            complain(plan,
+                     "%sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not starting "
+                     "with -",
+                     label.where, label.name, arg);
             return -1;
         }
         options->name = arg;
         break;
-    case 'r':
-        options->read_only = flag;
-        break;
     case OPT_SWAP:
         options->swap = flag;
         break;
+    case OPT_SERVER_MEM_LIMIT:
+        return parse_size_option(plan, &label, arg, &options->server_mem_limit);
     case 'u':
         plan->unix_path = arg;
         break;
@@ -359,8 +516,8 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         break;
     case OPT_SOCKET_MODE:
         if (parse_uint(arg, 0777, 8, &value) < 0) {
-            fprintf(stderr, "uzram: %sbad %s '%s'; use an octal mode like 0660\n", label.where,
-                    label.name, arg);
+            complain(plan, "%sbad %s '%s'; use an octal mode like 0660", label.where, label.name,
+                     arg);
             return -1;
         }
         options->socket_mode = (unsigned)value;
@@ -372,56 +529,22 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         else if (parse_uint(arg, INT_MAX, 10, &value) == 0)
             options->socket_gid = (long)value;
         else {
-            fprintf(stderr, "uzram: %sunknown %s '%s'; give a group name or id\n", label.where,
-                    label.name, arg);
+            complain(plan, "%sunknown %s '%s'; give a group name or id", label.where, label.name,
+                     arg);
             return -1;
         }
         break;
     }
     case OPT_THREADS:
         if (parse_uint(arg, NBD_SERVER_MAX_THREADS, 10, &value) < 0 || value == 0) {
-            fprintf(stderr, "uzram: %sbad %s '%s'; use a number from 1 to %u\n", label.where,
-                    label.name, arg, NBD_SERVER_MAX_THREADS);
+            complain(plan, "%sbad %s '%s'; use a number from 1 to %u", label.where, label.name, arg,
+                     NBD_SERVER_MAX_THREADS);
             return -1;
         }
         options->threads = (unsigned)value;
         break;
     case 'q':
         options->quiet = flag;
-        break;
-    case OPT_RECOMPRESS_IDLE:
-        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
-            fprintf(stderr, "uzram: %sbad %s '%s'; use a number of seconds, 0 for off\n",
-                    label.where, label.name, arg);
-            return -1;
-        }
-        plan->recompress_idle = value;
-        break;
-    case OPT_RECOMPRESS:
-        plan->recompress = arg;
-        break;
-    case OPT_BACKING_FILE:
-        plan->backing_file = arg;
-        break;
-    case OPT_BACKING_SIZE:
-        return parse_size_option(&label, arg, &plan->backing_size);
-    case OPT_WRITEBACK_WHEN_FULL:
-        plan->writeback_when_full = flag;
-        break;
-    case OPT_WRITEBACK_IDLE:
-    case OPT_WRITEBACK_RATE:
-        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
-            fprintf(stderr, "uzram: %sbad %s '%s'; use a number%s, 0 for %s\n", label.where,
-                    label.name, arg, option->code == OPT_WRITEBACK_IDLE ? " of seconds" : "",
-                    option->code == OPT_WRITEBACK_IDLE ? "off" : "no limit");
-            return -1;
-        }
-        if (option->code == OPT_WRITEBACK_IDLE) {
-            plan->writeback_idle = value;
-        } else {
-            plan->writeback_rate = value;
-            plan->writeback_rate_given = true;
-        }
         break;
     case OPT_TLS:
         if (strcmp(arg, "off") == 0) {
@@ -431,8 +554,7 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
         } else if (strcmp(arg, "require") == 0) {
             options->tls.mode = NBD_TLS_REQUIRE;
         } else {
-            fprintf(stderr, "uzram: %sbad %s '%s'; use off, on or require\n", label.where,
-                    label.name, arg);
+            complain(plan, "%sbad %s '%s'; use off, on or require", label.where, label.name, arg);
             return -1;
         }
         plan->tls_given = true;
@@ -450,10 +572,81 @@ static int apply_option(struct serve_plan *plan, const struct serve_option *opti
     return 0;
 }
 
-/* The section of the configuration file to serve: the one named by --name, or the only one.
- * Every section's keys are checked, so a typo anywhere in the file is found at once. */
-static int apply_config(struct serve_plan *plan, const char *path, const char *name,
-                        struct config **loaded)
+/* ------------------------------------------------------------------------
+ * The configuration file
+ * ---------------------------------------------------------------------- */
+
+/* Which keys of a section apply. */
+enum section_part {
+    SECTION_SERVER,   /* the server's section (or the one device's): its server keys */
+    SECTION_DEFAULTS, /* the same section's device keys: the one device's, or each one's */
+    SECTION_DEVICE,   /* a device's section, one of several: device keys only */
+};
+
+static int apply_section(struct serve_plan *plan, struct device_plan *device,
+                         const struct config_section *section, enum section_part part)
+{
+    for (size_t e = 0; e < section->entry_count; e++) {
+        const struct config_entry *entry = &section->entries[e];
+        const struct origin from = {plan->file->path, entry->line, NULL};
+        if (strcmp(entry->key, DEVICES_KEY) == 0)
+            continue;
+        const struct serve_option *option = option_by_key(entry->key);
+        bool own = sets_device(option);
+        if (part == SECTION_DEVICE && !own) {
+            complain(plan,
+                     "%s:%u: '%s' in [%s] is a setting of the whole server, not of one of its "
+                     "devices: put it in the server's section or on the command line",
+                     plan->file->path, entry->line, entry->key, section->name);
+            return -1;
+        }
+        if ((part == SECTION_SERVER && own) || (part == SECTION_DEFAULTS && !own))
+            continue;
+        if (apply_option(plan, own ? device : NULL, option, entry->value, &from) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The names a server section's devices key lists (space or comma separated), cut into
+ * words in `plan->listed_text`. Returns how many, or -1 after a complaint. */
+static int section_devices(struct serve_plan *plan, const struct config_section *section)
+{
+    const struct config_entry *entry = NULL;
+    for (size_t e = 0; e < section->entry_count; e++)
+        if (strcmp(section->entries[e].key, DEVICES_KEY) == 0)
+            entry = &section->entries[e];
+    if (entry == NULL)
+        return 0;
+    plan->listed_text = strdup(entry->value);
+    if (plan->listed_text == NULL) {
+        complain(plan, "out of memory");
+        return -1;
+    }
+    size_t count = 0;
+    char *save = NULL;
+    for (char *word = strtok_r(plan->listed_text, " ,\t", &save); word;
+         word = strtok_r(NULL, " ,\t", &save)) {
+        if (!util_valid_name(word)) {
+            complain(plan, "%s:%u: bad device name '%s' in %s; list the sections of the devices",
+                     plan->file->path, entry->line, word, DEVICES_KEY);
+            return -1;
+        }
+        if (count == NBD_SERVER_MAX_EXPORTS) {
+            complain(plan, "%s:%u: more than %u devices; one server serves at most that many",
+                     plan->file->path, entry->line, NBD_SERVER_MAX_EXPORTS);
+            return -1;
+        }
+        plan->listed[count++] = word;
+    }
+    return (int)count;
+}
+
+/* Load --config and check every section's keys, so a typo anywhere in the file is found at
+ * once; then pick the section to serve: the one --name names, or the only one (unless
+ * --device lists the devices). */
+static int load_config(struct serve_plan *plan, const char *path, const char *name,
+                       struct config **loaded)
 {
     char error[PATH_MAX + 512];
     if (config_load(path, loaded, error, sizeof error) < 0) {
@@ -461,12 +654,15 @@ static int apply_config(struct serve_plan *plan, const char *path, const char *n
         return 1;
     }
     const struct config *config = *loaded;
+    plan->file = config;
     char keys[1024] = "";
     size_t used = 0;
     for (size_t i = 0; i < SERVE_OPTION_COUNT && used < sizeof keys; i++)
         if (serve_options[i].name != NULL && !serve_options[i].command_line_only)
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", used ? ", " : "",
                                      serve_options[i].name);
+    if (used < sizeof keys)
+        snprintf(keys + used, sizeof keys - used, ", " DEVICES_KEY);
     for (size_t s = 0; s < config->section_count; s++) {
         const struct config_section *section = &config->sections[s];
         if (!util_valid_name(section->name)) {
@@ -485,14 +681,15 @@ static int apply_config(struct serve_plan *plan, const char *path, const char *n
                         path, entry->line, section->name);
                 return 1;
             }
-            if (option == NULL) {
+            if (option == NULL && strcmp(entry->key, DEVICES_KEY) != 0) {
                 fprintf(stderr, "uzram: %s:%u: unknown key '%s' in [%s]; the keys are: %s\n", path,
                         entry->line, entry->key, section->name, keys);
                 return 1;
             }
             if (entry->value[0] == '\0') {
                 fprintf(stderr, "uzram: %s:%u: key '%s' needs a value%s\n", path, entry->line,
-                        entry->key, option->has_arg == optional_argument ? " (yes or no)" : "");
+                        entry->key,
+                        option && option->has_arg == optional_argument ? " (yes or no)" : "");
                 return 1;
             }
         }
@@ -501,6 +698,10 @@ static int apply_config(struct serve_plan *plan, const char *path, const char *n
     const struct config_section *chosen = NULL;
     if (name != NULL) {
         chosen = config_section(config, name);
+        if (chosen == NULL && plan->spec_count > 0)
+            return GO_ON; /* --name only names the server of the --device list */
+    } else if (plan->spec_count > 0) {
+        return GO_ON; /* the --device list says which sections to serve */
     } else if (config->section_count == 1) {
         chosen = &config->sections[0];
     } else if (config->section_count > 1) {
@@ -514,15 +715,14 @@ static int apply_config(struct serve_plan *plan, const char *path, const char *n
                 name ? name : "NAME");
         return 1;
     }
+    plan->server = chosen;
     plan->options.name = chosen->name;
-    for (size_t e = 0; e < chosen->entry_count; e++) {
-        const struct config_entry *entry = &chosen->entries[e];
-        const struct origin from = {path, entry->line};
-        if (apply_option(plan, option_by_key(entry->key), entry->value, &from) < 0)
-            return 1;
-    }
     return GO_ON;
 }
+
+/* ------------------------------------------------------------------------
+ * The command line
+ * ---------------------------------------------------------------------- */
 
 /* The command line: options are collected first, so that the configuration file (which
  * --config names, anywhere on the line) is applied before them and they override it. Values
@@ -547,28 +747,27 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
     long_options[long_count] = (struct option){NULL, 0, NULL, 0};
     short_options[short_length] = '\0';
 
-    struct uzram_config *config = &plan->config;
     struct nbd_server_options *options = &plan->options;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    uzram_config_init(config);
-    config->comp_algorithm = "lz4";
     *options = (struct nbd_server_options){
         .name = "uzram0",
         .socket_mode = 0600,
         .socket_gid = -1,
     };
-    plan->size_text = "1G";
     /* Per connection: with 2 workers one can run a request while the other
      * reads the next, so one pipelining client keeps 2 cores busy. */
     options->threads = cpus < 2                        ? 2
                        : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
                                                        : (unsigned)cpus;
 
-    struct {
-        const struct serve_option *option;
-        const char *arg;
-    } given[argc > 0 ? argc : 1];
-    size_t given_count = 0;
+    struct given_option server_given[argc > 0 ? argc : 1];
+    size_t server_count = 0;
+    plan->given = calloc((size_t)(argc > 0 ? argc : 1), sizeof *plan->given);
+    plan->specs = calloc((size_t)(argc > 0 ? argc : 1), sizeof *plan->specs);
+    if (plan->given == NULL || plan->specs == NULL) {
+        fputs("uzram: out of memory\n", stderr);
+        return 1;
+    }
     const char *config_path = NULL, *name = NULL;
     int c;
     optind = 1;
@@ -582,14 +781,18 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
             fputs("Try 'uzram serve --help' for more information.\n", stderr);
             return 2;
         }
-        if (c == OPT_CONFIG) {
+        if (c == OPT_CONFIG)
             config_path = optarg;
-        } else {
-            given[given_count].option = option;
-            given[given_count++].arg = optarg;
-        }
-        if (c == 'n')
+        else if (c == OPT_DEVICE)
+            plan->specs[plan->spec_count++] = optarg;
+        else if (sets_device(option))
+            plan->given[plan->given_count++] = (struct given_option){option, optarg};
+        else
+            server_given[server_count++] = (struct given_option){option, optarg};
+        if (c == 'n') {
             name = optarg;
+            plan->name_given = true;
+        }
     }
     if (optind < argc) {
         fprintf(stderr,
@@ -599,13 +802,22 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
         return 2;
     }
     if (config_path != NULL) {
-        int status = apply_config(plan, config_path, name, loaded);
+        int status = load_config(plan, config_path, name, loaded);
         if (status != GO_ON)
             return status;
     }
-    const struct origin command_line = {NULL, 0};
-    for (size_t i = 0; i < given_count; i++)
-        if (apply_option(plan, given[i].option, given[i].arg, &command_line) < 0)
+    /* The server's settings: its section's, then the command line's. */
+    int listed = plan->server != NULL ? section_devices(plan, plan->server) : 0;
+    if (listed < 0)
+        return 1;
+    plan->listed_count = (size_t)listed;
+    plan->several = plan->spec_count > 0 || listed > 0;
+    if (plan->server != NULL && apply_section(plan, NULL, plan->server, SECTION_SERVER) < 0)
+        return 1;
+    const struct origin command_line = {NULL, 0, NULL};
+    for (size_t i = 0; i < server_count; i++)
+        if (apply_option(plan, NULL, server_given[i].option, server_given[i].arg, &command_line) <
+            0)
             return 1;
     /* The client deadlines, shorter for tests that wait for them. */
     const char *timeout = getenv("UZRAM_SERVE_TIMEOUT");
@@ -621,7 +833,97 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
     return GO_ON;
 }
 
-/* How a later check names an option: as it was last given. */
+/* ------------------------------------------------------------------------
+ * The devices
+ * ---------------------------------------------------------------------- */
+
+/* The keys of a device SPEC after NAME: ":SIZE" (may be empty: the default), then
+ * ":KEY=VALUE" or ":KEY" (a flag: yes) per setting. `text` is cut in place and must live
+ * as long as the device's plan. */
+static int apply_spec(struct serve_plan *plan, struct device_plan *device, char *text,
+                      const struct origin *from)
+{
+    char *size = text;
+    char *rest = strchr(size, ':');
+    if (rest != NULL)
+        *rest++ = '\0';
+    if (size[0] != '\0')
+        apply_option(plan, device, option_by_code('s'), size, from);
+    while (rest != NULL) {
+        char *key = rest;
+        rest = strchr(key, ':');
+        if (rest != NULL)
+            *rest++ = '\0';
+        char *value = strchr(key, '=');
+        if (value != NULL)
+            *value++ = '\0';
+        const struct serve_option *option = option_by_key(key);
+        if (option == NULL || !sets_device(option)) {
+            char keys[512] = "";
+            size_t used = 0;
+            for (size_t i = 0; i < SERVE_OPTION_COUNT && used < sizeof keys; i++)
+                if (serve_options[i].name != NULL && sets_device(&serve_options[i]))
+                    used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s",
+                                             used ? ", " : "", serve_options[i].name);
+            complain(plan,
+                     "%s'%s' is %s; a device takes NAME:SIZE, then KEY=VALUE with the keys %s "
+                     "(separated by ':')",
+                     option_label(option_by_code('s'), from, &(struct label){0})->where, key,
+                     option == NULL ? "no key" : "a setting of the whole server", keys);
+            return -1;
+        }
+        if (value == NULL && option->has_arg == required_argument) {
+            complain(plan, "in '%s': %s needs a value: %s=%s", from->spec, key, key,
+                     option->arg ? option->arg : "VALUE");
+            return -1;
+        }
+        if (apply_option(plan, device, option, value, from) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* One device's settings, each layer over the one before: the defaults; the device options
+ * of the server's section (with several devices; the one device's section otherwise); the
+ * device's own section, when the file has one ([NAME]; a bare NAME must have one); the
+ * device options of the command line; the keys of its SPEC (`spec`: the text after NAME,
+ * NULL for none, cut in place). */
+static int plan_device(struct serve_plan *plan, struct device_plan *device, const char *name,
+                       char *spec, const struct origin *from)
+{
+    device_defaults(device, name);
+    if (plan->server != NULL && apply_section(plan, device, plan->server, SECTION_DEFAULTS) < 0)
+        return -1;
+    if (plan->several && plan->file != NULL) {
+        const struct config_section *own = config_section(plan->file, name);
+        if (own == NULL && spec == NULL && from->spec != NULL) {
+            complain(plan, "%s has no section [%s]; give the device a size: %s:SIZE",
+                     plan->file->path, name, name);
+            return -1;
+        }
+        if (own != NULL && own != plan->server &&
+            apply_section(plan, device, own, SECTION_DEVICE) < 0)
+            return -1;
+    }
+    const struct origin command_line = {NULL, 0, NULL};
+    for (size_t i = 0; i < plan->given_count; i++)
+        if (apply_option(plan, device, plan->given[i].option, plan->given[i].arg, &command_line) <
+            0)
+            return -1;
+    if (spec != NULL && apply_spec(plan, device, spec, from) < 0)
+        return -1;
+    return 0;
+}
+
+/* How a later check names a device's option: as it was last given. */
+static const struct label *device_label(const struct device_plan *device, int code,
+                                        struct label *label)
+{
+    const struct serve_option *option = option_by_code(code);
+    return option_label(option, &device->from[option - serve_options], label);
+}
+
+/* How a later check names a server option: as it was last given. */
 static const struct label *label_of(const struct serve_plan *plan, int code, struct label *label)
 {
     const struct serve_option *option = option_by_code(code);
@@ -630,17 +932,17 @@ static const struct label *label_of(const struct serve_plan *plan, int code, str
 
 /* Size, algorithm and level, checked before the device is made so that each
  * mistake gets its own message. */
-static int device_settings(struct serve_plan *plan)
+static int device_settings(const struct serve_plan *plan, struct device_plan *device)
 {
-    struct uzram_config *config = &plan->config;
+    struct uzram_config *config = &device->config;
     struct label label;
 
-    label_of(plan, 's', &label);
-    if (parse_size_option(&label, plan->size_text, &config->disksize) < 0)
+    device_label(device, 's', &label);
+    if (parse_size_option(plan, &label, device->size_text, &config->disksize) < 0)
         return 1;
     if (config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE != 0) {
-        fprintf(stderr, "uzram: %s%s '%s' must be a non-zero multiple of 4K\n", label.where,
-                label.name, plan->size_text);
+        complain(plan, "%s%s '%s' must be a non-zero multiple of 4K", label.where, label.name,
+                 device->size_text);
         return 1;
     }
     int min_level, max_level, default_level;
@@ -649,12 +951,12 @@ static int device_settings(struct serve_plan *plan)
         char list[256] = "";
         uzram_algorithm_list(NULL, list, sizeof list);
         list[strcspn(list, "\n")] = '\0';
-        label_of(plan, 'a', &label);
-        fprintf(stderr, "uzram: %sunknown %s '%s'; choose one of: %s\n", label.where, label.name,
-                config->comp_algorithm, list);
+        device_label(device, 'a', &label);
+        complain(plan, "%sunknown %s '%s'; choose one of: %s", label.where, label.name,
+                 config->comp_algorithm, list);
         return 1;
     }
-    const char *level_text = plan->level_text;
+    const char *level_text = device->level_text;
     if (level_text != NULL) {
         char *end;
         errno = 0;
@@ -662,29 +964,101 @@ static int device_settings(struct serve_plan *plan)
         if (errno || end == level_text || *end != '\0' ||
             (min_level == 0 && max_level == 0 && level != 0) ||
             (level != 0 && (level < min_level || level > max_level))) {
-            label_of(plan, 'l', &label);
+            device_label(device, 'l', &label);
             if (min_level == 0 && max_level == 0)
-                fprintf(stderr, "uzram: %salgorithm %s has no levels; drop %s\n", label.where,
-                        config->comp_algorithm, label.name);
+                complain(plan, "%salgorithm %s has no levels; drop %s", label.where,
+                         config->comp_algorithm, label.name);
             else
-                fprintf(stderr, "uzram: %sbad %s '%s' for %s; use %d to %d (default %d)\n",
-                        label.where, label.name, level_text, config->comp_algorithm, min_level,
-                        max_level, default_level);
+                complain(plan, "%sbad %s '%s' for %s; use %d to %d (default %d)", label.where,
+                         label.name, level_text, config->comp_algorithm, min_level, max_level,
+                         default_level);
             return 1;
         }
         config->comp_level = (int)level;
     }
     /* A swap device that needs memory to store what is swapped out must not grow without
      * bound: the limit is where writes start failing instead of the machine. */
-    if (plan->options.swap && config->mem_limit == 0) {
+    if (plan->options.swap && config->mem_limit == 0 && plan->options.server_mem_limit == 0) {
         label_of(plan, OPT_SWAP, &label);
-        fprintf(stderr,
-                "uzram: %s%s needs a memory limit: add %s (e.g. a quarter of RAM) so that "
-                "swapped-out pages cannot take all memory\n",
-                label.where, label.name,
-                label.where[0] ? "'mem-limit = SIZE' to the section" : "--mem-limit SIZE");
+        complain(plan,
+                 "%s%s needs a memory limit: add %s (e.g. a quarter of RAM) so that "
+                 "swapped-out pages cannot take all memory%s%s",
+                 label.where, label.name,
+                 label.where[0] ? "'mem-limit = SIZE' to the section" : "--mem-limit SIZE",
+                 plan->several ? "; or --server-mem-limit; device " : "",
+                 plan->several ? device->name : "");
         return 1;
     }
+    return GO_ON;
+}
+
+/* The devices of the command line and the configuration, planned and checked: the one, or
+ * the server section's devices key's and then --device's, in that order. */
+static int plan_devices(struct serve_plan *plan)
+{
+    size_t total = plan->several ? plan->listed_count + plan->spec_count : 1;
+    plan->devices = calloc(total, sizeof *plan->devices);
+    plan->spec_copies = calloc(total, sizeof *plan->spec_copies);
+    if (plan->devices == NULL || plan->spec_copies == NULL) {
+        fputs("uzram: out of memory\n", stderr);
+        return 1;
+    }
+    if (total > NBD_SERVER_MAX_EXPORTS) {
+        fprintf(stderr, "uzram: %zu devices; one server serves at most %u\n", total,
+                NBD_SERVER_MAX_EXPORTS);
+        return 1;
+    }
+    for (size_t i = 0; i < total; i++) {
+        struct device_plan *device = &plan->devices[i];
+        const char *name = plan->options.name;
+        char *spec = NULL;
+        struct origin from = {NULL, 0, NULL};
+        if (plan->several && i < plan->listed_count) {
+            name = plan->listed[i];
+            if (config_section(plan->file, name) == NULL) {
+                fprintf(stderr, "uzram: %s: [%s] lists device %s, which has no section [%s]\n",
+                        plan->file->path, plan->server->name, name, name);
+                return 1;
+            }
+        } else if (plan->several) {
+            const char *text = plan->specs[i - plan->listed_count];
+            char *copy = plan->spec_copies[i] = strdup(text);
+            if (copy == NULL) {
+                fputs("uzram: out of memory\n", stderr);
+                return 1;
+            }
+            char *colon = strchr(copy, ':');
+            if (colon != NULL) {
+                *colon = '\0';
+                spec = colon + 1;
+            }
+            name = copy;
+            from.spec = text;
+            if (!util_valid_name(name)) {
+                fprintf(stderr,
+                        "uzram: bad --device '%s'; use NAME[:SIZE[:KEY=VALUE]...], NAME of 1-64 "
+                        "characters from A-Z a-z 0-9 . _ -, not starting with -\n",
+                        text);
+                return 1;
+            }
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(plan->devices[j].name, name) == 0) {
+                fprintf(stderr,
+                        "uzram: two devices named %s; each device needs a name of its own\n", name);
+                return 1;
+            }
+        }
+        if (plan_device(plan, device, name, spec, &from) < 0)
+            return 1;
+        int status = device_settings(plan, device);
+        if (status != GO_ON)
+            return status;
+    }
+    plan->device_count = total;
+    /* The server is named after its first device unless --name (or its section) says. */
+    if (plan->several && plan->server == NULL && !plan->name_given)
+        plan->options.name = plan->devices[0].name;
     return GO_ON;
 }
 
@@ -905,16 +1279,17 @@ static int activation(struct serve_plan *plan)
 /* --recompress algo=NAME[,level=N][,dict=PATH|auto] and --recompress-idle: the secondary
  * algorithm of priority 1 and the background thread, set through the attributes that
  * change them at run time (recomp_algorithm, algorithm_params, recompress_idle). */
-static int recompression(struct uzram *dev, const struct serve_plan *plan)
+static int recompression(const struct serve_plan *plan, struct uzram *dev,
+                         const struct device_plan *device)
 {
-    if (!plan->recompress && plan->recompress_idle == 0)
+    if (!device->recompress && device->recompress_idle == 0)
         return 0;
     /* zstd at level 7 unless told: docs/BENCHMARKS.md measured it the best trade on build
      * output (higher levels save next to nothing more and cost more CPU). The words of
      * SPEC become the attributes' words: algo= for recomp_algorithm, the rest for
      * algorithm_params. */
     char algorithm[96] = "algo=zstd", params[PATH_MAX + 64] = "priority=1";
-    const char *spec = plan->recompress ? plan->recompress : "";
+    const char *spec = device->recompress ? device->recompress : "";
     bool has_level = false;
     for (const char *word = spec; *word;) {
         size_t length = strcspn(word, ",");
@@ -927,10 +1302,10 @@ static int recompression(struct uzram *dev, const struct serve_plan *plan)
                      word);
             has_level |= strncmp(word, "level=", 6) == 0;
         } else {
-            fprintf(stderr,
-                    "uzram: bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto], "
-                    "e.g. algo=zstd,level=7,dict=auto\n",
-                    spec);
+            complain(plan,
+                     "bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto], e.g. "
+                     "algo=zstd,level=7,dict=auto",
+                     spec);
             return -1;
         }
         word += length + (word[length] == ',');
@@ -942,16 +1317,15 @@ static int recompression(struct uzram *dev, const struct serve_plan *plan)
     if (rc == 0)
         rc = uzram_attr_set(dev, "algorithm_params", params);
     if (rc < 0) {
-        fprintf(stderr,
-                "uzram: --recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] "
-                "with an algorithm, level and dictionary file this build takes "
-                "(dictionaries: zstd only)\n",
-                spec, strerror(-rc));
+        complain(plan,
+                 "--recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] with an "
+                 "algorithm, level and dictionary file this build takes (dictionaries: zstd only)",
+                 spec, strerror(-rc));
         return -1;
     }
-    rc = uzram_set_recompress_idle(dev, plan->recompress_idle);
+    rc = uzram_set_recompress_idle(dev, device->recompress_idle);
     if (rc < 0) {
-        fprintf(stderr, "uzram: cannot start the recompression thread: %s\n", strerror(-rc));
+        complain(plan, "cannot start the recompression thread: %s", strerror(-rc));
         return -1;
     }
     return 0;
@@ -960,55 +1334,116 @@ static int recompression(struct uzram *dev, const struct serve_plan *plan)
 /* --backing-file, --backing-size, --writeback-when-full, --writeback-idle, --writeback-rate:
  * the backing store and writeback, through the library calls behind the attributes that
  * change them at run time (backing_dev, writeback_when_full, writeback_idle, writeback_rate). */
-static int writeback(struct uzram *dev, const struct serve_plan *plan)
+static int writeback(const struct serve_plan *plan, struct uzram *dev,
+                     const struct device_plan *device)
 {
     struct label label;
-    const char *needs = plan->writeback_when_full ? "--writeback-when-full"
-                        : plan->writeback_idle    ? "--writeback-idle"
-                        : plan->backing_size      ? "--backing-size"
-                                                  : NULL;
-    if (!plan->backing_file) {
+    const char *needs = device->writeback_when_full ? "--writeback-when-full"
+                        : device->writeback_idle    ? "--writeback-idle"
+                        : device->backing_size      ? "--backing-size"
+                                                    : NULL;
+    if (!device->backing_file) {
         if (needs) {
-            fprintf(stderr, "uzram: %s needs --backing-file PATH, where pages are written back\n",
-                    needs);
+            complain(plan, "%s needs --backing-file PATH, where pages are written back", needs);
             return -1;
         }
         return 0;
     }
-    label_of(plan, OPT_BACKING_FILE, &label);
+    device_label(device, OPT_BACKING_FILE, &label);
     /* Absolute, so that backing_dev and the log name it wherever they are read. */
     char path[PATH_MAX], cwd[PATH_MAX];
-    if (plan->backing_file[0] == '/' || !getcwd(cwd, sizeof cwd) ||
-        snprintf(path, sizeof path, "%s/%s", cwd, plan->backing_file) >= (int)sizeof path)
-        snprintf(path, sizeof path, "%s", plan->backing_file);
-    int rc = uzram_set_backing_dev(dev, path, plan->backing_size);
+    if (device->backing_file[0] == '/' || !getcwd(cwd, sizeof cwd) ||
+        snprintf(path, sizeof path, "%s/%s", cwd, device->backing_file) >= (int)sizeof path)
+        snprintf(path, sizeof path, "%s", device->backing_file);
+    int rc = uzram_set_backing_dev(dev, path, device->backing_size);
     if (rc < 0) {
         const char *why = rc == -EBUSY    ? "it is in use (another server's, or a mounted device)"
                           : rc == -EINVAL ? "it must be a regular file or a block device, of at "
                                             "least 8K and at most 128T (--backing-size)"
                                           : strerror(-rc);
-        fprintf(stderr, "uzram: %scannot use %s '%s' to write back to: %s\n", label.where,
-                label.name, plan->backing_file, why);
+        complain(plan, "%scannot use %s '%s' to write back to: %s", label.where, label.name,
+                 device->backing_file, why);
         return -1;
     }
-    if (plan->writeback_rate_given)
-        uzram_set_writeback_rate(dev, plan->writeback_rate);
-    rc = uzram_set_writeback_when_full(dev, plan->writeback_when_full);
+    if (device->writeback_rate_given)
+        uzram_set_writeback_rate(dev, device->writeback_rate);
+    rc = uzram_set_writeback_when_full(dev, device->writeback_when_full);
     if (rc == 0)
-        rc = uzram_set_writeback_idle(dev, plan->writeback_idle);
+        rc = uzram_set_writeback_idle(dev, device->writeback_idle);
     if (rc < 0) {
-        fprintf(stderr, "uzram: cannot start the writeback thread: %s\n", strerror(-rc));
+        complain(plan, "cannot start the writeback thread: %s", strerror(-rc));
         return -1;
     }
     return 0;
 }
 
-/* Make the device, serve it until a signal, destroy it. */
-static int create_and_serve(const struct serve_plan *plan)
+/* Make a planned device, with its background threads. Returns 0 or -1 after a complaint. */
+static int make_device(const struct serve_plan *plan, const struct device_plan *device,
+                       struct nbd_new_device *out)
 {
     struct uzram *dev;
-    int rc;
-    /* Before the device and every thread: threads inherit the I/O flusher mark. */
+    int rc = uzram_create(&device->config, &dev);
+    if (rc < 0) {
+        if (rc == -ENOMEM)
+            complain(plan, "not enough memory to create a %s device; use a smaller size",
+                     device->size_text);
+        else
+            complain(plan, "cannot create device %s: %s; check its size, algorithm and level",
+                     device->name, strerror(-rc));
+        return -1;
+    }
+    if (recompression(plan, dev, device) < 0 || writeback(plan, dev, device) < 0) {
+        uzram_destroy(dev);
+        return -1;
+    }
+    *out = (struct nbd_new_device){.dev = dev, .read_only = device->read_only};
+    snprintf(out->name, sizeof out->name, "%s", device->name);
+    return 0;
+}
+
+/* hot-add, on a control request's thread: the device SPEC takes, over what the server's
+ * devices take by default (its section's device keys, the command line's device options;
+ * [NAME] of its configuration file if there is one), exactly as --device would. */
+static int hot_add(void *context, const char *spec, struct nbd_new_device *out, char *message,
+                   size_t message_size)
+{
+    const struct serve_plan *server = context;
+    /* The server's plan is only read; complaints go to this request's own answer. */
+    struct serve_plan *plan = malloc(sizeof *plan);
+    struct device_plan *device = malloc(sizeof *device);
+    char *copy = strdup(spec);
+    int rc = -ENOMEM;
+    snprintf(message, message_size, "out of memory");
+    if (plan != NULL && device != NULL && copy != NULL) {
+        *plan = *server;
+        plan->message = message;
+        plan->message_size = message_size;
+        plan->several = true;
+        message[0] = '\0';
+        char *colon = strchr(copy, ':');
+        if (colon != NULL)
+            *colon = '\0';
+        const struct origin from = {NULL, 0, spec};
+        rc = -EINVAL;
+        if (!util_valid_name(copy))
+            complain(plan,
+                     "bad device name '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not "
+                     "starting with -",
+                     copy);
+        else if (plan_device(plan, device, copy, colon ? colon + 1 : NULL, &from) == 0 &&
+                 device_settings(plan, device) == GO_ON && make_device(plan, device, out) == 0)
+            rc = 0;
+    }
+    free(copy);
+    free(device);
+    free(plan);
+    return rc;
+}
+
+/* Make every device, serve them until a signal; the server destroys them. */
+static int create_and_serve(struct serve_plan *plan)
+{
+    /* Before the devices and every thread: threads inherit the I/O flusher mark. */
     if (plan->options.swap) {
         char message[512];
         if (swap_safety_enable(message, sizeof message) < 0) {
@@ -1016,43 +1451,124 @@ static int create_and_serve(const struct serve_plan *plan)
             return 1;
         }
     }
-    rc = uzram_create(&plan->config, &dev);
-    if (rc < 0) {
-        if (rc == -ENOMEM)
-            fprintf(stderr,
-                    "uzram: not enough memory to create a %s device; use a smaller --size\n",
-                    plan->size_text);
-        else
-            fprintf(stderr,
-                    "uzram: cannot create the device: %s; check --size, --algorithm "
-                    "and --level\n",
-                    strerror(-rc));
+    struct nbd_new_device *made = calloc(plan->device_count, sizeof *made);
+    if (made == NULL) {
+        fputs("uzram: out of memory\n", stderr);
         return 1;
     }
-    if (recompression(dev, plan) < 0 || writeback(dev, plan) < 0) {
-        uzram_destroy(dev);
-        return 1;
+    for (size_t i = 0; i < plan->device_count; i++) {
+        if (make_device(plan, &plan->devices[i], &made[i]) < 0) {
+            while (i-- > 0)
+                uzram_destroy(made[i].dev);
+            free(made);
+            return 1;
+        }
     }
-    int status = nbd_server_run(dev, &plan->options);
-    uzram_destroy(dev);
+    plan->options.devices = made;
+    plan->options.device_count = plan->device_count;
+    plan->options.make_device = hot_add;
+    plan->options.make_device_context = plan;
+    int status = nbd_server_run(&plan->options);
+    free(made);
     return status;
 }
 
 int cmd_serve(int argc, char **argv)
 {
-    struct serve_plan plan = {0};
-    struct config *config = NULL; /* the strings of its section stay in use until the end */
-    int status = parse_options(argc, argv, &plan, &config);
+    struct serve_plan *plan = calloc(1, sizeof *plan);
+    if (plan == NULL) {
+        fputs("uzram: out of memory\n", stderr);
+        return 1;
+    }
+    struct config *config = NULL; /* its strings stay in use until the end */
+    int status = parse_options(argc, argv, plan, &config);
     if (status == GO_ON)
-        status = activation(&plan);
+        status = activation(plan);
     if (status == GO_ON)
-        status = device_settings(&plan);
+        status = plan_devices(plan);
     if (status == GO_ON)
-        status = tls_settings(&plan);
+        status = tls_settings(plan);
     if (status == GO_ON)
-        status = socket_paths(&plan);
+        status = socket_paths(plan);
     if (status == GO_ON)
-        status = create_and_serve(&plan);
+        status = create_and_serve(plan);
     config_free(config);
+    for (size_t i = 0; plan->spec_copies != NULL && i < plan->device_count; i++)
+        free(plan->spec_copies[i]);
+    free(plan->spec_copies);
+    free(plan->devices);
+    free(plan->given);
+    free(plan->specs);
+    free(plan->listed_text);
+    free(plan);
     return status;
+}
+
+/* ------------------------------------------------------------------------
+ * For `uzram hot-add`
+ * ---------------------------------------------------------------------- */
+
+void serve_device_options_usage(FILE *out)
+{
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
+        const struct serve_option *o = &serve_options[i];
+        if (o->name == NULL || !sets_device(o))
+            continue;
+        char left[64];
+        snprintf(left, sizeof left, "  %c%c%c --%s%s%s", o->code < 256 ? '-' : ' ',
+                 o->code < 256 ? o->code : ' ', o->code < 256 ? ',' : ' ', o->name,
+                 o->arg ? " " : "", o->arg ? o->arg : "");
+        const char *end = strchr(o->help, '\n');
+        fprintf(out, "%-*s %.*s%s\n", HELP_COLUMN - 1, left,
+                end ? (int)(end - o->help) : (int)strlen(o->help), o->help, end ? " ..." : "");
+    }
+}
+
+int serve_device_spec(const char *name, const char *size, int argc, char **argv, char *spec,
+                      size_t spec_size)
+{
+    struct option long_options[SERVE_OPTION_COUNT + 1];
+    char short_options[3 * SERVE_OPTION_COUNT + 2] = "+";
+    size_t long_count = 0, short_length = 1;
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
+        const struct serve_option *o = &serve_options[i];
+        if (o->name == NULL || !sets_device(o) || o->code == 's')
+            continue;
+        long_options[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
+        if (o->code < 256) {
+            short_options[short_length++] = (char)o->code;
+            if (o->has_arg == required_argument)
+                short_options[short_length++] = ':';
+        }
+    }
+    long_options[long_count] = (struct option){NULL, 0, NULL, 0};
+    short_options[short_length] = '\0';
+
+    size_t used = (size_t)snprintf(spec, spec_size, "%s:%s", name, size ? size : "");
+    int c, index;
+    optind = 1;
+    opterr = 1;
+    while ((c = getopt_long(argc, argv, short_options, long_options, &index)) != -1) {
+        const struct serve_option *option = option_by_code(c);
+        if (option == NULL)
+            return 2;
+        if (optarg != NULL && strchr(optarg, ':') != NULL) {
+            fprintf(stderr,
+                    "uzram: --%s '%s': a value with ':' cannot go in a device's settings; "
+                    "rename the file, or serve the device from a configuration file\n",
+                    option->name, optarg);
+            return 2;
+        }
+        used += (size_t)snprintf(spec + used, used < spec_size ? spec_size - used : 0, ":%s%s%s",
+                                 option->name, optarg ? "=" : "", optarg ? optarg : "");
+    }
+    if (optind < argc) {
+        fprintf(stderr, "uzram hot-add: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (used >= spec_size) {
+        fputs("uzram hot-add: the settings are too long for one request\n", stderr);
+        return 2;
+    }
+    return 0;
 }

@@ -77,8 +77,9 @@ static const char *text_of(const struct device_status *st, const char *key)
  * no Prometheus samples. */
 static bool is_text_field(const char *key)
 {
-    return strcmp(key, "name") == 0 || strcmp(key, "algorithm") == 0 ||
-           strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0 || strcmp(key, "attached") == 0;
+    return strcmp(key, "name") == 0 || strcmp(key, "server") == 0 ||
+           strcmp(key, "algorithm") == 0 || strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0 ||
+           strcmp(key, "attached") == 0;
 }
 
 /* DATA per byte of memory really used (pool plus dedup index). DATA counts every stored page
@@ -108,6 +109,7 @@ static const struct column {
     const char *help;
 } columns[] = {
     {"NAME", "name", COLUMN_TEXT, "device name"},
+    {"SERVER", "server", COLUMN_TEXT, "the server serving it (its control socket is SERVER.ctl)"},
     {"ALGORITHM", "algorithm", COLUMN_TEXT, "compression algorithm"},
     {"DISKSIZE", "disksize", COLUMN_SIZE, "disk size"},
     {"DATA", "orig_data_size", COLUMN_SIZE, "data stored, uncompressed (same-filled pages too)"},
@@ -128,6 +130,9 @@ static const struct column {
     {"ATTACHED", "attached", COLUMN_TEXT, "the /dev node of uzram attach (-: none)"},
 };
 #define COLUMN_COUNT_ALL (sizeof columns / sizeof columns[0])
+/* When a server serves several devices (or one not named like it), SERVER too. */
+#define DEFAULT_COLUMNS_SERVERS                                                                    \
+    "NAME,SERVER,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,COMP-RATIO,CLIENTS,ATTACHED"
 #define DEFAULT_COLUMNS "NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,COMP-RATIO,CLIENTS,ATTACHED"
 #define MAX_COLUMNS 64
 
@@ -371,6 +376,8 @@ static void print_prometheus(const struct device_status *rows, size_t row_count)
     for (size_t r = 0; r < row_count; r++) {
         printf("uzram_info{device=\"");
         print_label(text_of(&rows[r], "name"));
+        printf("\",server=\"");
+        print_label(text_of(&rows[r], "server"));
         printf("\",algorithm=\"");
         print_label(text_of(&rows[r], "algorithm"));
         printf("\"} 1\n");
@@ -385,6 +392,9 @@ static void print_prometheus(const struct device_status *rows, size_t row_count)
         {"swap", "1 when the server runs with serve --swap"},
         {"io_flusher", "1 when the server is an I/O flusher (PR_GET_IO_FLUSHER)"},
         {"mem_locked", "bytes of the server's memory locked (VmLck)"},
+        {"server_mem_limit", "bytes all the devices of the server may use together (0: none)"},
+        {"server_mem_used", "bytes of pool memory all the devices of the server use now"},
+        {"server_mem_used_max", "peak of server_mem_used"},
     };
     for (size_t i = 0; i < sizeof identity / sizeof identity[0]; i++)
         prometheus_family(rows, row_count, identity[i].key, identity[i].help, false);
@@ -413,15 +423,78 @@ static void print_prometheus(const struct device_status *rows, size_t row_count)
  * The command
  * ---------------------------------------------------------------------- */
 
-static int compare_names(const void *a, const void *b)
+/* The rows of `uzram status`, one per device, grown as servers answer. */
+struct row_list {
+    struct device_status *rows;
+    size_t count, capacity;
+};
+
+/* Parse a "stats" reply into a new row; frees `body`. */
+static int add_row(struct row_list *list, char *body, char *message, size_t message_size)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? 2 * list->capacity : 8;
+        struct device_status *bigger = realloc(list->rows, capacity * sizeof *bigger);
+        if (bigger == NULL) {
+            free(body);
+            snprintf(message, message_size, "out of memory");
+            return -ENOMEM;
+        }
+        list->rows = bigger;
+        list->capacity = capacity;
+    }
+    parse_status(body, &list->rows[list->count++]);
+    free(body);
+    return 0;
+}
+
+/* Every device of the server of `ctl`, the default export first. Failures are told only
+ * when `loud` (the user named that server); returns 0 or 1. */
+static int add_server_rows(struct row_list *list, const char *ctl, bool loud)
+{
+    char **names, message[PATH_MAX + 512], *body;
+    size_t count;
+    int rc = control_devices(ctl, &names, &count, message, sizeof message);
+    if (rc < 0) {
+        if (loud)
+            fprintf(stderr, "uzram: %s: %s\n", ctl, message);
+        return loud ? 1 : 0;
+    }
+    int status = 0;
+    for (size_t i = 0; i < count; i++) {
+        struct control_target target;
+        snprintf(target.ctl, sizeof target.ctl, "%s", ctl);
+        snprintf(target.device, sizeof target.device, "%s", names[i]);
+        rc = control_ask(&target, "stats", &body, message, sizeof message);
+        if (rc == -ENOENT)
+            continue; /* hot-removed meanwhile */
+        if (rc == 0)
+            rc = add_row(list, body, message, sizeof message);
+        if (rc < 0 && loud) {
+            fprintf(stderr, "uzram: %s: %s\n", names[i], message);
+            status = 1;
+        }
+    }
+    control_free_names(names, count);
+    return status;
+}
+
+/* Does some device belong to a server of several devices, or one named otherwise? Then the
+ * table shows which server each device is on. */
+static bool several_servers(const struct device_status *rows, size_t row_count)
+{
+    for (size_t r = 0; r < row_count; r++)
+        if (field_index(&rows[r], "server") >= 0 &&
+            strcmp(text_of(&rows[r], "server"), text_of(&rows[r], "name")) != 0)
+            return true;
+    return false;
 }
 
 static void status_usage(FILE *out)
 {
     fputs("Usage: uzram status [OPTION]... [NAME]...\n"
-          "Show the devices served by `uzram serve`, like zramctl shows zram's.\n"
+          "Show the devices served by `uzram serve`, like zramctl shows zram's: every device\n"
+          "of every server, or the NAMEs (wherever they are served).\n"
           "\n"
           "  -o, --output LIST       columns to show, comma-separated (default\n"
           "                          " DEFAULT_COLUMNS ")\n"
@@ -434,7 +507,7 @@ static void status_usage(FILE *out)
           "                          node_exporter's textfile collector)\n"
           "  -u, --runtime-dir DIR   look for NAME.ctl sockets in DIR (default: the runtime\n"
           "                          directory, $XDG_RUNTIME_DIR/uzram; see uzram(1)); or\n"
-          "      --runtime-dir SOCKET  show the device of the server that listens on the\n"
+          "      --runtime-dir SOCKET  show the devices of the server that listens on the\n"
           "                          NBD SOCKET (serve --unix SOCKET), or of NAME.ctl\n"
           "  -h, --help              show this help\n"
           "\n"
@@ -539,80 +612,55 @@ int cmd_status(int argc, char **argv)
     }
     const char *runtime_dir = place.dir;
     if (place.ctl[0] && optind < argc) {
-        fprintf(stderr, "uzram status: -u %s names one device; drop the NAMEs\n", given_place);
+        fprintf(stderr, "uzram status: -u %s names one server; drop the NAMEs\n", given_place);
         return 2;
     }
 
-    /* Names to show: the ones given, the one -u led to, or every NAME.ctl in the directory. */
-    char **names = NULL;
-    size_t count = 0;
-    bool listed = optind < argc || place.ctl[0];
+    /* Rows: every device of the server -u led to, the devices named, or every device of
+     * every server (one NAME.ctl per server) of the runtime directory. */
+    struct row_list list = {0};
+    bool listed = optind < argc;
     int status = 0;
     if (place.ctl[0]) {
-        names = calloc(1, sizeof *names);
-        if (names == NULL)
-            return 1;
-        names[count++] = strdup(place.ctl); /* a path: control_resolve() takes it as is */
+        status = add_server_rows(&list, place.ctl, true);
     } else if (listed) {
-        names = calloc((size_t)(argc - optind), sizeof *names);
-        if (names == NULL)
-            return 1;
-        for (int i = optind; i < argc; i++)
-            names[count++] = strdup(argv[i]);
+        for (int i = optind; i < argc; i++) {
+            struct control_target target;
+            char message[PATH_MAX + 512], *body;
+            int rc = control_resolve(argv[i], runtime_dir, &target, message, sizeof message);
+            if (rc == 0)
+                rc = control_ask(&target, "stats", &body, message, sizeof message);
+            if (rc == 0)
+                rc = add_row(&list, body, message, sizeof message);
+            if (rc < 0) {
+                fprintf(stderr, "uzram: %s: %s\n", argv[i], message);
+                status = 1;
+            }
+        }
     } else {
-        DIR *dir = opendir(runtime_dir);
-        if (dir == NULL && errno != ENOENT) {
+        char **servers;
+        size_t count;
+        int rc = control_servers(runtime_dir, &servers, &count);
+        if (rc < 0) {
             /* No directory: no device has run. Any other failure is not "none". */
             fprintf(stderr,
                     "uzram: cannot list the devices in %s: %s (another user's runtime "
                     "directory? -u DIR names another, -u SOCKET a server)\n",
-                    runtime_dir, strerror(errno));
+                    runtime_dir, strerror(-rc));
             status = 1;
         }
-        size_t capacity = 0;
-        struct dirent *entry;
-        while (dir != NULL && (entry = readdir(dir)) != NULL) {
-            size_t length = strlen(entry->d_name);
-            if (length <= 4 || strcmp(entry->d_name + length - 4, ".ctl") != 0)
-                continue;
-            if (count == capacity) {
-                capacity = capacity ? capacity * 2 : 8;
-                char **bigger = realloc(names, capacity * sizeof *names);
-                if (bigger == NULL)
-                    break;
-                names = bigger;
-            }
-            names[count++] = strndup(entry->d_name, length - 4);
-        }
-        if (dir != NULL)
-            closedir(dir);
-        if (count > 0)
-            qsort(names, count, sizeof *names, compare_names);
-    }
-
-    struct device_status *rows = calloc(count ? count : 1, sizeof *rows);
-    size_t row_count = 0;
-    for (size_t i = 0; rows != NULL && i < count; i++) {
-        char path[PATH_MAX], message[512], *body;
-        int rc = names[i] == NULL ? -ENOMEM
-                                  : control_resolve(names[i], runtime_dir, path, sizeof path,
-                                                    message, sizeof message);
+        /* A stale socket from a killed server is only worth a word when the user asked
+         * for it. */
+        for (size_t i = 0; rc == 0 && i < count; i++)
+            add_server_rows(&list, servers[i], false);
         if (rc == 0)
-            rc = control_request(path, "stats", &body, message, sizeof message);
-        if (rc < 0) {
-            /* A stale socket from a killed server is only worth a word when
-             * the user asked for that device by name. */
-            if (listed) {
-                fprintf(stderr, "uzram: %s: %s\n", names[i] ? names[i] : "?",
-                        names[i] ? message : "out of memory");
-                status = 1;
-            }
-            continue;
-        }
-        parse_status(body, &rows[row_count]);
-        free(body);
-        row_count++;
+            control_free_names(servers, count);
     }
+    struct device_status *rows = list.rows;
+    size_t row_count = list.count;
+    if (!json && !prometheus && output == NULL && several_servers(rows, row_count) &&
+        choose_columns(DEFAULT_COLUMNS_SERVERS, chosen, &column_count) < 0)
+        return 2;
 
     if (json)
         print_json(rows, row_count);
@@ -620,9 +668,6 @@ int cmd_status(int argc, char **argv)
         print_prometheus(rows, row_count);
     else if (row_count > 0)
         print_table(rows, row_count, chosen, column_count, bytes, raw, headings);
-    for (size_t i = 0; i < count; i++)
-        free(names[i]);
-    free(names);
     free(rows);
     return status;
 }

@@ -260,8 +260,8 @@ bool util_valid_name(const char *name)
 
     /* A leading '-' would read as an option to the commands that take the
      * name ("uzram attr -rf ..."), and to rm or ls in a script. */
-    if (length == 0 || length > 64 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-        name[0] == '-')
+    if (length == 0 || length > UTIL_NAME_MAX || strcmp(name, ".") == 0 ||
+        strcmp(name, "..") == 0 || name[0] == '-')
         return false;
     for (const char *p = name; *p; p++) {
         char c = *p;

@@ -68,6 +68,7 @@ int util_make_dir(const char *path);
 
 /* true for names made of [A-Za-z0-9._-], 1..64 characters, not "." or "..",
  * not starting with '-'. */
+#define UTIL_NAME_MAX 64
 bool util_valid_name(const char *name);
 
 /* Sizes the way util-linux zramctl prints them: 0B, 512B, 4K, 1.5M, 2G. */

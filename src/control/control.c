@@ -1,7 +1,6 @@
-/* control.c - the control socket of a served device: a tiny line protocol, both ends.
- * Requests: "get NAME", "set NAME VALUE", "clients", "stats", "attach VIA [swap] [/FILE]",
- * "detach"; replies "ok\n..." or "error E: msg".
- */
+/* control.c - the control socket of a server and its devices: a tiny line protocol, both ends.
+ * Requests: "[device DEV] get NAME|set NAME VALUE|clients|stats|attach ...|detach", "devices",
+ * "server", "hot-add SPEC", "hot-remove DEV"; replies "ok\n..." or "error E: msg". */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -58,26 +57,32 @@ static void reply_ok(const struct peer *peer, const char *body)
 }
 
 /* Identity, then every counter of the library's list (UZRAM_STATS) as
- * "key value" lines: what `uzram status` shows. */
-static void handle_stats(const struct peer *peer, struct nbd_server *server)
+ * "key value" lines: what `uzram status` shows. The server's shared memory limit and use
+ * come with every device of it. */
+static void handle_stats(const struct peer *peer, struct nbd_server *server,
+                         const struct nbd_export *export)
 {
-    const struct nbd_export *export = nbd_server_export(server);
     struct uzram_stats st;
     struct uzram_config config;
+    struct uzram_group_stats group = {0};
     char body[REPLY_MAX];
 
     uzram_get_config(export->dev, &config);
+    uzram_group_get_stats(nbd_server_group(server), &group);
     int rc = uzram_get_stats(export->dev, &st, sizeof st);
     if (rc < 0) {
         reply_error(peer, -rc, "cannot read statistics: %s", strerror(-rc));
         return;
     }
     int n = snprintf(body, sizeof body,
-                     "name %s\nalgorithm %s\ndisksize %llu\nread_only %d\nuse_dedup %d\n"
-                     "clients %u\nsocket %s\ntcp %s\n",
-                     export->name, config.comp_algorithm, (unsigned long long)config.disksize,
-                     export->read_only, config.use_dedup, nbd_server_clients(server),
-                     nbd_server_unix_path(server), nbd_server_tcp_address(server));
+                     "name %s\nserver %s\nalgorithm %s\ndisksize %llu\nread_only %d\n"
+                     "use_dedup %d\nclients %u\nsocket %s\ntcp %s\nserver_mem_limit %llu\n"
+                     "server_mem_used %llu\nserver_mem_used_max %llu\n",
+                     export->name, nbd_server_name(server), config.comp_algorithm,
+                     (unsigned long long)config.disksize, export->read_only, config.use_dedup,
+                     nbd_export_clients(server, export), nbd_server_unix_path(server),
+                     nbd_server_tcp_address(server), (unsigned long long)group.mem_limit,
+                     (unsigned long long)group.mem_used, (unsigned long long)group.mem_used_max);
     size_t used = n < 0 ? sizeof body : (size_t)n;
     for (size_t i = 0; i < uzram_stat_count() && used < sizeof body; i++) {
         n = snprintf(body + used, sizeof body - used, "%s %llu\n", uzram_stat_name(i),
@@ -88,12 +93,11 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server)
      * started after `serve --swap` set it up, so the I/O flusher mark is the inherited one). */
     char device[BLOCKDEV_PATH_MAX];
     struct swap_safety safety;
-    attachment_device(nbd_server_attachment(server), device, sizeof device);
+    attachment_device(nbd_export_attachment(server, export), device, sizeof device);
     swap_safety_read(&safety);
     n = snprintf(body + used, sizeof body - used,
                  "attached %s\nswap %d\nio_flusher %d\nmem_locked %llu\n", device[0] ? device : "-",
-                 nbd_server_export(server)->swap, safety.io_flusher,
-                 (unsigned long long)safety.locked_kib * 1024);
+                 export->swap, safety.io_flusher, (unsigned long long)safety.locked_kib * 1024);
     used = n < 0 || used >= sizeof body ? sizeof body : used + (size_t)n;
     if (used >= sizeof body) {
         reply_error(peer, ERANGE, "the statistics do not fit in one reply");
@@ -102,15 +106,32 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server)
     reply_ok(peer, body);
 }
 
-static void handle_set(const struct peer *peer, struct nbd_server *server, const char *name,
-                       const char *value)
-{
-    struct uzram *dev = nbd_server_export(server)->dev;
+/* The server's own attribute: the memory limit all its devices share (--server-mem-limit),
+ * read and written through any device of it. */
+#define SERVER_MEM_LIMIT "server_mem_limit"
 
+static void handle_set(const struct peer *peer, struct nbd_server *server,
+                       const struct nbd_export *export, const char *name, const char *value)
+{
+    struct uzram *dev = export->dev;
+
+    if (strcmp(name, SERVER_MEM_LIMIT) == 0) {
+        uint64_t bytes;
+        if (uzram_parse_size(value, &bytes) < 0) {
+            reply_error(peer, EINVAL,
+                        "invalid value '%s' for %s; it takes a size in bytes, K/M/G/T "
+                        "suffixes, 0 for none",
+                        value, name);
+            return;
+        }
+        uzram_group_set_mem_limit(nbd_server_group(server), bytes);
+        reply_ok(peer, "");
+        return;
+    }
     /* reset drops the data under connected clients: it waits until nobody is
      * connected. (disksize is read-only: uzram_attr_set refuses it.) */
     if (strcmp(name, "reset") == 0) {
-        unsigned clients = nbd_server_clients(server);
+        unsigned clients = nbd_export_clients(server, export);
         if (clients > 0) {
             reply_error(peer, EBUSY, "%u client%s connected; disconnect them first", clients,
                         clients == 1 ? "" : "s");
@@ -160,7 +181,8 @@ static void handle_set(const struct peer *peer, struct nbd_server *server, const
 
 /* "attach VIA [swap] [/FILE]": the file, when given, is the rest of the line (an absolute
  * path, which may hold spaces). */
-static void handle_attach(const struct peer *peer, struct nbd_server *server, char *args)
+static void handle_attach(const struct peer *peer, struct nbd_server *server,
+                          const struct nbd_export *export, char *args)
 {
     char *save = NULL, reply[1024], message[1024];
     char *via = args ? strtok_r(args, " ", &save) : NULL;
@@ -174,18 +196,19 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server, ch
         reply_error(peer, EINVAL, "usage: attach loop|nbd [swap] [/FILE]");
         return;
     }
-    int rc = attachment_attach(nbd_server_attachment(server), via, swap, rest, reply, sizeof reply,
-                               message, sizeof message);
+    int rc = attachment_attach(nbd_export_attachment(server, export), via, swap, rest, reply,
+                               sizeof reply, message, sizeof message);
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
     else
         reply_ok(peer, reply);
 }
 
-static void handle_detach(const struct peer *peer, struct nbd_server *server)
+static void handle_detach(const struct peer *peer, struct nbd_server *server,
+                          const struct nbd_export *export)
 {
     char reply[1024], message[1024];
-    int rc = attachment_detach(nbd_server_attachment(server), reply, sizeof reply, message,
+    int rc = attachment_detach(nbd_export_attachment(server, export), reply, sizeof reply, message,
                                sizeof message);
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
@@ -240,6 +263,117 @@ static void drain(const struct peer *peer)
     }
 }
 
+#define REQUESTS                                                                                   \
+    "get NAME, set NAME VALUE, clients, stats, attach, detach (each may start with device "        \
+    "DEVICE), "                                                                                    \
+    "devices, server, hot-add SPEC, hot-remove DEVICE"
+
+/* "devices": the server's devices, one name a line, the default export first. */
+static void handle_devices(const struct peer *peer, struct nbd_server *server)
+{
+    struct nbd_export_entry *entries = malloc(NBD_SERVER_MAX_EXPORTS * sizeof *entries);
+    char *body = malloc(NBD_SERVER_MAX_EXPORTS * (NBD_EXPORT_NAME_MAX + 1) + 1);
+    if (entries == NULL || body == NULL) {
+        reply_error(peer, ENOMEM, "out of memory");
+    } else {
+        size_t count = nbd_export_list(server, entries, NBD_SERVER_MAX_EXPORTS), used = 0;
+        body[0] = '\0';
+        for (size_t i = 0; i < count; i++)
+            used += (size_t)sprintf(body + used, "%s\n", entries[i].name);
+        reply_ok(peer, body);
+    }
+    free(entries);
+    free(body);
+}
+
+/* "server": the server itself, whatever devices it has now. */
+static void handle_server(const struct peer *peer, struct nbd_server *server)
+{
+    struct uzram_group_stats group = {0};
+    char body[PATH_MAX + 1024];
+    uzram_group_get_stats(nbd_server_group(server), &group);
+    snprintf(body, sizeof body,
+             "name %s\nsocket %s\ntcp %s\ndevices %llu\nclients %u\nserver_mem_limit %llu\n"
+             "server_mem_used %llu\nserver_mem_used_max %llu\n",
+             nbd_server_name(server), nbd_server_unix_path(server), nbd_server_tcp_address(server),
+             (unsigned long long)group.devices, nbd_server_clients(server),
+             (unsigned long long)group.mem_limit, (unsigned long long)group.mem_used,
+             (unsigned long long)group.mem_used_max);
+    reply_ok(peer, body);
+}
+
+/* hot-add and hot-remove: the answer says what was done, or what to do. */
+static void handle_hotplug(const struct peer *peer, struct nbd_server *server, const char *verb,
+                           const char *argument)
+{
+    char message[512 + 1]; /* room for the '\n' */
+    if (argument == NULL || argument[0] == '\0') {
+        reply_error(peer, EINVAL, "usage: %s",
+                    strcmp(verb, "hot-add") == 0 ? "hot-add NAME[:SIZE[:KEY=VALUE]...]"
+                                                 : "hot-remove NAME");
+        return;
+    }
+    int rc = strcmp(verb, "hot-add") == 0
+                 ? nbd_server_add(server, argument, message, sizeof message - 1)
+                 : nbd_server_remove(server, argument, message, sizeof message - 1);
+    if (rc < 0) {
+        reply_error(peer, -rc, "%s", message);
+        return;
+    }
+    strcat(message, "\n");
+    reply_ok(peer, message);
+}
+
+/* A request about one device (get, set, clients, stats), with the device held. */
+static void handle_device_request(const struct peer *peer, struct nbd_server *server,
+                                  struct nbd_export *export, char *verb, char **save)
+{
+    if (strcmp(verb, "get") == 0) {
+        char *name = strtok_r(NULL, " ", save);
+        if (name == NULL) {
+            reply_error(peer, EINVAL, "usage: get NAME");
+            return;
+        }
+        char body[REPLY_MAX];
+        int rc;
+        if (strcmp(name, SERVER_MEM_LIMIT) == 0) {
+            struct uzram_group_stats group;
+            uzram_group_get_stats(nbd_server_group(server), &group);
+            rc = snprintf(body, sizeof body, "%llu\n", (unsigned long long)group.mem_limit);
+        } else {
+            rc = uzram_attr_get(export->dev, name, body, sizeof body);
+        }
+        if (rc >= 0)
+            reply_ok(peer, body);
+        else if (rc == -ENOENT)
+            reply_error(peer, ENOENT, "no attribute named '%s' (see uzram(1))", name);
+        else if (rc == -EACCES)
+            reply_error(peer, EACCES, "'%s' is write-only", name);
+        else
+            reply_error(peer, -rc, "%s", strerror(-rc));
+    } else if (strcmp(verb, "set") == 0) {
+        char *name = strtok_r(NULL, " ", save);
+        char *value = strtok_r(NULL, "", save);
+        if (name == NULL || value == NULL) {
+            reply_error(peer, EINVAL, "usage: set NAME VALUE");
+            return;
+        }
+        handle_set(peer, server, export, name, value);
+    } else if (strcmp(verb, "clients") == 0) {
+        char body[32];
+        snprintf(body, sizeof body, "%u\n", nbd_export_clients(server, export));
+        reply_ok(peer, body);
+    } else if (strcmp(verb, "stats") == 0) {
+        handle_stats(peer, server, export);
+    } else if (strcmp(verb, "attach") == 0) {
+        handle_attach(peer, server, export, strtok_r(NULL, "", save));
+    } else if (strcmp(verb, "detach") == 0) {
+        handle_detach(peer, server, export);
+    } else {
+        reply_error(peer, EINVAL, "unknown request '%s'; try: " REQUESTS, verb);
+    }
+}
+
 /* Serve one request on an accepted control connection, within its deadline. */
 static void serve_peer(const struct peer *peer, struct nbd_server *server)
 {
@@ -260,49 +394,46 @@ static void serve_peer(const struct peer *peer, struct nbd_server *server)
     char *save = NULL;
     char *verb = strtok_r(request, " ", &save);
     if (verb == NULL) {
-        reply_error(peer, EINVAL, "empty request; try: get NAME, set NAME VALUE, clients, stats");
+        reply_error(peer, EINVAL, "empty request; try: " REQUESTS);
         return;
     }
-    if (strcmp(verb, "get") == 0) {
-        char *name = strtok_r(NULL, " ", &save);
-        if (name == NULL) {
-            reply_error(peer, EINVAL, "usage: get NAME");
-            return;
-        }
-        char body[REPLY_MAX];
-        int rc = uzram_attr_get(nbd_server_export(server)->dev, name, body, sizeof body);
-        if (rc >= 0)
-            reply_ok(peer, body);
-        else if (rc == -ENOENT)
-            reply_error(peer, ENOENT, "no attribute named '%s' (see uzram(1))", name);
-        else if (rc == -EACCES)
-            reply_error(peer, EACCES, "'%s' is write-only", name);
-        else
-            reply_error(peer, -rc, "%s", strerror(-rc));
-    } else if (strcmp(verb, "set") == 0) {
-        char *name = strtok_r(NULL, " ", &save);
-        char *value = strtok_r(NULL, "", &save);
-        if (name == NULL || value == NULL) {
-            reply_error(peer, EINVAL, "usage: set NAME VALUE");
-            return;
-        }
-        handle_set(peer, server, name, value);
-    } else if (strcmp(verb, "clients") == 0) {
-        char body[32];
-        snprintf(body, sizeof body, "%u\n", nbd_server_clients(server));
-        reply_ok(peer, body);
-    } else if (strcmp(verb, "stats") == 0) {
-        handle_stats(peer, server);
-    } else if (strcmp(verb, "attach") == 0) {
-        handle_attach(peer, server, strtok_r(NULL, "", &save));
-    } else if (strcmp(verb, "detach") == 0) {
-        handle_detach(peer, server);
-    } else {
-        reply_error(peer, EINVAL,
-                    "unknown request '%s'; try: get NAME, set NAME VALUE, clients, stats, attach, "
-                    "detach",
-                    verb);
+    if (strcmp(verb, "devices") == 0) {
+        handle_devices(peer, server);
+        return;
     }
+    if (strcmp(verb, "server") == 0) {
+        handle_server(peer, server);
+        return;
+    }
+    if (strcmp(verb, "hot-add") == 0 || strcmp(verb, "hot-remove") == 0) {
+        handle_hotplug(peer, server, verb, strtok_r(NULL, "", &save));
+        return;
+    }
+    /* The rest is about one device: the one named, or the default export. */
+    const char *device = "";
+    if (strcmp(verb, "device") == 0) {
+        device = strtok_r(NULL, " ", &save);
+        verb = device ? strtok_r(NULL, " ", &save) : NULL;
+        if (verb == NULL) {
+            reply_error(peer, EINVAL, "usage: device DEVICE get NAME|set NAME VALUE|clients|stats");
+            return;
+        }
+    }
+    struct nbd_export *export = nbd_export_get(server, device, false);
+    if (export == NULL) {
+        if (device[0])
+            reply_error(peer, ENOENT,
+                        "server %s has no device named %s; the request 'devices' lists them",
+                        nbd_server_name(server), device);
+        else
+            reply_error(peer, ENOENT,
+                        "server %s has no default device (it was removed); name one: device "
+                        "DEVICE %s ...",
+                        nbd_server_name(server), verb);
+        return;
+    }
+    handle_device_request(peer, server, export, verb, &save);
+    nbd_export_put(server, export, false);
 }
 
 /* The control socket is served on a thread of its own, each peer on a
@@ -431,6 +562,11 @@ void control_stop(struct control_service *service)
  * Client side
  * ---------------------------------------------------------------------- */
 
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 int control_request(const char *path, const char *request, char **body, char *message,
                     size_t message_size)
 {
@@ -522,11 +658,123 @@ int control_request(const char *path, const char *request, char **body, char *me
     return -EPROTO;
 }
 
-int control_resolve(const char *device, const char *runtime_dir, char *path, size_t size,
+int control_ask(const struct control_target *target, const char *request, char **body,
+                char *message, size_t message_size)
+{
+    if (target->device[0] == '\0')
+        return control_request(target->ctl, request, body, message, message_size);
+    char line[REQUEST_MAX];
+    int n = snprintf(line, sizeof line, "device %s %s", target->device, request);
+    if (n < 0 || (size_t)n >= sizeof line) {
+        *body = NULL;
+        snprintf(message, message_size, "request too long");
+        return -E2BIG;
+    }
+    return control_request(target->ctl, line, body, message, message_size);
+}
+
+int control_devices(const char *ctl, char ***names, size_t *count, char *message,
+                    size_t message_size)
+{
+    char *body;
+    *names = NULL;
+    *count = 0;
+    int rc = control_request(ctl, "devices", &body, message, message_size);
+    if (rc < 0)
+        return rc;
+    size_t lines = 0;
+    for (const char *p = body; *p; p++)
+        lines += *p == '\n';
+    char **list = calloc(lines + 1, sizeof *list);
+    char *save = NULL;
+    for (char *line = list ? strtok_r(body, "\n", &save) : NULL; line && *count < lines;
+         line = strtok_r(NULL, "\n", &save)) {
+        list[*count] = strdup(line);
+        if (list[*count] == NULL)
+            break;
+        (*count)++;
+    }
+    free(body);
+    if (list == NULL || *count < lines) {
+        control_free_names(list, *count);
+        *count = 0;
+        snprintf(message, message_size, "out of memory");
+        return -ENOMEM;
+    }
+    *names = list;
+    return 0;
+}
+
+void control_free_names(char **names, size_t count)
+{
+    for (size_t i = 0; names != NULL && i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+int control_servers(const char *dir, char ***paths, size_t *count)
+{
+    *paths = NULL;
+    *count = 0;
+    DIR *listing = opendir(dir);
+    if (listing == NULL)
+        return errno == ENOENT ? 0 : -errno;
+    size_t capacity = 0;
+    struct dirent *entry;
+    int rc = 0;
+    while ((entry = readdir(listing)) != NULL) {
+        size_t length = strlen(entry->d_name);
+        if (length <= 4 || strcmp(entry->d_name + length - 4, ".ctl") != 0)
+            continue;
+        if (*count == capacity) {
+            capacity = capacity ? capacity * 2 : 8;
+            char **bigger = realloc(*paths, capacity * sizeof *bigger);
+            if (bigger == NULL) {
+                rc = -ENOMEM;
+                break;
+            }
+            *paths = bigger;
+        }
+        char *path = malloc(strlen(dir) + 1 + length + 1);
+        if (path == NULL) {
+            rc = -ENOMEM;
+            break;
+        }
+        sprintf(path, "%s/%s", dir, entry->d_name);
+        (*paths)[(*count)++] = path;
+    }
+    closedir(listing);
+    if (rc < 0) {
+        control_free_names(*paths, *count);
+        *paths = NULL;
+        *count = 0;
+        return rc;
+    }
+    if (*count > 1)
+        qsort(*paths, *count, sizeof **paths, compare_strings);
+    return 0;
+}
+
+/* Does the server of `ctl` serve `device`? */
+static bool serves(const char *ctl, const char *device)
+{
+    char **names, message[256];
+    size_t count;
+    if (control_devices(ctl, &names, &count, message, sizeof message) < 0)
+        return false;
+    bool found = false;
+    for (size_t i = 0; i < count && !found; i++)
+        found = strcmp(names[i], device) == 0;
+    control_free_names(names, count);
+    return found;
+}
+
+int control_resolve(const char *device, const char *runtime_dir, struct control_target *target,
                     char *message, size_t message_size)
 {
     struct stat st;
 
+    target->device[0] = '\0';
     if (strchr(device, '/') != NULL) {
         int rc = stat(device, &st) < 0 ? -errno : 0;
         if (rc == -EACCES) {
@@ -537,7 +785,7 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
             snprintf(message, message_size, "%s is not a control socket", device);
             return -ENOENT;
         }
-        snprintf(path, size, "%s", device);
+        snprintf(target->ctl, sizeof target->ctl, "%s", device);
         return 0;
     }
     if (!util_valid_name(device)) {
@@ -545,27 +793,55 @@ int control_resolve(const char *device, const char *runtime_dir, char *path, siz
                  "'%s' is not a device name ([A-Za-z0-9._-]+, not starting with -)", device);
         return -EINVAL;
     }
-    int n = snprintf(path, size, "%s/%s.ctl", runtime_dir, device);
-    if (n < 0 || (size_t)n >= size) {
+    snprintf(target->device, sizeof target->device, "%s", device);
+    /* The server of the same name first (a device served alone is named like its server),
+     * then every server of the directory. */
+    int n = snprintf(target->ctl, sizeof target->ctl, "%s/%s.ctl", runtime_dir, device);
+    if (n < 0 || (size_t)n >= sizeof target->ctl) {
         snprintf(message, message_size, "path too long");
         return -ENAMETOOLONG;
     }
-    if (stat(path, &st) < 0) {
+    if (stat(target->ctl, &st) < 0 && errno != ENOENT) {
         int err = errno;
-        if (err != ENOENT) {
-            /* Not "not running": the runtime directory is out of reach. */
-            snprintf(message, message_size,
-                     "cannot look for %s: %s (%s is another user's, or its permissions do "
-                     "not allow it; -u DIR names another runtime directory)",
-                     path, strerror(err), runtime_dir);
-            return -err;
-        }
+        /* Not "not running": the runtime directory is out of reach. */
         snprintf(message, message_size,
-                 "no device %s is running (no %s); start one with: uzram serve --name %s", device,
-                 path, device);
-        return -ENOENT;
+                 "cannot look for %s: %s (%s is another user's, or its permissions do "
+                 "not allow it; -u DIR names another runtime directory)",
+                 target->ctl, strerror(err), runtime_dir);
+        return -err;
     }
-    return 0;
+    if (serves(target->ctl, device))
+        return 0;
+    char **servers;
+    size_t count, found = 0;
+    char first[PATH_MAX] = "", second[PATH_MAX] = "";
+    int rc = control_servers(runtime_dir, &servers, &count);
+    if (rc < 0) {
+        snprintf(message, message_size, "cannot list the servers in %s: %s", runtime_dir,
+                 strerror(-rc));
+        return rc;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (!serves(servers[i], device))
+            continue;
+        snprintf(found++ ? second : first, PATH_MAX, "%s", servers[i]);
+    }
+    control_free_names(servers, count);
+    if (found == 1) {
+        snprintf(target->ctl, sizeof target->ctl, "%s", first);
+        return 0;
+    }
+    if (found > 1) {
+        snprintf(message, message_size,
+                 "%zu servers serve a device named %s (%s, %s%s); say which with -u CTL", found,
+                 device, first, second, found > 2 ? ", ..." : "");
+        return -EEXIST;
+    }
+    snprintf(message, message_size,
+             "no device %s is running (no server in %s serves it); start one with: uzram serve "
+             "--name %s, or add it to a server with: uzram hot-add %s SIZE",
+             device, runtime_dir, device, device);
+    return -ENOENT;
 }
 
 bool control_field(const char *body, const char *key, char *value, size_t size)
@@ -596,7 +872,7 @@ static bool find_server_of(const char *dir, const struct stat *target, char *ctl
             continue;
         char path[PATH_MAX], message[256], socket_path[PATH_MAX], *body;
         if (snprintf(path, sizeof path, "%s/%s", dir, entry->d_name) >= (int)sizeof path ||
-            control_request(path, "stats", &body, message, sizeof message) < 0)
+            control_request(path, "server", &body, message, sizeof message) < 0)
             continue;
         struct stat st;
         if (control_field(body, "socket", socket_path, sizeof socket_path) &&

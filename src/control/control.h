@@ -15,10 +15,32 @@
 int control_request(const char *path, const char *request, char **body, char *message,
                     size_t message_size);
 
-/* Resolve DEVICE (a name in the runtime directory, or a path to a .ctl
- * socket) to the control socket path. Returns 0 or -errno with a message. */
-int control_resolve(const char *device, const char *runtime_dir, char *path, size_t size,
+/* A device on a server: the server's control socket, and the device's name on it. */
+struct control_target {
+    char ctl[PATH_MAX];
+    char device[65]; /* "": the server's default device (its first) */
+};
+
+/* Resolve DEVICE (a device name, or a path to a .ctl socket: its server's default device)
+ * to the server that serves it, looked for among the control sockets of `runtime_dir`:
+ * NAME.ctl first (a device served alone), then every server's devices. Returns 0, or
+ * -errno with a message (-ENOENT none, -EEXIST several servers serve that name). */
+int control_resolve(const char *device, const char *runtime_dir, struct control_target *target,
                     char *message, size_t message_size);
+
+/* control_request() about the target's device ("device NAME REQUEST"). */
+int control_ask(const struct control_target *target, const char *request, char **body,
+                char *message, size_t message_size);
+
+/* The devices of the server of `ctl`, the default first, as an array of `count` strings
+ * (free with control_free_names()). Returns 0 or -errno with a message. */
+int control_devices(const char *ctl, char ***names, size_t *count, char *message,
+                    size_t message_size);
+void control_free_names(char **names, size_t count);
+
+/* The control sockets (DIR/NAME.ctl) in `dir`, sorted: one per server. A missing
+ * directory has none. Returns 0 or -errno. Free with control_free_names(). */
+int control_servers(const char *dir, char ***paths, size_t *count);
 
 /* Where `uzram status` and `uzram attr` look for devices: the runtime directory, or what
  * their -u names, which may be anything `uzram serve` was given or made: a directory holding

@@ -47,30 +47,70 @@ static int send_error(struct nbd_session *s, uint32_t option, uint32_t type, con
     return send_reply(s, option, type, message, (uint32_t)strlen(message));
 }
 
-/* The current export size: the device may have been resized through the
- * control socket while no client was connected. */
-static uint64_t export_size(const struct nbd_export *export)
+/* The export a client names, held (see nbd_export_get()); NULL when there is none: names
+ * longer than any device's, or with a NUL in them, name none. */
+static struct nbd_export *find_export(struct nbd_server *server, const unsigned char *name,
+                                      uint32_t length, bool client)
+{
+    char text[NBD_EXPORT_NAME_MAX + 1];
+    if (length > NBD_EXPORT_NAME_MAX || memchr(name, '\0', length) != NULL)
+        return NULL;
+    memcpy(text, name, length);
+    text[length] = '\0';
+    return nbd_export_get(server, text, client);
+}
+
+/* What INFO and GO tell about an export, taken while it is held, so that the replies can
+ * go out after the hold ends (a client slow to read them must not hold up hot-remove). */
+struct export_facts {
+    char name[NBD_EXPORT_NAME_MAX + 1];
+    uint64_t size; /* now: the device may have been resized through the control socket */
+    uint16_t flags;
+};
+
+static void export_facts(const struct nbd_export *export, const struct nbd_session *s,
+                         struct export_facts *facts)
 {
     struct uzram_config config;
     uzram_get_config(export->dev, &config);
-    return config.disksize;
+    snprintf(facts->name, sizeof facts->name, "%s", export->name);
+    facts->size = config.disksize;
+    facts->flags = nbd_transmission_flags(export, s);
 }
 
-/* "" selects the one export too, so plain URIs like nbd+unix:///?socket=... work. */
-static bool name_matches(const struct nbd_export *export, const unsigned char *name,
-                         uint32_t length)
+/* ERR_UNKNOWN naming the exports there are, so that a user who typed a name wrong sees
+ * the right ones ("" names the default export, which may have been removed). */
+static int send_unknown(struct nbd_session *s, uint32_t option, struct nbd_server *server,
+                        const unsigned char *name, uint32_t length)
 {
-    if (length == 0)
-        return true;
-    return length == strlen(export->name) && memcmp(name, export->name, length) == 0;
+    enum { SHOWN = 8 };
+    struct nbd_export_entry entries[SHOWN + 1];
+    size_t count = nbd_export_list(server, entries, SHOWN + 1);
+    char message[1024];
+    int used =
+        snprintf(message, sizeof message,
+                 length == 0 ? "no default export (it was removed)" : "no export named '%.*s'",
+                 (int)(length < 64 ? length : 64), (const char *)name);
+    for (size_t i = 0; i < count && i < SHOWN && used > 0 && (size_t)used < sizeof message; i++)
+        used += snprintf(message + used, sizeof message - (size_t)used, "%s%s%s",
+                         i == 0 ? "; this server exports: " : ", ", entries[i].name,
+                         i + 1 == SHOWN && count > SHOWN ? ", ..." : "");
+    if (count == 0 && used > 0 && (size_t)used < sizeof message)
+        snprintf(message + used, sizeof message - (size_t)used, "; this server exports nothing");
+    /* The name came from the client: only printable bytes go back. */
+    for (char *p = message; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
+    return send_error(s, option, NBD_REP_ERR_UNKNOWN, message);
 }
 
-static int send_info_export(struct nbd_session *s, uint32_t option, const struct nbd_export *export)
+static int send_info_export(struct nbd_session *s, uint32_t option,
+                            const struct export_facts *facts)
 {
     unsigned char info[12];
     util_put16(info, NBD_INFO_EXPORT);
-    util_put64(info + 2, s->size);
-    util_put16(info + 10, nbd_transmission_flags(export, s));
+    util_put64(info + 2, facts->size);
+    util_put16(info + 10, facts->flags);
     return send_reply(s, option, NBD_REP_INFO, info, sizeof info);
 }
 
@@ -84,18 +124,18 @@ static int send_info_block_size(struct nbd_session *s, uint32_t option)
     return send_reply(s, option, NBD_REP_INFO, info, sizeof info);
 }
 
-static int send_info_name(struct nbd_session *s, uint32_t option, const struct nbd_export *export)
+static int send_info_name(struct nbd_session *s, uint32_t option, const struct export_facts *facts)
 {
-    size_t length = strlen(export->name);
-    unsigned char info[2 + 64];
+    size_t length = strlen(facts->name);
+    unsigned char info[2 + NBD_EXPORT_NAME_MAX];
     util_put16(info, NBD_INFO_NAME);
-    memcpy(info + 2, export->name, length);
+    memcpy(info + 2, facts->name, length);
     return send_reply(s, option, NBD_REP_INFO, info, (uint32_t)(2 + length));
 }
 
 /* NBD_OPT_INFO and NBD_OPT_GO. Returns 1 when GO succeeded. */
 static int option_info_go(struct nbd_session *s, uint32_t option, const unsigned char *data,
-                          uint32_t length, const struct nbd_export *export)
+                          uint32_t length, struct nbd_server *server)
 {
     if (length < 6)
         return send_error(s, option, NBD_REP_ERR_INVALID, "option too short");
@@ -105,34 +145,38 @@ static int option_info_go(struct nbd_session *s, uint32_t option, const unsigned
     uint16_t count = util_get16(data + 4 + name_length);
     if ((uint64_t)4 + name_length + 2 + 2u * count != length)
         return send_error(s, option, NBD_REP_ERR_INVALID, "bad information request list");
-    if (!name_matches(export, data + 4, name_length)) {
-        char message[128];
-        snprintf(message, sizeof message, "no export named that; this server exports \"%s\"",
-                 export->name);
-        return send_error(s, option, NBD_REP_ERR_UNKNOWN, message);
-    }
+    bool go = option == NBD_OPT_GO;
+    /* GO holds the export as a client from here: hot-remove refuses from now on. */
+    struct nbd_export *export = find_export(server, data + 4, name_length, go);
+    if (export == NULL)
+        return send_unknown(s, option, server, data + 4, name_length);
+    struct export_facts facts;
+    export_facts(export, s, &facts);
+    if (!go)
+        nbd_export_put(server, export, false);
 
     bool want_name = false;
     for (uint16_t i = 0; i < count; i++)
         if (util_get16(data + 4 + name_length + 2 + 2u * i) == NBD_INFO_NAME)
             want_name = true;
 
-    s->size = export_size(export);
-    int rc = send_info_export(s, option, export);
+    int rc = send_info_export(s, option, &facts);
     /* Block sizes are always sent: the engine cannot serve unaligned I/O. */
     if (rc == 0)
         rc = send_info_block_size(s, option);
     if (rc == 0 && want_name)
-        rc = send_info_name(s, option, export);
+        rc = send_info_name(s, option, &facts);
     if (rc == 0)
         rc = send_reply(s, option, NBD_REP_ACK, NULL, 0);
-    if (rc < 0)
+    if (rc < 0 || !go) {
+        if (go)
+            nbd_export_put(server, export, true);
         return rc;
-    if (option == NBD_OPT_GO) {
-        s->flags = nbd_transmission_flags(export, s);
-        return 1;
     }
-    return 0;
+    s->export = export;
+    s->size = facts.size;
+    s->flags = facts.flags;
+    return 1;
 }
 
 /* Does the query select base:allocation? `exact` for SET (a namespace alone
@@ -146,7 +190,7 @@ static bool query_matches(const unsigned char *query, uint32_t length, bool exac
 }
 
 static int option_meta_context(struct nbd_session *s, uint32_t option, const unsigned char *data,
-                               uint32_t length, const struct nbd_export *export)
+                               uint32_t length, struct nbd_server *server)
 {
     bool set = option == NBD_OPT_SET_META_CONTEXT;
 
@@ -175,8 +219,10 @@ static int option_meta_context(struct nbd_session *s, uint32_t option, const uns
     }
     if (position != length)
         return send_error(s, option, NBD_REP_ERR_INVALID, "trailing bytes after queries");
-    if (!name_matches(export, data + 4, name_length))
-        return send_error(s, option, NBD_REP_ERR_UNKNOWN, "no export named that");
+    struct nbd_export *export = find_export(server, data + 4, name_length, false);
+    if (export == NULL)
+        return send_unknown(s, option, server, data + 4, name_length);
+    nbd_export_put(server, export, false);
 
     /* LIST with no query lists every context we have. */
     if (!set && queries == 0)
@@ -196,15 +242,28 @@ static int option_meta_context(struct nbd_session *s, uint32_t option, const uns
     return send_reply(s, option, NBD_REP_ACK, NULL, 0);
 }
 
-static int option_list(struct nbd_session *s, uint32_t length, const struct nbd_export *export)
+/* NBD_OPT_LIST: every export, the default first, each with a description (nbdinfo --list
+ * shows it). */
+static int option_list(struct nbd_session *s, uint32_t length, struct nbd_server *server)
 {
     if (length != 0)
         return send_error(s, NBD_OPT_LIST, NBD_REP_ERR_INVALID, "LIST takes no data");
-    size_t name_length = strlen(export->name);
-    unsigned char reply[4 + 64];
-    util_put32(reply, (uint32_t)name_length);
-    memcpy(reply + 4, export->name, name_length);
-    int rc = send_reply(s, NBD_OPT_LIST, NBD_REP_SERVER, reply, (uint32_t)(4 + name_length));
+    struct nbd_export_entry *entries = malloc(NBD_SERVER_MAX_EXPORTS * sizeof *entries);
+    if (entries == NULL)
+        return -ENOMEM;
+    size_t count = nbd_export_list(server, entries, NBD_SERVER_MAX_EXPORTS);
+    int rc = 0;
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        size_t name_length = strlen(entries[i].name);
+        size_t description_length = strlen(entries[i].description);
+        unsigned char reply[4 + sizeof entries[i].name + sizeof entries[i].description];
+        util_put32(reply, (uint32_t)name_length);
+        memcpy(reply + 4, entries[i].name, name_length);
+        memcpy(reply + 4 + name_length, entries[i].description, description_length);
+        rc = send_reply(s, NBD_OPT_LIST, NBD_REP_SERVER, reply,
+                        (uint32_t)(4 + name_length + description_length));
+    }
+    free(entries);
     if (rc == 0)
         rc = send_reply(s, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
     return rc;
@@ -212,20 +271,28 @@ static int option_list(struct nbd_session *s, uint32_t length, const struct nbd_
 
 /* NBD_OPT_EXPORT_NAME: no reply header; unknown names close the connection. */
 static int option_export_name(struct nbd_session *s, const unsigned char *data, uint32_t length,
-                              const struct nbd_export *export)
+                              struct nbd_server *server)
 {
-    if (!name_matches(export, data, length)) {
+    struct nbd_export *export = find_export(server, data, length, true);
+    if (export == NULL) {
         nbd_log(s, "EXPORT_NAME asked for an unknown export; closing");
         return -ENOENT;
     }
-    s->size = export_size(export);
-    s->flags = nbd_transmission_flags(export, s);
+    struct export_facts facts;
+    export_facts(export, s, &facts);
     unsigned char reply[10 + NBD_EXPORT_NAME_PADDING] = {0};
-    util_put64(reply, s->size);
-    util_put16(reply + 8, s->flags);
+    util_put64(reply, facts.size);
+    util_put16(reply + 8, facts.flags);
     int rc =
         nbd_io_send_all_by(s, reply, s->no_zeroes ? 10 : sizeof reply, s->handshake_deadline_ms);
-    return rc < 0 ? rc : 1;
+    if (rc < 0) {
+        nbd_export_put(server, export, true);
+        return rc;
+    }
+    s->export = export;
+    s->size = facts.size;
+    s->flags = facts.flags;
+    return 1;
 }
 
 /* NBD_OPT_STARTTLS: ACK in the clear, then the TLS handshake; every later byte is
@@ -269,7 +336,7 @@ static int tls_required(struct nbd_session *s, uint32_t option)
                       "this server requires TLS: use NBD_OPT_STARTTLS (an nbds:// URI)");
 }
 
-int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
+int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
 {
     unsigned char greeting[18];
     util_put64(greeting, NBD_MAGIC);
@@ -333,7 +400,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
         }
         switch (option) {
         case NBD_OPT_EXPORT_NAME:
-            rc = option_export_name(s, data, length, export);
+            rc = option_export_name(s, data, length, server);
             break;
         case NBD_OPT_ABORT:
             /* Best effort: the client may already have closed its end. */
@@ -341,11 +408,11 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
             rc = 0;
             goto out;
         case NBD_OPT_LIST:
-            rc = option_list(s, length, export);
+            rc = option_list(s, length, server);
             break;
         case NBD_OPT_INFO:
         case NBD_OPT_GO:
-            rc = option_info_go(s, option, data, length, export);
+            rc = option_info_go(s, option, data, length, server);
             break;
         case NBD_OPT_STRUCTURED_REPLY:
             if (length != 0) {
@@ -357,7 +424,7 @@ int nbd_handshake(struct nbd_session *s, const struct nbd_export *export)
             break;
         case NBD_OPT_LIST_META_CONTEXT:
         case NBD_OPT_SET_META_CONTEXT:
-            rc = option_meta_context(s, option, data, length, export);
+            rc = option_meta_context(s, option, data, length, server);
             break;
         case NBD_OPT_STARTTLS:
             rc = option_starttls(s, length);

@@ -38,7 +38,8 @@ struct listener {
 };
 
 struct nbd_server {
-    struct nbd_export export;
+    const char *name;
+    struct nbd_exports *exports;                /* the devices (exports.c) */
     char unix_path[PATH_MAX], tcp_address[300]; /* for `uzram status`; "" when none */
     struct nbd_transmission_settings transmission;
     unsigned timeout;    /* seconds: handshake, requests, replies */
@@ -50,18 +51,16 @@ struct nbd_server {
     struct client *clients;
     unsigned connection_count;
     unsigned next_id;
-
-    struct attachment *attachment;
 };
 
-struct attachment *nbd_server_attachment(struct nbd_server *server)
+struct nbd_exports *nbd_server_exports(struct nbd_server *server)
 {
-    return server->attachment;
+    return server->exports;
 }
 
-const struct nbd_export *nbd_server_export(struct nbd_server *server)
+const char *nbd_server_name(struct nbd_server *server)
 {
-    return &server->export;
+    return server->name;
 }
 
 const char *nbd_server_unix_path(struct nbd_server *server)
@@ -123,11 +122,15 @@ static void *connection_main(void *arg)
     /* A client must not hold a thread forever without finishing the
      * handshake: the deadline covers every receive and every send of it. */
     s->handshake_deadline_ms = util_now_ms() + server->timeout * 1000ull;
-    int rc = nbd_handshake(s, &server->export);
+    int rc = nbd_handshake(s, server);
     if (rc == -ETIMEDOUT)
         nbd_log(s, "handshake not finished within %u s; closing", server->timeout);
-    if (rc == 1)
-        nbd_transmission(s, server, &server->transmission);
+    if (rc == 1) {
+        struct nbd_transmission_settings settings = server->transmission;
+        settings.read_only = s->export->read_only;
+        nbd_transmission(s, server, &settings);
+        nbd_export_put(server, s->export, true);
+    }
     client_free(client);
     return NULL;
 }
@@ -390,40 +393,37 @@ static void stop_connections(struct nbd_server *server)
 /* The stop line: the data lives only in this process, so say what goes. */
 static void log_stop(struct nbd_server *server, uint32_t signo)
 {
-    struct uzram_stats st = {0};
-    char human[16];
-    uzram_get_stats(server->export.dev, &st, sizeof st);
-    util_human_size(st.orig_data_size, human, sizeof human);
+    char human[16], devices[64] = "";
+    size_t count;
+    uint64_t data = nbd_exports_data(server->exports, &count);
+    util_human_size(data, human, sizeof human);
+    if (count != 1)
+        snprintf(devices, sizeof devices, " in %zu devices", count);
     unsigned clients = nbd_server_clients(server);
     fprintf(stderr,
-            "uzram: %s received: stopping; discarding %llu bytes of data (%s) with %u client%s "
+            "uzram: %s received: stopping; discarding %llu bytes of data (%s)%s with %u client%s "
             "connected\n",
-            signo == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)st.orig_data_size, human,
+            signo == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)data, human, devices,
             clients, clients == 1 ? "" : "s");
 }
 
 /* ------------------------------------------------------------------------
- * What the log says about the device
+ * What the log says about the devices
  * ---------------------------------------------------------------------- */
 
 /* The library counts, the server tells: the backing store full, its writes or
  * reads failing, each said once when it starts and once when it ends, never
  * per page. */
-struct device_watch {
-    struct uzram_stats seen;
-    bool full, write_failing;
-    time_t read_failure_said;
-};
-
-static void say_backing(struct uzram *dev, const char *what)
+static void say_backing(struct uzram *dev, const char *name, const char *what)
 {
     char path[PATH_MAX];
     if (uzram_get_backing_dev(dev, path, sizeof path) < 0)
         snprintf(path, sizeof path, "(?)");
-    fprintf(stderr, "uzram: backing store %s: %s\n", path, what);
+    fprintf(stderr, "uzram: %s: backing store %s: %s\n", name, path, what);
 }
 
-static void watch_device(struct uzram *dev, struct device_watch *watch)
+/* Called for every device once a second (nbd_exports_watch()). */
+static void watch_device(struct uzram *dev, const char *name, struct nbd_device_watch *watch)
 {
     struct uzram_stats now;
     if (uzram_get_stats(dev, &now, sizeof now) < 0)
@@ -431,26 +431,27 @@ static void watch_device(struct uzram *dev, struct device_watch *watch)
     struct uzram_stats *seen = &watch->seen;
     bool wrote = now.bd_writes > seen->bd_writes;
     if (now.bd_nospace > seen->bd_nospace && !watch->full) {
-        say_backing(dev, "full (or its file system is): pages stay in memory, and writes "
-                         "past mem_limit fail; see bd_nospace");
+        say_backing(dev, name,
+                    "full (or its file system is): pages stay in memory, and writes "
+                    "past mem_limit fail; see bd_nospace");
         watch->full = true;
     } else if (watch->full && wrote && now.bd_nospace == seen->bd_nospace) {
-        say_backing(dev, "has room again");
+        say_backing(dev, name, "has room again");
         watch->full = false;
     }
     if (now.bd_write_errors > seen->bd_write_errors && !watch->write_failing) {
-        say_backing(dev, "writes fail: pages stay in memory; see bd_write_errors");
+        say_backing(dev, name, "writes fail: pages stay in memory; see bd_write_errors");
         watch->write_failing = true;
     } else if (watch->write_failing && wrote && now.bd_write_errors == seen->bd_write_errors) {
-        say_backing(dev, "writes work again");
+        say_backing(dev, name, "writes work again");
         watch->write_failing = false;
     }
     time_t clock = time(NULL);
     if (now.failed_reads > seen->failed_reads && clock - watch->read_failure_said >= 60) {
         fprintf(stderr,
-                "uzram: %llu read(s) failed with EIO (failed_reads %llu): a backing store that "
-                "cannot be read?\n",
-                (unsigned long long)(now.failed_reads - seen->failed_reads),
+                "uzram: %s: %llu read(s) failed with EIO (failed_reads %llu): a backing store "
+                "that cannot be read?\n",
+                name, (unsigned long long)(now.failed_reads - seen->failed_reads),
                 (unsigned long long)now.failed_reads);
         watch->read_failure_said = clock;
         seen->failed_reads = now.failed_reads;
@@ -462,19 +463,46 @@ static void watch_device(struct uzram *dev, struct device_watch *watch)
     seen->bd_write_errors = now.bd_write_errors;
 }
 
-int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
+/* The devices of the command line (or configuration) in the server's list: all or none. */
+static int add_devices(struct nbd_server *server, const struct nbd_server_options *options,
+                       const char *runtime_dir, unsigned threads)
+{
+    int rc = nbd_exports_create(options, &server->exports);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: %s\n", strerror(-rc));
+        for (size_t i = 0; i < options->device_count; i++)
+            uzram_destroy(options->devices[i].dev);
+        return -1;
+    }
+    struct attach_settings attach = {
+        .unix_path = server->unix_path[0] ? server->unix_path : NULL,
+        .runtime_dir = runtime_dir,
+        .fuse_threads = threads,
+        .swap = options->swap,
+    };
+    nbd_exports_set_attach(server->exports, &attach);
+    for (size_t i = 0; i < options->device_count; i++) {
+        char message[256];
+        rc = nbd_exports_add(server->exports, &options->devices[i], message, sizeof message);
+        if (rc < 0) {
+            fprintf(stderr, "uzram: %s\n", message);
+            for (size_t j = i; j < options->device_count; j++)
+                uzram_destroy(options->devices[j].dev);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int nbd_server_run(const struct nbd_server_options *options)
 {
     struct nbd_server server = {
-        .export = {.dev = dev,
-                   .name = options->name,
-                   .read_only = options->read_only,
-                   .swap = options->swap},
+        .name = options->name,
         .timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT,
     };
     unsigned threads = options->threads < 1 ? 1 : options->threads;
     unsigned helpers = threads * NBD_SERVER_HELPERS_PER_THREAD;
     server.transmission = (struct nbd_transmission_settings){
-        .read_only = options->read_only,
         .threads = threads,
         .helpers = helpers < NBD_SERVER_MAX_HELPERS ? helpers : NBD_SERVER_MAX_HELPERS,
         .timeout = server.timeout,
@@ -488,6 +516,9 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
     int status = 1;
 
     nbd_log_quiet = options->quiet;
+    /* The devices are the server's from here: until add_devices() takes them, out: below
+     * destroys them. */
+    bool devices_added = false;
     pthread_mutex_init(&server.connections_lock, NULL);
     pthread_condattr_t monotonic;
     pthread_condattr_init(&monotonic);
@@ -555,7 +586,7 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
             goto out;
         ctl_owned = options->ctl_path;
     }
-    /* `uzram attach` puts the device's file beside the control socket. */
+    /* `uzram attach` puts a device's file beside the control socket. */
     char runtime_dir[PATH_MAX];
     snprintf(runtime_dir, sizeof runtime_dir, "%s", options->ctl_path);
     char *slash = strrchr(runtime_dir, '/');
@@ -563,30 +594,24 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
         snprintf(runtime_dir, sizeof runtime_dir, ".");
     else
         slash[slash == runtime_dir] = '\0';
-    struct attach_settings attach = {
-        .dev = dev,
-        .name = options->name,
-        .unix_path = server.unix_path[0] ? server.unix_path : NULL,
-        .runtime_dir = runtime_dir,
-        .fuse_threads = threads,
-        .read_only = options->read_only,
-        .swap = options->swap,
-    };
-    if (attachment_create(&attach, &server.attachment) < 0) {
-        fprintf(stderr, "uzram: out of memory\n");
+    devices_added = true;
+    if (add_devices(&server, options, runtime_dir, threads) < 0)
         goto out;
-    }
     int rc = control_start(ctl_fd, &server, &control);
     if (rc < 0) {
         fprintf(stderr, "uzram: cannot serve the control socket: %s\n", strerror(-rc));
         goto out;
     }
 
+    char devices[1024], names[1024];
+    size_t device_count = nbd_exports_describe(server.exports, true, devices, sizeof devices);
+    nbd_exports_describe(server.exports, false, names, sizeof names);
     if (!options->quiet) {
-        struct uzram_config config;
-        uzram_get_config(dev, &config);
-        printf("uzram: serving %s (%llu bytes, %s) on ", options->name,
-               (unsigned long long)config.disksize, config.comp_algorithm);
+        if (device_count == 1)
+            printf("uzram: serving %s on ", devices);
+        else
+            printf("uzram: serving %zu devices: %s (the first is the default export) on ",
+                   device_count, devices);
         if (server.unix_path[0])
             printf("unix:%s%s", server.unix_path, server.tcp_address[0] ? ", " : "");
         if (server.tcp_address[0])
@@ -600,11 +625,12 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
                    options->tls.mode == NBD_TLS_REQUIRE ? "required" : "offered, not required",
                    nbd_tls_kind(server.tls));
         const char *scheme = options->tls.mode == NBD_TLS_REQUIRE ? "nbds" : "nbd";
+        const char *list = device_count == 1 ? "" : "--list ";
         if (server.unix_path[0])
-            printf("  connect: nbdinfo '%s+unix:///?socket=%s'   stats: uzram status\n", scheme,
-                   server.unix_path);
+            printf("  connect: nbdinfo %s'%s+unix:///?socket=%s'   stats: uzram status\n", list,
+                   scheme, server.unix_path);
         else
-            printf("  connect: nbdinfo '%s://%s'   stats: uzram status\n", scheme,
+            printf("  connect: nbdinfo %s'%s://%s'   stats: uzram status\n", list, scheme,
                    server.tcp_address);
         printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
                "the server stops (SIGTERM, SIGINT)\n");
@@ -612,19 +638,21 @@ int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options)
     }
     /* Every socket listens: a service manager waiting for us (systemd's Type=notify) may
      * start what needs the device now. */
-    char state[128];
-    snprintf(state, sizeof state, "READY=1\nSTATUS=serving %s", options->name);
+    char state[1100];
+    if (device_count == 1)
+        snprintf(state, sizeof state, "READY=1\nSTATUS=serving %s", names);
+    else
+        snprintf(state, sizeof state, "READY=1\nSTATUS=serving %zu devices: %s", device_count,
+                 names);
     rc = systemd_notify(state);
     if (rc < 0)
         fprintf(stderr, "uzram: cannot tell the service manager we are ready: %s\n", strerror(-rc));
 
-    struct device_watch watch = {0};
-    uzram_get_stats(dev, &watch.seen, sizeof watch.seen);
     for (;;) {
         struct pollfd fds[1 + LISTENERS_MAX] = {{signal_fd, POLLIN, 0}};
         for (size_t i = 0; i < listener_count; i++)
             fds[1 + i] = (struct pollfd){listeners[i].fd, POLLIN, 0};
-        watch_device(dev, &watch);
+        nbd_exports_watch(server.exports, watch_device);
         if (poll(fds, 1 + listener_count, 1000) < 0) {
             if (errno == EINTR)
                 continue;
@@ -665,7 +693,8 @@ out:
             unlink(ctl_owned);
     }
     /* Before the connections end: nbd-client -d still talks to us. */
-    attachment_destroy(server.attachment);
+    if (server.exports != NULL)
+        nbd_exports_detach_all(server.exports);
     stop_connections(&server);
 
     if (signal_fd >= 0)
@@ -673,5 +702,8 @@ out:
     nbd_tls_free(server.tls);
     pthread_mutex_destroy(&server.connections_lock);
     pthread_cond_destroy(&server.connections_gone);
+    nbd_exports_destroy(server.exports);
+    for (size_t i = 0; !devices_added && i < options->device_count; i++)
+        uzram_destroy(options->devices[i].dev);
     return status;
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -77,7 +78,14 @@
  * Only touched pages cost memory. */
 #define NBD_SERVER_THREAD_STACK (2u << 20)
 
-/* What is exported: one device under one name. */
+/* Most devices one server serves at once (the command line's, the configuration's and
+ * hot-added ones). */
+#define NBD_SERVER_MAX_EXPORTS 256u
+/* Export names are device names (util_valid_name()): at most this long. */
+#define NBD_EXPORT_NAME_MAX 64u
+
+/* What is exported: one device under one name. A server has one or several; server.c keeps
+ * them (and who uses each), the handshake finds them by name through nbd_export_get(). */
 struct nbd_export {
     struct uzram *dev;
     const char *name;
@@ -92,9 +100,12 @@ struct nbd_session {
     bool no_zeroes;       /* NBD_FLAG_C_NO_ZEROES agreed */
     bool structured;      /* NBD_OPT_STRUCTURED_REPLY acknowledged */
     bool meta_allocation; /* base:allocation selected */
-    uint64_t size;        /* export size at GO/EXPORT_NAME time */
-    uint16_t flags;       /* transmission flags sent */
-    unsigned log_lines;   /* violation lines printed, to cap log flooding */
+    /* The export chosen by GO or EXPORT_NAME, held as a client of it (see
+     * nbd_export_get()) until the caller of nbd_handshake() puts it. */
+    struct nbd_export *export;
+    uint64_t size;      /* export size at GO/EXPORT_NAME time */
+    uint16_t flags;     /* transmission flags sent */
+    unsigned log_lines; /* violation lines printed, to cap log flooding */
     /* CLOCK_MONOTONIC milliseconds by which the handshake must be done; 0:
      * none. A receive timeout alone would let a client that trickles one
      * byte at a time hold its connection slot for ever. */
@@ -141,10 +152,29 @@ extern bool nbd_log_quiet;
 /* Transmission flags for this export and session state. */
 uint16_t nbd_transmission_flags(const struct nbd_export *export, const struct nbd_session *s);
 
-/* Run the option haggling. Returns 1 when transmission starts (session
- * filled in), 0 when the client ended it cleanly (ABORT or EOF), a negative
- * errno when the connection must be dropped. */
-int nbd_handshake(struct nbd_session *session, const struct nbd_export *export);
+/* Run the option haggling, choosing among the exports of `server`. Returns 1 when
+ * transmission starts (session filled in, session->export held as a client: the caller
+ * puts it with nbd_export_put(server, export, true) when the connection ends), 0 when the
+ * client ended it cleanly (ABORT or EOF), a negative errno when the connection must be
+ * dropped. */
+int nbd_handshake(struct nbd_session *session, struct nbd_server *server);
+
+/* The exports of a server by name, for the handshake (server.c; the handshake's fuzz
+ * target has its own). nbd_export_get() returns the export called `name` ("" is the
+ * default export: the server's first device) held so that it cannot be removed, or NULL.
+ * A `client` hold is a session that chose the export and uses it until it ends (it makes
+ * hot-remove refuse); any other hold is short (a lookup, a control request) and only
+ * makes hot-remove wait. Every hold ends with nbd_export_put() with the same `client`. */
+struct nbd_export *nbd_export_get(struct nbd_server *server, const char *name, bool client);
+void nbd_export_put(struct nbd_server *server, struct nbd_export *export, bool client);
+
+/* One line of NBD_OPT_LIST's answer. */
+struct nbd_export_entry {
+    char name[NBD_EXPORT_NAME_MAX + 1];
+    char description[160];
+};
+/* The exports now, the default first, at most `max`; returns how many. */
+size_t nbd_export_list(struct nbd_server *server, struct nbd_export_entry *entries, size_t max);
 
 /* Check a request against the negotiated session before anything is done
  * with it. Returns 0 or the NBD error to reply with; *reason (if not NULL)
@@ -180,24 +210,91 @@ struct nbd_transmission_settings {
 int nbd_transmission(const struct nbd_session *session, struct nbd_server *server,
                      const struct nbd_transmission_settings *settings);
 
-/* The device exported by this server. */
-const struct nbd_export *nbd_server_export(struct nbd_server *server);
+/* The /dev node of device `export`, if `uzram attach` made one (attach/attachment.c). */
+struct attachment *nbd_export_attachment(struct nbd_server *server,
+                                         const struct nbd_export *export);
 
-/* The device's /dev node, if `uzram attach` made one (attach/attachment.c). */
-struct attachment *nbd_server_attachment(struct nbd_server *server);
-
-/* Number of connected clients (handshaking or transmitting). */
+/* Number of connected clients (handshaking or transmitting), over all exports. */
 unsigned nbd_server_clients(struct nbd_server *server);
+/* Sessions using `export` (held as clients). */
+unsigned nbd_export_clients(struct nbd_server *server, const struct nbd_export *export);
+
+/* The server's name (its control socket is NAME.ctl) and the memory limit all its devices
+ * share (--server-mem-limit; a group with no limit when none was given). */
+const char *nbd_server_name(struct nbd_server *server);
+struct uzram_group *nbd_server_group(struct nbd_server *server);
+
+/* Hot-add and hot-remove (the control socket's requests), as zram's hot_add and
+ * hot_remove: add the device `spec` describes (what serve --device takes), or remove the
+ * device `name` and drop its data, refused with -EBUSY while a client uses it. Both return
+ * 0 or a negative errno, with one line in `message` saying what was done or what to do. */
+int nbd_server_add(struct nbd_server *server, const char *spec, char *message, size_t size);
+int nbd_server_remove(struct nbd_server *server, const char *name, char *message, size_t size);
 
 /* Where the server listens, for `uzram status`: its Unix socket ("" if none) and its TCP
  * address ("ADDR:PORT", "" if none), the first of each. */
 const char *nbd_server_unix_path(struct nbd_server *server);
 const char *nbd_server_tcp_address(struct nbd_server *server);
 
+/* A device made for the server (by cli/serve.c): the server owns it from then on. */
+struct nbd_new_device {
+    struct uzram *dev;
+    char name[NBD_EXPORT_NAME_MAX + 1];
+    bool read_only;
+};
+
+/* Makes the device a hot-add request describes: `spec` is what serve --device takes
+ * (NAME[:SIZE[:KEY=VALUE]...]). Returns 0 with *out filled, or a negative errno with one
+ * line in `message`. */
+typedef int nbd_make_device_fn(void *context, const char *spec, struct nbd_new_device *out,
+                               char *message, size_t message_size);
+
+/* The devices of a server (exports.c), made and destroyed by server.c. */
+struct nbd_exports;
+struct nbd_server_options;
+struct nbd_exports *nbd_server_exports(struct nbd_server *server);
+int nbd_exports_create(const struct nbd_server_options *options, struct nbd_exports **out);
+/* Destroys every device too. */
+void nbd_exports_destroy(struct nbd_exports *exports);
+/* Add a device made for the server: 0, or a negative errno with a message (the device is
+ * then still the caller's); on success `message` describes it: "NAME (4G, lz4)". */
+int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *made, char *message,
+                    size_t size);
+/* What the log has said about a device's backing store (server.c's watch_device()), kept
+ * with the device. */
+struct nbd_device_watch {
+    struct uzram_stats seen;
+    bool full, write_failing;
+    time_t read_failure_said;
+};
+typedef void nbd_watch_fn(struct uzram *dev, const char *name, struct nbd_device_watch *watch);
+/* Call `watch` for every device, with its own watch state. */
+void nbd_exports_watch(struct nbd_exports *exports, nbd_watch_fn *watch);
+/* The settings every device's attachment shares (unix_path, runtime_dir, fuse_threads,
+ * swap; the rest is the device's): call before the first nbd_exports_add(). */
+struct attach_settings;
+void nbd_exports_set_attach(struct nbd_exports *exports, const struct attach_settings *settings);
+/* The server stops: every device's attachment ends (attachment_destroy). */
+void nbd_exports_detach_all(struct nbd_exports *exports);
+/* What "" selects. */
+const char *nbd_exports_default(struct nbd_exports *exports);
+/* The data held by all devices (orig_data_size), and how many there are. */
+uint64_t nbd_exports_data(struct nbd_exports *exports, size_t *count);
+/* "NAME (4294967296 bytes, lz4), NAME2 (...)" (`detailed`) or "NAME, NAME2" into `text`;
+ * returns the number of devices. */
+size_t nbd_exports_describe(struct nbd_exports *exports, bool detailed, char *text, size_t size);
+
 /* Settings of `uzram serve`, filled by cli/serve.c. */
 struct nbd_server_options {
-    const char *name;
-    const char *unix_path; /* NULL: no Unix socket */
+    const char *name; /* the server's: its control socket is NAME.ctl */
+    /* The devices to serve at start (at least one), the first the default export; and how
+     * hot-add makes more. */
+    const struct nbd_new_device *devices;
+    size_t device_count;
+    nbd_make_device_fn *make_device;
+    void *make_device_context;
+    uint64_t server_mem_limit; /* --server-mem-limit: bytes, 0 none */
+    const char *unix_path;     /* NULL: no Unix socket */
     const char *ctl_path;
     const char *tcp; /* "[ADDR:]PORT" or NULL */
     /* Socket activation: listening NBD sockets handed over by a service manager, served
@@ -210,15 +307,15 @@ struct nbd_server_options {
     long socket_gid;  /* -1: leave the group alone */
     unsigned threads; /* worker threads per connection */
     unsigned timeout; /* client deadlines in seconds; 0: NBD_SERVER_TIMEOUT */
-    bool read_only;
     bool quiet;
     bool swap; /* swap safety is on (cli/serve.c set it up): `attach --swap` may go on */
     struct nbd_tls_options tls;
 };
 
 /* Listen, serve until SIGINT/SIGTERM, clean up. Returns the exit status;
- * prints its own error lines. The device stays owned by the caller. */
-int nbd_server_run(struct uzram *dev, const struct nbd_server_options *options);
+ * prints its own error lines. The server owns the devices of `options` (and
+ * the hot-added ones) and destroys them when it ends, even on an error. */
+int nbd_server_run(const struct nbd_server_options *options);
 
 /* Control socket (control/control.c): serve the listening socket `listen_fd`
  * on a thread of its own (each request on its own thread, with a deadline)

@@ -906,7 +906,7 @@ static void do_block_status(struct nbd_worker *w, struct uzram *dev, const struc
 static void execute(struct nbd_worker *w, const struct nbd_request *r, struct request_data *payload)
 {
     struct nbd_connection *conn = w->conn;
-    struct uzram *dev = nbd_server_export(conn->server)->dev;
+    struct uzram *dev = conn->session.export->dev;
     int rc = 0;
 
     /* Nobody will see the reply of a dead connection; skip the work. */

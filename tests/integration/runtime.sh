@@ -53,7 +53,7 @@ done
 (cd "$WORK" && [[ $("$UZRAM" attr -u elsewhere/disk.sock away disksize) -eq $((16 << 20)) ]]) ||
     fail "attr -u with a relative path"
 "$UZRAM" attr -u "$WORK/elsewhere/disk.sock" other disksize 2>"$WORK/err" && fail "attr -u SOCKET with another device name"
-grep -q "leads to device 'away'" "$WORK/err" || fail "attr -u, wrong name: $(cat "$WORK/err")"
+grep -q "which serves away, not 'other'" "$WORK/err" || fail "attr -u, wrong name: $(cat "$WORK/err")"
 # serve -u with a relative path: the server makes it absolute, so status shows where it is.
 env -C "$WORK/elsewhere" "$UZRAM" serve -q -n rel -s 8M -u rel.sock >/dev/null 2>"$WORK/server-rel.err" &
 SERVER_PID[rel]=$!

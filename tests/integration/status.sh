@@ -100,7 +100,7 @@ import json, re, subprocess, sys
 text = open(sys.argv[1]).read()
 assert text.endswith("\n"), "no final newline"
 helps, types, samples, order = {}, {}, {}, []
-sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{device="([^"\\]*)"(,algorithm="([^"]*)")?\} (\d+)$')
+sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{device="([^"\\]*)"(,server="[^"]*",algorithm="([^"]*)")?\} (\d+)$')
 for line in text.splitlines():
     if line.startswith("# HELP "):
         name, help_ = line[7:].split(" ", 1)

@@ -1,0 +1,230 @@
+/* hotplug.c - `uzram hot-add` and `uzram hot-remove`: add a device to a running server or
+ * remove one, as zram's /sys/class/zram-control/hot_add and hot_remove do. Both send one
+ * request to the server's control socket; the server makes (or destroys) the device. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/serve.h"
+#include "control/control.h"
+#include "common/util.h"
+
+static void hot_add_usage(FILE *out)
+{
+    fputs("Usage: uzram hot-add [-S SERVER | -u PLACE] NAME [SIZE] [DEVICE OPTION]...\n"
+          "Add device NAME of SIZE (default: the server's) to a running `uzram serve`, as\n"
+          "zram's hot_add does: a new NBD export of that server, at once.\n"
+          "\n"
+          "  -S, --server SERVER     the server whose control socket is SERVER.ctl in the\n"
+          "                          runtime directory (needed when several run)\n"
+          "  -u, --runtime-dir PLACE the runtime directory to look in, or the server's\n"
+          "                          NBD or control socket (as for uzram status)\n"
+          "  -h, --help              show this help\n"
+          "\n"
+          "Device options (as uzram serve takes them; the server's own defaults apply to\n"
+          "what is not given):\n",
+          out);
+    serve_device_options_usage(out);
+    fputs("\n"
+          "Example:\n"
+          "  uzram hot-add -S pool scratch 2G --algorithm zstd --dedup\n",
+          out);
+}
+
+static void hot_remove_usage(FILE *out)
+{
+    fputs("Usage: uzram hot-remove [-u PLACE] NAME\n"
+          "Remove device NAME from the server that serves it, as zram's hot_remove does: its\n"
+          "data is dropped. Refused while a client is connected to it; disconnect them first.\n"
+          "\n"
+          "  -u, --runtime-dir PLACE the runtime directory to look in, or the server's\n"
+          "                          NBD or control socket (as for uzram status)\n"
+          "  -h, --help              show this help\n",
+          out);
+}
+
+/* The control socket of the server hot-add talks to: -u's, --server's, or the only one of
+ * the runtime directory. */
+static int choose_server(const char *given_place, const char *server, char *ctl, size_t size)
+{
+    char message[PATH_MAX + 512];
+    struct control_place place;
+    if (control_place(given_place, &place, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
+        return -1;
+    }
+    if (place.ctl[0]) {
+        if (server != NULL) {
+            fputs("uzram hot-add: -u names a server already; drop --server\n", stderr);
+            return -1;
+        }
+        snprintf(ctl, size, "%s", place.ctl);
+        return 0;
+    }
+    if (server != NULL) {
+        if (!util_valid_name(server)) {
+            fprintf(stderr, "uzram: '%s' is not a server name\n", server);
+            return -1;
+        }
+        int n = snprintf(ctl, size, "%.*s/%s.ctl", PATH_MAX - 80, place.dir, server);
+        if (n < 0 || (size_t)n >= size) {
+            fprintf(stderr, "uzram: %s: path too long\n", place.dir);
+            return -1;
+        }
+        return 0;
+    }
+    char **servers;
+    size_t count;
+    int rc = control_servers(place.dir, &servers, &count);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: cannot list the servers in %s: %s\n", place.dir, strerror(-rc));
+        return -1;
+    }
+    if (count == 1)
+        snprintf(ctl, size, "%s", servers[0]);
+    else if (count == 0)
+        fprintf(stderr,
+                "uzram: no server is running in %s; start one with: uzram serve --device "
+                "NAME:SIZE\n",
+                place.dir);
+    else
+        fprintf(stderr,
+                "uzram: %zu servers run in %s (%s, %s%s); say which with --server NAME (its "
+                "control socket NAME.ctl)\n",
+                count, place.dir, servers[0], servers[1], count > 2 ? ", ..." : "");
+    control_free_names(servers, count);
+    return count == 1 ? 0 : -1;
+}
+
+int cmd_hot_add(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"server", required_argument, NULL, 'S'},
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *given_place = NULL, *server = NULL;
+    int c;
+    optind = 1;
+    /* "+": the device options after NAME are serve's, read by serve_device_spec(). */
+    while ((c = getopt_long(argc, argv, "+S:u:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'S':
+            server = optarg;
+            break;
+        case 'u':
+            given_place = optarg;
+            break;
+        case 'h':
+            hot_add_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram hot-add --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fputs("uzram hot-add: expected NAME [SIZE] [DEVICE OPTION]...\n"
+              "Try 'uzram hot-add --help' for more information.\n",
+              stderr);
+        return 2;
+    }
+    const char *name = argv[optind++];
+    if (!util_valid_name(name)) {
+        fprintf(stderr,
+                "uzram: bad device name '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not "
+                "starting with -\n",
+                name);
+        return 2;
+    }
+    const char *size = NULL;
+    if (optind < argc && argv[optind][0] != '-')
+        size = argv[optind++];
+    if (size != NULL && strchr(size, ':') != NULL) {
+        fprintf(stderr, "uzram: bad size '%s'\n", size);
+        return 2;
+    }
+    /* The device options, as serve's getopt reads them: argv[0] stays the program. */
+    char spec[1024];
+    argv[optind - 1] = argv[0];
+    int status =
+        serve_device_spec(name, size, argc - optind + 1, argv + optind - 1, spec, sizeof spec);
+    if (status != 0)
+        return status;
+
+    char ctl[PATH_MAX], request[1100], message[1024], *body;
+    if (choose_server(given_place, server, ctl, sizeof ctl) < 0)
+        return 1;
+    snprintf(request, sizeof request, "hot-add %s", spec);
+    int rc = control_request(ctl, request, &body, message, sizeof message);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: hot-add %s: %s\n", name, message);
+        return 1;
+    }
+    printf("uzram: added %s", body);
+    free(body);
+    return 0;
+}
+
+int cmd_hot_remove(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *given_place = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'u':
+            given_place = optarg;
+            break;
+        case 'h':
+            hot_remove_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram hot-remove --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fputs("uzram hot-remove: expected NAME\n"
+              "Try 'uzram hot-remove --help' for more information.\n",
+              stderr);
+        return 2;
+    }
+    const char *name = argv[optind];
+    if (!util_valid_name(name)) {
+        fprintf(stderr, "uzram: '%s' is not a device name\n", name);
+        return 2;
+    }
+    char message[2 * PATH_MAX + 256], request[128], *body;
+    struct control_place place;
+    struct control_target target;
+    int rc = control_place(given_place, &place, message, sizeof message);
+    if (rc == 0 && place.ctl[0]) {
+        snprintf(target.ctl, sizeof target.ctl, "%s", place.ctl);
+    } else if (rc == 0) {
+        rc = control_resolve(name, place.dir, &target, message, sizeof message);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
+        return 1;
+    }
+    snprintf(request, sizeof request, "hot-remove %s", name);
+    rc = control_request(target.ctl, request, &body, message, sizeof message);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: hot-remove %s: %s\n", name, message);
+        return 1;
+    }
+    printf("uzram: %s", body);
+    free(body);
+    return 0;
+}
