@@ -228,8 +228,19 @@ z=$(client fill "$SOCK" z $((2 * MiB)))
 [[ $("$UZRAM" attr z server_mem_limit) -eq 0 ]] || fail "server_mem_limit is not the server's"
 z=$(client fill "$SOCK" z $((16 * MiB)))
 ((z == 16 * MiB)) || fail "z wrote $z bytes with no server limit"
-pass "ENOSPC at a device's mem_limit ($x bytes of 3M) and at the server's (x+y = $((x + y)) of 6M, z refused); trims free room for others"
 stop_server lim
+# With writeback-when-full, a write past the server's limit writes back that device's own
+# cold pages instead of failing.
+start_server wbl --device w:16M:backing-file="$WORK/w.back":writeback-when-full --device v:16M \
+    --server-mem-limit 2M
+SOCK=$(sock_of wbl)
+w=$(client fill "$SOCK" w $((8 * MiB)))
+((w == 8 * MiB)) || fail "w wrote $w bytes of 8M with writeback-when-full under the server's 2M"
+[[ $(stat_json_field w bd_count) -gt 0 ]] || fail "w wrote nothing back"
+((used_w = $(mm_stat_field w 2), used_w <= 2 * MiB)) || fail "w uses $used_w bytes, past the server's 2M"
+client verify "$SOCK" v 0 16 || fail "v changed"
+stop_server wbl
+pass "ENOSPC at a device's mem_limit ($x bytes of 3M) and at the server's (x+y = $((x + y)) of 6M, z refused); trims free room for others; writeback-when-full makes room under the server's limit"
 
 # --- a server from a configuration file with two device sections ---
 cat >"$WORK/uzram.conf" <<'EOF'
