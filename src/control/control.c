@@ -326,7 +326,7 @@ static void handle_hotplug(const struct peer *peer, struct nbd_server *server, c
 
 /* A request about one device (get, set, clients, stats), with the device held. */
 static void handle_device_request(const struct peer *peer, struct nbd_server *server,
-                                  struct nbd_export *export, char *verb, char **save)
+                                  struct nbd_export *export, bool named, char *verb, char **save)
 {
     if (strcmp(verb, "get") == 0) {
         char *name = strtok_r(NULL, " ", save);
@@ -361,7 +361,10 @@ static void handle_device_request(const struct peer *peer, struct nbd_server *se
         handle_set(peer, server, export, name, value);
     } else if (strcmp(verb, "clients") == 0) {
         char body[32];
-        snprintf(body, sizeof body, "%u\n", nbd_export_clients(server, export));
+        /* Without "device NAME", as before several devices: every connection of the
+         * server, handshakes included; with it, the sessions using that device. */
+        snprintf(body, sizeof body, "%u\n",
+                 named ? nbd_export_clients(server, export) : nbd_server_clients(server));
         reply_ok(peer, body);
     } else if (strcmp(verb, "stats") == 0) {
         handle_stats(peer, server, export);
@@ -432,7 +435,7 @@ static void serve_peer(const struct peer *peer, struct nbd_server *server)
                         nbd_server_name(server), verb);
         return;
     }
-    handle_device_request(peer, server, export, verb, &save);
+    handle_device_request(peer, server, export, device[0] != '\0', verb, &save);
     nbd_export_put(server, export, false);
 }
 
