@@ -201,7 +201,26 @@ touch "$WORK/stop-busy"
 wait "$BUSY" || fail "the client on a saw wrong data while devices came and went"
 rounds=$(cat "$WORK/busy-count")
 client verify "$SOCK" b 24 256 || fail "device b after the hot-add/remove"
-pass "hot-add and hot-remove while a serves I/O ($rounds verified write+read rounds on a); refused while a client uses it"
+# Attach (FUSE file + loop device) works per device; an attached device is not hot-removed.
+if [[ -c /dev/fuse && -e /dev/loop-control && $(id -u) -eq 0 ]] && command -v losetup >/dev/null; then
+    at_exit '"$UZRAM" detach b'
+    DEV=$("$UZRAM" attach --via loop b 2>"$WORK/err") || fail "attach b: $(cat "$WORK/err")"
+    [[ $(blockdev --getsize64 "$DEV") -eq $((16 * MiB)) ]] || fail "$DEV is not b's 16 MiB"
+    [[ -S $(sock_of pool) && -e $XDG_RUNTIME_DIR/uzram/b.disk ]] || fail "b's FUSE file is not b.disk"
+    cmp <(head -c $((24 * 65536)) "$DEV") <(nbdcopy "nbd+unix:///b?socket=$SOCK" - | head -c $((24 * 65536))) ||
+        fail "$DEV does not show b's data"
+    [[ $("$UZRAM" status -n -o name,attached | awk '$1 == "b" {print $2}') == "$DEV" ]] || fail "status: b not attached"
+    [[ $("$UZRAM" status -n -o name,attached | awk '$1 == "a" {print $2}') == - ]] || fail "status: a attached"
+    if "$UZRAM" hot-remove b 2>"$WORK/err"; then fail "hot-remove of an attached device"; fi
+    grep -q "b is attached as $DEV; .* uzram detach b first" "$WORK/err" || fail "hot-remove while attached: $(cat "$WORK/err")"
+    "$UZRAM" detach b || fail "detach b"
+    client verify "$SOCK" b 24 256 || fail "device b after attach and detach"
+    attached="; attach/detach per device, hot-remove refused while attached"
+else
+    skip_check "attach in a multi-device server: needs root, /dev/fuse and loop devices"
+    attached=
+fi
+pass "hot-add and hot-remove while a serves I/O ($rounds verified write+read rounds on a); refused while a client uses it$attached"
 stop_server pool
 
 # --- per-device and server-wide mem_limit ---
