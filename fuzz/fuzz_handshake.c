@@ -108,10 +108,10 @@ static void make_server(void)
     struct uzram_config config;
     uzram_config_init(&config);
     config.disksize = DISK;
-    server.exports[0] = (struct nbd_export){NULL, EXPORT_NAME, false};
+    server.exports[0] = (struct nbd_export){NULL, EXPORT_NAME, false, false};
     CHECK(uzram_create(&config, &server.exports[0].dev) == 0, "uzram_create");
     config.disksize = OTHER_DISK;
-    server.exports[1] = (struct nbd_export){NULL, OTHER_NAME, true};
+    server.exports[1] = (struct nbd_export){NULL, OTHER_NAME, true, false};
     CHECK(uzram_create(&config, &server.exports[1].dev) == 0, "uzram_create");
 }
 
