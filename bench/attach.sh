@@ -59,6 +59,8 @@ server_start() {
 server_stop() {
     [ -n "$SERVER_PID" ] || return 0
     kill "$SERVER_PID" 2>/dev/null
+    for _ in $(seq 200); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$SERVER_PID" 2>/dev/null
     wait "$SERVER_PID" 2>/dev/null
     SERVER_PID=
 }
@@ -81,12 +83,18 @@ setup_nbdfuse() {
     [ -s "$WORK/nbdfuse.pid" ] || { echo "nbdfuse did not start: $(cat "$WORK/nbdfuse.log")"; return 1; }
     DEV=$(losetup -f --show --direct-io=on "$WORK/fuse/disk") || return 1
 }
+# nbdfuse MOUNTPOINT/FILE mounts the directory MOUNTPOINT and shows FILE in it: unmount the
+# directory. nbdfuse exits once unmounted; it gets 10 s, then SIGKILL, so that a teardown
+# can never hold the machine lock for ever.
 teardown_nbdfuse() {
     [ -n "$DEV" ] && losetup -d "$DEV"
     DEV=
     if [ -n "$NBDFUSE_PID" ]; then
-        fusermount3 -u "$WORK/fuse/disk" 2>/dev/null || umount -l "$WORK/fuse/disk" 2>/dev/null
+        fusermount3 -u "$WORK/fuse" 2>/dev/null || umount "$WORK/fuse" 2>/dev/null || umount -l "$WORK/fuse" 2>/dev/null
+        for _ in $(seq 100); do kill -0 "$NBDFUSE_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$NBDFUSE_PID" 2>/dev/null
         wait "$NBDFUSE_PID" 2>/dev/null
+        mountpoint -q "$WORK/fuse" && umount -l "$WORK/fuse"
         NBDFUSE_PID=
     fi
     server_stop
@@ -104,10 +112,11 @@ teardown_zram() {
     DEV=
 }
 cleanup() {
-    mountpoint -q "$WORK/mnt" && umount "$WORK/mnt"
+    mountpoint -q "$WORK/mnt" && { umount "$WORK/mnt" || umount -l "$WORK/mnt"; }
     [ -n "$CURRENT" ] && "teardown_$CURRENT" >/dev/null 2>&1
     server_stop
     [ "$ZRAM_TOUCHED" = 1 ] && echo 1 >/sys/block/zram0/reset 2>/dev/null
+    mountpoint -q "$WORK/fuse" && umount -l "$WORK/fuse"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -130,7 +139,7 @@ FIO_COMMON=(--ioengine=libaio --direct=1 --bs=4k --iodepth=16 --numjobs=1 --size
 fio_run() {
     local side=$1 round=$2 rw=$3 report="$OUT/fio/$1-$2-$3.json" cpu0 cpu1
     cpu0=$(server_cpu)
-    fio --name="$rw" --filename="$DEV" --rw="$rw" --time_based --runtime="$RUNTIME" "${FIO_COMMON[@]}" >"$report" || return 1
+    timeout -k 5 $((RUNTIME + 60)) fio --name="$rw" --filename="$DEV" --rw="$rw" --time_based --runtime="$RUNTIME" "${FIO_COMMON[@]}" >"$report" || return 1
     cpu1=$(server_cpu)
     "$PY" - "$report" "$side" "$round" "$rw" "$((cpu1 - cpu0))" "$(getconf CLK_TCK)" >>"$OUT/runs.txt" <<'EOF'
 import json, sys
@@ -151,7 +160,7 @@ fio_side() { # SIDE ROUND
         CURRENT=
         return 0
     fi
-    fio --name=fill --filename="$DEV" --rw=write --bs=1M --ioengine=libaio --direct=1 --iodepth=4 \
+    timeout -k 5 300 fio --name=fill --filename="$DEV" --rw=write --bs=1M --ioengine=libaio --direct=1 --iodepth=4 \
         --size="$REGION" --buffer_compress_percentage=50 --refill_buffers --buffer_pattern=0xdeadbeef >/dev/null ||
         echo "$side $round skip fio could not fill $DEV" >>"$OUT/runs.txt"
     fio_run "$side" "$round" randwrite && fio_run "$side" "$round" randread ||
@@ -171,7 +180,7 @@ untar_side() { # SIDE ROUND
     fi
     if mkfs.ext4 -q -F "$DEV" >/dev/null 2>&1 && mount -t ext4 "$DEV" "$WORK/mnt"; then
         start=$(date +%s.%N)
-        tar -xf "$WORK/tree.tar" -C "$WORK/mnt" && sync
+        timeout -k 5 300 tar -xf "$WORK/tree.tar" -C "$WORK/mnt" && timeout -k 5 120 sync
         end=$(date +%s.%N)
         echo "$side $round untar $(awk "BEGIN {print $end - $start}")" >>"$OUT/untar.txt"
         umount "$WORK/mnt"
