@@ -193,6 +193,24 @@ grep -q "c removed; its .* bytes of data" "$WORK/out" || fail "hot-remove answer
 nbdinfo --list "nbd+unix:///?socket=$SOCK" | grep -q '^export="c":' && fail "c still listed"
 if nbdinfo "nbd+unix:///c?socket=$SOCK" >/dev/null 2>&1; then fail "c still served"; fi
 if "$UZRAM" attr c disksize 2>/dev/null; then fail "attr c after hot-remove"; fi
+# A device's background threads (recompression, writeback: SCHED_IDLE, policy 5 in field 41
+# of /proc/PID/task/TID/stat) start with it and stop with hot-remove.
+idle_threads() {
+    local stat n=0
+    for stat in /proc/"${SERVER_PID[pool]}"/task/*/stat; do
+        [[ $(sed 's/.*) //' "$stat" 2>/dev/null | cut -d' ' -f39) == 5 ]] && n=$((n + 1))
+    done
+    echo $n
+}
+before=$(idle_threads)
+"$UZRAM" hot-add bg 8M --recompress-idle 60 --backing-file "$WORK/bg.back" --writeback-idle 60 \
+    >/dev/null || fail "hot-add bg with background threads"
+# (Each thread lowers its own priority once running: wait for it.)
+for _ in $(seq 50); do [[ $(idle_threads) -eq $((before + 2)) ]] && break; sleep 0.1; done
+[[ $(idle_threads) -eq $((before + 2)) ]] || fail "bg: $(idle_threads) SCHED_IDLE threads, wanted $((before + 2))"
+"$UZRAM" hot-remove bg >/dev/null || fail "hot-remove bg"
+for _ in $(seq 50); do [[ $(idle_threads) -eq $before ]] && break; sleep 0.1; done
+[[ $(idle_threads) -eq $before ]] || fail "bg's background threads outlived it: $(idle_threads), wanted $before"
 # The name can be used again, for a fresh empty device.
 "$UZRAM" hot-add c 4M >/dev/null || fail "hot-add c again"
 client verify "$SOCK" c 0 64 || fail "the new c holds the old one's data"
@@ -220,7 +238,7 @@ else
     skip_check "attach in a multi-device server: needs root, /dev/fuse and loop devices"
     attached=
 fi
-pass "hot-add and hot-remove while a serves I/O ($rounds verified write+read rounds on a); refused while a client uses it$attached"
+pass "hot-add and hot-remove while a serves I/O ($rounds verified write+read rounds on a); refused while a client uses it; a device's background threads come and go with it$attached"
 stop_server pool
 
 # --- per-device and server-wide mem_limit ---
