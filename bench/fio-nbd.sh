@@ -10,8 +10,8 @@
 #   REGION=512M     part of the 1 GiB device the random I/O covers (filled first)
 #   JOBS="1 2"      fio numjobs values (one NBD connection per job)
 #   IODEPTH=16
-#   TESTS="randwrite randread"   fio rw modes; trimwrite (trim, then write the same blocks
-#                   again: the pool's span cache at work) counts trims and writes as requests
+#   TESTS="randwrite randread"   fio rw modes; requests of every direction count (a
+#                   trimwrite run: trims and writes)
 #   SERVERS="uzram zram sparse"   sides: uzram, zram (kernel zram on /dev/$ZRAM, root only),
 #                   sparse and zstd (nbdkit memory allocators), base (BASELINE below)
 #   UZRAM_ARGS=     extra arguments for `uzram serve` (e.g. --threads 2)
