@@ -19,6 +19,11 @@
  * into records of up to this size, so a reply is one record or a few, not one per piece. */
 #define TLS_RECORD_MAX 16384u
 
+/* Bytes taken from the socket in one recv() and handed to GnuTLS as it asks: GnuTLS asks
+ * for a record's header, then its body, so without this a pipelining client's requests
+ * would cost two system calls each instead of one for many (as without TLS). */
+#define TLS_READ_AHEAD (32u << 10)
+
 /* Lines of a PSK file: "username:hexkey", as psktool writes them. */
 #define PSK_LINE_MAX 1024u
 
@@ -41,6 +46,9 @@ struct nbd_tls_session {
     unsigned char header[5];
     unsigned header_seen;
     size_t body_left;
+    /* Received, not yet handed to GnuTLS: ahead[ahead_start, ahead_end). Receiver only. */
+    size_t ahead_start, ahead_end;
+    unsigned char ahead[TLS_READ_AHEAD];
     /* Reply pieces gathered into one record; only the sender touches it. */
     unsigned char gather[TLS_RECORD_MAX];
 };
@@ -243,14 +251,23 @@ static void track_records(struct nbd_tls_session *t, const unsigned char *p, siz
 static ssize_t transport_pull(gnutls_transport_ptr_t pointer, void *buf, size_t length)
 {
     struct nbd_tls_session *t = pointer;
-    ssize_t n;
-    while ((n = recv(t->fd, buf, length, MSG_DONTWAIT)) < 0 && errno == EINTR)
-        ;
-    if (n < 0)
-        gnutls_transport_set_errno(t->session, errno == EWOULDBLOCK ? EAGAIN : errno);
-    if (n > 0)
-        track_records(t, buf, (size_t)n);
-    return n;
+    if (t->ahead_start == t->ahead_end) {
+        ssize_t n;
+        while ((n = recv(t->fd, t->ahead, sizeof t->ahead, MSG_DONTWAIT)) < 0 && errno == EINTR)
+            ;
+        if (n <= 0) {
+            if (n < 0)
+                gnutls_transport_set_errno(t->session, errno == EWOULDBLOCK ? EAGAIN : errno);
+            return n;
+        }
+        t->ahead_start = 0;
+        t->ahead_end = (size_t)n;
+    }
+    size_t k = t->ahead_end - t->ahead_start < length ? t->ahead_end - t->ahead_start : length;
+    memcpy(buf, t->ahead + t->ahead_start, k);
+    t->ahead_start += k;
+    track_records(t, buf, k);
+    return (ssize_t)k;
 }
 
 static ssize_t transport_push(gnutls_transport_ptr_t pointer, const giovec_t *iov, int count)
@@ -268,6 +285,8 @@ static ssize_t transport_push(gnutls_transport_ptr_t pointer, const giovec_t *io
 static int transport_pull_timeout(gnutls_transport_ptr_t pointer, unsigned int ms)
 {
     struct nbd_tls_session *t = pointer;
+    if (t->ahead_start < t->ahead_end)
+        return 1;
     struct pollfd p = {t->fd, POLLIN, 0};
     return poll(&p, 1, ms == GNUTLS_INDEFINITE_TIMEOUT ? -1 : (int)ms);
 }
@@ -291,7 +310,8 @@ static int wait_socket(int fd, short events, uint64_t deadline_ms)
 
 /* One line for a failed handshake: GnuTLS's reason, with the alert or the certificate
  * check's verdict when there is one. */
-static void log_handshake_failure(struct nbd_session *s, gnutls_session_t session, int rc)
+static void log_handshake_failure(struct nbd_session *s, const struct nbd_tls *tls,
+                                  gnutls_session_t session, int rc)
 {
     if (rc == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR || rc == GNUTLS_E_NO_CERTIFICATE_FOUND) {
         gnutls_datum_t text = {NULL, 0};
@@ -307,6 +327,10 @@ static void log_handshake_failure(struct nbd_session *s, gnutls_session_t sessio
     if (rc == GNUTLS_E_WARNING_ALERT_RECEIVED || rc == GNUTLS_E_FATAL_ALERT_RECEIVED)
         nbd_log(s, "TLS handshake failed: the client sent alert '%s'; closing",
                 gnutls_alert_get_name(gnutls_alert_get(session)));
+    else if (rc == GNUTLS_E_RECEIVED_ILLEGAL_PARAMETER && tls->psk != NULL)
+        /* What GnuTLS says when a TLS 1.3 client's key does not match ours. */
+        nbd_log(s, "TLS handshake failed: %s (an unknown PSK user or a wrong key?); closing",
+                gnutls_strerror(rc));
     else
         nbd_log(s, "TLS handshake failed: %s; closing", gnutls_strerror(rc));
 }
@@ -348,7 +372,7 @@ int nbd_tls_start(struct nbd_session *s, const struct nbd_tls *tls)
         rc = 0;
     }
     if (rc < 0) {
-        log_handshake_failure(s, session, rc);
+        log_handshake_failure(s, tls, session, rc);
         gnutls_deinit(session);
         free(t);
         return -EPROTO;
@@ -427,12 +451,14 @@ ssize_t nbd_tls_recv(struct nbd_session *s, void *buf, size_t length, int flags)
 
 size_t nbd_tls_pending(struct nbd_session *s)
 {
-    return gnutls_record_check_pending(s->tls->session);
+    struct nbd_tls_session *t = s->tls;
+    return gnutls_record_check_pending(t->session) + (t->ahead_end - t->ahead_start);
 }
 
 bool nbd_tls_midway(struct nbd_session *s)
 {
-    return s->tls->header_seen > 0 || s->tls->body_left > 0;
+    struct nbd_tls_session *t = s->tls;
+    return t->header_seen > 0 || t->body_left > 0 || t->ahead_start < t->ahead_end;
 }
 
 /* Send `length` bytes as records (each call to gnutls_record_send sends at most one). */
