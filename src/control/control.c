@@ -111,7 +111,7 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
 #define SERVER_MEM_LIMIT "server_mem_limit"
 
 static void handle_set(const struct peer *peer, struct nbd_server *server,
-                       const struct nbd_export *export, const char *name, const char *value)
+                       struct nbd_export *export, const char *name, const char *value)
 {
     struct uzram *dev = export->dev;
 
@@ -128,17 +128,15 @@ static void handle_set(const struct peer *peer, struct nbd_server *server,
         reply_ok(peer, "");
         return;
     }
-    /* reset drops the data under connected clients: it waits until nobody is
-     * connected. (disksize is read-only: uzram_attr_set refuses it.) */
-    if (strcmp(name, "reset") == 0) {
-        unsigned clients = nbd_export_clients(server, export);
-        if (clients > 0) {
-            reply_error(peer, EBUSY, "%u client%s connected; disconnect them first", clients,
-                        clients == 1 ? "" : "s");
-            return;
-        }
+    /* reset drops the data: refused while anybody uses the device, in one step with that
+     * check (nbd_export_reset). disksize is read-only: uzram_attr_set refuses it. */
+    char busy[512] = "";
+    int rc = strcmp(name, "reset") == 0 ? nbd_export_reset(server, export, value, busy, sizeof busy)
+                                        : uzram_attr_set(dev, name, value);
+    if (rc == -EBUSY && busy[0]) {
+        reply_error(peer, EBUSY, "%s", busy);
+        return;
     }
-    int rc = uzram_attr_set(dev, name, value);
     if (rc == 0) {
         reply_ok(peer, "");
         return;
@@ -182,7 +180,7 @@ static void handle_set(const struct peer *peer, struct nbd_server *server,
 /* "attach VIA [swap] [/FILE]": the file, when given, is the rest of the line (an absolute
  * path, which may hold spaces). */
 static void handle_attach(const struct peer *peer, struct nbd_server *server,
-                          const struct nbd_export *export, char *args)
+                          struct nbd_export *export, char *args)
 {
     char *save = NULL, reply[1024], message[1024];
     char *via = args ? strtok_r(args, " ", &save) : NULL;
@@ -196,8 +194,8 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server,
         reply_error(peer, EINVAL, "usage: attach loop|nbd [swap] [/FILE]");
         return;
     }
-    int rc = attachment_attach(nbd_export_attachment(server, export), via, swap, rest, reply,
-                               sizeof reply, message, sizeof message);
+    int rc = nbd_export_attach(server, export, via, swap, rest, reply, sizeof reply, message,
+                               sizeof message);
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
     else
@@ -205,11 +203,10 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server,
 }
 
 static void handle_detach(const struct peer *peer, struct nbd_server *server,
-                          const struct nbd_export *export)
+                          struct nbd_export *export)
 {
     char reply[1024], message[1024];
-    int rc = attachment_detach(nbd_export_attachment(server, export), reply, sizeof reply, message,
-                               sizeof message);
+    int rc = nbd_export_detach(server, export, reply, sizeof reply, message, sizeof message);
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
     else

@@ -15,8 +15,10 @@
 struct device {
     struct nbd_export export; /* first: an export handed out leads back to its device */
     char name[NBD_EXPORT_NAME_MAX + 1];
-    unsigned clients; /* sessions that chose it (client holds) */
-    unsigned holds;   /* short holds: lookups, control requests */
+    unsigned clients;   /* sessions that chose it (client holds) */
+    unsigned holds;     /* short holds: lookups, control requests */
+    unsigned attaching; /* attach or detach requests running (nbd_export_attach()) */
+    bool dropping;      /* a reset runs: new clients and attaches wait (nbd_export_reset()) */
     struct nbd_device_watch watch;
     struct attachment *attachment; /* its /dev node (uzram attach), NULL when detached all */
     struct device *next;
@@ -24,11 +26,11 @@ struct device {
 
 /* Lock order: a connection's or control request's own locks are never held while this
  * lock is taken, and nothing else is taken under it but the engine's read-only calls
- * (uzram_get_config) and the log. A device is destroyed outside it, after the last short
- * hold ended; a device with a client is never removed. */
+ * (uzram_get_config), an attachment's state lock (a leaf) and the log. A device is destroyed
+ * outside it, after the last short hold ended; a device with a client is never removed. */
 struct nbd_exports {
     pthread_mutex_t lock;
-    pthread_cond_t released; /* a short hold ended */
+    pthread_cond_t released; /* a short hold ended, or a reset or an attach request */
     struct device *devices;  /* in the order they were added */
     size_t count;
     /* What "" selects: the first device at start, for ever; once removed, "" finds nothing
@@ -209,6 +211,11 @@ struct nbd_export *nbd_export_get(struct nbd_server *server, const char *name, b
     struct nbd_exports *exports = nbd_server_exports(server);
     pthread_mutex_lock(&exports->lock);
     struct device *d = find(exports, name[0] ? name : exports->default_name);
+    /* A client comes in after a reset, never during one: it would see its writes vanish. */
+    while (d != NULL && client && d->dropping) {
+        pthread_cond_wait(&exports->released, &exports->lock);
+        d = find(exports, name[0] ? name : exports->default_name);
+    }
     if (d != NULL && client)
         d->clients++;
     else if (d != NULL)
@@ -296,6 +303,95 @@ int nbd_server_add(struct nbd_server *server, const char *spec, char *message, s
     return 0;
 }
 
+/* Under the lock: whether anybody but short holds uses `d`'s data: its NBD sessions, its /dev
+ * node (a loop device on its FUSE file, whether mounted or not, or nbd-client), an attach or
+ * detach request running. The FUSE file exists only while attached, so its opens are counted
+ * with the node. 0 when nobody does; else -EBUSY with a line saying who and what to end before
+ * trying `what` again. Kernel zram refuses a reset of a device that is open the same way. */
+static int users_locked(struct device *d, const char *what, char *message, size_t size)
+{
+    char node[BLOCKDEV_PATH_MAX] = "";
+    if (d->attachment != NULL)
+        attachment_device(d->attachment, node, sizeof node);
+    if (node[0] != '\0') {
+        snprintf(message, size,
+                 "%s is attached as %s; stop using it (umount, swapoff) and run uzram detach %s "
+                 "first, then %s again",
+                 d->name, node, d->name, what);
+    } else if (d->attaching > 0 || d->dropping) {
+        snprintf(message, size, "%s of %s is running; %s when it has ended",
+                 d->dropping ? "a reset" : "an attach or detach", d->name, what);
+    } else if (d->clients > 0) {
+        snprintf(message, size,
+                 "%u client%s use%s %s; disconnect %s first (nbd-client -d, qemu's "
+                 "blockdev-del, or stop the program), then %s again",
+                 d->clients, d->clients == 1 ? "" : "s", d->clients == 1 ? "s" : "", d->name,
+                 d->clients == 1 ? "it" : "them", what);
+    } else {
+        return 0;
+    }
+    return -EBUSY;
+}
+
+int nbd_export_reset(struct nbd_server *server, struct nbd_export *export, const char *value,
+                     char *message, size_t size)
+{
+    struct nbd_exports *exports = nbd_server_exports(server);
+    struct device *d = device_of(export);
+    pthread_mutex_lock(&exports->lock);
+    int rc = users_locked(d, "reset", message, size);
+    d->dropping = rc == 0;
+    pthread_mutex_unlock(&exports->lock);
+    if (rc < 0)
+        return rc;
+    rc = uzram_attr_set(export->dev, "reset", value);
+    pthread_mutex_lock(&exports->lock);
+    d->dropping = false;
+    pthread_cond_broadcast(&exports->released);
+    pthread_mutex_unlock(&exports->lock);
+    return rc;
+}
+
+/* An attach or detach request counts as a user while it runs; it waits for a reset that runs. */
+static void attach_begin(struct nbd_exports *exports, struct device *d)
+{
+    pthread_mutex_lock(&exports->lock);
+    while (d->dropping)
+        pthread_cond_wait(&exports->released, &exports->lock);
+    d->attaching++;
+    pthread_mutex_unlock(&exports->lock);
+}
+
+static void attach_end(struct nbd_exports *exports, struct device *d)
+{
+    pthread_mutex_lock(&exports->lock);
+    d->attaching--;
+    pthread_mutex_unlock(&exports->lock);
+}
+
+int nbd_export_attach(struct nbd_server *server, struct nbd_export *export, const char *via,
+                      bool swap, const char *file, char *reply, size_t reply_size, char *message,
+                      size_t message_size)
+{
+    struct nbd_exports *exports = nbd_server_exports(server);
+    attach_begin(exports, device_of(export));
+    int rc = attachment_attach(device_of(export)->attachment, via, swap, file, reply, reply_size,
+                               message, message_size);
+    attach_end(exports, device_of(export));
+    return rc;
+}
+
+int nbd_export_detach(struct nbd_server *server, struct nbd_export *export, char *reply,
+                      size_t reply_size, char *message, size_t message_size)
+{
+    struct nbd_exports *exports = nbd_server_exports(server);
+    attach_begin(exports, device_of(export));
+    int rc =
+        attachment_detach(device_of(export)->attachment, reply, reply_size, message, message_size);
+    attach_end(exports, device_of(export));
+    return rc;
+}
+
 int nbd_server_remove(struct nbd_server *server, const char *name, char *message, size_t size)
 {
     struct nbd_exports *exports = nbd_server_exports(server);
@@ -310,15 +406,10 @@ int nbd_server_remove(struct nbd_server *server, const char *name, char *message
                  name);
         return -ENOENT;
     }
-    if (d->clients > 0) {
-        unsigned clients = d->clients;
+    int rc = users_locked(d, "hot-remove", message, size);
+    if (rc < 0) {
         pthread_mutex_unlock(&exports->lock);
-        snprintf(message, size,
-                 "%u client%s use%s %s; disconnect %s first (nbd-client -d, qemu's "
-                 "blockdev-del, or stop the program), then hot-remove again",
-                 clients, clients == 1 ? "" : "s", clients == 1 ? "s" : "", name,
-                 clients == 1 ? "it" : "them");
-        return -EBUSY;
+        return rc;
     }
     /* Out of the list: nobody new finds it. Short holds (a lookup, a control request on
      * it, an attach) end by themselves; then nobody else has it. */
@@ -326,11 +417,8 @@ int nbd_server_remove(struct nbd_server *server, const char *name, char *message
     exports->count--;
     while (d->holds > 0)
         pthread_cond_wait(&exports->released, &exports->lock);
-    char node[BLOCKDEV_PATH_MAX] = "";
-    if (d->attachment != NULL)
-        attachment_device(d->attachment, node, sizeof node);
-    if (node[0] != '\0') {
-        /* Attached (maybe by a request that ran meanwhile): back in the list, at its end. */
+    if (users_locked(d, "hot-remove", message, size) < 0) {
+        /* Attached (by a request that ran meanwhile): back in the list, at its end. */
         struct device **tail = &exports->devices;
         while (*tail != NULL)
             tail = &(*tail)->next;
@@ -338,10 +426,6 @@ int nbd_server_remove(struct nbd_server *server, const char *name, char *message
         *tail = d;
         exports->count++;
         pthread_mutex_unlock(&exports->lock);
-        snprintf(message, size,
-                 "%s is attached as %s; stop using it (umount, swapoff) and run uzram detach %s "
-                 "first, then hot-remove again",
-                 name, node, name);
         return -EBUSY;
     }
     pthread_mutex_unlock(&exports->lock);

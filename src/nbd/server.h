@@ -214,6 +214,21 @@ int nbd_transmission(const struct nbd_session *session, struct nbd_server *serve
 struct attachment *nbd_export_attachment(struct nbd_server *server,
                                          const struct nbd_export *export);
 
+/* Reset `export` (the control socket's `set reset VALUE`; the caller holds it) only if nobody
+ * uses it: no NBD session, no /dev node of `uzram attach` (mounted or not), no attach or
+ * detach running. The check and the reset are one step: clients that choose the export and
+ * attach requests meanwhile wait until the reset is over. Returns 0, -EBUSY with one line in
+ * `message` saying who uses it and what to end first, or what uzram_attr_set() returns. */
+int nbd_export_reset(struct nbd_server *server, struct nbd_export *export, const char *value,
+                     char *message, size_t size);
+/* attachment_attach() and attachment_detach() on the attachment of `export` (the caller holds
+ * it), as a user of the device while they run (see nbd_export_reset()). */
+int nbd_export_attach(struct nbd_server *server, struct nbd_export *export, const char *via,
+                      bool swap, const char *file, char *reply, size_t reply_size, char *message,
+                      size_t message_size);
+int nbd_export_detach(struct nbd_server *server, struct nbd_export *export, char *reply,
+                      size_t reply_size, char *message, size_t message_size);
+
 /* Number of connected clients (handshaking or transmitting), over all exports. */
 unsigned nbd_server_clients(struct nbd_server *server);
 /* Sessions using `export` (held as clients). */
@@ -226,8 +241,8 @@ struct uzram_group *nbd_server_group(struct nbd_server *server);
 
 /* Hot-add and hot-remove (the control socket's requests), as zram's hot_add and
  * hot_remove: add the device `spec` describes (what serve --device takes), or remove the
- * device `name` and drop its data, refused with -EBUSY while a client uses it. Both return
- * 0 or a negative errno, with one line in `message` saying what was done or what to do. */
+ * device `name` and drop its data, refused with -EBUSY while anybody uses it (as a reset). Both
+ * return 0 or a negative errno, with one line in `message` saying what was done or what to do. */
 int nbd_server_add(struct nbd_server *server, const char *spec, char *message, size_t size);
 int nbd_server_remove(struct nbd_server *server, const char *name, char *message, size_t size);
 
