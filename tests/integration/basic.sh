@@ -246,7 +246,7 @@ for _ in $(seq 100); do
 done
 [[ $("$UZRAM" attr uzram0 clients) -ge 1 ]] || fail "the client did not show up in 'clients'"
 if "$UZRAM" attr uzram0 reset 1 2>"$WORK/reset.err"; then fail "reset accepted with a client connected"; fi
-grep -q 'EBUSY\|disconnect them first' "$WORK/reset.err" || fail "reset refusal message: $(cat "$WORK/reset.err")"
+grep -q '1 client uses uzram0; disconnect it first (nbd-client -d, qemu.s blockdev-del, or stop the program), then reset again' "$WORK/reset.err" || fail "reset refusal message: $(cat "$WORK/reset.err")"
 # disksize is read-only, and says so, with or without clients (no "disconnect first").
 if "$UZRAM" attr uzram0 disksize 32M 2>"$WORK/disksize.err"; then fail "disksize was writable"; fi
 grep -q "^uzram: cannot set disksize: 'disksize' is read-only" "$WORK/disksize.err" ||
