@@ -297,17 +297,42 @@ UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_se
  * is of no use to the next one. */
 
 /* zram's backing_dev: attach the store at `path`, or detach it (`path`
- * NULL or "none"). A regular file is created if missing, emptied, locked
- * against a second user and sized sparsely to `size` bytes (0: twice the
- * disk size); of a block device (opened O_EXCL) `size` bytes are used (0:
- * all of it). Files and devices are read and written with O_DIRECT where
- * the file system allows it, so that written-back pages do not come back
- * into memory as page cache. Only while the device holds no data (as zram
- * takes backing_dev only before disksize).
+ * NULL or "none"). A file that does not exist is created (O_EXCL, mode
+ * 0600: never through a symbolic link, never one somebody made first). An
+ * existing regular file is used only if it belongs to the calling process's
+ * user, gives group and others no permission and has no other hard link, and
+ * only if it is empty, unless `flags` has UZRAM_BACKING_OVERWRITE: the store
+ * empties it, and a mistyped path must not destroy a user's file. A symbolic
+ * link is followed only where nobody else can have made it (its directory is
+ * the user's or root's, writable by nobody else). Everything is decided on
+ * the opened descriptor, so nobody can swap another file in meanwhile. The
+ * file is locked against a second user and sized sparsely to `size` bytes (0:
+ * twice the disk size), and emptied again when the store is detached. Of a
+ * block device, opened O_EXCL (the kernel refuses one that is mounted,
+ * swapped on, held by another device or claimed by a program), `size` bytes
+ * are used (0: all of it). Files and devices are read and written with
+ * O_DIRECT where the file system allows it, so that written-back pages do
+ * not come back into memory as page cache. Only while the device holds no
+ * data (as zram takes backing_dev only before disksize).
+ * What is read back is checked against a checksum kept in memory of what was
+ * written (8 bytes per 4 KiB block of the store): bytes that changed on the
+ * store make the read fail with -EIO and count in bd_checksum_errors, never
+ * come back as data.
  * Errors: -EBUSY the device holds data, or the file or device is in use;
+ *         -EEXIST a regular file that holds data, without
+ *                 UZRAM_BACKING_OVERWRITE;
+ *         -EPERM  a regular file of another user;
+ *         -EACCES a regular file that group or others may use (or opening
+ *                 it was denied);
+ *         -EMLINK a regular file with other hard links;
+ *         -ELOOP  a symbolic link in a directory others may change;
  *         -EINVAL neither a regular file nor a block device, or `size`
  *                 under 8 KiB or above 128 TiB;
  *         -ENOMEM, or the -errno of opening or sizing it. */
+#define UZRAM_BACKING_OVERWRITE 1u
+UZRAM_API int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t size,
+                                          unsigned flags);
+/* uzram_set_backing_dev_flags() with no flags: an existing file is used only if empty. */
 UZRAM_API int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size);
 
 /* The path of the store into buf, "none" without one, NUL-terminated.
@@ -497,7 +522,9 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(bd_write_errors, DEBUG, EVENTS, "writes to the backing store that failed (pages stayed)")    \
     X(bd_nospace, DEBUG, EVENTS, "writebacks that found the backing store full (pages stayed)")    \
     X(writeback_limit, DEBUG, LEVEL, "pages writeback may still write (writeback_limit_enable)")   \
-    X(writeback_limit_enable, DEBUG, LEVEL, "1: writeback stops when writeback_limit is used up")
+    X(writeback_limit_enable, DEBUG, LEVEL, "1: writeback stops when writeback_limit is used up")  \
+    X(bd_checksum_errors, DEBUG, EVENTS,                                                           \
+      "reads of the backing store that did not match what was written (answered EIO)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

@@ -1,5 +1,6 @@
 /* backing.c - the backing store (see backing.h): blocks of a file or block device, their live
- * bytes and pins, the free-space bitmap, hole punching, the appender and aligned reads. */
+ * bytes and pins, the free-space bitmap, hole punching, the appender and aligned reads checked
+ * against the checksums of what was written. */
 #include "backing.h"
 
 #include <errno.h>
@@ -10,12 +11,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include "backing_file.h"
 #include "fault.h"
 
 /* Released blocks wait for their hole to be punched in batches: one
@@ -27,6 +29,10 @@
 
 #define NO_BLOCK UINT64_MAX
 
+/* A block's checksum word: how many bytes from its start were written (0..4096, 13 bits) and
+ * the upper 51 bits of their XXH3 hash. */
+#define SUM_COVERED_MASK 0x1fffull
+
 struct backing {
     int fd;
     bool file;             /* a regular file (holes can be punched) */
@@ -35,9 +41,12 @@ struct backing {
     char *path;
     uint64_t blocks; /* capacity */
 
-    /* Per block: live bytes | pins << 32 (see backing.h). */
+    /* Per block: live bytes | pins << 32 (see backing.h); then, in the same mapping, the
+     * checksum word of each block (see backing.h). */
     _Atomic uint64_t *meta;
+    _Atomic uint64_t *sums;
     size_t meta_bytes;
+    _Atomic uint64_t *checksum_errors; /* the device's counter */
 
     /* Space: under `lock`. A set bit is a block in use, or released and
      * waiting for its hole (pending). */
@@ -105,6 +114,7 @@ static void claim(struct backing *backing, uint64_t block)
     backing->hint = block + 1 == backing->blocks ? 0 : block + 1;
     atomic_fetch_add_explicit(&backing->blocks_used, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&backing->meta[block], PIN_ONE, memory_order_relaxed);
+    atomic_store_explicit(&backing->sums[block], 0, memory_order_relaxed); /* nothing written */
 }
 
 /* Under lock: whether a block may be taken: the last `reserve` free ones
@@ -288,15 +298,46 @@ static int transfer(struct backing *backing, bool write, void *buf, size_t lengt
     return 0;
 }
 
+static uint64_t sum_of(const unsigned char *bytes, uint64_t covered)
+{
+    return (XXH3_64bits(bytes, (size_t)covered) & ~SUM_COVERED_MASK) | covered;
+}
+
+/* Whether the blocks read into `buffer` from block `first` on hold what was written in them,
+ * as far as the object [offset, offset + length) needs: the words were loaded (`sums`) before
+ * the read, so a block written again meanwhile (the open block, its tail appended to) is
+ * checked over the bytes it had then, which did not change. */
+static bool sums_match(const uint64_t *sums, const unsigned char *buffer, uint64_t first,
+                       unsigned blocks, uint64_t offset, unsigned length)
+{
+    for (unsigned i = 0; i < blocks; i++) {
+        uint64_t start = (first + i) * BACKING_BLOCK;
+        uint64_t end =
+            offset + length < start + BACKING_BLOCK ? offset + length : start + BACKING_BLOCK;
+        uint64_t covered = sums[i] & SUM_COVERED_MASK;
+        if (end - start > covered || sum_of(buffer + (size_t)i * BACKING_BLOCK, covered) != sums[i])
+            return false;
+    }
+    return true;
+}
+
 int backing_read(struct backing *backing, uint64_t offset, unsigned length, const void **data)
 {
     uint64_t first = offset / BACKING_BLOCK, last = (offset + length - 1) / BACKING_BLOCK;
-    size_t bytes = (size_t)(last - first + 1) * BACKING_BLOCK;
+    unsigned blocks = (unsigned)(last - first + 1);
+    uint64_t sums[2];
+    for (unsigned i = 0; i < blocks; i++)
+        sums[i] = atomic_load_explicit(&backing->sums[first + i], memory_order_acquire);
     if (FAULT_POINT(FAULT_IO))
         return -EIO;
-    int rc = transfer(backing, false, read_buffer, bytes, first * BACKING_BLOCK);
+    int rc = transfer(backing, false, read_buffer, (size_t)blocks * BACKING_BLOCK,
+                      first * BACKING_BLOCK);
     if (rc < 0)
         return rc;
+    if (!sums_match(sums, read_buffer, first, blocks, offset, length)) {
+        atomic_fetch_add_explicit(backing->checksum_errors, 1, memory_order_relaxed);
+        return -EBADMSG;
+    }
     *data = read_buffer + offset % BACKING_BLOCK;
     return 0;
 }
@@ -365,8 +406,19 @@ int backing_flush(struct backing *backing)
         return 0;
     if (FAULT_POINT(FAULT_IO))
         return -EIO;
-    return transfer(backing, true, backing->buffer, (size_t)backing->count * BACKING_BLOCK,
-                    backing->first * BACKING_BLOCK);
+    int rc = transfer(backing, true, backing->buffer, (size_t)backing->count * BACKING_BLOCK,
+                      backing->first * BACKING_BLOCK);
+    /* Written: the checksum of what each block now holds, stored before any of its objects
+     * is published (release: a reader that finds an object finds its block's word). */
+    for (unsigned i = 0; rc == 0 && i < backing->count; i++) {
+        unsigned start = i * BACKING_BLOCK;
+        uint64_t covered = backing->used <= start                   ? 0
+                           : backing->used - start >= BACKING_BLOCK ? BACKING_BLOCK
+                                                                    : backing->used - start;
+        atomic_store_explicit(&backing->sums[backing->first + i],
+                              sum_of(backing->buffer + start, covered), memory_order_release);
+    }
+    return rc;
 }
 
 void backing_end_batch(struct backing *backing, bool written)
@@ -430,17 +482,6 @@ static void *map_zeroed(size_t bytes)
                 -1, 0);
 }
 
-/* Open `path` for the store, with O_DIRECT if the file system takes it. */
-static int open_store(const char *path, bool block_device, bool *direct)
-{
-    int flags = O_RDWR | O_CLOEXEC | (block_device ? O_EXCL : O_CREAT);
-    int fd = open(path, flags | O_DIRECT, 0600);
-    *direct = fd >= 0;
-    if (fd < 0 && errno == EINVAL)
-        fd = open(path, flags, 0600);
-    return fd < 0 ? -errno : fd;
-}
-
 /* The size of a file (emptied, then sized) or a device; 0 or -errno. */
 static int size_store(int fd, const struct stat *st, uint64_t *size)
 {
@@ -452,32 +493,22 @@ static int size_store(int fd, const struct stat *st, uint64_t *size)
             *size = device_bytes;
         return 0;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0)
-        return errno == EWOULDBLOCK ? -EBUSY : -errno;
-    /* What a previous run left is of no use: the store is not an image. */
+    if (*size == 0)
+        return -EINVAL;
+    /* Ours to empty (backing_file_open() made sure): the store is not an image. */
     if (ftruncate(fd, 0) < 0 || ftruncate(fd, (off_t)*size) < 0)
         return -errno;
     return 0;
 }
 
-int backing_open(const char *path, uint64_t size, struct backing **out)
+int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64_t *checksum_errors,
+                 struct backing **out)
 {
-    struct stat st;
-    bool exists = stat(path, &st) == 0;
-    if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
-        return -EINVAL;
-    bool block_device = exists && S_ISBLK(st.st_mode);
-    if (!block_device && size == 0)
-        return -EINVAL;
-    bool direct;
-    int fd = open_store(path, block_device, &direct);
-    if (fd < 0)
-        return fd;
-    int rc = fstat(fd, &st) < 0 ? -errno : 0;
-    if (rc == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
-        rc = -EINVAL;
-    if (rc == 0)
-        rc = size_store(fd, &st, &size);
+    struct backing_file file;
+    int rc = backing_file_open(path, flags, &file);
+    if (rc < 0)
+        return rc;
+    rc = size_store(file.fd, &file.st, &size);
     size -= size % BACKING_BLOCK;
     if (rc == 0 && (size < 2 * BACKING_BLOCK || size > BACKING_MAX_BYTES))
         rc = -EINVAL;
@@ -487,20 +518,22 @@ int backing_open(const char *path, uint64_t size, struct backing **out)
         rc = backing ? 0 : -ENOMEM;
     }
     if (rc < 0) {
-        close(fd);
+        backing_file_abandon(path, &file);
         return rc;
     }
-    backing->fd = fd;
-    backing->file = S_ISREG(st.st_mode);
-    atomic_init(&backing->direct, direct);
+    backing->fd = file.fd;
+    backing->file = file.regular;
+    atomic_init(&backing->direct, file.direct);
     atomic_init(&backing->punching, backing->file);
+    backing->checksum_errors = checksum_errors;
     backing->blocks = size / BACKING_BLOCK;
     backing->first = NO_BLOCK;
     pthread_mutex_init(&backing->lock, NULL);
     uint64_t words = (backing->blocks + 63) / 64;
-    backing->meta_bytes = backing->blocks * sizeof *backing->meta;
+    backing->meta_bytes = backing->blocks * (sizeof *backing->meta + sizeof *backing->sums);
     backing->bitmap_bytes = words * sizeof *backing->bitmap;
     backing->meta = map_zeroed(backing->meta_bytes);
+    backing->sums = backing->meta == MAP_FAILED ? NULL : backing->meta + backing->blocks;
     backing->bitmap = map_zeroed(backing->bitmap_bytes);
     backing->path = FAULT_POINT(FAULT_ALLOC) ? NULL : strdup(path);
     if (FAULT_POINT(FAULT_ALLOC) ||
@@ -509,7 +542,9 @@ int backing_open(const char *path, uint64_t size, struct backing **out)
         backing->buffer = NULL;
     if (backing->meta == MAP_FAILED || backing->bitmap == MAP_FAILED || !backing->path ||
         !backing->buffer) {
+        backing->fd = -1; /* the file is closed (and removed if made here) below */
         backing_close(backing);
+        backing_file_abandon(path, &file);
         return -ENOMEM;
     }
     /* Blocks past the capacity look used, so the search can take whole words. */
@@ -526,9 +561,12 @@ void backing_close(struct backing *backing)
 {
     if (!backing)
         return;
-    if (backing->file && atomic_load(&backing->punching))
+    /* Nothing of value is left: an empty file, which the next server takes as it is. */
+    if (backing->fd >= 0 && backing->file && ftruncate(backing->fd, 0) < 0 &&
+        atomic_load(&backing->punching))
         punch(backing, 0, backing->blocks);
-    close(backing->fd);
+    if (backing->fd >= 0)
+        close(backing->fd);
     if (backing->meta && backing->meta != MAP_FAILED)
         munmap(backing->meta, backing->meta_bytes);
     if (backing->bitmap && backing->bitmap != MAP_FAILED)

@@ -38,6 +38,23 @@
  * Files are opened with O_DIRECT where the file system allows it: the point
  * of the store is to take pages out of memory, not into the page cache.
  *
+ * Checksums. A disk, a file system or another process may change the store;
+ * a read must never return other bytes than were written. Per block, one
+ * more word in memory: how many bytes from its start the last write of the
+ * block covered (the objects appended so far) and the upper 51 bits of their
+ * XXH3 hash, stored after each successful backing_flush() and before any of
+ * its objects is published. A read loads the words of its 1-2 blocks first,
+ * then preads them, and checks the hash of each block's covered bytes, which
+ * must include the object's part: a mismatch (bit flips, a truncated and
+ * regrown file, another block's bytes) is -EBADMSG and counts in the
+ * device's bd_checksum_errors. The open block written again by the next batch
+ * keeps the bytes it had, so a read that races with that write checks the
+ * older, shorter prefix and still matches. Cost: 8 bytes of memory per 4 KiB
+ * block of the store's capacity, only where blocks have been written
+ * (MAP_NORESERVE): at most 8 bytes per written-back page (a raw one), about
+ * 8 divided by the compression ratio for a compressed one, and a hash of 4-8
+ * KiB per read of the store.
+ *
  * Thread safety: backing_read, backing_pin, backing_unpin, backing_free,
  * backing_trim and the counters may be called from any thread at any time;
  * the appender functions by one thread at a time. Locks: `lock` (space) is a
@@ -53,17 +70,18 @@
 
 struct backing;
 
-/* Open (a file: create if missing, empty it, size it sparsely to `size`
- * bytes; a block device: `size` 0 means the whole device, else at most that
- * many bytes) the store at `path`. Files are locked (flock) against a second
- * server. Errors: -errno of open/stat/ftruncate; -EINVAL neither a regular
- * file nor a block device, or `size` of less than 2 blocks or above
- * BACKING_MAX_BYTES; -EBUSY the file is locked or the device is in use
- * (O_EXCL); -ENOMEM. */
-int backing_open(const char *path, uint64_t size, struct backing **out);
+/* Open the store at `path` by the rules of backing_file_open() (`flags`: UZRAM_BACKING_*):
+ * a file is created if missing, emptied and sized sparsely to `size` bytes; of a block
+ * device `size` 0 means the whole device, else at most that many bytes. Files are locked
+ * (flock) against a second server. Reads whose bytes do not match the checksums of what was
+ * written count in `*checksum_errors`. Errors: those of backing_file_open(); -errno of
+ * ftruncate; -EINVAL `size` of less than 2 blocks or above BACKING_MAX_BYTES (0 for a file);
+ * -EBUSY the file is locked; -ENOMEM. */
+int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64_t *checksum_errors,
+                 struct backing **out);
 
-/* Punch the whole file (it holds nothing of value once no page refers to
- * it) and free everything. */
+/* Empty the file (it holds nothing of value once no page refers to it: the next server
+ * takes an empty file as it is) and free everything. */
 void backing_close(struct backing *backing);
 
 const char *backing_path(const struct backing *backing);
@@ -82,7 +100,8 @@ void backing_unpin(struct backing *backing, uint64_t offset, unsigned length);
 /* Read the object at `offset` of `length` bytes (pinned, or its owner
  * locked): *data points to it in a buffer of this thread, valid until its
  * next call. Errors: -EIO (or the -errno of pread) when the read fails or
- * comes back short. */
+ * comes back short; -EBADMSG (counted) when the blocks read do not hold what
+ * was written there (see "Checksums" above). */
 int backing_read(struct backing *backing, uint64_t offset, unsigned length, const void **data);
 
 /* The object at `offset` of `length` bytes is no longer used: its bytes

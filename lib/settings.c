@@ -139,6 +139,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .bd_nospace = counter_get(&writeback->bd_nospace),
         .writeback_limit = atomic_load(&writeback->limit),
         .writeback_limit_enable = atomic_load(&writeback->limit_enable),
+        .bd_checksum_errors = counter_get(&writeback->bd_checksum_errors),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

@@ -641,6 +641,11 @@ void writeback_trim(struct uzram *dev, bool wait, bool compact)
 
 int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size)
 {
+    return uzram_set_backing_dev_flags(dev, path, size, 0);
+}
+
+int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t size, unsigned flags)
+{
     struct writeback *writeback = &dev->writeback;
     bool detach = !path || !*path || strcmp(path, "none") == 0;
     if (!detach && size == 0) {
@@ -660,7 +665,9 @@ int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size)
     } else if (!detach) {
         copy = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(UZRAM_PAGE_SIZE);
         items = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(BATCH_OBJECTS, sizeof *items);
-        rc = copy && items ? backing_open(path, size, &opened) : -ENOMEM;
+        rc = copy && items
+                 ? backing_open(path, size, flags, &writeback->bd_checksum_errors, &opened)
+                 : -ENOMEM;
     }
     if (rc == 0) {
         struct backing *old = device_backing(dev);
@@ -698,10 +705,8 @@ void writeback_reset(struct uzram *dev)
 {
     struct writeback *writeback = &dev->writeback;
     _Atomic uint64_t *cumulative[] = {
-        &writeback->bd_reads,
-        &writeback->bd_writes,
-        &writeback->bd_write_errors,
-        &writeback->bd_nospace,
+        &writeback->bd_reads,   &writeback->bd_writes,          &writeback->bd_write_errors,
+        &writeback->bd_nospace, &writeback->bd_checksum_errors,
     };
     for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
         atomic_store(cumulative[i], 0);

@@ -107,6 +107,7 @@ struct writeback {
     _Atomic uint64_t bd_writes;
     _Atomic uint64_t bd_write_errors;
     _Atomic uint64_t bd_nospace;
+    _Atomic uint64_t bd_checksum_errors; /* counted by the store (backing_read) */
 };
 
 void writeback_init(struct writeback *writeback);

@@ -27,6 +27,13 @@ void test_apply_filter(int argc, char **argv)
     cmocka_set_test_filter(pattern);
 }
 
+int test_make_folder(char *folder, size_t size, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(folder, size, "%s/uzram-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    return mkdtemp(folder) ? 0 : -1;
+}
+
 int test_attach_backing(struct uzram *dev, int memory)
 {
     const char *tmp = getenv("TMPDIR");

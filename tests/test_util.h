@@ -40,6 +40,10 @@ static inline struct uzram *test_device(uint64_t disksize, const char *algorithm
     return dev;
 }
 
+/* A folder of the test's own (several test runs may run at once), "uzram-NAME.XXXXXX" in
+ * $TMPDIR or /tmp, made with mkdtemp, into `folder`. Returns 0, or -1. */
+int test_make_folder(char *folder, size_t size, const char *name);
+
 /* Attach a backing file of its own to `dev`: made with mkstemp, attached
  * (uzram_set_backing_dev) and unlinked at once, the open store keeping it.
  * `memory`: in /dev/shm when it is there (tmpfs: no O_DIRECT, no disk

@@ -30,9 +30,7 @@ static char folder[256];
 static int make_folder(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(folder, sizeof folder, "%s/uzram-writeback.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(folder) ? 0 : -1;
+    return test_make_folder(folder, sizeof folder, "writeback");
 }
 
 static int remove_folder(void **state)
@@ -462,12 +460,20 @@ static void test_backing_dev_settings(void **state)
     assert_int_equal(uzram_discard(dev, 0, PAGE), 0);
     assert_int_equal(uzram_set_backing_dev(dev, "none", 0), 0);
     assert_int_equal(uzram_get_backing_dev(dev, got, sizeof got), 4);
-    /* attaching again empties what was there */
+    /* detached, the file is empty again: the next store takes it as it is */
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 0);
+    assert_int_equal(uzram_set_backing_dev(dev, path, 64 * 1024), 0);
+    assert_int_equal(uzram_set_backing_dev(dev, "none", 0), 0);
+    /* a file that holds data is emptied only when the caller says so */
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
     assert_int_equal(pwrite(fd, page, PAGE, 0), PAGE);
     close(fd);
-    assert_int_equal(uzram_set_backing_dev(dev, path, 64 * 1024), 0);
+    assert_int_equal(uzram_set_backing_dev(dev, path, 64 * 1024), -EEXIST);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, PAGE);
+    assert_int_equal(uzram_set_backing_dev_flags(dev, path, 64 * 1024, UZRAM_BACKING_OVERWRITE), 0);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_size, 64 * 1024);
     assert_int_equal(st.st_blocks, 0);
@@ -764,6 +770,7 @@ static void run_race(bool dedup, const char *name)
     free(all);
     struct uzram_stats s = test_stats(race.dev);
     assert_int_equal(s.failed_reads, 0);
+    assert_int_equal(s.bd_checksum_errors, 0); /* the open block rewritten under readers */
     assert_true(s.bd_writes > 0);
     assert_int_equal(uzram_set_writeback_idle(race.dev, 0), 0);
     assert_int_equal(uzram_set_writeback_when_full(race.dev, false), 0);

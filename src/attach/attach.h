@@ -80,6 +80,29 @@ void loop_autoclear(const char *device, dev_t file_dev, ino_t file_ino);
 int blockdev_claim(const char *device, char *message, size_t message_size);
 
 /* ------------------------------------------------------------------------
+ * A device's backing store (backing_dev.c)
+ * ---------------------------------------------------------------------- */
+
+/* Why uzram_set_backing_dev_flags() refused `path` with `rc`, in words that say what to do,
+ * into `message`: a file with data (and `overwrite`, the option that lets it be emptied, or
+ * NULL where there is none: run time), another user's file, a mode that lets others in, other
+ * hard links, a symbolic link in a shared directory, a block device in use (who uses it, as
+ * blockdev_claim() says), the wrong kind or size. */
+void backing_refusal(const char *path, int rc, const char *overwrite, char *message, size_t size);
+
+/* backing_refusal() for the backing_dev attribute (`value`, a path), as "cannot use PATH as
+ * backing_dev: why", into `message`; left alone when the device holds data (the attribute's
+ * own refusal: it changes only while the device is empty). */
+void backing_dev_refusal(struct uzram *dev, const char *value, int rc, char *message, size_t size);
+
+/* Attach the store `given` to `dev` (`overwrite`: UZRAM_BACKING_OVERWRITE, as serve's
+ * --overwrite-backing-file asks): a relative path is made absolute from this process's
+ * directory, or refused with `absolute_only` (a request from another process: hot-add).
+ * Returns 0, or a negative errno with backing_refusal()'s line in `message`. */
+int backing_dev_open(struct uzram *dev, const char *given, uint64_t size, bool overwrite,
+                     bool absolute_only, char *message, size_t message_size);
+
+/* ------------------------------------------------------------------------
  * The kernel's NBD client (nbd_client.c)
  * ---------------------------------------------------------------------- */
 

@@ -35,6 +35,7 @@ enum {
     OPT_RECOMPRESS,
     OPT_BACKING_FILE,
     OPT_BACKING_SIZE,
+    OPT_OVERWRITE_BACKING_FILE,
     OPT_WRITEBACK_WHEN_FULL,
     OPT_WRITEBACK_IDLE,
     OPT_WRITEBACK_RATE,
@@ -82,10 +83,12 @@ static const struct serve_option {
      "[,dict=PATH|auto] (default algo=zstd,level=7)",
      false},
     {"backing-file", OPT_BACKING_FILE, required_argument, "PATH",
-     "write pages back to PATH, a file (created, emptied,\n"
-     "sized sparsely) or a block device; what it holds is\n"
-     "as volatile as the memory part",
+     "write pages back to PATH, a new or empty file of\n"
+     "yours (mode 0600, sized sparsely) or a block device;\n"
+     "what it holds is as volatile as the memory part",
      false},
+    {"overwrite-backing-file", OPT_OVERWRITE_BACKING_FILE, optional_argument, NULL,
+     "let --backing-file empty a file that holds data", false},
     {"backing-size", OPT_BACKING_SIZE, required_argument, "SIZE",
      "size of the backing file (default twice --size; a\n"
      "block device: all of it)",
@@ -245,7 +248,7 @@ struct device_plan {
     /* Writeback, set once the device exists. */
     const char *backing_file;
     uint64_t backing_size, writeback_idle, writeback_rate;
-    bool writeback_when_full, writeback_rate_given;
+    bool writeback_when_full, writeback_rate_given, backing_overwrite;
     bool read_only;
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
@@ -472,6 +475,9 @@ static int apply_option(struct serve_plan *plan, struct device_plan *device,
         break;
     case OPT_BACKING_SIZE:
         return parse_size_option(plan, &label, arg, &device->backing_size);
+    case OPT_OVERWRITE_BACKING_FILE:
+        device->backing_overwrite = flag;
+        break;
     case OPT_WRITEBACK_WHEN_FULL:
         device->writeback_when_full = flag;
         break;
@@ -1341,26 +1347,18 @@ static int writeback(const struct serve_plan *plan, struct uzram *dev,
     const char *needs = device->writeback_when_full ? "--writeback-when-full"
                         : device->writeback_idle    ? "--writeback-idle"
                         : device->backing_size      ? "--backing-size"
+                        : device->backing_overwrite ? "--overwrite-backing-file"
                                                     : NULL;
     if (!device->backing_file) {
-        if (needs) {
+        if (needs)
             complain(plan, "%s needs --backing-file PATH, where pages are written back", needs);
-            return -1;
-        }
-        return 0;
+        return needs ? -1 : 0;
     }
     device_label(device, OPT_BACKING_FILE, &label);
-    /* Absolute, so that backing_dev and the log name it wherever they are read. */
-    char path[PATH_MAX], cwd[PATH_MAX];
-    if (device->backing_file[0] == '/' || !getcwd(cwd, sizeof cwd) ||
-        snprintf(path, sizeof path, "%s/%s", cwd, device->backing_file) >= (int)sizeof path)
-        snprintf(path, sizeof path, "%s", device->backing_file);
-    int rc = uzram_set_backing_dev(dev, path, device->backing_size);
+    char why[PATH_MAX + 256]; /* hot-add: from another process, so an absolute path only */
+    int rc = backing_dev_open(dev, device->backing_file, device->backing_size,
+                              device->backing_overwrite, plan->message != NULL, why, sizeof why);
     if (rc < 0) {
-        const char *why = rc == -EBUSY    ? "it is in use (another server's, or a mounted device)"
-                          : rc == -EINVAL ? "it must be a regular file or a block device, of at "
-                                            "least 8K and at most 128T (--backing-size)"
-                                          : strerror(-rc);
         complain(plan, "%scannot use %s '%s' to write back to: %s", label.where, label.name,
                  device->backing_file, why);
         return -1;

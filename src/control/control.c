@@ -133,8 +133,10 @@ static void handle_set(const struct peer *peer, struct nbd_server *server,
     char busy[512] = "";
     int rc = strcmp(name, "reset") == 0 ? nbd_export_reset(server, export, value, busy, sizeof busy)
                                         : uzram_attr_set(dev, name, value);
-    if (rc == -EBUSY && busy[0]) {
-        reply_error(peer, EBUSY, "%s", busy);
+    if (rc < 0 && rc != -EINVAL && strcmp(name, "backing_dev") == 0)
+        backing_dev_refusal(dev, value, rc, busy, sizeof busy); /* why, by serve's rules */
+    if (rc < 0 && busy[0]) {
+        reply_error(peer, -rc, "%s", busy);
         return;
     }
     if (rc == 0) {

@@ -446,6 +446,15 @@ static void watch_device(struct uzram *dev, const char *name, struct nbd_device_
         say_backing(dev, name, "writes work again");
         watch->write_failing = false;
     }
+    if (now.bd_checksum_errors > 0 && !watch->corrupt) {
+        say_backing(dev, name,
+                    "holds other bytes than were written (a disk, file system or program "
+                    "changed it): those reads fail with EIO, never return them; see "
+                    "bd_checksum_errors");
+        watch->corrupt = true;
+    } else if (now.bd_checksum_errors == 0) {
+        watch->corrupt = false; /* a reset: say it again if it happens again */
+    }
     time_t clock = time(NULL);
     if (now.failed_reads > seen->failed_reads && clock - watch->read_failure_said >= 60) {
         fprintf(stderr,

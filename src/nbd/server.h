@@ -279,7 +279,7 @@ int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *ma
  * with the device. */
 struct nbd_device_watch {
     struct uzram_stats seen;
-    bool full, write_failing;
+    bool full, write_failing, corrupt;
     time_t read_failure_said;
 };
 typedef void nbd_watch_fn(struct uzram *dev, const char *name, struct nbd_device_watch *watch);
