@@ -118,12 +118,23 @@ struct uzram_config {
  * zero. */
 UZRAM_API void uzram_config_init(struct uzram_config *config);
 
+/* The page table: UZRAM_TABLE_BYTES_PER_PAGE bytes of memory per 4 KiB page
+ * of the disk, mapped at creation and filled as pages are written (a client
+ * writing one page in every 256 makes all of it resident). It is counted in
+ * table_mem and charged to a group's limit (uzram_set_group()); a disksize
+ * whose table would take more than 1/UZRAM_TABLE_MEMORY_SHARE of the
+ * machine's memory is refused, as zram's allocation of its table fails. */
+#define UZRAM_TABLE_BYTES_PER_PAGE 16u
+#define UZRAM_TABLE_MEMORY_SHARE 4u
+
 /* Create a device. On success *out owns the device; free it with
  * uzram_destroy().
  * Errors: -EINVAL  config or out is NULL, disksize is 0, not a multiple of
  *                  4096, or larger than 2^44 pages; comp_level outside the
  *                  algorithm's range; `reserved` not zero (a setting of a
  *                  later version that this library does not have)
+ *         -E2BIG   the page table of disksize would take more than a
+ *                  quarter of the machine's memory (see above)
  *         -ENOENT  comp_algorithm names no algorithm this build has
  *         -ENOMEM  out of memory. */
 UZRAM_API int uzram_create(const struct uzram_config *config, struct uzram **out);
@@ -425,19 +436,21 @@ UZRAM_API int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
 /* Set mem_used_max back to the current mem_used_total. Returns 0. */
 UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
 
-/* A memory limit shared by several devices (what `uzram serve --mem-limit-total`
- * sets for every device of a server): the pool memory of all the devices of a
- * group together may not pass the group's limit, besides each device's own
- * mem_limit. A write that would pass either fails with -ENOSPC, the same
- * way; what the write stored before that page stays. As with mem_limit, only
- * pool memory counts (not dictionaries nor the dedup index). The group counts
- * the same bytes as the sum of its devices' mem_used_total minus their
- * dict_mem. A device joins a group once, before any page is stored in it,
- * and leaves it when destroyed; destroy the group after its devices. */
+/* A memory limit shared by several devices (what `uzram serve
+ * --server-mem-limit` sets for every device of a server): the pool memory of
+ * all the devices of a group together, and their page tables, may not pass
+ * the group's limit, besides each device's own mem_limit. A write that would
+ * pass either fails with -ENOSPC, the same way; what the write stored before
+ * that page stays. Each device's page table (table_mem) is charged whole as
+ * it joins, since a client can make all of it resident. Dictionaries and
+ * the dedup index do not count. The group counts the same bytes as the sum
+ * of its devices' mem_used_total minus their dict_mem, plus their table_mem.
+ * A device joins a group once, before any page is stored in it, and leaves
+ * it when destroyed; destroy the group after its devices. */
 struct uzram_group;
 
 struct uzram_group_stats {
-    uint64_t mem_used;     /* bytes of pool memory of all the devices now */
+    uint64_t mem_used;     /* bytes of pool memory and page tables of all the devices now */
     uint64_t mem_limit;    /* the group's limit; 0: none */
     uint64_t mem_used_max; /* peak of mem_used since the group was made */
     uint64_t devices;      /* devices in the group */
@@ -453,9 +466,11 @@ UZRAM_API int uzram_group_destroy(struct uzram_group *group);
 UZRAM_API int uzram_group_set_mem_limit(struct uzram_group *group, uint64_t bytes);
 /* A snapshot of the group's figures. Errors: -EINVAL. Thread-safe. */
 UZRAM_API int uzram_group_get_stats(struct uzram_group *group, struct uzram_group_stats *stats);
-/* Put `dev` in `group`. Call it before the device's first write (no other
- * call on the device may run meanwhile). Errors: -EINVAL a NULL argument,
- * -EBUSY the device is in a group already or holds pool memory. */
+/* Put `dev` in `group`, charging its page table. Call it before the
+ * device's first write (no other call on the device may run meanwhile).
+ * Errors: -EINVAL a NULL argument, -EBUSY the device is in a group already
+ * or holds pool memory, -ENOSPC its page table does not fit under the
+ * group's limit. */
 UZRAM_API int uzram_set_group(struct uzram *dev, struct uzram_group *group);
 
 /* Read back the current settings into `config` (comp_algorithm points to a
@@ -524,7 +539,9 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(writeback_limit, DEBUG, LEVEL, "pages writeback may still write (writeback_limit_enable)")   \
     X(writeback_limit_enable, DEBUG, LEVEL, "1: writeback stops when writeback_limit is used up")  \
     X(bd_checksum_errors, DEBUG, EVENTS,                                                           \
-      "reads of the backing store that did not match what was written (answered EIO)")
+      "reads of the backing store that did not match what was written (answered EIO)")             \
+    X(table_mem, DEBUG, LEVEL,                                                                     \
+      "bytes of memory the page table may take, 16 per 4 KiB page of the disk (not in the pool)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

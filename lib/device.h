@@ -78,7 +78,7 @@ struct slot {
     _Atomic uint32_t ac_time;
     uint64_t value;
 };
-_Static_assert(sizeof(struct slot) == 16, "a page slot is 16 bytes");
+_Static_assert(sizeof(struct slot) == UZRAM_TABLE_BYTES_PER_PAGE, "a page slot is 16 bytes");
 _Static_assert((SLOT_LOCK | SLOT_STATE_MASK | SLOT_IDLE | SLOT_INCOMPRESSIBLE | SLOT_CODEC_MASK |
                 SLOT_SIZE_MASK) == (uint32_t)~SLOT_FREE_BITS,
                "the info fields and the free bits cover the word exactly once");
@@ -197,6 +197,10 @@ static inline uint64_t counter_get(_Atomic uint64_t *counter)
 {
     return atomic_load_explicit(counter, memory_order_relaxed);
 }
+
+/* A disksize uzram_create() takes: 0, -EINVAL (0, not whole pages, past 2^44 pages) or
+ * -E2BIG (its page table would pass the machine's share, UZRAM_TABLE_MEMORY_SHARE). (settings.c) */
+int settings_check_disksize(uint64_t disksize);
 
 /* Seconds since the device was created, the clock of a slot's ac_time. */
 uint32_t store_now(struct uzram *dev);

@@ -1,5 +1,6 @@
 /* group.c - a memory limit shared by several devices: the accounting that every member's
- * pool adds to its own (pool.c calls group_reserve/group_release), and the public calls. */
+ * pool adds to its own (pool.c calls group_reserve/group_release), each member's page table
+ * charged as it joins, and the public calls. */
 #include "group.h"
 
 #include <errno.h>
@@ -79,8 +80,12 @@ int uzram_set_group(struct uzram *dev, struct uzram_group *group)
 {
     if (!dev || !group)
         return -EINVAL;
+    /* The page table, which a client can make resident, is charged as the device joins. */
+    uint64_t table = dev->page_count * sizeof(struct slot);
     pthread_mutex_lock(&dev->settings_lock);
-    int rc = pool_set_group(dev->pool, group);
+    int rc = group_reserve(group, table);
+    if (rc == 0 && (rc = pool_set_group(dev->pool, group, table)) < 0)
+        group_release(group, table);
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }

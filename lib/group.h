@@ -9,7 +9,7 @@
 #include "uzram.h"
 
 struct uzram_group {
-    _Atomic uint64_t used;     /* bytes of pool memory of every member */
+    _Atomic uint64_t used;     /* bytes of pool memory and page tables of every member */
     _Atomic uint64_t used_max; /* peak of used */
     _Atomic uint64_t limit;    /* 0: none */
     _Atomic uint64_t members;  /* devices in the group */

@@ -138,8 +138,10 @@ struct pool {
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
     _Atomic uint64_t limit;
-    /* A limit shared with other devices (uzram_set_group()), charged besides mem_used. */
+    /* A limit shared with other devices (uzram_set_group()), charged besides mem_used, and
+     * what else was charged to it with the pool (group_fixed). */
     _Atomic(struct uzram_group *) group;
+    uint64_t group_fixed;
     _Atomic uint64_t pages_compacted;
     _Atomic uint64_t compact_gen;
 };
@@ -661,7 +663,7 @@ void pool_destroy(struct pool *pool)
         return;
     struct uzram_group *group = atomic_load(&pool->group);
     if (group) {
-        group_release(group, atomic_load(&pool->mem_used));
+        group_release(group, atomic_load(&pool->mem_used) + pool->group_fixed);
         atomic_fetch_sub(&group->members, 1);
     }
     for (uint32_t c = 0; c < pool->chunk_count; c++) {
@@ -760,10 +762,11 @@ void pool_set_limit(struct pool *pool, uint64_t bytes)
         drain_cache(pool);
 }
 
-int pool_set_group(struct pool *pool, struct uzram_group *group)
+int pool_set_group(struct pool *pool, struct uzram_group *group, uint64_t fixed)
 {
     if (atomic_load(&pool->group) != NULL || atomic_load(&pool->mem_used) != 0)
         return -EBUSY;
+    pool->group_fixed = fixed;
     atomic_fetch_add(&group->members, 1);
     atomic_store(&pool->group, group);
     return 0;

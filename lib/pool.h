@@ -61,10 +61,11 @@ uint64_t pool_span_cache_bytes(struct pool *pool);
 void pool_set_limit(struct pool *pool, uint64_t bytes);
 
 /* Charge the pool's memory to `group` too, whose limit then applies as well; once, while
- * the pool holds no memory (else -EBUSY). pool_destroy() gives the group its memory back
- * and leaves it. */
+ * the pool holds no memory (else -EBUSY). `fixed` bytes the caller charged already (the
+ * device's page table) go back with the pool's: pool_destroy() gives the group its memory
+ * back and leaves it. */
 struct uzram_group;
-int pool_set_group(struct pool *pool, struct uzram_group *group);
+int pool_set_group(struct pool *pool, struct uzram_group *group, uint64_t fixed);
 
 /* Bytes of pages the pool holds now, the peak, and pages given back by
  * compaction since create. */

@@ -1279,17 +1279,14 @@ static bool config_reserved_zero(const struct uzram_config *config)
     return true;
 }
 
-/* 2^44 pages of 4 KiB is 64 PiB: far past any machine, and slot values
- * and dedup ids stay well inside their bit fields. */
-#define MAX_PAGE_COUNT (1ull << 44)
-
 int uzram_create(const struct uzram_config *config, struct uzram **out)
 {
-    if (!config || !out || config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE ||
-        config->disksize / UZRAM_PAGE_SIZE > MAX_PAGE_COUNT || !config_reserved_zero(config))
+    if (!config || !out || !config_reserved_zero(config))
         return -EINVAL;
     int algo, level;
-    int rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
+    int rc = settings_check_disksize(config->disksize);
+    if (rc == 0)
+        rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
                          config->comp_level, &algo, &level);
     if (rc < 0)
         return rc;

@@ -1382,9 +1382,11 @@ static int make_device(const struct serve_plan *plan, const struct device_plan *
     struct uzram *dev;
     int rc = uzram_create(&device->config, &dev);
     if (rc < 0) {
-        if (rc == -ENOMEM)
-            complain(plan, "not enough memory to create a %s device; use a smaller size",
-                     device->size_text);
+        char why[200];
+        util_table_figures(device->config.disksize, why, sizeof why);
+        if (rc == -ENOMEM || rc == -E2BIG) /* -E2BIG: the table would pass the machine's share */
+            complain(plan, "not enough memory to create a %s device: %s; use a smaller size",
+                     device->size_text, why);
         else
             complain(plan, "cannot create device %s: %s; check its size, algorithm and level",
                      device->name, strerror(-rc));

@@ -14,6 +14,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "uzram.h"
+
 uint64_t util_now_ns(void)
 {
     struct timespec now;
@@ -352,4 +354,16 @@ void util_json_string(FILE *out, const char *text)
             fputc(*p, out);
     }
     fputc('"', out);
+}
+
+void util_table_figures(uint64_t disksize, char *text, size_t size)
+{
+    char table[16], memory[16];
+    util_human_size(disksize / UZRAM_PAGE_SIZE * UZRAM_TABLE_BYTES_PER_PAGE, table, sizeof table);
+    util_human_size((uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE), memory,
+                    sizeof memory);
+    snprintf(text, size,
+             "its page table takes %s (%u bytes per 4 KiB page), and at most 1/%u of this "
+             "machine's %s may go to one",
+             table, UZRAM_TABLE_BYTES_PER_PAGE, UZRAM_TABLE_MEMORY_SHARE, memory);
 }

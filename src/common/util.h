@@ -81,4 +81,9 @@ const char *util_errno_name(int err, char *buf, size_t size);
 /* Inverse of util_errno_name for the names the table knows; 0 if unknown. */
 int util_errno_from_name(const char *name);
 
+/* "its page table takes 256M (16 bytes per 4 KiB page), and at most 1/4 of this machine's
+ * 24G may go to one": what a device of `disksize` bytes costs besides its data, for the
+ * messages that refuse one (uzram_create's -E2BIG). */
+void util_table_figures(uint64_t disksize, char *text, size_t size);
+
 #endif

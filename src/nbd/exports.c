@@ -133,6 +133,30 @@ static void describe(const struct device *d, char *text, size_t size)
              d->export.read_only ? ", read-only" : "");
 }
 
+/* Why a device could not join the server's memory limit: its page table (charged whole as
+ * it joins: a client can make all of it resident) does not fit, with the figures. */
+static void group_refusal(struct nbd_exports *exports, struct uzram *dev, const char *name, int rc,
+                          char *message, size_t size)
+{
+    struct uzram_stats st = {0};
+    struct uzram_group_stats group = {0};
+    char table[16], limit[16], used[16];
+    uzram_get_stats(dev, &st, sizeof st);
+    uzram_group_get_stats(exports->group, &group);
+    util_human_size(st.table_mem, table, sizeof table);
+    util_human_size(group.mem_limit, limit, sizeof limit);
+    util_human_size(group.mem_used, used, sizeof used);
+    if (rc == -ENOSPC)
+        snprintf(message, size,
+                 "the page table of %s takes %s (16 bytes per 4 KiB page) and does not fit "
+                 "under the server's memory limit (%s, %s in use); give it a smaller size or "
+                 "raise server_mem_limit",
+                 name, table, limit, used);
+    else
+        snprintf(message, size, "cannot put %s under the server's memory limit: %s", name,
+                 strerror(-rc));
+}
+
 /* Put a device made for the server in the list (and in the group, before anything is
  * stored in it). On failure the device is not taken: the caller destroys it. */
 int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *made, char *message,
@@ -166,8 +190,7 @@ int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *ma
                  NBD_SERVER_MAX_EXPORTS);
         rc = -ENOSPC;
     } else if ((rc = uzram_set_group(made->dev, exports->group)) < 0) {
-        snprintf(message, size, "cannot put %s under the server's memory limit: %s", d->name,
-                 strerror(-rc));
+        group_refusal(exports, made->dev, d->name, rc, message, size);
     }
     if (rc < 0) {
         pthread_mutex_unlock(&exports->lock);

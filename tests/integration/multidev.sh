@@ -141,10 +141,10 @@ rows = {r["name"]: r for r in json.load(open(sys.argv[1]))}
 assert set(rows) == {"a", "b", "ro"}, rows.keys()
 assert all(r["server"] == "pool" for r in rows.values())
 assert rows["b"]["algorithm"] == "zstd" and rows["a"]["algorithm"] == "lz4"
-used = sum(r["mem_used_total"] - r.get("dict_mem", 0) for r in rows.values())
+used = sum(r["mem_used_total"] - r.get("dict_mem", 0) + r["table_mem"] for r in rows.values())
 assert all(r["server_mem_used"] == used for r in rows.values()), (used, rows["a"]["server_mem_used"])
 EOF
-pass "status lists each device with its server; attr and stats per device; server_mem_used = the devices' pool memory"
+pass "status lists each device with its server; attr and stats per device; server_mem_used = the devices' pool memory and page tables"
 
 # --- a second server in the same runtime directory: status and attr find devices anywhere ---
 start_server solo -s 8M
