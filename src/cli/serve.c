@@ -1068,22 +1068,15 @@ static int plan_devices(struct serve_plan *plan)
     return GO_ON;
 }
 
-/* Why nobody but this user may be able to change what is in `dir` does not
- * hold, or NULL when it holds: owned by this user or root, not writable by
- * group or others, and writable and searchable by this user. A control
- * socket there cannot be taken or replaced by another user first. */
+/* Why nobody but this user may be able to change what is in `dir` does not hold
+ * (util_private_dir), or that this user cannot write there; NULL when it is fine. A
+ * control socket there cannot be taken or replaced by another user first. */
 static const char *not_private(const char *dir)
 {
-    struct stat st;
-    if (stat(dir, &st) < 0)
-        return strerror(errno);
-    if (st.st_uid != geteuid() && st.st_uid != 0)
-        return "it belongs to another user";
-    if (st.st_mode & (S_IWGRP | S_IWOTH))
-        return "it is writable by other users";
-    if (access(dir, W_OK | X_OK) < 0)
-        return strerror(errno);
-    return NULL;
+    const char *why = util_private_dir(dir);
+    if (why == NULL && access(dir, W_OK | X_OK) < 0)
+        why = strerror(errno);
+    return why;
 }
 
 /* The NBD socket (given, or NAME.sock in the runtime directory, which is

@@ -455,11 +455,11 @@ static int add_server_rows(struct row_list *list, const char *ctl, bool loud)
     char **names, message[PATH_MAX + 512], *body;
     size_t count;
     int rc = control_devices(ctl, &names, &count, message, sizeof message);
-    if (rc < 0) {
-        if (loud)
-            fprintf(stderr, "uzram: %s: %s\n", ctl, message);
-        return loud ? 1 : 0;
-    }
+    /* A stale socket is passed over quietly; one that is not trusted never is. */
+    if (rc < 0 && (loud || rc == -EPERM))
+        fprintf(stderr, "uzram: %s\n", message);
+    if (rc < 0)
+        return loud || rc == -EPERM ? 1 : 0;
     int status = 0;
     for (size_t i = 0; i < count; i++) {
         struct control_target target;
@@ -641,7 +641,11 @@ int cmd_status(int argc, char **argv)
         char **servers;
         size_t count;
         int rc = control_servers(runtime_dir, &servers, &count);
-        if (rc < 0) {
+        char why[PATH_MAX + 256];
+        if (rc == -EPERM && util_trusted_dir(runtime_dir, why, sizeof why) < 0) {
+            fprintf(stderr, "uzram: %s\n", why);
+            status = 1;
+        } else if (rc < 0) {
             /* No directory: no device has run. Any other failure is not "none". */
             fprintf(stderr,
                     "uzram: cannot list the devices in %s: %s (another user's runtime "
@@ -652,7 +656,8 @@ int cmd_status(int argc, char **argv)
         /* A stale socket from a killed server is only worth a word when the user asked
          * for it. */
         for (size_t i = 0; rc == 0 && i < count; i++)
-            add_server_rows(&list, servers[i], false);
+            if (add_server_rows(&list, servers[i], false) != 0)
+                status = 1;
         if (rc == 0)
             control_free_names(servers, count);
     }

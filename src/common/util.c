@@ -367,3 +367,99 @@ void util_table_figures(uint64_t disksize, char *text, size_t size)
              "machine's %s may go to one",
              table, UZRAM_TABLE_BYTES_PER_PAGE, UZRAM_TABLE_MEMORY_SHARE, memory);
 }
+
+int util_read_to_end(int fd, size_t max, uint64_t deadline_ms, char **out, size_t *length)
+{
+    char *text = NULL;
+    size_t used = 0, capacity = 0;
+    int rc = 0;
+    *out = NULL;
+    *length = 0;
+    for (;;) {
+        if (capacity - used < 4096 && capacity <= max) {
+            capacity = capacity ? capacity * 2 : 8192;
+            char *bigger = realloc(text, capacity + 1);
+            if (bigger == NULL) {
+                rc = -ENOMEM;
+                break;
+            }
+            text = bigger;
+        }
+        uint64_t now = util_now_ms();
+        if (now >= deadline_ms) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        struct pollfd wait = {.fd = fd, .events = POLLIN};
+        int ready = poll(&wait, 1, (int)(deadline_ms - now));
+        if (ready < 0 && errno != EINTR) {
+            rc = -errno;
+            break;
+        }
+        if (ready <= 0)
+            continue;
+        /* One byte past `max` is asked for, to tell a reply of exactly `max` from a longer one. */
+        size_t room = capacity - used < max + 1 - used ? capacity - used : max + 1 - used;
+        ssize_t n = recv(fd, text + used, room, MSG_DONTWAIT);
+        if (n == 0)
+            break;
+        if (n < 0 && errno != EINTR && errno != EAGAIN) {
+            rc = -errno;
+            break;
+        }
+        used += n > 0 ? (size_t)n : 0;
+        if (used > max) {
+            rc = -EFBIG;
+            break;
+        }
+    }
+    if (rc < 0) {
+        free(text);
+        return rc;
+    }
+    if (text != NULL)
+        text[used] = '\0';
+    *out = text;
+    *length = used;
+    return 0;
+}
+
+const char *util_private_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return strerror(errno);
+    if (st.st_uid != geteuid() && st.st_uid != 0)
+        return "it belongs to another user";
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return "it is writable by other users";
+    return NULL;
+}
+
+int util_trusted_dir(const char *dir, char *message, size_t message_size)
+{
+    const char *why = util_private_dir(dir);
+    if (why == NULL)
+        return 0;
+    snprintf(message, message_size,
+             "not trusting the sockets in %s: %s, so another user could have put them there; "
+             "use a runtime directory of your own (XDG_RUNTIME_DIR, or -u DIR)",
+             dir, why);
+    return -EPERM;
+}
+
+int util_trusted_socket(const char *path, char *message, size_t message_size)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1,
+             slash ? path : ".");
+    int rc = util_trusted_dir(dir, message, message_size);
+    if (rc == 0 && lstat(path, &st) == 0 && st.st_uid != geteuid() && st.st_uid != 0) {
+        snprintf(message, message_size,
+                 "not trusting %s: it belongs to another user, who could answer anything", path);
+        rc = -EPERM;
+    }
+    return rc;
+}

@@ -86,4 +86,23 @@ int util_errno_from_name(const char *name);
  * messages that refuse one (uzram_create's -E2BIG). */
 void util_table_figures(uint64_t disksize, char *text, size_t size);
 
+/* Read from `fd` until the peer closes, by `deadline_ms` (CLOCK_MONOTONIC), at most `max`
+ * bytes: 0 with *out (malloc'd, NUL-terminated; NULL when nothing came) and *length;
+ * -EFBIG when more than `max` bytes came, -ETIMEDOUT, -ENOMEM, or -errno of recv. */
+int util_read_to_end(int fd, size_t max, uint64_t deadline_ms, char **out, size_t *length);
+
+/* Why somebody else than this user (or root) could change what is in `dir` (create, replace
+ * or remove its entries), or NULL when nobody can: it belongs to this user or root and is
+ * writable by neither group nor others. Sockets found there are trusted only then. */
+const char *util_private_dir(const char *dir);
+
+/* Whether sockets in `dir` can only be this user's (or root's): 0 when it is private
+ * (util_private_dir), else -EPERM with a line saying why not in `message`. */
+int util_trusted_dir(const char *dir, char *message, size_t message_size);
+
+/* Whether the socket `path` is one only this user (or root) can have put there: its
+ * directory private (util_trusted_dir), the socket this user's or root's. 0, or -EPERM with
+ * a line saying why not in `message`. */
+int util_trusted_socket(const char *path, char *message, size_t message_size);
+
 #endif

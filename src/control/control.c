@@ -23,6 +23,10 @@
 
 #define REQUEST_MAX 4096
 #define REPLY_MAX 8192
+/* The client reads at most this much of a reply (the longest, `devices` of 256 devices, is
+ * 17 KiB), within this long. */
+#define CONTROL_REPLY_MAX (1u << 20)
+#define CONTROL_REPLY_MS 30000u
 
 /* ------------------------------------------------------------------------
  * Server side
@@ -574,14 +578,17 @@ int control_request(const char *path, const char *request, char **body, char *me
 {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     char *reply = NULL;
-    size_t length = 0, capacity = 0;
-    int rc;
+    size_t length = 0;
 
     *body = NULL;
     if (strlen(path) >= sizeof address.sun_path) {
         snprintf(message, message_size, "control socket path too long: %s", path);
         return -ENAMETOOLONG;
     }
+    /* Another user's NAME.ctl would be believed, and its replies printed or acted on. */
+    int rc = util_trusted_socket(path, message, message_size);
+    if (rc < 0)
+        return rc;
     strcpy(address.sun_path, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -599,31 +606,19 @@ int control_request(const char *path, const char *request, char **body, char *me
     struct iovec iov[2] = {{(void *)request, strlen(request)}, {(void *)"\n", 1}};
     rc = util_send_iov(fd, iov, 2);
     shutdown(fd, SHUT_WR);
-    for (;;) {
-        if (rc < 0)
-            break;
-        if (capacity - length < 4096) {
-            capacity = capacity ? capacity * 2 : 8192;
-            char *bigger = realloc(reply, capacity);
-            if (bigger == NULL) {
-                rc = -ENOMEM;
-                break;
-            }
-            reply = bigger;
-        }
-        ssize_t n = recv(fd, reply + length, capacity - length - 1, 0);
-        if (n < 0) {
-            rc = errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
-            break;
-        }
-        if (n == 0)
-            break;
-        length += (size_t)n;
-    }
+    /* A reply has a size and a time limit: a server (or whatever listens there) that sends
+     * without end must not take this process's memory, nor keep it waiting. */
+    if (rc == 0)
+        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + CONTROL_REPLY_MS, &reply,
+                              &length);
     close(fd);
+    if (rc == -EFBIG) {
+        snprintf(message, message_size, "%s sent more than %u bytes: no uzram server reply", path,
+                 CONTROL_REPLY_MAX);
+        return rc;
+    }
     if (rc < 0) {
         snprintf(message, message_size, "talking to %s: %s", path, strerror(-rc));
-        free(reply);
         return rc;
     }
     if (reply == NULL || length == 0) {
@@ -631,7 +626,6 @@ int control_request(const char *path, const char *request, char **body, char *me
         free(reply);
         return -EPROTO;
     }
-    reply[length] = '\0';
     if (strncmp(reply, "ok\n", 3) == 0) {
         memmove(reply, reply + 3, length - 3 + 1);
         *body = reply;
@@ -718,6 +712,8 @@ int control_servers(const char *dir, char ***paths, size_t *count)
 {
     *paths = NULL;
     *count = 0;
+    if (access(dir, F_OK) == 0 && util_private_dir(dir) != NULL)
+        return -EPERM; /* another user could have put sockets there */
     DIR *listing = opendir(dir);
     if (listing == NULL)
         return errno == ENOENT ? 0 : -errno;
@@ -796,6 +792,8 @@ int control_resolve(const char *device, const char *runtime_dir, struct control_
         return -EINVAL;
     }
     snprintf(target->device, sizeof target->device, "%s", device);
+    if (access(runtime_dir, F_OK) == 0 && util_trusted_dir(runtime_dir, message, message_size) < 0)
+        return -EPERM;
     /* The server of the same name first (a device served alone is named like its server),
      * then every server of the directory. */
     int n = snprintf(target->ctl, sizeof target->ctl, "%s/%s.ctl", runtime_dir, device);
@@ -812,6 +810,8 @@ int control_resolve(const char *device, const char *runtime_dir, struct control_
                  target->ctl, strerror(err), runtime_dir);
         return -err;
     }
+    if (access(target->ctl, F_OK) == 0 && util_trusted_socket(target->ctl, message, message_size))
+        return -EPERM; /* said, rather than looked past: it is where this device would be */
     if (serves(target->ctl, device))
         return 0;
     char **servers;

@@ -24,7 +24,9 @@ struct control_target {
 /* Resolve DEVICE (a device name, or a path to a .ctl socket: its server's default device)
  * to the server that serves it, looked for among the control sockets of `runtime_dir`:
  * NAME.ctl first (a device served alone), then every server's devices. Returns 0, or
- * -errno with a message (-ENOENT none, -EEXIST several servers serve that name). */
+ * -errno with a message (-ENOENT none, -EEXIST several servers serve that name, -EPERM
+ * `runtime_dir` is not private). control_request() asks only a socket in a private
+ * directory (util_trusted_socket), whoever calls it. */
 int control_resolve(const char *device, const char *runtime_dir, struct control_target *target,
                     char *message, size_t message_size);
 
@@ -39,7 +41,8 @@ int control_devices(const char *ctl, char ***names, size_t *count, char *message
 void control_free_names(char **names, size_t count);
 
 /* The control sockets (DIR/NAME.ctl) in `dir`, sorted: one per server. A missing
- * directory has none. Returns 0 or -errno. Free with control_free_names(). */
+ * directory has none; one that is not private (util_private_dir) is -EPERM: another user
+ * could have put sockets there. Returns 0 or -errno. Free with control_free_names(). */
 int control_servers(const char *dir, char ***paths, size_t *count);
 
 /* Where `uzram status` and `uzram attr` look for devices: the runtime directory, or what

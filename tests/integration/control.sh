@@ -188,6 +188,86 @@ else
     pass "runtime directory not writable: $(cat "$WORK/rootrun.err")"
 fi
 
+# --- the client side trusts only control sockets nobody else can have put there (issue 23) ---
+# fake_server PATH MODE: a fake control socket at PATH that answers every request with made-up
+# statistics (MODE "lie"), or with an endless reply (MODE "flood"); prints its pid.
+fake_server() {
+    "$PY" - "$1" "$2" <<'EOF' >/dev/null 2>&1 &
+import socket, sys, threading
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+s.listen(8)
+def answer(c):
+    try:
+        c.recv(4096)
+        if sys.argv[2] == "lie":
+            c.sendall(b"ok\nFORGED 1 2 3 4 5 6 7 8 9 10 11\n")
+        else:
+            c.sendall(b"ok\n")
+            block = b"x" * 65536
+            while True:
+                c.sendall(block)
+    except OSError:
+        pass
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=answer, args=(c,), daemon=True).start()
+EOF
+    echo $!
+}
+wait_socket() { for _ in $(seq 50); do [[ -S $1 ]] && break; sleep 0.1; done; }
+# trust_refused WHAT DIR: status, attr and attach on the fake device `fake` in DIR are refused,
+# and nothing it says is printed.
+trust_refused() {
+    local what=$1 dir=$2 out rc
+    for cmd in "status" "status fake" "attr fake mm_stat" "attach fake"; do
+        rc=0
+        out=$(XDG_RUNTIME_DIR=$dir timeout 10 "$UZRAM" $cmd 2>&1) || rc=$?
+        if [[ $rc -eq 0 ]] || grep -q FORGED <<<"$out"; then
+            bad "$what: 'uzram $cmd' believed the fake socket: $out"
+            return
+        elif ! grep -q "not trusting" <<<"$out"; then
+            bad "$what: 'uzram $cmd' said: $out"
+            return
+        fi
+    done
+    pass "$what: status, attr and attach refuse it: $out"
+}
+mkdir -p "$WORK/open/uzram"
+chmod 777 "$WORK/open/uzram"
+fake=$(fake_server "$WORK/open/uzram/fake.ctl" lie)
+at_exit "kill $fake"
+wait_socket "$WORK/open/uzram/fake.ctl"
+trust_refused "a runtime directory others may write (0777)" "$WORK/open"
+if [[ $(id -u) -eq 0 ]]; then
+    chmod 755 "$WORK/open/uzram"
+    chown 1 "$WORK/open/uzram" # another user's (daemon), as /tmp/uzram-UID made by someone else
+    trust_refused "a runtime directory of another user" "$WORK/open"
+    chown 0 "$WORK/open/uzram"
+    chown 1 "$WORK/open/uzram/fake.ctl"
+    trust_refused "another user's socket in a private directory" "$WORK/open"
+else
+    skip_check "a runtime directory or socket of another user: needs root"
+fi
+kill "$fake"
+
+# --- a control reply has a bound (issue 23): a socket that answers without end ---
+mkdir -m 700 "$WORK/flood" "$WORK/flood/uzram"
+flood=$(fake_server "$WORK/flood/uzram/fake.ctl" flood)
+at_exit "kill $flood"
+wait_socket "$WORK/flood/uzram/fake.ctl"
+rc=0
+start=$(date +%s)
+(ulimit -v 1000000; timeout 20 "$UZRAM" attr "$WORK/flood/uzram/fake.ctl" mm_stat) >/dev/null 2>"$WORK/flood.err" || rc=$?
+took=$(($(date +%s) - start))
+if [[ $rc -ne 1 ]] || ! grep -q "sent more than 1048576 bytes: no uzram server reply" "$WORK/flood.err"; then
+    bad "an endless control reply: exit $rc after $took s: $(head -c 300 "$WORK/flood.err")"
+else
+    pass "an endless control reply is cut at 1 MiB: $(cat "$WORK/flood.err") ($took s)"
+fi
+kill "$flood"
+
 # --- signals and the volatile data (item 9) ---
 grep -q "lost when the server stops" "$WORK/server-ctl.out" ||
     bad "the banner does not say that the data lives only in the server process: $(cat "$WORK/server-ctl.out")"
