@@ -57,27 +57,52 @@ uint64_t fuse_file_discards(const struct fuse_file *file);
 
 #define BLOCKDEV_PATH_MAX 64
 
-/* Attach a free loop device to the file `path` with direct I/O and 4 KiB logical blocks
- * (LOOP_CONFIGURE). Fills `device` ("/dev/loopN") and says whether the kernel took direct
- * I/O. Returns 0 or a negative errno with a message. */
+/* Attach a free loop device to the file `path` with direct I/O, 4 KiB logical blocks and
+ * LO_FLAGS_AUTOCLEAR (LOOP_CONFIGURE). Fills `device` ("/dev/loopN"), says whether the kernel
+ * took direct I/O, and leaves the device open in *fd for loop_hold(). Returns 0 or a negative
+ * errno with a message. */
 int loop_attach(const char *path, bool read_only, char device[BLOCKDEV_PATH_MAX], bool *direct_io,
-                char *message, size_t message_size);
+                int *fd, char *message, size_t message_size);
+
+/* The process that keeps an attached loop device open (loop_holder.c): with AUTOCLEAR the
+ * device goes away at its last close, and the holder is the one user besides whoever mounts
+ * it. It is not the server, whose own exit would then wait on the FUSE file it serves itself
+ * (a killed server would hang in the kernel): it is the server's program again (`uzram
+ * __hold-loop`, the device as its descriptor 3), which leaves when the pipe from the server
+ * closes, as it does when the server exits however it exits. */
+struct loop_holder {
+    pid_t pid; /* 0: none */
+    int pipe;  /* the server's end; -1: none */
+};
+
+/* Hand the loop device open in *fd over to a holder (*fd is closed, -1). 0, or a negative
+ * errno with a message (the device is let go of, and clears itself if unused). */
+int loop_hold(int *fd, struct loop_holder *holder, char *message, size_t message_size);
+
+/* End the holder, and wait for it: a device nothing else uses goes away now, one still in
+ * use (mounted, swap) with its last user. Nothing to do without one. */
+void loop_let_go(struct loop_holder *holder);
+
+/* The holder's program: wait for the end of standard input, keeping descriptor 3 open. */
+int loop_holder_main(void);
 
 /* Detach the loop device `device` if its backing file is still (st_dev, st_ino) and nothing
- * uses it (blockdev_claim). Returns 0; -EBUSY with a message that says what to undo first;
- * -ENXIO when the device no longer has that file. */
-int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, char *message,
-                size_t message_size);
+ * but its holder uses it (blockdev_claim), letting the holder go. Returns 0; -EBUSY with a
+ * message that says what to undo first (the holder stays); -ENXIO when the device no longer
+ * has that file. */
+int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, struct loop_holder *holder,
+                char *message, size_t message_size);
 
-/* The server stops while the loop device is still in use: let it detach by itself when its
- * last user closes it (LO_FLAGS_AUTOCLEAR), if its backing file is still (st_dev, st_ino). */
-void loop_autoclear(const char *device, dev_t file_dev, ino_t file_ino);
+/* Undo the octal escapes of /proc/self/mountinfo and /proc/swaps ("\040" for a space). */
+void mountinfo_unescape(char *text);
 
 /* Open `device` exclusively after checking that nothing uses it: not mounted, not swap, not
  * held by another block device (device-mapper, md), not open in another process. Returns
  * the descriptor (the caller closes it), or -EBUSY with a message naming the user and the
  * command that ends its use, or another negative errno. */
 int blockdev_claim(const char *device, char *message, size_t message_size);
+/* blockdev_claim() that takes process `ours` (a loop device's holder) for no user. */
+int blockdev_claim_except(const char *device, pid_t ours, char *message, size_t message_size);
 
 /* ------------------------------------------------------------------------
  * A device's backing store (backing_dev.c)
@@ -101,6 +126,27 @@ void backing_dev_refusal(struct uzram *dev, const char *value, int rc, char *mes
  * Returns 0, or a negative errno with backing_refusal()'s line in `message`. */
 int backing_dev_open(struct uzram *dev, const char *given, uint64_t size, bool overwrite,
                      bool absolute_only, char *message, size_t message_size);
+
+/* ------------------------------------------------------------------------
+ * What a server that was killed left behind (leftovers.c)
+ * ---------------------------------------------------------------------- */
+
+/* Whether `path` is the mount point of a FUSE file of uzram whose server is gone: mounted
+ * there as fuse.uzram (mountinfo) with its connection dead (stat: ENOTCONN). */
+bool leftover_dead_mount(const char *path);
+
+/* Unmount such a mount lazily (whatever still has the file keeps failing): umount2 as root,
+ * fusermount3 -u -z otherwise. 0, or a negative errno with a message. */
+int leftover_unmount(const char *path, char *message, size_t message_size);
+
+/* What `uzram detach NAME` does when no server serves NAME: in the runtime directory `dir`,
+ * detach the loop devices on NAME.disk that nothing uses (a loop device attached by a server
+ * since issue 23 clears itself; one still mounted is named with what to do), unmount the dead
+ * FUSE mount on NAME.disk, remove the empty NAME.disk, and remove the sockets of `dir` nobody
+ * listens on. `report` gets what was done ("" when nothing was found). Returns 0, -EBUSY with
+ * `message` when a loop device is still in use, or another negative errno with `message`. */
+int leftover_clean(const char *dir, const char *name, char *report, size_t report_size,
+                   char *message, size_t message_size);
 
 /* ------------------------------------------------------------------------
  * The kernel's NBD client (nbd_client.c)

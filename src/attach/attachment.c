@@ -29,6 +29,7 @@ struct attachment {
     struct fuse_file *file; /* LOOP: the disk as a file, and its identity */
     dev_t file_dev;
     ino_t file_ino;
+    struct loop_holder holder; /* LOOP: keeps the loop device open (it clears itself after) */
     /* What `uzram status` shows, readable while an operation runs. */
     pthread_mutex_t state_lock;
     char device[BLOCKDEV_PATH_MAX]; /* "" when none */
@@ -40,6 +41,7 @@ int attachment_create(const struct attach_settings *settings, struct attachment 
     if (attachment == NULL)
         return -ENOMEM;
     attachment->settings = *settings;
+    attachment->holder = (struct loop_holder){.pid = 0, .pipe = -1};
     pthread_mutex_init(&attachment->operation_lock, NULL);
     pthread_mutex_init(&attachment->state_lock, NULL);
     *out = attachment;
@@ -95,7 +97,10 @@ static int attach_loop(struct attachment *attachment, const char *path, char *re
     }
     char device[BLOCKDEV_PATH_MAX];
     bool direct_io = false;
-    rc = loop_attach(path, settings->read_only, device, &direct_io, message, message_size);
+    int fd = -1;
+    rc = loop_attach(path, settings->read_only, device, &direct_io, &fd, message, message_size);
+    if (rc == 0)
+        rc = loop_hold(&fd, &attachment->holder, message, message_size);
     if (rc < 0) {
         fuse_file_stop(file, false);
         return rc;
@@ -221,8 +226,8 @@ static int detach_locked(struct attachment *attachment, char *message, size_t me
 {
     int rc = 0;
     if (attachment->method == LOOP) {
-        rc = loop_detach(attachment->device, attachment->file_dev, attachment->file_ino, message,
-                         message_size);
+        rc = loop_detach(attachment->device, attachment->file_dev, attachment->file_ino,
+                         &attachment->holder, message, message_size);
         /* -ENXIO: the loop device let go of our file some other way (losetup -d); the file
          * is ours to take down all the same. */
         if (rc < 0 && rc != -ENXIO)
@@ -279,7 +284,7 @@ void attachment_stop(struct attachment *attachment)
                     "discarded with the server)\n",
                     device, message);
             if (attachment->method == LOOP) {
-                loop_autoclear(device, attachment->file_dev, attachment->file_ino);
+                loop_let_go(&attachment->holder); /* it clears itself with its last user */
                 fuse_file_stop(attachment->file, false);
                 attachment->file = NULL;
             } else {

@@ -21,7 +21,7 @@
 #define LOOP_ATTEMPTS 8
 
 int loop_attach(const char *path, bool read_only, char device[BLOCKDEV_PATH_MAX], bool *direct_io,
-                char *message, size_t message_size)
+                int *held_fd, char *message, size_t message_size)
 {
     int control = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
     if (control < 0) {
@@ -52,16 +52,22 @@ int loop_attach(const char *path, bool read_only, char device[BLOCKDEV_PATH_MAX]
             snprintf(message, message_size, "cannot open %s: %s", device, strerror(errno));
             break;
         }
+        /* AUTOCLEAR: the device goes away at its last close, which is its holder's (see
+         * loop_hold) when nothing else uses it: a killed server leaves no loop device bound
+         * for ever. */
         struct loop_config config = {
             .fd = (unsigned)backing,
             .block_size = UZRAM_PAGE_SIZE,
-            .info = {.lo_flags = LO_FLAGS_DIRECT_IO | (read_only ? LO_FLAGS_READ_ONLY : 0)},
+            .info = {.lo_flags = LO_FLAGS_DIRECT_IO | LO_FLAGS_AUTOCLEAR |
+                                 (read_only ? LO_FLAGS_READ_ONLY : 0)},
         };
         snprintf((char *)config.info.lo_file_name, sizeof config.info.lo_file_name, "%s", path);
         if (ioctl(fd, LOOP_CONFIGURE, &config) == 0) {
             struct loop_info64 info;
             *direct_io =
                 ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && (info.lo_flags & LO_FLAGS_DIRECT_IO);
+            *held_fd = fd;
+            fd = -1;
             rc = 0;
         } else {
             rc = -errno;
@@ -72,7 +78,8 @@ int loop_attach(const char *path, bool read_only, char device[BLOCKDEV_PATH_MAX]
             else
                 snprintf(message, message_size, "every free loop device was taken meanwhile");
         }
-        close(fd);
+        if (fd >= 0)
+            close(fd);
     }
     close(backing);
     close(control);
@@ -83,8 +90,7 @@ int loop_attach(const char *path, bool read_only, char device[BLOCKDEV_PATH_MAX]
  * Who uses a device
  * ---------------------------------------------------------------------- */
 
-/* Undo the octal escapes of /proc/self/mountinfo ("\040" for a space). */
-static void unescape(char *text)
+void mountinfo_unescape(char *text)
 {
     char *out = text;
     for (char *in = text; *in; in++) {
@@ -113,7 +119,7 @@ static bool find_mount(dev_t rdev, char *where, size_t size)
         /* ID PARENT MAJOR:MINOR ROOT MOUNTPOINT ... */
         if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &major_number, &minor_number, point) == 3 &&
             makedev(major_number, minor_number) == rdev) {
-            unescape(point);
+            mountinfo_unescape(point);
             snprintf(where, size, "%s", point);
             found = true;
         }
@@ -133,7 +139,7 @@ static bool is_swap(dev_t rdev)
         char path[4096];
         struct stat st;
         if (sscanf(line, "%4095s", path) == 1 && path[0] == '/') {
-            unescape(path);
+            mountinfo_unescape(path);
             found = stat(path, &st) == 0 && S_ISBLK(st.st_mode) && st.st_rdev == rdev;
         }
     }
@@ -194,7 +200,7 @@ static bool has_open(long pid, dev_t rdev)
 
 /* Another process with the device open: its pid and command name. The kernel's NBD client
  * program holds its device as the device's own connection, not as a user: it is skipped. */
-static bool find_opener(dev_t rdev, pid_t *pid, char *command, size_t size)
+static bool find_opener(dev_t rdev, pid_t ours, pid_t *pid, char *command, size_t size)
 {
     DIR *proc = opendir("/proc");
     struct dirent *entry;
@@ -203,7 +209,8 @@ static bool find_opener(dev_t rdev, pid_t *pid, char *command, size_t size)
     while (proc != NULL && !found && (entry = readdir(proc)) != NULL) {
         char *end;
         long number = strtol(entry->d_name, &end, 10);
-        if (*end != '\0' || number <= 0 || number == self || !has_open(number, rdev))
+        if (*end != '\0' || number <= 0 || number == self || number == ours ||
+            !has_open(number, rdev))
             continue;
         command_of(number, command, size);
         if (strcmp(command, NBD_CLIENT_PROGRAM) != 0) {
@@ -217,6 +224,11 @@ static bool find_opener(dev_t rdev, pid_t *pid, char *command, size_t size)
 }
 
 int blockdev_claim(const char *device, char *message, size_t message_size)
+{
+    return blockdev_claim_except(device, 0, message, message_size);
+}
+
+int blockdev_claim_except(const char *device, pid_t ours, char *message, size_t message_size)
 {
     struct stat st;
     if (stat(device, &st) < 0 || !S_ISBLK(st.st_mode)) {
@@ -258,7 +270,7 @@ int blockdev_claim(const char *device, char *message, size_t message_size)
     pid_t pid;
     char command[64];
     for (int tries = 0; tries < 20; tries++) {
-        if (!find_opener(st.st_rdev, &pid, command, sizeof command))
+        if (!find_opener(st.st_rdev, ours, &pid, command, sizeof command))
             return fd;
         struct timespec pause = {0, 50000000};
         nanosleep(&pause, NULL);
@@ -269,16 +281,17 @@ int blockdev_claim(const char *device, char *message, size_t message_size)
     return -EBUSY;
 }
 
-int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, char *message,
-                size_t message_size)
+int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, struct loop_holder *holder,
+                char *message, size_t message_size)
 {
-    int fd = blockdev_claim(device, message, message_size);
+    int fd = blockdev_claim_except(device, holder->pid, message, message_size);
     if (fd < 0)
         return fd;
     struct loop_info64 info;
     if (ioctl(fd, LOOP_GET_STATUS64, &info) < 0 || info.lo_device != file_dev ||
         info.lo_inode != file_ino) {
         close(fd);
+        loop_let_go(holder);
         snprintf(message, message_size, "%s is no longer attached to this device's file", device);
         return -ENXIO;
     }
@@ -288,8 +301,9 @@ int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, char *messag
         snprintf(message, message_size, "cannot detach %s: %s", device, strerror(-rc));
         return rc;
     }
-    /* Newer kernels let go of the file at the last close (ours, above); wait until the
-     * device no longer has it, so that the file can be unmounted. */
+    /* The kernel lets go of the file at the last close, which is ours: wait until the device
+     * no longer has it, so that the file can be unmounted. */
+    loop_let_go(holder);
     for (int tries = 0; tries < 200; tries++) {
         fd = open(device, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -303,18 +317,4 @@ int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, char *messag
     }
     snprintf(message, message_size, "%s still has its file 2 s after LOOP_CLR_FD", device);
     return -EBUSY;
-}
-
-void loop_autoclear(const char *device, dev_t file_dev, ino_t file_ino)
-{
-    int fd = open(device, O_RDONLY | O_CLOEXEC);
-    struct loop_info64 info;
-    if (fd < 0)
-        return;
-    if (ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && info.lo_device == file_dev &&
-        info.lo_inode == file_ino) {
-        /* In use, LOOP_CLR_FD only marks it: it detaches at its last close. */
-        ioctl(fd, LOOP_CLR_FD);
-    }
-    close(fd);
 }

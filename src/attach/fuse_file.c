@@ -527,7 +527,16 @@ static int make_mount_point(struct fuse_file *file, char *message, size_t messag
         return 0;
     }
     int err = errno;
+    /* A server killed while attached left its FUSE mount here, dead: take it away, and the
+     * file under it is ours again (made by that server, removed at the end). */
+    bool dead = err == EEXIST && leftover_dead_mount(file->path);
+    if (dead && leftover_unmount(file->path, message, message_size) < 0)
+        return -EBUSY;
+    if (dead)
+        fprintf(stderr, "uzram: %s: unmounted the dead FUSE mount a stopped server left\n",
+                file->path);
     if (err == EEXIST && lstat(file->path, &st) == 0) {
+        file->created = dead && st.st_uid == geteuid();
         if (S_ISREG(st.st_mode) && st.st_size == 0)
             return 0;
         snprintf(message, message_size,

@@ -1,5 +1,6 @@
 /* attach.c - `uzram attach` and `uzram detach`: a served device as a /dev node, and back.
  * Picks the way (nbd-client or a FUSE file with a loop device); the server does the work. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -49,22 +50,43 @@ static void detach_usage(FILE *out)
           out);
 }
 
-/* The control socket of DEVICE: returns 0, or 1 after a message. */
-static int control_path(const char *device, const char *runtime_dir_option,
-                        struct control_target *target)
+/* The runtime directory: -u's, or the default one. */
+static int runtime_dir_of(const char *option, char *dir, size_t size)
 {
-    char runtime_dir[PATH_MAX], message[PATH_MAX + 512];
-    if (runtime_dir_option != NULL)
-        snprintf(runtime_dir, sizeof runtime_dir, "%s", runtime_dir_option);
-    else if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
-        fputs("uzram: $XDG_RUNTIME_DIR is too long\n", stderr);
-        return 1;
+    if (option == NULL)
+        return util_runtime_dir(dir, size);
+    int n = snprintf(dir, size, "%s", option);
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* The control socket of DEVICE: returns 0, or a negative errno with a message. */
+static int control_path(const char *device, const char *runtime_dir_option,
+                        struct control_target *target, char *message, size_t message_size)
+{
+    char runtime_dir[PATH_MAX];
+    if (runtime_dir_of(runtime_dir_option, runtime_dir, sizeof runtime_dir) < 0) {
+        snprintf(message, message_size, "$XDG_RUNTIME_DIR is too long");
+        return -ENAMETOOLONG;
     }
-    if (control_resolve(device, runtime_dir, target, message, sizeof message) < 0) {
+    return control_resolve(device, runtime_dir, target, message, message_size);
+}
+
+/* No server serves DEVICE: take away what a stopped one left (leftover_clean), or say that
+ * nothing serves it. `why` is control_resolve()'s message. Returns the exit status. */
+static int clean_leftovers(const char *device, const char *runtime_dir_option, const char *why)
+{
+    char dir[PATH_MAX], report[2048], message[PATH_MAX + 512];
+    if (runtime_dir_of(runtime_dir_option, dir, sizeof dir) < 0)
+        return 1;
+    int rc = leftover_clean(dir, device, report, sizeof report, message, sizeof message);
+    if (report[0] != '\0')
+        fprintf(stderr, "uzram: no server serves %s; cleaned up what a stopped one left: %s\n",
+                device, report);
+    if (rc < 0)
         fprintf(stderr, "uzram: %s\n", message);
-        return 1;
-    }
-    return 0;
+    else if (report[0] == '\0')
+        fprintf(stderr, "uzram: %s\n", why);
+    return rc < 0 || report[0] == '\0' ? 1 : 0;
 }
 
 /* The value of `key` in "key value" lines, into `value`; false when absent. */
@@ -165,10 +187,12 @@ int cmd_attach(int argc, char **argv)
             return 1;
         }
     }
-    char request[PATH_MAX + 64], message[1024], *body;
+    char request[PATH_MAX + 64], message[PATH_MAX + 512], *body;
     struct control_target target;
-    if (control_path(device, runtime_dir, &target) != 0)
+    if (control_path(device, runtime_dir, &target, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
         return 1;
+    }
     snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
              absolute[0] ? " " : "", absolute);
     if (control_ask(&target, request, &body, message, sizeof message) < 0) {
@@ -222,10 +246,15 @@ int cmd_detach(int argc, char **argv)
         return 2;
     }
     const char *device = argv[optind];
-    char message[1024], *body;
+    char message[PATH_MAX + 512], *body;
     struct control_target target;
-    if (control_path(device, runtime_dir, &target) != 0)
+    int rc = control_path(device, runtime_dir, &target, message, sizeof message);
+    if (rc == -ENOENT && strchr(device, '/') == NULL)
+        return clean_leftovers(device, runtime_dir, message);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
         return 1;
+    }
     if (control_ask(&target, "detach", &body, message, sizeof message) < 0) {
         fprintf(stderr, "uzram: cannot detach %s: %s\n", device, message);
         return 1;

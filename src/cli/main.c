@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attach/attach.h"
 #include "cli/commands.h"
 #include "uzram.h"
 
@@ -57,6 +58,10 @@ int main(int argc, char **argv)
         printf("uzram %s\n", uzram_version());
         return 0;
     }
+    /* Not a command of users: the process `uzram attach --via loop` keeps a loop device open
+     * with (attach/loop_holder.c). */
+    if (strcmp(name, "__hold-loop") == 0)
+        return loop_holder_main();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(name, commands[i].name) == 0) {
             /* getopt prefixes its messages with argv[0]: make it "uzram serve". */
