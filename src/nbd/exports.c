@@ -363,7 +363,8 @@ int nbd_export_reset(struct nbd_server *server, struct nbd_export *export, const
     struct device *d = device_of(export);
     pthread_mutex_lock(&exports->lock);
     int rc = users_locked(d, "reset", message, size);
-    d->dropping = rc == 0;
+    if (rc == 0)
+        d->dropping = true; /* (a refusal must not end another request's reset) */
     pthread_mutex_unlock(&exports->lock);
     if (rc < 0)
         return rc;
