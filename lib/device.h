@@ -198,10 +198,6 @@ static inline uint64_t counter_get(_Atomic uint64_t *counter)
     return atomic_load_explicit(counter, memory_order_relaxed);
 }
 
-/* A disksize uzram_create() takes: 0, -EINVAL (0, not whole pages, past 2^44 pages) or
- * -E2BIG (its page table would pass the machine's share, UZRAM_TABLE_MEMORY_SHARE). (settings.c) */
-int settings_check_disksize(uint64_t disksize);
-
 /* Seconds since the device was created, the clock of a slot's ac_time. */
 uint32_t store_now(struct uzram *dev);
 

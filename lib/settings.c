@@ -2,7 +2,6 @@
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backing.h"
 #include "comp.h"
@@ -150,20 +149,4 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     if (size > known)
         memset((char *)stats + known, 0, size - known);
     return 0;
-}
-
-/* 2^44 pages of 4 KiB is 64 PiB: far past any machine, and slot values
- * and dedup ids stay well inside their bit fields. */
-#define MAX_PAGE_COUNT (1ull << 44)
-
-int settings_check_disksize(uint64_t disksize)
-{
-    if (disksize == 0 || disksize % UZRAM_PAGE_SIZE || disksize / UZRAM_PAGE_SIZE > MAX_PAGE_COUNT)
-        return -EINVAL;
-    /* The table is mapped lazily, but a client writing one page in every 256 makes it all
-     * resident: what zram's vmalloc of the table would refuse, refused here. */
-    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-    uint64_t memory = pages > 0 && page_size > 0 ? (uint64_t)pages * (uint64_t)page_size : 0;
-    uint64_t table = disksize / UZRAM_PAGE_SIZE * UZRAM_TABLE_BYTES_PER_PAGE;
-    return memory != 0 && table > memory / UZRAM_TABLE_MEMORY_SHARE ? -E2BIG : 0;
 }

@@ -14,6 +14,7 @@
 #include "dedup.h"
 #include "recompress.h"
 #include "device.h"
+#include "disksize.h"
 #include "fault.h"
 #include "pool.h"
 #include "same.h"
@@ -1284,7 +1285,7 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
     if (!config || !out || !config_reserved_zero(config))
         return -EINVAL;
     int algo, level;
-    int rc = settings_check_disksize(config->disksize);
+    int rc = disksize_check(config->disksize);
     if (rc == 0)
         rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
                          config->comp_level, &algo, &level);
