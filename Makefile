@@ -173,8 +173,9 @@ mandir ?= $(datarootdir)/man
 man1dir ?= $(mandir)/man1
 docdir ?= $(datarootdir)/doc/uzram
 pkgconfigdir ?= $(libdir)/pkgconfig
-# /etc for a /usr install, as distributions have it; PREFIX/etc otherwise.
-sysconfdir ?= $(if $(filter /usr,$(prefix)),/etc,$(prefix)/etc)
+# /etc whatever the prefix, as distributions have it: the units, README and uzram(1) all
+# name /etc/uzram/uzram.conf (a PREFIX/etc nobody looks in made the at-boot recipe fail).
+sysconfdir ?= /etc
 # systemd reads units from /usr/lib/systemd/system and /usr/local/lib/systemd/system.
 systemdsystemunitdir ?= $(prefix)/lib/systemd/system
 INSTALL ?= install
@@ -189,10 +190,14 @@ SUBSTITUTE = sed -e 's|@prefix@|$(prefix)|g' -e 's|@libdir@|$(call pc_path,$(lib
 SYSTEMD_UNITS := uzram@.service uzram@.socket uzram-swap@.service
 
 .PHONY: install uninstall
+# The directories install made, for uninstall (scripts/install-dirs.sh).
+INSTALLED_DIRS = $(docdir)/installed-directories
+# ldconfig after the library comes or goes, when it is the machine's own tree.
+LDCONFIG = @if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+		ldconfig; fi
 install: lib programs
-	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir) $(DESTDIR)$(includedir) \
-		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(man1dir) $(DESTDIR)$(docdir) \
-		$(DESTDIR)$(systemdsystemunitdir)
+	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh create $(INSTALLED_DIRS) $(bindir) $(libdir) \
+		$(includedir) $(pkgconfigdir) $(man1dir) $(docdir) $(systemdsystemunitdir)
 	$(INSTALL) -m 755 $(UZRAM) $(DESTDIR)$(bindir)/uzram
 	$(INSTALL) -m 644 $(LIBUZRAM) $(DESTDIR)$(libdir)/libuzram.a
 	$(INSTALL) -m 755 $(LIBUZRAM_SO) $(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO))
@@ -207,8 +212,7 @@ install: lib programs
 		$(SUBSTITUTE) systemd/$$unit.in >$(DESTDIR)$(systemdsystemunitdir)/$$unit && \
 		chmod 644 $(DESTDIR)$(systemdsystemunitdir)/$$unit || exit 1; \
 	done
-	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
-		ldconfig; fi
+	$(LDCONFIG)
 
 uninstall:
 	rm -f $(DESTDIR)$(bindir)/uzram $(DESTDIR)$(libdir)/libuzram.a \
@@ -217,7 +221,8 @@ uninstall:
 		$(DESTDIR)$(pkgconfigdir)/uzram.pc $(DESTDIR)$(man1dir)/uzram.1 \
 		$(DESTDIR)$(docdir)/uzram.conf.example \
 		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS))
-	rmdir $(DESTDIR)$(docdir) 2>/dev/null || true
+	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh remove $(INSTALLED_DIRS)
+	$(LDCONFIG)
 # ---- end of install block ----
 
 # ---- reliability: fuzzing and fault injection (issue 7; scripts/fuzz.sh) ----
