@@ -154,7 +154,7 @@ int cmd_attr(int argc, char **argv)
     if (rc == 0 && place.ctl[0])
         rc = same_device(&place, device, &target, message, sizeof message);
     else if (rc == 0)
-        rc = control_resolve(device, place.dir, &target, message, sizeof message);
+        rc = control_find(device, place.dir, given_place == NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

@@ -30,6 +30,12 @@ struct control_target {
 int control_resolve(const char *device, const char *runtime_dir, struct control_target *target,
                     char *message, size_t message_size);
 
+/* control_resolve() in `runtime_dir`, and when no server there serves DEVICE (a name) and
+ * `also_sudo` (no -u was given), for root under sudo in the runtime directory of the user who
+ * ran sudo (util_sudo_runtime_dir), whose servers it is run for (find.c). */
+int control_find(const char *device, const char *runtime_dir, bool also_sudo,
+                 struct control_target *target, char *message, size_t message_size);
+
 /* control_request() about the target's device ("device NAME REQUEST"). */
 int control_ask(const struct control_target *target, const char *request, char **body,
                 char *message, size_t message_size);
