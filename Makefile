@@ -179,6 +179,7 @@ pkgconfigdir ?= $(libdir)/pkgconfig
 sysconfdir ?= /etc
 # systemd reads units from /usr/lib/systemd/system and /usr/local/lib/systemd/system.
 systemdsystemunitdir ?= $(prefix)/lib/systemd/system
+systemdgeneratordir ?= $(prefix)/lib/systemd/system-generators
 INSTALL ?= install
 
 # Directories under prefix are written relative to it in uzram.pc, so that
@@ -187,8 +188,11 @@ pc_path = $(patsubst $(prefix)/%,$${prefix}/%,$(1))
 SUBSTITUTE = sed -e 's|@prefix@|$(prefix)|g' -e 's|@libdir@|$(call pc_path,$(libdir))|g' \
 	-e 's|@includedir@|$(call pc_path,$(includedir))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	-e 's|@REQUIRES_PRIVATE@|$(LIB_PKGS)|g' -e 's|@bindir@|$(bindir)|g' \
-	-e 's|@sysconfdir@|$(sysconfdir)|g'
-SYSTEMD_UNITS := uzram@.service uzram@.socket uzram-swap@.service
+	-e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@systemdsystemunitdir@|$(systemdsystemunitdir)|g'
+SYSTEMD_UNITS := uzram@.service uzram@.socket uzram-swap@.service uzram-zram@.service \
+	uzram-zram-setup@.service
+# zram-generator's configuration, served by uzram at boot (uzram(1), ZRAM-GENERATOR).
+SYSTEMD_GENERATOR := uzram-zram-generator
 
 .PHONY: install uninstall
 # The directories install made, for uninstall (scripts/install-dirs.sh).
@@ -198,7 +202,8 @@ LDCONFIG = @if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig
 		ldconfig; fi
 install: lib programs
 	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh create $(INSTALLED_DIRS) $(bindir) $(libdir) \
-		$(includedir) $(pkgconfigdir) $(man1dir) $(docdir) $(systemdsystemunitdir)
+		$(includedir) $(pkgconfigdir) $(man1dir) $(docdir) $(systemdsystemunitdir) \
+		$(systemdgeneratordir)
 	$(INSTALL) -m 755 $(UZRAM) $(DESTDIR)$(bindir)/uzram
 	$(INSTALL) -m 644 $(LIBUZRAM) $(DESTDIR)$(libdir)/libuzram.a
 	$(INSTALL) -m 755 $(LIBUZRAM_SO) $(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO))
@@ -213,6 +218,8 @@ install: lib programs
 		$(SUBSTITUTE) systemd/$$unit.in >$(DESTDIR)$(systemdsystemunitdir)/$$unit && \
 		chmod 644 $(DESTDIR)$(systemdsystemunitdir)/$$unit || exit 1; \
 	done
+	$(SUBSTITUTE) systemd/$(SYSTEMD_GENERATOR).in >$(DESTDIR)$(systemdgeneratordir)/$(SYSTEMD_GENERATOR)
+	chmod 755 $(DESTDIR)$(systemdgeneratordir)/$(SYSTEMD_GENERATOR)
 	$(LDCONFIG)
 
 uninstall:
@@ -221,7 +228,8 @@ uninstall:
 		$(DESTDIR)$(libdir)/libuzram.so $(DESTDIR)$(includedir)/uzram.h \
 		$(DESTDIR)$(pkgconfigdir)/uzram.pc $(DESTDIR)$(man1dir)/uzram.1 \
 		$(DESTDIR)$(docdir)/uzram.conf.example \
-		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS))
+		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS)) \
+		$(DESTDIR)$(systemdgeneratordir)/$(SYSTEMD_GENERATOR)
 	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh remove $(INSTALLED_DIRS)
 	$(LDCONFIG)
 # ---- end of install block ----

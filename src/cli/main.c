@@ -22,6 +22,8 @@ static const struct {
     {"estimate", cmd_estimate,
      "estimate what same-filled pages, compression and dedup save on data"},
     {"bench", cmd_bench, "measure the engine on generated data"},
+    {"zram-generator", cmd_zram_generator,
+     "serve and set up zram-generator.conf's devices (swap, mounts)"},
 };
 
 static void usage(FILE *out)
@@ -33,7 +35,8 @@ static void usage(FILE *out)
           "Commands:\n",
           out);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, strlen(commands[i].name) > 10 ? "  %s\n%13s%s\n" : "  %-10s %.0s%s\n",
+                commands[i].name, "", commands[i].summary);
     fputs("\n"
           "Run 'uzram COMMAND --help' for the options of a command; see uzram(1).\n"
           "Example:\n"

@@ -38,7 +38,10 @@ link $P/lib/libuzram.so -> libuzram.so.$MAJOR
 link $P/lib/libuzram.so.$MAJOR -> libuzram.so.$VERSION
 755 $P/lib/libuzram.so.$VERSION
 644 $P/lib/pkgconfig/uzram.pc
+755 $P/lib/systemd/system-generators/uzram-zram-generator
 644 $P/lib/systemd/system/uzram-swap@.service
+644 $P/lib/systemd/system/uzram-zram-setup@.service
+644 $P/lib/systemd/system/uzram-zram@.service
 644 $P/lib/systemd/system/uzram@.service
 644 $P/lib/systemd/system/uzram@.socket
 644 $P/share/doc/uzram/installed-directories
@@ -58,7 +61,9 @@ grep -qx "ExecStart=$P/bin/uzram serve --config /etc/uzram/uzram.conf --name %i"
     "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service ExecStart: $(grep Exec "$DEST$P/lib/systemd/system/uzram@.service")"
 grep -qx 'Type=notify' "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service is not Type=notify"
 grep -qx 'ListenStream=%t/uzram/%i.sock' "$DEST$P/lib/systemd/system/uzram@.socket" || fail "uzram@.socket ListenStream"
-if grep -n '@[a-zA-Z_]*@' "$DEST$P/lib/pkgconfig/uzram.pc" "$DEST$P"/lib/systemd/system/*; then
+grep -qx "exec $P/bin/uzram zram-generator --generate --unit-dir $P/lib/systemd/system \"\$@\"" \
+    "$DEST$P/lib/systemd/system-generators/uzram-zram-generator" || fail "the generator's command: $(tail -n 1 "$DEST$P/lib/systemd/system-generators/uzram-zram-generator")"
+if grep -n '@[a-zA-Z_]*@' "$DEST$P/lib/pkgconfig/uzram.pc" "$DEST$P"/lib/systemd/system/* "$DEST$P"/lib/systemd/system-generators/*; then
     fail "a template placeholder was left in an installed file"
 fi
 pass "soname $soname, header, man page, program, units name $P/bin and /etc (whatever PREFIX)"
