@@ -41,7 +41,7 @@ static void usage(FILE *out)
           "Run 'uzram COMMAND --help' for the options of a command; see uzram(1).\n"
           "Example:\n"
           "  uzram serve -s 2G &\n"
-          "  nbdinfo \"nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock\"\n"
+          "  nbdinfo \"$(uzram status -n -o uri uzram0)\"\n"
           "  uzram status\n",
           out);
 }

@@ -215,9 +215,9 @@ static void serve_usage(FILE *out)
           "status, uzram attr, uzram hot-add and hot-remove. The disks live only in this\n"
           "process, like zram and tmpfs: they are lost when the server stops. Examples:\n"
           "  uzram serve -s 4G -a zstd --dedup &\n"
-          "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n"
+          "  nbdcopy disk.img \"$(uzram status -n -o uri uzram0)\"\n"
           "  uzram serve --name pool --device db:4G:dedup --device tmp:1G:algorithm=zstd &\n"
-          "  nbdinfo --list 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/pool.sock'\n",
+          "  nbdinfo \"$(uzram status -n -o uri tmp)\"\n",
           out);
 }
 

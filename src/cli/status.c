@@ -79,7 +79,7 @@ static bool is_text_field(const char *key)
 {
     return strcmp(key, "name") == 0 || strcmp(key, "server") == 0 ||
            strcmp(key, "algorithm") == 0 || strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0 ||
-           strcmp(key, "attached") == 0;
+           strcmp(key, "uri") == 0 || strcmp(key, "attached") == 0;
 }
 
 /* DATA per byte of memory really used (pool plus dedup index). DATA counts every stored page
@@ -127,6 +127,7 @@ static const struct column {
     {"CLIENTS", "clients", COLUMN_COUNT, "connected NBD clients"},
     {"SOCKET", "socket", COLUMN_TEXT, "the NBD Unix socket (what serve --unix names)"},
     {"TCP", "tcp", COLUMN_TEXT, "the TCP address it listens on"},
+    {"URI", "uri", COLUMN_TEXT, "the NBD URI a client here connects with (nbdinfo URI)"},
     {"ATTACHED", "attached", COLUMN_TEXT, "the /dev node of uzram attach (-: none)"},
 };
 #define COLUMN_COUNT_ALL (sizeof columns / sizeof columns[0])
