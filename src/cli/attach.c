@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/node.h"
 #include "control/control.h"
+#include "common/progress.h"
 #include "common/util.h"
 
 static void attach_usage(FILE *out)
@@ -105,6 +106,31 @@ static bool reply_value(const char *body, const char *key, char *value, size_t s
         }
     }
     return false;
+}
+
+struct request {
+    const struct control_target *target;
+    const char *line;
+    char **body;
+    char *message;
+    size_t message_size;
+};
+
+static int ask(void *context)
+{
+    struct request *r = context;
+    return control_ask(r->target, r->line, r->body, r->message, r->message_size);
+}
+
+/* control_ask() while the server attaches or detaches (nbd-client, a loop device, the kernel
+ * letting go of one): on a terminal, a line says how long it takes so far. */
+static int ask_waiting(const struct control_target *target, const char *what, const char *line,
+                       char **body, char *message, size_t message_size)
+{
+    struct request request = {target, line, body, message, message_size};
+    struct progress progress;
+    progress_begin(&progress, what, 0, "", false);
+    return progress_run(&progress, ask, NULL, &request);
 }
 
 /* nbd when the kernel has its client, after trying to load it as zramctl loads zram. */
@@ -214,7 +240,9 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
         return rc;
     snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
              absolute[0] ? " " : "", absolute);
-    rc = control_ask(&target, request, &body, why, sizeof why);
+    char what[160];
+    snprintf(what, sizeof what, "attaching %s (via %s)", device, via);
+    rc = ask_waiting(&target, what, request, &body, why, sizeof why);
     if (rc < 0) {
         snprintf(message, message_size, "cannot attach %s: %s", device, why);
         return rc;
@@ -238,7 +266,9 @@ int detach_node(const char *device, const char *runtime_dir, char *message, size
     int rc = control_path(device, runtime_dir, &target, message, message_size);
     if (rc < 0)
         return rc;
-    rc = control_ask(&target, "detach", &body, why, sizeof why);
+    char what[160];
+    snprintf(what, sizeof what, "detaching %s", device);
+    rc = ask_waiting(&target, what, "detach", &body, why, sizeof why);
     if (rc < 0) {
         snprintf(message, message_size, "cannot detach %s: %s", device, why);
         return rc;

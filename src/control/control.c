@@ -26,7 +26,7 @@
 /* The client reads at most this much of a reply (the longest, `devices` of 256 devices, is
  * 17 KiB), within this long. */
 #define CONTROL_REPLY_MAX (1u << 20)
-#define CONTROL_REPLY_MS 30000u
+unsigned long long control_reply_ms = 30000;
 
 /* ------------------------------------------------------------------------
  * Server side
@@ -609,7 +609,7 @@ int control_request(const char *path, const char *request, char **body, char *me
     /* A reply has a size and a time limit: a server (or whatever listens there) that sends
      * without end must not take this process's memory, nor keep it waiting. */
     if (rc == 0)
-        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + CONTROL_REPLY_MS, &reply,
+        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + control_reply_ms, &reply,
                               &length);
     close(fd);
     if (rc == -EFBIG) {

@@ -14,6 +14,9 @@
  * message too. */
 int control_request(const char *path, const char *request, char **body, char *message,
                     size_t message_size);
+/* How long control_request() waits for a whole reply, in milliseconds (30 s; a pass over a
+ * device's pages waits longer, cli/pass.c). */
+extern unsigned long long control_reply_ms;
 
 /* A device on a server: the server's control socket, and the device's name on it. */
 struct control_target {
