@@ -22,7 +22,7 @@ TLS_LIBS := $(shell pkg-config --libs gnutls 2>/dev/null)
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=gnu11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE \
-	-Iinclude -Ilib $(DEP_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+	-Iinclude -Ilib $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS := -pthread $(LDFLAGS)
 ifneq ($(SAN),)
 ALL_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -156,7 +156,7 @@ format-check:
 	clang-format --dry-run -Werror $(FORMAT_FILES)
 
 clean:
-	rm -rf build
+	rm -rf $(O)
 
 # ---- install (GNU conventions; tests/integration/install.sh checks the tree) ----
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: the program, libuzram.a, the shared
@@ -233,6 +233,19 @@ uninstall:
 	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh remove $(INSTALLED_DIRS)
 	$(LDCONFIG)
 # ---- end of install block ----
+
+# ---- Debian packages (debian/; scripts/deb.sh, tests/integration/deb.sh) ----
+# deb:       uzram, libuzram0 and libuzram-dev with dpkg-buildpackage -us -uc -b, built from a
+#            copy of the tree in $(O)/deb, where the .deb files land
+# deb-check: build them, lintian, install them with apt, use them, remove them (root; make
+#            check runs it too, as an integration test)
+.PHONY: deb deb-check
+deb: deps
+	./scripts/deb.sh $(O)/deb
+
+deb-check: deps
+	UZRAM=$(UZRAM) bash tests/integration/deb.sh
+# ---- end of Debian packages block ----
 
 # ---- reliability: fuzzing and fault injection (issue 7; scripts/fuzz.sh) ----
 # fuzz:        every fuzz/fuzz_*.c under libFuzzer (clang, ASan+UBSan) in

@@ -12,6 +12,8 @@ packages=(
     # certtool and psktool make the TLS tests' credentials
     gnutls-bin
     gnuplot-nox
+    # the Debian packages (debian/, make deb-check): dpkg-buildpackage, dh, lintian
+    dpkg-dev debhelper lintian
 )
 
 missing=()
