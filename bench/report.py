@@ -497,7 +497,8 @@ def micro_section(micro, dedup):
 def attach_section(a):
     """The markdown of bench/attach.sh's results (attach.json)."""
     md = ["### `uzram attach` against nbdfuse + loop and kernel zram (`bench/attach.sh`)", ""]
-    md.append("- Command: `%s`; kernel %s, `nproc` %s" % (a["command"], a["kernel"], a["nproc"]))
+    md.append("- Command: `%s`; uzram git %s; kernel %s, `nproc` %s, load average %s at the start" % (
+        a["command"], a.get("git", "not recorded"), a["kernel"], a["nproc"], a.get("load", "not recorded")))
     md.append("- %d rounds, each side in turn (each round starts with the next side); fio %d s per run "
               "on a %s region of a %s device, filled first; untar of `%s` (%d files, %.0f MiB as a tar) "
               "into a fresh ext4, then `sync`. Medians over the rounds." % (

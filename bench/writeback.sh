@@ -16,7 +16,7 @@
 # default 1, quick 0), CACHE (where the kernel tree is kept, build/bench-cache), SET (working
 # set, 512M; quick 64M), ROUNDS (3; quick 1), RUNTIME (seconds per fio run, 10; quick 3),
 # STEPS ("space reads": run only some; a step run alone keeps the other's results, so the space
-# step, which needs no quiet machine, may run under `heavy` and only the reads under `quiet`),
+# step, which needs no quiet machine, may run beside other work and only the reads alone),
 # SPACE_SIDES (the space step's sides, "lz4 lz4-dedup recompressed when-full"),
 # KEEP_IMAGE (a path: keep the image built there, with PATH.desc, for IMAGE= in a later run),
 # THREADS (uzram serve --threads for the read sides, 16: nbdkit's default; a read of a page on
