@@ -58,9 +58,11 @@ FUZZ_SRCS := $(sort $(wildcard fuzz/fuzz_*.c))
 SRC_OBJS := $(SRC_SRCS:%.c=$(O)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 UZRAM := $(O)/uzram
+# Programs the VM tests run inside the guest (tests/vm/).
+VM_TOOLS := $(O)/tests/vm/memtouch
 
 .PHONY: all lib programs tests check check-exports run deps tsan asan valgrind format format-check bench clean
-all: lib $(UZRAM) $(TEST_BINS)
+all: lib $(UZRAM) $(TEST_BINS) $(VM_TOOLS)
 lib: $(LIBUZRAM) $(LIBUZRAM_SO)
 programs: $(UZRAM)
 tests: $(TEST_BINS)
@@ -114,6 +116,9 @@ $(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
 $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
+$(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
@@ -146,7 +151,7 @@ bench: deps
 	$(MAKE) programs
 	./bench/run.sh
 
-FORMAT_FILES = include/*.h lib/*.[ch] src/*/*.[ch] tests/*.[ch] $(wildcard fuzz/*.[ch] bench/*.c)
+FORMAT_FILES = include/*.h lib/*.[ch] src/*/*.[ch] tests/*.[ch] tests/vm/*.c $(wildcard fuzz/*.[ch] bench/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

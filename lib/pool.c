@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
+#include "background.h"
 #include "fault.h"
 #include "group.h"
+#include "pool_class.h"
 
 /*
  * Handle bit layout (bits 39..63 always zero: handles stay below 2^47):
@@ -28,8 +31,6 @@
  * the first k pages of its window. One mapping per chunk (not per span) keeps
  * the process far below vm.max_map_count.
  */
-#define PAGE_BYTES 4096u
-#define MAX_SPAN_PAGES 16u
 #define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
 #define WINDOWS_PER_CHUNK_SHIFT 10u
 #define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
@@ -42,15 +43,6 @@ _Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_B
                    1ull << POOL_HANDLE_BITS,
                "every handle is below 2^POOL_HANDLE_BITS");
 
-/* Each object starts with a header holding its owner, so that compaction
- * can ask the owner's permission to move it. */
-#define HEADER_BYTES 8u
-#define CLASS_GRANULE 16u
-/* Footprints 16, 32, ..., 4096 (header included), then the huge class. */
-#define NORMAL_CLASSES (PAGE_BYTES / CLASS_GRANULE)
-#define HUGE_CLASS NORMAL_CLASSES
-#define CLASS_COUNT (NORMAL_CLASSES + 1)
-
 /* Fullness groups: spans less than 1/4, 2/4, 3/4 used, not full, full. */
 #define GROUP_COUNT 5
 #define GROUP_FULL 4
@@ -59,16 +51,9 @@ _Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_B
 #define OBJECT_ALLOCATED 0xffffu
 #define FREE_LIST_END 0xfffeu
 
-/* Shape of a class: shared by every pool, computed once. */
-struct class_shape {
-    uint32_t footprint;   /* bytes per object, header included */
-    uint16_t pages;       /* span length */
-    uint16_t objects;     /* objects per span */
-    uint16_t small_pages; /* span length of a class's first spans */
-    uint16_t small_objects;
-    uint16_t header_bytes; /* 0 for the huge class */
-    uint16_t home;         /* class that actually serves this footprint */
-};
+/* Windows the span cache can hold: 16 MiB of one-page spans, or a reserve of up to
+ * POOL_RESERVE_MAX in whole windows besides. */
+#define CACHE_ENTRIES (POOL_SPAN_CACHE_BYTES / PAGE_BYTES + POOL_RESERVE_MAX / WINDOW_BYTES)
 
 struct pool_span {
     struct pool_span *prev; /* fullness group list, under the class lock */
@@ -131,9 +116,16 @@ struct pool {
     struct cached_window {
         uint32_t window;
         uint32_t pages;
-    } cache[POOL_SPAN_CACHE_BYTES / PAGE_BYTES];
+    } cache[CACHE_ENTRIES];
     size_t cache_count;
     _Atomic uint64_t cache_bytes;
+    /* The reserve (pool_set_reserve()), under window_lock: the cache is kept at reserve_target
+     * bytes by the refiller thread, and a new span takes only a cached window. The refiller
+     * waits on reserve_wanted, a span that finds the reserve short on reserve_filled. */
+    _Atomic uint64_t reserve_target;
+    pthread_cond_t reserve_wanted, reserve_filled;
+    pthread_t refiller;
+    bool refiller_running, refiller_stop;
 
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
@@ -143,113 +135,6 @@ struct pool {
     _Atomic uint64_t pages_compacted;
     _Atomic uint64_t compact_gen;
 };
-
-static struct class_shape class_shapes[CLASS_COUNT];
-static pthread_once_t class_shapes_once = PTHREAD_ONCE_INIT;
-
-/* Tail waste a span may have and still be preferred to a longer span.
- * Longer spans waste less at their end, but every class in use keeps about
- * half a span empty on average (and compaction leaves up to one span of
- * free objects per class), a fixed cost of about 3.8 MB over all classes
- * with the least-waste rule. Accepting 1% of tail waste brings that to 2.9 MB
- * for +0.15% per object: a saving below about 600 MB of stored data, about
- * even above. 0 gives the pure least-waste rule. */
-#define SPAN_WASTE_TOLERANCE_PERMILLE 10u
-
-/* How many spans of a class are short ones (see choose_small_span_length). */
-#define SMALL_SPANS_PER_CLASS 2u
-
-/* Pick the shortest span whose tail waste is within the tolerance, or else
- * the one that wastes the smallest fraction of itself (on a tie the shorter
- * span, because a span can only be given back once all its objects are
- * gone). */
-static void choose_span_length(uint32_t footprint, uint16_t *pages, uint16_t *objects)
-{
-    uint32_t best_pages = 0;
-    uint32_t best_objects = 0;
-    uint64_t best_waste = 0;
-    for (uint32_t k = 1; k <= MAX_SPAN_PAGES; k++) {
-        uint32_t bytes = k * PAGE_BYTES;
-        uint32_t objects_here = bytes / footprint;
-        uint64_t waste = bytes - (uint64_t)objects_here * footprint;
-        /* waste / bytes < best_waste / best_bytes, without division */
-        if (best_pages == 0 || waste * best_pages < best_waste * k) {
-            best_pages = k;
-            best_objects = objects_here;
-            best_waste = waste;
-        }
-        if (waste * 1000 <= (uint64_t)SPAN_WASTE_TOLERANCE_PERMILLE * bytes)
-            break;
-    }
-    *pages = (uint16_t)best_pages;
-    *objects = (uint16_t)best_objects;
-}
-
-/* A class's first spans are short: a long span that stays mostly empty
- * costs more than the tail waste it saves, and most classes of a small
- * device never hold more than a span or two. Shortest span that wastes at
- * most an eighth of itself (a span holds at least one object). */
-static void choose_small_span_length(const struct class_shape *shape, uint16_t *pages,
-                                     uint16_t *objects)
-{
-    for (uint32_t k = 1; k < shape->pages; k++) {
-        uint32_t bytes = k * PAGE_BYTES;
-        uint32_t objects_here = bytes / shape->footprint;
-        if (objects_here > 0 && (bytes - objects_here * shape->footprint) * 8 <= bytes) {
-            *pages = (uint16_t)k;
-            *objects = (uint16_t)objects_here;
-            return;
-        }
-    }
-    *pages = shape->pages;
-    *objects = shape->objects;
-}
-
-static void init_class_shapes(void)
-{
-    for (uint32_t i = 0; i < NORMAL_CLASSES; i++) {
-        struct class_shape *shape = &class_shapes[i];
-        shape->footprint = (i + 1) * CLASS_GRANULE;
-        shape->header_bytes = HEADER_BYTES;
-        choose_span_length(shape->footprint, &shape->pages, &shape->objects);
-        choose_small_span_length(shape, &shape->small_pages, &shape->small_objects);
-        shape->home = (uint16_t)i;
-    }
-    struct class_shape *huge = &class_shapes[HUGE_CLASS];
-    huge->footprint = PAGE_BYTES;
-    huge->pages = 1;
-    huge->objects = 1;
-    huge->small_pages = 1;
-    huge->small_objects = 1;
-    huge->header_bytes = 0;
-    huge->home = HUGE_CLASS;
-    /* Neighbouring footprints with the same span length and object count
-     * cost the same per object: serve them from the largest one so that
-     * fewer half-empty spans exist (zsmalloc merges classes the same way). */
-    for (int i = (int)NORMAL_CLASSES - 2; i >= 0; i--) {
-        const struct class_shape *larger = &class_shapes[class_shapes[i + 1].home];
-        if (larger->header_bytes == HEADER_BYTES && larger->pages == class_shapes[i].pages &&
-            larger->objects == class_shapes[i].objects &&
-            larger->small_pages == class_shapes[i].small_pages &&
-            larger->small_objects == class_shapes[i].small_objects)
-            class_shapes[i].home = class_shapes[i + 1].home;
-    }
-}
-
-static const struct class_shape *shapes(void)
-{
-    pthread_once(&class_shapes_once, init_class_shapes);
-    return class_shapes;
-}
-
-/* Class serving objects of `size` bytes (1..4096). */
-static unsigned class_of(const struct class_shape *all, size_t size)
-{
-    size_t footprint = size + HEADER_BYTES;
-    if (footprint > PAGE_BYTES)
-        return HUGE_CLASS;
-    return all[(footprint + CLASS_GRANULE - 1) / CLASS_GRANULE - 1].home;
-}
 
 static uint64_t make_handle(const struct pool_span *span, unsigned index)
 {
@@ -433,30 +318,62 @@ static int map_chunk(struct pool *pool)
     return 0;
 }
 
-/* A window for a span of `pages` pages: a cached one first (its resident
- * pages in *resident; the newest of the last few with exactly `pages`, else
- * the newest), then a released one, then a new one. */
+/* The cached window to take for a span of `pages` pages: the newest of the last few with
+ * exactly `pages` resident, else the newest (with a reserve: the newest with at least
+ * `pages`). -1 when there is none. Called with window_lock held. */
+static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve)
+{
+    for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
+        if (pool->cache[i].pages == pages)
+            return (ssize_t)i;
+    for (size_t i = pool->cache_count; i-- > 0;)
+        if (!reserve || pool->cache[i].pages >= pages)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* With a reserve, wait (up to POOL_RESERVE_WAIT_MS) for the refiller to cache a window of at
+ * least `pages` pages. Called with window_lock held. */
+static ssize_t wait_for_reserve(struct pool *pool, unsigned pages)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)POOL_RESERVE_WAIT_MS * 1000000;
+    deadline.tv_sec += (time_t)(ns / 1000000000);
+    deadline.tv_nsec = (long)(ns % 1000000000);
+    ssize_t pick;
+    while ((pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
+        pthread_cond_signal(&pool->reserve_wanted);
+        if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0)
+            return pick_cached(pool, pages, true);
+    }
+    return pick;
+}
+
+/* A window for a span of `pages` pages: a cached one first (its resident pages in
+ * *resident), then a released one, then a new one. With a reserve, only a cached one with
+ * `pages` resident (waiting for the refiller): -ENOMEM when none comes. */
 static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsigned *resident)
 {
     int rc = 0;
     *resident = 0;
+    bool reserve = atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) != 0;
     pthread_mutex_lock(&pool->window_lock);
-    if (pool->cache_count > 0) {
-        size_t pick = pool->cache_count - 1;
-        for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
-            if (pool->cache[i].pages == pages) {
-                pick = i;
-                break;
-            }
+    ssize_t pick = pick_cached(pool, pages, reserve);
+    if (pick < 0 && reserve) {
+        pick = wait_for_reserve(pool, pages);
+        rc = pick < 0 ? -ENOMEM : 0;
+    }
+    if (pick >= 0) {
         struct cached_window taken = pool->cache[pick];
         pool->cache[pick] = pool->cache[--pool->cache_count];
         atomic_fetch_sub_explicit(&pool->cache_bytes, (uint64_t)taken.pages * PAGE_BYTES,
                                   memory_order_relaxed);
         *window = taken.window;
         *resident = taken.pages;
-    } else if (pool->free_window_count > 0) {
+    } else if (rc == 0 && pool->free_window_count > 0) {
         *window = pool->free_windows[--pool->free_window_count];
-    } else {
+    } else if (rc == 0) {
         if (pool->next_unused_window == pool->chunk_count * WINDOWS_PER_CHUNK)
             rc = map_chunk(pool);
         if (rc == 0)
@@ -485,15 +402,21 @@ static unsigned char *window_base(struct pool *pool, uint32_t window)
            (size_t)(window & (WINDOWS_PER_CHUNK - 1)) * WINDOW_BYTES;
 }
 
-/* Give the pages of [base, base + bytes) back to the OS. MADV_DONTNEED
- * refuses locked memory (EINVAL): in a process that called mlockall() (uzram
- * serve --swap) the range is unlocked, emptied and locked again as it is
- * touched (MLOCK_ONFAULT), which also lets the kernel merge it back into one
- * mapping with its neighbours. If even that failed, the pages would merely
- * stay resident. */
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+/* Give the pages of [base, base + bytes) back to the OS. MADV_DONTNEED refuses locked memory
+ * (EINVAL): in a process that called mlockall() (uzram serve --swap) MADV_DONTNEED_LOCKED
+ * (Linux 5.18) empties the range and leaves the mapping alone; before it, the range is
+ * unlocked, emptied and locked again as it is touched (MLOCK_ONFAULT), which also lets the
+ * kernel merge it back into one mapping with its neighbours. If even that failed, the pages
+ * would merely stay resident. */
 static void give_pages_back(unsigned char *base, size_t bytes)
 {
-    if (madvise(base, bytes, MADV_DONTNEED) < 0 && errno == EINVAL && munlock(base, bytes) == 0) {
+    if (madvise(base, bytes, MADV_DONTNEED) == 0 || errno != EINVAL ||
+        madvise(base, bytes, MADV_DONTNEED_LOCKED) == 0)
+        return;
+    if (munlock(base, bytes) == 0) {
         (void)madvise(base, bytes, MADV_DONTNEED);
         (void)mlock2(base, bytes, MLOCK_ONFAULT);
     }
@@ -515,7 +438,8 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
         atomic_load_explicit(&group->used, memory_order_relaxed) + bytes <= group_limit;
     pthread_mutex_lock(&pool->window_lock);
     uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-    if (group_room && cached + bytes <= POOL_SPAN_CACHE_BYTES &&
+    uint64_t capacity = POOL_SPAN_CACHE_BYTES + atomic_load(&pool->reserve_target);
+    if (group_room && cached + bytes <= capacity && pool->cache_count < CACHE_ENTRIES &&
         (limit == 0 ||
          atomic_load_explicit(&pool->mem_used, memory_order_relaxed) + cached + bytes <= limit)) {
         pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
@@ -526,20 +450,20 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
     return kept;
 }
 
-/* Give the cached windows' pages back to the OS (madvise outside the lock,
- * a few windows at a time). Returns the pages given back. */
-static uint64_t drain_cache(struct pool *pool)
+/* Give the cached windows' pages back to the OS until at most `keep` bytes stay cached
+ * (madvise outside the lock, a few windows at a time). Returns the pages given back. */
+static uint64_t drain_cache(struct pool *pool, uint64_t keep)
 {
     uint64_t pages_given = 0;
     for (;;) {
         struct cached_window batch[64];
         size_t n = 0;
         pthread_mutex_lock(&pool->window_lock);
-        while (n < 64 && pool->cache_count > 0)
-            batch[n++] = pool->cache[--pool->cache_count];
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < n; i++)
-            bytes += (uint64_t)batch[i].pages * PAGE_BYTES;
+        uint64_t bytes = 0, cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
+        while (n < 64 && pool->cache_count > 0 && cached - bytes > keep) {
+            batch[n] = pool->cache[--pool->cache_count];
+            bytes += (uint64_t)batch[n++].pages * PAGE_BYTES;
+        }
         atomic_fetch_sub_explicit(&pool->cache_bytes, bytes, memory_order_relaxed);
         pthread_mutex_unlock(&pool->window_lock);
         if (n == 0)
@@ -558,21 +482,22 @@ static uint64_t drain_cache(struct pool *pool)
  * lock. */
 static int create_span(struct pool *pool, unsigned class_index, bool small, struct pool_span **out)
 {
-    const struct class_shape *shape = &shapes()[class_index];
+    const struct class_shape *shape = &pool_class_shapes()[class_index];
     unsigned pages = small ? shape->small_pages : shape->pages;
     unsigned objects = small ? shape->small_objects : shape->objects;
     uint64_t bytes = (uint64_t)pages * PAGE_BYTES;
     int rc = reserve_memory(pool, bytes);
     if (rc)
         return rc;
-    /* Near the limit the span cache goes first: pool memory, cache
-     * included, stays within it. */
+    /* Near the limit the span cache goes first: pool memory, cache included, stays within
+     * it. (A span made from the reserve only moves memory from the cache to mem_used.) */
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
-    if (limit != 0 && atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > 0 &&
+    if (limit != 0 && atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > 0 &&
         atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
                 atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
             limit)
-        drain_cache(pool);
+        drain_cache(pool, 0);
     struct pool_span *span =
         FAULT_POINT(FAULT_ALLOC)
             ? NULL
@@ -631,11 +556,85 @@ static void release_span(struct pool *pool, struct pool_span *span, bool cache)
     give_back_window(pool, window);
 }
 
+/* Room for one more reserve window under the pool's limit and its group's, cache included.
+ * Called with window_lock held. */
+static bool reserve_short(struct pool *pool)
+{
+    uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
+    uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
+    struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
+    uint64_t group_limit = group ? atomic_load_explicit(&group->limit, memory_order_relaxed) : 0;
+    return cached + WINDOW_BYTES <= atomic_load(&pool->reserve_target) &&
+           pool->cache_count < CACHE_ENTRIES &&
+           (limit == 0 || atomic_load(&pool->mem_used) + cached + WINDOW_BYTES <= limit) &&
+           (group_limit == 0 || atomic_load(&group->used) + WINDOW_BYTES <= group_limit);
+}
+
+/* The refiller: keeps the reserve filled with whole windows whose pages it faults in itself
+ * (MADV_POPULATE_WRITE, Linux 5.14, else a write to each page), so that the page faults,
+ * and any wait of the kernel for memory they cause, happen here and not in a write. */
+static void *refiller_main(void *arg)
+{
+    struct pool *pool = arg;
+    pthread_mutex_lock(&pool->window_lock);
+    while (!pool->refiller_stop) {
+        uint32_t window = 0;
+        int rc = -ENOSPC;
+        if (reserve_short(pool)) {
+            rc = 0;
+            if (pool->free_window_count > 0)
+                window = pool->free_windows[--pool->free_window_count];
+            else if (pool->next_unused_window < pool->chunk_count * WINDOWS_PER_CHUNK ||
+                     (rc = map_chunk(pool)) == 0)
+                window = pool->next_unused_window++;
+        }
+        if (rc < 0) {
+            struct timespec wake;
+            clock_gettime(CLOCK_MONOTONIC, &wake);
+            wake.tv_sec += 1; /* the limit, compaction or a drain may have changed meanwhile */
+            pthread_cond_timedwait(&pool->reserve_wanted, &pool->window_lock, &wake);
+            continue;
+        }
+        pthread_mutex_unlock(&pool->window_lock);
+        unsigned char *base = window_base(pool, window);
+        if (madvise(base, WINDOW_BYTES, 23 /* MADV_POPULATE_WRITE */) < 0)
+            for (size_t at = 0; at < WINDOW_BYTES; at += PAGE_BYTES)
+                ((volatile unsigned char *)base)[at] = 0;
+        pthread_mutex_lock(&pool->window_lock);
+        pool->cache[pool->cache_count++] = (struct cached_window){window, MAX_SPAN_PAGES};
+        atomic_fetch_add_explicit(&pool->cache_bytes, WINDOW_BYTES, memory_order_relaxed);
+        pthread_cond_broadcast(&pool->reserve_filled);
+    }
+    pthread_mutex_unlock(&pool->window_lock);
+    return NULL;
+}
+
+int pool_set_reserve(struct pool *pool, uint64_t bytes)
+{
+    if (bytes > POOL_RESERVE_MAX)
+        return -EINVAL;
+    pthread_mutex_lock(&pool->window_lock);
+    int rc = 0;
+    if (bytes != 0 && !pool->refiller_running) {
+        pool->refiller_stop = false;
+        rc = -background_start(&pool->refiller, refiller_main, pool);
+        pool->refiller_running = rc == 0;
+    }
+    if (rc == 0) {
+        atomic_store(&pool->reserve_target, bytes);
+        pthread_cond_signal(&pool->reserve_wanted);
+    }
+    pthread_mutex_unlock(&pool->window_lock);
+    if (rc == 0 && bytes == 0)
+        drain_cache(pool, POOL_SPAN_CACHE_BYTES);
+    return rc;
+}
+
 int pool_create(struct pool **out)
 {
     if (!out)
         return -EINVAL;
-    shapes();
+    pool_class_shapes();
     /* Class locks sit on their own cache lines: the struct needs its
      * 64-byte alignment honoured, which calloc does not promise. */
     struct pool *pool =
@@ -649,6 +648,12 @@ int pool_create(struct pool **out)
         return -ENOMEM;
     }
     pthread_mutex_init(&pool->window_lock, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->reserve_wanted, &monotonic);
+    pthread_cond_init(&pool->reserve_filled, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_init(&pool->classes[i].lock, NULL);
     *out = pool;
@@ -659,6 +664,13 @@ void pool_destroy(struct pool *pool)
 {
     if (!pool)
         return;
+    if (pool->refiller_running) {
+        pthread_mutex_lock(&pool->window_lock);
+        pool->refiller_stop = true;
+        pthread_cond_signal(&pool->reserve_wanted);
+        pthread_mutex_unlock(&pool->window_lock);
+        pthread_join(pool->refiller, NULL);
+    }
     struct uzram_group *group = atomic_load(&pool->group);
     if (group) {
         group_release(group, atomic_load(&pool->mem_used));
@@ -674,6 +686,8 @@ void pool_destroy(struct pool *pool)
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_destroy(&pool->classes[i].lock);
     pthread_mutex_destroy(&pool->window_lock);
+    pthread_cond_destroy(&pool->reserve_wanted);
+    pthread_cond_destroy(&pool->reserve_filled);
     free(pool->free_windows);
     free(pool->chunks);
     free(pool);
@@ -683,8 +697,8 @@ int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
 {
     if (!pool || !handle || owner == 0 || size == 0 || size > POOL_MAX_OBJECT)
         return -EINVAL;
-    const struct class_shape *all = shapes();
-    unsigned class_index = class_of(all, size);
+    const struct class_shape *all = pool_class_shapes();
+    unsigned class_index = pool_class_of(all, size);
     const struct class_shape *shape = &all[class_index];
     struct pool_class *class = &pool->classes[class_index];
 
@@ -745,7 +759,7 @@ void *pool_map(struct pool *pool, uint64_t handle)
     struct pool_span *span = span_of(pool, handle);
     if (!span)
         return NULL;
-    const struct class_shape *shape = &shapes()[span->class_index];
+    const struct class_shape *shape = &pool_class_shapes()[span->class_index];
     unsigned index = handle & OBJECT_INDEX_MASK;
     return object_start(shape, span, index) + shape->header_bytes;
 }
@@ -753,11 +767,10 @@ void *pool_map(struct pool *pool, uint64_t handle)
 void pool_set_limit(struct pool *pool, uint64_t bytes)
 {
     atomic_store_explicit(&pool->limit, bytes, memory_order_relaxed);
-    /* A lower limit leaves no room for the cache: give it back. */
-    if (bytes != 0 && atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
-                              atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
-                          bytes)
-        drain_cache(pool);
+    /* A lower limit leaves no room for the cache: give it back, down to what still fits. */
+    uint64_t used = atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
+    if (bytes != 0 && used + atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > bytes)
+        drain_cache(pool, used < bytes ? bytes - used : 0);
 }
 
 int pool_set_group(struct pool *pool, struct uzram_group *group)
@@ -806,7 +819,7 @@ static struct pool_span *sparsest_untried_span(struct pool_class *class, uint64_
 static bool compact_one_span(struct pool *pool, unsigned class_index,
                              const struct pool_owner_ops *ops, uint64_t gen, uint64_t *freed)
 {
-    const struct class_shape *shape = &shapes()[class_index];
+    const struct class_shape *shape = &pool_class_shapes()[class_index];
     struct pool_class *class = &pool->classes[class_index];
 
     pthread_mutex_lock(&class->lock);
@@ -863,7 +876,7 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
 {
     if (!pool || !ops || !ops->try_lock_owner || !ops->relocate)
         return 0;
-    const struct class_shape *all = shapes();
+    const struct class_shape *all = pool_class_shapes();
     /* A fresh generation per call marks the spans this call already tried,
      * so a span that keeps a locked object is not picked again and again. */
     uint64_t gen = atomic_fetch_add_explicit(&pool->compact_gen, 1, memory_order_relaxed) + 1;
@@ -874,22 +887,13 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
         while (compact_one_span(pool, class_index, ops, gen, &freed))
             ;
     }
-    /* Compaction gives memory back: the span cache too (not counted in
+    /* Compaction gives memory back: the span cache too, the reserve apart (not counted in
      * freed, which is mem_used's share). */
-    drain_cache(pool);
+    drain_cache(pool, atomic_load_explicit(&pool->reserve_target, memory_order_relaxed));
     return freed;
 }
 
 uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-}
-
-double pool_object_cost(size_t size)
-{
-    if (size == 0 || size > POOL_MAX_OBJECT)
-        return 0.0;
-    const struct class_shape *all = shapes();
-    const struct class_shape *shape = &all[class_of(all, size)];
-    return (double)shape->pages * PAGE_BYTES / shape->objects;
 }

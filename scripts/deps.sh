@@ -12,6 +12,10 @@ packages=(
     # certtool and psktool make the TLS tests' credentials
     gnutls-bin
     gnuplot-nox
+    # the VM tests (tests/vm/): a Debian 6.12 kernel under QEMU runs the kernel's own clients
+    # (nbd, md, swap, zram) against this build; the guest's root is this machine's, so every
+    # tool a scenario runs in it is installed here
+    qemu-system-x86 busybox-static kmod cpio xz-utils nbd-client mdadm procps util-linux
 )
 
 missing=()

@@ -136,6 +136,9 @@ struct swap_safety {
 int swap_safety_enable(char *message, size_t message_size);
 /* Read the settings back. */
 void swap_safety_read(struct swap_safety *safety);
+/* A device of a server in swap mode keeps pool memory faulted in ahead of need
+ * (uzram_set_mem_reserve()). Returns 0 or a negative errno. */
+int swap_device_prepare(struct uzram *dev);
 
 /* ------------------------------------------------------------------------
  * The attachment of a served device (attachment.c)

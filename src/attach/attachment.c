@@ -36,6 +36,10 @@ struct attachment {
 
 int attachment_create(const struct attach_settings *settings, struct attachment **out)
 {
+    /* A swap device's pool takes its new memory from a reserve faulted in ahead of need. */
+    int rc = settings->swap ? swap_device_prepare(settings->dev) : 0;
+    if (rc < 0)
+        return rc;
     struct attachment *attachment = calloc(1, sizeof *attachment);
     if (attachment == NULL)
         return -ENOMEM;
