@@ -18,6 +18,8 @@ FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 # The program alone (the NBD server's TLS) uses GnuTLS; the library does not.
 TLS_CFLAGS := $(shell pkg-config --cflags gnutls 2>/dev/null)
 TLS_LIBS := $(shell pkg-config --libs gnutls 2>/dev/null)
+# `uzram attach --via ublk` talks to the kernel's ublk driver over io_uring (src/attach/ublk.c).
+URING_LIBS := $(shell pkg-config --libs liburing 2>/dev/null)
 
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
@@ -107,7 +109,7 @@ $(O)/src/%.o: ALL_CFLAGS += -Isrc $(TLS_CFLAGS)
 $(O)/src/attach/%.o: ALL_CFLAGS += $(FUSE_CFLAGS)
 
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) $(URING_LIBS) -lm
 
 # Tests draw page contents from the programs' generator, src/common/datagen.c, and
 # link the engine with its test hooks.

@@ -10,10 +10,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "background.h"
 #include "fault.h"
 #include "group.h"
 #include "pool_class.h"
+#include "pool_internal.h"
 
 /*
  * Handle bit layout (bits 39..63 always zero: handles stay below 2^47):
@@ -31,29 +31,15 @@
  * the first k pages of its window. One mapping per chunk (not per span) keeps
  * the process far below vm.max_map_count.
  */
-#define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
-#define WINDOWS_PER_CHUNK_SHIFT 10u
-#define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
-#define CHUNK_BYTES ((size_t)WINDOWS_PER_CHUNK * WINDOW_BYTES) /* 64 MiB */
-#define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
-
 #define OBJECT_INDEX_BITS 12u
 #define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
 _Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_BITS) <=
                    1ull << POOL_HANDLE_BITS,
                "every handle is below 2^POOL_HANDLE_BITS");
 
-/* Fullness groups: spans less than 1/4, 2/4, 3/4 used, not full, full. */
-#define GROUP_COUNT 5
-#define GROUP_FULL 4
-
 /* Values of span->next_free[] besides the index of the next free object. */
 #define OBJECT_ALLOCATED 0xffffu
 #define FREE_LIST_END 0xfffeu
-
-/* Windows the span cache can hold: 16 MiB of one-page spans, or a reserve of up to
- * POOL_RESERVE_MAX in whole windows besides. */
-#define CACHE_ENTRIES (POOL_SPAN_CACHE_BYTES / PAGE_BYTES + POOL_RESERVE_MAX / WINDOW_BYTES)
 
 struct pool_span {
     struct pool_span *prev; /* fullness group list, under the class lock */
@@ -73,68 +59,6 @@ struct pool_span {
     uint16_t next_free[];
 };
 
-/* Second level of the span table: one per chunk of address space. */
-struct pool_chunk {
-    unsigned char *base;
-    _Atomic(struct pool_span *) spans[WINDOWS_PER_CHUNK];
-};
-
-struct pool_class {
-    /* Protects everything below and the mutable fields of this class's
-     * spans (lists, in_use, free list, headers of objects). */
-    pthread_mutex_t lock;
-    struct pool_span *groups[GROUP_COUNT];
-    uint64_t span_count;
-    uint64_t capacity; /* objects all its spans can hold */
-    uint64_t object_count;
-} __attribute__((aligned(64)));
-
-/*
- * Lock order (outermost first):
- *   caller's page slot/dedup/owner locks -> one class lock.
- * Only one class lock is ever held at a time. window_lock is a leaf, never
- * held together with a class lock: spans are made and released outside
- * class locks, so mapping a chunk or madvise never stalls a class. Compaction holds a class
- * lock while calling owner callbacks, but only *tries* owner locks, so the
- * inverted order cannot deadlock. pool_map takes no lock at all: it reads
- * the span table through acquire loads of pointers published with release
- * stores.
- */
-struct pool {
-    struct pool_class classes[CLASS_COUNT];
-
-    pthread_mutex_t window_lock;
-    _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
-    uint32_t chunk_count;                 /* under window_lock */
-    uint32_t next_unused_window;          /* under window_lock: windows never used yet */
-    uint32_t *free_windows;               /* under window_lock: stack of released windows */
-    size_t free_window_count;
-    size_t free_window_capacity;
-    /* Span cache, under window_lock: windows of emptied spans whose first
-     * `pages` pages are still resident (see POOL_SPAN_CACHE_BYTES), newest
-     * last; cache_bytes is their total, also read without the lock. */
-    struct cached_window {
-        uint32_t window;
-        uint32_t pages;
-    } cache[CACHE_ENTRIES];
-    size_t cache_count;
-    _Atomic uint64_t cache_bytes;
-    /* The reserve (pool_set_reserve()), under window_lock: the cache is kept at reserve_target
-     * bytes by the refiller thread, and a new span takes only a cached window. The refiller
-     * waits on reserve_wanted, a span that finds the reserve short on reserve_filled. */
-    _Atomic uint64_t reserve_target;
-    pthread_cond_t reserve_wanted, reserve_filled;
-    pthread_t refiller;
-    bool refiller_running, refiller_stop;
-
-    _Atomic uint64_t mem_used;
-    _Atomic uint64_t mem_used_max;
-    _Atomic uint64_t limit;
-    /* A limit shared with other devices (uzram_set_group()), charged besides mem_used. */
-    _Atomic(struct uzram_group *) group;
-    _Atomic uint64_t pages_compacted;
-    _Atomic uint64_t compact_gen;
-};
 
 static uint64_t make_handle(const struct pool_span *span, unsigned index)
 {
@@ -282,7 +206,7 @@ static void unreserve_memory(struct pool *pool, uint64_t bytes)
 }
 
 /* Reserve one more chunk of address space. Called with window_lock held. */
-static int map_chunk(struct pool *pool)
+int pool_map_chunk(struct pool *pool)
 {
     if (pool->chunk_count >= MAX_CHUNKS)
         return -ENOMEM;
@@ -319,21 +243,19 @@ static int map_chunk(struct pool *pool)
 }
 
 /* The cached window to take for a span of `pages` pages: the newest of the last few with
- * exactly `pages` resident, else the newest (with a reserve: the newest with at least
- * `pages`). -1 when there is none. Called with window_lock held. */
+ * exactly `pages` resident, else the newest (with a reserve: only one with exactly `pages`,
+ * so that no page is faulted in or given back on the way). -1 when there is none. Called
+ * with window_lock held. */
 static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve)
 {
-    for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
+    for (size_t i = pool->cache_count, looked = 0; i-- > 0 && (reserve || looked < 8); looked++)
         if (pool->cache[i].pages == pages)
             return (ssize_t)i;
-    for (size_t i = pool->cache_count; i-- > 0;)
-        if (!reserve || pool->cache[i].pages >= pages)
-            return (ssize_t)i;
-    return -1;
+    return reserve || pool->cache_count == 0 ? -1 : (ssize_t)pool->cache_count - 1;
 }
 
-/* With a reserve, wait (up to POOL_RESERVE_WAIT_MS) for the refiller to cache a window of at
- * least `pages` pages. Called with window_lock held. */
+/* With a reserve, wait (up to POOL_RESERVE_WAIT_MS, window_lock held) for the refiller to
+ * cache a window of `pages` pages. */
 static ssize_t wait_for_reserve(struct pool *pool, unsigned pages)
 {
     struct timespec deadline;
@@ -342,11 +264,16 @@ static ssize_t wait_for_reserve(struct pool *pool, unsigned pages)
     deadline.tv_sec += (time_t)(ns / 1000000000);
     deadline.tv_nsec = (long)(ns % 1000000000);
     ssize_t pick;
+    pool->reserve_waiting++;
     while ((pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
+        pool->reserve_pages = pages;
         pthread_cond_signal(&pool->reserve_wanted);
-        if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0)
-            return pick_cached(pool, pages, true);
+        if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
+            pick = pick_cached(pool, pages, true);
+            break;
+        }
     }
+    pool->reserve_waiting--;
     return pick;
 }
 
@@ -375,7 +302,7 @@ static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsi
         *window = pool->free_windows[--pool->free_window_count];
     } else if (rc == 0) {
         if (pool->next_unused_window == pool->chunk_count * WINDOWS_PER_CHUNK)
-            rc = map_chunk(pool);
+            rc = pool_map_chunk(pool);
         if (rc == 0)
             *window = pool->next_unused_window++;
     }
@@ -396,7 +323,7 @@ static struct pool_chunk *chunk_of_window(struct pool *pool, uint32_t window)
                                 memory_order_acquire);
 }
 
-static unsigned char *window_base(struct pool *pool, uint32_t window)
+unsigned char *pool_window_base(struct pool *pool, uint32_t window)
 {
     return chunk_of_window(pool, window)->base +
            (size_t)(window & (WINDOWS_PER_CHUNK - 1)) * WINDOW_BYTES;
@@ -452,7 +379,7 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
 
 /* Give the cached windows' pages back to the OS until at most `keep` bytes stay cached
  * (madvise outside the lock, a few windows at a time). Returns the pages given back. */
-static uint64_t drain_cache(struct pool *pool, uint64_t keep)
+uint64_t pool_drain_cache(struct pool *pool, uint64_t keep)
 {
     uint64_t pages_given = 0;
     for (;;) {
@@ -469,7 +396,7 @@ static uint64_t drain_cache(struct pool *pool, uint64_t keep)
         if (n == 0)
             return pages_given;
         for (size_t i = 0; i < n; i++) {
-            give_pages_back(window_base(pool, batch[i].window),
+            give_pages_back(pool_window_base(pool, batch[i].window),
                             (size_t)batch[i].pages * PAGE_BYTES);
             give_back_window(pool, batch[i].window);
             pages_given += batch[i].pages;
@@ -497,7 +424,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
         atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
                 atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
             limit)
-        drain_cache(pool, 0);
+        pool_drain_cache(pool, 0);
     struct pool_span *span =
         FAULT_POINT(FAULT_ALLOC)
             ? NULL
@@ -516,7 +443,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
     }
     struct pool_chunk *chunk = chunk_of_window(pool, window);
     memset(span, 0, sizeof *span);
-    span->base = window_base(pool, window);
+    span->base = pool_window_base(pool, window);
     /* A cached window longer than the span: its tail would be resident and
      * counted nowhere. */
     if (resident > pages)
@@ -556,80 +483,6 @@ static void release_span(struct pool *pool, struct pool_span *span, bool cache)
     give_back_window(pool, window);
 }
 
-/* Room for one more reserve window under the pool's limit and its group's, cache included.
- * Called with window_lock held. */
-static bool reserve_short(struct pool *pool)
-{
-    uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-    uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
-    struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
-    uint64_t group_limit = group ? atomic_load_explicit(&group->limit, memory_order_relaxed) : 0;
-    return cached + WINDOW_BYTES <= atomic_load(&pool->reserve_target) &&
-           pool->cache_count < CACHE_ENTRIES &&
-           (limit == 0 || atomic_load(&pool->mem_used) + cached + WINDOW_BYTES <= limit) &&
-           (group_limit == 0 || atomic_load(&group->used) + WINDOW_BYTES <= group_limit);
-}
-
-/* The refiller: keeps the reserve filled with whole windows whose pages it faults in itself
- * (MADV_POPULATE_WRITE, Linux 5.14, else a write to each page), so that the page faults,
- * and any wait of the kernel for memory they cause, happen here and not in a write. */
-static void *refiller_main(void *arg)
-{
-    struct pool *pool = arg;
-    pthread_mutex_lock(&pool->window_lock);
-    while (!pool->refiller_stop) {
-        uint32_t window = 0;
-        int rc = -ENOSPC;
-        if (reserve_short(pool)) {
-            rc = 0;
-            if (pool->free_window_count > 0)
-                window = pool->free_windows[--pool->free_window_count];
-            else if (pool->next_unused_window < pool->chunk_count * WINDOWS_PER_CHUNK ||
-                     (rc = map_chunk(pool)) == 0)
-                window = pool->next_unused_window++;
-        }
-        if (rc < 0) {
-            struct timespec wake;
-            clock_gettime(CLOCK_MONOTONIC, &wake);
-            wake.tv_sec += 1; /* the limit, compaction or a drain may have changed meanwhile */
-            pthread_cond_timedwait(&pool->reserve_wanted, &pool->window_lock, &wake);
-            continue;
-        }
-        pthread_mutex_unlock(&pool->window_lock);
-        unsigned char *base = window_base(pool, window);
-        if (madvise(base, WINDOW_BYTES, 23 /* MADV_POPULATE_WRITE */) < 0)
-            for (size_t at = 0; at < WINDOW_BYTES; at += PAGE_BYTES)
-                ((volatile unsigned char *)base)[at] = 0;
-        pthread_mutex_lock(&pool->window_lock);
-        pool->cache[pool->cache_count++] = (struct cached_window){window, MAX_SPAN_PAGES};
-        atomic_fetch_add_explicit(&pool->cache_bytes, WINDOW_BYTES, memory_order_relaxed);
-        pthread_cond_broadcast(&pool->reserve_filled);
-    }
-    pthread_mutex_unlock(&pool->window_lock);
-    return NULL;
-}
-
-int pool_set_reserve(struct pool *pool, uint64_t bytes)
-{
-    if (bytes > POOL_RESERVE_MAX)
-        return -EINVAL;
-    pthread_mutex_lock(&pool->window_lock);
-    int rc = 0;
-    if (bytes != 0 && !pool->refiller_running) {
-        pool->refiller_stop = false;
-        rc = -background_start(&pool->refiller, refiller_main, pool);
-        pool->refiller_running = rc == 0;
-    }
-    if (rc == 0) {
-        atomic_store(&pool->reserve_target, bytes);
-        pthread_cond_signal(&pool->reserve_wanted);
-    }
-    pthread_mutex_unlock(&pool->window_lock);
-    if (rc == 0 && bytes == 0)
-        drain_cache(pool, POOL_SPAN_CACHE_BYTES);
-    return rc;
-}
-
 int pool_create(struct pool **out)
 {
     if (!out)
@@ -648,12 +501,11 @@ int pool_create(struct pool **out)
         return -ENOMEM;
     }
     pthread_mutex_init(&pool->window_lock, NULL);
-    pthread_condattr_t monotonic;
-    pthread_condattr_init(&monotonic);
-    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
-    pthread_cond_init(&pool->reserve_wanted, &monotonic);
-    pthread_cond_init(&pool->reserve_filled, &monotonic);
-    pthread_condattr_destroy(&monotonic);
+    pthread_condattr_t clock;
+    pthread_condattr_init(&clock);
+    pthread_condattr_setclock(&clock, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->reserve_wanted, &clock);
+    pthread_cond_init(&pool->reserve_filled, &clock);
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_init(&pool->classes[i].lock, NULL);
     *out = pool;
@@ -770,7 +622,7 @@ void pool_set_limit(struct pool *pool, uint64_t bytes)
     /* A lower limit leaves no room for the cache: give it back, down to what still fits. */
     uint64_t used = atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
     if (bytes != 0 && used + atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > bytes)
-        drain_cache(pool, used < bytes ? bytes - used : 0);
+        pool_drain_cache(pool, used < bytes ? bytes - used : 0);
 }
 
 int pool_set_group(struct pool *pool, struct uzram_group *group)
@@ -889,7 +741,7 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
     }
     /* Compaction gives memory back: the span cache too, the reserve apart (not counted in
      * freed, which is mem_used's share). */
-    drain_cache(pool, atomic_load_explicit(&pool->reserve_target, memory_order_relaxed));
+    pool_drain_cache(pool, atomic_load_explicit(&pool->reserve_target, memory_order_relaxed));
     return freed;
 }
 

@@ -9,6 +9,8 @@ packages=(
     libgnutls28-dev libcmocka-dev clang libclang-rt-14-dev clang-format valgrind
     # libnbd-bin brings nbdinfo, nbdcopy and nbdfuse
     libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 libfuse3-dev e2fsprogs
+    # attach --via ublk: the kernel's ublk driver over io_uring
+    liburing-dev
     # certtool and psktool make the TLS tests' credentials
     gnutls-bin
     gnuplot-nox

@@ -18,7 +18,7 @@
  * control request that runs it must end within its own deadline. */
 #define NBD_CLIENT_TIMEOUT 4
 
-enum method { NONE, LOOP, NBD };
+enum method { NONE, LOOP, NBD, UBLK };
 
 struct attachment {
     struct attach_settings settings;
@@ -26,7 +26,8 @@ struct attachment {
     pthread_mutex_t operation_lock;
     bool stopped;
     enum method method;
-    struct fuse_file *file; /* LOOP: the disk as a file, and its identity */
+    struct ublk_server *ublk; /* UBLK: the thread that serves /dev/ublkbN */
+    struct fuse_file *file;   /* LOOP: the disk as a file, and its identity */
     dev_t file_dev;
     ino_t file_ino;
     /* What `uzram status` shows, readable while an operation runs. */
@@ -166,6 +167,21 @@ static int attach_nbd(struct attachment *attachment, bool swap, char *reply, siz
     return 0;
 }
 
+static int attach_ublk(struct attachment *attachment, char *reply, size_t reply_size,
+                       char *message, size_t message_size)
+{
+    struct uzram_config config;
+    uzram_get_config(attachment->settings.dev, &config);
+    int rc = ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
+                        &attachment->ublk, message, message_size);
+    if (rc < 0)
+        return rc;
+    attachment->method = UBLK;
+    set_device(attachment, ublk_path(attachment->ublk));
+    snprintf(reply, reply_size, "device %s\n", ublk_path(attachment->ublk));
+    return 0;
+}
+
 int attachment_attach(struct attachment *attachment, const char *via, bool swap, const char *file,
                       char *reply, size_t reply_size, char *message, size_t message_size)
 {
@@ -188,8 +204,10 @@ int attachment_attach(struct attachment *attachment, const char *via, bool swap,
         rc = attach_loop(attachment, file, reply, reply_size, message, message_size);
     } else if (strcmp(via, "nbd") == 0 && file == NULL) {
         rc = attach_nbd(attachment, swap, reply, reply_size, message, message_size);
+    } else if (strcmp(via, "ublk") == 0 && file == NULL) {
+        rc = attach_ublk(attachment, reply, reply_size, message, message_size);
     } else {
-        snprintf(message, message_size, "usage: attach loop|nbd [swap] [/FILE]");
+        snprintf(message, message_size, "usage: attach loop|nbd|ublk [swap] [/FILE]");
         rc = -EINVAL;
     }
     pthread_mutex_unlock(&attachment->operation_lock);
@@ -237,6 +255,13 @@ static int detach_locked(struct attachment *attachment, char *message, size_t me
         rc = detach_nbd(attachment, message, message_size);
         if (rc < 0)
             return rc;
+    } else if (attachment->method == UBLK) {
+        int fd = blockdev_claim(attachment->device, message, message_size);
+        if (fd < 0)
+            return fd;
+        close(fd);
+        ublk_stop(attachment->ublk);
+        attachment->ublk = NULL;
     }
     attachment->method = NONE;
     set_device(attachment, "");
@@ -286,6 +311,9 @@ void attachment_stop(struct attachment *attachment)
                 loop_autoclear(device, attachment->file_dev, attachment->file_ino);
                 fuse_file_stop(attachment->file, false);
                 attachment->file = NULL;
+            } else if (attachment->method == UBLK) {
+                ublk_stop(attachment->ublk); /* the device goes, its users get errors */
+                attachment->ublk = NULL;
             } else {
                 fprintf(stderr, "uzram: when it is no longer used: nbd-client -d %s\n", device);
             }

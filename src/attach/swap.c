@@ -6,8 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
-#include <pthread.h>
-#include <signal.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +25,11 @@
 #define MCL_ONFAULT 4
 #endif
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 #define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
 
-/* The free end of the heap kept resident, and how often that is checked. */
-#define HEAP_RESERVE (16u << 20)
-#define HEAP_KEEPER_MS 50
+/* Heap faulted in at the start, for what the server allocates later (request buffers, span
+ * headers of the pool, compression contexts). */
+#define HEAP_RESERVE (24u << 20)
 /* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */
 #define POOL_RESERVE (16u << 20)
 /* Stack every server thread touches when it starts: the deepest request path (lzo's work
@@ -68,54 +63,25 @@ static int write_oom_score_adj(int value)
     return rc;
 }
 
-/* Make the top of the heap, the free memory that malloc() carves new blocks from, at least
- * HEAP_RESERVE bytes and resident: the break is moved by a block that is freed at once, and
- * the pages are faulted in without writing (MADV_POPULATE_WRITE; a concurrent malloc() may
- * be using the start of the range). */
-static void heap_top_up(void)
-{
-    struct mallinfo2 info = mallinfo2();
-    if (info.arena == 0)
-        return;
-    if (info.keepcost < HEAP_RESERVE) {
-        free(malloc(HEAP_RESERVE + info.keepcost));
-        info = mallinfo2();
-    }
-    uintptr_t end = (uintptr_t)sbrk(0), page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t start = (end - info.keepcost + page - 1) & ~(page - 1);
-    if (info.keepcost > 0 && start < end)
-        (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
-}
-
-static void *heap_keeper(void *unused)
-{
-    (void)unused;
-    for (;;) {
-        struct timespec pause = {0, HEAP_KEEPER_MS * 1000000L};
-        nanosleep(&pause, NULL);
-        heap_top_up();
-    }
-    return NULL;
-}
-
 /* One heap for every thread (a thread's own arena would fault its memory in as it grows),
  * blocks up to 32 MiB from it rather than from mappings of their own (fresh pages each
- * time), nothing of it given back, and HEAP_RESERVE of it resident ahead of need, kept so by
- * a thread with every signal blocked. Server threads touch their stacks first. */
-static int reserve_memory_ahead(void)
+ * time), nothing of it ever given back, and HEAP_RESERVE of it faulted in now, while the
+ * server is still one thread: later the heap must not grow while a swap-out waits, since
+ * glibc faults the new memory in with its lock held, which every other malloc() then waits
+ * for. (A sanitizer's allocator ignores these settings.) Server threads touch their stacks
+ * first. */
+static void reserve_memory_ahead(void)
 {
-    /* (A sanitizer's allocator ignores these and reports no heap: it gets no reserve.) */
     mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
-    heap_top_up();
+    unsigned char *heap = malloc(HEAP_RESERVE);
+    if (heap != NULL) {
+        memset(heap, 0, HEAP_RESERVE);
+        __asm__ volatile("" : : "r"(heap) : "memory");
+        free(heap);
+    }
     util_thread_prefault_stack(STACK_PREFAULT);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = util_thread_start(NULL, heap_keeper, NULL, 4 * STACK_PREFAULT);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc;
 }
 
 int swap_device_prepare(struct uzram *dev)
@@ -146,10 +112,26 @@ int swap_safety_enable(char *message, size_t message_size)
                  strerror(-rc));
         return rc;
     }
+    /* A real-time thread may take pages below the min watermark, down to half of it
+     * (ALLOC_MIN_RESERVE): so may the server's threads (they inherit the policy) while the
+     * page it stores is what lets the kernel get back above it. Priority 1, the lowest. */
+    struct sched_param realtime = {.sched_priority = 1};
+    rc = sched_setscheduler(0, SCHED_FIFO, &realtime) < 0 ? -errno : 0;
+    if (rc < 0) {
+        prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
+        write_oom_score_adj(old_score);
+        snprintf(message, message_size,
+                 "--swap: SCHED_FIFO refused: %s; it needs CAP_SYS_NICE or RLIMIT_RTPRIO "
+                 "(LimitRTPRIO=1 in the unit)",
+                 strerror(-rc));
+        return rc;
+    }
     /* Locked as it is touched (MCL_ONFAULT): the pool's reserved address space costs nothing
      * until used, and nothing the write path touches can be swapped out, to us or elsewhere. */
     if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0) {
         int err = errno;
+        struct sched_param normal = {.sched_priority = 0};
+        sched_setscheduler(0, SCHED_OTHER, &normal);
         prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
         write_oom_score_adj(old_score);
         snprintf(message, message_size,
@@ -158,15 +140,8 @@ int swap_safety_enable(char *message, size_t message_size)
                  strerror(err));
         return -err;
     }
-    rc = reserve_memory_ahead();
-    if (rc < 0) {
-        munlockall();
-        prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
-        write_oom_score_adj(old_score);
-        snprintf(message, message_size, "--swap: cannot reserve memory ahead of need: %s",
-                 strerror(-rc));
-    }
-    return rc;
+    reserve_memory_ahead();
+    return 0;
 }
 
 void swap_safety_read(struct swap_safety *safety)

@@ -19,11 +19,13 @@ static void attach_usage(FILE *out)
           "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
           ".ctl control socket.\n"
           "\n"
-          "  --via nbd|loop          nbd: the kernel's NBD client (nbd-client) on the server's\n"
-          "                          Unix socket, /dev/nbdN; loop: the server shows the disk\n"
-          "                          as a file through FUSE and a loop device with direct I/O\n"
-          "                          sits on it, /dev/loopN. Default: nbd when the kernel has\n"
-          "                          its nbd module (modprobe nbd is tried), else loop\n"
+          "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
+          "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver,\n"
+          "                          served by a thread of the server, /dev/ublkbN (what swap\n"
+          "                          needs: see SWAP in uzram(1)); loop: the server shows the\n"
+          "                          disk as a file through FUSE and a loop device with direct\n"
+          "                          I/O sits on it, /dev/loopN. Default: nbd when the kernel\n"
+          "                          has its nbd module (modprobe nbd is tried), else loop\n"
           "  --file PATH             with --via loop: the file the server mounts (default\n"
           "                          NAME.disk beside the control socket)\n"
           "  --swap                  the device is for swap: the server must run with\n"
@@ -111,8 +113,9 @@ int cmd_attach(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
         switch (c) {
         case OPT_VIA:
-            if (strcmp(optarg, "nbd") != 0 && strcmp(optarg, "loop") != 0) {
-                fprintf(stderr, "uzram: bad --via '%s'; use nbd or loop\n", optarg);
+            if (strcmp(optarg, "nbd") != 0 && strcmp(optarg, "loop") != 0 &&
+                strcmp(optarg, "ublk") != 0) {
+                fprintf(stderr, "uzram: bad --via '%s'; use nbd, ublk or loop\n", optarg);
                 return 2;
             }
             via = optarg;

@@ -5,8 +5,10 @@ need_module nbd
 total_kib=$(meminfo_kib MemTotal)
 mib=$((total_kib * 3 / 2 / 1024))
 start_server swap -s 2G --swap --mem-limit ${LIMIT:-320M}
-dev=$("$UZRAM" attach --via nbd --swap swap 2>"$WORK/attach.err") || fail "attach: $(cat "$WORK/attach.err")"
-at_exit "swapoff $dev; \"$UZRAM\" detach swap"
+dev=/dev/nbd0
+nbd-client -unix "$(sock_of swap)" $dev -N swap -b 4096 -C ${CONNS:-4} || fail nbd-client
+echo 128 > /sys/block/nbd0/queue/max_sectors_kb
+at_exit "swapoff $dev; nbd-client -d $dev"
 mkswap "$dev" >/dev/null
 swapon -p 10 "$dev"
 cat /proc/swaps
