@@ -243,15 +243,18 @@ int pool_map_chunk(struct pool *pool)
 }
 
 /* The cached window to take for a span of `pages` pages: the newest of the last few with
- * exactly `pages` resident, else the newest (with a reserve: only one with exactly `pages`,
- * so that no page is faulted in or given back on the way). -1 when there is none. Called
- * with window_lock held. */
+ * exactly `pages` resident, else the newest (with a reserve: else the newest with more, whose
+ * tail is given back, so that no page is faulted in). -1 when there is none. Called with
+ * window_lock held. */
 static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve)
 {
-    for (size_t i = pool->cache_count, looked = 0; i-- > 0 && (reserve || looked < 8); looked++)
+    for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
         if (pool->cache[i].pages == pages)
             return (ssize_t)i;
-    return reserve || pool->cache_count == 0 ? -1 : (ssize_t)pool->cache_count - 1;
+    for (size_t i = pool->cache_count; i-- > 0;)
+        if (!reserve || pool->cache[i].pages >= pages)
+            return (ssize_t)i;
+    return -1;
 }
 
 /* With a reserve, wait (up to POOL_RESERVE_WAIT_MS, window_lock held) for the refiller to
@@ -264,16 +267,17 @@ static ssize_t wait_for_reserve(struct pool *pool, unsigned pages)
     deadline.tv_sec += (time_t)(ns / 1000000000);
     deadline.tv_nsec = (long)(ns % 1000000000);
     ssize_t pick;
-    pool->reserve_waiting++;
+    /* At the limit no window will come: the write fails (-ENOMEM) at once. */
+    uint64_t limit = atomic_load(&pool->limit), cached = atomic_load(&pool->cache_bytes);
+    if (limit != 0 && atomic_load(&pool->mem_used) + cached + WINDOW_BYTES > limit)
+        return -1;
     while ((pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
-        pool->reserve_pages = pages;
         pthread_cond_signal(&pool->reserve_wanted);
         if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
             pick = pick_cached(pool, pages, true);
             break;
         }
     }
-    pool->reserve_waiting--;
     return pick;
 }
 

@@ -79,8 +79,6 @@ struct pool {
     pthread_cond_t reserve_wanted, reserve_filled;
     pthread_t refiller;
     bool refiller_running, refiller_stop;
-    unsigned reserve_pages;   /* the span length the refiller makes: the last one wanted */
-    unsigned reserve_waiting; /* spans waiting for one: the reserve may pass its target */
 
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;

@@ -18,10 +18,8 @@ static bool reserve_short(struct pool *pool)
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
     struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
     uint64_t group_limit = group ? atomic_load_explicit(&group->limit, memory_order_relaxed) : 0;
-    uint64_t bytes = (uint64_t)pool->reserve_pages * PAGE_BYTES;
-    uint64_t room = atomic_load(&pool->reserve_target);
-    room += pool->reserve_waiting > 0 ? POOL_SPAN_CACHE_BYTES : 0;
-    return cached + bytes <= room &&
+    uint64_t bytes = WINDOW_BYTES;
+    return cached + bytes <= atomic_load(&pool->reserve_target) &&
            pool->cache_count < CACHE_ENTRIES &&
            (limit == 0 || atomic_load(&pool->mem_used) + cached + bytes <= limit) &&
            (group_limit == 0 || atomic_load(&group->used) + bytes <= group_limit);
@@ -52,7 +50,7 @@ void *pool_refiller_main(void *arg)
             pthread_cond_timedwait(&pool->reserve_wanted, &pool->window_lock, &wake);
             continue;
         }
-        unsigned pages = pool->reserve_pages;
+        unsigned pages = MAX_SPAN_PAGES;
         size_t bytes = (size_t)pages * PAGE_BYTES;
         pthread_mutex_unlock(&pool->window_lock);
         unsigned char *base = pool_window_base(pool, window);
@@ -76,7 +74,6 @@ int pool_set_reserve(struct pool *pool, uint64_t bytes)
     int rc = 0;
     if (bytes != 0 && !pool->refiller_running) {
         pool->refiller_stop = false;
-        pool->reserve_pages = MAX_SPAN_PAGES;
         rc = -background_start(&pool->refiller, pool_refiller_main, pool);
         pool->refiller_running = rc == 0;
     }

@@ -29,7 +29,7 @@
 static unsigned char templates[TEMPLATES][PAGE];
 static bool stamped[TEMPLATES];
 
-/* An eighth zero, an eighth same-filled, a quarter text, a quarter 75% runs, a quarter
+/* A quarter zero, an eighth same-filled, a quarter text, a quarter 75% runs, an eighth
  * half-compressible (DATAGEN_HALF). */
 static void make_templates(uint64_t seed)
 {
@@ -37,14 +37,14 @@ static void make_templates(uint64_t seed)
         struct datagen_rng rng;
         datagen_rng_seed(&rng, seed * 1000003 + t);
         unsigned slot = t % 8;
-        stamped[t] = slot >= 2;
-        if (slot == 0)
+        stamped[t] = slot >= 3;
+        if (slot <= 1)
             datagen_fill(&rng, DATAGEN_ZERO, templates[t], PAGE);
-        else if (slot == 1)
+        else if (slot == 2)
             datagen_fill(&rng, DATAGEN_SAME, templates[t], PAGE);
-        else if (slot <= 3)
+        else if (slot <= 4)
             datagen_fill(&rng, DATAGEN_TEXT, templates[t], PAGE);
-        else if (slot <= 5)
+        else if (slot <= 6)
             datagen_fill_compressible(&rng, 75, templates[t], PAGE);
         else
             datagen_fill(&rng, DATAGEN_HALF, templates[t], PAGE);
