@@ -77,7 +77,9 @@ static void reserve_memory_ahead(void)
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
     unsigned char *heap = malloc(HEAP_RESERVE);
     if (heap != NULL) {
-        memset(heap, 0, HEAP_RESERVE);
+        /* Not zero: the compiler would make malloc + memset 0 a calloc(), which fresh
+         * memory from the kernel lets glibc skip. */
+        memset(heap, 0x5a, HEAP_RESERVE);
         __asm__ volatile("" : : "r"(heap) : "memory");
         free(heap);
     }

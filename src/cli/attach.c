@@ -24,8 +24,9 @@ static void attach_usage(FILE *out)
           "                          served by a thread of the server, /dev/ublkbN (what swap\n"
           "                          needs: see SWAP in uzram(1)); loop: the server shows the\n"
           "                          disk as a file through FUSE and a loop device with direct\n"
-          "                          I/O sits on it, /dev/loopN. Default: nbd when the kernel\n"
-          "                          has its nbd module (modprobe nbd is tried), else loop\n"
+          "                          I/O sits on it, /dev/loopN. Default: with --swap ublk\n"
+          "                          where the kernel has it; else nbd where it has its nbd\n"
+          "                          module (modprobe is tried), else loop\n"
           "  --file PATH             with --via loop: the file the server mounts (default\n"
           "                          NAME.disk beside the control socket)\n"
           "  --swap                  the device is for swap: the server must run with\n"
@@ -84,18 +85,24 @@ static bool reply_value(const char *body, const char *key, char *value, size_t s
     return false;
 }
 
-/* nbd when the kernel has its client, after trying to load it as zramctl loads zram. */
-static const char *default_via(void)
+/* Whether the kernel has `module` (loaded, or loaded now as zramctl loads zram). */
+static bool module_ready(const char *module, const char *sys_path)
 {
-    if (nbd_module_loaded())
-        return "nbd";
-    if (geteuid() == 0) {
-        const char *argv[] = {"modprobe", "-q", "nbd", NULL};
-        char output[256];
-        if (run_program(argv, 10, output, sizeof output) == 0 && nbd_module_loaded())
-            return "nbd";
-    }
-    return "loop";
+    if (access(sys_path, F_OK) == 0)
+        return true;
+    const char *argv[] = {"modprobe", "-q", module, NULL};
+    char output[256];
+    return geteuid() == 0 && run_program(argv, 10, output, sizeof output) == 0 &&
+           access(sys_path, F_OK) == 0;
+}
+
+/* For swap ublk, whose requests cost the server no kernel memory (see SWAP in uzram(1)); else
+ * nbd when the kernel has its client; else loop. */
+static const char *default_via(bool swap)
+{
+    if (swap && module_ready("ublk_drv", "/dev/ublk-control"))
+        return "ublk";
+    return module_ready("nbd", "/sys/module/nbd") ? "nbd" : "loop";
 }
 
 int cmd_attach(int argc, char **argv)
@@ -151,7 +158,7 @@ int cmd_attach(int argc, char **argv)
     if (file != NULL)
         via = "loop";
     if (via == NULL)
-        via = default_via();
+        via = default_via(swap);
 
     /* The server mounts the file: give it a path that does not depend on our directory. */
     char absolute[PATH_MAX] = "";
