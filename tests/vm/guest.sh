@@ -30,6 +30,7 @@ ln -sf /proc/self/fd/1 /dev/stdout
 ln -sf /proc/self/fd/2 /dev/stderr
 ip link set lo up 2>/dev/null || /bin/busybox ip link set lo up
 hostname uzram-vm 2>/dev/null
+modprobe -q virtio_blk # the scratch disk, /dev/vda
 # shellcheck source=/dev/null
 source "$OUT/plan.bash" || { echo "uzram-vm: no plan in $OUT"; power_off; }
 

@@ -78,7 +78,7 @@ prepare_kernel() {
         deb=$(realpath "$VM_KERNEL_DEB")
     else
         # A kernel unpacked before is used as it is (no network needed).
-        dir=$(find "$VM_DIR/kernel" -mindepth 2 -maxdepth 2 -name ready -printf '%h\n' 2>/dev/null | sort -V | tail -n 1)
+        dir=$(find -L "$VM_DIR/kernel" -mindepth 2 -maxdepth 2 -name ready -printf '%h\n' 2>/dev/null | sort -V | tail -n 1)
         if [[ -n $dir ]]; then
             KROOT=$dir
             return 0
@@ -140,7 +140,7 @@ mkdir -p "$OUT"
 names=()
 {
     printf 'HUNG_SECONDS=%q\nSHELL_MODE=%q\nHOST_OUT=%q\n' "$HUNG" "$SHELL_MODE" "$OUT"
-    printf 'export UZRAM=%q REPO=%q VM_OUT=/vm VM_MEM_MIB=%q\n' "$UZRAM" "$REPO" "$MEM"
+    printf 'export UZRAM=%q REPO=%q VM_OUT=/vm VM_MEM_MIB=%q VM_SCRATCH=/dev/vda\n' "$UZRAM" "$REPO" "$MEM"
     echo 'declare -A DEADLINE=() COMMAND=()'
     total=0
     for spec in "${scenarios[@]}"; do
@@ -161,6 +161,9 @@ names=()
 } >"$OUT/plan.bash"
 TIMEOUT=${TIMEOUT:-$((total + 60))}
 
+# A scratch disk for backing devices (/dev/vda in the guest), sparse, new each boot.
+truncate -s 1G "$OUT/scratch.img"
+
 # --- the boot ---
 # QEMU takes the first accelerator that works: KVM where /dev/kvm is usable, else TCG.
 accel=(-accel tcg,thread=multi -cpu max)
@@ -174,7 +177,8 @@ share() { # ID PATH TAG [readonly]
 qemu=(qemu-system-x86_64 "${accel[@]}" -smp "$CPUS" -m "$MEM" -nodefaults -no-user-config
     -display none -no-reboot -kernel "$KERNEL" -initrd "$INITRD"
     -append "console=ttyS0 panic=-1 oops=panic loglevel=7 uzram_guest=$REPO/tests/vm/guest.sh"
-    $(share r / hostroot ro) $(share m "$MODULES" modules ro) $(share o "$OUT" vmout))
+    $(share r / hostroot ro) $(share m "$MODULES" modules ro) $(share o "$OUT" vmout)
+    -drive "file=$OUT/scratch.img,if=virtio,format=raw,cache=unsafe")
 if [[ $SHELL_MODE == 1 ]]; then
     echo "vm.sh: booting $KVER ($accel_name); Ctrl-A X leaves QEMU, 'exit' powers the guest off"
     exec "${qemu[@]}" -serial mon:stdio
@@ -217,7 +221,7 @@ wait "$qemu_pid"
 qemu_status=$?
 exec {monitor}>&-
 kill "$monitor_reader" 2>/dev/null
-rm -f "$OUT/monitor.in" "$OUT/monitor.out"
+rm -f "$OUT/monitor.in" "$OUT/monitor.out" "$OUT/scratch.img"
 took=$(($(date +%s) - start))
 [[ $qemu_status -eq 124 || $qemu_status -eq 137 ]] && echo "vm.sh: the boot outlived its bound of $TIMEOUT s"
 [[ $qemu_status -ne 0 && -s $OUT/qemu.log ]] && sed 's/^/    qemu: /' "$OUT/qemu.log"
