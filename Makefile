@@ -281,3 +281,25 @@ soak: deps
 	$(MAKE) programs
 	SOAK_SECONDS=$(SOAK_SECONDS) UZRAM=$(or $(SOAK_UZRAM),$(UZRAM)) ./tests/soak/soak.sh
 # ---- end of soak block ----
+
+# ---- VM tests (issue 21; tests/vm/, tests/vm/README.md) ----
+# vm-check:     what make check runs: one boot of Debian's 6.12 kernel under QEMU (KVM when
+#               /dev/kvm is usable, else TCG) with every scenario class in its short form
+# vm-shell:     a shell in that guest, the host's root under a tmpfs overlay
+# vm-swap-soak: swap under memory pressure, the full run, VM_SOAK_RUNS times (default 10)
+# vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
+VM_SOAK_RUNS ?= 10
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs
+vm-check: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --check
+vm-shell: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --shell
+vm-swap-soak: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --mem 512 --deadline $$(( $(VM_SOAK_RUNS) * 600 )) swap:--soak,$(VM_SOAK_RUNS)
+vm-docs: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./bench/vm-docs.sh
+# ---- end of VM tests block ----

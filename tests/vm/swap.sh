@@ -7,7 +7,10 @@
 # in the server (mm_stat), the server is the same process (not OOM-killed) and the kernel
 # reported no blocked task (tests/vm/guest.sh watches the log).
 #
-#   swap.sh [--quick]      one round (make check); default: two rounds
+#   swap.sh [--quick|--full] [VIA]
+#                          one round of 1.25 times the memory (make check), or two of 1.5
+#                          (the default); with VIA (nbd, loop, ublk), attach --via VIA --swap,
+#                          mkswap and swapon by hand instead of the unit's commands
 #   swap.sh --soak N       the two-round run N times (make vm-swap-soak)
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
 #                          swap with the same workload: the time ratio (bench/vm-swap.sh)
@@ -19,6 +22,8 @@ source "$(dirname "$0")/lib.bash"
 
 mode=${1:---full}
 count=${2:-1}
+via=
+[[ $mode == --quick || $mode == --full ]] && via=${2:-}
 vm_init
 need_module ublk_drv
 [[ -x $MEMTOUCH ]] || fail "no $MEMTOUCH (make all builds it)"
@@ -41,8 +46,11 @@ swap_on() {
     shift 3
     start_server "$name" -s "$size" --swap --mem-limit "$limit" "$@"
     at_exit "sh -c $(printf '%q' "$(unit_command ExecStop "$name")")"
-    sh -ec "$(unit_command ExecStart "$name")" >"$WORK/unit.out" 2>&1 ||
-        fail "the unit's ExecStart: $(cat "$WORK/unit.out")"
+    local start
+    start=$(unit_command ExecStart "$name")
+    [[ -z $via ]] || start="dev=\$($UZRAM attach --via $via --swap $name); mkswap \"\$dev\" >/dev/null; swapon -p 100 \"\$dev\""
+    [[ $via != loop ]] || modprobe -q loop
+    sh -ec "$start" >"$WORK/unit.out" 2>&1 || fail "attach, mkswap, swapon: $(cat "$WORK/unit.out")"
     SWAPDEV=$("$UZRAM" status -n --raw -o attached "$name")
     grep -q "^$SWAPDEV " /proc/swaps || fail "$SWAPDEV is not swap after the unit's ExecStart"
 }
