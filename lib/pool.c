@@ -59,7 +59,6 @@ struct pool_span {
     uint16_t next_free[];
 };
 
-
 static uint64_t make_handle(const struct pool_span *span, unsigned index)
 {
     return ((uint64_t)span->window + 1) << OBJECT_INDEX_BITS | index;

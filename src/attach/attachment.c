@@ -167,8 +167,8 @@ static int attach_nbd(struct attachment *attachment, bool swap, char *reply, siz
     return 0;
 }
 
-static int attach_ublk(struct attachment *attachment, char *reply, size_t reply_size,
-                       char *message, size_t message_size)
+static int attach_ublk(struct attachment *attachment, char *reply, size_t reply_size, char *message,
+                       size_t message_size)
 {
     struct uzram_config config;
     uzram_get_config(attachment->settings.dev, &config);

@@ -265,8 +265,12 @@ int ublk_start(struct uzram *dev, uint64_t size, bool read_only, struct ublk_ser
     struct ublk_server *s = calloc(1, sizeof *s);
     if (s == NULL)
         return -ENOMEM;
-    *s = (struct ublk_server){.dev = dev, .read_only = read_only, .dev_id = -1,
-                              .control_fd = -1, .char_fd = -1, .descs = MAP_FAILED};
+    *s = (struct ublk_server){.dev = dev,
+                              .read_only = read_only,
+                              .dev_id = -1,
+                              .control_fd = -1,
+                              .char_fd = -1,
+                              .descs = MAP_FAILED};
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->ready_cond, NULL);
     s->control_fd = open(UBLK_CONTROL, O_RDWR | O_CLOEXEC);
