@@ -114,6 +114,26 @@ static int attach_loop(struct attachment *attachment, const char *path, char *re
     return 0;
 }
 
+/* Write `value` to /sys/block/NAME/queue/`setting` of /dev/NAME; a warning if refused. */
+static void queue_setting(const char *device, const char *setting, const char *value)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/sys/block/%s/queue/%s", device + 5, setting);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    bool done = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
+    if (fd >= 0)
+        close(fd);
+    if (!done)
+        fprintf(stderr, "uzram: warning: cannot set %s to %s\n", path, value);
+}
+
+/* A swap device's queue: no writeback throttling (wbt would hold reclaim's swap-outs back
+ * behind the latency of the ones in flight: kswapd sat 30 s in wbt_wait in a VM test). */
+static void swap_queue(const char *device)
+{
+    queue_setting(device, "wbt_lat_usec", "0");
+}
+
 static int attach_nbd(struct attachment *attachment, bool swap, char *reply, size_t reply_size,
                       char *message, size_t message_size)
 {
@@ -150,16 +170,10 @@ static int attach_nbd(struct attachment *attachment, bool swap, char *reply, siz
     /* For swap, every request fits the buffer each server worker already has: a swap-out
      * then allocates no request buffer. */
     if (swap) {
-        char path[128], value[32];
-        snprintf(path, sizeof path, "/sys/block/%s/queue/max_sectors_kb", device + 5);
+        char value[32];
         snprintf(value, sizeof value, "%u", NBD_SERVER_WORKER_BUFFER / 1024);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        bool limited = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
-        if (fd >= 0)
-            close(fd);
-        if (!limited)
-            fprintf(stderr, "uzram: warning: cannot limit the requests of %s to %s KiB (%s)\n",
-                    device, value, path);
+        queue_setting(device, "max_sectors_kb", value);
+        swap_queue(device);
     }
     attachment->method = NBD;
     set_device(attachment, device);
@@ -167,8 +181,8 @@ static int attach_nbd(struct attachment *attachment, bool swap, char *reply, siz
     return 0;
 }
 
-static int attach_ublk(struct attachment *attachment, char *reply, size_t reply_size, char *message,
-                       size_t message_size)
+static int attach_ublk(struct attachment *attachment, bool swap, char *reply, size_t reply_size,
+                       char *message, size_t message_size)
 {
     struct uzram_config config;
     uzram_get_config(attachment->settings.dev, &config);
@@ -176,6 +190,8 @@ static int attach_ublk(struct attachment *attachment, char *reply, size_t reply_
                         &attachment->ublk, message, message_size);
     if (rc < 0)
         return rc;
+    if (swap)
+        swap_queue(ublk_path(attachment->ublk));
     attachment->method = UBLK;
     set_device(attachment, ublk_path(attachment->ublk));
     snprintf(reply, reply_size, "device %s\n", ublk_path(attachment->ublk));
@@ -205,7 +221,7 @@ int attachment_attach(struct attachment *attachment, const char *via, bool swap,
     } else if (strcmp(via, "nbd") == 0 && file == NULL) {
         rc = attach_nbd(attachment, swap, reply, reply_size, message, message_size);
     } else if (strcmp(via, "ublk") == 0 && file == NULL) {
-        rc = attach_ublk(attachment, reply, reply_size, message, message_size);
+        rc = attach_ublk(attachment, swap, reply, reply_size, message, message_size);
     } else {
         snprintf(message, message_size, "usage: attach loop|nbd|ublk [swap] [/FILE]");
         rc = -EINVAL;

@@ -14,6 +14,9 @@
 #   swap.sh --soak N       the two-round run N times (make vm-swap-soak)
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
 #                          swap with the same workload: the time ratio (bench/vm-swap.sh)
+#   swap.sh --writeback    --mem-limit 48M with --writeback-when-full to the VM's scratch disk:
+#                          the pages that do not fit go to the backing device (bd_stat), and
+#                          every page still comes back exact
 #   swap.sh --limit        the server's --mem-limit far below what is swapped: the kernel
 #                          gets write errors, the guest must not hang (the OOM killer takes
 #                          the workload), the server lives on and what it stored reads back
@@ -118,6 +121,19 @@ case $mode in
         pass "round $round: uzram $uz s, kernel zram $kz s"
         result compare_round "$round" "$touch_mib" "$uz" "$kz"
     done
+    ;;
+--writeback)
+    [[ -b $VM_SCRATCH ]] || skip "no scratch disk for the backing device"
+    swap_on wb 2G 48M --backing-file "$VM_SCRATCH" --writeback-when-full
+    took=$(pressure_run wb 1)
+    read -r -a bd <<<"$("$UZRAM" attr wb bd_stat)"
+    read -r -a mm <<<"$("$UZRAM" attr wb mm_stat)"
+    ((bd[0] > 0)) || fail "bd_stat shows nothing written back: ${bd[*]}"
+    ((mm[2] <= 48 << 20)) || fail "mem_used_total ${mm[2]} passed the 48 MiB limit"
+    swap_off wb
+    stop_server wb
+    pass "--writeback-when-full: $touch_mib MiB touched, every page verified, bd_stat ${bd[*]}, mm_stat ${mm[*]}, $took s"
+    result writeback_run "$touch_mib" "$took" "${bd[*]}"
     ;;
 --limit)
     # 24 MiB of memory for what needs about ten times that: swap-outs fail with ENOSPC.
