@@ -14,7 +14,7 @@ vm_init
 need_module zram ublk_drv
 [[ -b $VM_SCRATCH ]] || skip "no scratch disk $VM_SCRATCH for the backing device"
 PAGES=512 # pages of each kind written
-[[ ${1:-} == --quick ]] && PAGES=128
+[[ ${1:-} == --quick ]] && PAGES=64
 NOTES=$VM_LIB_DIR/oracle-notes.tsv
 ZRAM=/sys/block/zram0
 
