@@ -509,6 +509,7 @@ int pool_create(struct pool **out)
     pthread_condattr_setclock(&clock, CLOCK_MONOTONIC);
     pthread_cond_init(&pool->reserve_wanted, &clock);
     pthread_cond_init(&pool->reserve_filled, &clock);
+    pthread_condattr_destroy(&clock);
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_init(&pool->classes[i].lock, NULL);
     *out = pool;
