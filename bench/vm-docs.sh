@@ -15,7 +15,7 @@ ROUNDS=${1:-2}
 OUT=build/vm/docs
 commit=$(git rev-parse --short HEAD)
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo " (with uncommitted changes)" || true)
-./tests/vm/vm.sh --mem 512 --deadline $((ROUNDS * 1500 + 600)) --out "$OUT" oracle "swap:--compare,$ROUNDS" swap:--limit swap:--writeback |
+./tests/vm/vm.sh --mem 512 --deadline $((ROUNDS * 1500 + 600)) --out "$OUT" oracle swap:--limit swap:--writeback "swap:--compare,$ROUNDS" |
     tee build/vm-docs.log
 grep -q '^PASS vm oracle ' build/vm-docs.log || { echo "vm-docs: the oracle scenario failed" >&2; exit 1; }
 grep -q '^PASS vm swap-compare' build/vm-docs.log || { echo "vm-docs: the swap comparison failed" >&2; exit 1; }
