@@ -3,8 +3,7 @@
 # of Debian's 6.12 kernel (tests/vm/vm.sh, 512 MiB guest), the kernel-zram oracle
 # (tests/vm/oracle.sh: every field where uzram differs from zram, with the reason) and swap
 # under memory pressure on uzram against the guest's kernel zram with the same workload, rounds
-# interleaved (tests/vm/swap.sh --compare); then swap with its mem_limit reached and with
-# --writeback-when-full (swap.sh --limit, --writeback), whose PASS or FAIL it prints. Writes docs/ZRAM-ORACLE.md whole and the part of
+# interleaved (tests/vm/swap.sh --compare). Writes docs/ZRAM-ORACLE.md whole and the part of
 # docs/BENCHMARKS.md between the "vm-swap" markers. Only ratios inside one boot mean anything
 # under emulation: never compare these seconds with the host's.
 #
@@ -15,11 +14,10 @@ ROUNDS=${1:-2}
 OUT=build/vm/docs
 commit=$(git rev-parse --short HEAD)
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo " (with uncommitted changes)" || true)
-./tests/vm/vm.sh --mem 512 --deadline $((ROUNDS * 1500 + 600)) --out "$OUT" oracle swap:--limit swap:--writeback "swap:--compare,$ROUNDS" |
+./tests/vm/vm.sh --mem 512 --deadline $((ROUNDS * 1500 + 600)) --out "$OUT" oracle "swap:--compare,$ROUNDS" |
     tee build/vm-docs.log
 grep -q '^PASS vm oracle ' build/vm-docs.log || { echo "vm-docs: the oracle scenario failed" >&2; exit 1; }
 grep -q '^PASS vm swap-compare' build/vm-docs.log || { echo "vm-docs: the swap comparison failed" >&2; exit 1; }
-# (swap --limit and --writeback are checks that need the same boot; their lines are above.)
 kernel=$(sed -n 's/^vm.sh: \([^,]*\), .*/\1/p' build/vm-docs.log | head -n 1)
 read -r same differ < <(awk '/^oracle_fields/ {print $2, $3}' "$OUT/oracle.results")
 
