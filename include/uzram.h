@@ -436,6 +436,16 @@ UZRAM_API int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
 /* Set mem_used_max back to the current mem_used_total. Returns 0. */
 UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
 
+/* Keep `bytes` (at most 64 MiB; 0, the default, turns it off) of pool memory faulted in
+ * ahead of need by a thread of the library, and make every new span of the pool from it:
+ * a write then never waits for the kernel to find a free page, as a swap device's server
+ * must not (the kernel may be waiting for that very write to free one; `uzram serve --swap`
+ * sets it). A write that finds the reserve empty waits up to 2 s for the thread, then fails
+ * with -ENOMEM. The reserve is pool memory that no page uses yet: it stays within
+ * mem_limit, is not counted in mem_used_total, and compaction keeps it. Returns 0, -EINVAL
+ * (too large), or -errno when the thread cannot start. */
+UZRAM_API int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes);
+
 /* A memory limit shared by several devices (what `uzram serve
  * --server-mem-limit` sets for every device of a server): the pool memory of
  * all the devices of a group together, and their page tables, may not pass

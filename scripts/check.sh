@@ -116,6 +116,27 @@ for test in tests/integration/*.sh; do
     esac
 done
 
+# The kernel's own clients (nbd, ublk, md, swap, zram) in a VM with Debian's 6.12 kernel: one
+# boot runs a short form of every scenario class (tests/vm/vm.sh --check); each counts.
+echo "== VM tests: a real kernel under QEMU (tests/vm/)"
+log=build/vm-check.log
+timeout 900 ./tests/vm/vm.sh --check >"$log" 2>&1
+status=$?
+sed -n 's/^\(PASS\|FAIL\|SKIP\) vm /&/p; /^    /p' "$log"
+if [[ $status -eq 77 ]]; then
+    count vm 77 "$(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
+    echo "SKIP vm: $(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
+elif [[ -s build/vm/run/results ]]; then
+    while read -r name result reason; do
+        count "vm $name" "$result" "$reason"
+    done <build/vm/run/results
+    [[ $status -eq 0 ]] || grep -q ' 1 ' build/vm/run/results || count "vm runner" "$status"
+else
+    count "vm runner" 1
+    echo "FAIL vm runner (status $status): last lines of $log:"
+    tail -n 20 "$log" | sed 's/^/    /'
+fi
+
 [[ ${#skips[@]} -eq 0 ]] || printf 'skipped: %s\n' "${skips[@]}"
 [[ ${#failures[@]} -eq 0 ]] || printf 'failed: %s\n' "${failures[@]}"
 echo "check: $passed passed, $failed failed, $skipped skipped"

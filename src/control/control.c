@@ -197,7 +197,7 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server,
         rest = rest[4] ? rest + 5 : NULL;
     }
     if (via == NULL || (rest != NULL && rest[0] != '/')) {
-        reply_error(peer, EINVAL, "usage: attach loop|nbd [swap] [/FILE]");
+        reply_error(peer, EINVAL, "usage: attach loop|nbd|ublk [swap] [/FILE]");
         return;
     }
     int rc = nbd_export_attach(server, export, via, swap, rest, reply, sizeof reply, message,

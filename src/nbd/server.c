@@ -513,7 +513,10 @@ int nbd_server_run(const struct nbd_server_options *options)
     unsigned helpers = threads * NBD_SERVER_HELPERS_PER_THREAD;
     server.transmission = (struct nbd_transmission_settings){
         .threads = threads,
-        .helpers = helpers < NBD_SERVER_MAX_HELPERS ? helpers : NBD_SERVER_MAX_HELPERS,
+        /* Swap: no thread is started while a swap-out waits (its stack, the kernel's task). */
+        .helpers = options->swap                      ? 0
+                   : helpers < NBD_SERVER_MAX_HELPERS ? helpers
+                                                      : NBD_SERVER_MAX_HELPERS,
         .timeout = server.timeout,
         .handoff_worth_ns = NBD_SERVER_HANDOFF_WORTH_NS,
     };
