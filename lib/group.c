@@ -9,12 +9,12 @@
 #include "fault.h"
 #include "pool.h"
 
-int group_reserve(struct uzram_group *group, uint64_t bytes)
+int group_reserve(struct uzram_group *group, uint64_t bytes, uint64_t grace)
 {
     uint64_t limit = atomic_load_explicit(&group->limit, memory_order_relaxed);
     uint64_t used = atomic_load_explicit(&group->used, memory_order_relaxed);
     do {
-        if (limit != 0 && used + bytes > limit)
+        if (limit != 0 && used + bytes > limit + grace)
             return -ENOSPC;
     } while (!atomic_compare_exchange_weak_explicit(&group->used, &used, used + bytes,
                                                     memory_order_relaxed, memory_order_relaxed));
