@@ -164,6 +164,21 @@ fi
 kill $name_pid 2>/dev/null || true
 wait $name_pid 2>/dev/null || true
 
+# The mode and group of an NBD Unix socket there is not: refused, not dropped.
+for option in "--socket-mode 0660" "--socket-group 0"; do
+    rc=0
+    # shellcheck disable=SC2086 # the option and its value
+    timeout 5 "$UZRAM" serve -n nounix -s 16M --no-unix --tcp 127.0.0.1:0 $option \
+        >/dev/null 2>"$WORK/nounix.err" || rc=$?
+    if [[ $rc -ne 1 ]]; then
+        bad "$option with --no-unix: status $rc (accepted, and dropped)"
+    elif [[ $(wc -l <"$WORK/nounix.err") -ne 1 ]] || ! grep -q "with --no-unix there is none" "$WORK/nounix.err"; then
+        bad "$option with --no-unix refused with: $(cat "$WORK/nounix.err")"
+    else
+        pass "$option with --no-unix refused: $(cat "$WORK/nounix.err")"
+    fi
+done
+
 # An IPv4 loopback address written as IPv6 (::ffff:127.0.0.1) is loopback: no warning.
 start_server v4mapped -s 16M --tcp '[::ffff:127.0.0.1]:0'
 if grep -q "warning" "$WORK/server-v4mapped.err"; then
