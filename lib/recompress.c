@@ -386,8 +386,9 @@ static int set_recompress_idle(struct uzram *dev, uint64_t seconds)
     r->idle_seconds = seconds;
     int rc = 0;
     if (!r->running) {
-        rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
-                                      : background_start(&r->thread, recompressor_main, dev);
+        rc = FAULT_POINT(FAULT_ALLOC)
+                 ? EAGAIN
+                 : background_start(&r->thread, recompressor_main, dev, "uzram-recomp");
         if (rc == 0)
             r->running = true;
         else

@@ -660,8 +660,9 @@ static int thread_follow_settings(struct uzram *dev)
     pthread_mutex_lock(&writeback->thread_lock);
     if (wanted && !writeback->running) {
         writeback->stop = false;
-        rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
-                                      : background_start(&writeback->thread, writeback_thread, dev);
+        rc = FAULT_POINT(FAULT_ALLOC)
+                 ? EAGAIN
+                 : background_start(&writeback->thread, writeback_thread, dev, "uzram-writeback");
         writeback->running = rc == 0;
         rc = -rc;
     } else if (!wanted && writeback->running) {

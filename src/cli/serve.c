@@ -96,7 +96,7 @@ static const struct serve_option {
      false},
     {"writeback-idle", OPT_WRITEBACK_IDLE, required_argument, "N",
      "write back pages unused for N seconds, in the\n"
-     "background at the lowest CPU priority (default 0: off)",
+     "background, paced by --writeback-rate (default 0: off)",
      false},
     {"writeback-rate", OPT_WRITEBACK_RATE, required_argument, "N",
      "pages a second the background writeback may write\n"
