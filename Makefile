@@ -114,6 +114,7 @@ $(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
 $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
+$(O)/tests/test_config: $(O)/src/cli/config.o
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
