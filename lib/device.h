@@ -227,6 +227,9 @@ void store_test_advance_clock(struct uzram *dev, uint32_t seconds);
  * (store.c) */
 uint64_t store_compact_pool(struct uzram *dev);
 
+/* Give back the pages of the page table whose slots are all empty (table.c): how many. */
+uint64_t table_give_back(struct uzram *dev);
+
 /* Make a dedup index for this device: its entries' objects live in the
  * device's pool, and the store loads and frees them. (store.c) */
 int store_dedup_create(struct uzram *dev, struct dedup **out);

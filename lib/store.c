@@ -1244,6 +1244,7 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     /* and the backing store gives back what no page uses, and malloc what it keeps free
      * (buffers of a storm of requests, in the arenas of threads gone since) */
     writeback_trim(dev, false, true);
+    table_give_back(dev);
 #ifdef __GLIBC__
     malloc_trim(0);
 #endif
