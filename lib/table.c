@@ -9,6 +9,20 @@
 
 #include "slot.h"
 
+/* ThreadSanitizer does not see the kernel put a page of zeros, that is empty and unlocked
+ * slots, in place of one whose locks this thread held (and never let go): a lock taken there
+ * later must count as taken after this thread's reads of those slots. */
+#if defined(__SANITIZE_THREAD__)
+#define TSAN_ZAPPED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TSAN_ZAPPED 1
+#endif
+#endif
+#ifdef TSAN_ZAPPED
+void __tsan_release(void *address);
+#endif
+
 #define TABLE_PAGE 4096u
 #define SLOTS_PER_PAGE (TABLE_PAGE / sizeof(struct slot))
 /* Pages of the table looked up in /proc/self/pagemap at a time. */
@@ -42,6 +56,10 @@ static bool give_back(struct slot *slots)
         empty = atomic_load_explicit(&slots[i].info, memory_order_relaxed) == SLOT_LOCK &&
                 slots[i].value == 0 &&
                 atomic_load_explicit(&slots[i].ac_time, memory_order_relaxed) == 0;
+#ifdef TSAN_ZAPPED
+    for (unsigned i = 0; empty && i < SLOTS_PER_PAGE; i++)
+        __tsan_release(&slots[i].info); /* before: another thread may lock a slot at once */
+#endif
     if (empty && madvise(slots, TABLE_PAGE, MADV_DONTNEED) == 0)
         return true;
     while (locked > 0)
