@@ -223,7 +223,8 @@ def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None, wb=
               note="zstd + dedup direct: %s" % (ratio_text(direct / zram, 3) if direct and zram else "-"))
         t.add("12 recompression", "foreground 4 KiB randwrite with the thread busy >= 0.9x idle",
               rc.get("randwrite_busy_vs_idle"), 0.9, text=ratio_text(rc.get("randwrite_busy_vs_idle"), 3),
-              note="medians of %d interleaved rounds" % rc["rounds"])
+              note="medians of %d interleaved rounds, recompress_rate %s" % (
+                  rc["rounds"], rc.get("busy_rate") or rc.get("rate", "-")))
     else:
         t.add("12 recompression", "recompression memory and foreground throughput", None, 0,
               note=(rc or {}).get("skipped", "recompress part not run"))
@@ -396,15 +397,23 @@ def recompress_section(rc):
     if rc.get("skipped"):
         return ["Skipped: %s" % rc["skipped"]]
     mem, zram, direct = recompress_numbers(rc)
-    out = ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`); background thread "
+    out = []
+    if rc.get("command"):
+        out += ["Run: `%s` at git %s (load average at the end: %s)." % (
+            rc["command"], rc.get("git", "?"), rc.get("load_at_end", "?")), ""]
+    out += ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`); background thread "
            "`--recompress-idle 1`, run until it had nothing left to do, then `compact`. "
            "Memory is mm_stat's mem_used_total (uzram: the pool and the dictionary; the dedup "
            "index, meta_data_size, is listed apart). Took %d s." % (
                rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"], rc["seconds"]), "",
            "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | recompressed pages | dict_mem | time to store / to settle |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    if all(v.get("skipped") == "not in STEPS" for v in rc["sides"].values()):
+        out = out[:-3] + ["The memory step did not run (STEPS)."]
     for key, name in RECOMPRESS_SIDES:
         row = rc["sides"].get(key, {})
+        if row.get("skipped") == "not in STEPS":
+            continue
         if "mem_used_total" not in row:
             out.append("| %s | %s | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
             continue
@@ -422,19 +431,29 @@ def recompress_section(rc):
                 "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
-                "meanwhile at `recompress_rate` %s pages/s (pages it recompressed during the run in "
-                "brackets):" % (rc["runtime"], rc.get("rate", "16384")), ""]
-        out.append("| thread | IOPS per round | median |")
-        out.append("| --- | --- | --- |")
+                "meanwhile at the `recompress_rate` in the first column, pages/s (pages it "
+                "recompressed during the run in brackets; the library's default is %s):" % (
+                    rc["runtime"], rc.get("rate", "-")), ""]
+        out.append("| thread | IOPS per round | median | busy / idle |")
+        out.append("| --- | --- | --- | --- |")
         import statistics
-        for state in ("idle", "busy"):
-            runs = rc.get("randwrite_" + state, [])
-            done = rc.get("recompressed_during_" + state, [])
-            cells = ", ".join("%.0f%s" % (v, " (%d)" % d if state == "busy" else "") for v, d in zip(runs, done))
-            out.append("| %s | %s | %.0f |" % (state, cells, statistics.median(runs) if runs else 0))
+        rows = [("idle", rc.get("randwrite_idle", []), None, None)]
+        by_rate = rc.get("by_rate") or {str(rc.get("rate", "-")): {
+            "randwrite_busy": rc.get("randwrite_busy", []),
+            "recompressed_during_busy": rc.get("recompressed_during_busy", []),
+            "busy_vs_idle": rc.get("randwrite_busy_vs_idle")}}
+        for rate, r in by_rate.items():
+            rows.append(("busy, %s pages/s" % rate, r["randwrite_busy"], r["recompressed_during_busy"],
+                         r["busy_vs_idle"]))
+        for name, runs, done, ratio in rows:
+            cells = ", ".join("%.0f%s" % (v, " (%d)" % d if done else "")
+                              for v, d in zip(runs, done or [0] * len(runs)))
+            out.append("| %s | %s | %.0f | %s |" % (name, cells, statistics.median(runs) if runs else 0,
+                                                     ratio_text(ratio, 3) if ratio else "-"))
         out.append("")
-        out.append("busy / idle: **%s**. 4 KiB randread over the image: %.0f IOPS in lz4 form, %.0f IOPS "
-                   "recompressed (%s)." % (
+        out.append("busy / idle at %s pages/s: **%s**. 4 KiB randread over the image: %.0f IOPS in lz4 "
+                   "form, %.0f IOPS recompressed (%s)." % (
+                       rc.get("busy_rate") or rc.get("rate", "-"),
                        ratio_text(rc.get("randwrite_busy_vs_idle"), 3), rc.get("randread_lz4", 0),
                        rc.get("randread_recompressed", 0),
                        ratio_text(rc["randread_recompressed"] / rc["randread_lz4"], 2)
