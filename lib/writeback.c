@@ -392,7 +392,10 @@ int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page, uint6
         for (unsigned scanned = 0; rc == 0 && index <= last_page && scanned < COLD_SCAN;) {
             int added = batch_add(&batch, index, &filter, now);
             if (added < 0) {
-                rc = after_full(dev, added, true); /* then this page again */
+                /* The batch goes out first: compaction makes batches of its own, and lets
+                 * writers in between them. Then this page again. */
+                int wrote = batch.count ? batch_write(&batch) : 0;
+                rc = wrote < 0 ? wrote : after_full(dev, added, true);
                 continue;
             }
             index++;
