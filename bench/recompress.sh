@@ -208,6 +208,7 @@ throughput() {
 }
 
 START=$(date +%s)
+GIT=$(git describe --always --dirty 2>/dev/null || echo unknown) # what was built and run
 echo "recompress: zstd level $LEVEL, dictionary $DICT_SIZE, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if why=$(build_image); then
     echo "  image: $(($(stat -c %s "$WORK/image") >> 20)) MiB, $(cat "$RES/image.desc")"
@@ -239,8 +240,7 @@ else
 fi
 END=$(date +%s)
 
-# What was run, on which commit: the results section names them.
-GIT=$(git describe --always --dirty 2>/dev/null || echo unknown)
+# What was run, on which commit (GIT, at the start): the results section names them.
 COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE; do
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/recompress.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 "$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" \
