@@ -424,10 +424,29 @@ def recompress_section(rc):
             size(row.get("meta_data_size")) if "meta_data_size" in row else "-",
             row.get("recomp_pages", "-"), size(row.get("dict_mem")) if "dict_mem" in row else "-",
             "%.1f s / %.1f s" % (row["store_seconds"], row["settle_seconds"]) if "store_seconds" in row else "-"))
+    out += [""] + recompress_throughput(rc)
+    if rc.get("sweep"):
+        out += ["", "How the level and dictionary size were chosen: `uzram estimate -r zstd:LEVEL "
+                "--dict-size SIZE --hot 0` on the same image (every page recompressed; uzram+dedup "
+                "memory, dictionary included, as a ratio to its kernel zram lz4 projection):", "",
+                "| zstd level | dictionary | without dictionary | with dictionary | dictionary memory |",
+                "| --- | --- | --- | --- | --- |"]
+        for row in rc["sweep"]:
+            z = row["kernel_zram_lz4"]
+            out.append("| %d | %s | %s | %s | %s |" % (
+                row["level"], row["dict_size"], ratio_text(row["recompressed"] / z, 3),
+                ratio_text(row["recompressed_dict"] / z, 3) if row.get("recompressed_dict") else "-",
+                size(row.get("dict_memory"))))
+    return out
+
+
+def recompress_throughput(rc):
+    """Foreground randwrite beside the thread, idle and busy at each rate measured."""
+    out = []
     if not rc.get("randwrite_idle"):
-        out += ["", "The throughput step did not run."]
-    else:
-        out += ["",
+        return ["The throughput step did not run."]
+    if True:
+        out += [
                 "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
@@ -458,18 +477,6 @@ def recompress_section(rc):
                        rc.get("randread_recompressed", 0),
                        ratio_text(rc["randread_recompressed"] / rc["randread_lz4"], 2)
                        if rc.get("randread_lz4") else "-"))
-    if rc.get("sweep"):
-        out += ["", "How the level and dictionary size were chosen: `uzram estimate -r zstd:LEVEL "
-                "--dict-size SIZE --hot 0` on the same image (every page recompressed; uzram+dedup "
-                "memory, dictionary included, as a ratio to its kernel zram lz4 projection):", "",
-                "| zstd level | dictionary | without dictionary | with dictionary | dictionary memory |",
-                "| --- | --- | --- | --- | --- |"]
-        for row in rc["sweep"]:
-            z = row["kernel_zram_lz4"]
-            out.append("| %d | %s | %s | %s | %s |" % (
-                row["level"], row["dict_size"], ratio_text(row["recompressed"] / z, 3),
-                ratio_text(row["recompressed_dict"] / z, 3) if row.get("recompressed_dict") else "-",
-                size(row.get("dict_memory"))))
     return out
 
 
@@ -635,6 +642,24 @@ def part_writeback(wb, d, doc_path):
     return 0
 
 
+RATES_BEGIN = "<!-- BEGIN RECOMPRESS RATES RESULTS (bench/report.py --part recompress-rates; do not edit by hand) -->"
+RATES_END = "<!-- END RECOMPRESS RATES RESULTS -->"
+
+
+def part_recompress_rates(rc, d, doc_path):
+    """bench/recompress.sh STEPS=throughput RATES=...: foreground randwrite beside the thread at
+    each recompress_rate, between markers of their own (the memory results stay apart)."""
+    t = targets_section({}, None, None, None, None, None, rc)
+    rows = [r for r in t if (r.startswith("| 12 ") and "randwrite" in r) or r.startswith("| issue")
+            or r.startswith("| ---")]
+    head = ["Run: `%s` at git %s (load average at the end: %s); %d s." % (
+        rc.get("command", "?"), rc.get("git", "?"), rc.get("load_at_end", "?"), rc.get("seconds", 0)),
+        "", "Image: %s, %.1f MiB." % (rc.get("image", "?"), rc.get("image_bytes", 0) / (1 << 20)), ""]
+    text = "\n".join(rows + [""] + head + recompress_throughput(rc)) + "\n"
+    write_results(text, os.path.join(d, "recompress-rates.md"), doc_path, RATES_BEGIN, RATES_END)
+    return 0
+
+
 PART_BEGIN = "<!-- BEGIN RECOMPRESS RESULTS (bench/report.py --part recompress; do not edit by hand) -->"
 PART_END = "<!-- END RECOMPRESS RESULTS -->"
 
@@ -671,7 +696,7 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--plots", help="folder of the plots, relative to the document")
     parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
-    parser.add_argument("--part", choices=["recompress", "writeback", "attach"],
+    parser.add_argument("--part", choices=["recompress", "recompress-rates", "writeback", "attach"],
                         help="only this part (bench/recompress.sh, bench/writeback.sh or "
                              "bench/attach.sh alone): its targets and section, between its own "
                              "markers of --doc")
@@ -699,6 +724,8 @@ def main():
     wb = load_json(d, "writeback.json")
     if args.part == "recompress":
         return part_recompress(rc, d, args.doc)
+    if args.part == "recompress-rates":
+        return part_recompress_rates(rc, d, args.doc)
     if args.part == "writeback":
         return part_writeback(wb, d, args.doc)
     md = []

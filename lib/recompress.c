@@ -282,8 +282,10 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
 
 /* ---- the background thread --------------------------------------------------- */
 
-/* 2048 pages (8 MiB) a second: measured to keep foreground randwrite at >= 0.9x of it with
- * the thread off, where 16384 took it to 0.73x (docs/BENCHMARKS.md) */
+/* 2048 pages (8 MiB) a second: docs/BENCHMARKS.md ("Recompression rate") measures foreground
+ * randwrite beside the thread at 512 to 4096 pages/s; on a shared machine no rate there costs
+ * the foreground measurably less (SCHED_IDLE holds the thread back far below its rate when the
+ * CPUs are busy), and this one recompresses a GiB of idle pages in about two minutes. */
 #define DEFAULT_RATE 2048u
 
 void recompressor_init(struct recompressor *r)
