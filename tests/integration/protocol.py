@@ -262,7 +262,10 @@ def _():
     # the connection closes
     c = Raw()
     c.greeting()
-    c.option(OPT_EXPORT_NAME, b"x" * 70000)
+    try:
+        c.option(OPT_EXPORT_NAME, b"x" * 70000)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # closed before the name was all sent: the answer expected
     c.expect_closed("EXPORT_NAME of 70000 bytes")
 
 
