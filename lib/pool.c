@@ -171,18 +171,18 @@ static uint64_t owner_of(const struct class_shape *shape, const struct pool_span
 }
 
 /* Account `bytes` more pool memory unless that would pass the limit, the pool's own or
- * its group's. */
-static int reserve_memory(struct pool *pool, uint64_t bytes)
+ * its group's, by more than `grace` bytes. */
+static int reserve_memory(struct pool *pool, uint64_t bytes, uint64_t grace)
 {
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
     uint64_t used = atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
     do {
-        if (limit != 0 && used + bytes > limit)
+        if (limit != 0 && used + bytes > limit + grace)
             return -ENOSPC;
     } while (!atomic_compare_exchange_weak_explicit(&pool->mem_used, &used, used + bytes,
                                                     memory_order_relaxed, memory_order_relaxed));
     struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
-    if (group && group_reserve(group, bytes) < 0) {
+    if (group && group_reserve(group, bytes, grace) < 0) {
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
         return -ENOSPC;
     }
@@ -410,13 +410,14 @@ uint64_t pool_drain_cache(struct pool *pool, uint64_t keep)
 /* Make an empty span of class `class_index` (a short one if `small`),
  * published in the span table but on no list yet. Called without any class
  * lock. */
-static int create_span(struct pool *pool, unsigned class_index, bool small, struct pool_span **out)
+static int create_span(struct pool *pool, unsigned class_index, bool small, uint64_t grace,
+                       struct pool_span **out)
 {
     const struct class_shape *shape = &pool_class_shapes()[class_index];
     unsigned pages = small ? shape->small_pages : shape->pages;
     unsigned objects = small ? shape->small_objects : shape->objects;
     uint64_t bytes = (uint64_t)pages * PAGE_BYTES;
-    int rc = reserve_memory(pool, bytes);
+    int rc = reserve_memory(pool, bytes, grace);
     if (rc)
         return rc;
     /* Near the limit the span cache goes first: pool memory, cache included, stays within
@@ -549,7 +550,8 @@ void pool_destroy(struct pool *pool)
     free(pool);
 }
 
-int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
+int pool_alloc_over(struct pool *pool, size_t size, uint64_t owner, uint64_t grace,
+                    uint64_t *handle)
 {
     if (!pool || !handle || owner == 0 || size == 0 || size > POOL_MAX_OBJECT)
         return -EINVAL;
@@ -567,7 +569,7 @@ int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
          * is as dense as any other once filled). */
         bool small = class->span_count < SMALL_SPANS_PER_CLASS;
         pthread_mutex_unlock(&class->lock);
-        int rc = create_span(pool, class_index, small, &span);
+        int rc = create_span(pool, class_index, small, grace, &span);
         if (rc)
             return rc;
         pthread_mutex_lock(&class->lock);

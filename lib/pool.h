@@ -35,9 +35,18 @@ struct pool;
 int pool_create(struct pool **out);
 void pool_destroy(struct pool *pool);
 
-/* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero).
- * Errors: -ENOSPC the pool would exceed its limit, -ENOMEM, -EINVAL. */
-int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle);
+/* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero), taking the pool
+ * at most `grace` bytes past its limit (and its group's): 0, or more for an object that
+ * replaces a larger one, freed right after. POOL_SPAN_MAX_BYTES, the largest span, lets any
+ * object through at the limit. Errors: -ENOSPC the pool would exceed its limit by more,
+ * -ENOMEM, -EINVAL. */
+#define POOL_SPAN_MAX_BYTES (16u * 4096u)
+int pool_alloc_over(struct pool *pool, size_t size, uint64_t owner, uint64_t grace,
+                    uint64_t *handle);
+static inline int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
+{
+    return pool_alloc_over(pool, size, owner, 0, handle);
+}
 
 /* Free an object. The caller must be the only one still using the handle. */
 void pool_free(struct pool *pool, uint64_t handle);
@@ -68,6 +77,9 @@ uint64_t pool_span_cache_bytes(struct pool *pool);
 #define POOL_RESERVE_MAX (64ull << 20)
 #define POOL_RESERVE_WAIT_MS 2000u
 int pool_set_reserve(struct pool *pool, uint64_t bytes);
+/* Whether a reserve is kept (memory given back would only be faulted in again, by a write
+ * that must not wait for it). */
+bool pool_reserve_on(struct pool *pool);
 
 /* Memory limit in bytes of pool pages (0: none); checked when a new span is
  * needed. */

@@ -13,6 +13,7 @@
 
 /* Address space: chunks of CHUNK_BYTES cut into windows, one per span (see pool.c). */
 #define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
+_Static_assert(WINDOW_BYTES == POOL_SPAN_MAX_BYTES, "pool.h says what a span is at most");
 #define WINDOWS_PER_CHUNK_SHIFT 10u
 #define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
 #define CHUNK_BYTES ((size_t)WINDOWS_PER_CHUNK * WINDOW_BYTES) /* 64 MiB */

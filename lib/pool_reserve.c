@@ -74,7 +74,7 @@ int pool_set_reserve(struct pool *pool, uint64_t bytes)
     int rc = 0;
     if (bytes != 0 && !pool->refiller_running) {
         pool->refiller_stop = false;
-        rc = -background_start(&pool->refiller, pool_refiller_main, pool);
+        rc = -background_start(&pool->refiller, pool_refiller_main, pool, "uzram-reserve");
         pool->refiller_running = rc == 0;
     }
     if (rc == 0) {
@@ -85,4 +85,9 @@ int pool_set_reserve(struct pool *pool, uint64_t bytes)
     if (rc == 0 && bytes == 0)
         pool_drain_cache(pool, POOL_SPAN_CACHE_BYTES);
     return rc;
+}
+
+bool pool_reserve_on(struct pool *pool)
+{
+    return atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) != 0;
 }

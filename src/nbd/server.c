@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -503,6 +504,20 @@ static int add_devices(struct nbd_server *server, const struct nbd_server_option
     return 0;
 }
 
+/* malloc's defaults keep what a storm of clients took: an arena per thread (8 per CPU),
+ * each keeping its free top, and thresholds that rise with the largest buffer freed, after
+ * which buffers of large requests stay in the arenas. A few arenas, buffers of requests up to
+ * 32 MiB (the largest) in them, and free tops over 1 MiB given back at once; uzram_compact()
+ * gives back the rest (malloc_trim). */
+static void bound_malloc(void)
+{
+#ifdef __GLIBC__
+    mallopt(M_ARENA_MAX, 4);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 20);
+#endif
+}
+
 int nbd_server_run(const struct nbd_server_options *options)
 {
     struct nbd_server server = {
@@ -528,6 +543,8 @@ int nbd_server_run(const struct nbd_server_options *options)
     int status = 1;
 
     nbd_log_quiet = options->quiet;
+    if (!options->swap) /* swap_safety_enable() set malloc up its own way */
+        bound_malloc();
     /* The devices are the server's from here: until add_devices() takes them, out: below
      * destroys them. */
     bool devices_added = false;
