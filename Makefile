@@ -18,6 +18,8 @@ FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 # The program alone (the NBD server's TLS) uses GnuTLS; the library does not.
 TLS_CFLAGS := $(shell pkg-config --cflags gnutls 2>/dev/null)
 TLS_LIBS := $(shell pkg-config --libs gnutls 2>/dev/null)
+# `uzram attach --via ublk` talks to the kernel's ublk driver over io_uring (src/attach/ublk.c).
+URING_LIBS := $(shell pkg-config --libs liburing 2>/dev/null)
 
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
@@ -58,9 +60,11 @@ FUZZ_SRCS := $(sort $(wildcard fuzz/fuzz_*.c))
 SRC_OBJS := $(SRC_SRCS:%.c=$(O)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 UZRAM := $(O)/uzram
+# Programs the VM tests run inside the guest (tests/vm/).
+VM_TOOLS := $(O)/tests/vm/memtouch
 
 .PHONY: all lib programs tests check check-exports run deps tsan asan valgrind format format-check bench clean
-all: lib $(UZRAM) $(TEST_BINS)
+all: lib $(UZRAM) $(TEST_BINS) $(VM_TOOLS)
 lib: $(LIBUZRAM) $(LIBUZRAM_SO)
 programs: $(UZRAM)
 tests: $(TEST_BINS)
@@ -105,7 +109,7 @@ $(O)/src/%.o: ALL_CFLAGS += -Isrc $(TLS_CFLAGS)
 $(O)/src/attach/%.o: ALL_CFLAGS += $(FUSE_CFLAGS)
 
 $(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) $(URING_LIBS) -lm
 
 # Tests draw page contents from the programs' generator, src/common/datagen.c, and
 # link the engine with its test hooks.
@@ -115,6 +119,10 @@ $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
 $(O)/tests/test_sizes: $(O)/src/common/sizes.o
+$(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
+$(O)/tests/test_config: $(O)/src/cli/config.o
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
@@ -147,7 +155,7 @@ bench: deps
 	$(MAKE) programs
 	./bench/run.sh
 
-FORMAT_FILES = include/*.h lib/*.[ch] src/*/*.[ch] tests/*.[ch] $(wildcard fuzz/*.[ch] bench/*.c)
+FORMAT_FILES = include/*.h lib/*.[ch] src/*/*.[ch] tests/*.[ch] tests/vm/*.c $(wildcard fuzz/*.[ch] bench/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 
@@ -301,3 +309,25 @@ soak: deps
 	$(MAKE) programs
 	SOAK_SECONDS=$(SOAK_SECONDS) UZRAM=$(or $(SOAK_UZRAM),$(UZRAM)) ./tests/soak/soak.sh
 # ---- end of soak block ----
+
+# ---- VM tests (issue 21; tests/vm/, tests/vm/README.md) ----
+# vm-check:     what make check runs: one boot of Debian's 6.12 kernel under QEMU (KVM when
+#               /dev/kvm is usable, else TCG) with every scenario class in its short form
+# vm-shell:     a shell in that guest, the host's root under a tmpfs overlay
+# vm-swap-soak: swap under memory pressure, the full run, VM_SOAK_RUNS times (default 10)
+# vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
+VM_SOAK_RUNS ?= 10
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs
+vm-check: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --check
+vm-shell: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --shell
+vm-swap-soak: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --mem 512 --deadline $$(( $(VM_SOAK_RUNS) * 600 )) swap:--soak,$(VM_SOAK_RUNS)
+vm-docs: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./bench/vm-docs.sh
+# ---- end of VM tests block ----

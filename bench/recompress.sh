@@ -13,8 +13,9 @@
 # linux-source-6.1 package is installed; default 1, quick 0), SWEEP ("3 5 7 9" zstd levels at
 # DICT_SIZE and, at LEVEL, the dictionary sizes of DICT_SWEEP "32K 64K 112K", projected by
 # `uzram estimate -r` on the same image: how LEVEL and DICT_SIZE were chosen; quick: none),
-# RATE (recompress_rate of the throughput part; default: the library's), STEPS ("memory
-# throughput sweep": run only some), ZRAM (zram0).
+# RATE (recompress_rate of the throughput part; default: the library's), RATES (several
+# recompress_rate values: each round then has one busy run at each, beside its idle run; how the
+# default was chosen), STEPS ("memory throughput sweep": run only some), ZRAM (zram0).
 #
 # The image ("build-tree"): /usr/include, this project's sources with three builds of them
 # (-O2, ASan+UBSan, -O0 -g), and, with KERNEL=1, the Linux 6.1 source tree with a tinyconfig
@@ -43,6 +44,7 @@ fi
 FIO_REGION=256M
 STEPS=${STEPS:-memory throughput sweep}
 RATE=${RATE:-}
+RATES=${RATES:-}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 die() { echo "recompress.sh: $*" >&2; exit 2; }
@@ -169,23 +171,29 @@ run_fio() { # OUTPUT OFFSET SIZE RW
 }
 
 throughput() {
-    local size image_bytes region_offset
+    local size image_bytes region_offset rates state rate
     image_bytes=$(stat -c %s "$WORK/image")
     region_offset=$(((image_bytes + 1048575) / 1048576 * 1048576))
     size=$((region_offset + $(numfmt --from=iec "$FIO_REGION")))
     serve t "$size" -a lz4 -d --recompress "algo=zstd,level=$LEVEL"
+    attr t recompress_rate >"$RES/rate" # the library's default
     [ -n "$RATE" ] && attr t recompress_rate "$RATE"
-    attr t recompress_rate >"$RES/rate"
+    rates=${RATES:-$(attr t recompress_rate)}
+    echo "$rates" >"$RES/rates"
     run_fio "$WORK/warm.json" "$region_offset" "$FIO_REGION" write
     for round in $(seq "$ROUNDS"); do
-        for state in idle busy; do
+        for state in idle $(printf 'busy-%s ' $rates); do
             # the image in lz4 form again: the thread has all of it to do
             attr t recompress_idle 0
             nbdcopy --no-extents -S 0 "$WORK/image" "$(uri t)" || die "nbdcopy failed"
             [ "$round" = 1 ] && [ "$state" = idle ] &&
                 run_fio "$RES/read-lz4.json" 0 "$image_bytes" randread
             sleep 1.1 # so every page is unused for a second
-            [ "$state" = busy ] && attr t recompress_idle 1
+            if [ "$state" != idle ]; then
+                rate=${state#busy-}
+                attr t recompress_rate "$rate"
+                attr t recompress_idle 1
+            fi
             before=$(json_field t recomp_pages)
             run_fio "$RES/randwrite-$state-$round.json" "$region_offset" "$FIO_REGION" randwrite
             echo "$(($(json_field t recomp_pages) - before))" >"$RES/randwrite-$state-$round.recompressed"
@@ -200,6 +208,7 @@ throughput() {
 }
 
 START=$(date +%s)
+GIT=$(git describe --always --dirty 2>/dev/null || echo unknown) # what was built and run
 echo "recompress: zstd level $LEVEL, dictionary $DICT_SIZE, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if why=$(build_image); then
     echo "  image: $(($(stat -c %s "$WORK/image") >> 20)) MiB, $(cat "$RES/image.desc")"
@@ -231,11 +240,16 @@ else
 fi
 END=$(date +%s)
 
-"$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" <<'EOF'
+# What was run, on which commit (GIT, at the start): the results section names them.
+COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE; do
+    [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/recompress.sh$([ "$QUICK" = 1 ] && echo " --quick")"
+"$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" \
+    "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
 import glob, json, os, statistics, sys
-res, out, level, dict_size, rounds, runtime, seconds, quick = sys.argv[1:9]
+res, out, level, dict_size, rounds, runtime, seconds, quick, git, command, load = sys.argv[1:12]
 doc = {"level": int(level), "dict_size": dict_size, "rounds": int(rounds), "runtime": int(runtime),
-       "seconds": int(seconds), "quick": quick == "1"}
+       "seconds": int(seconds), "quick": quick == "1", "git": git, "command": command,
+       "load_at_end": load}
 if os.path.exists(os.path.join(res, "skipped")):
     doc["skipped"] = open(os.path.join(res, "skipped")).read().strip()
 else:
@@ -249,14 +263,29 @@ else:
         return job["write"]["iops"] if job["write"]["iops"] else job["read"]["iops"]
     if os.path.exists(os.path.join(res, "rate")):
         doc["rate"] = int(open(os.path.join(res, "rate")).read())
-    for state in ("idle", "busy"):
-        runs = sorted(glob.glob(os.path.join(res, "randwrite-%s-*.json" % state)))
-        doc["randwrite_" + state] = [iops(p) for p in runs]
-        doc["recompressed_during_" + state] = [
-            int(open(p.replace(".json", ".recompressed")).read()) for p in runs]
+    rates = [int(r) for r in open(os.path.join(res, "rates")).read().split()] \
+        if os.path.exists(os.path.join(res, "rates")) else []
+    def runs_of(state):
+        runs = sorted(glob.glob(os.path.join(res, "randwrite-%s-[0-9]*.json" % state)))
+        return ([iops(p) for p in runs],
+                [int(open(p.replace(".json", ".recompressed")).read()) for p in runs])
+    doc["randwrite_idle"], doc["recompressed_during_idle"] = runs_of("idle")
+    doc["rates"] = rates
+    doc["by_rate"] = {}
+    for rate in rates:
+        busy, done = runs_of("busy-%d" % rate)
+        if busy and doc["randwrite_idle"]:
+            doc["by_rate"][str(rate)] = {
+                "randwrite_busy": busy, "recompressed_during_busy": done,
+                "busy_vs_idle": statistics.median(busy) / statistics.median(doc["randwrite_idle"])}
+    # the library's default rate, when it was measured (else the first rate)
+    main = str(doc.get("rate")) if str(doc.get("rate")) in doc["by_rate"] else \
+        next(iter(doc["by_rate"]), None)
+    doc["randwrite_busy"] = doc["by_rate"][main]["randwrite_busy"] if main else []
+    doc["recompressed_during_busy"] = doc["by_rate"][main]["recompressed_during_busy"] if main else []
+    doc["busy_rate"] = int(main) if main else None
     if doc["randwrite_idle"] and doc["randwrite_busy"]:
-        doc["randwrite_busy_vs_idle"] = (statistics.median(doc["randwrite_busy"]) /
-                                         statistics.median(doc["randwrite_idle"]))
+        doc["randwrite_busy_vs_idle"] = doc["by_rate"][main]["busy_vs_idle"]
         doc["randread_lz4"] = iops(os.path.join(res, "read-lz4.json"))
         doc["randread_recompressed"] = iops(os.path.join(res, "read-recompressed.json"))
     doc["sweep"] = []

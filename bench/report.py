@@ -223,7 +223,8 @@ def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None, wb=
               note="zstd + dedup direct: %s" % (ratio_text(direct / zram, 3) if direct and zram else "-"))
         t.add("12 recompression", "foreground 4 KiB randwrite with the thread busy >= 0.9x idle",
               rc.get("randwrite_busy_vs_idle"), 0.9, text=ratio_text(rc.get("randwrite_busy_vs_idle"), 3),
-              note="medians of %d interleaved rounds" % rc["rounds"])
+              note="medians of %d interleaved rounds, recompress_rate %s" % (
+                  rc["rounds"], rc.get("busy_rate") or rc.get("rate", "-")))
     else:
         t.add("12 recompression", "recompression memory and foreground throughput", None, 0,
               note=(rc or {}).get("skipped", "recompress part not run"))
@@ -396,15 +397,23 @@ def recompress_section(rc):
     if rc.get("skipped"):
         return ["Skipped: %s" % rc["skipped"]]
     mem, zram, direct = recompress_numbers(rc)
-    out = ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`); background thread "
+    out = []
+    if rc.get("command"):
+        out += ["Run: `%s` at git %s (load average at the end: %s)." % (
+            rc["command"], rc.get("git", "?"), rc.get("load_at_end", "?")), ""]
+    out += ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`); background thread "
            "`--recompress-idle 1`, run until it had nothing left to do, then `compact`. "
            "Memory is mm_stat's mem_used_total (uzram: the pool and the dictionary; the dedup "
            "index, meta_data_size, is listed apart). Took %d s." % (
                rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"], rc["seconds"]), "",
            "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | recompressed pages | dict_mem | time to store / to settle |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    if all(v.get("skipped") == "not in STEPS" for v in rc["sides"].values()):
+        out = out[:-3] + ["The memory step did not run (STEPS)."]
     for key, name in RECOMPRESS_SIDES:
         row = rc["sides"].get(key, {})
+        if row.get("skipped") == "not in STEPS":
+            continue
         if "mem_used_total" not in row:
             out.append("| %s | %s | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
             continue
@@ -415,30 +424,7 @@ def recompress_section(rc):
             size(row.get("meta_data_size")) if "meta_data_size" in row else "-",
             row.get("recomp_pages", "-"), size(row.get("dict_mem")) if "dict_mem" in row else "-",
             "%.1f s / %.1f s" % (row["store_seconds"], row["settle_seconds"]) if "store_seconds" in row else "-"))
-    if not rc.get("randwrite_idle"):
-        out += ["", "The throughput step did not run."]
-    else:
-        out += ["",
-                "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
-                "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
-                "form before each run: idle = thread off, busy = the thread recompressing the image "
-                "meanwhile at `recompress_rate` %s pages/s (pages it recompressed during the run in "
-                "brackets):" % (rc["runtime"], rc.get("rate", "16384")), ""]
-        out.append("| thread | IOPS per round | median |")
-        out.append("| --- | --- | --- |")
-        import statistics
-        for state in ("idle", "busy"):
-            runs = rc.get("randwrite_" + state, [])
-            done = rc.get("recompressed_during_" + state, [])
-            cells = ", ".join("%.0f%s" % (v, " (%d)" % d if state == "busy" else "") for v, d in zip(runs, done))
-            out.append("| %s | %s | %.0f |" % (state, cells, statistics.median(runs) if runs else 0))
-        out.append("")
-        out.append("busy / idle: **%s**. 4 KiB randread over the image: %.0f IOPS in lz4 form, %.0f IOPS "
-                   "recompressed (%s)." % (
-                       ratio_text(rc.get("randwrite_busy_vs_idle"), 3), rc.get("randread_lz4", 0),
-                       rc.get("randread_recompressed", 0),
-                       ratio_text(rc["randread_recompressed"] / rc["randread_lz4"], 2)
-                       if rc.get("randread_lz4") else "-"))
+    out += [""] + recompress_throughput(rc)
     if rc.get("sweep"):
         out += ["", "How the level and dictionary size were chosen: `uzram estimate -r zstd:LEVEL "
                 "--dict-size SIZE --hot 0` on the same image (every page recompressed; uzram+dedup "
@@ -451,6 +437,46 @@ def recompress_section(rc):
                 row["level"], row["dict_size"], ratio_text(row["recompressed"] / z, 3),
                 ratio_text(row["recompressed_dict"] / z, 3) if row.get("recompressed_dict") else "-",
                 size(row.get("dict_memory"))))
+    return out
+
+
+def recompress_throughput(rc):
+    """Foreground randwrite beside the thread, idle and busy at each rate measured."""
+    out = []
+    if not rc.get("randwrite_idle"):
+        return ["The throughput step did not run."]
+    if True:
+        out += [
+                "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
+                "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
+                "form before each run: idle = thread off, busy = the thread recompressing the image "
+                "meanwhile at the `recompress_rate` in the first column, pages/s (pages it "
+                "recompressed during the run in brackets; the library's default is %s):" % (
+                    rc["runtime"], rc.get("rate", "-")), ""]
+        out.append("| thread | IOPS per round | median | busy / idle |")
+        out.append("| --- | --- | --- | --- |")
+        import statistics
+        rows = [("idle", rc.get("randwrite_idle", []), None, None)]
+        by_rate = rc.get("by_rate") or {str(rc.get("rate", "-")): {
+            "randwrite_busy": rc.get("randwrite_busy", []),
+            "recompressed_during_busy": rc.get("recompressed_during_busy", []),
+            "busy_vs_idle": rc.get("randwrite_busy_vs_idle")}}
+        for rate, r in by_rate.items():
+            rows.append(("busy, %s pages/s" % rate, r["randwrite_busy"], r["recompressed_during_busy"],
+                         r["busy_vs_idle"]))
+        for name, runs, done, ratio in rows:
+            cells = ", ".join("%.0f%s" % (v, " (%d)" % d if done else "")
+                              for v, d in zip(runs, done or [0] * len(runs)))
+            out.append("| %s | %s | %.0f | %s |" % (name, cells, statistics.median(runs) if runs else 0,
+                                                     ratio_text(ratio, 3) if ratio else "-"))
+        out.append("")
+        out.append("busy / idle at %s pages/s: **%s**. 4 KiB randread over the image: %.0f IOPS in lz4 "
+                   "form, %.0f IOPS recompressed (%s)." % (
+                       rc.get("busy_rate") or rc.get("rate", "-"),
+                       ratio_text(rc.get("randwrite_busy_vs_idle"), 3), rc.get("randread_lz4", 0),
+                       rc.get("randread_recompressed", 0),
+                       ratio_text(rc["randread_recompressed"] / rc["randread_lz4"], 2)
+                       if rc.get("randread_lz4") else "-"))
     return out
 
 
@@ -617,6 +643,24 @@ def part_writeback(wb, d, doc_path):
     return 0
 
 
+RATES_BEGIN = "<!-- BEGIN RECOMPRESS RATES RESULTS (bench/report.py --part recompress-rates; do not edit by hand) -->"
+RATES_END = "<!-- END RECOMPRESS RATES RESULTS -->"
+
+
+def part_recompress_rates(rc, d, doc_path):
+    """bench/recompress.sh STEPS=throughput RATES=...: foreground randwrite beside the thread at
+    each recompress_rate, between markers of their own (the memory results stay apart)."""
+    t = targets_section({}, None, None, None, None, None, rc)
+    rows = [r for r in t if (r.startswith("| 12 ") and "randwrite" in r) or r.startswith("| issue")
+            or r.startswith("| ---")]
+    head = ["Run: `%s` at git %s (load average at the end: %s); %d s." % (
+        rc.get("command", "?"), rc.get("git", "?"), rc.get("load_at_end", "?"), rc.get("seconds", 0)),
+        "", "Image: %s, %.1f MiB." % (rc.get("image", "?"), rc.get("image_bytes", 0) / (1 << 20)), ""]
+    text = "\n".join(rows + [""] + head + recompress_throughput(rc)) + "\n"
+    write_results(text, os.path.join(d, "recompress-rates.md"), doc_path, RATES_BEGIN, RATES_END)
+    return 0
+
+
 PART_BEGIN = "<!-- BEGIN RECOMPRESS RESULTS (bench/report.py --part recompress; do not edit by hand) -->"
 PART_END = "<!-- END RECOMPRESS RESULTS -->"
 
@@ -653,7 +697,7 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--plots", help="folder of the plots, relative to the document")
     parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
-    parser.add_argument("--part", choices=["recompress", "writeback", "attach"],
+    parser.add_argument("--part", choices=["recompress", "recompress-rates", "writeback", "attach"],
                         help="only this part (bench/recompress.sh, bench/writeback.sh or "
                              "bench/attach.sh alone): its targets and section, between its own "
                              "markers of --doc")
@@ -681,6 +725,8 @@ def main():
     wb = load_json(d, "writeback.json")
     if args.part == "recompress":
         return part_recompress(rc, d, args.doc)
+    if args.part == "recompress-rates":
+        return part_recompress_rates(rc, d, args.doc)
     if args.part == "writeback":
         return part_writeback(wb, d, args.doc)
     md = []

@@ -146,6 +146,10 @@ UZRAM_API void uzram_destroy(struct uzram *dev);
 /* Drop all data and zero every statistic except mem_limit, keeping the
  * settings (algorithm, level, same_filled, use_dedup, disksize, mem_limit).
  * The dedup index, once made, stays allocated until uzram_destroy().
+ * First it stops the passes running (writeback and recompression, by
+ * request or the library's threads: each ends after its current batch or
+ * page) and waits for them, so that none begun before the reset writes or
+ * counts anything after it; passes asked for meanwhile wait for it to end.
  * Like zram, a reset is meant for a device nobody is using: I/O that runs
  * at the same time is safe (nothing crashes or corrupts) but pages it writes
  * may survive the reset. Returns 0. Thread-safe. */
@@ -269,7 +273,10 @@ struct uzram_recompress_result {
  * did not change meanwhile, as a write does. `result` may be NULL.
  * Errors: -EINVAL bad type or priority, -ENOENT no secondary algorithm set
  * (at `priority`), -ENOMEM / -ENOSPC (no memory for a new object; the page
- * keeps its old form and the pass stops). Thread-safe. */
+ * keeps its old form and the pass stops). Recompression makes room, so it
+ * runs at mem_limit too: its new objects may take the pool up to 64 KiB past
+ * the limit (or the group's) until the larger old ones are freed, and the
+ * pool is compacted when a pass leaves it over the limit. Thread-safe. */
 UZRAM_API int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold,
                                uint64_t max_pages, unsigned priority,
                                struct uzram_recompress_result *result);
@@ -280,7 +287,8 @@ UZRAM_API int uzram_recompress(struct uzram *dev, unsigned type, uint64_t thresh
  * idle marks), again and again; 0 stops it. The thread runs at the lowest
  * CPU priority (SCHED_IDLE, else nice 19) and tries at most `rate` pages a
  * second (uzram_set_recompress_rate(); default 2048), so foreground I/O
- * keeps its speed. uzram_reset() pauses it, uzram_destroy() stops it.
+ * keeps most of its speed (docs/BENCHMARKS.md measures how much).
+ * uzram_reset() pauses it, uzram_destroy() stops it.
  * Errors: -ENOMEM / -EAGAIN the thread could not be made. */
 UZRAM_API int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds);
 /* Pages per second the background thread may try; 0: no limit. Returns 0. */
@@ -366,7 +374,10 @@ UZRAM_API int uzram_get_backing_dev(struct uzram *dev, char *buf, size_t size);
  * written meanwhile stays in memory, and its copy is freed). Stores the
  * pages written (a shared dedup object counts once) in *written (if not
  * NULL); each takes one page of writeback_limit while
- * writeback_limit_enable is on. Thread-safe; one writeback runs at a time.
+ * writeback_limit_enable is on, checked page by page (a limit lowered
+ * meanwhile counts at once). Thread-safe; writebacks take turns a batch of
+ * up to 64 pages at a time, and give way to writes making room
+ * (uzram_set_writeback_when_full()); a uzram_reset() meanwhile ends it.
  * Errors: -ENODEV  no backing store;
  *         -EINVAL  bad type, or first_page past the end or after last_page;
  *         -EIO     writeback_limit_enable is on and writeback_limit is used
@@ -386,13 +397,22 @@ UZRAM_API int uzram_set_writeback_limit_enable(struct uzram *dev, bool on);
 
 /* Beyond zram, as zswap does with its pool: with `on`, a write that would
  * take the pool past mem_limit first writes back the pages idle the
- * longest (their last access, idle marks first) until it fits, instead of
- * failing with -ENOSPC. The wait is bounded: if nothing can be written
- * back (no store, the store full, writeback_limit used up, only
- * same-filled pages), the write fails with -ENOSPC as before. A library
- * thread at the lowest CPU priority also keeps the pool a little below the
- * limit ahead of the writes, at most writeback_rate pages a second.
- * Returns 0, or -ENOMEM / -EAGAIN when the thread cannot be made. */
+ * longest until it fits, instead of failing with -ENOSPC: pages marked
+ * idle, then the oldest sixteenth (by last access) of the pages in memory,
+ * then the oldest sixteenth of the rest, and so on. It fails with -ENOSPC
+ * as before only when nothing can be written back (no store, the store
+ * full, writeback_limit used up, a write to the store failing, or no page
+ * in memory but same-filled ones); a writeback or compaction running
+ * meanwhile gives way to it after its batch. A library thread, at the
+ * normal CPU priority (it holds the store while it writes, and writes must
+ * not wait for a thread a busy CPU does not run), also keeps the pool a
+ * little below the limit ahead of the writes, at most writeback_rate pages
+ * a second. With this or writeback_idle on, a page read from the store a
+ * second time since it went there comes back into memory while the pool is
+ * below the point where that thread starts (half its margin below the
+ * limit): read once it stays, so that a scan passing by does not push
+ * the pages in use out. Returns 0, or -ENOMEM / -EAGAIN when the thread
+ * cannot be made. */
 UZRAM_API int uzram_set_writeback_when_full(struct uzram *dev, bool on);
 
 /* Beyond zram: with `seconds` > 0 the library thread writes back, again
@@ -407,10 +427,12 @@ UZRAM_API int uzram_set_writeback_idle(struct uzram *dev, uint64_t seconds);
 UZRAM_API int uzram_set_writeback_rate(struct uzram *dev, uint64_t pages_per_second);
 
 /* Move objects out of sparsely used pool pages and return the pages that
- * become empty to the operating system, while I/O goes on. Adds the pages
- * freed to pages_compacted and, when `pages_freed` is not NULL, stores the
- * number there. Returns 0. Thread-safe; objects in use at that instant are
- * left where they are. */
+ * become empty to the operating system, while I/O goes on; also give back
+ * the pages of the page table whose slots are all empty, what the backing
+ * store no longer uses, and (glibc) malloc's free memory (malloc_trim).
+ * Adds the pages freed to pages_compacted and, when `pages_freed` is not
+ * NULL, stores the number there. Returns 0. Thread-safe; objects in use at
+ * that instant are left where they are. */
 UZRAM_API int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
 
 /* ------------------------------------------------------------------------
@@ -435,6 +457,16 @@ UZRAM_API int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes);
 
 /* Set mem_used_max back to the current mem_used_total. Returns 0. */
 UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
+
+/* Keep `bytes` (at most 64 MiB; 0, the default, turns it off) of pool memory faulted in
+ * ahead of need by a thread of the library, and make every new span of the pool from it:
+ * a write then never waits for the kernel to find a free page, as a swap device's server
+ * must not (the kernel may be waiting for that very write to free one; `uzram serve --swap`
+ * sets it). A write that finds the reserve empty waits up to 2 s for the thread, then fails
+ * with -ENOMEM. The reserve is pool memory that no page uses yet: it stays within
+ * mem_limit, is not counted in mem_used_total, and compaction keeps it. Returns 0, -EINVAL
+ * (too large), or -errno when the thread cannot start. */
+UZRAM_API int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes);
 
 /* A memory limit shared by several devices (what `uzram serve
  * --server-mem-limit` sets for every device of a server): the pool memory of

@@ -8,13 +8,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int background_start(pthread_t *thread, void *(*main)(void *), void *arg)
+int background_start(pthread_t *thread, void *(*main)(void *), void *arg, const char *name)
 {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(thread, NULL, main, arg);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        pthread_setname_np(*thread, name); /* best effort: a name for top -H, ps -L */
     return rc;
 }
 

@@ -1,5 +1,5 @@
 /* background.h - the engine's own threads (recompression, writeback): started with every signal
- * blocked, and run at the lowest CPU priority (internal). */
+ * blocked and named, and (the recompressor) run at the lowest CPU priority (internal). */
 #ifndef UZRAM_BACKGROUND_H
 #define UZRAM_BACKGROUND_H
 
@@ -7,9 +7,10 @@
 
 /* pthread_create() with every signal blocked in the new thread: signals are
  * the program's (a server takes SIGTERM through a signalfd in its main
- * loop, which only works if no thread of ours lets it in). Returns 0 or an
- * errno value, as pthread_create() does. */
-int background_start(pthread_t *thread, void *(*main)(void *), void *arg);
+ * loop, which only works if no thread of ours lets it in). The thread is
+ * named `name` (at most 15 characters: /proc/PID/task/TID/comm). Returns 0
+ * or an errno value, as pthread_create() does. */
+int background_start(pthread_t *thread, void *(*main)(void *), void *arg, const char *name);
 
 /* Give the calling thread the lowest CPU priority it can have: SCHED_IDLE,
  * which runs it only when a CPU has nothing else to do, or nice 19 where

@@ -31,12 +31,18 @@ struct dedup;
  *                codec table: the algorithm, level and dictionary that made it)
  *   bits 10..22  compressed size, 1..4096, of a COMPRESSED, HUGE or BACKED
  *                page (4096: a raw page)
- *   bits 23..31  free (9 bits), e.g. for a written-back page's marks
- * A new form published in a slot starts with IDLE and INCOMPRESSIBLE clear.
+ *   bit  23      SLOT_REFERENCED: a written-back (BACKED) page was read from
+ *                the store since it went there; the next read brings it
+ *                back into memory when there is room (writeback.h,
+ *                writeback_room_to_promote)
+ *   bits 24..31  free (8 bits)
+ * A new form published in a slot starts with IDLE, INCOMPRESSIBLE and
+ * REFERENCED clear.
  *
- * ac_time: when the page was last read or written, in whole seconds since
- * the device was created (store_now(); 2^32 s is 136 years). Coarse on
- * purpose: it only has to tell pages idle for seconds or more.
+ * ac_time: when the page was last read or written, in ticks of 1/8 s since
+ * the device was created (store_now(); 2^32 ticks are 17 years). Fine
+ * enough to order the pages of one burst of writes for writeback of the
+ * coldest first; settings in seconds are compared in ticks (store_ticks()).
  *
  * value by state:
  *   EMPTY        unused (0)
@@ -71,7 +77,8 @@ enum slot_state {
 #define SLOT_CODEC_MASK (((1u << SLOT_CODEC_BITS) - 1) << SLOT_CODEC_SHIFT)
 #define SLOT_SIZE_SHIFT 10
 #define SLOT_SIZE_MASK (0x1fffu << SLOT_SIZE_SHIFT)
-#define SLOT_FREE_BITS (0x1ffu << 23)
+#define SLOT_REFERENCED (1u << 23)
+#define SLOT_FREE_BITS (0xffu << 24)
 
 struct slot {
     _Atomic uint32_t info;
@@ -80,7 +87,7 @@ struct slot {
 };
 _Static_assert(sizeof(struct slot) == UZRAM_TABLE_BYTES_PER_PAGE, "a page slot is 16 bytes");
 _Static_assert((SLOT_LOCK | SLOT_STATE_MASK | SLOT_IDLE | SLOT_INCOMPRESSIBLE | SLOT_CODEC_MASK |
-                SLOT_SIZE_MASK) == (uint32_t)~SLOT_FREE_BITS,
+                SLOT_SIZE_MASK | SLOT_REFERENCED) == (uint32_t)~SLOT_FREE_BITS,
                "the info fields and the free bits cover the word exactly once");
 
 static inline uint32_t slot_info_make(enum slot_state state, unsigned codec, unsigned size)
@@ -144,8 +151,8 @@ struct uzram {
     _Atomic bool use_dedup;
     _Atomic uint64_t mem_limit;
 
-    /* The clock of ac_time (store_now()): CLOCK_MONOTONIC_COARSE seconds at
-     * creation, and what test builds add to move time on. */
+    /* The clock of ac_time (store_now()): CLOCK_MONOTONIC_COARSE ticks at
+     * creation, and the ticks test builds add to move time on. */
     int64_t clock_base;
     _Atomic uint32_t clock_skew;
 
@@ -198,13 +205,30 @@ static inline uint64_t counter_get(_Atomic uint64_t *counter)
     return atomic_load_explicit(counter, memory_order_relaxed);
 }
 
-/* Seconds since the device was created, the clock of a slot's ac_time. */
+/* The clock of a slot's ac_time: ticks of 1/8 s since the device was
+ * created. */
+#define STORE_TICKS_PER_SECOND 8u
 uint32_t store_now(struct uzram *dev);
+
+/* `seconds` in ticks of store_now(), at most UINT32_MAX. */
+static inline uint32_t store_ticks(uint64_t seconds)
+{
+    return seconds >= UINT32_MAX / STORE_TICKS_PER_SECOND
+               ? UINT32_MAX
+               : (uint32_t)seconds * STORE_TICKS_PER_SECOND;
+}
 
 #ifdef UZRAM_TEST_HOOKS
 /* Test builds: move the device's clock `seconds` on. (store.c) */
 void store_test_advance_clock(struct uzram *dev, uint32_t seconds);
 #endif
+
+/* Compact the pool (uzram_compact() without the backing store and malloc): the pages freed.
+ * (store.c) */
+uint64_t store_compact_pool(struct uzram *dev);
+
+/* Give back the pages of the page table whose slots are all empty (table.c): how many. */
+uint64_t table_give_back(struct uzram *dev);
 
 /* Make a dedup index for this device: its entries' objects live in the
  * device's pool, and the store loads and frees them. (store.c) */

@@ -10,12 +10,12 @@
 #include "fault.h"
 #include "pool.h"
 
-int group_reserve(struct uzram_group *group, uint64_t bytes)
+int group_reserve(struct uzram_group *group, uint64_t bytes, uint64_t grace)
 {
     uint64_t limit = atomic_load_explicit(&group->limit, memory_order_relaxed);
     uint64_t used = atomic_load_explicit(&group->used, memory_order_relaxed);
     do {
-        if (limit != 0 && used + bytes > limit)
+        if (limit != 0 && used + bytes > limit + grace)
             return -ENOSPC;
     } while (!atomic_compare_exchange_weak_explicit(&group->used, &used, used + bytes,
                                                     memory_order_relaxed, memory_order_relaxed));
@@ -83,7 +83,7 @@ int uzram_set_group(struct uzram *dev, struct uzram_group *group)
     /* The page table, which a client can make resident, is charged as the device joins. */
     uint64_t table = dev->page_count * sizeof(struct slot);
     pthread_mutex_lock(&dev->settings_lock);
-    int rc = group_reserve(group, table);
+    int rc = group_reserve(group, table, 0);
     if (rc == 0 && (rc = pool_set_group(dev->pool, group, table)) < 0)
         group_release(group, table);
     pthread_mutex_unlock(&dev->settings_lock);

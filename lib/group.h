@@ -15,8 +15,9 @@ struct uzram_group {
     _Atomic uint64_t members;  /* devices in the group */
 };
 
-/* Charge `bytes` more unless that would take the group past its limit: 0 or -ENOSPC. */
-int group_reserve(struct uzram_group *group, uint64_t bytes);
+/* Charge `bytes` more unless that would take the group past its limit by more than `grace`
+ * bytes: 0 or -ENOSPC. */
+int group_reserve(struct uzram_group *group, uint64_t bytes, uint64_t grace);
 
 /* Give back `bytes` charged by group_reserve(). */
 void group_release(struct uzram_group *group, uint64_t bytes);

@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "fault.h"
 #include "group.h"
+#include "pool_class.h"
+#include "pool_internal.h"
 
 /*
  * Handle bit layout (bits 39..63 always zero: handles stay below 2^47):
@@ -28,47 +31,15 @@
  * the first k pages of its window. One mapping per chunk (not per span) keeps
  * the process far below vm.max_map_count.
  */
-#define PAGE_BYTES 4096u
-#define MAX_SPAN_PAGES 16u
-#define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
-#define WINDOWS_PER_CHUNK_SHIFT 10u
-#define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
-#define CHUNK_BYTES ((size_t)WINDOWS_PER_CHUNK * WINDOW_BYTES) /* 64 MiB */
-#define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
-
 #define OBJECT_INDEX_BITS 12u
 #define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
 _Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_BITS) <=
                    1ull << POOL_HANDLE_BITS,
                "every handle is below 2^POOL_HANDLE_BITS");
 
-/* Each object starts with a header holding its owner, so that compaction
- * can ask the owner's permission to move it. */
-#define HEADER_BYTES 8u
-#define CLASS_GRANULE 16u
-/* Footprints 16, 32, ..., 4096 (header included), then the huge class. */
-#define NORMAL_CLASSES (PAGE_BYTES / CLASS_GRANULE)
-#define HUGE_CLASS NORMAL_CLASSES
-#define CLASS_COUNT (NORMAL_CLASSES + 1)
-
-/* Fullness groups: spans less than 1/4, 2/4, 3/4 used, not full, full. */
-#define GROUP_COUNT 5
-#define GROUP_FULL 4
-
 /* Values of span->next_free[] besides the index of the next free object. */
 #define OBJECT_ALLOCATED 0xffffu
 #define FREE_LIST_END 0xfffeu
-
-/* Shape of a class: shared by every pool, computed once. */
-struct class_shape {
-    uint32_t footprint;   /* bytes per object, header included */
-    uint16_t pages;       /* span length */
-    uint16_t objects;     /* objects per span */
-    uint16_t small_pages; /* span length of a class's first spans */
-    uint16_t small_objects;
-    uint16_t header_bytes; /* 0 for the huge class */
-    uint16_t home;         /* class that actually serves this footprint */
-};
 
 struct pool_span {
     struct pool_span *prev; /* fullness group list, under the class lock */
@@ -87,171 +58,6 @@ struct pool_span {
     /* Per object: OBJECT_ALLOCATED or the next free object's index. */
     uint16_t next_free[];
 };
-
-/* Second level of the span table: one per chunk of address space. */
-struct pool_chunk {
-    unsigned char *base;
-    _Atomic(struct pool_span *) spans[WINDOWS_PER_CHUNK];
-};
-
-struct pool_class {
-    /* Protects everything below and the mutable fields of this class's
-     * spans (lists, in_use, free list, headers of objects). */
-    pthread_mutex_t lock;
-    struct pool_span *groups[GROUP_COUNT];
-    uint64_t span_count;
-    uint64_t capacity; /* objects all its spans can hold */
-    uint64_t object_count;
-} __attribute__((aligned(64)));
-
-/*
- * Lock order (outermost first):
- *   caller's page slot/dedup/owner locks -> one class lock.
- * Only one class lock is ever held at a time. window_lock is a leaf, never
- * held together with a class lock: spans are made and released outside
- * class locks, so mapping a chunk or madvise never stalls a class. Compaction holds a class
- * lock while calling owner callbacks, but only *tries* owner locks, so the
- * inverted order cannot deadlock. pool_map takes no lock at all: it reads
- * the span table through acquire loads of pointers published with release
- * stores.
- */
-struct pool {
-    struct pool_class classes[CLASS_COUNT];
-
-    pthread_mutex_t window_lock;
-    _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
-    uint32_t chunk_count;                 /* under window_lock */
-    uint32_t next_unused_window;          /* under window_lock: windows never used yet */
-    uint32_t *free_windows;               /* under window_lock: stack of released windows */
-    size_t free_window_count;
-    size_t free_window_capacity;
-    /* Span cache, under window_lock: windows of emptied spans whose first
-     * `pages` pages are still resident (see POOL_SPAN_CACHE_BYTES), newest
-     * last; cache_bytes is their total, also read without the lock. */
-    struct cached_window {
-        uint32_t window;
-        uint32_t pages;
-    } cache[POOL_SPAN_CACHE_BYTES / PAGE_BYTES];
-    size_t cache_count;
-    _Atomic uint64_t cache_bytes;
-
-    _Atomic uint64_t mem_used;
-    _Atomic uint64_t mem_used_max;
-    _Atomic uint64_t limit;
-    /* A limit shared with other devices (uzram_set_group()), charged besides mem_used, and
-     * what else was charged to it with the pool (group_fixed). */
-    _Atomic(struct uzram_group *) group;
-    uint64_t group_fixed;
-    _Atomic uint64_t pages_compacted;
-    _Atomic uint64_t compact_gen;
-};
-
-static struct class_shape class_shapes[CLASS_COUNT];
-static pthread_once_t class_shapes_once = PTHREAD_ONCE_INIT;
-
-/* Tail waste a span may have and still be preferred to a longer span.
- * Longer spans waste less at their end, but every class in use keeps about
- * half a span empty on average (and compaction leaves up to one span of
- * free objects per class), a fixed cost of about 3.8 MB over all classes
- * with the least-waste rule. Accepting 1% of tail waste brings that to 2.9 MB
- * for +0.15% per object: a saving below about 600 MB of stored data, about
- * even above. 0 gives the pure least-waste rule. */
-#define SPAN_WASTE_TOLERANCE_PERMILLE 10u
-
-/* How many spans of a class are short ones (see choose_small_span_length). */
-#define SMALL_SPANS_PER_CLASS 2u
-
-/* Pick the shortest span whose tail waste is within the tolerance, or else
- * the one that wastes the smallest fraction of itself (on a tie the shorter
- * span, because a span can only be given back once all its objects are
- * gone). */
-static void choose_span_length(uint32_t footprint, uint16_t *pages, uint16_t *objects)
-{
-    uint32_t best_pages = 0;
-    uint32_t best_objects = 0;
-    uint64_t best_waste = 0;
-    for (uint32_t k = 1; k <= MAX_SPAN_PAGES; k++) {
-        uint32_t bytes = k * PAGE_BYTES;
-        uint32_t objects_here = bytes / footprint;
-        uint64_t waste = bytes - (uint64_t)objects_here * footprint;
-        /* waste / bytes < best_waste / best_bytes, without division */
-        if (best_pages == 0 || waste * best_pages < best_waste * k) {
-            best_pages = k;
-            best_objects = objects_here;
-            best_waste = waste;
-        }
-        if (waste * 1000 <= (uint64_t)SPAN_WASTE_TOLERANCE_PERMILLE * bytes)
-            break;
-    }
-    *pages = (uint16_t)best_pages;
-    *objects = (uint16_t)best_objects;
-}
-
-/* A class's first spans are short: a long span that stays mostly empty
- * costs more than the tail waste it saves, and most classes of a small
- * device never hold more than a span or two. Shortest span that wastes at
- * most an eighth of itself (a span holds at least one object). */
-static void choose_small_span_length(const struct class_shape *shape, uint16_t *pages,
-                                     uint16_t *objects)
-{
-    for (uint32_t k = 1; k < shape->pages; k++) {
-        uint32_t bytes = k * PAGE_BYTES;
-        uint32_t objects_here = bytes / shape->footprint;
-        if (objects_here > 0 && (bytes - objects_here * shape->footprint) * 8 <= bytes) {
-            *pages = (uint16_t)k;
-            *objects = (uint16_t)objects_here;
-            return;
-        }
-    }
-    *pages = shape->pages;
-    *objects = shape->objects;
-}
-
-static void init_class_shapes(void)
-{
-    for (uint32_t i = 0; i < NORMAL_CLASSES; i++) {
-        struct class_shape *shape = &class_shapes[i];
-        shape->footprint = (i + 1) * CLASS_GRANULE;
-        shape->header_bytes = HEADER_BYTES;
-        choose_span_length(shape->footprint, &shape->pages, &shape->objects);
-        choose_small_span_length(shape, &shape->small_pages, &shape->small_objects);
-        shape->home = (uint16_t)i;
-    }
-    struct class_shape *huge = &class_shapes[HUGE_CLASS];
-    huge->footprint = PAGE_BYTES;
-    huge->pages = 1;
-    huge->objects = 1;
-    huge->small_pages = 1;
-    huge->small_objects = 1;
-    huge->header_bytes = 0;
-    huge->home = HUGE_CLASS;
-    /* Neighbouring footprints with the same span length and object count
-     * cost the same per object: serve them from the largest one so that
-     * fewer half-empty spans exist (zsmalloc merges classes the same way). */
-    for (int i = (int)NORMAL_CLASSES - 2; i >= 0; i--) {
-        const struct class_shape *larger = &class_shapes[class_shapes[i + 1].home];
-        if (larger->header_bytes == HEADER_BYTES && larger->pages == class_shapes[i].pages &&
-            larger->objects == class_shapes[i].objects &&
-            larger->small_pages == class_shapes[i].small_pages &&
-            larger->small_objects == class_shapes[i].small_objects)
-            class_shapes[i].home = class_shapes[i + 1].home;
-    }
-}
-
-static const struct class_shape *shapes(void)
-{
-    pthread_once(&class_shapes_once, init_class_shapes);
-    return class_shapes;
-}
-
-/* Class serving objects of `size` bytes (1..4096). */
-static unsigned class_of(const struct class_shape *all, size_t size)
-{
-    size_t footprint = size + HEADER_BYTES;
-    if (footprint > PAGE_BYTES)
-        return HUGE_CLASS;
-    return all[(footprint + CLASS_GRANULE - 1) / CLASS_GRANULE - 1].home;
-}
 
 static uint64_t make_handle(const struct pool_span *span, unsigned index)
 {
@@ -365,18 +171,18 @@ static uint64_t owner_of(const struct class_shape *shape, const struct pool_span
 }
 
 /* Account `bytes` more pool memory unless that would pass the limit, the pool's own or
- * its group's. */
-static int reserve_memory(struct pool *pool, uint64_t bytes)
+ * its group's, by more than `grace` bytes. */
+static int reserve_memory(struct pool *pool, uint64_t bytes, uint64_t grace)
 {
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
     uint64_t used = atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
     do {
-        if (limit != 0 && used + bytes > limit)
+        if (limit != 0 && used + bytes > limit + grace)
             return -ENOSPC;
     } while (!atomic_compare_exchange_weak_explicit(&pool->mem_used, &used, used + bytes,
                                                     memory_order_relaxed, memory_order_relaxed));
     struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
-    if (group && group_reserve(group, bytes) < 0) {
+    if (group && group_reserve(group, bytes, grace) < 0) {
         atomic_fetch_sub_explicit(&pool->mem_used, bytes, memory_order_relaxed);
         return -ENOSPC;
     }
@@ -399,7 +205,7 @@ static void unreserve_memory(struct pool *pool, uint64_t bytes)
 }
 
 /* Reserve one more chunk of address space. Called with window_lock held. */
-static int map_chunk(struct pool *pool)
+int pool_map_chunk(struct pool *pool)
 {
     if (pool->chunk_count >= MAX_CHUNKS)
         return -ENOMEM;
@@ -435,32 +241,71 @@ static int map_chunk(struct pool *pool)
     return 0;
 }
 
-/* A window for a span of `pages` pages: a cached one first (its resident
- * pages in *resident; the newest of the last few with exactly `pages`, else
- * the newest), then a released one, then a new one. */
+/* The cached window to take for a span of `pages` pages: the newest of the last few with
+ * exactly `pages` resident, else the newest (with a reserve: else the newest with more, whose
+ * tail is given back, so that no page is faulted in). -1 when there is none. Called with
+ * window_lock held. */
+static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve)
+{
+    for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
+        if (pool->cache[i].pages == pages)
+            return (ssize_t)i;
+    for (size_t i = pool->cache_count; i-- > 0;)
+        if (!reserve || pool->cache[i].pages >= pages)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* With a reserve, wait (up to POOL_RESERVE_WAIT_MS, window_lock held) for the refiller to
+ * cache a window of `pages` pages. */
+static ssize_t wait_for_reserve(struct pool *pool, unsigned pages)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)POOL_RESERVE_WAIT_MS * 1000000;
+    deadline.tv_sec += (time_t)(ns / 1000000000);
+    deadline.tv_nsec = (long)(ns % 1000000000);
+    ssize_t pick;
+    /* At the limit no window will come: the write fails (-ENOMEM) at once. */
+    uint64_t limit = atomic_load(&pool->limit), cached = atomic_load(&pool->cache_bytes);
+    if (limit != 0 && atomic_load(&pool->mem_used) + cached + WINDOW_BYTES > limit)
+        return -1;
+    while ((pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
+        pthread_cond_signal(&pool->reserve_wanted);
+        if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
+            pick = pick_cached(pool, pages, true);
+            break;
+        }
+    }
+    return pick;
+}
+
+/* A window for a span of `pages` pages: a cached one first (its resident pages in
+ * *resident), then a released one, then a new one. With a reserve, only a cached one with
+ * `pages` resident (waiting for the refiller): -ENOMEM when none comes. */
 static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsigned *resident)
 {
     int rc = 0;
     *resident = 0;
+    bool reserve = atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) != 0;
     pthread_mutex_lock(&pool->window_lock);
-    if (pool->cache_count > 0) {
-        size_t pick = pool->cache_count - 1;
-        for (size_t i = pool->cache_count, looked = 0; i-- > 0 && looked < 8; looked++)
-            if (pool->cache[i].pages == pages) {
-                pick = i;
-                break;
-            }
+    ssize_t pick = pick_cached(pool, pages, reserve);
+    if (pick < 0 && reserve) {
+        pick = wait_for_reserve(pool, pages);
+        rc = pick < 0 ? -ENOMEM : 0;
+    }
+    if (pick >= 0) {
         struct cached_window taken = pool->cache[pick];
         pool->cache[pick] = pool->cache[--pool->cache_count];
         atomic_fetch_sub_explicit(&pool->cache_bytes, (uint64_t)taken.pages * PAGE_BYTES,
                                   memory_order_relaxed);
         *window = taken.window;
         *resident = taken.pages;
-    } else if (pool->free_window_count > 0) {
+    } else if (rc == 0 && pool->free_window_count > 0) {
         *window = pool->free_windows[--pool->free_window_count];
-    } else {
+    } else if (rc == 0) {
         if (pool->next_unused_window == pool->chunk_count * WINDOWS_PER_CHUNK)
-            rc = map_chunk(pool);
+            rc = pool_map_chunk(pool);
         if (rc == 0)
             *window = pool->next_unused_window++;
     }
@@ -481,21 +326,27 @@ static struct pool_chunk *chunk_of_window(struct pool *pool, uint32_t window)
                                 memory_order_acquire);
 }
 
-static unsigned char *window_base(struct pool *pool, uint32_t window)
+unsigned char *pool_window_base(struct pool *pool, uint32_t window)
 {
     return chunk_of_window(pool, window)->base +
            (size_t)(window & (WINDOWS_PER_CHUNK - 1)) * WINDOW_BYTES;
 }
 
-/* Give the pages of [base, base + bytes) back to the OS. MADV_DONTNEED
- * refuses locked memory (EINVAL): in a process that called mlockall() (uzram
- * serve --swap) the range is unlocked, emptied and locked again as it is
- * touched (MLOCK_ONFAULT), which also lets the kernel merge it back into one
- * mapping with its neighbours. If even that failed, the pages would merely
- * stay resident. */
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+/* Give the pages of [base, base + bytes) back to the OS. MADV_DONTNEED refuses locked memory
+ * (EINVAL): in a process that called mlockall() (uzram serve --swap) MADV_DONTNEED_LOCKED
+ * (Linux 5.18) empties the range and leaves the mapping alone; before it, the range is
+ * unlocked, emptied and locked again as it is touched (MLOCK_ONFAULT), which also lets the
+ * kernel merge it back into one mapping with its neighbours. If even that failed, the pages
+ * would merely stay resident. */
 static void give_pages_back(unsigned char *base, size_t bytes)
 {
-    if (madvise(base, bytes, MADV_DONTNEED) < 0 && errno == EINVAL && munlock(base, bytes) == 0) {
+    if (madvise(base, bytes, MADV_DONTNEED) == 0 || errno != EINVAL ||
+        madvise(base, bytes, MADV_DONTNEED_LOCKED) == 0)
+        return;
+    if (munlock(base, bytes) == 0) {
         (void)madvise(base, bytes, MADV_DONTNEED);
         (void)mlock2(base, bytes, MLOCK_ONFAULT);
     }
@@ -517,7 +368,8 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
         atomic_load_explicit(&group->used, memory_order_relaxed) + bytes <= group_limit;
     pthread_mutex_lock(&pool->window_lock);
     uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-    if (group_room && cached + bytes <= POOL_SPAN_CACHE_BYTES &&
+    uint64_t capacity = POOL_SPAN_CACHE_BYTES + atomic_load(&pool->reserve_target);
+    if (group_room && cached + bytes <= capacity && pool->cache_count < CACHE_ENTRIES &&
         (limit == 0 ||
          atomic_load_explicit(&pool->mem_used, memory_order_relaxed) + cached + bytes <= limit)) {
         pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
@@ -528,26 +380,26 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
     return kept;
 }
 
-/* Give the cached windows' pages back to the OS (madvise outside the lock,
- * a few windows at a time). Returns the pages given back. */
-static uint64_t drain_cache(struct pool *pool)
+/* Give the cached windows' pages back to the OS until at most `keep` bytes stay cached
+ * (madvise outside the lock, a few windows at a time). Returns the pages given back. */
+uint64_t pool_drain_cache(struct pool *pool, uint64_t keep)
 {
     uint64_t pages_given = 0;
     for (;;) {
         struct cached_window batch[64];
         size_t n = 0;
         pthread_mutex_lock(&pool->window_lock);
-        while (n < 64 && pool->cache_count > 0)
-            batch[n++] = pool->cache[--pool->cache_count];
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < n; i++)
-            bytes += (uint64_t)batch[i].pages * PAGE_BYTES;
+        uint64_t bytes = 0, cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
+        while (n < 64 && pool->cache_count > 0 && cached - bytes > keep) {
+            batch[n] = pool->cache[--pool->cache_count];
+            bytes += (uint64_t)batch[n++].pages * PAGE_BYTES;
+        }
         atomic_fetch_sub_explicit(&pool->cache_bytes, bytes, memory_order_relaxed);
         pthread_mutex_unlock(&pool->window_lock);
         if (n == 0)
             return pages_given;
         for (size_t i = 0; i < n; i++) {
-            give_pages_back(window_base(pool, batch[i].window),
+            give_pages_back(pool_window_base(pool, batch[i].window),
                             (size_t)batch[i].pages * PAGE_BYTES);
             give_back_window(pool, batch[i].window);
             pages_given += batch[i].pages;
@@ -558,23 +410,25 @@ static uint64_t drain_cache(struct pool *pool)
 /* Make an empty span of class `class_index` (a short one if `small`),
  * published in the span table but on no list yet. Called without any class
  * lock. */
-static int create_span(struct pool *pool, unsigned class_index, bool small, struct pool_span **out)
+static int create_span(struct pool *pool, unsigned class_index, bool small, uint64_t grace,
+                       struct pool_span **out)
 {
-    const struct class_shape *shape = &shapes()[class_index];
+    const struct class_shape *shape = &pool_class_shapes()[class_index];
     unsigned pages = small ? shape->small_pages : shape->pages;
     unsigned objects = small ? shape->small_objects : shape->objects;
     uint64_t bytes = (uint64_t)pages * PAGE_BYTES;
-    int rc = reserve_memory(pool, bytes);
+    int rc = reserve_memory(pool, bytes, grace);
     if (rc)
         return rc;
-    /* Near the limit the span cache goes first: pool memory, cache
-     * included, stays within it. */
+    /* Near the limit the span cache goes first: pool memory, cache included, stays within
+     * it. (A span made from the reserve only moves memory from the cache to mem_used.) */
     uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
-    if (limit != 0 && atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > 0 &&
+    if (limit != 0 && atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > 0 &&
         atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
                 atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
             limit)
-        drain_cache(pool);
+        pool_drain_cache(pool, 0);
     struct pool_span *span =
         FAULT_POINT(FAULT_ALLOC)
             ? NULL
@@ -593,7 +447,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, stru
     }
     struct pool_chunk *chunk = chunk_of_window(pool, window);
     memset(span, 0, sizeof *span);
-    span->base = window_base(pool, window);
+    span->base = pool_window_base(pool, window);
     /* A cached window longer than the span: its tail would be resident and
      * counted nowhere. */
     if (resident > pages)
@@ -637,7 +491,7 @@ int pool_create(struct pool **out)
 {
     if (!out)
         return -EINVAL;
-    shapes();
+    pool_class_shapes();
     /* Class locks sit on their own cache lines: the struct needs its
      * 64-byte alignment honoured, which calloc does not promise. */
     struct pool *pool =
@@ -651,6 +505,12 @@ int pool_create(struct pool **out)
         return -ENOMEM;
     }
     pthread_mutex_init(&pool->window_lock, NULL);
+    pthread_condattr_t clock;
+    pthread_condattr_init(&clock);
+    pthread_condattr_setclock(&clock, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->reserve_wanted, &clock);
+    pthread_cond_init(&pool->reserve_filled, &clock);
+    pthread_condattr_destroy(&clock);
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_init(&pool->classes[i].lock, NULL);
     *out = pool;
@@ -661,6 +521,13 @@ void pool_destroy(struct pool *pool)
 {
     if (!pool)
         return;
+    if (pool->refiller_running) {
+        pthread_mutex_lock(&pool->window_lock);
+        pool->refiller_stop = true;
+        pthread_cond_signal(&pool->reserve_wanted);
+        pthread_mutex_unlock(&pool->window_lock);
+        pthread_join(pool->refiller, NULL);
+    }
     struct uzram_group *group = atomic_load(&pool->group);
     if (group) {
         group_release(group, atomic_load(&pool->mem_used) + pool->group_fixed);
@@ -676,17 +543,20 @@ void pool_destroy(struct pool *pool)
     for (unsigned i = 0; i < CLASS_COUNT; i++)
         pthread_mutex_destroy(&pool->classes[i].lock);
     pthread_mutex_destroy(&pool->window_lock);
+    pthread_cond_destroy(&pool->reserve_wanted);
+    pthread_cond_destroy(&pool->reserve_filled);
     free(pool->free_windows);
     free(pool->chunks);
     free(pool);
 }
 
-int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
+int pool_alloc_over(struct pool *pool, size_t size, uint64_t owner, uint64_t grace,
+                    uint64_t *handle)
 {
     if (!pool || !handle || owner == 0 || size == 0 || size > POOL_MAX_OBJECT)
         return -EINVAL;
-    const struct class_shape *all = shapes();
-    unsigned class_index = class_of(all, size);
+    const struct class_shape *all = pool_class_shapes();
+    unsigned class_index = pool_class_of(all, size);
     const struct class_shape *shape = &all[class_index];
     struct pool_class *class = &pool->classes[class_index];
 
@@ -699,7 +569,7 @@ int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uint64_t *handle)
          * is as dense as any other once filled). */
         bool small = class->span_count < SMALL_SPANS_PER_CLASS;
         pthread_mutex_unlock(&class->lock);
-        int rc = create_span(pool, class_index, small, &span);
+        int rc = create_span(pool, class_index, small, grace, &span);
         if (rc)
             return rc;
         pthread_mutex_lock(&class->lock);
@@ -747,7 +617,7 @@ void *pool_map(struct pool *pool, uint64_t handle)
     struct pool_span *span = span_of(pool, handle);
     if (!span)
         return NULL;
-    const struct class_shape *shape = &shapes()[span->class_index];
+    const struct class_shape *shape = &pool_class_shapes()[span->class_index];
     unsigned index = handle & OBJECT_INDEX_MASK;
     return object_start(shape, span, index) + shape->header_bytes;
 }
@@ -755,11 +625,10 @@ void *pool_map(struct pool *pool, uint64_t handle)
 void pool_set_limit(struct pool *pool, uint64_t bytes)
 {
     atomic_store_explicit(&pool->limit, bytes, memory_order_relaxed);
-    /* A lower limit leaves no room for the cache: give it back. */
-    if (bytes != 0 && atomic_load_explicit(&pool->mem_used, memory_order_relaxed) +
-                              atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
-                          bytes)
-        drain_cache(pool);
+    /* A lower limit leaves no room for the cache: give it back, down to what still fits. */
+    uint64_t used = atomic_load_explicit(&pool->mem_used, memory_order_relaxed);
+    if (bytes != 0 && used + atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) > bytes)
+        pool_drain_cache(pool, used < bytes ? bytes - used : 0);
 }
 
 int pool_set_group(struct pool *pool, struct uzram_group *group, uint64_t fixed)
@@ -809,7 +678,7 @@ static struct pool_span *sparsest_untried_span(struct pool_class *class, uint64_
 static bool compact_one_span(struct pool *pool, unsigned class_index,
                              const struct pool_owner_ops *ops, uint64_t gen, uint64_t *freed)
 {
-    const struct class_shape *shape = &shapes()[class_index];
+    const struct class_shape *shape = &pool_class_shapes()[class_index];
     struct pool_class *class = &pool->classes[class_index];
 
     pthread_mutex_lock(&class->lock);
@@ -866,7 +735,7 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
 {
     if (!pool || !ops || !ops->try_lock_owner || !ops->relocate)
         return 0;
-    const struct class_shape *all = shapes();
+    const struct class_shape *all = pool_class_shapes();
     /* A fresh generation per call marks the spans this call already tried,
      * so a span that keeps a locked object is not picked again and again. */
     uint64_t gen = atomic_fetch_add_explicit(&pool->compact_gen, 1, memory_order_relaxed) + 1;
@@ -877,22 +746,13 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
         while (compact_one_span(pool, class_index, ops, gen, &freed))
             ;
     }
-    /* Compaction gives memory back: the span cache too (not counted in
+    /* Compaction gives memory back: the span cache too, the reserve apart (not counted in
      * freed, which is mem_used's share). */
-    drain_cache(pool);
+    pool_drain_cache(pool, atomic_load_explicit(&pool->reserve_target, memory_order_relaxed));
     return freed;
 }
 
 uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-}
-
-double pool_object_cost(size_t size)
-{
-    if (size == 0 || size > POOL_MAX_OBJECT)
-        return 0.0;
-    const struct class_shape *all = shapes();
-    const struct class_shape *shape = &all[class_of(all, size)];
-    return (double)shape->pages * PAGE_BYTES / shape->objects;
 }

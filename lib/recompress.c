@@ -12,6 +12,7 @@
 #include "comp.h"
 #include "device.h"
 #include "fault.h"
+#include "pool.h"
 
 /* ---- settings ----------------------------------------------------------- */
 
@@ -165,6 +166,25 @@ static bool background_should_leave(struct uzram *dev)
            atomic_load_explicit(&r->paused, memory_order_relaxed);
 }
 
+/* A pass by request counts itself, as the thread's does (in_pass), so that a reset can wait
+ * for it: none begins while a reset runs, and one running ends at its next page. */
+static void request_begin(struct recompressor *r)
+{
+    pthread_mutex_lock(&r->lock);
+    while (atomic_load(&r->paused))
+        pthread_cond_wait(&r->wake, &r->lock);
+    r->requests++;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void request_end(struct recompressor *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->requests--;
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* Sleep as long as the pages tried so far are ahead of the rate, in short
  * steps so that a stop or pause is seen at once. */
 static void pace_wait(struct uzram *dev, struct pace *pace)
@@ -209,7 +229,7 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
             pace->tried++;
             pace_wait(dev, pace);
         }
-        if (pace && background_should_leave(dev))
+        if ((pace && background_should_leave(dev)) || atomic_load(&dev->recompressor.paused))
             break;
     }
     return rc;
@@ -241,7 +261,14 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
     if (!any_secondary(dev, plan.first, plan.last))
         return -ENOENT;
     struct recompress_tally tally = {0};
+    request_begin(&dev->recompressor);
     int rc = run_pass(dev, &plan, max_pages, NULL, &tally);
+    request_end(&dev->recompressor);
+    /* At mem_limit objects may have gone past it by a span (store_put_object): the holes of
+     * the ones they replaced bring the pool back under it. */
+    uint64_t limit = atomic_load(&dev->mem_limit);
+    if (tally.recompressed && limit && pool_mem_used(dev->pool) > limit)
+        store_compact_pool(dev);
     if (result)
         *result = (struct uzram_recompress_result){
             .pages_tried = tally.tried,
@@ -255,8 +282,10 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
 
 /* ---- the background thread --------------------------------------------------- */
 
-/* 2048 pages (8 MiB) a second: measured to keep foreground randwrite at >= 0.9x of it with
- * the thread off, where 16384 took it to 0.73x (docs/BENCHMARKS.md) */
+/* 2048 pages (8 MiB) a second: docs/BENCHMARKS.md ("Recompression rate") measures foreground
+ * randwrite beside the thread at 512 to 4096 pages/s; on a shared machine no rate there costs
+ * the foreground measurably less (SCHED_IDLE holds the thread back far below its rate when the
+ * CPUs are busy), and this one recompresses a GiB of idle pages in about two minutes. */
 #define DEFAULT_RATE 2048u
 
 void recompressor_init(struct recompressor *r)
@@ -291,7 +320,7 @@ static void *recompressor_main(void *arg)
         r->in_pass = true;
         pthread_mutex_unlock(&r->lock);
         struct recompress_plan plan = {
-            .min_age = idle_seconds > UINT32_MAX ? UINT32_MAX : (uint32_t)idle_seconds,
+            .min_age = store_ticks(idle_seconds),
             .first = 1,
             .last = UZRAM_RECOMPRESS_PRIORITY_MAX,
             .marks_incompressible = true,
@@ -301,9 +330,11 @@ static void *recompressor_main(void *arg)
         if (any_secondary(dev, 1, UZRAM_RECOMPRESS_PRIORITY_MAX))
             run_pass(dev, &plan, 0, &pace, &tally); /* a failed page waits for the next pass */
         /* The replaced objects left holes in the pool's spans: the memory
-         * only comes back once they are compacted. */
+         * only comes back once they are compacted. The pool only: compaction of the backing
+         * store holds the lock that writers making room wait for, which a thread at this
+         * priority must not (the writeback thread does it). */
         if (tally.recompressed)
-            uzram_compact(dev, NULL);
+            store_compact_pool(dev);
         pthread_mutex_lock(&r->lock);
         r->in_pass = false;
         pthread_cond_broadcast(&r->wake);
@@ -357,8 +388,9 @@ static int set_recompress_idle(struct uzram *dev, uint64_t seconds)
     r->idle_seconds = seconds;
     int rc = 0;
     if (!r->running) {
-        rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
-                                      : background_start(&r->thread, recompressor_main, dev);
+        rc = FAULT_POINT(FAULT_ALLOC)
+                 ? EAGAIN
+                 : background_start(&r->thread, recompressor_main, dev, "uzram-recomp");
         if (rc == 0)
             r->running = true;
         else
@@ -381,7 +413,7 @@ void recompressor_pause(struct uzram *dev)
     pthread_mutex_lock(&r->lock);
     atomic_store(&r->paused, true);
     pthread_cond_broadcast(&r->wake);
-    while (r->in_pass)
+    while (r->in_pass || r->requests > 0)
         pthread_cond_wait(&r->wake, &r->lock);
     pthread_mutex_unlock(&r->lock);
 }

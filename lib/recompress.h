@@ -17,7 +17,8 @@ struct uzram;
 /* A pass over the page table, as one page sees it. */
 struct recompress_plan {
     unsigned mode;             /* RECOMPRESS_IDLE | RECOMPRESS_HUGE, or 0 */
-    uint32_t min_age;          /* seconds since the last access (background mode); 0: any */
+    uint32_t min_age;          /* ticks (store_now()) since the last access (background
+                                  mode); 0: any */
     unsigned threshold;        /* only objects of at least this many bytes, and the new one
                                   below it; 0: any */
     unsigned first, last;      /* the priorities to try, in order (1..3) */
@@ -57,8 +58,9 @@ struct recompressor {
     pthread_t thread;
     bool running;          /* the thread exists (under lock) */
     bool in_pass;          /* it is working through the table (under lock) */
+    unsigned requests;     /* passes by request (uzram_recompress) running (under lock) */
     _Atomic bool stop;     /* leave: recompress_idle 0 or destroy */
-    _Atomic bool paused;   /* a reset is running */
+    _Atomic bool paused;   /* a reset is running: no pass begins, running ones end */
     uint64_t idle_seconds; /* under lock; 0: off */
     _Atomic uint64_t rate; /* pages per second; 0: no limit */
     int priority_class;    /* what the thread got: 1 SCHED_IDLE, 2 nice 19, 0 none */

@@ -1,6 +1,7 @@
 /* settings.c - device settings that zram takes before initialisation, and mem_limit.
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "backing.h"
@@ -79,6 +80,18 @@ int uzram_reset_mem_used_max(struct uzram *dev)
 {
     pool_reset_mem_used_max(dev->pool);
     return 0;
+}
+
+int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes)
+{
+    int rc = pool_set_reserve(dev->pool, bytes);
+    /* The page table too, which a write into a part of the disk never written before would
+     * otherwise fault in (as kernel zram allocates its table whole): its pages are made
+     * present without writing to them (MADV_POPULATE_WRITE, Linux 5.14), since writes may be
+     * running. An older kernel keeps faulting it in as used. */
+    if (rc == 0 && bytes != 0)
+        (void)madvise(dev->slots, dev->page_count * sizeof dev->slots[0], 23);
+    return rc;
 }
 
 int uzram_get_config(struct uzram *dev, struct uzram_config *config)

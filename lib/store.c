@@ -4,6 +4,7 @@
  * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
  * on the backing store pins it and reads it without the lock (see read_held). */
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -18,133 +19,48 @@
 #include "fault.h"
 #include "pool.h"
 #include "same.h"
+#include "slot.h"
 
 /* Scratch pages per thread: compression output, and the old page of a
  * partial write or a page that the caller wants only part of. */
 static __thread unsigned char compress_buffer[UZRAM_PAGE_SIZE];
 static __thread unsigned char page_buffer[UZRAM_PAGE_SIZE];
 
-/* ---- slot lock ---------------------------------------------------------- */
-
-static void slot_lock(struct slot *slot)
-{
-    unsigned spins = 0;
-    for (;;) {
-        uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
-        if (!(info & SLOT_LOCK) &&
-            atomic_compare_exchange_weak_explicit(&slot->info, &info, info | SLOT_LOCK,
-                                                  memory_order_acquire, memory_order_relaxed))
-            return;
-        lock_backoff(&spins);
-    }
-}
-
-static bool slot_trylock(struct slot *slot)
-{
-    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
-    return !(info & SLOT_LOCK) &&
-           atomic_compare_exchange_strong_explicit(&slot->info, &info, info | SLOT_LOCK,
-                                                   memory_order_acquire, memory_order_relaxed);
-}
-
-static void slot_unlock(struct slot *slot)
-{
-    atomic_fetch_and_explicit(&slot->info, ~SLOT_LOCK, memory_order_release);
-}
-
-/* An empty slot is recognised without taking its lock: locking writes to
- * the table, which would back the table of a sparse disk with memory. */
-static bool slot_seems_empty(struct slot *slot)
-{
-    return atomic_load_explicit(&slot->info, memory_order_acquire) == 0;
-}
-
-/* Only with the lock held. */
-static uint32_t slot_info(struct slot *slot)
-{
-    return atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
-}
-
-/* Publish a new form, accessed at `now`, with no marks (IDLE,
- * INCOMPRESSIBLE): they belong to the form the slot held before. */
-static void slot_set(struct slot *slot, const struct page_object *object, uint32_t now)
-{
-    slot->value = object->value;
-    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
-    atomic_store_explicit(&slot->info,
-                          slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
-                          memory_order_relaxed);
-}
-
-static void slot_get(struct slot *slot, struct page_object *object)
-{
-    uint32_t info = slot_info(slot);
-    object->state = slot_info_state(info);
-    object->codec = slot_info_codec(info);
-    object->size = slot_info_size(info);
-    object->value = slot->value;
-}
-
-/* Change the marks of a locked slot, keeping idle_pages and
- * incompressible_pages in step. */
-static void slot_set_marks(struct uzram *dev, struct slot *slot, uint32_t set, uint32_t clear)
-{
-    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
-    uint32_t next = (info | set) & ~clear;
-    if (next == info)
-        return;
-    atomic_store_explicit(&slot->info, next, memory_order_relaxed);
-    uint32_t gained = next & ~info, lost = info & ~next;
-    if (gained & SLOT_IDLE)
-        counter_add(&dev->idle_pages, 1);
-    if (lost & SLOT_IDLE)
-        counter_sub(&dev->idle_pages, 1);
-    if (gained & SLOT_INCOMPRESSIBLE)
-        counter_add(&dev->incompressible_pages, 1);
-    if (lost & SLOT_INCOMPRESSIBLE)
-        counter_sub(&dev->incompressible_pages, 1);
-}
-
-/* A locked slot was read at `now`: no longer idle. */
-static void slot_touch(struct uzram *dev, struct slot *slot, uint32_t now)
-{
-    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
-    slot_set_marks(dev, slot, 0, SLOT_IDLE);
-}
-
 /* ---- clock ---------------------------------------------------------------- */
 
-static int64_t monotonic_seconds(void)
+static int64_t monotonic_ticks(void)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    return now.tv_sec;
+    return now.tv_sec * STORE_TICKS_PER_SECOND +
+           now.tv_nsec / (1000000000 / STORE_TICKS_PER_SECOND);
 }
 
 uint32_t store_now(struct uzram *dev)
 {
-    return (uint32_t)(monotonic_seconds() - dev->clock_base) +
+    return (uint32_t)(monotonic_ticks() - dev->clock_base) +
            atomic_load_explicit(&dev->clock_skew, memory_order_relaxed);
 }
 
 #ifdef UZRAM_TEST_HOOKS
 void store_test_advance_clock(struct uzram *dev, uint32_t seconds)
 {
-    atomic_fetch_add(&dev->clock_skew, seconds);
+    atomic_fetch_add(&dev->clock_skew, seconds * STORE_TICKS_PER_SECOND);
 }
 #endif
 
 /* ---- objects ------------------------------------------------------------- */
 
-/* Compress `page` with the device's current algorithm and put the result
- * (or the raw page) in the pool, owned by `owner`. Fills `object` with a
- * COMPRESSED or HUGE form and counts compr_data_size. */
+/* The bytes of the object store_load_object() last read from the backing store in this
+ * thread (in backing_read()'s buffer: valid until this thread reads the store again). */
+static __thread const void *backed_bytes;
+
 /* Put `length` bytes of `data` (a compressed object of codec `codec`, on
  * which the caller holds a user that passes to the object, or the raw page
  * when `length` is 4096) into the pool, owned by `owner`, and count them in
- * compr_data_size. */
+ * compr_data_size. `replacing`: it replaces a larger object (recompression). */
 static int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
-                            uint64_t owner, struct page_object *object)
+                            uint64_t owner, bool replacing, struct page_object *object)
 {
     *object = (struct page_object){
         .state = length == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
@@ -152,6 +68,13 @@ static int store_put_object(struct uzram *dev, const void *data, unsigned length
         .size = length,
     };
     int rc = pool_alloc(dev->pool, length, owner, &object->value);
+    if (rc == -ENOSPC && replacing) {
+        /* Recompression, which makes room: at the limit the holes of the objects it
+         * replaced are gathered, and its object may take one span past the limit until its
+         * larger old form is freed (zram does not hold recompression to the limit at all). */
+        store_compact_pool(dev);
+        rc = pool_alloc_over(dev->pool, length, owner, POOL_SPAN_MAX_BYTES, &object->value);
+    }
     if (rc < 0)
         return rc;
     memcpy(pool_map(dev->pool, object->value), data, length);
@@ -191,9 +114,9 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
     /* Past mem_limit, writeback_when_full writes cold pages back until
      * this one fits (a bounded number of tries). */
     for (unsigned attempt = 0;; attempt++) {
-        rc = length == 0
-                 ? store_put_object(dev, page, UZRAM_PAGE_SIZE, 0, owner, object)
-                 : store_put_object(dev, compress_buffer, (unsigned)length, codec, owner, object);
+        rc = length == 0 ? store_put_object(dev, page, UZRAM_PAGE_SIZE, 0, owner, false, object)
+                         : store_put_object(dev, compress_buffer, (unsigned)length, codec, owner,
+                                            false, object);
         if (rc != -ENOSPC || !writeback_make_room(dev, attempt))
             break;
     }
@@ -244,6 +167,7 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
     if (rc < 0)
         return -EIO;
     counter_add(&dev->writeback.bd_reads, 1);
+    backed_bytes = data;
     return store_decode(dev, data, object->size, object->codec, page);
 }
 
@@ -451,8 +375,42 @@ static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object
     return (object.handle & OBJECT_BACKED) && dedup_get(dedup, (uint32_t)held->value);
 }
 
-/* Read a page held by hold_backed(), without the slot lock, and let it go. */
-static int read_held(struct uzram *dev, const struct page_object *held, void *page)
+/* Bring a written-back page read again back into memory (see read_held): its object, whose
+ * bytes the read just read from the store, goes into the pool and takes the place of the
+ * one on the store if the slot still holds that (its extent is pinned: its offset names no
+ * other object). The codec user passes from one form to the other. If anything is in the
+ * way, the page stays on the store: nothing is lost. */
+static void promote(struct uzram *dev, uint64_t index, const struct page_object *held)
+{
+    struct page_object made, now;
+    if (store_put_object(dev, backed_bytes, held->size, held->codec, index + 1, false, &made) < 0)
+        return;
+    struct slot *slot = &dev->slots[index];
+    slot_lock(slot);
+    slot_get(slot, &now);
+    bool same = now.state == SLOT_BACKED && now.value == held->value && now.size == held->size &&
+                now.codec == held->codec;
+    if (same) {
+        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
+        slot->value = made.value;
+        atomic_store_explicit(&slot->info,
+                              slot_info_make(made.state, made.codec, made.size) | marks | SLOT_LOCK,
+                              memory_order_relaxed);
+        backing_free(device_backing(dev), held->value, held->size);
+        counter_sub(&dev->writeback.bd_data_size, held->size);
+        counter_sub(&dev->writeback.bd_objects, 1);
+    }
+    slot_unlock(slot);
+    if (!same) {
+        pool_free(dev->pool, made.value);
+        counter_sub(&dev->compr_data_size, made.size);
+    }
+}
+
+/* Read a page held by hold_backed(), without the slot lock, and let it go; `promote_index`:
+ * the page's index when it comes back into memory (else UINT64_MAX). */
+static int read_held(struct uzram *dev, const struct page_object *held, void *page,
+                     uint64_t promote_index)
 {
     if (held->state == SLOT_DEDUP) {
         struct dedup *dedup = device_dedup(dev);
@@ -461,6 +419,8 @@ static int read_held(struct uzram *dev, const struct page_object *held, void *pa
         return rc;
     }
     int rc = store_load_object(dev, held, page);
+    if (rc == 0 && promote_index != UINT64_MAX)
+        promote(dev, promote_index, held);
     backing_unpin(device_backing(dev), held->value, held->size);
     if (held->size != UZRAM_PAGE_SIZE)
         codecs_release(&dev->codecs, held->codec);
@@ -598,9 +558,16 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         struct page_object held;
         slot_lock(slot);
         if (hold_backed(dev, slot, &held)) {
+            /* A page read from the store a second time since it went there comes back
+             * into memory when there is room: read twice, it is in use again; read once,
+             * it may be a scan (a backup, a checksum) passing by, as the kernel's page
+             * cache activates a page on its second access. */
+            bool again = held.state == SLOT_BACKED && (slot_info(slot) & SLOT_REFERENCED) &&
+                         writeback_room_to_promote(dev, held.size);
             slot_touch(dev, slot, now);
+            slot_set_marks(dev, slot, held.state == SLOT_BACKED ? SLOT_REFERENCED : 0, 0);
             slot_unlock(slot);
-            rc = read_held(dev, &held, page);
+            rc = read_held(dev, &held, page, again ? part.index : UINT64_MAX);
         } else {
             rc = load_locked(dev, slot, page);
             if (rc == 0)
@@ -718,7 +685,7 @@ int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *
 
 int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
 {
-    uint32_t now = store_now(dev);
+    uint32_t now = store_now(dev), min_ticks = store_ticks(min_age);
     uint64_t count = 0;
     for (uint64_t index = 0; index < dev->page_count; index++) {
         struct slot *slot = &dev->slots[index];
@@ -730,7 +697,7 @@ int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
         /* ac_time ahead of now: a write that read the clock after this
          * scan did; it is as fresh as can be. */
         uint32_t age = ac_time > now ? 0 : now - ac_time;
-        if (slot_info_state(info) != SLOT_EMPTY && !(info & SLOT_IDLE) && age >= min_age) {
+        if (slot_info_state(info) != SLOT_EMPTY && !(info & SLOT_IDLE) && age >= min_ticks) {
             slot_set_marks(dev, slot, SLOT_IDLE, 0);
             count++;
         }
@@ -880,7 +847,7 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
     if (length > 0) {
         struct page_object made;
         rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, OWNER_DEDUP_BIT | id,
-                              &made);
+                              true, &made);
         if (rc < 0) {
             codecs_release(&dev->codecs, codec);
         } else {
@@ -955,7 +922,7 @@ int store_recompress_page(struct uzram *dev, uint64_t index, const struct recomp
         return 0;
     }
     struct page_object made;
-    rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, index + 1, &made);
+    rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, index + 1, true, &made);
     if (rc < 0) {
         codecs_release(&dev->codecs, codec);
         return rc;
@@ -1122,6 +1089,22 @@ int store_writeback_take(struct uzram *dev, uint64_t index, const struct writeba
     return size;
 }
 
+bool store_in_memory(struct uzram *dev, uint64_t index)
+{
+    struct slot *slot = &dev->slots[index];
+    enum slot_state state =
+        slot_info_state(atomic_load_explicit(&slot->info, memory_order_relaxed));
+    if (state != SLOT_DEDUP)
+        return state == SLOT_COMPRESSED || state == SLOT_HUGE;
+    if (!slot_trylock(slot))
+        return false;
+    struct dedup_object object = {.handle = OBJECT_BACKED};
+    if (slot_info_state(slot_info(slot)) == SLOT_DEDUP)
+        dedup_with_object(device_dedup(dev), (uint32_t)slot->value, copy_dedup_object, &object);
+    slot_unlock(slot);
+    return !(object.handle & OBJECT_BACKED);
+}
+
 /* A written-back object of `size` bytes left memory. */
 static void account_written_back(struct uzram *dev, unsigned size)
 {
@@ -1244,7 +1227,7 @@ static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
     slot_unlock(slot);
 }
 
-int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
+uint64_t store_compact_pool(struct uzram *dev)
 {
     const struct pool_owner_ops ops = {
         .try_lock_owner = owner_try_lock,
@@ -1253,8 +1236,22 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     };
     uint64_t freed = pool_compact(dev->pool, &ops);
     counter_add(&dev->pages_compacted, freed);
-    /* and the backing store gives back what no page uses */
+    return freed;
+}
+
+int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
+{
+    uint64_t freed = store_compact_pool(dev);
+    /* and the backing store gives back what no page uses, and malloc what it keeps free
+     * (buffers of a storm of requests, in the arenas of threads gone since) */
     writeback_trim(dev, false, true);
+    /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
+    if (!pool_reserve_on(dev->pool)) {
+        table_give_back(dev);
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+    }
     if (pages_freed)
         *pages_freed = freed;
     return 0;
@@ -1323,7 +1320,7 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
     codecs_init(&dev->codecs);
     /* The first entry of an empty table: nothing to allocate, cannot fail. */
     codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
-    dev->clock_base = monotonic_seconds();
+    dev->clock_base = monotonic_ticks();
     recompressor_init(&dev->recompressor);
     atomic_init(&dev->same_filled, config->same_filled);
     atomic_init(&dev->use_dedup, config->use_dedup);
@@ -1357,7 +1354,9 @@ void uzram_destroy(struct uzram *dev)
 
 int uzram_reset(struct uzram *dev)
 {
+    /* No pass begun before the reset goes on after it, counting or writing back pages. */
     recompressor_pause(dev);
+    writeback_pause(dev);
     pthread_mutex_lock(&dev->settings_lock);
     for (uint64_t index = 0; index < dev->page_count; index++)
         discard_page(dev, index);
@@ -1372,6 +1371,7 @@ int uzram_reset(struct uzram *dev)
     writeback_reset(dev);
     pool_reset_mem_used_max(dev->pool);
     pthread_mutex_unlock(&dev->settings_lock);
+    writeback_resume(dev);
     recompressor_resume(dev);
     return 0;
 }

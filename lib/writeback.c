@@ -19,12 +19,13 @@
 #define BATCH_OBJECTS 64u
 _Static_assert(BATCH_OBJECTS + 2 <= BACKING_BATCH_BLOCKS, "a batch of pages fits the buffer");
 
-/* Slots one search for cold pages looks at, at the most. */
+/* Slots one search looks at, at the most, while it holds the lock. */
 #define COLD_SCAN 65536u
 
-/* Making room for one write: at most this many batches, and this long. */
-#define MAKE_ROOM_ATTEMPTS 64u
-#define MAKE_ROOM_SECONDS 5
+/* A pass between batches lets writers waiting to make room go first, for at most this
+ * many steps of STEP_ASIDE_NS. */
+#define STEP_ASIDE_STEPS 1000u
+#define STEP_ASIDE_NS 100000
 
 #define DEFAULT_RATE 4096u
 
@@ -32,6 +33,12 @@ _Static_assert(BATCH_OBJECTS + 2 <= BACKING_BATCH_BLOCKS, "a batch of pages fits
  * at least 256 KiB), starting when it is within half of that. */
 #define HEADROOM_DIVISOR 16u
 #define HEADROOM_MIN (256u * 1024u)
+
+/* The headroom of a limit: a sixteenth of it, at least HEADROOM_MIN. */
+static uint64_t headroom(uint64_t limit)
+{
+    return limit / HEADROOM_DIVISOR > HEADROOM_MIN ? limit / HEADROOM_DIVISOR : HEADROOM_MIN;
+}
 
 void writeback_init(struct writeback *writeback)
 {
@@ -43,6 +50,7 @@ void writeback_init(struct writeback *writeback)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&writeback->wake, &attr);
     pthread_condattr_destroy(&attr);
+    pthread_cond_init(&writeback->passes_changed, NULL);
     atomic_init(&writeback->rate, DEFAULT_RATE);
 }
 
@@ -60,12 +68,11 @@ static struct timespec timespec_at(int64_t ns)
 
 /* ---- writeback_limit ----------------------------------------------------------- */
 
-/* Pages writeback may still write now: UINT64_MAX without the limit. */
-static uint64_t limit_left(struct writeback *writeback)
+/* Whether writeback_limit lets one more page go, `pending` pages being on their way: checked
+ * page by page, as zram does, so that a change of the limit counts at once. */
+static bool limit_allows(struct writeback *writeback, uint64_t pending)
 {
-    if (!atomic_load(&writeback->limit_enable))
-        return UINT64_MAX;
-    return atomic_load(&writeback->limit);
+    return !atomic_load(&writeback->limit_enable) || atomic_load(&writeback->limit) > pending;
 }
 
 static void limit_take(struct writeback *writeback, uint64_t pages)
@@ -86,7 +93,6 @@ struct batch {
     bool patient;     /* wait a while for a locked slot (see store_writeback_take) */
     bool relocating;  /* compaction of the store: not held to writeback_limit */
     unsigned count;   /* items appended */
-    uint64_t budget;  /* pages writeback_limit still allows, pending ones counted */
     uint64_t written; /* pages published so far */
 };
 
@@ -122,7 +128,6 @@ static int batch_write(struct batch *batch)
     counter_add(&writeback->bd_writes, published);
     if (!batch->relocating)
         limit_take(writeback, published);
-    batch->budget += batch->count - published;
     batch->written += published;
     batch->count = 0;
     return rc;
@@ -148,7 +153,7 @@ static int batch_add(struct batch *batch, uint64_t index, const struct writeback
 {
     struct uzram *dev = batch->dev;
     struct writeback *writeback = &dev->writeback;
-    if (batch->budget == 0)
+    if (!batch->relocating && !limit_allows(writeback, batch->count))
         return -EIO;
     struct writeback_item *item = &writeback->items[batch->count];
     int size = store_writeback_take(dev, index, filter, now, batch->patient, item, writeback->copy);
@@ -178,7 +183,6 @@ static int batch_add(struct batch *batch, uint64_t index, const struct writeback
         return rc == -EAGAIN ? -ENOSPC : rc;
     }
     batch->count++;
-    batch->budget--;
     if (batch->count == BATCH_OBJECTS) {
         int rc = batch_write(batch);
         if (rc < 0)
@@ -197,14 +201,75 @@ static int batch_finish(struct batch *batch, int rc)
 /* Under lock: a batch on the store, or -ENODEV without one. */
 static int batch_start(struct uzram *dev, bool patient, struct batch *batch)
 {
-    struct writeback *writeback = &dev->writeback;
-    *batch = (struct batch){
-        .dev = dev,
-        .backing = device_backing(dev),
-        .patient = patient,
-        .budget = limit_left(writeback),
-    };
+    *batch = (struct batch){.dev = dev, .backing = device_backing(dev), .patient = patient};
     return batch->backing ? 0 : -ENODEV;
+}
+
+/* Whether a pass has just written a batch: it may let go of the lock now. */
+static bool batch_went_out(const struct batch *batch, int added)
+{
+    return added > 0 && batch->count == 0;
+}
+
+/* ---- passes and resets ----------------------------------------------------------- */
+
+/* A pass other than a writer's own (uzram_writeback, the thread's, compaction asked for)
+ * counts itself, so that uzram_reset() can stop it and wait for it: while a reset runs
+ * (pauses > 0) none begins and those running end after their batch. Returns whether it
+ * may run: with `wait`, after the reset, else not during one. */
+static bool pass_begin(struct writeback *writeback, bool wait)
+{
+    pthread_mutex_lock(&writeback->thread_lock);
+    while (wait && atomic_load(&writeback->pauses) > 0)
+        pthread_cond_wait(&writeback->passes_changed, &writeback->thread_lock);
+    bool go = atomic_load(&writeback->pauses) == 0;
+    writeback->passes += go;
+    pthread_mutex_unlock(&writeback->thread_lock);
+    return go;
+}
+
+static void pass_end(struct writeback *writeback)
+{
+    pthread_mutex_lock(&writeback->thread_lock);
+    writeback->passes--;
+    pthread_cond_broadcast(&writeback->passes_changed);
+    pthread_mutex_unlock(&writeback->thread_lock);
+}
+
+/* A reset is waiting: the pass ends after its batch. */
+static bool pass_cut(struct writeback *writeback)
+{
+    return atomic_load_explicit(&writeback->pauses, memory_order_relaxed) > 0;
+}
+
+void writeback_pause(struct uzram *dev)
+{
+    struct writeback *writeback = &dev->writeback;
+    pthread_mutex_lock(&writeback->thread_lock);
+    atomic_fetch_add(&writeback->pauses, 1);
+    while (writeback->passes > 0)
+        pthread_cond_wait(&writeback->passes_changed, &writeback->thread_lock);
+    pthread_mutex_unlock(&writeback->thread_lock);
+}
+
+void writeback_resume(struct uzram *dev)
+{
+    struct writeback *writeback = &dev->writeback;
+    pthread_mutex_lock(&writeback->thread_lock);
+    atomic_fetch_sub(&writeback->pauses, 1);
+    pthread_cond_broadcast(&writeback->passes_changed);
+    pthread_cond_signal(&writeback->wake);
+    pthread_mutex_unlock(&writeback->thread_lock);
+}
+
+/* Without the lock, between two batches of a pass: writers waiting to make room take the
+ * lock first (a mutex is not fair: unlocked and locked again at once, it would go to the
+ * pass again). Bounded, so that a stream of writers cannot hold a pass up for ever. */
+static void step_aside(struct writeback *writeback)
+{
+    const struct timespec step = {0, STEP_ASIDE_NS};
+    for (unsigned i = 0; i < STEP_ASIDE_STEPS && atomic_load(&writeback->room_waiters) > 0; i++)
+        nanosleep(&step, NULL);
 }
 
 /* ---- compaction of the store ---------------------------------------------------- */
@@ -246,33 +311,53 @@ static bool store_fragmented(struct uzram *dev, enum compaction_need need)
 /* Under lock: move the objects of the store's sparse blocks (half full or
  * less) together, so that those blocks empty and are given back. Pages
  * move one at a time, locked only to copy and to swap, as in writeback.
+ * A pass other than a writer's own (`pass`) lets go of the lock after each
+ * batch for writers waiting to make room, and ends early for a reset.
  * Returns the objects moved, or a negative errno. */
-static int compact_store(struct uzram *dev)
+static int compact_store(struct uzram *dev, bool pass)
 {
-    struct batch batch;
-    int rc = batch_start(dev, true, &batch);
-    if (rc < 0)
-        return rc;
-    batch.relocating = true;
-    batch.budget = UINT64_MAX;
+    struct writeback *writeback = &dev->writeback;
     const struct writeback_filter filter = {.relocate = true};
-    uint32_t now = store_now(dev);
-    for (uint64_t index = 0; index < dev->page_count && rc == 0; index++) {
-        int added = batch_add(&batch, index, &filter, now);
-        if (added < 0)
-            rc = added;
+    uint64_t moved = 0;
+    int rc = 0;
+    for (uint64_t index = 0; rc == 0 && index < dev->page_count;) {
+        struct batch batch;
+        rc = batch_start(dev, true, &batch);
+        if (rc < 0)
+            return rc; /* detached meanwhile: the device was emptied */
+        batch.relocating = true;
+        uint32_t now = store_now(dev);
+        for (unsigned scanned = 0; rc == 0 && index < dev->page_count && scanned < COLD_SCAN;
+             scanned++) {
+            int added = batch_add(&batch, index++, &filter, now);
+            if (added < 0)
+                rc = added;
+            else if (pass && batch_went_out(&batch, added))
+                break;
+        }
+        rc = batch_finish(&batch, rc);
+        moved += batch.written;
+        if (pass && rc == 0 && index < dev->page_count) {
+            if (pass_cut(writeback))
+                break;
+            pthread_mutex_unlock(&writeback->lock);
+            step_aside(writeback);
+            pthread_mutex_lock(&writeback->lock);
+        }
     }
-    rc = batch_finish(&batch, rc);
-    backing_trim(batch.backing);
-    dev->writeback.garbage_after_pass = store_garbage(dev, batch.backing);
-    return rc < 0 ? rc : (int)batch.written;
+    struct backing *backing = device_backing(dev);
+    if (backing) {
+        backing_trim(backing);
+        writeback->garbage_after_pass = store_garbage(dev, backing);
+    }
+    return rc < 0 ? rc : moved > INT32_MAX ? INT32_MAX : (int)moved;
 }
 
 /* Under lock: after a writeback found the store full (rc -ENOSPC), compact
  * it if that may give room: 0 to try again, else rc. */
-static int after_full(struct uzram *dev, int rc)
+static int after_full(struct uzram *dev, int rc, bool pass)
 {
-    if (rc == -ENOSPC && store_fragmented(dev, NEED_FULL) && compact_store(dev) > 0)
+    if (rc == -ENOSPC && store_fragmented(dev, NEED_FULL) && compact_store(dev, pass) > 0)
         return 0;
     return rc;
 }
@@ -294,34 +379,59 @@ int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page, uint6
         return -EINVAL;
     struct writeback *writeback = &dev->writeback;
     const struct writeback_filter filter = {.type = type};
-    uint32_t now = store_now(dev);
-    struct batch batch;
-    pthread_mutex_lock(&writeback->lock);
-    int rc = batch_start(dev, true, &batch);
-    for (uint64_t index = first_page; rc == 0 && index <= last_page;) {
-        int added = batch_add(&batch, index, &filter, now);
-        if (added < 0)
-            rc = after_full(dev, added); /* then this page again */
-        else
+    uint64_t total = 0;
+    int rc = 0;
+    pass_begin(writeback, true);
+    /* A batch at a time under the lock; a reset meanwhile ends the pass (the pages it was
+     * to write are gone). */
+    for (uint64_t index = first_page; rc == 0 && index <= last_page && !pass_cut(writeback);) {
+        pthread_mutex_lock(&writeback->lock);
+        struct batch batch;
+        rc = batch_start(dev, true, &batch);
+        uint32_t now = store_now(dev);
+        for (unsigned scanned = 0; rc == 0 && index <= last_page && scanned < COLD_SCAN;) {
+            int added = batch_add(&batch, index, &filter, now);
+            if (added < 0) {
+                /* The batch goes out first: compaction makes batches of its own, and lets
+                 * writers in between them. Then this page again. */
+                int wrote = batch.count ? batch_write(&batch) : 0;
+                rc = wrote < 0 ? wrote : after_full(dev, added, true);
+                continue;
+            }
             index++;
+            scanned++;
+            if (batch_went_out(&batch, added))
+                break;
+        }
+        if (rc != -ENODEV)
+            rc = batch_finish(&batch, rc);
+        total += batch.written;
+        pthread_mutex_unlock(&writeback->lock);
+        step_aside(writeback);
     }
-    if (rc != -ENODEV)
-        rc = batch_finish(&batch, rc);
-    pthread_mutex_unlock(&writeback->lock);
+    pass_end(writeback);
     if (written)
-        *written = batch.written;
+        *written = total;
     return rc < 0 ? rc : 0;
 }
 
-/* Under lock: write back a batch of the coldest pages in memory, found by
- * one bounded sweep from cold_hand: pages marked idle, and pages not
- * accessed for cold_age seconds. cold_age follows the pages: after each
- * full turn of the hand it becomes half the oldest age of a page the turn
- * found in memory (a dedup reference counts once its entry is found in
- * memory), or 0 when the turn took nothing; so the oldest pages go first
- * and, when they are gone, younger ones. Among those, pages go in table
- * order, which is the order they were written in when that was within one
- * second. Returns the pages written, or a negative errno. */
+/* ---- the coldest pages ----------------------------------------------------------- */
+
+/* Whether a slot holds its page in memory (a form writeback takes; a dedup reference to a
+ * written-back entry is one it passes over). */
+static bool in_memory(uint32_t info)
+{
+    enum slot_state state = slot_info_state(info);
+    return state == SLOT_COMPRESSED || state == SLOT_HUGE || state == SLOT_DEDUP;
+}
+
+/* Under lock: write back a batch of the coldest pages in memory: pages marked idle, and
+ * pages last accessed at or before cold_before, which the sample of cold_cutoff() sets
+ * again whenever the sweep (from cold_hand, in table order) comes round or finds nothing
+ * for COLD_SCAN slots. So the oldest sixteenth of the pages goes first, then the oldest
+ * sixteenth of what is left, and so on, while pages read or written meanwhile stay. The
+ * thread (`patient`) gives way to writers waiting to make room. Returns the pages written
+ * (even if an error stopped it after some), or a negative errno. */
 static int write_back_coldest(struct uzram *dev, bool patient)
 {
     struct writeback *writeback = &dev->writeback;
@@ -331,60 +441,57 @@ static int write_back_coldest(struct uzram *dev, bool patient)
         return rc;
     const struct writeback_filter any = {0};
     uint32_t now = store_now(dev);
+    if (!writeback->cold_valid)
+        writeback->cold_before = writeback_cold_cutoff(dev, now);
+    writeback->cold_valid = true;
     uint64_t index = writeback->cold_hand % dev->page_count;
-    for (unsigned scanned = 0; scanned < COLD_SCAN && rc == 0; scanned++) {
-        /* The thread (patient) gives way to writers waiting to make room. */
+    /* At most one turn: a page taken is not seen again before its batch is written. */
+    uint64_t scan = dev->page_count < COLD_SCAN ? dev->page_count : COLD_SCAN, scanned = 0;
+    for (; scanned < scan && rc == 0; scanned++) {
         if (patient && atomic_load_explicit(&writeback->room_waiters, memory_order_relaxed))
             break;
         struct slot *slot = &dev->slots[index];
         uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
-        enum slot_state state = slot_info_state(info);
-        if (state == SLOT_COMPRESSED || state == SLOT_HUGE || state == SLOT_DEDUP) {
-            uint32_t ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
-            uint32_t age = ac_time > now ? 0 : now - ac_time;
-            int added = 0;
-            if ((info & SLOT_IDLE) || age >= writeback->cold_age) {
-                added = batch_add(&batch, index, &any, now);
-                if (added < 0)
-                    rc = added;
-                writeback->cold_turn_took |= added > 0;
-            }
-            if ((added > 0 || state != SLOT_DEDUP) && age > writeback->cold_age_seen)
-                writeback->cold_age_seen = age;
-            if (added > 0 && batch.count == 0)
-                break; /* a batch went out */
+        uint32_t ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
+        int added = 0;
+        if (in_memory(info) && ((info & SLOT_IDLE) || ac_time <= writeback->cold_before)) {
+            added = batch_add(&batch, index, &any, now);
+            if (added < 0)
+                rc = added;
         }
         if (++index == dev->page_count) {
             index = 0;
-            writeback->cold_age = writeback->cold_turn_took ? writeback->cold_age_seen / 2 : 0;
-            writeback->cold_age_seen = 0;
-            writeback->cold_turn_took = false;
+            writeback->cold_before = writeback_cold_cutoff(dev, now); /* a new turn */
         }
+        if (batch_went_out(&batch, added))
+            break;
     }
     writeback->cold_hand = index;
+    if (scanned == scan && batch.count == 0 && batch.written == 0)
+        writeback->cold_valid = false; /* nothing that cold left: sample again */
     rc = batch_finish(&batch, rc);
-    return rc < 0 ? rc : (int)batch.written;
+    return batch.written > 0 ? (int)batch.written : rc;
 }
 
 /* Under lock: one batch of pages not accessed for idle_seconds, found by a
  * sweep from idle_hand that stops at the end of the table. Returns the
  * pages written, or a negative errno; *wrapped is set when the sweep came
  * to the end. */
-static int write_back_idle(struct uzram *dev, uint32_t idle_seconds, bool *wrapped)
+static int write_back_idle(struct uzram *dev, uint64_t idle_seconds, bool *wrapped)
 {
     struct writeback *writeback = &dev->writeback;
     struct batch batch;
     int rc = batch_start(dev, true, &batch);
     if (rc < 0)
         return rc;
-    const struct writeback_filter filter = {.min_age = idle_seconds};
+    const struct writeback_filter filter = {.min_age = store_ticks(idle_seconds)};
     uint32_t now = store_now(dev);
     uint64_t index = writeback->idle_hand % dev->page_count;
     for (unsigned scanned = 0; scanned < COLD_SCAN && rc == 0; scanned++) {
         int added = batch_add(&batch, index, &filter, now);
         if (added < 0)
             rc = added;
-        bool out = added > 0 && batch.count == 0;
+        bool out = batch_went_out(&batch, added);
         if (++index == dev->page_count) {
             index = 0;
             *wrapped = true;
@@ -400,48 +507,52 @@ static int write_back_idle(struct uzram *dev, uint32_t idle_seconds, bool *wrapp
 
 /* ---- making room ----------------------------------------------------------------- */
 
-/* When this thread's write began making room (attempt 0): the bound. */
-static __thread int64_t make_room_since;
+/* Searches in a row by this thread's write that found nothing to write back. */
+static __thread uint64_t make_room_fruitless;
 
 bool writeback_make_room(struct uzram *dev, unsigned attempt)
 {
     struct writeback *writeback = &dev->writeback;
-    if (!atomic_load_explicit(&writeback->when_full, memory_order_relaxed) ||
-        !device_backing(dev) || attempt >= MAKE_ROOM_ATTEMPTS)
+    if (!atomic_load_explicit(&writeback->when_full, memory_order_relaxed) || !device_backing(dev))
         return false;
-    int64_t now = monotonic_ns();
     if (attempt == 0)
-        make_room_since = now;
-    int64_t deadline = make_room_since + (int64_t)MAKE_ROOM_SECONDS * 1000000000;
-    if (now >= deadline)
-        return false;
-    /* Someone may be making room already: wait for that batch, then try.
-     * The thread gives way to a waiting writer after its current page. */
+        make_room_fruitless = 0;
+    /* Someone may be making room already: wait for that batch, then try. Passes hold the
+     * lock a batch at a time and step aside for waiting writers; no one holds it at a low
+     * CPU priority (the thread runs at the normal one), so the wait is short. */
     uint64_t seen = atomic_load(&writeback->room_made);
-    struct timespec realtime;
-    clock_gettime(CLOCK_REALTIME, &realtime);
-    int64_t until_ns = (int64_t)realtime.tv_sec * 1000000000 + realtime.tv_nsec + (deadline - now);
-    struct timespec until = timespec_at(until_ns);
     atomic_fetch_add(&writeback->room_waiters, 1);
-    int locked = pthread_mutex_timedlock(&writeback->lock, &until);
+    pthread_mutex_lock(&writeback->lock);
     atomic_fetch_sub(&writeback->room_waiters, 1);
-    if (locked != 0)
-        return false;
     int written = 1;
     if (atomic_load(&writeback->room_made) == seen) {
         written = write_back_coldest(dev, false);
         if (written < 0)
-            written = after_full(dev, written);
+            written = after_full(dev, written, false);
         if (written > 0)
             atomic_fetch_add(&writeback->room_made, 1);
     }
     pthread_mutex_unlock(&writeback->lock);
+    if (written < 0)
+        return false; /* the store is full, writeback_limit used up, or a write failed */
+    make_room_fruitless = written > 0 ? 0 : make_room_fruitless + 1;
     /* Freed objects leave holes in the pool's spans: now and then gather
      * them, so that whole pages come free. */
     if (attempt % 8 == 7)
-        uzram_compact(dev, NULL);
-    /* A sweep that found nothing cold moved its hand on: try again. */
-    return written >= 0;
+        store_compact_pool(dev);
+    /* A search that found nothing cold moved its hand on: go on until searches have looked
+     * at the whole table (and sampled it again) without finding a page to write back. */
+    return make_room_fruitless <= dev->page_count / COLD_SCAN + 2;
+}
+
+bool writeback_room_to_promote(struct uzram *dev, unsigned size)
+{
+    struct writeback *writeback = &dev->writeback;
+    if (!atomic_load_explicit(&writeback->when_full, memory_order_relaxed) &&
+        !atomic_load_explicit(&writeback->idle_seconds, memory_order_relaxed))
+        return false;
+    uint64_t limit = atomic_load(&dev->mem_limit);
+    return limit == 0 || pool_mem_used(dev->pool) + size + headroom(limit) / 2 <= limit;
 }
 
 /* ---- the thread ------------------------------------------------------------------- */
@@ -462,63 +573,73 @@ static int64_t rate_cost(struct writeback *writeback, int pages)
 }
 
 /* The pool is over the thread's mark: within half the headroom of
- * mem_limit (to go down to the full headroom). */
-static bool pool_over(struct uzram *dev, uint64_t headroom)
+ * mem_limit (`half` 1; to go down to the full headroom, 2). */
+static bool pool_over(struct uzram *dev, uint64_t half)
 {
     uint64_t limit = atomic_load(&dev->mem_limit);
-    if (limit == 0)
-        return false;
-    uint64_t room =
-        limit / HEADROOM_DIVISOR > HEADROOM_MIN ? limit / HEADROOM_DIVISOR : HEADROOM_MIN;
-    room = room * headroom / 2;
-    return pool_mem_used(dev->pool) + room > limit;
+    return limit != 0 && pool_mem_used(dev->pool) + headroom(limit) * half / 2 > limit;
 }
 
+/* One round of the thread's work, as a pass (none during a reset). Returns the pages it
+ * wrote or moved; *more: there is more to do at once. */
+static int thread_round(struct uzram *dev, bool *filling, int64_t *idle_next, bool *more)
+{
+    struct writeback *writeback = &dev->writeback;
+    int written = 0;
+    *more = false;
+    if (!pass_begin(writeback, false))
+        return 0;
+    if (device_backing(dev) && atomic_load(&writeback->when_full) &&
+        pool_over(dev, *filling ? 2 : 1)) {
+        pthread_mutex_lock(&writeback->lock);
+        written = write_back_coldest(dev, true);
+        if (written < 0)
+            written = after_full(dev, written, true);
+        pthread_mutex_unlock(&writeback->lock);
+        *filling = written > 0;
+        *more = *filling;
+    } else {
+        *filling = false;
+    }
+    uint64_t idle = atomic_load(&writeback->idle_seconds);
+    int64_t now = monotonic_ns();
+    if (!*more && idle && device_backing(dev) && now >= *idle_next) {
+        bool wrapped = false;
+        pthread_mutex_lock(&writeback->lock);
+        int n = write_back_idle(dev, idle, &wrapped);
+        pthread_mutex_unlock(&writeback->lock);
+        written += n > 0 ? n : 0;
+        /* A whole turn over the table: rest a second before the next. */
+        *idle_next = wrapped || n < 0 ? now + 1000000000 : 0;
+        *more = *idle_next == 0;
+    }
+    if (store_fragmented(dev, NEED_BACKGROUND)) {
+        pthread_mutex_lock(&writeback->lock);
+        int moved = compact_store(dev, true);
+        pthread_mutex_unlock(&writeback->lock);
+        written += moved > 0 ? moved : 0;
+    }
+    pass_end(writeback);
+    writeback_trim(dev, true, false);
+    step_aside(writeback);
+    return written;
+}
+
+/* The thread runs at the normal CPU priority, not SCHED_IDLE as the recompressor: it holds
+ * the lock that writers making room wait for, and a thread at the lowest priority that a
+ * busy CPU does not run would hold them up as long (priority inversion). Its work is mostly
+ * I/O, and writeback_rate paces it. */
 static void *writeback_thread(void *arg)
 {
     struct uzram *dev = arg;
     struct writeback *writeback = &dev->writeback;
-    background_lower_priority();
     bool filling = false; /* bringing the pool down to the full headroom */
-    bool idle_done = false;
     int64_t idle_next = 0;
     pthread_mutex_lock(&writeback->thread_lock);
     while (!writeback->stop) {
         pthread_mutex_unlock(&writeback->thread_lock);
-        int written = 0;
-        bool more = false;
-        if (device_backing(dev) && atomic_load(&writeback->when_full) &&
-            pool_over(dev, filling ? 2 : 1)) {
-            pthread_mutex_lock(&writeback->lock);
-            written = write_back_coldest(dev, true);
-            if (written < 0)
-                written = after_full(dev, written);
-            pthread_mutex_unlock(&writeback->lock);
-            filling = written > 0;
-            more = filling;
-        } else {
-            filling = false;
-        }
-        uint64_t idle = atomic_load(&writeback->idle_seconds);
-        int64_t now = monotonic_ns();
-        if (!more && idle && device_backing(dev) && now >= idle_next) {
-            bool wrapped = false;
-            pthread_mutex_lock(&writeback->lock);
-            int n = write_back_idle(dev, idle > UINT32_MAX ? UINT32_MAX : (uint32_t)idle, &wrapped);
-            pthread_mutex_unlock(&writeback->lock);
-            written += n > 0 ? n : 0;
-            /* A whole turn over the table: rest a second before the next. */
-            idle_done = wrapped || n < 0;
-            idle_next = idle_done ? now + 1000000000 : 0;
-            more = !idle_done;
-        }
-        if (store_fragmented(dev, NEED_BACKGROUND)) {
-            pthread_mutex_lock(&writeback->lock);
-            int moved = compact_store(dev);
-            pthread_mutex_unlock(&writeback->lock);
-            written += moved > 0 ? moved : 0;
-        }
-        writeback_trim(dev, true, false);
+        bool more;
+        int written = thread_round(dev, &filling, &idle_next, &more);
         pthread_mutex_lock(&writeback->thread_lock);
         int64_t pause = rate_cost(writeback, written);
         if (!more)
@@ -542,8 +663,9 @@ static int thread_follow_settings(struct uzram *dev)
     pthread_mutex_lock(&writeback->thread_lock);
     if (wanted && !writeback->running) {
         writeback->stop = false;
-        rc = FAULT_POINT(FAULT_ALLOC) ? EAGAIN
-                                      : background_start(&writeback->thread, writeback_thread, dev);
+        rc = FAULT_POINT(FAULT_ALLOC)
+                 ? EAGAIN
+                 : background_start(&writeback->thread, writeback_thread, dev, "uzram-writeback");
         writeback->running = rc == 0;
         rc = -rc;
     } else if (!wanted && writeback->running) {
@@ -625,18 +747,25 @@ void writeback_settings(struct uzram *dev, struct writeback_settings *settings)
 void writeback_trim(struct uzram *dev, bool wait, bool compact)
 {
     struct writeback *writeback = &dev->writeback;
-    if (wait)
+    /* Compaction is a pass: none while a reset runs. */
+    compact = compact && pass_begin(writeback, false);
+    if (wait) {
         pthread_mutex_lock(&writeback->lock);
-    else if (pthread_mutex_trylock(&writeback->lock) != 0)
+    } else if (pthread_mutex_trylock(&writeback->lock) != 0) {
+        if (compact)
+            pass_end(writeback);
         return;
+    }
+    if (compact && store_fragmented(dev, NEED_ASKED))
+        compact_store(dev, true);
     struct backing *backing = device_backing(dev);
-    if (backing && compact && store_fragmented(dev, NEED_ASKED))
-        compact_store(dev);
     if (backing) {
         backing_drop_dead_open(backing);
         backing_trim(backing);
     }
     pthread_mutex_unlock(&writeback->lock);
+    if (compact)
+        pass_end(writeback);
 }
 
 int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size)
@@ -680,6 +809,7 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
         copy = NULL;
         items = NULL;
         writeback->cold_hand = writeback->idle_hand = 0;
+        writeback->cold_valid = false;
     }
     pthread_mutex_unlock(&dev->settings_lock);
     pthread_mutex_unlock(&writeback->lock);
@@ -727,4 +857,5 @@ void writeback_destroy(struct uzram *dev)
     pthread_mutex_destroy(&writeback->lock);
     pthread_mutex_destroy(&writeback->thread_lock);
     pthread_cond_destroy(&writeback->wake);
+    pthread_cond_destroy(&writeback->passes_changed);
 }

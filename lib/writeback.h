@@ -19,7 +19,7 @@ struct page_object;
 /* Which pages a writeback takes, as one page sees it. */
 struct writeback_filter {
     unsigned type;    /* UZRAM_WRITEBACK_IDLE | _HUGE | _INCOMPRESSIBLE; 0: any in memory */
-    uint32_t min_age; /* seconds since the last access; 0: any */
+    uint32_t min_age; /* ticks (store_now()) since the last access; 0: any */
     /* Compaction of the store instead: pages already on it whose object
      * lies in a sparse block (backing_sparse) move; the rest is ignored. */
     bool relocate;
@@ -60,15 +60,28 @@ int store_writeback_take(struct uzram *dev, uint64_t index, const struct writeba
 bool store_writeback_publish(struct uzram *dev, struct writeback_item *item, const void *bytes,
                              bool wait);
 
+/* Whether page `index` holds its object in memory (compressed, raw, or a dedup reference to
+ * an entry whose object is): what writeback may take. A look without waiting: false when
+ * its slot is locked. */
+bool store_in_memory(struct uzram *dev, uint64_t index);
+
+/* Under writeback's lock: the last access (store_now()) at or before which a page in memory
+ * counts as cold when the pool is full: that of the oldest sixteenth of the pages in memory,
+ * estimated from a sample of slots spread over the table (from a place that moves on with
+ * each call). `now` when nothing is in memory. (coldest.c) */
+uint32_t writeback_cold_cutoff(struct uzram *dev, uint32_t now);
+
 /* Give up an item that was not written (drops its dedup reference). */
 void store_writeback_drop(struct uzram *dev, struct writeback_item *item);
 
 /* ---- the device's writeback (writeback.c) -------------------------------- */
 
 /* Lock order: `lock` before any page slot, dedup or pool lock (it is held
- * across batches, which take those), and passes only *try* slot locks when
+ * through a batch, which takes those), and passes only *try* slot locks when
  * a writer making room may hold one, so a writer holding a slot lock may
- * wait for `lock`. `thread_lock` is a leaf. */
+ * wait for `lock`. It is held for one batch at a time (and a bounded scan),
+ * never by a thread at a low CPU priority, and passes step aside between
+ * batches for writers waiting to make room. `thread_lock` is a leaf. */
 struct writeback {
     pthread_mutex_t lock; /* one writer of the store at a time; attach and detach */
     _Atomic(struct backing *) backing;
@@ -77,11 +90,17 @@ struct writeback {
     unsigned char *copy;
     struct writeback_item *items;
     uint64_t cold_hand, idle_hand;
-    uint32_t cold_age, cold_age_seen;
-    bool cold_turn_took;
+    uint32_t cold_before; /* pages last accessed then or before are cold (store_now()) */
+    bool cold_valid;      /* cold_before was sampled for this turn of the sweep */
+    uint64_t sample_start;
     _Atomic uint64_t garbage_after_pass; /* the store's garbage after its last compaction */
     _Atomic uint64_t room_made;          /* batches written to make room: waiters retry */
     _Atomic unsigned room_waiters;       /* writers waiting for `lock` to make room */
+    /* Passes other than a writer's (under thread_lock): how many run, and resets
+     * waiting (uzram_reset(): writeback_pause()); passes_changed tells of either. */
+    unsigned passes;
+    _Atomic unsigned pauses;
+    pthread_cond_t passes_changed;
 
     /* settings */
     _Atomic bool when_full;
@@ -115,6 +134,10 @@ void writeback_init(struct writeback *writeback);
 void writeback_destroy(struct uzram *dev);
 /* uzram_reset(): zero the counters and writeback_limit; give back space. */
 void writeback_reset(struct uzram *dev);
+/* uzram_reset(), before and after: stop the passes other than writers' own (uzram_writeback,
+ * the thread's, compaction) and wait until none runs; let them run again. */
+void writeback_pause(struct uzram *dev);
+void writeback_resume(struct uzram *dev);
 
 static inline struct backing *device_backing_of(struct writeback *writeback)
 {
@@ -130,9 +153,17 @@ void writeback_trim(struct uzram *dev, bool wait, bool compact);
 
 /* A write found the pool full (attempt 0, 1, ...): with writeback_when_full,
  * write back cold pages (or wait for another writer doing so) and return
- * true to try again; false when nothing more can be done. Never waits on a
- * slot lock, so a caller may hold one. */
+ * true to try again; false when nothing more can be done: the store is full,
+ * writeback_limit is used up, a write failed, or searches over the whole
+ * table found no page to write back. Never waits on a slot lock, so a
+ * caller may hold one. */
 bool writeback_make_room(struct uzram *dev, unsigned attempt);
+
+/* Whether a written-back page of `size` bytes read again may come back into memory: the
+ * device moves pages between the tiers itself (writeback_when_full or writeback_idle), and
+ * the pool stays below the mark where the thread starts writing back with it (half the
+ * headroom below mem_limit), so that bringing one page back does not send another out. */
+bool writeback_room_to_promote(struct uzram *dev, unsigned size);
 
 #ifdef UZRAM_TEST_HOOKS
 /* Test builds: never start the thread (its work would come at random

@@ -6,22 +6,23 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
-passed=0 failed=0 skipped=0
-failures=() skips=()
+passed=0 failed=0
+failures=() skips=() # the summary's count of skips is the number of these lines
 
 count() { # name, status, skip reason
     case "$2" in
     0) passed=$((passed + 1)) ;;
-    77) skipped=$((skipped + 1)); skips+=("$1: $3") ;;
+    77) skips+=("$1: $3") ;;
     *) failed=$((failed + 1)); failures+=("$1") ;;
     esac
 }
 
-# Add up what scripts/run-tests.sh found in one build folder.
+# Add up what scripts/run-tests.sh found in one build folder: its skips (binaries, and cases
+# skipped inside passing binaries) are its lines of tests/skipped.
 collect_unit() { # build folder, what it was
-    local p f s line
-    read -r p _ f _ s _ <"$1/tests/summary"
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    local p f line
+    read -r p _ f _ <"$1/tests/summary"
+    passed=$((passed + p)); failed=$((failed + f))
     [[ $f -eq 0 ]] || failures+=("$2")
     while IFS= read -r line; do skips+=("$line"); done <"$1/tests/skipped"
 }
@@ -109,14 +110,35 @@ for test in tests/integration/*.sh; do
     for part in "${parts[@]}"; do skips+=("integration $name, one check: $part"); done
     took="$(($(date +%s) - start)) s"
     case $status in
-    0) echo "PASS integration $name ($took${parts[0]:+; ${#parts[@]} check(s) skipped})" ;;
+    0) echo "PASS integration $name ($took${parts[0]:+; ${#parts[@]} check(s) skipped, listed below})" ;;
     77) echo "SKIP integration $name: $(sed -n 's/^SKIP: //p' "$log" | tail -n 1)" ;;
     *) echo "FAIL integration $name (status $status): last lines of $log:"
        tail -n 40 "$log" | sed 's/^/    /' ;;
     esac
 done
 
+# The kernel's own clients (nbd, ublk, md, swap, zram) in a VM with Debian's 6.12 kernel: one
+# boot runs a short form of every scenario class (tests/vm/vm.sh --check); each counts.
+echo "== VM tests: a real kernel under QEMU (tests/vm/)"
+log=build/vm-check.log
+timeout 900 ./tests/vm/vm.sh --check >"$log" 2>&1
+status=$?
+sed -n 's/^\(PASS\|FAIL\|SKIP\) vm /&/p; /^    /p' "$log"
+if [[ $status -eq 77 ]]; then
+    count vm 77 "$(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
+    echo "SKIP vm: $(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
+elif [[ -s build/vm/run/results ]]; then
+    while read -r name result reason; do
+        count "vm $name" "$result" "$reason"
+    done <build/vm/run/results
+    [[ $status -eq 0 ]] || grep -q ' 1 ' build/vm/run/results || count "vm runner" "$status"
+else
+    count "vm runner" 1
+    echo "FAIL vm runner (status $status): last lines of $log:"
+    tail -n 20 "$log" | sed 's/^/    /'
+fi
+
 [[ ${#skips[@]} -eq 0 ]] || printf 'skipped: %s\n' "${skips[@]}"
 [[ ${#failures[@]} -eq 0 ]] || printf 'failed: %s\n' "${failures[@]}"
-echo "check: $passed passed, $failed failed, $skipped skipped"
+echo "check: $passed passed, $failed failed, ${#skips[@]} skipped"
 [[ $failed -eq 0 ]]

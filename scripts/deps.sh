@@ -9,11 +9,17 @@ packages=(
     libgnutls28-dev libcmocka-dev clang libclang-rt-14-dev clang-format valgrind
     # libnbd-bin brings nbdinfo, nbdcopy and nbdfuse
     libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 libfuse3-dev e2fsprogs
+    # attach --via ublk: the kernel's ublk driver over io_uring
+    liburing-dev
     # certtool and psktool make the TLS tests' credentials
     gnutls-bin
     gnuplot-nox
     # the Debian packages (debian/, make deb-check): dpkg-buildpackage, dh, lintian
     dpkg-dev debhelper lintian
+    # the VM tests (tests/vm/): a Debian 6.12 kernel under QEMU runs the kernel's own clients
+    # (nbd, md, swap, zram) against this build; the guest's root is this machine's, so every
+    # tool a scenario runs in it is installed here
+    qemu-system-x86 busybox-static kmod cpio xz-utils nbd-client mdadm procps util-linux
 )
 
 missing=()

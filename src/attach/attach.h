@@ -191,6 +191,21 @@ int nbd_client_disconnect_argv(const char *device, const char *argv[NBD_CLIENT_A
 int run_program(const char *const argv[], int timeout_seconds, char *message, size_t message_size);
 
 /* ------------------------------------------------------------------------
+ * The kernel's ublk driver (ublk.c)
+ * ---------------------------------------------------------------------- */
+
+struct ublk_server;
+
+/* Add /dev/ublkbN of `size` bytes served from `dev` by a thread of this process, and start
+ * it. Returns 0, or a negative errno with a message (-ENOENT: no ublk driver). */
+int ublk_start(struct uzram *dev, uint64_t size, bool read_only, struct ublk_server **out,
+               char *message, size_t message_size);
+/* "/dev/ublkbN". */
+const char *ublk_path(const struct ublk_server *server);
+/* Stop and delete the device (whatever still uses it gets I/O errors), end the thread. */
+void ublk_stop(struct ublk_server *server);
+
+/* ------------------------------------------------------------------------
  * Swap safety (swap.c)
  * ---------------------------------------------------------------------- */
 
@@ -210,6 +225,9 @@ struct swap_safety {
 int swap_safety_enable(char *message, size_t message_size);
 /* Read the settings back. */
 void swap_safety_read(struct swap_safety *safety);
+/* A device of a server in swap mode keeps pool memory faulted in ahead of need
+ * (uzram_set_mem_reserve()). Returns 0 or a negative errno. */
+int swap_device_prepare(struct uzram *dev);
 
 /* ------------------------------------------------------------------------
  * The attachment of a served device (attachment.c)

@@ -18,7 +18,7 @@
  * control request that runs it must end within its own deadline. */
 #define NBD_CLIENT_TIMEOUT 4
 
-enum method { NONE, LOOP, NBD };
+enum method { NONE, LOOP, NBD, UBLK };
 
 struct attachment {
     struct attach_settings settings;
@@ -26,7 +26,8 @@ struct attachment {
     pthread_mutex_t operation_lock;
     bool stopped;
     enum method method;
-    struct fuse_file *file; /* LOOP: the disk as a file, and its identity */
+    struct ublk_server *ublk; /* UBLK: the thread that serves /dev/ublkbN */
+    struct fuse_file *file;   /* LOOP: the disk as a file, and its identity */
     dev_t file_dev;
     ino_t file_ino;
     struct loop_holder holder; /* LOOP: keeps the loop device open (it clears itself after) */
@@ -37,6 +38,10 @@ struct attachment {
 
 int attachment_create(const struct attach_settings *settings, struct attachment **out)
 {
+    /* A swap device's pool takes its new memory from a reserve faulted in ahead of need. */
+    int rc = settings->swap ? swap_device_prepare(settings->dev) : 0;
+    if (rc < 0)
+        return rc;
     struct attachment *attachment = calloc(1, sizeof *attachment);
     if (attachment == NULL)
         return -ENOMEM;
@@ -114,6 +119,26 @@ static int attach_loop(struct attachment *attachment, const char *path, char *re
     return 0;
 }
 
+/* Write `value` to /sys/block/NAME/queue/`setting` of /dev/NAME; a warning if refused. */
+static void queue_setting(const char *device, const char *setting, const char *value)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/sys/block/%s/queue/%s", device + 5, setting);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    bool done = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
+    if (fd >= 0)
+        close(fd);
+    if (!done)
+        fprintf(stderr, "uzram: warning: cannot set %s to %s\n", path, value);
+}
+
+/* A swap device's queue: no writeback throttling (wbt would hold reclaim's swap-outs back
+ * behind the latency of the ones in flight: kswapd sat 30 s in wbt_wait in a VM test). */
+static void swap_queue(const char *device)
+{
+    queue_setting(device, "wbt_lat_usec", "0");
+}
+
 static int attach_nbd(struct attachment *attachment, bool swap, char *reply, size_t reply_size,
                       char *message, size_t message_size)
 {
@@ -150,20 +175,31 @@ static int attach_nbd(struct attachment *attachment, bool swap, char *reply, siz
     /* For swap, every request fits the buffer each server worker already has: a swap-out
      * then allocates no request buffer. */
     if (swap) {
-        char path[128], value[32];
-        snprintf(path, sizeof path, "/sys/block/%s/queue/max_sectors_kb", device + 5);
+        char value[32];
         snprintf(value, sizeof value, "%u", NBD_SERVER_WORKER_BUFFER / 1024);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        bool limited = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
-        if (fd >= 0)
-            close(fd);
-        if (!limited)
-            fprintf(stderr, "uzram: warning: cannot limit the requests of %s to %s KiB (%s)\n",
-                    device, value, path);
+        queue_setting(device, "max_sectors_kb", value);
+        swap_queue(device);
     }
     attachment->method = NBD;
     set_device(attachment, device);
     snprintf(reply, reply_size, "device %s\n", device);
+    return 0;
+}
+
+static int attach_ublk(struct attachment *attachment, bool swap, char *reply, size_t reply_size,
+                       char *message, size_t message_size)
+{
+    struct uzram_config config;
+    uzram_get_config(attachment->settings.dev, &config);
+    int rc = ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
+                        &attachment->ublk, message, message_size);
+    if (rc < 0)
+        return rc;
+    if (swap)
+        swap_queue(ublk_path(attachment->ublk));
+    attachment->method = UBLK;
+    set_device(attachment, ublk_path(attachment->ublk));
+    snprintf(reply, reply_size, "device %s\n", ublk_path(attachment->ublk));
     return 0;
 }
 
@@ -191,8 +227,10 @@ int attachment_attach(struct attachment *attachment, const char *via, bool swap,
         rc = attach_loop(attachment, file, reply, reply_size, message, message_size);
     } else if (strcmp(via, "nbd") == 0 && file == NULL) {
         rc = attach_nbd(attachment, swap, reply, reply_size, message, message_size);
+    } else if (strcmp(via, "ublk") == 0 && file == NULL) {
+        rc = attach_ublk(attachment, swap, reply, reply_size, message, message_size);
     } else {
-        snprintf(message, message_size, "usage: attach loop|nbd [swap] [/FILE]");
+        snprintf(message, message_size, "usage: attach loop|nbd|ublk [swap] [/FILE]");
         rc = -EINVAL;
     }
     pthread_mutex_unlock(&attachment->operation_lock);
@@ -240,6 +278,13 @@ static int detach_locked(struct attachment *attachment, char *message, size_t me
         rc = detach_nbd(attachment, message, message_size);
         if (rc < 0)
             return rc;
+    } else if (attachment->method == UBLK) {
+        int fd = blockdev_claim(attachment->device, message, message_size);
+        if (fd < 0)
+            return fd;
+        close(fd);
+        ublk_stop(attachment->ublk);
+        attachment->ublk = NULL;
     }
     attachment->method = NONE;
     set_device(attachment, "");
@@ -289,6 +334,9 @@ void attachment_stop(struct attachment *attachment)
                 loop_let_go(&attachment->holder); /* it clears itself with its last user */
                 fuse_file_stop(attachment->file, false);
                 attachment->file = NULL;
+            } else if (attachment->method == UBLK) {
+                ublk_stop(attachment->ublk); /* the device goes, its users get errors */
+                attachment->ublk = NULL;
             } else {
                 fprintf(stderr, "uzram: when it is no longer used: nbd-client -d %s\n", device);
             }

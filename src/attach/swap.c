@@ -1,7 +1,12 @@
 /* swap.c - `serve --swap`: what a user-space swap target needs to make progress while the
- * kernel is short of memory. Memory locked, allocations that never wait for I/O, no OOM kill. */
+ * kernel is short of memory. Memory locked, allocations that never wait for I/O, no OOM kill,
+ * and the memory a swap-out needs faulted in ahead of need, so that serving one never waits
+ * for the kernel to find a free page (it may be waiting for that swap-out to free one). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +15,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "common/util.h"
 
 #ifndef PR_SET_IO_FLUSHER
 #define PR_SET_IO_FLUSHER 57
@@ -20,6 +26,15 @@
 #endif
 
 #define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
+
+/* Heap faulted in at the start, for what the server allocates later (request buffers, span
+ * headers of the pool, compression contexts). */
+#define HEAP_RESERVE (24u << 20)
+/* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */
+#define POOL_RESERVE (16u << 20)
+/* Stack every server thread touches when it starts: the deepest request path (lzo's work
+ * memory, zstd, a page buffer) with room to spare. */
+#define STACK_PREFAULT (256u << 10)
 
 static int read_oom_score_adj(int *value)
 {
@@ -48,6 +63,34 @@ static int write_oom_score_adj(int value)
     return rc;
 }
 
+/* One heap for every thread (a thread's own arena would fault its memory in as it grows),
+ * blocks up to 32 MiB from it rather than from mappings of their own (fresh pages each
+ * time), nothing of it ever given back, and HEAP_RESERVE of it faulted in now, while the
+ * server is still one thread: later the heap must not grow while a swap-out waits, since
+ * glibc faults the new memory in with its lock held, which every other malloc() then waits
+ * for. (A sanitizer's allocator ignores these settings.) Server threads touch their stacks
+ * first. */
+static void reserve_memory_ahead(void)
+{
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+    unsigned char *heap = malloc(HEAP_RESERVE);
+    if (heap != NULL) {
+        /* Not zero: the compiler would make malloc + memset 0 a calloc(), which fresh
+         * memory from the kernel lets glibc skip. */
+        memset(heap, 0x5a, HEAP_RESERVE);
+        __asm__ volatile("" : : "r"(heap) : "memory");
+        free(heap);
+    }
+    util_thread_prefault_stack(STACK_PREFAULT);
+}
+
+int swap_device_prepare(struct uzram *dev)
+{
+    return uzram_set_mem_reserve(dev, POOL_RESERVE);
+}
+
 int swap_safety_enable(char *message, size_t message_size)
 {
     /* The allocations of a flusher never start I/O to reclaim memory (PF_MEMALLOC_NOIO): a
@@ -71,10 +114,26 @@ int swap_safety_enable(char *message, size_t message_size)
                  strerror(-rc));
         return rc;
     }
+    /* A real-time thread may take pages below the min watermark, down to half of it
+     * (ALLOC_MIN_RESERVE): so may the server's threads (they inherit the policy) while the
+     * page it stores is what lets the kernel get back above it. Priority 1, the lowest. */
+    struct sched_param realtime = {.sched_priority = 1};
+    rc = sched_setscheduler(0, SCHED_FIFO, &realtime) < 0 ? -errno : 0;
+    if (rc < 0) {
+        prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
+        write_oom_score_adj(old_score);
+        snprintf(message, message_size,
+                 "--swap: SCHED_FIFO refused: %s; it needs CAP_SYS_NICE or RLIMIT_RTPRIO "
+                 "(LimitRTPRIO=1 in the unit)",
+                 strerror(-rc));
+        return rc;
+    }
     /* Locked as it is touched (MCL_ONFAULT): the pool's reserved address space costs nothing
      * until used, and nothing the write path touches can be swapped out, to us or elsewhere. */
     if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0) {
         int err = errno;
+        struct sched_param normal = {.sched_priority = 0};
+        sched_setscheduler(0, SCHED_OTHER, &normal);
         prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0);
         write_oom_score_adj(old_score);
         snprintf(message, message_size,
@@ -83,6 +142,7 @@ int swap_safety_enable(char *message, size_t message_size)
                  strerror(err));
         return -err;
     }
+    reserve_memory_ahead();
     return 0;
 }
 

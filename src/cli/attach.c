@@ -22,11 +22,14 @@ static void attach_usage(FILE *out)
           "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
           ".ctl control socket.\n"
           "\n"
-          "  --via nbd|loop          nbd: the kernel's NBD client (nbd-client) on the server's\n"
-          "                          Unix socket, /dev/nbdN; loop: the server shows the disk\n"
-          "                          as a file through FUSE and a loop device with direct I/O\n"
-          "                          sits on it, /dev/loopN. Default: nbd when the kernel has\n"
-          "                          its nbd module (modprobe nbd is tried), else loop\n"
+          "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
+          "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver,\n"
+          "                          served by a thread of the server, /dev/ublkbN (what swap\n"
+          "                          needs: see SWAP in uzram(1)); loop: the server shows the\n"
+          "                          disk as a file through FUSE and a loop device with direct\n"
+          "                          I/O sits on it, /dev/loopN. Default: with --swap ublk\n"
+          "                          where the kernel has it; else nbd where it has its nbd\n"
+          "                          module (modprobe is tried), else loop\n"
           "  --file PATH             with --via loop: the file the server mounts (default\n"
           "                          NAME.disk beside the control socket)\n"
           "  --swap                  the device is for swap: the server must run with\n"
@@ -133,18 +136,24 @@ static int ask_waiting(const struct control_target *target, const char *what, co
     return progress_run(&progress, ask, NULL, &request);
 }
 
-/* nbd when the kernel has its client, after trying to load it as zramctl loads zram. */
-static const char *default_via(void)
+/* Whether the kernel has `module` (loaded, or loaded now as zramctl loads zram). */
+static bool module_ready(const char *module, const char *sys_path)
 {
-    if (nbd_module_loaded())
-        return "nbd";
-    if (geteuid() == 0) {
-        const char *argv[] = {"modprobe", "-q", "nbd", NULL};
-        char output[256];
-        if (run_program(argv, 10, output, sizeof output) == 0 && nbd_module_loaded())
-            return "nbd";
-    }
-    return "loop";
+    if (access(sys_path, F_OK) == 0)
+        return true;
+    const char *argv[] = {"modprobe", "-q", module, NULL};
+    char output[256];
+    return geteuid() == 0 && run_program(argv, 10, output, sizeof output) == 0 &&
+           access(sys_path, F_OK) == 0;
+}
+
+/* For swap ublk, whose requests cost the server no kernel memory (see SWAP in uzram(1)); else
+ * nbd when the kernel has its client; else loop. */
+static const char *default_via(bool swap)
+{
+    if (swap && module_ready("ublk_drv", "/dev/ublk-control"))
+        return "ublk";
+    return module_ready("nbd", "/sys/module/nbd") ? "nbd" : "loop";
 }
 
 int cmd_attach(int argc, char **argv)
@@ -162,8 +171,9 @@ int cmd_attach(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
         switch (c) {
         case OPT_VIA:
-            if (strcmp(optarg, "nbd") != 0 && strcmp(optarg, "loop") != 0) {
-                fprintf(stderr, "uzram: bad --via '%s'; use nbd or loop\n", optarg);
+            if (strcmp(optarg, "nbd") != 0 && strcmp(optarg, "loop") != 0 &&
+                strcmp(optarg, "ublk") != 0) {
+                fprintf(stderr, "uzram: bad --via '%s'; use nbd, ublk or loop\n", optarg);
                 return 2;
             }
             via = optarg;
@@ -216,7 +226,7 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
                 size_t message_size)
 {
     if (via == NULL)
-        via = file != NULL ? "loop" : default_via();
+        via = file != NULL ? "loop" : default_via(swap);
     /* The server mounts the file: give it a path that does not depend on our directory. */
     char absolute[PATH_MAX] = "";
     if (file != NULL) {

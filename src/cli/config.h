@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+struct config_index;
+
 /* Larger files are refused: a configuration is a few lines per device. */
 #define CONFIG_MAX_BYTES (1u << 20)
 
@@ -24,7 +26,9 @@ struct config {
     const char *path;
     struct config_section *sections;
     size_t section_count;
-    char *text; /* the file, cut into the strings above */
+    char *text;                 /* the file, cut into the strings above */
+    struct config_index *index; /* the sections by name (config.c) */
+    size_t comparisons;         /* of names, by config_load(): about one per line (tests) */
 };
 
 /* Read `path`: blank lines and lines starting with '#' or ';' are comments, "[NAME]" starts a

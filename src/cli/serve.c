@@ -101,7 +101,7 @@ static const struct serve_option {
      false},
     {"writeback-idle", OPT_WRITEBACK_IDLE, required_argument, "N",
      "write back pages unused for N seconds, in the\n"
-     "background at the lowest CPU priority (default 0: off)",
+     "background, paced by --writeback-rate (default 0: off)",
      false},
     {"writeback-rate", OPT_WRITEBACK_RATE, required_argument, "N",
      "pages a second the background writeback may write\n"
@@ -238,6 +238,7 @@ struct origin {
     const char *file;
     unsigned line;
     const char *spec;
+    bool given; /* set at all, anywhere (the command line's origin is NULL, 0, NULL) */
 };
 
 /* One device to serve: its settings as given, checked by device_settings(). */
@@ -250,7 +251,7 @@ struct device_plan {
     /* Writeback, set once the device exists. */
     const char *backing_file;
     uint64_t backing_size, writeback_idle, writeback_rate;
-    bool writeback_when_full, writeback_rate_given, backing_overwrite;
+    bool writeback_when_full, backing_overwrite;
     bool read_only;
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
@@ -423,16 +424,15 @@ static int apply_option(struct serve_plan *plan, struct device_plan *device,
     bool flag = false;
 
     option_label(option, from, &label);
-    if (sets_device(option)) {
-        if (device == NULL) {
-            complain(plan, "%s%s is a setting of one device; it cannot be set here", label.where,
-                     label.name);
-            return -1;
-        }
-        device->from[option - serve_options] = *from;
-    } else {
-        plan->from[option - serve_options] = *from;
+    if (sets_device(option) && device == NULL) {
+        complain(plan, "%s%s is a setting of one device; it cannot be set here", label.where,
+                 label.name);
+        return -1;
     }
+    struct origin *where =
+        &(sets_device(option) ? device->from : plan->from)[option - serve_options];
+    *where = *from;
+    where->given = true;
     struct uzram_config *config = device ? &device->config : NULL;
     if (option->has_arg == optional_argument && parse_flag(plan, &label, arg, &flag) < 0)
         return -1;
@@ -487,12 +487,8 @@ static int apply_option(struct serve_plan *plan, struct device_plan *device,
                      option->code == OPT_WRITEBACK_IDLE ? "off" : "no limit");
             return -1;
         }
-        if (option->code == OPT_WRITEBACK_IDLE) {
-            device->writeback_idle = value;
-        } else {
-            device->writeback_rate = value;
-            device->writeback_rate_given = true;
-        }
+        *(option->code == OPT_WRITEBACK_IDLE ? &device->writeback_idle : &device->writeback_rate) =
+            value;
         break;
     case 'n':
         if (!util_valid_name(arg)) {
@@ -592,7 +588,7 @@ static int apply_section(struct serve_plan *plan, struct device_plan *device,
 {
     for (size_t e = 0; e < section->entry_count; e++) {
         const struct config_entry *entry = &section->entries[e];
-        const struct origin from = {plan->file->path, entry->line, NULL};
+        const struct origin from = {plan->file->path, entry->line, NULL, false};
         if (strcmp(entry->key, DEVICES_KEY) == 0)
             continue;
         const struct serve_option *option = option_by_key(entry->key);
@@ -753,11 +749,7 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
 
     struct nbd_server_options *options = &plan->options;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    *options = (struct nbd_server_options){
-        .name = "uzram0",
-        .socket_mode = 0600,
-        .socket_gid = -1,
-    };
+    *options = (struct nbd_server_options){.name = "uzram0", .socket_mode = 0600, .socket_gid = -1};
     /* Per connection: with 2 workers one can run a request while the other
      * reads the next, so one pipelining client keeps 2 cores busy. */
     options->threads = cpus < 2                        ? 2
@@ -818,7 +810,7 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
     plan->several = plan->spec_count > 0 || listed > 0;
     if (plan->server != NULL && apply_section(plan, NULL, plan->server, SECTION_SERVER) < 0)
         return 1;
-    const struct origin command_line = {NULL, 0, NULL};
+    const struct origin command_line = {NULL, 0, NULL, false};
     for (size_t i = 0; i < server_count; i++)
         if (apply_option(plan, NULL, server_given[i].option, server_given[i].arg, &command_line) <
             0)
@@ -909,7 +901,7 @@ static int plan_device(struct serve_plan *plan, struct device_plan *device, cons
             apply_section(plan, device, own, SECTION_DEVICE) < 0)
             return -1;
     }
-    const struct origin command_line = {NULL, 0, NULL};
+    const struct origin command_line = {NULL, 0, NULL, false};
     for (size_t i = 0; i < plan->given_count; i++)
         if (apply_option(plan, device, plan->given[i].option, plan->given[i].arg, &command_line) <
             0)
@@ -919,19 +911,18 @@ static int plan_device(struct serve_plan *plan, struct device_plan *device, cons
     return 0;
 }
 
-/* How a later check names a device's option: as it was last given. */
-static const struct label *device_label(const struct device_plan *device, int code,
-                                        struct label *label)
+/* Whether option `code` was set at all, among the origins `from` (a device's, the server's). */
+static bool given(const struct origin *from, int code)
 {
-    const struct serve_option *option = option_by_code(code);
-    return option_label(option, &device->from[option - serve_options], label);
+    return from[option_by_code(code) - serve_options].given;
 }
 
-/* How a later check names a server option: as it was last given. */
-static const struct label *label_of(const struct serve_plan *plan, int code, struct label *label)
+/* How a later check names option `code`, as it was last given, among the origins `from` (a
+ * device's, or the server's). */
+static const struct label *label_of(const struct origin *from, int code, struct label *label)
 {
     const struct serve_option *option = option_by_code(code);
-    return option_label(option, &plan->from[option - serve_options], label);
+    return option_label(option, &from[option - serve_options], label);
 }
 
 /* Size, algorithm and level, checked before the device is made so that each
@@ -941,7 +932,7 @@ static int device_settings(const struct serve_plan *plan, struct device_plan *de
     struct uzram_config *config = &device->config;
     struct label label;
 
-    device_label(device, 's', &label);
+    label_of(device->from, 's', &label);
     if (parse_size_option(plan, &label, device->size_text, &config->disksize) < 0)
         return 1;
     if (config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE != 0) {
@@ -955,7 +946,7 @@ static int device_settings(const struct serve_plan *plan, struct device_plan *de
         char list[256] = "";
         uzram_algorithm_list(NULL, list, sizeof list);
         list[strcspn(list, "\n")] = '\0';
-        device_label(device, 'a', &label);
+        label_of(device->from, 'a', &label);
         complain(plan, "%sunknown %s '%s'; choose one of: %s", label.where, label.name,
                  config->comp_algorithm, list);
         return 1;
@@ -968,7 +959,7 @@ static int device_settings(const struct serve_plan *plan, struct device_plan *de
         if (errno || end == level_text || *end != '\0' ||
             (min_level == 0 && max_level == 0 && level != 0) ||
             (level != 0 && (level < min_level || level > max_level))) {
-            device_label(device, 'l', &label);
+            label_of(device->from, 'l', &label);
             if (min_level == 0 && max_level == 0)
                 complain(plan, "%salgorithm %s has no levels; drop %s", label.where,
                          config->comp_algorithm, label.name);
@@ -983,7 +974,7 @@ static int device_settings(const struct serve_plan *plan, struct device_plan *de
     /* A swap device that needs memory to store what is swapped out must not grow without
      * bound: the limit is where writes start failing instead of the machine. */
     if (plan->options.swap && config->mem_limit == 0 && plan->options.server_mem_limit == 0) {
-        label_of(plan, OPT_SWAP, &label);
+        label_of(plan->from, OPT_SWAP, &label);
         complain(plan,
                  "%s%s needs a memory limit: add %s (e.g. a quarter of RAM) so that "
                  "swapped-out pages cannot take all memory%s%s",
@@ -1007,6 +998,7 @@ static int plan_devices(struct serve_plan *plan)
         fputs("uzram: out of memory\n", stderr);
         return 1;
     }
+    plan->device_count = total; /* what cmd_serve() frees, also after a failure below */
     if (total > NBD_SERVER_MAX_EXPORTS) {
         fprintf(stderr, "uzram: %zu devices; one server serves at most %u\n", total,
                 NBD_SERVER_MAX_EXPORTS);
@@ -1016,7 +1008,7 @@ static int plan_devices(struct serve_plan *plan)
         struct device_plan *device = &plan->devices[i];
         const char *name = plan->options.name;
         char *spec = NULL;
-        struct origin from = {NULL, 0, NULL};
+        struct origin from = {NULL, 0, NULL, false};
         if (plan->several && i < plan->listed_count) {
             name = plan->listed[i];
             if (config_section(plan->file, name) == NULL) {
@@ -1059,7 +1051,6 @@ static int plan_devices(struct serve_plan *plan)
         if (status != GO_ON)
             return status;
     }
-    plan->device_count = total;
     /* The server is named after its first device unless --name (or its section) says. */
     if (plan->several && plan->server == NULL && !plan->name_given)
         plan->options.name = plan->devices[0].name;
@@ -1088,6 +1079,13 @@ static int socket_paths(struct serve_plan *plan)
     const char *unix_path = plan->unix_path;
     bool activated = options->inherited_count > 0;
     bool no_unix = plan->no_unix || activated; /* the manager's sockets are served instead */
+    if (plan->no_unix &&
+        (given(plan->from, OPT_SOCKET_MODE) || given(plan->from, OPT_SOCKET_GROUP))) {
+        fputs("uzram: --socket-mode and --socket-group are for the NBD Unix socket, and with "
+              "--no-unix there is none; drop them\n",
+              stderr);
+        return 1;
+    }
 
     if (activated && options->inherited_ctl >= 0)
         return GO_ON; /* the control socket was handed over too */
@@ -1178,10 +1176,10 @@ static int tls_settings(struct serve_plan *plan)
     struct nbd_tls_options *tls = &plan->options.tls;
     struct label mode, certificates, psk, verify;
     bool has_credentials = tls->certificates != NULL || tls->psk_file != NULL;
-    label_of(plan, OPT_TLS, &mode);
-    label_of(plan, OPT_TLS_CERTIFICATES, &certificates);
-    label_of(plan, OPT_TLS_PSK, &psk);
-    label_of(plan, OPT_TLS_VERIFY_PEER, &verify);
+    label_of(plan->from, OPT_TLS, &mode);
+    label_of(plan->from, OPT_TLS_CERTIFICATES, &certificates);
+    label_of(plan->from, OPT_TLS_PSK, &psk);
+    label_of(plan->from, OPT_TLS_VERIFY_PEER, &verify);
     if (tls->certificates != NULL && tls->psk_file != NULL) {
         fprintf(stderr, "uzram: %s%s and %s%s: choose one kind of TLS credentials\n",
                 certificates.where, certificates.name, psk.where, psk.name);
@@ -1229,16 +1227,16 @@ static int activation(struct serve_plan *plan)
     }
     if (count == 0)
         return GO_ON;
-    static const int listening[] = {'u', 't', OPT_NO_UNIX};
-    bool given[] = {plan->unix_path != NULL, options->tcp != NULL, plan->no_unix};
+    static const int listening[] = {'u', 't', OPT_NO_UNIX, OPT_SOCKET_MODE, OPT_SOCKET_GROUP};
     for (size_t i = 0; i < sizeof listening / sizeof listening[0]; i++) {
-        if (!given[i])
+        if (!given(plan->from, listening[i]))
             continue;
         struct label label;
-        label_of(plan, listening[i], &label);
+        label_of(plan->from, listening[i], &label);
         fprintf(stderr,
                 "uzram: %s%s: the service manager handed over %d socket%s to serve (socket "
-                "activation, LISTEN_FDS): drop %s, the socket unit says where to listen\n",
+                "activation, LISTEN_FDS): drop %s, the socket unit says where to listen and who "
+                "may connect (ListenStream=, SocketMode=, SocketGroup=)\n",
                 label.where, label.name, count, count == 1 ? "" : "s", label.name);
         return 1;
     }
@@ -1335,17 +1333,18 @@ static int writeback(const struct serve_plan *plan, struct uzram *dev,
                      const struct device_plan *device)
 {
     struct label label;
-    const char *needs = device->writeback_when_full ? "--writeback-when-full"
-                        : device->writeback_idle    ? "--writeback-idle"
-                        : device->backing_size      ? "--backing-size"
-                        : device->backing_overwrite ? "--overwrite-backing-file"
-                                                    : NULL;
+    const char *needs = device->writeback_when_full               ? "--writeback-when-full"
+                        : device->writeback_idle                  ? "--writeback-idle"
+                        : device->backing_size                    ? "--backing-size"
+                        : device->backing_overwrite               ? "--overwrite-backing-file"
+                        : given(device->from, OPT_WRITEBACK_RATE) ? "--writeback-rate"
+                                                                  : NULL;
     if (!device->backing_file) {
         if (needs)
             complain(plan, "%s needs --backing-file PATH, where pages are written back", needs);
         return needs ? -1 : 0;
     }
-    device_label(device, OPT_BACKING_FILE, &label);
+    label_of(device->from, OPT_BACKING_FILE, &label);
     char why[PATH_MAX + 256]; /* hot-add: from another process, so an absolute path only */
     int rc = backing_dev_open(dev, device->backing_file, device->backing_size,
                               device->backing_overwrite, plan->message != NULL, why, sizeof why);
@@ -1354,7 +1353,7 @@ static int writeback(const struct serve_plan *plan, struct uzram *dev,
                  device->backing_file, why);
         return -1;
     }
-    if (device->writeback_rate_given)
+    if (given(device->from, OPT_WRITEBACK_RATE))
         uzram_set_writeback_rate(dev, device->writeback_rate);
     rc = uzram_set_writeback_when_full(dev, device->writeback_when_full);
     if (rc == 0)
@@ -1414,7 +1413,7 @@ static int hot_add(void *context, const char *spec, struct nbd_new_device *out, 
         char *colon = strchr(copy, ':');
         if (colon != NULL)
             *colon = '\0';
-        const struct origin from = {NULL, 0, spec};
+        const struct origin from = {NULL, 0, spec, false};
         rc = -EINVAL;
         if (!util_valid_name(copy))
             complain(plan,

@@ -52,6 +52,11 @@ uint64_t util_get64(const unsigned char *p);
 /* Start a thread running fn(arg) with a stack of `stack_size` bytes: joinable
  * into *joinable, or detached when `joinable` is NULL. 0 or a negative errno. */
 int util_thread_start(pthread_t *joinable, void *(*fn)(void *), void *arg, size_t stack_size);
+/* From now on, every thread util_thread_start() starts first touches `bytes` of its stack
+ * (less than half of it), so that those pages are there, and locked under mlockall(), before
+ * it does any work: `serve --swap`, whose threads must not wait for memory while they serve
+ * a swap-out. Call before other threads start. */
+void util_thread_prefault_stack(size_t bytes);
 
 /* Set SO_RCVTIMEO / SO_SNDTIMEO in seconds (0: no timeout). */
 int util_set_timeouts(int fd, int receive_seconds, int send_seconds);

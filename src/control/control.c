@@ -197,7 +197,7 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server,
         rest = rest[4] ? rest + 5 : NULL;
     }
     if (via == NULL || (rest != NULL && rest[0] != '/')) {
-        reply_error(peer, EINVAL, "usage: attach loop|nbd [swap] [/FILE]");
+        reply_error(peer, EINVAL, "usage: attach loop|nbd|ublk [swap] [/FILE]");
         return;
     }
     int rc = nbd_export_attach(server, export, via, swap, rest, reply, sizeof reply, message,
@@ -486,13 +486,13 @@ static void accept_peer(struct control_service *service)
     struct peer_job *job = malloc(sizeof *job);
     pthread_mutex_lock(&service->lock);
     bool room = job != NULL && service->peers < CONTROL_PEERS;
-    if (room)
-        service->peers++;
+    service->peers += room;
     pthread_mutex_unlock(&service->lock);
     if (!room) {
-        struct peer busy = {fd, util_now_ms() + 100};
+        struct peer busy = {fd, util_now_ms() + 100}; /* drain(): no reset, 100 ms at most */
         reply_error(&busy, EBUSY, "%u control requests already in progress; try again",
                     CONTROL_PEERS);
+        drain(&busy);
         close(fd);
         free(job);
         return;

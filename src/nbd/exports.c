@@ -34,8 +34,10 @@ struct nbd_exports {
     struct device *devices;  /* in the order they were added */
     size_t count;
     /* What "" selects: the first device at start, for ever; once removed, "" finds nothing
-     * (a client reconnecting with "" must not get another device's data). */
+     * (a client reconnecting with "" must not get another device's data), even when a device
+     * of that name is added again: default_name is then "" and default_chosen stays. */
     char default_name[NBD_EXPORT_NAME_MAX + 1];
+    bool default_chosen;
     struct uzram_group *group; /* every device is in it: --server-mem-limit */
     /* What every device's attachment shares (nbd_exports_set_attach()). */
     struct attach_settings attach;
@@ -202,8 +204,10 @@ int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *ma
     while (*tail != NULL)
         tail = &(*tail)->next;
     *tail = d;
-    if (exports->count++ == 0 && exports->default_name[0] == '\0')
+    if (exports->count++ == 0 && !exports->default_chosen) {
         snprintf(exports->default_name, sizeof exports->default_name, "%s", d->name);
+        exports->default_chosen = true;
+    }
     char text[64];
     describe(d, text, sizeof text);
     snprintf(message, size, "%s (%s)", d->name, text);
@@ -452,6 +456,8 @@ int nbd_server_remove(struct nbd_server *server, const char *name, char *message
         pthread_mutex_unlock(&exports->lock);
         return -EBUSY;
     }
+    if (strcmp(exports->default_name, name) == 0)
+        exports->default_name[0] = '\0'; /* no device has the name "" */
     pthread_mutex_unlock(&exports->lock);
     attachment_destroy(d->attachment);
 

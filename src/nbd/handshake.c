@@ -374,7 +374,9 @@ int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
         uint32_t option = util_get32(header + 8);
         uint32_t length = util_get32(header + 12);
         if (length > OPTION_MAX) {
-            if (length > OPTION_DISCARD_CAP) {
+            /* EXPORT_NAME has no reply to carry ERR_TOO_BIG: its only error answer is a
+             * closed connection (NBD protocol, and what the man page says). */
+            if (length > OPTION_DISCARD_CAP || option == NBD_OPT_EXPORT_NAME) {
                 nbd_log(s, "option %u with %u bytes of data; closing", option, length);
                 rc = -EPROTO;
                 break;

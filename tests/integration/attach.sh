@@ -167,6 +167,18 @@ done
 still_ours && fail "$DEV is still attached 5 s after its last user let go"
 pass "SIGTERM with $DEV mounted: the server exited 0 and said so, I/O on $DEV fails, it went away after umount"
 
+# --- the kernel's ublk driver: refused with what to do where the kernel has none (the VM
+# tests attach through it for real: tests/vm/swap.sh, oracle.sh) ---
+if [[ ! -e /dev/ublk-control ]] && ! modprobe -q ublk_drv 2>/dev/null; then
+    start_server ublk -s 64M
+    if "$UZRAM" attach --via ublk ublk 2>"$WORK/ublk.err"; then fail "attach --via ublk succeeded without the ublk driver"; fi
+    grep -q "the kernel has no ublk driver (modprobe ublk_drv); or use --via nbd or --via loop" "$WORK/ublk.err" ||
+        fail "attach --via ublk without the driver said: $(cat "$WORK/ublk.err")"
+    [[ $("$UZRAM" status -n --raw -o attached ublk) == - ]] || fail "a refused ublk attach left a node in status"
+    stop_server ublk
+    pass "without the ublk driver, attach --via ublk says so: $(cat "$WORK/ublk.err")"
+fi
+
 # --- the kernel's NBD client, where the kernel has it ---
 start_server nbd -s 256M
 if [[ ! -e /sys/module/nbd ]] && ! modprobe -q nbd 2>/dev/null; then

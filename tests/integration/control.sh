@@ -132,6 +132,52 @@ else
     pass "control line over 4096 bytes: '$reply'"
 fi
 
+# With every control peer slot held (8, each up to its 5 s deadline), later peers get the EBUSY
+# line and then the end of the connection, not a reset (the server read what they sent).
+if ! reply=$("$PY" - "$CTL" <<'EOF'
+import socket, sys, threading
+path = sys.argv[1]
+held = []
+for _ in range(8):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    held.append(s)
+results = {}
+lock = threading.Lock()
+def peer():
+    for _ in range(30):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        out = b""
+        try:
+            s.connect(path)
+            s.sendall(b"devices\n")
+            while True:
+                part = s.recv(4096)
+                if not part:
+                    break
+                out += part
+            key = out.split(b":")[0].decode()
+        except OSError as e:
+            key = f"{type(e).__name__} after {out!r}"
+        s.close()
+        with lock:
+            results[key] = results.get(key, 0) + 1
+threads = [threading.Thread(target=peer) for _ in range(10)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(" ".join(f"{k}={v}" for k, v in sorted(results.items())))
+if set(results) != {"error EBUSY"}:
+    sys.exit(1)
+EOF
+); then
+    bad "300 peers beside 8 held ones: $reply"
+else
+    pass "300 peers beside 8 held ones each got the EBUSY line: $reply"
+fi
+
 # A user who cannot read the runtime directory is told so (and the exit status says it).
 rc=0
 as_other "$UZRAM" status >"$WORK/status.out" 2>"$WORK/status.err" || rc=$?
@@ -163,6 +209,21 @@ else
 fi
 kill $name_pid 2>/dev/null || true
 wait $name_pid 2>/dev/null || true
+
+# The mode and group of an NBD Unix socket there is not: refused, not dropped.
+for option in "--socket-mode 0660" "--socket-group 0"; do
+    rc=0
+    # shellcheck disable=SC2086 # the option and its value
+    timeout 5 "$UZRAM" serve -n nounix -s 16M --no-unix --tcp 127.0.0.1:0 $option \
+        >/dev/null 2>"$WORK/nounix.err" || rc=$?
+    if [[ $rc -ne 1 ]]; then
+        bad "$option with --no-unix: status $rc (accepted, and dropped)"
+    elif [[ $(wc -l <"$WORK/nounix.err") -ne 1 ]] || ! grep -q "with --no-unix there is none" "$WORK/nounix.err"; then
+        bad "$option with --no-unix refused with: $(cat "$WORK/nounix.err")"
+    else
+        pass "$option with --no-unix refused: $(cat "$WORK/nounix.err")"
+    fi
+done
 
 # An IPv4 loopback address written as IPv6 (::ffff:127.0.0.1) is loopback: no warning.
 start_server v4mapped -s 16M --tcp '[::ffff:127.0.0.1]:0'

@@ -193,24 +193,29 @@ grep -q "c removed; its .* bytes of data" "$WORK/out" || fail "hot-remove answer
 nbdinfo --list "nbd+unix:///?socket=$SOCK" | grep -q '^export="c":' && fail "c still listed"
 if nbdinfo "nbd+unix:///c?socket=$SOCK" >/dev/null 2>&1; then fail "c still served"; fi
 if "$UZRAM" attr c disksize 2>/dev/null; then fail "attr c after hot-remove"; fi
-# A device's background threads (recompression, writeback: SCHED_IDLE, policy 5 in field 41
-# of /proc/PID/task/TID/stat) start with it and stop with hot-remove.
-idle_threads() {
-    local stat n=0
-    for stat in /proc/"${SERVER_PID[pool]}"/task/*/stat; do
-        [[ $(sed 's/.*) //' "$stat" 2>/dev/null | cut -d' ' -f39) == 5 ]] && n=$((n + 1))
+# A device's background threads start with it and stop with hot-remove: the recompressor
+# (uzram-recomp) at SCHED_IDLE (policy 5, field 41 of /proc/PID/task/TID/stat), the writeback
+# thread (uzram-writeback) at the normal policy (0): it holds the lock writers wait for.
+threads_of() { # NAME POLICY: how many threads of the server have that name and policy
+    local task n=0
+    for task in /proc/"${SERVER_PID[pool]}"/task/*; do
+        [[ $(cat "$task/comm" 2>/dev/null) == "$1" &&
+            $(sed 's/.*) //' "$task/stat" 2>/dev/null | cut -d' ' -f39) == "$2" ]] && n=$((n + 1))
     done
     echo $n
 }
-before=$(idle_threads)
+background() { echo "$(threads_of uzram-recomp 5) $(threads_of uzram-writeback 0)"; }
+before=$(background)
+read -r recomp writeback <<<"$before"
 "$UZRAM" hot-add bg 8M --recompress-idle 60 --backing-file "$WORK/bg.back" --writeback-idle 60 \
     >/dev/null || fail "hot-add bg with background threads"
-# (Each thread lowers its own priority once running: wait for it.)
-for _ in $(seq 50); do [[ $(idle_threads) -eq $((before + 2)) ]] && break; sleep 0.1; done
-[[ $(idle_threads) -eq $((before + 2)) ]] || fail "bg: $(idle_threads) SCHED_IDLE threads, wanted $((before + 2))"
+# (The recompressor lowers its own priority once running: wait for it.)
+want="$((recomp + 1)) $((writeback + 1))"
+for _ in $(seq 50); do [[ $(background) == "$want" ]] && break; sleep 0.1; done
+[[ $(background) == "$want" ]] || fail "bg: background threads (recompressor, writeback) $(background), wanted $want"
 "$UZRAM" hot-remove bg >/dev/null || fail "hot-remove bg"
-for _ in $(seq 50); do [[ $(idle_threads) -eq $before ]] && break; sleep 0.1; done
-[[ $(idle_threads) -eq $before ]] || fail "bg's background threads outlived it: $(idle_threads), wanted $before"
+for _ in $(seq 50); do [[ $(background) == "$before" ]] && break; sleep 0.1; done
+[[ $(background) == "$before" ]] || fail "bg's background threads outlived it: $(background), wanted $before"
 # The name can be used again, for a fresh empty device.
 "$UZRAM" hot-add c 4M >/dev/null || fail "hot-add c again"
 client verify "$SOCK" c 0 64 || fail "the new c holds the old one's data"
@@ -240,6 +245,20 @@ else
 fi
 pass "hot-add and hot-remove while a serves I/O ($rounds verified write+read rounds on a); refused while a client uses it; a device's background threads come and go with it$attached"
 stop_server pool
+
+# --- the default export removed: "" finds nothing, also once its name is added again ---
+start_server dflt --device first:8M --device second:8M
+SOCK=$(sock_of dflt)
+[[ $(nbdinfo --size "nbd+unix:///?socket=$SOCK") -eq $((8 * MiB)) ]] || fail "\"\" is not first"
+"$UZRAM" hot-remove first >/dev/null || fail "hot-remove first"
+if nbdinfo --size "nbd+unix:///?socket=$SOCK" >/dev/null 2>&1; then fail "\"\" served after first was removed"; fi
+"$UZRAM" hot-add first 4M >/dev/null || fail "hot-add first again"
+[[ $(nbdinfo --size "nbd+unix:///first?socket=$SOCK") -eq $((4 * MiB)) ]] || fail "the new first by name"
+if size=$(nbdinfo --size "nbd+unix:///?socket=$SOCK" 2>/dev/null); then
+    fail "\"\" selects the new, empty first ($size bytes) after the old one was removed"
+fi
+stop_server dflt
+pass "the default export removed: \"\" finds nothing, also after a device of its name is added again"
 
 # --- per-device and server-wide mem_limit ---
 # Random data does not compress: each 64K written costs about 64K of pool memory.

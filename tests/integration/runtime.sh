@@ -117,7 +117,7 @@ pass "status -u of what is not there, or not a socket: one line, exit 1"
 # --- without XDG_RUNTIME_DIR (the case make run used to get wrong): a user's make run, serve,
 # status and attr meet. Run as nobody, in a mount namespace of its own with a fresh /tmp, so
 # that no other test's /tmp/uzram-UID is touched; the checks run inside and print what they
-# saw. ---
+# saw, and why when they saw nothing. ---
 inner=$(cat <<'EOF'
 set -u
 mount -t tmpfs -o size=64M,mode=1777 uzram-test /tmp || exit 3
@@ -125,24 +125,35 @@ as=(setpriv --reuid=65534 --regid=65534 --clear-groups env -u XDG_RUNTIME_DIR)
 uzram=$1
 UZRAM_RUN_SAMPLE_MIB=4 "${as[@]}" setsid ./scripts/run.sh >/tmp/run.out 2>&1 &
 run=$!
-for _ in $(seq 300); do grep -q "From another shell" /tmp/run.out && break; sleep 0.1; done
-"${as[@]}" "$uzram" serve -q -n second -s 8M >/dev/null 2>&1 &
+for _ in $(seq 200); do grep -q "From another shell" /tmp/run.out && break; kill -0 $run 2>/dev/null || break; sleep 0.1; done
+grep -q "From another shell" /tmp/run.out || echo "make run as nobody did not serve: $(tail -n 3 /tmp/run.out | tr '\n' ' ')"
+"${as[@]}" "$uzram" serve -q -n second -s 8M >/dev/null 2>/tmp/second.err &
 second=$!
-for _ in $(seq 100); do "${as[@]}" "$uzram" status second >/dev/null 2>&1 && break; sleep 0.1; done
-echo "status: $("${as[@]}" "$uzram" status -n -o name,socket | tr '\n' ';')"
-echo "attr: $("${as[@]}" "$uzram" attr uzram0 disksize)"
+for _ in $(seq 100); do "${as[@]}" "$uzram" status second >/dev/null 2>&1 && break; kill -0 $second 2>/dev/null || break; sleep 0.1; done
+kill -0 $second 2>/dev/null || echo "serve as nobody ended: $(tr '\n' ' ' </tmp/second.err)"
+echo "status: $("${as[@]}" "$uzram" status -n -o name,socket 2>&1 | tr '\n' ';')"
+echo "attr: $("${as[@]}" "$uzram" attr uzram0 disksize 2>&1)"
 uri=$(sed -n "s/^  nbdinfo '\(.*\)'$/\1/p" /tmp/run.out)
-echo "nbdinfo: $uri $(nbdinfo --size "$uri")"
+echo "nbdinfo: $uri $(nbdinfo --size "$uri" 2>&1)"
 kill -INT -- -$run; kill $second
 for _ in $(seq 100); do kill -0 $run 2>/dev/null || break; sleep 0.1; done
 kill -0 $run 2>/dev/null && { kill -- -$run; echo "make run did not stop"; }
 wait $second
 EOF
 )
+# Whether user nobody can run this tree's make run: through the same commands as the check
+# (setpriv keeps root's capabilities up to the program it starts, which may then open what
+# nobody cannot; env, started by it, runs without them), with the reason when not.
+cannot_run_as_nobody() {
+    (cd "$REPO" && setpriv --reuid=65534 --regid=65534 --clear-groups env -u XDG_RUNTIME_DIR \
+        sh -c 'test -r scripts/run.sh || { echo "cannot read scripts/run.sh"; exit 1; }
+               "$1" --version >/dev/null' probe "$UZRAM") >"$WORK/probe.out" 2>&1 && return 1
+    sed 's/^probe: [0-9]*: //' "$WORK/probe.out" | tr '\n' ' '
+}
 if [[ $(id -u) -ne 0 ]] || ! command -v setpriv >/dev/null || ! command -v unshare >/dev/null; then
     skip_check "make run without XDG_RUNTIME_DIR: needs root, setpriv and unshare (to be user nobody with a /tmp of its own)"
-elif ! setpriv --reuid=65534 --regid=65534 --clear-groups "$UZRAM" --version >/dev/null 2>&1; then
-    skip_check "make run without XDG_RUNTIME_DIR: user nobody cannot run $UZRAM"
+elif why=$(cannot_run_as_nobody); then
+    skip_check "make run without XDG_RUNTIME_DIR: user nobody cannot run $UZRAM in $REPO: ${why:-no reason given}"
 elif [[ $REPO == /tmp || $REPO == /tmp/* ]]; then
     skip_check "make run without XDG_RUNTIME_DIR: the tree is under /tmp, which this check hides behind a tmpfs of its own; run it from a tree elsewhere"
 elif [[ $UZRAM != "$REPO/build/uzram" ]]; then
@@ -153,6 +164,7 @@ else
     if [[ $rc -eq 3 ]]; then
         skip_check "make run without XDG_RUNTIME_DIR: no tmpfs can be mounted in a new mount namespace here"
     else
+        [[ $rc -ne 124 ]] || fail "the check as nobody did not end within 60 s; it printed: $(cat "$WORK/inner.out")"
         # What the runtime directory rule gives a user without XDG_RUNTIME_DIR (uzram(1)).
         want=/tmp/uzram-65534
         [[ -d /run/user/65534 && $(stat -c %u /run/user/65534) -eq 65534 ]] && want=/run/user/65534/uzram

@@ -129,8 +129,8 @@ pass "LISTEN_FDNAMES control: the handed-over control socket serves attr; READY=
 activate_fails() { # PATTERN ACTIVATE-OPTIONS... -- SERVE-OPTIONS...
     local pattern=$1 rc=0
     shift
-    # shellcheck disable=SC2086
-    $ACT "$@" >/dev/null 2>"$WORK/act.err" || rc=$?
+    # shellcheck disable=SC2086 # bounded: a server that takes the options serves on
+    timeout 10 $ACT "$@" >/dev/null 2>"$WORK/act.err" || rc=$?
     [[ $rc -eq 1 && $(wc -l <"$WORK/act.err") -eq 1 ]] || fail "activation ($*): status $rc: $(cat "$WORK/act.err")"
     grep -q "$pattern" "$WORK/act.err" || fail "activation ($*): $(cat "$WORK/act.err")"
 }
@@ -142,8 +142,14 @@ activate_fails "act.conf:2: tcp: the service manager handed over" --unix "$WORK/
 activate_fails "descriptor 3 (not-a-socket) is not a socket" --not-a-socket /etc/hostname -- "$UZRAM" serve -n r4
 activate_fails "descriptor 3 (not-listening) is not listening" --not-listening -- "$UZRAM" serve -n r5
 activate_fails "only a control socket" --unix "$WORK/r6.ctl=control" -- "$UZRAM" serve -n r6
+# the socket unit says who may connect: --socket-mode and --socket-group would be dropped
+activate_fails "socket-mode: the service manager handed over 1 socket.*SocketMode=" \
+    --unix "$WORK/r7.sock" -- "$UZRAM" serve -n r7 --socket-mode 0660
+printf '[r8]\nsocket-group = root\n' >"$WORK/act8.conf"
+activate_fails "act8.conf:2: socket-group: the service manager handed over" \
+    --unix "$WORK/r8.sock" -- "$UZRAM" serve --config "$WORK/act8.conf"
 [[ -z $(ls -A "$XDG_RUNTIME_DIR/uzram") ]] || fail "a refused activation left: $(ls "$XDG_RUNTIME_DIR/uzram")"
-pass "activation refuses --unix/--tcp (command line or file), a descriptor that is not a listening socket"
+pass "activation refuses --unix/--tcp/--socket-mode/--socket-group (command line or file), a descriptor that is not a listening socket"
 
 # LISTEN_PID of another process: the sockets are not ours; the server binds its own.
 $ACT --other-pid --unix "$WORK/stranger.sock" -- "$UZRAM" serve -n own -s 8M >/dev/null 2>"$WORK/server-own.err" &

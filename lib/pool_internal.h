@@ -1,0 +1,106 @@
+/* pool_internal.h - the pool's state, shared by pool.c (spans, objects, accounting,
+ * compaction) and pool_reserve.c (the reserve's refiller thread); nothing else includes it. */
+#ifndef UZRAM_POOL_INTERNAL_H
+#define UZRAM_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "pool_class.h"
+
+/* Address space: chunks of CHUNK_BYTES cut into windows, one per span (see pool.c). */
+#define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
+_Static_assert(WINDOW_BYTES == POOL_SPAN_MAX_BYTES, "pool.h says what a span is at most");
+#define WINDOWS_PER_CHUNK_SHIFT 10u
+#define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
+#define CHUNK_BYTES ((size_t)WINDOWS_PER_CHUNK * WINDOW_BYTES) /* 64 MiB */
+#define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
+
+/* Fullness groups: spans less than 1/4, 2/4, 3/4 used, not full, full. */
+#define GROUP_COUNT 5
+#define GROUP_FULL 4
+
+/* Windows the span cache can hold: 16 MiB of one-page spans, or a reserve of up to
+ * POOL_RESERVE_MAX in whole windows besides. */
+#define CACHE_ENTRIES (POOL_SPAN_CACHE_BYTES / PAGE_BYTES + POOL_RESERVE_MAX / WINDOW_BYTES)
+
+/* Second level of the span table: one per chunk of address space. */
+struct pool_chunk {
+    unsigned char *base;
+    _Atomic(struct pool_span *) spans[WINDOWS_PER_CHUNK];
+};
+
+struct pool_class {
+    /* Protects everything below and the mutable fields of this class's
+     * spans (lists, in_use, free list, headers of objects). */
+    pthread_mutex_t lock;
+    struct pool_span *groups[GROUP_COUNT];
+    uint64_t span_count;
+    uint64_t capacity; /* objects all its spans can hold */
+    uint64_t object_count;
+} __attribute__((aligned(64)));
+
+/*
+ * Lock order (outermost first):
+ *   caller's page slot/dedup/owner locks -> one class lock.
+ * Only one class lock is ever held at a time. window_lock is a leaf, never
+ * held together with a class lock: spans are made and released outside
+ * class locks, so mapping a chunk or madvise never stalls a class. Compaction holds a class
+ * lock while calling owner callbacks, but only *tries* owner locks, so the
+ * inverted order cannot deadlock. pool_map takes no lock at all: it reads
+ * the span table through acquire loads of pointers published with release
+ * stores.
+ */
+struct pool {
+    struct pool_class classes[CLASS_COUNT];
+
+    pthread_mutex_t window_lock;
+    _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
+    uint32_t chunk_count;                 /* under window_lock */
+    uint32_t next_unused_window;          /* under window_lock: windows never used yet */
+    uint32_t *free_windows;               /* under window_lock: stack of released windows */
+    size_t free_window_count;
+    size_t free_window_capacity;
+    /* Span cache, under window_lock: windows of emptied spans whose first
+     * `pages` pages are still resident (see POOL_SPAN_CACHE_BYTES), newest
+     * last; cache_bytes is their total, also read without the lock. */
+    struct cached_window {
+        uint32_t window;
+        uint32_t pages;
+    } cache[CACHE_ENTRIES];
+    size_t cache_count;
+    _Atomic uint64_t cache_bytes;
+    /* The reserve (pool_set_reserve()), under window_lock: the refiller thread keeps the cache
+     * at reserve_target bytes, and waits on reserve_wanted; new spans take cached windows only,
+     * and wait on reserve_filled for one. */
+    _Atomic uint64_t reserve_target;
+    pthread_cond_t reserve_wanted, reserve_filled;
+    pthread_t refiller;
+    bool refiller_running, refiller_stop;
+
+    _Atomic uint64_t mem_used;
+    _Atomic uint64_t mem_used_max;
+    _Atomic uint64_t limit;
+    /* A limit shared with other devices (uzram_set_group()), charged besides mem_used, and
+     * what else was charged to it with the pool (group_fixed). */
+    _Atomic(struct uzram_group *) group;
+    uint64_t group_fixed;
+    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t compact_gen;
+};
+
+/* Reserve one more chunk of address space. Called with window_lock held. */
+int pool_map_chunk(struct pool *pool);
+/* Give cached windows back to the OS until at most `keep` bytes stay cached. Returns the
+ * pages given back. */
+uint64_t pool_drain_cache(struct pool *pool, uint64_t keep);
+/* The first byte of a window. */
+unsigned char *pool_window_base(struct pool *pool, uint32_t window);
+/* The refiller thread (pool_reserve.c), started by pool_set_reserve(), stopped by
+ * pool_destroy() through refiller_stop. */
+void *pool_refiller_main(void *arg);
+
+#endif

@@ -1,0 +1,97 @@
+/* slot.h - locking and changing a page slot (internal): the primitives store.c changes slots
+ * with. The slot's layout is device.h's. */
+#ifndef UZRAM_SLOT_H
+#define UZRAM_SLOT_H
+
+#include "device.h"
+
+/* ---- slot lock ---------------------------------------------------------- */
+
+static inline void slot_lock(struct slot *slot)
+{
+    unsigned spins = 0;
+    for (;;) {
+        uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+        if (!(info & SLOT_LOCK) &&
+            atomic_compare_exchange_weak_explicit(&slot->info, &info, info | SLOT_LOCK,
+                                                  memory_order_acquire, memory_order_relaxed))
+            return;
+        lock_backoff(&spins);
+    }
+}
+
+static inline bool slot_trylock(struct slot *slot)
+{
+    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+    return !(info & SLOT_LOCK) &&
+           atomic_compare_exchange_strong_explicit(&slot->info, &info, info | SLOT_LOCK,
+                                                   memory_order_acquire, memory_order_relaxed);
+}
+
+static inline void slot_unlock(struct slot *slot)
+{
+    atomic_fetch_and_explicit(&slot->info, ~SLOT_LOCK, memory_order_release);
+}
+
+/* An empty slot is recognised without taking its lock: locking writes to
+ * the table, which would back the table of a sparse disk with memory. */
+static inline bool slot_seems_empty(struct slot *slot)
+{
+    return atomic_load_explicit(&slot->info, memory_order_acquire) == 0;
+}
+
+/* Only with the lock held. */
+static inline uint32_t slot_info(struct slot *slot)
+{
+    return atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+}
+
+/* Publish a new form, accessed at `now`, with no marks (IDLE,
+ * INCOMPRESSIBLE): they belong to the form the slot held before. */
+static inline void slot_set(struct slot *slot, const struct page_object *object, uint32_t now)
+{
+    slot->value = object->value;
+    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
+    atomic_store_explicit(&slot->info,
+                          slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
+                          memory_order_relaxed);
+}
+
+static inline void slot_get(struct slot *slot, struct page_object *object)
+{
+    uint32_t info = slot_info(slot);
+    object->state = slot_info_state(info);
+    object->codec = slot_info_codec(info);
+    object->size = slot_info_size(info);
+    object->value = slot->value;
+}
+
+/* Change the marks of a locked slot, keeping idle_pages and
+ * incompressible_pages in step. */
+static inline void slot_set_marks(struct uzram *dev, struct slot *slot, uint32_t set,
+                                  uint32_t clear)
+{
+    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+    uint32_t next = (info | set) & ~clear;
+    if (next == info)
+        return;
+    atomic_store_explicit(&slot->info, next, memory_order_relaxed);
+    uint32_t gained = next & ~info, lost = info & ~next;
+    if (gained & SLOT_IDLE)
+        counter_add(&dev->idle_pages, 1);
+    if (lost & SLOT_IDLE)
+        counter_sub(&dev->idle_pages, 1);
+    if (gained & SLOT_INCOMPRESSIBLE)
+        counter_add(&dev->incompressible_pages, 1);
+    if (lost & SLOT_INCOMPRESSIBLE)
+        counter_sub(&dev->incompressible_pages, 1);
+}
+
+/* A locked slot was read at `now`: no longer idle. */
+static inline void slot_touch(struct uzram *dev, struct slot *slot, uint32_t now)
+{
+    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
+    slot_set_marks(dev, slot, 0, SLOT_IDLE);
+}
+
+#endif

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# swap.sh - VM scenario (b): swap on uzram under memory pressure, with the kernel's own swap
+# code as the client. `uzram serve --swap` and the commands of systemd/uzram-swap@.service
+# (attach --swap, which takes ublk where the kernel has it, mkswap, swapon), then memtouch
+# touches 1.5 times the guest's memory in compressible pages, every page compared byte for
+# byte when it comes back. Passes when every page verified, pages went out (pswpout) and are
+# in the server (mm_stat), the server is the same process (not OOM-killed) and the kernel
+# reported no blocked task (tests/vm/guest.sh watches the log).
+#
+#   swap.sh [--quick|--full] [VIA]
+#                          one round of 1.2 times the memory (make check), or two of 1.5
+#                          (the default); with VIA (nbd, loop, ublk), attach --via VIA --swap,
+#                          mkswap and swapon by hand instead of the unit's commands
+#   swap.sh --soak N       the two-round run N times (make vm-swap-soak)
+#   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
+#                          swap with the same workload: the time ratio (bench/vm-swap.sh)
+#   swap.sh --writeback    --mem-limit 48M with --writeback-when-full to the VM's scratch disk:
+#                          the pages that do not fit go to the backing device (bd_stat), and
+#                          every page still comes back exact
+#   swap.sh --limit        the server's --mem-limit far below what is swapped: the kernel
+#                          gets write errors, the guest must not hang (the OOM killer takes
+#                          the workload), the server lives on and what it stored reads back
+set -euo pipefail
+source "$(dirname "$0")/lib.bash"
+
+mode=${1:---full}
+count=${2:-1}
+via=
+[[ $mode == --quick || $mode == --full ]] && via=${2:-}
+vm_init
+need_module ublk_drv
+[[ -x $MEMTOUCH ]] || fail "no $MEMTOUCH (make all builds it)"
+total_kib=$(meminfo_kib MemTotal)
+touch_mib=$((total_kib * 3 / 2 / 1024))
+# make check: 1.2 times the memory, one round (the full run is make vm-swap-soak)
+[[ $mode == --quick ]] && touch_mib=$((total_kib * 6 / 5 / 1024))
+rounds=2
+[[ $mode == --quick ]] && rounds=1
+UNIT=$REPO/systemd/uzram-swap@.service.in
+
+# The unit's ExecStart / ExecStop as sh runs them, for device NAME.
+unit_command() { # KEY NAME
+    sed -n "s/^$1=//p" "$UNIT" | sed -e "s|@bindir@/uzram|$UZRAM|g" -e "s/%i/$2/g" -e 's/\$\$/$/g'
+}
+
+# swap_on NAME SIZE LIMIT [serve options]: a --swap server and the unit's ExecStart.
+swap_on() {
+    local name=$1 size=$2 limit=$3
+    shift 3
+    start_server "$name" -s "$size" --swap --mem-limit "$limit" "$@"
+    at_exit "sh -c $(printf '%q' "$(unit_command ExecStop "$name")")"
+    local start
+    start=$(unit_command ExecStart "$name")
+    [[ -z $via ]] || start="dev=\$($UZRAM attach --via $via --swap $name); mkswap \"\$dev\" >/dev/null; swapon -p 100 \"\$dev\""
+    [[ $via != loop ]] || modprobe -q loop
+    sh -ec "$start" >"$WORK/unit.out" 2>&1 || fail "attach, mkswap, swapon: $(cat "$WORK/unit.out")"
+    SWAPDEV=$("$UZRAM" status -n --raw -o attached "$name")
+    grep -q "^$SWAPDEV " /proc/swaps || fail "$SWAPDEV is not swap after the unit's ExecStart"
+}
+
+swap_off() { # NAME
+    sh -ec "$(unit_command ExecStop "$1")" >"$WORK/unit.out" 2>&1 ||
+        fail "the unit's ExecStop: $(cat "$WORK/unit.out")"
+    ! grep -q "^$SWAPDEV " /proc/swaps || fail "$SWAPDEV is still swap after the unit's ExecStop"
+}
+
+# One pressure run on the current swap: memtouch, then the checks. Prints its seconds.
+pressure_run() { # NAME (a uzram server, or "zram") ROUNDS
+    local name=$1 rounds=$2 out_before start took pid
+    out_before=$(vmstat pswpout)
+    [[ $name == zram ]] || pid=${SERVER_PID[$name]}
+    start=$(date +%s.%N)
+    "$MEMTOUCH" "$touch_mib" "$rounds" "$RANDOM" >"$WORK/memtouch.out" 2>&1 ||
+        fail "memtouch on $name swap: $(tail -n 5 "$WORK/memtouch.out")"
+    took=$(awk -v start="$start" -v end="$(date +%s.%N)" 'BEGIN {printf "%.1f", end - start}')
+    grep -q " 0 pages differed" "$WORK/memtouch.out" || fail "memtouch: $(tail -n 3 "$WORK/memtouch.out")"
+    [[ $(vmstat pswpout) -gt $out_before ]] || fail "no page went out to swap (pswpout stayed $out_before)"
+    if [[ $name != zram ]]; then
+        [[ $(cat /proc/"$pid"/comm 2>/dev/null) == uzram ]] || fail "the server (pid $pid) is gone"
+        ! kernel_log_has "Killed process $pid " || fail "the OOM killer killed the server"
+    fi
+    echo "$took"
+}
+
+case $mode in
+--quick | --full)
+    swap_on sw 2G 320M
+    took=$(pressure_run sw "$rounds")
+    read -r -a mm <<<"$("$UZRAM" attr sw mm_stat)"
+    ((mm[0] > 0)) || fail "mm_stat shows no page in the server: ${mm[*]}"
+    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, $took s"
+    result swap_run "$touch_mib" "$rounds" "$took" "${mm[0]}" "${mm[2]}"
+    swap_off sw
+    stop_server sw
+    ;;
+--soak)
+    for ((run = 1; run <= count; run++)); do
+        swap_on "sw$run" 2G 320M
+        took=$(pressure_run "sw$run" 2)
+        swap_off "sw$run"
+        stop_server "sw$run"
+        pass "soak run $run of $count: $touch_mib MiB touched twice, every page verified, $took s"
+        result soak_run "$run" "$touch_mib" "$took"
+    done
+    ;;
+--compare)
+    modprobe zram num_devices=1 2>/dev/null || [[ -e /sys/block/zram0 ]] || skip "no zram module"
+    for ((round = 1; round <= count; round++)); do
+        swap_on "sw$round" 2G 320M
+        uz=$(pressure_run "sw$round" 2)
+        swap_off "sw$round"
+        stop_server "sw$round"
+        echo 1 >/sys/block/zram0/reset
+        echo lz4 >/sys/block/zram0/comp_algorithm
+        echo 320M >/sys/block/zram0/mem_limit
+        echo 2G >/sys/block/zram0/disksize
+        mkswap /dev/zram0 >/dev/null && swapon -p 100 /dev/zram0
+        at_exit "swapoff /dev/zram0; echo 1 >/sys/block/zram0/reset"
+        kz=$(pressure_run zram 2)
+        swapoff /dev/zram0 && echo 1 >/sys/block/zram0/reset
+        pass "round $round: uzram $uz s, kernel zram $kz s"
+        result compare_round "$round" "$touch_mib" "$uz" "$kz"
+    done
+    ;;
+--writeback)
+    [[ -b $VM_SCRATCH ]] || skip "no scratch disk for the backing device"
+    swap_on wb 2G 48M --backing-file "$VM_SCRATCH" --writeback-when-full
+    took=$(pressure_run wb 1)
+    read -r -a bd <<<"$("$UZRAM" attr wb bd_stat)"
+    read -r -a mm <<<"$("$UZRAM" attr wb mm_stat)"
+    ((bd[0] > 0)) || fail "bd_stat shows nothing written back: ${bd[*]}"
+    ((mm[2] <= 48 << 20)) || fail "mem_used_total ${mm[2]} passed the 48 MiB limit"
+    swap_off wb
+    stop_server wb
+    pass "--writeback-when-full: $touch_mib MiB touched, every page verified, bd_stat ${bd[*]}, mm_stat ${mm[*]}, $took s"
+    result writeback_run "$touch_mib" "$took" "${bd[*]}"
+    ;;
+--limit)
+    # 24 MiB of memory for what needs about ten times that: swap-outs fail with ENOSPC.
+    swap_on lim 2G 24M
+    pid=${SERVER_PID[lim]}
+    set +e
+    "$MEMTOUCH" "$touch_mib" 1 >"$WORK/memtouch.out" 2>&1
+    status=$?
+    set -e
+    kernel_log_has "Write-error on swap-device" || fail "the kernel saw no swap write error"
+    [[ $(cat /proc/"$pid"/comm 2>/dev/null) == uzram ]] || fail "the server is gone"
+    case $status in
+    0) outcome="memtouch finished (the kernel found room elsewhere)" ;;
+    137) outcome="the OOM killer took memtouch" ;;
+    *) fail "memtouch ended with status $status: $(tail -n 3 "$WORK/memtouch.out")" ;;
+    esac
+    read -r -a mm <<<"$("$UZRAM" attr lim mm_stat)"
+    ((mm[2] <= 24 << 20)) || fail "mem_used_total ${mm[2]} passed the 24 MiB limit"
+    swap_off lim # every page still swapped out comes back from the server
+    stop_server lim
+    pass "mem_limit reached: swap write errors in the kernel log, $outcome, no hang, server alive, swapoff read everything back (mem_used_max ${mm[4]})"
+    result limit_outcome "$status"
+    ;;
+*) fail "unknown mode $mode" ;;
+esac
+echo "PASS: swap.sh $mode"

@@ -1,0 +1,276 @@
+#!/bin/bash
+# vm.sh - runs scenario scripts (tests/vm/*.sh) inside a virtual machine with a real Linux
+# kernel, against this machine's build: Debian 12's 6.12 kernel (fetched with apt-get
+# download and cached under build/vm/), a busybox initramfs, this machine's root file system
+# read-only over virtio-9p with a tmpfs overlay, QEMU with KVM when /dev/kvm can be used, else
+# software emulation (TCG). See tests/vm/README.md.
+#
+#   tests/vm/vm.sh [OPTION]... SCENARIO[:ARG,...]...   run them, in order, in one boot
+#   tests/vm/vm.sh --check                             the set make check runs
+#   tests/vm/vm.sh --shell                             a shell in the guest (make vm-shell)
+#
+# A SCENARIO is the name of tests/vm/NAME.sh; ":ARG,ARG" passes arguments. Options:
+#   --mem MIB       guest memory (default 1024)      --cpus N   guest CPUs (default 2)
+#   --timeout S     bound of the whole boot (default: the scenarios' deadlines + 60)
+#   --deadline S    each scenario's deadline (default 300)
+#   --hung S        kernel.hung_task_timeout_secs in the guest (default 30)
+#   --out DIR       where the console log and results go (default build/vm/run)
+# Environment: UZRAM (default build/uzram), VM_KERNEL_DEB (a kernel package file to use
+# instead of apt-get download).
+#
+# Prints one line per scenario (PASS, FAIL with the reason and the end of its log, SKIP with
+# the reason) and writes them to OUT/results as "NAME STATUS REASON" (STATUS 0, 1 or 77).
+# Exits 0 when every scenario passed or skipped, 77 when the VM cannot run here (the reason
+# on a "SKIP:" line), 1 otherwise.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+VM_DIR=$REPO/build/vm
+MEM=1024 CPUS=2 TIMEOUT= DEADLINE=300 HUNG=30 OUT=$VM_DIR/run SHELL_MODE=0
+# make check's set: every scenario class in its short form, in one boot of 512 MiB
+# (tests/vm/README.md).
+CHECK_SET=(nbd scale-out oracle:--quick swap:--quick)
+
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+die() {
+    echo "vm.sh: $*" >&2
+    exit 1
+}
+
+scenarios=()
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --mem) MEM=$2; shift ;;
+    --cpus) CPUS=$2; shift ;;
+    --timeout) TIMEOUT=$2; shift ;;
+    --deadline) DEADLINE=$2; shift ;;
+    --hung) HUNG=$2; shift ;;
+    --out) OUT=$(realpath -m "$2"); shift ;;
+    --check) scenarios+=("${CHECK_SET[@]}") MEM=512 DEADLINE=240 ;;
+    --shell) SHELL_MODE=1 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) scenarios+=("$1") ;;
+    esac
+    shift
+done
+[[ $SHELL_MODE == 1 || ${#scenarios[@]} -gt 0 ]] || die "no scenario given (see --help)"
+UZRAM=$(realpath -m "${UZRAM:-$REPO/build/uzram}")
+[[ -x $UZRAM ]] || die "no uzram binary at $UZRAM (make programs, or set UZRAM)"
+[[ $REPO$UZRAM$OUT != *[[:space:]]* ]] || skip "the paths of the repository, UZRAM or --out contain spaces, which the kernel command line and 9p options cannot carry"
+
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (scripts/deps.sh installs qemu-system-x86)"
+[[ -x /bin/busybox ]] && /bin/busybox --list 2>/dev/null | grep -qx switch_root ||
+    skip "/bin/busybox (busybox-static) is not installed"
+command -v depmod >/dev/null || skip "depmod (kmod) is not installed"
+command -v cpio >/dev/null || skip "cpio is not installed"
+
+# --- the kernel: Debian 12's newest 6.12 package, unpacked once under build/vm/kernel ---
+kernel_package() { # prints the newest linux-image-6.12.*+deb12-amd64-unsigned apt knows
+    apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$' 2>/dev/null |
+        awk '{print $1}' | sort -V | tail -n 1
+}
+prepare_kernel() {
+    local deb package dir
+    mkdir -p "$VM_DIR/kernel"
+    if [[ -n ${VM_KERNEL_DEB:-} ]]; then
+        deb=$(realpath "$VM_KERNEL_DEB")
+    else
+        # A kernel unpacked before is used as it is (no network needed).
+        dir=$(find -L "$VM_DIR/kernel" -mindepth 2 -maxdepth 2 -name ready -printf '%h\n' 2>/dev/null | sort -V | tail -n 1)
+        if [[ -n $dir ]]; then
+            KROOT=$dir
+            return 0
+        fi
+        command -v apt-get >/dev/null || skip "no cached kernel in $VM_DIR/kernel and no apt-get to fetch one"
+        package=$(kernel_package)
+        if [[ -z $package && $(id -u) == 0 ]]; then
+            apt-get update -q >/dev/null 2>&1
+            package=$(kernel_package)
+        fi
+        [[ -n $package ]] || skip "apt knows no linux-image-6.12.*+deb12-amd64-unsigned package (apt-get update; Debian 12's bookworm main)"
+        echo "vm.sh: fetching $package (about 110 MB, once) into $VM_DIR/kernel"
+        (cd "$VM_DIR/kernel" && timeout 600 apt-get download -q "$package" >download.log 2>&1) ||
+            skip "apt-get download $package failed: $(tail -n 1 "$VM_DIR/kernel/download.log")"
+        deb=$(ls -t "$VM_DIR/kernel/$package"_*.deb | head -n 1)
+    fi
+    dir=$VM_DIR/kernel/$(basename "$deb" .deb)
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    dpkg-deb -x "$deb" "$dir" || die "dpkg-deb -x $deb failed"
+    local kver
+    kver=$(ls "$dir/lib/modules" 2>/dev/null | head -n 1)
+    [[ -n $kver && -e $dir/boot/vmlinuz-$kver ]] || die "$deb has no kernel and modules"
+    depmod -b "$dir" "$kver" || die "depmod -b $dir $kver failed"
+    [[ -n ${VM_KERNEL_DEB:-} ]] || rm -f "$deb"
+    touch "$dir/ready"
+    KROOT=$dir
+}
+prepare_kernel
+KVER=$(ls "$KROOT/lib/modules" | head -n 1)
+KERNEL=$KROOT/boot/vmlinuz-$KVER
+MODULES=$KROOT/lib/modules/$KVER
+
+# --- the initramfs: busybox-static, tests/vm/init and the 9p and overlay modules ---
+INITRD=$VM_DIR/initramfs-$KVER.cpio.gz
+if [[ ! -s $INITRD || $REPO/tests/vm/init -nt $INITRD || /bin/busybox -nt $INITRD ]]; then
+    stage=$VM_DIR/initramfs.d
+    rm -rf "$stage"
+    mkdir -p "$stage/bin" "$stage/modules"
+    cp /bin/busybox "$stage/bin/busybox"
+    install -m 755 "$REPO/tests/vm/init" "$stage/init"
+    for module in netfs 9pnet 9pnet_virtio 9p overlay; do
+        file=$(find "$MODULES/kernel" -name "$module.ko*" | head -n 1)
+        [[ -n $file ]] || die "the kernel has no module $module"
+        case $file in
+        *.xz) xz -dc "$file" >"$stage/modules/$module.ko" ;;
+        *.zst) zstd -qdc "$file" >"$stage/modules/$module.ko" ;;
+        *) cp "$file" "$stage/modules/$module.ko" ;;
+        esac
+    done
+    (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1 >"$INITRD.tmp") || die "cannot make the initramfs"
+    mv "$INITRD.tmp" "$INITRD"
+    rm -rf "$stage"
+fi
+
+# --- the plan the guest reads from its /vm ---
+rm -rf "$OUT"
+mkdir -p "$OUT"
+names=()
+{
+    printf 'HUNG_SECONDS=%q\nSHELL_MODE=%q\nHOST_OUT=%q\n' "$HUNG" "$SHELL_MODE" "$OUT"
+    printf 'export UZRAM=%q REPO=%q VM_OUT=/vm VM_MEM_MIB=%q VM_SCRATCH=/dev/vda\n' "$UZRAM" "$REPO" "$MEM"
+    echo 'declare -A DEADLINE=() COMMAND=()'
+    total=0
+    for spec in "${scenarios[@]}"; do
+        script=${spec%%:*}
+        args=
+        [[ $spec == *:* ]] && args=${spec#*:}
+        [[ -f $REPO/tests/vm/$script.sh ]] || die "no scenario $script (tests/vm/$script.sh)"
+        name=$script
+        [[ -n $args ]] && name=$script-$(echo "$args" | tr -c 'A-Za-z0-9_\n-' - | sed 's/^-*//')
+        names+=("$name")
+        command="bash $(printf %q "$REPO/tests/vm/$script.sh")"
+        IFS=, read -r -a list <<<"$args"
+        for arg in "${list[@]}"; do command+=" $(printf %q "$arg")"; done
+        printf 'DEADLINE[%q]=%q\nCOMMAND[%q]=%q\n' "$name" "$DEADLINE" "$name" "$command"
+        total=$((total + DEADLINE + 15))
+    done
+    printf 'SCENARIOS=(%s)\n' "${names[*]}"
+} >"$OUT/plan.bash"
+TIMEOUT=${TIMEOUT:-$((total + 60))}
+
+# A scratch disk for backing devices (/dev/vda in the guest), sparse, new each boot.
+truncate -s 1G "$OUT/scratch.img"
+
+# --- the boot ---
+# QEMU takes the first accelerator that works: KVM where /dev/kvm is usable, else TCG. Under
+# TCG on a busy host the guest's clocksource watchdog finds the TSC "unstable" and switches
+# static keys, and a vCPU then hit the kernel's half-patched code (an int3 oops in
+# sched_clock_cpu): tsc=reliable (on the command line below) keeps the watchdog off. And a
+# vCPU the host does not run for 20 s is no soft lockup of the guest's (nosoftlockup; one
+# stopped a zram run in the page allocator): blocked tasks are what the tests look for.
+accel=(-accel tcg,thread=multi -cpu max)
+[[ -r /dev/kvm && -w /dev/kvm ]] && accel=(-accel kvm "${accel[@]}")
+accel_name=tcg
+[[ $accel_name == kvm ]] && accel_name="kvm (tcg if it fails)"
+share() { # ID PATH TAG [readonly]
+    echo "-fsdev local,id=$1,path=$2,security_model=none,multidevs=remap${4:+,readonly=on}"
+    echo "-device virtio-9p-pci,fsdev=$1,mount_tag=$3"
+}
+qemu=(qemu-system-x86_64 "${accel[@]}" -smp "$CPUS" -m "$MEM" -nodefaults -no-user-config
+    -display none -no-reboot -kernel "$KERNEL" -initrd "$INITRD"
+    -append "console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable nosoftlockup uzram_guest=$REPO/tests/vm/guest.sh"
+    $(share r / hostroot ro) $(share m "$MODULES" modules ro) $(share o "$OUT" vmout)
+    -drive "file=$OUT/scratch.img,if=virtio,format=raw,cache=unsafe")
+if [[ $SHELL_MODE == 1 ]]; then
+    echo "vm.sh: booting $KVER ($accel_name); Ctrl-A X leaves QEMU, 'exit' powers the guest off"
+    exec "${qemu[@]}" -serial mon:stdio
+fi
+echo "vm.sh: $KVER, $accel_name, ${CPUS} CPUs, ${MEM} MiB: ${names[*]} (bound ${TIMEOUT} s)"
+start=$(date +%s)
+# The monitor on a pair of pipes: the watchdog below asks the guest's kernel for its blocked
+# tasks' stacks (sysrq-w), its memory (sysrq-m) and every task (sysrq-t) through it.
+mkfifo "$OUT/monitor.in" "$OUT/monitor.out"
+timeout -k 10 "$TIMEOUT" "${qemu[@]}" -serial "file:$OUT/console.log" \
+    -chardev "pipe,id=monitor,path=$OUT/monitor" -mon chardev=monitor </dev/null >"$OUT/qemu.log" 2>&1 &
+qemu_pid=$!
+cat "$OUT/monitor.out" >"$OUT/monitor.log" 2>/dev/null &
+monitor_reader=$!
+exec {monitor}<>"$OUT/monitor.in"
+
+# The host's watchdog: once the kernel reports a failure, user space in the guest may be
+# stuck too (a hang in reclaim stops everything that allocates). So the host asks for the
+# stacks, gives the guest KERNEL_GRACE seconds to finish by itself, then ends the boot.
+KERNEL_FAILURE='^\[ *[0-9.]+\] .*(blocked for more than|Oops|BUG:|cut here|Kernel panic|Out of memory: Killed process [0-9]+ \(uzram\)|oom-kill:.*task=uzram)'
+KERNEL_GRACE=${VM_KERNEL_GRACE:-30}
+failure_seen=0
+while kill -0 "$qemu_pid" 2>/dev/null; do
+    sleep 1
+    if [[ $failure_seen == 0 ]] && grep -qE "$KERNEL_FAILURE" "$OUT/console.log" 2>/dev/null; then
+        failure_seen=$(date +%s)
+        echo "vm.sh: the guest's kernel reports: $(grep -E -m 1 "$KERNEL_FAILURE" "$OUT/console.log")"
+        for key in w m t; do
+            echo "sendkey alt-sysrq-$key" >&"$monitor"
+            sleep 3
+        done
+    elif [[ $failure_seen != 0 ]] && (($(date +%s) > failure_seen + KERNEL_GRACE)); then
+        echo "vm.sh: the guest did not stop by itself within $KERNEL_GRACE s of the failure; ending it"
+        echo quit >&"$monitor"
+        sleep 5
+        kill "$qemu_pid" 2>/dev/null
+    fi
+done
+wait "$qemu_pid"
+qemu_status=$?
+exec {monitor}>&-
+kill "$monitor_reader" 2>/dev/null
+rm -f "$OUT/monitor.in" "$OUT/monitor.out" "$OUT/scratch.img"
+took=$(($(date +%s) - start))
+[[ $qemu_status -eq 124 || $qemu_status -eq 137 ]] && echo "vm.sh: the boot outlived its bound of $TIMEOUT s"
+[[ $qemu_status -ne 0 && -s $OUT/qemu.log ]] && sed 's/^/    qemu: /' "$OUT/qemu.log"
+
+# --- results ---
+failed=0
+: >"$OUT/results"
+report() { # NAME STATUS REASON
+    echo "$1 $2 $3" >>"$OUT/results"
+    case $2 in
+    0) echo "PASS vm $1 ($3)" ;;
+    77) echo "SKIP vm $1: $3" ;;
+    *) failed=1
+       echo "FAIL vm $1: $3"
+       [[ -s $OUT/$1.log ]] && tail -n 25 "$OUT/$1.log" | sed 's/^/    /'
+       [[ -s $OUT/$1.state ]] && echo "    (kernel stacks and memory at the failure: $OUT/$1.state)"
+       grep -E -m 5 'blocked for more than|Oops|BUG:|cut here|Kernel panic|Out of memory|oom-kill' \
+           "$OUT/$1.dmesg" 2>/dev/null | sed 's/^/    kernel: /' ;;
+    esac
+}
+for name in "${names[@]}"; do
+    if [[ ! -e $OUT/$name.status ]]; then
+        if grep -q "=== uzram-vm: begin $name " "$OUT/console.log" 2>/dev/null; then
+            report "$name" 1 "the guest stopped during it (console: $OUT/console.log)"
+            tail -n 30 "$OUT/console.log" | sed 's/^/    console: /'
+        else
+            report "$name" 1 "did not run (console: $OUT/console.log)"
+        fi
+        continue
+    fi
+    read -r status seconds <"$OUT/$name.status"
+    failure=$(cat "$OUT/$name.failure" 2>/dev/null)
+    if [[ $failure == kernel ]]; then
+        report "$name" 1 "the kernel reported a failure (log: $OUT/$name.dmesg)"
+    elif [[ $failure == deadline ]]; then
+        report "$name" 1 "outlived its deadline of $DEADLINE s"
+    elif [[ $status == 0 ]]; then
+        report "$name" 0 "$seconds s"
+    elif [[ $status == 77 ]]; then
+        report "$name" 77 "$(sed -n 's/^SKIP: //p' "$OUT/$name.log" | tail -n 1)"
+    else
+        report "$name" 1 "exit status $status (log: $OUT/$name.log)"
+    fi
+done
+echo "vm.sh: boot took $took s; console log: $OUT/console.log"
+exit $failed
