@@ -607,6 +607,10 @@ void estimate_analyzer_stop(struct estimate_analyzer *analyzer)
 int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_source *source,
                             bool show_progress)
 {
+    /* A directory's total, for the progress line's "of" and time left (a walk of stat calls,
+     * as du makes, first). */
+    if (show_progress && source->kind == SOURCE_DIRECTORY)
+        source->size = estimate_walk_total(source->name);
     struct progress progress;
     progress_begin(&progress, source->name, source->size, NULL, !show_progress);
     int status = 0;

@@ -387,10 +387,6 @@ int cmd_estimate(int argc, char **argv)
 
     bool show_progress = options.progress && isatty(STDERR_FILENO);
     for (size_t i = 0; i < arg_count; i++) {
-        /* A directory's total, for the progress line's "of" and time left (a walk of stat
-         * calls, as du makes, first). */
-        if (show_progress && sources[i].kind == SOURCE_DIRECTORY)
-            sources[i].size = estimate_walk_total(sources[i].name);
         if (estimate_analyze_source(analyzer, &sources[i], show_progress) < 0)
             goto close;
         estimate_counts_add(&total, &sources[i].counts, options.algorithm_count);
