@@ -78,6 +78,7 @@ before = rss()
 handles = []
 for i in range(count):
     h = nbd.NBD()
+    h.set_uri_allow_local_file(True)  # the URI names the key or certificate files
     h.connect_uri(uri)
     h.pwrite(b"\xa5" * 4096, i * 4096)
     handles.append(h)
@@ -102,10 +103,12 @@ done
 
 GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && GIT="$GIT + uncommitted changes"
-$PY - "$WORK/results" "$CONNECTIONS" "$ROUNDS" "$GIT" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/text" <<'EOF'
+# The server's connection cap, from the source (one place for the number).
+CAP=$(sed -n 's/^#define NBD_SERVER_MAX_CONNECTIONS \([0-9]*\)u$/\1/p' src/nbd/server.h)
+$PY - "$WORK/results" "$CONNECTIONS" "$ROUNDS" "$GIT" "$(cut -d' ' -f1-3 /proc/loadavg)" "$CAP" >"$WORK/text" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
-count, rounds, git, load = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+count, rounds, git, load, cap = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
 per = {}
 for kind, before, with_ in rows:
     per.setdefault(kind, []).append((int(with_) - int(before)) / count)
@@ -113,8 +116,8 @@ m = {k: statistics.median(v) for k, v in per.items()}
 print("Measured by `bench/tls-memory.sh` (uzram git %s, %d rounds, medians): %d idle connections, "
       "each after one 4 KiB write, raise the server's RSS by %.0f KiB each with TLS and X.509 "
       "(ECDSA P-256), %.0f KiB each with TLS and PSK, against %.0f KiB each for plain ones; "
-      "within the 1000-connection cap that is at most about %.0f MiB."
-      % (git, rounds, count, m["x509"], m["psk"], m["plain"], max(m["x509"], m["psk"]) * 1000 / 1024))
+      "within the %d-connection cap that is at most about %.0f MiB."
+      % (git, rounds, count, m["x509"], m["psk"], m["plain"], cap, max(m["x509"], m["psk"]) * cap / 1024))
 EOF
 cat "$WORK/text"
 if [[ -n $DOC ]]; then
