@@ -95,7 +95,10 @@ EOF
 : >"$WORK/results"
 for round in $(seq "$ROUNDS"); do
     for kind in plain x509 psk; do
-        read -r before with < <(measure "$kind")
+        # Not `< <(measure)`: read would return before measure has stopped its server,
+        # and the next server would meet it.
+        measure "$kind" >"$WORK/measured"
+        read -r before with <"$WORK/measured"
         echo "$kind $before $with" >>"$WORK/results"
         echo "round $round $kind: VmRSS $before kB idle, $with kB with $CONNECTIONS connections" >&2
     done
