@@ -12,7 +12,7 @@
 set -euo pipefail
 
 . "$(dirname "$0")/lib.bash"
-need_tools nbdinfo nbdcopy psktool certtool
+need_tools nbdinfo nbdcopy psktool certtool qemu-img qemu-io
 lib_init
 
 # The runtime directory has a space and a quote in its path: the printed line must quote it.
@@ -135,6 +135,50 @@ ${hint/NAME/bob} >/dev/null 2>&1 || fail "'$hint' failed"
 start_server nokeys -s 16M --tls-psk "$WORK/empty.psk"
 stop_server nokeys
 pass "error hints: uzram serve --name, uzram hot-add NAME SIZE, psktool -u NAME -p FILE"
+
+# hot-add with no server running: its hint starts one.
+mkdir -m 700 "$WORK/empty-run"
+XDG_RUNTIME_DIR=$WORK/empty-run "$UZRAM" hot-add extra 16M 2>"$WORK/err" && fail "hot-add with no server"
+hint=$(sed -n 's/.*start one with: \(uzram serve --device NAME:SIZE\)$/\1/p' "$WORK/err")
+[[ -n $hint ]] || fail "no hint from hot-add without a server: $(cat "$WORK/err")"
+hint=${hint/NAME:SIZE/extra:16M}
+XDG_RUNTIME_DIR=$WORK/empty-run $hint -n hinted >"$WORK/server-hinted.out" 2>&1 &
+SERVER_PID[hinted]=$!
+for _ in $(seq 100); do [[ -S $WORK/empty-run/uzram/hinted.ctl ]] && break; sleep 0.1; done
+[[ $(XDG_RUNTIME_DIR=$WORK/empty-run "$UZRAM" attr extra disksize) -eq $((16 * MiB)) ]] ||
+    fail "'$hint' did not serve device extra: $(cat "$WORK/server-hinted.out")"
+kill "${SERVER_PID[hinted]}" && wait "${SERVER_PID[hinted]}" && unset "SERVER_PID[hinted]"
+# A backing file that others may read, then one that holds data: each refusal's command, run
+# as printed, clears the way.
+echo "old contents" >"$WORK/store"
+chmod 644 "$WORK/store"
+"$UZRAM" serve -n store -s 16M --backing-file "$WORK/store" 2>"$WORK/err" && fail "a 0644 backing file was taken"
+hint=$(sed -n 's/.*: \(chmod 600 [^,]*\), or give another path$/\1/p' "$WORK/err")
+[[ -n $hint ]] || fail "no chmod hint: $(cat "$WORK/err")"
+$hint || fail "'$hint' failed"
+"$UZRAM" serve -n store -s 16M --backing-file "$WORK/store" 2>"$WORK/err" && fail "a backing file with data was taken"
+hint=$(sed -n 's/.*, or add \(--overwrite-backing-file\) (.*/\1/p' "$WORK/err")
+[[ -n $hint ]] || fail "no --overwrite-backing-file hint: $(cat "$WORK/err")"
+start_server store -s 16M --backing-file "$WORK/store" "$hint"
+stop_server store
+pass "hints: uzram serve --device NAME:SIZE (hot-add without a server), chmod 600 FILE and --overwrite-backing-file (backing file)"
+
+# The man page's first examples (serve, then inspect, copy, compare, statistics), as printed.
+/usr/bin/python3 - "$(dirname "$0")/../../docs/uzram.1" >"$WORK/example.sh" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read().split("\n.SH EXAMPLES\n", 1)[1].split("\n.SH ", 1)[0]
+blocks = re.findall(r"\.nf\n\.RS\n(.*?)\n\.RE\n\.fi", text, re.S)
+for line in "\n".join(blocks[:2]).split("\n"):
+    line = line.replace("\\-", "-").replace("\\\\", "\\")
+    print(re.sub(r"&$", "& echo $! >>example.pids; sleep 1", line))
+PY
+grep -q '^uzram serve ' "$WORK/example.sh" || fail "no serve line in the man page's examples: $(cat "$WORK/example.sh")"
+run_example || fail "the man page's examples: $(cat "$WORK/example.sh" "$WORK/example.out")"
+grep -q 'export-size: 4294967296' "$WORK/example.out" || fail "man page example's nbdinfo: $(cat "$WORK/example.out")"
+grep -q '^Images are identical' "$WORK/example.out" || fail "man page example's qemu-img compare: $(cat "$WORK/example.out")"
+grep -q '^uzram0 ' "$WORK/example.out" || fail "man page example's status: $(cat "$WORK/example.out")"
+kill $(cat "$WORK/example.pids") && : >"$WORK/example.pids"
+pass "the man page's first examples run as printed"
 
 if [[ $(id -u) -ne 0 || ! -c /dev/fuse || ! -e /dev/loop-control ]]; then
     skip_check "the attach hints (detach first, umount): need root, /dev/fuse and loop devices"
