@@ -581,7 +581,11 @@ def writeback_section(wb):
         return ["The writeback benchmark did not run."]
     if wb.get("skipped"):
         return ["Skipped: %s" % wb["skipped"]]
-    out = ["Image: %s, %s. Took %d s." % (wb["image"], size(wb["image_bytes"]), wb["seconds"]), ""]
+    out = []
+    for step, run in sorted(wb.get("runs", {}).items(), key=lambda kv: kv[0] != "space"):
+        out += ["%s step: `%s` at git %s (load average at its end: %s)." % (
+            step.capitalize(), run["command"], run["git"], run["load_at_end"]), ""]
+    out += ["Image: %s, %s. Took %d s." % (wb["image"], size(wb["image_bytes"]), wb["seconds"]), ""]
     if wb.get("space"):
         out += ["Disk space of the written-back pages: the backing file's allocated bytes (`stat -c %b`) "
                 "after `compact`, against the raw bytes of those pages (pages stored but not "
