@@ -15,7 +15,7 @@ static const struct {
     {"serve", cmd_serve, "create a compressed RAM disk and serve it over NBD"},
     {"status", cmd_status, "show running devices and their statistics, like zramctl"},
     {"attr", cmd_attr, "read or write an attribute of a running device"},
-    {"attach", cmd_attach, "give a running device a /dev node (nbd-client or FUSE + loop)"},
+    {"attach", cmd_attach, "give a running device a /dev node (ublk, nbd-client or FUSE + loop)"},
     {"detach", cmd_detach, "take the /dev node of a running device away again"},
     {"hot-add", cmd_hot_add, "add a device to a running server (zram's hot_add)"},
     {"hot-remove", cmd_hot_remove, "remove a device from its server (zram's hot_remove)"},
