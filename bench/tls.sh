@@ -110,7 +110,7 @@ GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 $PY - "$WORK/fio" "$ROUNDS" "$(getconf CLK_TCK)" "$COMMAND" "$RUNTIME" "$REGION" "$IODEPTH" "$(nproc)" \
     "$GIT" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$LOAD" >"$WORK/report.md" <<'EOF'
 import json, os, statistics, sys
-d, rounds, hz, command, runtime, region, depth, cpus, git, when, load = sys.argv[1:]
+d, rounds, hz, command, runtime, region, depth, cpus, git, when, load_average = sys.argv[1:]
 rounds, hz = int(rounds), int(hz)
 def load(mode, rw, bs):
     iops, cpu_us = [], []
@@ -129,7 +129,7 @@ print("Command: `%s`, uzram git %s, %s, load average %s at the start (%d rounds;
       "127.0.0.1 TCP, iodepth %s, one connection, %s s per run over a %s region filled first, "
       "buffers 50%% compressible; client and server share the machine's %s cores. Server CPU "
       "per request = the server's user+system time during the run / requests done."
-      % (command, git, when, load, rounds, depth, runtime, region, cpus))
+      % (command, git, when, load_average, rounds, depth, runtime, region, cpus))
 print()
 print("| workload | plain IOPS | TLS IOPS | TLS/plain | plain server CPU/request | TLS server CPU/request | TLS costs the server |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
