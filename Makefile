@@ -288,10 +288,11 @@ fault-check: fault
 # ---- end of reliability block ----
 
 # ---- benchmarks (issue 6; bench/run.sh, docs/BENCHMARKS.md) ----
-# bench:       (above) the full run, < 30 min on 2 cores: fio throughput matrix, memory
+# bench:       (above) the full run: fio throughput matrix, memory
 #              table, uzram bench, kernel zram comparison; rewrites the results part of
 #              docs/BENCHMARKS.md and the plots in docs/bench/
-# bench-quick: the same report layout in < 3 min, written to build/bench-quick/
+# bench-quick: the same report layout, fewer cells and smaller data, written to
+#              build/bench-quick/ (how long each took: docs/BENCHMARKS.md, "How to run")
 .PHONY: bench-quick
 bench-quick: deps
 	$(MAKE) programs
