@@ -136,7 +136,7 @@ print("| --- | --- | --- | --- | --- | --- | --- |")
 for rw, bs in (("randwrite", "4k"), ("randread", "4k"), ("read", "1M")):
     pi, pc = load("plain", rw, bs)
     ti, tc = load("tls", rw, bs)
-    print("| %s %s | %.0f | %.0f | %.2f | %.1f us | %.1f us | +%.1f us (%+.0f%%) |"
+    print("| %s %s | %.0f | %.0f | %.2f | %.1f us | %.1f us | %+.1f us (%+.0f%%) |"
           % (rw, bs, pi, ti, ti / pi, pc, tc, tc - pc, (tc / pc - 1) * 100))
 EOF
 cat "$WORK/report.md"
