@@ -100,7 +100,7 @@ static int setup_device(const struct zramgen_device *device)
     if (device->swap) {
         const char *swapon[] = {"swapon", "--priority", priority, node, NULL, NULL, NULL};
         if (options) {
-            swapon[3] = "--options";
+            swapon[3] = "-o"; /* util-linux 2.38's swapon takes no value after --options */
             swapon[4] = device->options;
             swapon[5] = node;
         }
@@ -208,7 +208,7 @@ static void print_device(const struct zramgen_device *device)
         printf("  mem-limit: the disk size (no zram-resident-limit): swap needs a bound\n");
     if (device->swap)
         printf("  swap: mkswap, swapon --priority %d%s%s\n", device->swap_priority,
-               device->options[0] ? " --options " : "", device->options);
+               device->options[0] ? " -o " : "", device->options);
     else if (device->mount_point != NULL)
         printf("  file system: %s on %s%s%s\n", device->fs_type, device->mount_point,
                device->options[0] ? ", mount options " : "", device->options);
