@@ -9,6 +9,7 @@
 # Environment: SIZE (default 1024, MiB), REPEAT (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/doc.bash
 DOC=
 if [[ ${1:-} == --doc ]]; then
     DOC=${2:?--doc FILE}
@@ -42,8 +43,7 @@ for algorithms in lz4 none; do
         echo "-a $algorithms -j $jobs: best $best s" >&2
     done
 done
-GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && GIT="$GIT + uncommitted changes"
+GIT=$(bench_git)
 $PY - "$WORK/times" "$bytes" "$REPEAT" "$GIT" "$WHEN" "$LOAD" "$(nproc)" >"$WORK/text" <<'EOF'
 import sys
 times, size, repeat, git, when, load, cpus = sys.argv[1:]
@@ -61,16 +61,7 @@ for line in open(times):
 EOF
 cat "$WORK/text"
 if [[ -n $DOC ]]; then
-    $PY - "$DOC" "$WORK/text" <<'EOF'
-import sys
-path, text = sys.argv[1], open(sys.argv[2]).read()
-doc = open(path).read()
-begin, end = "<!-- BEGIN ESTIMATE SPEED (bench/estimate-speed.sh --doc; do not edit by hand) -->", "<!-- END ESTIMATE SPEED -->"
-if begin not in doc or end not in doc:
-    sys.exit("estimate-speed.sh: no ESTIMATE SPEED markers in %s" % path)
-head, rest = doc.split(begin, 1)
-_, tail = rest.split(end, 1)
-open(path, "w").write(head + begin + "\n" + text + end + tail)
-EOF
+    doc_block "$DOC" "<!-- BEGIN ESTIMATE SPEED (bench/estimate-speed.sh --doc; do not edit by hand) -->" \
+        "<!-- END ESTIMATE SPEED -->" "$WORK/text"
     echo "($DOC updated)" >&2
 fi

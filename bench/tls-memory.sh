@@ -12,6 +12,7 @@
 # Memory is counted, not timed: the machine's load does not change it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/doc.bash
 DOC=
 if [[ ${1:-} == --doc ]]; then
     DOC=${2:?--doc FILE}
@@ -104,8 +105,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && GIT="$GIT + uncommitted changes"
+GIT=$(bench_git)
 # The server's connection cap, from the source (one place for the number).
 CAP=$(sed -n 's/^#define NBD_SERVER_MAX_CONNECTIONS \([0-9]*\)u$/\1/p' src/nbd/server.h)
 $PY - "$WORK/results" "$CONNECTIONS" "$ROUNDS" "$GIT" "$(cut -d' ' -f1-3 /proc/loadavg)" "$CAP" >"$WORK/text" <<'EOF'
@@ -124,27 +124,7 @@ print("Measured by `bench/tls-memory.sh` (uzram git %s, %d rounds, medians): %d 
 EOF
 cat "$WORK/text"
 if [[ -n $DOC ]]; then
-    $PY - "$DOC" "$WORK/text" <<'EOF'
-import re, sys
-path, text = sys.argv[1], open(sys.argv[2]).read().strip()
-doc = open(path).read()
-begin, end = "<!-- BEGIN TLS MEMORY (bench/tls-memory.sh --doc) -->", "<!-- END TLS MEMORY -->"
-if begin not in doc or end not in doc:
-    sys.exit("tls-memory.sh: no TLS MEMORY markers in %s" % path)
-head, rest = doc.split(begin, 1)
-_, tail = rest.split(end, 1)
-# The text takes the indentation of the begin marker's line (a list item's, in SECURITY.md).
-indent = head[head.rfind("\n") + 1:]
-words, lines, line = text.split(), [], ""
-for word in words:
-    if line and len(indent) + len(line) + 1 + len(word) > 92:
-        lines.append(line)
-        line = word
-    else:
-        line = line + " " + word if line else word
-lines.append(line)
-body = "".join(indent + l + "\n" for l in lines)
-open(path, "w").write(head + begin + "\n" + body + indent + end + tail)
-EOF
+    doc_block "$DOC" "<!-- BEGIN TLS MEMORY (bench/tls-memory.sh --doc) -->" "<!-- END TLS MEMORY -->" \
+        "$WORK/text" wrap
     echo "($DOC updated)" >&2
 fi
