@@ -15,8 +15,8 @@
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
 #                          swap with the same workload: the time ratio (bench/vm-swap.sh)
 #   swap.sh --writeback    --mem-limit 48M with --writeback-when-full to the VM's scratch disk:
-#                          the pages that do not fit go to the backing device (bd_stat), and
-#                          every page still comes back exact
+#                          the pages that do not fit go to the backing device (bd_stat), no
+#                          swap write error, and every page still comes back exact
 #   swap.sh --limit        the server's --mem-limit far below what is swapped: the kernel
 #                          gets write errors, the guest must not hang, the server lives on
 #                          and what it stored reads back; then the guest's kernel zram at the
@@ -174,7 +174,11 @@ case $mode in
 --writeback)
     [[ -b $VM_SCRATCH ]] || skip "no scratch disk for the backing device"
     swap_on wb 2G 48M --backing-file "$VM_SCRATCH" --writeback-when-full
+    errors_before=$(dmesg | grep -c "Write-error on swap-device" || true)
     took=$(pressure_run wb 1)
+    # at the limit a write makes room on the backing device: the kernel sees no error
+    errors=$(($(dmesg | grep -c "Write-error on swap-device" || true) - errors_before))
+    ((errors == 0)) || fail "$errors swap write errors with room on the backing device"
     read -r -a bd <<<"$("$UZRAM" attr wb bd_stat)"
     read -r -a mm <<<"$("$UZRAM" attr wb mm_stat)"
     ((bd[0] > 0)) || fail "bd_stat shows nothing written back: ${bd[*]}"
