@@ -59,6 +59,8 @@ int uzram_set_dedup(struct uzram *dev, bool on)
         if (on && !device_dedup(dev)) {
             struct dedup *dedup;
             rc = store_dedup_create(dev, &dedup);
+            if (rc == 0 && pool_reserve_on(dev->pool))
+                dedup_prefault(dedup);
             if (rc == 0)
                 atomic_store_explicit(&dev->dedup, dedup, memory_order_release);
         }
@@ -89,8 +91,15 @@ int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes)
      * otherwise fault in (as kernel zram allocates its table whole): its pages are made
      * present without writing to them (MADV_POPULATE_WRITE, Linux 5.14), since writes may be
      * running. An older kernel keeps faulting it in as used. */
-    if (rc == 0 && bytes != 0)
+    if (rc == 0 && bytes != 0) {
         (void)madvise(dev->slots, dev->page_count * sizeof dev->slots[0], 23);
+        /* and the dedup index, which uzram_set_dedup() faults in when the reserve comes
+         * first (settings_lock: the index is made under it) */
+        pthread_mutex_lock(&dev->settings_lock);
+        if (device_dedup(dev))
+            dedup_prefault(device_dedup(dev));
+        pthread_mutex_unlock(&dev->settings_lock);
+    }
     return rc;
 }
 
