@@ -77,6 +77,10 @@ struct pool {
      * at reserve_target bytes, and waits on reserve_wanted; new spans take cached windows only,
      * and wait on reserve_filled for one. */
     _Atomic uint64_t reserve_target;
+    /* The most pages a span waiting on reserve_filled wants (0: none waits): spans given back
+     * under the reserve keep their size, so the cache may hold only windows too small for it,
+     * and the refiller then faults the rest of one in. */
+    unsigned reserve_need;
     pthread_cond_t reserve_wanted, reserve_filled;
     pthread_t refiller;
     bool refiller_running, refiller_stop;
