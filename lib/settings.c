@@ -1,4 +1,5 @@
-/* settings.c - device settings that zram takes before initialisation, and mem_limit.
+/* settings.c - device settings that zram takes before initialisation, mem_limit and the group
+ * whose limit a device shares (uzram_set_group), and the snapshots of config and stats.
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
 #include <sys/mman.h>
@@ -8,6 +9,7 @@
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
+#include "group.h"
 #include "pool.h"
 
 /* zram refuses these once the device is in use; here "in use" means a page
@@ -91,6 +93,20 @@ int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes)
      * running. An older kernel keeps faulting it in as used. */
     if (rc == 0 && bytes != 0)
         (void)madvise(dev->slots, dev->page_count * sizeof dev->slots[0], 23);
+    return rc;
+}
+
+int uzram_set_group(struct uzram *dev, struct uzram_group *group)
+{
+    if (!dev || !group)
+        return -EINVAL;
+    /* The page table, which a client can make resident, is charged as the device joins. */
+    uint64_t table = dev->page_count * sizeof(struct slot);
+    pthread_mutex_lock(&dev->settings_lock);
+    int rc = group_reserve(group, table, 0);
+    if (rc == 0 && (rc = pool_set_group(dev->pool, group, table)) < 0)
+        group_release(group, table);
+    pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
 
