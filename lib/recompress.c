@@ -1,5 +1,5 @@
 /* recompress.c - secondary algorithms, dictionaries, recompression passes and the background
- * recompressor thread. One page's work (copy, compress, swap) is store.c's. */
+ * recompressor thread. One page's work (copy, compress, swap) is recompress_page.c's. */
 #include "recompress.h"
 
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "recompress_page.h"
 
 /* ---- settings ----------------------------------------------------------- */
 
@@ -61,7 +62,7 @@ static int train_dictionary(struct uzram *dev, const struct codec_config *settin
     unsigned count = 0;
     for (uint64_t start = 0; start < dev->page_count && count < TRAIN_PAGES; start += stride)
         for (uint64_t index = start; index < start + stride && index < dev->page_count; index++)
-            if (store_sample_page(dev, index, samples + (size_t)count * UZRAM_PAGE_SIZE)) {
+            if (recompress_sample_page(dev, index, samples + (size_t)count * UZRAM_PAGE_SIZE)) {
                 sizes[count++] = UZRAM_PAGE_SIZE;
                 break;
             }
@@ -216,7 +217,7 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
         if (max_pages && tally->tried >= max_pages)
             break;
         struct recompress_tally before = *tally;
-        rc = store_recompress_page(dev, index, plan, now, tally);
+        rc = recompress_page(dev, index, plan, now, tally);
         /* counted as it goes: a pass over a large disk takes minutes */
         if (tally->recompressed != before.recompressed) {
             uint64_t in = tally->bytes_before - before.bytes_before;

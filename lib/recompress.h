@@ -1,5 +1,6 @@
 /* recompress.h - recompression of stored pages with secondary algorithms (internal).
- * recompress.c runs the passes (by request and in the background); store.c does one page. */
+ * recompress.c runs the passes (by request and in the background); recompress_page.c does one
+ * page. */
 #ifndef UZRAM_RECOMPRESS_H
 #define UZRAM_RECOMPRESS_H
 
@@ -9,42 +10,6 @@
 #include <stdint.h>
 
 struct uzram;
-
-/* Which pages a pass takes (zram's type=): a mask, 0 for every stored page. */
-#define RECOMPRESS_IDLE 1u
-#define RECOMPRESS_HUGE 2u
-
-/* A pass over the page table, as one page sees it. */
-struct recompress_plan {
-    unsigned mode;             /* RECOMPRESS_IDLE | RECOMPRESS_HUGE, or 0 */
-    uint32_t min_age;          /* ticks (store_now()) since the last access (background
-                                  mode); 0: any */
-    unsigned threshold;        /* only objects of at least this many bytes, and the new one
-                                  below it; 0: any */
-    unsigned first, last;      /* the priorities to try, in order (1..3) */
-    bool marks_incompressible; /* every priority is tried: mark pages none shrinks */
-};
-
-/* What a pass did. */
-struct recompress_tally {
-    uint64_t tried;                     /* pages compressed again with at least one algorithm */
-    uint64_t recompressed;              /* objects replaced by a smaller one */
-    uint64_t incompressible;            /* pages marked incompressible */
-    uint64_t bytes_before, bytes_after; /* sizes of the replaced and new objects */
-};
-
-/* Recompress page `index` as `plan` says, at time `now` (store_now()). The
- * slot lock is held only to copy the old object and to swap in the new one
- * when the slot still holds what was copied; a failure leaves the page as it
- * was. Returns 0 or a negative errno (no memory, mem_limit, an injected
- * fault). (store.c) */
-int store_recompress_page(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
-                          uint32_t now, struct recompress_tally *tally);
-
-/* For training a dictionary: the content of page `index` if it is stored
- * compressed (not raw, not same-filled), without counting as an access.
- * Returns 1 with `page` filled, else 0. (store.c) */
-int store_sample_page(struct uzram *dev, uint64_t index, void *page);
 
 /* The background recompressor of a device (struct uzram): a thread the
  * library starts when recompress_idle is set and stops when it is 0, at

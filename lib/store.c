@@ -20,6 +20,7 @@
 #include "pool.h"
 #include "same.h"
 #include "slot.h"
+#include "store_internal.h"
 
 /* Scratch pages per thread: compression output, and the old page of a
  * partial write or a page that the caller wants only part of. */
@@ -55,12 +56,8 @@ void store_test_advance_clock(struct uzram *dev, uint32_t seconds)
  * thread (in backing_read()'s buffer: valid until this thread reads the store again). */
 static __thread const void *backed_bytes;
 
-/* Put `length` bytes of `data` (a compressed object of codec `codec`, on
- * which the caller holds a user that passes to the object, or the raw page
- * when `length` is 4096) into the pool, owned by `owner`, and count them in
- * compr_data_size. `replacing`: it replaces a larger object (recompression). */
-static int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
-                            uint64_t owner, bool replacing, struct page_object *object)
+int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
+                     uint64_t owner, bool replacing, struct page_object *object)
 {
     *object = (struct page_object){
         .state = length == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
@@ -82,18 +79,15 @@ static int store_put_object(struct uzram *dev, const void *data, unsigned length
     return 0;
 }
 
-/* Compress `page` with the codec of priority `priority` into compress_buffer
- * (at most `capacity` bytes). Returns the length (0: it does not fit) with
- * a user taken on *codec when the length is not 0, or a negative errno. */
-static int store_compress(struct uzram *dev, unsigned priority, const void *page, size_t capacity,
-                          unsigned *codec)
+int store_compress(struct uzram *dev, unsigned priority, const void *page, void *out,
+                   size_t capacity, unsigned *codec)
 {
     int id = codecs_acquire(&dev->codecs, priority);
     if (id < 0)
         return id;
     const struct codec_config *config = codecs_get(&dev->codecs, (unsigned)id);
-    int length = comp_compress_dict(config->algorithm, config->level, config->dict, page,
-                                    compress_buffer, capacity);
+    int length =
+        comp_compress_dict(config->algorithm, config->level, config->dict, page, out, capacity);
     if (length <= 0)
         codecs_release(&dev->codecs, (unsigned)id);
     *codec = (unsigned)id;
@@ -107,7 +101,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
                                struct page_object *object)
 {
     unsigned codec = 0;
-    int length = store_compress(dev, 0, page, HUGE_THRESHOLD - 1, &codec);
+    int length = store_compress(dev, 0, page, compress_buffer, HUGE_THRESHOLD - 1, &codec);
     if (length < 0)
         return length;
     int rc;
@@ -125,10 +119,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
     return rc;
 }
 
-/* Free a COMPRESSED, HUGE or BACKED object (undoing store_compress_page()
- * or a writeback): its memory or its place on the backing store, its count
- * and its codec user. */
-static void store_free_object(struct uzram *dev, const struct page_object *object)
+void store_free_object(struct uzram *dev, const struct page_object *object)
 {
     if (object->state == SLOT_BACKED) {
         backing_free(device_backing(dev), object->value, object->size);
@@ -142,9 +133,7 @@ static void store_free_object(struct uzram *dev, const struct page_object *objec
         codecs_release(&dev->codecs, object->codec);
 }
 
-/* Decompress `length` bytes of codec `codec` (4096: a raw page) into `page`. */
-static int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned codec,
-                        void *page)
+int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned codec, void *page)
 {
     if (length == UZRAM_PAGE_SIZE) {
         memcpy(page, data, UZRAM_PAGE_SIZE);
@@ -173,9 +162,7 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
 
 /* ---- objects of dedup entries ------------------------------------------------------ */
 
-/* A dedup entry's object is a COMPRESSED, HUGE or (written back) BACKED
- * form that the entry owns. */
-static struct page_object dedup_form(const struct dedup_object *object)
+struct page_object store_dedup_form(const struct dedup_object *object)
 {
     if (object->handle & OBJECT_BACKED)
         return (struct page_object){
@@ -194,13 +181,13 @@ static struct page_object dedup_form(const struct dedup_object *object)
 
 static int dedup_object_load(void *arg, const struct dedup_object *object, void *page)
 {
-    const struct page_object form = dedup_form(object);
+    const struct page_object form = store_dedup_form(object);
     return store_load_object(arg, &form, page);
 }
 
 static void dedup_object_free(void *arg, const struct dedup_object *object)
 {
-    const struct page_object form = dedup_form(object);
+    const struct page_object form = store_dedup_form(object);
     store_free_object(arg, &form);
 }
 
@@ -223,7 +210,7 @@ _Static_assert(CODECS_MAX <= 1u << SLOT_CODEC_BITS && CODECS_MAX <= 1u << DEDUP_
 /* ---- forms of a page ------------------------------------------------------ */
 
 /* Raw pages count as huge wherever they are, in memory or written back. */
-static bool object_is_huge(struct uzram *dev, const struct page_object *object)
+bool store_object_is_huge(struct uzram *dev, const struct page_object *object)
 {
     if (object->state == SLOT_HUGE ||
         (object->state == SLOT_BACKED && object->size == UZRAM_PAGE_SIZE))
@@ -320,9 +307,9 @@ static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
     return rc;
 }
 
-/* Read the page of a locked slot (one on the backing store too, with the
- * lock held: a partial write does, see read_held for reads). */
-static int load_locked(struct uzram *dev, struct slot *slot, void *page)
+/* One on the backing store too, with the lock held: a partial write does (see read_held for
+ * reads). */
+int store_load_locked(struct uzram *dev, struct slot *slot, void *page)
 {
     struct page_object object;
     slot_get(slot, &object);
@@ -343,8 +330,7 @@ static int load_locked(struct uzram *dev, struct slot *slot, void *page)
     return -EIO;
 }
 
-/* For a dedup_with_object() caller that wants the object itself. */
-static int copy_dedup_object(void *arg, const struct dedup_object *object)
+int store_copy_dedup_object(void *arg, const struct dedup_object *object)
 {
     *(struct dedup_object *)arg = *object;
     return 0;
@@ -371,7 +357,7 @@ static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object
         return false;
     struct dedup *dedup = device_dedup(dev);
     struct dedup_object object;
-    dedup_with_object(dedup, (uint32_t)held->value, copy_dedup_object, &object);
+    dedup_with_object(dedup, (uint32_t)held->value, store_copy_dedup_object, &object);
     return (object.handle & OBJECT_BACKED) && dedup_get(dedup, (uint32_t)held->value);
 }
 
@@ -442,7 +428,7 @@ static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
         slot_lock(slot);
     slot_get(slot, &old);
     /* dedup_is_huge needs the reference the slot still holds */
-    bool old_huge = object_is_huge(dev, &old);
+    bool old_huge = store_object_is_huge(dev, &old);
     slot_set_marks(dev, slot, 0, SLOT_IDLE | SLOT_INCOMPRESSIBLE);
     slot_set(slot, object, now);
     account_new(dev, object, huge);
@@ -486,7 +472,7 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
 {
     struct slot *slot = &dev->slots[index];
     slot_lock(slot);
-    int rc = load_locked(dev, slot, page_buffer);
+    int rc = store_load_locked(dev, slot, page_buffer);
     if (rc < 0) {
         slot_unlock(slot);
         return rc;
@@ -569,7 +555,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
             slot_unlock(slot);
             rc = read_held(dev, &held, page, again ? part.index : UINT64_MAX);
         } else {
-            rc = load_locked(dev, slot, page);
+            rc = store_load_locked(dev, slot, page);
             if (rc == 0)
                 slot_touch(dev, slot, now);
             slot_unlock(slot);
@@ -708,250 +694,6 @@ int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
     return 0;
 }
 
-/* ---- recompression ------------------------------------------------------------ */
-
-/* Recompression's own buffers: the old object's bytes and its page. */
-static __thread unsigned char recompress_copy[UZRAM_PAGE_SIZE];
-static __thread unsigned char recompress_page[UZRAM_PAGE_SIZE];
-
-/* The priority of the codec that made an object of `size` bytes: 0 (the
- * primary) for a raw page. */
-static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec)
-{
-    return size == UZRAM_PAGE_SIZE ? 0 : codecs_get(&dev->codecs, codec)->priority;
-}
-
-/* Whether `plan` takes a page with this info and ac_time at `now`: checked
- * once without the lock (to pass over most pages cheaply) and again with it. */
-static bool plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
-                       uint32_t now)
-{
-    enum slot_state state = slot_info_state(info);
-    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
-        return false; /* empty, or same-filled: nothing to gain */
-    if (info & SLOT_INCOMPRESSIBLE)
-        return false;
-    if ((plan->mode & RECOMPRESS_IDLE) && !(info & SLOT_IDLE))
-        return false;
-    if ((plan->mode & RECOMPRESS_HUGE) && state != SLOT_HUGE)
-        return false;
-    if (plan->min_age && (ac_time > now || now - ac_time < plan->min_age))
-        return false;
-    if (plan->threshold && state != SLOT_DEDUP && slot_info_size(info) < plan->threshold)
-        return false;
-    return true;
-}
-
-/* Compress `page` again with the plan's priorities above `current`, in
- * order, until one gives an object that takes less pool memory than
- * `old_size` (and is below the threshold). Returns its length (in
- * compress_buffer, with a user on *codec), 0 when none did, or a negative
- * errno. *tried counts the algorithms tried. */
-static int recompress_smaller(struct uzram *dev, const struct recompress_plan *plan,
-                              const void *page, unsigned old_size, unsigned current,
-                              unsigned *codec, unsigned *tried)
-{
-    size_t capacity = old_size == UZRAM_PAGE_SIZE ? HUGE_THRESHOLD - 1 : old_size - 1;
-    if (plan->threshold && plan->threshold - 1 < capacity)
-        capacity = plan->threshold - 1;
-    double old_cost = pool_object_cost(old_size);
-    for (unsigned priority = plan->first; priority <= plan->last; priority++) {
-        if (priority <= current)
-            continue;
-        int length = store_compress(dev, priority, page, capacity, codec);
-        if (length == -ENOENT)
-            continue; /* no algorithm at this priority */
-        ++*tried;
-        if (length <= 0) {
-            if (length < 0)
-                return length;
-            continue;
-        }
-        if (pool_object_cost((size_t)length) < old_cost)
-            return length;
-        codecs_release(&dev->codecs, *codec);
-    }
-    return 0;
-}
-
-/* Mark a page whose every secondary algorithm failed to shrink it, if the
- * slot still holds the form that was tried. */
-static void mark_incompressible(struct uzram *dev, struct slot *slot, const struct page_object *old)
-{
-    slot_lock(slot);
-    struct page_object now;
-    slot_get(slot, &now);
-    if (now.state == old->state && now.value == old->value && now.size == old->size &&
-        now.codec == old->codec)
-        slot_set_marks(dev, slot, SLOT_INCOMPRESSIBLE, 0);
-    slot_unlock(slot);
-}
-
-/* Swap the slot's object for `made` if the slot still holds the same bytes
- * that were recompressed: neither rewritten nor discarded meanwhile (a
- * handle alone could have been freed and reused, so the bytes decide; and
- * equal bytes with the same codec are the same page). The marks and ac_time
- * stay: the page was not accessed. Returns whether it swapped. */
-static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct page_object *old,
-                              const struct page_object *made)
-{
-    slot_lock(slot);
-    struct page_object now;
-    slot_get(slot, &now);
-    bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
-                memcmp(pool_map(dev->pool, now.value), recompress_copy, now.size) == 0;
-    if (same) {
-        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-        slot->value = made->value;
-        atomic_store_explicit(
-            &slot->info, slot_info_make(made->state, made->codec, made->size) | marks | SLOT_LOCK,
-            memory_order_relaxed);
-        if (now.state == SLOT_HUGE)
-            counter_sub(&dev->huge_pages, 1);
-    }
-    slot_unlock(slot);
-    if (same)
-        store_free_object(dev, &now);
-    return same;
-}
-
-/* The work on a dedup reference: recompress the entry's object once for
- * every page that shares it. The slot is locked on entry and unlocked here. */
-static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct page_object *old,
-                            const struct recompress_plan *plan, struct recompress_tally *tally)
-{
-    struct dedup *dedup = device_dedup(dev);
-    uint32_t id = (uint32_t)old->value;
-    /* A raw entry stays raw: the huge count of every page sharing it
-     * follows from it. */
-    bool take = !dedup_is_huge(dedup, id) && dedup_get(dedup, id);
-    slot_unlock(slot);
-    if (!take)
-        return 0;
-    /* An object on the backing store stays there as it is. */
-    struct dedup_object expected;
-    dedup_with_object(dedup, id, copy_dedup_object, &expected);
-    if (expected.handle & OBJECT_BACKED) {
-        dedup_put(dedup, id);
-        return 0;
-    }
-    int rc = dedup_read_object(dedup, id, recompress_page, &expected);
-    unsigned current = object_priority(dev, expected.size, expected.codec);
-    if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
-        dedup_put(dedup, id);
-        return rc;
-    }
-    unsigned codec = 0, tried = 0;
-    int length =
-        recompress_smaller(dev, plan, recompress_page, expected.size, current, &codec, &tried);
-    if (length > 0) {
-        struct page_object made;
-        rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, OWNER_DEDUP_BIT | id,
-                              true, &made);
-        if (rc < 0) {
-            codecs_release(&dev->codecs, codec);
-        } else {
-            const struct dedup_object object = {made.value, made.size, made.codec};
-            struct dedup_object replaced;
-            if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
-                /* Written back meanwhile: the copy on the store goes. */
-                const struct page_object form = dedup_form(&replaced);
-                store_free_object(dev, &form);
-                tally->recompressed++;
-                tally->bytes_before += expected.size;
-                tally->bytes_after += made.size;
-            } else {
-                store_free_object(dev, &made);
-            }
-        }
-    } else if (length == 0 && tried > 0 && plan->marks_incompressible) {
-        mark_incompressible(dev, slot, old);
-        tally->incompressible++;
-    }
-    dedup_put(dedup, id);
-    tally->tried += tried > 0;
-    return length < 0 ? length : rc;
-}
-
-int store_recompress_page(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
-                          uint32_t now, struct recompress_tally *tally)
-{
-    struct slot *slot = &dev->slots[index];
-    uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
-    if (peek == 0 ||
-        !plan_takes(plan, peek, atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now))
-        return 0;
-    slot_lock(slot);
-    struct page_object old;
-    slot_get(slot, &old);
-    if (!plan_takes(plan, slot_info(slot),
-                    atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now)) {
-        slot_unlock(slot);
-        return 0;
-    }
-    if (old.state == SLOT_DEDUP)
-        return recompress_dedup(dev, slot, &old, plan, tally);
-    unsigned current = object_priority(dev, old.size, old.codec);
-    if (current >= plan->last) {
-        slot_unlock(slot);
-        return 0;
-    }
-    /* Work on a copy, without the lock: writes and reads of the page go on
-     * meanwhile. The codec user keeps a dictionary alive for the decoding
-     * even if the page is rewritten meanwhile. */
-    memcpy(recompress_copy, pool_map(dev->pool, old.value), old.size);
-    if (old.state == SLOT_COMPRESSED)
-        codecs_hold(&dev->codecs, old.codec);
-    slot_unlock(slot);
-    int rc = store_decode(dev, recompress_copy, old.size, old.codec, recompress_page);
-    if (old.state == SLOT_COMPRESSED)
-        codecs_release(&dev->codecs, old.codec);
-    if (rc < 0)
-        return rc;
-
-    unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, recompress_page, old.size, current, &codec, &tried);
-    tally->tried += tried > 0;
-    if (length < 0)
-        return length;
-    if (length == 0) {
-        if (tried > 0 && plan->marks_incompressible) {
-            mark_incompressible(dev, slot, &old);
-            tally->incompressible++;
-        }
-        return 0;
-    }
-    struct page_object made;
-    rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, index + 1, true, &made);
-    if (rc < 0) {
-        codecs_release(&dev->codecs, codec);
-        return rc;
-    }
-    if (!swap_recompressed(dev, slot, &old, &made)) {
-        store_free_object(dev, &made);
-        return 0;
-    }
-    tally->recompressed++;
-    tally->bytes_before += old.size;
-    tally->bytes_after += made.size;
-    return 0;
-}
-
-int store_sample_page(struct uzram *dev, uint64_t index, void *page)
-{
-    struct slot *slot = &dev->slots[index];
-    if (slot_seems_empty(slot))
-        return 0;
-    slot_lock(slot);
-    enum slot_state state = slot_info_state(slot_info(slot));
-    int rc = 0;
-    if (state == SLOT_COMPRESSED ||
-        (state == SLOT_DEDUP && !dedup_is_huge(device_dedup(dev), (uint32_t)slot->value)))
-        rc = load_locked(dev, slot, page) < 0 ? 0 : 1;
-    slot_unlock(slot);
-    return rc;
-}
-
 /* ---- writeback --------------------------------------------------------------- */
 
 /* Whether `filter` takes a page with this info and ac_time at `now`,
@@ -1041,7 +783,7 @@ int store_writeback_take(struct uzram *dev, uint64_t index, const struct writeba
     slot_get(slot, &old);
     if (!writeback_takes(filter, slot_info(slot),
                          atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now) ||
-        ((filter->type & UZRAM_WRITEBACK_HUGE) && !object_is_huge(dev, &old))) {
+        ((filter->type & UZRAM_WRITEBACK_HUGE) && !store_object_is_huge(dev, &old))) {
         slot_unlock(slot);
         return 0;
     }
@@ -1100,7 +842,8 @@ bool store_in_memory(struct uzram *dev, uint64_t index)
         return false;
     struct dedup_object object = {.handle = OBJECT_BACKED};
     if (slot_info_state(slot_info(slot)) == SLOT_DEDUP)
-        dedup_with_object(device_dedup(dev), (uint32_t)slot->value, copy_dedup_object, &object);
+        dedup_with_object(device_dedup(dev), (uint32_t)slot->value, store_copy_dedup_object,
+                          &object);
     slot_unlock(slot);
     return !(object.handle & OBJECT_BACKED);
 }
