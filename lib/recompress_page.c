@@ -105,11 +105,7 @@ static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct
     bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
                 memcmp(pool_map(dev->pool, now.value), old_copy, now.size) == 0;
     if (same) {
-        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-        slot->value = made->value;
-        atomic_store_explicit(
-            &slot->info, slot_info_make(made->state, made->codec, made->size) | marks | SLOT_LOCK,
-            memory_order_relaxed);
+        slot_set_form(slot, made);
         if (now.state == SLOT_HUGE)
             counter_sub(&dev->huge_pages, 1);
     }

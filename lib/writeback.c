@@ -11,9 +11,11 @@
 
 #include "background.h"
 #include "backing.h"
+#include "coldest.h"
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "writeback_page.h"
 
 /* Objects per batch: one pwrite of at most BACKING_BATCH_BLOCKS blocks. */
 #define BATCH_OBJECTS 64u
@@ -90,7 +92,7 @@ static void limit_take(struct writeback *writeback, uint64_t pages)
 struct batch {
     struct uzram *dev;
     struct backing *backing;
-    bool patient;     /* wait a while for a locked slot (see store_writeback_take) */
+    bool patient;     /* wait a while for a locked slot (see writeback_page_take) */
     bool relocating;  /* compaction of the store: not held to writeback_limit */
     unsigned count;   /* items appended */
     uint64_t written; /* pages published so far */
@@ -110,14 +112,14 @@ static int batch_write(struct batch *batch)
     unsigned published = 0;
     for (unsigned i = 0; i < batch->count; i++) {
         struct writeback_item *item = &writeback->items[i];
-        if (rc == 0 && store_writeback_publish(batch->dev, item,
-                                               backing_appended(batch->backing, item->offset),
-                                               batch->patient)) {
+        if (rc == 0 &&
+            writeback_page_publish(batch->dev, item, backing_appended(batch->backing, item->offset),
+                                   batch->patient)) {
             published++;
             continue;
         }
         if (rc < 0)
-            store_writeback_drop(batch->dev, item);
+            writeback_page_drop(batch->dev, item);
         backing_free(batch->backing, item->offset, item_size(item));
     }
     backing_end_batch(batch->backing, rc == 0);
@@ -156,11 +158,11 @@ static int batch_add(struct batch *batch, uint64_t index, const struct writeback
     if (!batch->relocating && !limit_allows(writeback, batch->count))
         return -EIO;
     struct writeback_item *item = &writeback->items[batch->count];
-    int size = store_writeback_take(dev, index, filter, now, batch->patient, item, writeback->copy);
+    int size = writeback_page_take(dev, index, filter, now, batch->patient, item, writeback->copy);
     if (size <= 0)
         return 0;
     if (item->state == SLOT_DEDUP && batch_has_entry(batch, item->value)) {
-        store_writeback_drop(dev, item);
+        writeback_page_drop(dev, item);
         return 0;
     }
     for (;;) {
@@ -179,7 +181,7 @@ static int batch_add(struct batch *batch, uint64_t index, const struct writeback
         } else if (rc == -ENOSPC) {
             counter_add(&writeback->bd_nospace, 1);
         }
-        store_writeback_drop(dev, item);
+        writeback_page_drop(dev, item);
         return rc == -EAGAIN ? -ENOSPC : rc;
     }
     batch->count++;
@@ -426,7 +428,7 @@ static bool in_memory(uint32_t info)
 }
 
 /* Under lock: write back a batch of the coldest pages in memory: pages marked idle, and
- * pages last accessed at or before cold_before, which the sample of cold_cutoff() sets
+ * pages last accessed at or before cold_before, which the sample of coldest_cutoff() sets
  * again whenever the sweep (from cold_hand, in table order) comes round or finds nothing
  * for COLD_SCAN slots. So the oldest sixteenth of the pages goes first, then the oldest
  * sixteenth of what is left, and so on, while pages read or written meanwhile stay. The
@@ -442,7 +444,7 @@ static int write_back_coldest(struct uzram *dev, bool patient)
     const struct writeback_filter any = {0};
     uint32_t now = store_now(dev);
     if (!writeback->cold_valid)
-        writeback->cold_before = writeback_cold_cutoff(dev, now);
+        writeback->cold_before = coldest_cutoff(dev, now);
     writeback->cold_valid = true;
     uint64_t index = writeback->cold_hand % dev->page_count;
     /* At most one turn: a page taken is not seen again before its batch is written. */
@@ -461,7 +463,7 @@ static int write_back_coldest(struct uzram *dev, bool patient)
         }
         if (++index == dev->page_count) {
             index = 0;
-            writeback->cold_before = writeback_cold_cutoff(dev, now); /* a new turn */
+            writeback->cold_before = coldest_cutoff(dev, now); /* a new turn */
         }
         if (batch_went_out(&batch, added))
             break;

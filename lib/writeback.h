@@ -1,5 +1,6 @@
 /* writeback.h - moving stored objects to the backing store: passes, making room under
- * mem_limit, the background thread and the settings (internal). store.c does one page. */
+ * mem_limit, the background thread and the settings (internal). writeback_page.c does one
+ * page; coldest.c says which pages are coldest. */
 #ifndef UZRAM_WRITEBACK_H
 #define UZRAM_WRITEBACK_H
 
@@ -8,73 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dedup.h"
-
 struct uzram;
 struct backing;
-
-/* A page form as the store keeps it; see device.h. */
-struct page_object;
-
-/* Which pages a writeback takes, as one page sees it. */
-struct writeback_filter {
-    unsigned type;    /* UZRAM_WRITEBACK_IDLE | _HUGE | _INCOMPRESSIBLE; 0: any in memory */
-    uint32_t min_age; /* ticks (store_now()) since the last access; 0: any */
-    /* Compaction of the store instead: pages already on it whose object
-     * lies in a sparse block (backing_sparse) move; the rest is ignored. */
-    bool relocate;
-};
-
-/* One page on its way to the store: what store_writeback_take() copied. */
-struct writeback_item {
-    uint64_t index;
-    /* What the slot held: COMPRESSED or HUGE (state, value, codec, size as
-     * in a slot), BACKED (moving: its extent is pinned meanwhile), or DEDUP
-     * with the entry's object in `entry` (the item holds a reference on the
-     * entry). */
-    unsigned state; /* enum slot_state */
-    uint64_t value;
-    unsigned codec;
-    unsigned size;
-    struct dedup_object entry;
-    uint64_t offset; /* where the copy went on the store */
-};
-
-/* ---- one page (store.c) ------------------------------------------------ */
-
-/* Copy the object of page `index` into `bytes` (4096) if `filter` takes the
- * page at time `now` and it is held in memory (or, relocating, read it from
- * the store), and describe it in `item`.
- * A locked slot is passed over (-EBUSY), at once or, with `wait`, after
- * trying for a while: a writer holding a slot lock may be waiting for
- * writeback's lock. Returns the object's size, 0 if the page is not taken,
- * or -EBUSY. */
-int store_writeback_take(struct uzram *dev, uint64_t index, const struct writeback_filter *filter,
-                         uint32_t now, bool wait, struct writeback_item *item, void *bytes);
-
-/* The copy of `item` is on the store at item->offset (written): put it in
- * the page's place if the page still holds the same bytes (`bytes`, the
- * copy), and free the memory. Returns whether it did; if not (the page
- * changed, or its slot stayed locked: `wait` as above), the caller frees
- * the copy on the store. Drops the item's dedup reference. */
-bool store_writeback_publish(struct uzram *dev, struct writeback_item *item, const void *bytes,
-                             bool wait);
-
-/* Whether page `index` holds its object in memory (compressed, raw, or a dedup reference to
- * an entry whose object is): what writeback may take. A look without waiting: false when
- * its slot is locked. */
-bool store_in_memory(struct uzram *dev, uint64_t index);
-
-/* Under writeback's lock: the last access (store_now()) at or before which a page in memory
- * counts as cold when the pool is full: that of the oldest sixteenth of the pages in memory,
- * estimated from a sample of slots spread over the table (from a place that moves on with
- * each call). `now` when nothing is in memory. (coldest.c) */
-uint32_t writeback_cold_cutoff(struct uzram *dev, uint32_t now);
-
-/* Give up an item that was not written (drops its dedup reference). */
-void store_writeback_drop(struct uzram *dev, struct writeback_item *item);
-
-/* ---- the device's writeback (writeback.c) -------------------------------- */
+struct writeback_item;
 
 /* Lock order: `lock` before any page slot, dedup or pool lock (it is held
  * through a batch, which takes those), and passes only *try* slot locks when
