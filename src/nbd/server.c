@@ -506,15 +506,18 @@ static int add_devices(struct nbd_server *server, const struct nbd_server_option
 
 /* malloc's defaults keep what a storm of clients took: an arena per thread (8 per CPU),
  * each keeping its free top, and thresholds that rise with the largest buffer freed, after
- * which buffers of large requests stay in the arenas. A few arenas, buffers of requests up to
- * 32 MiB (the largest) in them, and free tops over 1 MiB given back at once; uzram_compact()
- * gives back the rest (malloc_trim). */
+ * which buffers of large requests stay in the arenas. One arena, because malloc_trim(), which
+ * uzram_compact() calls, shrinks the top of the main arena only: the tops of the others keep
+ * what small frees merged into them (2 to 6 MiB after tests/integration/giveback.sh's storm
+ * with 4 arenas, 1.9 MiB with one). Small buffers stay per thread in malloc's tcache; buffers
+ * of requests up to 32 MiB (the largest) in the arena, and free tops over 256 KiB given back
+ * at once. */
 static void bound_malloc(void)
 {
 #ifdef __GLIBC__
-    mallopt(M_ARENA_MAX, 4);
+    mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 10);
 #endif
 }
 
