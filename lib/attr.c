@@ -9,7 +9,9 @@
 #include "codecs.h"
 #include "comp.h"
 #include "device.h"
+#include "recompress.h"
 #include "stats.h"
+#include "writeback.h"
 #include "uzram.h"
 
 enum attr_access { ATTR_READ = 1, ATTR_WRITE = 2 };

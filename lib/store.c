@@ -3,20 +3,17 @@
  * allocation) before it takes the slot lock, which then only covers the swap of the old form
  * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
  * on the backing store pins it and reads it without the lock (see read_held). */
+#include "store.h"
+
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "backing.h"
 #include "comp.h"
 #include "dedup.h"
-#include "recompress.h"
 #include "device.h"
-#include "disksize.h"
-#include "fault.h"
 #include "pool.h"
 #include "same.h"
 #include "slot.h"
@@ -35,6 +32,11 @@ static int64_t monotonic_ticks(void)
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
     return now.tv_sec * STORE_TICKS_PER_SECOND +
            now.tv_nsec / (1000000000 / STORE_TICKS_PER_SECOND);
+}
+
+void store_clock_start(struct uzram *dev)
+{
+    dev->clock_base = monotonic_ticks();
 }
 
 uint32_t store_now(struct uzram *dev)
@@ -111,7 +113,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
         rc = length == 0 ? store_put_object(dev, page, UZRAM_PAGE_SIZE, 0, owner, false, object)
                          : store_put_object(dev, compress_buffer, (unsigned)length, codec, owner,
                                             false, object);
-        if (rc != -ENOSPC || !writeback_make_room(dev, attempt))
+        if (rc != -ENOSPC || !dev->tier->make_room(dev, attempt))
             break;
     }
     if (rc < 0 && length > 0)
@@ -123,8 +125,8 @@ void store_free_object(struct uzram *dev, const struct page_object *object)
 {
     if (object->state == SLOT_BACKED) {
         backing_free(device_backing(dev), object->value, object->size);
-        counter_sub(&dev->writeback.bd_data_size, object->size);
-        counter_sub(&dev->writeback.bd_objects, 1);
+        counter_sub(&dev->bd_data_size, object->size);
+        counter_sub(&dev->bd_objects, 1);
     } else {
         pool_free(dev->pool, object->value);
         counter_sub(&dev->compr_data_size, object->size);
@@ -155,7 +157,7 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
     int rc = backing_read(device_backing(dev), object->value, object->size, &data);
     if (rc < 0)
         return -EIO;
-    counter_add(&dev->writeback.bd_reads, 1);
+    counter_add(&dev->bd_reads, 1);
     backed_bytes = data;
     return store_decode(dev, data, object->size, object->codec, page);
 }
@@ -379,8 +381,8 @@ static void promote(struct uzram *dev, uint64_t index, const struct page_object 
     if (same) {
         slot_set_form(slot, &made);
         backing_free(device_backing(dev), held->value, held->size);
-        counter_sub(&dev->writeback.bd_data_size, held->size);
-        counter_sub(&dev->writeback.bd_objects, 1);
+        counter_sub(&dev->bd_data_size, held->size);
+        counter_sub(&dev->bd_objects, 1);
     }
     slot_unlock(slot);
     if (!same) {
@@ -490,6 +492,12 @@ static void discard_page(struct uzram *dev, uint64_t index)
         counter_add(&dev->notify_free, 1);
 }
 
+void store_discard_all(struct uzram *dev)
+{
+    for (uint64_t index = 0; index < dev->page_count; index++)
+        discard_page(dev, index);
+}
+
 /* ---- requests ------------------------------------------------------------- */
 
 static int check_range(struct uzram *dev, uint64_t offset, uint64_t length)
@@ -545,7 +553,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
              * it may be a scan (a backup, a checksum) passing by, as the kernel's page
              * cache activates a page on its second access. */
             bool again = held.state == SLOT_BACKED && (slot_info(slot) & SLOT_REFERENCED) &&
-                         writeback_room_to_promote(dev, held.size);
+                         dev->tier->room_to_promote(dev, held.size);
             slot_touch(dev, slot, now);
             slot_set_marks(dev, slot, held.state == SLOT_BACKED ? SLOT_REFERENCED : 0, 0);
             slot_unlock(slot);
@@ -734,141 +742,4 @@ uint64_t store_compact_pool(struct uzram *dev)
     uint64_t freed = pool_compact(dev->pool, &ops);
     counter_add(&dev->pages_compacted, freed);
     return freed;
-}
-
-int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
-{
-    uint64_t freed = store_compact_pool(dev);
-    /* and the backing store gives back what no page uses, and malloc what it keeps free
-     * (buffers of a storm of requests, in the arenas of threads gone since) */
-    writeback_trim(dev, false, true);
-    /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
-    if (!pool_reserve_on(dev->pool)) {
-        table_give_back(dev);
-#ifdef __GLIBC__
-        malloc_trim(0);
-#endif
-    }
-    if (pages_freed)
-        *pages_freed = freed;
-    return 0;
-}
-
-/* ---- lifecycle ------------------------------------------------------------- */
-
-void uzram_config_init(struct uzram_config *config)
-{
-    *config = (struct uzram_config){
-        .comp_algorithm = "lz4",
-        .same_filled = true,
-    };
-}
-
-/* A setting of a later version sits in `reserved`: refuse it rather than
- * run without it. */
-static bool config_reserved_zero(const struct uzram_config *config)
-{
-    for (size_t i = 0; i < sizeof config->reserved / sizeof config->reserved[0]; i++)
-        if (config->reserved[i])
-            return false;
-    return true;
-}
-
-int uzram_create(const struct uzram_config *config, struct uzram **out)
-{
-    if (!config || !out || !config_reserved_zero(config))
-        return -EINVAL;
-    int algo, level;
-    int rc = disksize_check(config->disksize);
-    if (rc == 0)
-        rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
-                         config->comp_level, &algo, &level);
-    if (rc < 0)
-        return rc;
-
-    struct uzram *dev = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dev);
-    if (!dev)
-        return -ENOMEM;
-    rc = -ENOMEM;
-    dev->disksize = config->disksize;
-    dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
-    /* mmap rather than calloc: the table of a large disk is only backed by
-     * memory where pages have been written. */
-    size_t table_bytes = dev->page_count * sizeof(struct slot);
-    void *table = FAULT_POINT(FAULT_ALLOC)
-                      ? MAP_FAILED
-                      : mmap(NULL, table_bytes, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (table == MAP_FAILED)
-        goto fail_table;
-    dev->slots = table;
-    rc = pool_create(&dev->pool);
-    if (rc < 0)
-        goto fail_pool;
-    if (config->use_dedup) {
-        struct dedup *dedup;
-        rc = store_dedup_create(dev, &dedup);
-        if (rc < 0)
-            goto fail_dedup;
-        atomic_init(&dev->dedup, dedup);
-    }
-    pthread_mutex_init(&dev->settings_lock, NULL);
-    writeback_init(&dev->writeback);
-    codecs_init(&dev->codecs);
-    /* The first entry of an empty table: nothing to allocate, cannot fail. */
-    codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
-    dev->clock_base = monotonic_ticks();
-    recompressor_init(&dev->recompressor);
-    atomic_init(&dev->same_filled, config->same_filled);
-    atomic_init(&dev->use_dedup, config->use_dedup);
-    atomic_init(&dev->mem_limit, config->mem_limit);
-    pool_set_limit(dev->pool, config->mem_limit);
-    *out = dev;
-    return 0;
-
-fail_dedup:
-    pool_destroy(dev->pool);
-fail_pool:
-    munmap(dev->slots, table_bytes);
-fail_table:
-    free(dev);
-    return rc;
-}
-
-void uzram_destroy(struct uzram *dev)
-{
-    if (!dev)
-        return;
-    recompressor_destroy(dev);
-    writeback_destroy(dev);
-    dedup_destroy(device_dedup(dev));
-    pool_destroy(dev->pool);
-    codecs_destroy(&dev->codecs);
-    munmap(dev->slots, dev->page_count * sizeof(struct slot));
-    pthread_mutex_destroy(&dev->settings_lock);
-    free(dev);
-}
-
-int uzram_reset(struct uzram *dev)
-{
-    /* No pass begun before the reset goes on after it, counting or writing back pages. */
-    recompressor_pause(dev);
-    writeback_pause(dev);
-    pthread_mutex_lock(&dev->settings_lock);
-    for (uint64_t index = 0; index < dev->page_count; index++)
-        discard_page(dev, index);
-    _Atomic uint64_t *cumulative[] = {
-        &dev->huge_pages_since, &dev->pages_compacted, &dev->failed_reads,
-        &dev->failed_writes,    &dev->invalid_io,      &dev->notify_free,
-        &dev->recomp_pages,     &dev->recomp_bytes,    &dev->recomp_saved_bytes,
-    };
-    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
-        atomic_store(cumulative[i], 0);
-    dedup_reset_counters(device_dedup(dev));
-    writeback_reset(dev);
-    pool_reset_mem_used_max(dev->pool);
-    pthread_mutex_unlock(&dev->settings_lock);
-    writeback_resume(dev);
-    recompressor_resume(dev);
-    return 0;
 }

@@ -170,8 +170,8 @@ bool writeback_page_in_memory(struct uzram *dev, uint64_t index)
 static void account_written_back(struct uzram *dev, unsigned size)
 {
     counter_sub(&dev->compr_data_size, size);
-    counter_add(&dev->writeback.bd_objects, 1);
-    counter_add(&dev->writeback.bd_data_size, size);
+    counter_add(&dev->bd_objects, 1);
+    counter_add(&dev->bd_data_size, size);
 }
 
 /* Compaction moved a page's object on the store: the slot takes the new
