@@ -17,6 +17,7 @@
 #include "fault.h"
 #include "pool.h"
 #include "store.h"
+#include "writeback_batch.h"
 #include "writeback_page.h"
 
 /* Lock order: `lock` before any page slot, dedup or pool lock (it is held
@@ -27,11 +28,9 @@
  * batches for writers waiting to make room. `thread_lock` is a leaf. */
 struct writeback {
     pthread_mutex_t lock; /* one writer of the backing store at a time; attach and detach */
-    /* Under lock: an object's bytes on their way, the batch, the hands of
-     * the sweeps for cold and idle pages and of coldest_cutoff()'s sample,
-     * and the age that counts as cold. */
-    unsigned char *copy;
-    struct writeback_item *items;
+    /* Under lock: the batches' buffers, the hands of the sweeps for cold and idle pages and
+     * of coldest_cutoff()'s sample, and the age that counts as cold. */
+    struct batch_buffers buffers;
     uint64_t cold_hand, idle_hand;
     uint32_t cold_before; /* pages last accessed then or before are cold (store_now()) */
     bool cold_valid;      /* cold_before was sampled for this turn of the sweep */
@@ -49,8 +48,7 @@ struct writeback {
     _Atomic bool when_full;
     _Atomic uint64_t idle_seconds;
     _Atomic uint64_t rate;
-    _Atomic uint64_t limit;
-    _Atomic bool limit_enable;
+    struct writeback_limit limit;
 
     /* the thread (under thread_lock) */
     pthread_mutex_t thread_lock;
@@ -62,10 +60,6 @@ struct writeback {
     bool no_thread; /* writeback_test_no_thread() */
 #endif
 };
-
-/* Objects per batch: one pwrite of at most BACKING_BATCH_BLOCKS blocks. */
-#define BATCH_OBJECTS 64u
-_Static_assert(BATCH_OBJECTS + 2 <= BACKING_BATCH_BLOCKS, "a batch of pages fits the buffer");
 
 /* Slots one search looks at, at the most, while it holds the lock. */
 #define COLD_SCAN 65536u
@@ -86,6 +80,13 @@ _Static_assert(BATCH_OBJECTS + 2 <= BACKING_BATCH_BLOCKS, "a batch of pages fits
 static uint64_t headroom(uint64_t limit)
 {
     return limit / HEADROOM_DIVISOR > HEADROOM_MIN ? limit / HEADROOM_DIVISOR : HEADROOM_MIN;
+}
+
+/* Under lock: a batch of writeback's (batch_start()). */
+static int begin_batch(struct uzram *dev, bool patient, struct batch *batch)
+{
+    struct writeback *writeback = dev->writeback;
+    return batch_start(dev, &writeback->buffers, &writeback->limit, patient, batch);
 }
 
 int writeback_create(struct uzram *dev)
@@ -116,151 +117,6 @@ static int64_t monotonic_ns(void)
 static struct timespec timespec_at(int64_t ns)
 {
     return (struct timespec){.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-}
-
-/* ---- writeback_limit ----------------------------------------------------------- */
-
-/* Whether writeback_limit lets one more page go, `pending` pages being on their way: checked
- * page by page, as zram does, so that a change of the limit counts at once. */
-static bool limit_allows(struct writeback *writeback, uint64_t pending)
-{
-    return !atomic_load(&writeback->limit_enable) || atomic_load(&writeback->limit) > pending;
-}
-
-static void limit_take(struct writeback *writeback, uint64_t pages)
-{
-    if (!atomic_load(&writeback->limit_enable))
-        return;
-    uint64_t left = atomic_load(&writeback->limit);
-    while (!atomic_compare_exchange_weak(&writeback->limit, &left, left > pages ? left - pages : 0))
-        ;
-}
-
-/* ---- batches ------------------------------------------------------------------ */
-
-/* A batch being filled, under writeback's lock. */
-struct batch {
-    struct uzram *dev;
-    struct backing *backing;
-    bool patient;     /* wait a while for a locked slot (see writeback_page_take) */
-    bool relocating;  /* compaction of the backing store: not held to writeback_limit */
-    unsigned count;   /* items appended */
-    uint64_t written; /* pages published so far */
-};
-
-static unsigned item_size(const struct writeback_item *item)
-{
-    return item->state == SLOT_DEDUP ? item->entry.size : item->size;
-}
-
-/* Write the batch and put each copy in its page's place. Returns 0 or the
- * write's -errno (the pages all stay in memory). */
-static int batch_write(struct batch *batch)
-{
-    struct writeback *writeback = batch->dev->writeback;
-    int rc = backing_flush(batch->backing);
-    unsigned published = 0;
-    for (unsigned i = 0; i < batch->count; i++) {
-        struct writeback_item *item = &writeback->items[i];
-        if (rc == 0 &&
-            writeback_page_publish(batch->dev, item, backing_appended(batch->backing, item->offset),
-                                   batch->patient)) {
-            published++;
-            continue;
-        }
-        if (rc < 0)
-            writeback_page_drop(batch->dev, item);
-        backing_free(batch->backing, item->offset, item_size(item));
-    }
-    backing_end_batch(batch->backing, rc == 0);
-    if (rc == -ENOSPC)
-        counter_add(&batch->dev->bd_nospace, 1);
-    else if (rc < 0)
-        counter_add(&batch->dev->bd_write_errors, 1);
-    counter_add(&batch->dev->bd_writes, published);
-    if (!batch->relocating)
-        limit_take(writeback, published);
-    batch->written += published;
-    batch->count = 0;
-    return rc;
-}
-
-/* Whether the batch already carries dedup entry `id` (its pages share one
- * object, written once). */
-static bool batch_has_entry(const struct batch *batch, uint64_t id)
-{
-    const struct writeback_item *items = batch->dev->writeback->items;
-    for (unsigned i = 0; i < batch->count; i++)
-        if (items[i].state == SLOT_DEDUP && items[i].value == id)
-            return true;
-    return false;
-}
-
-/* Add page `index` to the batch if `filter` takes it, writing the batch when
- * it is full. Returns 1 if added, 0 if passed over, or a negative errno:
- * -EIO writeback_limit used up, -ENOSPC the backing store is full, or the write's
- * error. */
-static int batch_add(struct batch *batch, uint64_t index, const struct writeback_filter *filter,
-                     uint32_t now)
-{
-    struct uzram *dev = batch->dev;
-    struct writeback *writeback = dev->writeback;
-    if (!batch->relocating && !limit_allows(writeback, batch->count))
-        return -EIO;
-    struct writeback_item *item = &writeback->items[batch->count];
-    int size = writeback_page_take(dev, index, filter, now, batch->patient, item, writeback->copy);
-    if (size <= 0)
-        return 0;
-    if (item->state == SLOT_DEDUP && batch_has_entry(batch, item->value)) {
-        writeback_page_drop(dev, item);
-        return 0;
-    }
-    for (;;) {
-        int rc = backing_append(batch->backing, writeback->copy, (unsigned)size, batch->relocating,
-                                &item->offset);
-        if (rc == 0)
-            break;
-        if (rc == -EAGAIN && batch->count > 0) {
-            /* The batch's run of blocks cannot grow: write it, go on. */
-            struct writeback_item waiting = *item;
-            rc = batch_write(batch);
-            item = &writeback->items[0];
-            *item = waiting;
-            if (rc == 0)
-                continue;
-        } else if (rc == -ENOSPC) {
-            counter_add(&dev->bd_nospace, 1);
-        }
-        writeback_page_drop(dev, item);
-        return rc == -EAGAIN ? -ENOSPC : rc;
-    }
-    batch->count++;
-    if (batch->count == BATCH_OBJECTS) {
-        int rc = batch_write(batch);
-        if (rc < 0)
-            return rc;
-    }
-    return 1;
-}
-
-/* Write what the batch holds (an error then is the batch's answer). */
-static int batch_finish(struct batch *batch, int rc)
-{
-    int written = batch->count ? batch_write(batch) : 0;
-    return rc < 0 ? rc : written;
-}
-
-/* Under lock: a batch on the backing store, or -ENODEV without one. */
-static int batch_start(struct uzram *dev, bool patient, struct batch *batch)
-{
-    *batch = (struct batch){.dev = dev, .backing = device_backing(dev), .patient = patient};
-    return batch->backing ? 0 : -ENODEV;
-}
-
-/* Whether a pass has just written a batch: it may let go of the lock now. */
-static bool batch_went_out(const struct batch *batch, int added)
-{
-    return added > 0 && batch->count == 0;
 }
 
 /* ---- passes and resets ----------------------------------------------------------- */
@@ -374,7 +230,7 @@ static int compact_backing(struct uzram *dev, bool pass)
     int rc = 0;
     for (uint64_t index = 0; rc == 0 && index < dev->page_count;) {
         struct batch batch;
-        rc = batch_start(dev, true, &batch);
+        rc = begin_batch(dev, true, &batch);
         if (rc < 0)
             return rc; /* detached meanwhile: the device was emptied */
         batch.relocating = true;
@@ -439,7 +295,7 @@ int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page, uint6
     for (uint64_t index = first_page; rc == 0 && index <= last_page && !pass_cut(writeback);) {
         pthread_mutex_lock(&writeback->lock);
         struct batch batch;
-        rc = batch_start(dev, true, &batch);
+        rc = begin_batch(dev, true, &batch);
         uint32_t now = store_now(dev);
         for (unsigned scanned = 0; rc == 0 && index <= last_page && scanned < COLD_SCAN;) {
             int added = batch_add(&batch, index, &filter, now);
@@ -488,7 +344,7 @@ static int write_back_coldest(struct uzram *dev, bool patient)
 {
     struct writeback *writeback = dev->writeback;
     struct batch batch;
-    int rc = batch_start(dev, patient, &batch);
+    int rc = begin_batch(dev, patient, &batch);
     if (rc < 0)
         return rc;
     const struct writeback_filter any = {0};
@@ -534,7 +390,7 @@ static int write_back_idle(struct uzram *dev, uint64_t idle_seconds, bool *wrapp
 {
     struct writeback *writeback = dev->writeback;
     struct batch batch;
-    int rc = batch_start(dev, true, &batch);
+    int rc = begin_batch(dev, true, &batch);
     if (rc < 0)
         return rc;
     const struct writeback_filter filter = {.min_age = store_ticks(idle_seconds)};
@@ -789,13 +645,13 @@ int uzram_set_writeback_rate(struct uzram *dev, uint64_t pages_per_second)
 
 int uzram_set_writeback_limit(struct uzram *dev, uint64_t pages)
 {
-    atomic_store(&dev->writeback->limit, pages);
+    atomic_store(&dev->writeback->limit.pages, pages);
     return 0;
 }
 
 int uzram_set_writeback_limit_enable(struct uzram *dev, bool on)
 {
-    atomic_store(&dev->writeback->limit_enable, on);
+    atomic_store(&dev->writeback->limit.enabled, on);
     return 0;
 }
 
@@ -805,8 +661,8 @@ void writeback_settings(struct uzram *dev, struct writeback_settings *settings)
         .when_full = atomic_load(&dev->writeback->when_full),
         .idle_seconds = atomic_load(&dev->writeback->idle_seconds),
         .rate = atomic_load(&dev->writeback->rate),
-        .limit = atomic_load(&dev->writeback->limit),
-        .limit_enable = atomic_load(&dev->writeback->limit_enable),
+        .limit = atomic_load(&dev->writeback->limit.pages),
+        .limit_enable = atomic_load(&dev->writeback->limit.enabled),
     };
 }
 
@@ -850,8 +706,7 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
         /* a block device is used whole (size 0) */
     }
     struct backing *opened = NULL;
-    unsigned char *copy = NULL;
-    struct writeback_item *items = NULL;
+    struct batch_buffers buffers = {0};
     int rc = 0;
     /* Writeback's lock: no pass runs meanwhile; the settings lock: the
      * device stays empty meanwhile, as for the other settings. */
@@ -860,28 +715,23 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
     if (counter_get(&dev->pages_stored) != 0) {
         rc = -EBUSY;
     } else if (!detach) {
-        copy = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(UZRAM_PAGE_SIZE);
-        items = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(BATCH_OBJECTS, sizeof *items);
-        rc = copy && items ? backing_open(path, size, flags, &dev->bd_checksum_errors, &opened)
-                           : -ENOMEM;
+        rc = batch_buffers_make(&buffers);
+        if (rc == 0)
+            rc = backing_open(path, size, flags, &dev->bd_checksum_errors, &opened);
     }
     if (rc == 0) {
         struct backing *old = device_backing(dev);
         atomic_store_explicit(&dev->backing, opened, memory_order_release);
         backing_close(old);
-        free(writeback->copy);
-        free(writeback->items);
-        writeback->copy = opened ? copy : NULL;
-        writeback->items = opened ? items : NULL;
-        copy = NULL;
-        items = NULL;
+        batch_buffers_free(&writeback->buffers);
+        writeback->buffers = buffers; /* none to detach */
+        buffers = (struct batch_buffers){0};
         writeback->cold_hand = writeback->idle_hand = 0;
         writeback->cold_valid = false;
     }
     pthread_mutex_unlock(&dev->settings_lock);
     pthread_mutex_unlock(&writeback->lock);
-    free(copy);
-    free(items);
+    batch_buffers_free(&buffers);
     return rc;
 }
 
@@ -902,7 +752,7 @@ void writeback_reset(struct uzram *dev)
 {
     struct writeback *writeback = dev->writeback;
     /* zram: "The writeback_limit count will reset whenever you reset zram" */
-    atomic_store(&writeback->limit, 0);
+    atomic_store(&writeback->limit.pages, 0);
     writeback_trim(dev, false, false);
 }
 
@@ -913,8 +763,7 @@ void writeback_destroy(struct uzram *dev)
     atomic_store(&writeback->idle_seconds, 0);
     thread_follow_settings(dev);
     backing_close(device_backing(dev));
-    free(writeback->copy);
-    free(writeback->items);
+    batch_buffers_free(&writeback->buffers);
     pthread_mutex_destroy(&writeback->lock);
     pthread_mutex_destroy(&writeback->thread_lock);
     pthread_cond_destroy(&writeback->wake);
