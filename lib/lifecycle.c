@@ -12,6 +12,7 @@
 #include "disksize.h"
 #include "fault.h"
 #include "pool.h"
+#include "pool_reserve.h"
 #include "recompress.h"
 #include "store.h"
 #include "table.h"

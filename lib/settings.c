@@ -10,6 +10,7 @@
 #include "device.h"
 #include "group.h"
 #include "pool.h"
+#include "pool_reserve.h"
 #include "store.h"
 #include "table.h"
 #include "writeback.h"
