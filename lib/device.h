@@ -36,7 +36,7 @@ struct writeback;
  *   bits 10..22  compressed size, 1..4096, of a COMPRESSED, HUGE or BACKED
  *                page (4096: a raw page)
  *   bit  23      SLOT_REFERENCED: a written-back (BACKED) page was read from
- *                the store since it went there; the next read brings it
+ *                the backing store since it went there; the next read brings it
  *                back into memory when there is room (store.h,
  *                struct store_tier)
  *   bits 24..31  free (8 bits)

@@ -153,7 +153,7 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
             const struct dedup_object object = {made.value, made.size, made.codec};
             struct dedup_object replaced;
             if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
-                /* Written back meanwhile: the copy on the store goes. */
+                /* Written back meanwhile: the copy on the backing store goes. */
                 const struct page_object form = store_dedup_form(&replaced);
                 store_free_object(dev, &form);
                 tally->recompressed++;

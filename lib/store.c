@@ -1,4 +1,7 @@
-/* store.c - the page table, slot locking, and the read, write and discard paths.
+/* store.c - the page store: the read, write, discard and extent paths over the page table
+ * (slot.h locks and changes a slot; table.c owns the table's memory), idle marks, the clock of
+ * ac_time, and the callbacks through which the pool's compaction and the dedup index reach
+ * the pages' objects (store.h).
  * A whole-page write does its costly work (same-filled check, dedup lookup, compression,
  * allocation) before it takes the slot lock, which then only covers the swap of the old form
  * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
@@ -55,7 +58,7 @@ void store_test_advance_clock(struct uzram *dev, uint32_t seconds)
 /* ---- objects ------------------------------------------------------------- */
 
 /* The bytes of the object store_load_object() last read from the backing store in this
- * thread (in backing_read()'s buffer: valid until this thread reads the store again). */
+ * thread (in backing_read()'s buffer: valid until this thread reads the backing store again). */
 static __thread const void *backed_bytes;
 
 int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
@@ -364,10 +367,10 @@ static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object
 }
 
 /* Bring a written-back page read again back into memory (see read_held): its object, whose
- * bytes the read just read from the store, goes into the pool and takes the place of the
- * one on the store if the slot still holds that (its extent is pinned: its offset names no
+ * bytes the read just read from the backing store, goes into the pool and takes the place of
+ * the one there if the slot still holds that (its extent is pinned: its offset names no
  * other object). The codec user passes from one form to the other. If anything is in the
- * way, the page stays on the store: nothing is lost. */
+ * way, the page stays on the backing store: nothing is lost. */
 static void promote(struct uzram *dev, uint64_t index, const struct page_object *held)
 {
     struct page_object made, now;
@@ -548,7 +551,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         struct page_object held;
         slot_lock(slot);
         if (hold_backed(dev, slot, &held)) {
-            /* A page read from the store a second time since it went there comes back
+            /* A page read from the backing store a second time since it went there comes back
              * into memory when there is room: read twice, it is in use again; read once,
              * it may be a scan (a backup, a checksum) passing by, as the kernel's page
              * cache activates a page on its second access. */

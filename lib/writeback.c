@@ -195,7 +195,7 @@ enum compaction_need { NEED_FULL, NEED_ASKED, NEED_BACKGROUND };
 
 /* Whether a compaction pass is worth its scan of the page table: the backing store
  * is full and something died since the last pass; or compaction was asked
- * for (uzram_compact) and a quarter of the store is garbage; or, for the
+ * for (uzram_compact) and a quarter of it is garbage; or, for the
  * thread, that garbage is also at least 1 MiB and grew by an eighth of the
  * store since the last pass. */
 static bool backing_fragmented(struct uzram *dev, enum compaction_need need)

@@ -1,5 +1,5 @@
 /* writeback.h - moving stored objects to the backing store: passes, making room under
- * mem_limit, the background thread, attaching the store and the settings (internal;
+ * mem_limit, the background thread, attaching the backing store and the settings (internal;
  * writeback.c). writeback_page.c does one page; coldest.c says which pages are coldest. The
  * page store reaches writeback only through writeback_tier (store.h). */
 #ifndef UZRAM_WRITEBACK_H

@@ -42,7 +42,7 @@ struct entry_copy {
     bool relocate;
 };
 
-/* Copy `size` bytes of the object at `offset` on the store; false if the
+/* Copy `size` bytes of the object at `offset` on the backing store; false if the
  * read fails (the object stays where it is). */
 static bool copy_backed(struct uzram *dev, uint64_t offset, unsigned size, void *bytes)
 {
@@ -54,7 +54,7 @@ static bool copy_backed(struct uzram *dev, uint64_t offset, unsigned size, void 
 }
 
 /* dedup_with_object(): copy an entry's object that is in memory (or,
- * relocating, one in a sparse block of the store). */
+ * relocating, one in a sparse block of the backing store). */
 static int copy_entry_bytes(void *arg, const struct dedup_object *object)
 {
     struct entry_copy *copy = arg;
@@ -145,7 +145,7 @@ int writeback_page_take(struct uzram *dev, uint64_t index, const struct writebac
     struct entry_copy copy = {dev, bytes, &item->entry, filter->relocate};
     int size = dedup_with_object(dedup, id, copy_entry_bytes, &copy);
     if (size == 0)
-        dedup_put(dedup, id); /* already on the store, or not in a sparse block */
+        dedup_put(dedup, id); /* already written back, or not in a sparse block */
     return size;
 }
 
@@ -174,7 +174,7 @@ static void account_written_back(struct uzram *dev, unsigned size)
     counter_add(&dev->bd_data_size, size);
 }
 
-/* Compaction moved a page's object on the store: the slot takes the new
+/* Compaction moved a page's object on the backing store: the slot takes the new
  * place if it still holds the old one (pinned since it was copied, so the
  * offset cannot name another object now). */
 static bool publish_moved(struct uzram *dev, struct writeback_item *item, bool wait)
@@ -208,7 +208,7 @@ bool writeback_page_publish(struct uzram *dev, struct writeback_item *item, cons
         struct dedup_object old;
         /* Compaction may have moved it meanwhile; recompression may have
          * replaced it (then it is not the object written). Only writeback
-         * (this pass) moves an entry's object on the store. */
+         * (this pass) moves an entry's object on the backing store. */
         bool done = dedup_replace(dedup, id, &item->entry, &backed, &old);
         if (done && (old.handle & OBJECT_BACKED)) {
             backing_free(device_backing(dev), old.handle & ~OBJECT_BACKED, old.size);
