@@ -1,6 +1,6 @@
 /* pool_reserve.c - the pool's reserve (pool_set_reserve(), for `uzram serve --swap`): a
  * thread that keeps windows faulted in ahead of need in the span cache, so that making a span
- * never faults memory in (see pool.h). */
+ * never faults memory in (see pool_reserve.h). */
 #include "pool_reserve.h"
 
 #include <errno.h>

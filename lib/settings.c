@@ -1,5 +1,6 @@
-/* settings.c - device settings that zram takes before initialisation, mem_limit and the group
- * whose limit a device shares (uzram_set_group), and the snapshots of config and stats.
+/* settings.c - device settings that zram takes before initialisation, mem_limit, the reserve
+ * (serve --swap), the group whose limit a device shares (uzram_set_group), and the snapshots
+ * of config and stats.
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
 #include <string.h>

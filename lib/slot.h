@@ -1,5 +1,6 @@
-/* slot.h - locking and changing a page slot (internal): the primitives store.c changes slots
- * with. The slot's layout is device.h's. */
+/* slot.h - locking and changing a page slot (internal): the primitives store.c, the per-page
+ * halves of recompression and writeback, and table.c change slots with. The slot's layout is
+ * device.h's. */
 #ifndef UZRAM_SLOT_H
 #define UZRAM_SLOT_H
 

@@ -1,6 +1,6 @@
 /* writeback_batch.h - a batch of pages on their way to the backing store (internal;
  * writeback_batch.c): each page's object copied (writeback_page.c) and appended to the
- * store's batch buffer, the batch written with one pwrite, and each copy put in its page's
+ * backing store's batch buffer, the batch written with one pwrite, and each copy put in its page's
  * place; and writeback_limit, which a batch checks page by page. The passes that fill batches,
  * under writeback's lock, are writeback.c's. */
 #ifndef UZRAM_WRITEBACK_BATCH_H

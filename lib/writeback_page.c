@@ -2,8 +2,8 @@
  * most pages; then, under the lock, its object (or its dedup entry's, with a reference taken)
  * is copied for the batch, and once the batch is written the slot takes the object's place
  * on the backing store if it still holds the same bytes. Compaction of the backing store moves
- * a written-back object the same way. The passes, the batches and the thread are
- * writeback.c's. */
+ * a written-back object the same way. The batches are writeback_batch.c's; the passes and
+ * the thread writeback.c's. */
 #include "writeback_page.h"
 
 #include <errno.h>
