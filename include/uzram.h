@@ -463,7 +463,8 @@ UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
  * a write then never waits for the kernel to find a free page, as a swap device's server
  * must not (the kernel may be waiting for that very write to free one; `uzram serve --swap`
  * sets it). A write that finds the reserve empty waits up to 2 s for the thread, then fails
- * with -ENOMEM. The reserve is pool memory that no page uses yet: it stays within
+ * with -ENOMEM; at mem_limit it fails with -ENOSPC (or makes room with writeback_when_full)
+ * as without a reserve. The reserve is pool memory that no page uses yet: it stays within
  * mem_limit, is not counted in mem_used_total, and compaction keeps it. Returns 0, -EINVAL
  * (too large), or -errno when the thread cannot start. */
 UZRAM_API int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes);

@@ -191,6 +191,19 @@ void dedup_destroy(struct dedup *dedup)
     free(dedup);
 }
 
+/* Make the index's pages present (MADV_POPULATE_WRITE, Linux 5.14; an older kernel keeps
+ * faulting them in as used). Entries and buckets are zero until written, and writers may be
+ * running: the pages are made present without being written. */
+void dedup_prefault(struct dedup *dedup)
+{
+    const uintptr_t page = 4096;
+    (void)madvise(dedup->entries, entries_bytes(dedup->capacity), 23 /* MADV_POPULATE_WRITE */);
+    uintptr_t start = ((uintptr_t)dedup->buckets + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)(dedup->buckets + dedup->bucket_mask + 1)) & ~(page - 1);
+    if (end > start)
+        (void)madvise((void *)start, end - start, 23 /* MADV_POPULATE_WRITE */);
+}
+
 uint64_t dedup_entry_size(void)
 {
     return sizeof(struct dedup_entry);

@@ -52,6 +52,10 @@ struct dedup_object_ops {
 int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out);
 void dedup_destroy(struct dedup *dedup);
 
+/* Fault the whole index in ahead of need (under a pool reserve: a swap device's server must
+ * not fault memory in while it serves a write). */
+void dedup_prefault(struct dedup *dedup);
+
 /* Where a new entry for a page goes: filled by dedup_find() when nothing
  * equal is stored, carried through dedup_reserve() to dedup_insert(). */
 struct dedup_lookup {

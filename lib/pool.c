@@ -257,32 +257,33 @@ static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve
 }
 
 /* With a reserve, wait (up to POOL_RESERVE_WAIT_MS, window_lock held) for the refiller to
- * cache a window of `pages` pages. */
-static ssize_t wait_for_reserve(struct pool *pool, unsigned pages)
+ * cache a window of `pages` pages: its index in the cache in *pick, or -ENOSPC when the pool
+ * is at its limit (no window will come; the store may write back to make room, as without a
+ * reserve), -ENOMEM when none came in time. */
+static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)POOL_RESERVE_WAIT_MS * 1000000;
     deadline.tv_sec += (time_t)(ns / 1000000000);
     deadline.tv_nsec = (long)(ns % 1000000000);
-    ssize_t pick;
-    /* At the limit no window will come: the write fails (-ENOMEM) at once. */
     uint64_t limit = atomic_load(&pool->limit), cached = atomic_load(&pool->cache_bytes);
     if (limit != 0 && atomic_load(&pool->mem_used) + cached + WINDOW_BYTES > limit)
-        return -1;
-    while ((pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
+        return -ENOSPC;
+    while ((*pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
         pthread_cond_signal(&pool->reserve_wanted);
         if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
-            pick = pick_cached(pool, pages, true);
+            *pick = pick_cached(pool, pages, true);
             break;
         }
     }
-    return pick;
+    return *pick < 0 ? -ENOMEM : 0;
 }
 
 /* A window for a span of `pages` pages: a cached one first (its resident pages in
  * *resident), then a released one, then a new one. With a reserve, only a cached one with
- * `pages` resident (waiting for the refiller): -ENOMEM when none comes. */
+ * `pages` resident (waiting for the refiller): -ENOSPC at the limit, -ENOMEM when none
+ * comes. */
 static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsigned *resident)
 {
     int rc = 0;
@@ -290,10 +291,8 @@ static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsi
     bool reserve = atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) != 0;
     pthread_mutex_lock(&pool->window_lock);
     ssize_t pick = pick_cached(pool, pages, reserve);
-    if (pick < 0 && reserve) {
-        pick = wait_for_reserve(pool, pages);
-        rc = pick < 0 ? -ENOMEM : 0;
-    }
+    if (pick < 0 && reserve)
+        rc = wait_for_reserve(pool, pages, &pick);
     if (pick >= 0) {
         struct cached_window taken = pool->cache[pick];
         pool->cache[pick] = pool->cache[--pool->cache_count];

@@ -65,6 +65,8 @@ int uzram_set_dedup(struct uzram *dev, bool on)
         if (on && !device_dedup(dev)) {
             struct dedup *dedup;
             rc = store_dedup_create(dev, &dedup);
+            if (rc == 0 && pool_reserve_on(dev->pool))
+                dedup_prefault(dedup);
             if (rc == 0)
                 atomic_store_explicit(&dev->dedup, dedup, memory_order_release);
         }
@@ -91,8 +93,15 @@ int uzram_reset_mem_used_max(struct uzram *dev)
 int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes)
 {
     int rc = pool_set_reserve(dev->pool, bytes);
-    if (rc == 0 && bytes != 0)
+    if (rc == 0 && bytes != 0) {
         table_prefault(dev); /* the page table too */
+        /* and the dedup index, which uzram_set_dedup() faults in when the reserve comes
+         * first (settings_lock: the index is made under it) */
+        pthread_mutex_lock(&dev->settings_lock);
+        if (device_dedup(dev))
+            dedup_prefault(device_dedup(dev));
+        pthread_mutex_unlock(&dev->settings_lock);
+    }
     return rc;
 }
 

@@ -32,22 +32,24 @@ static void test_nbd_client_connect(void **state)
         .export_name = "uzram0",
         .device = "/dev/nbd3",
     };
-    /* netlink (nbd-client's default): no daemon stays behind; 4 KiB blocks, the engine's page. */
+    /* netlink (nbd-client's default): no daemon stays behind; 4 KiB blocks, the engine's page;
+     * a deadline on every request, so a dead server cannot hang the kernel's I/O. */
     const char *expected[] = {"nbd-client",  "-unix", "/run/uzram/uzram0.sock",
                               "/dev/nbd3",   "-name", "uzram0",
-                              "-block-size", "4096",  NULL};
-    assert_int_equal(nbd_client_argv(&plan, argv), 8);
+                              "-block-size", "4096",  "-timeout",
+                              "20",          NULL};
+    assert_int_equal(nbd_client_argv(&plan, argv), 10);
     assert_argv(argv, expected);
 
     plan.read_only = true;
     plan.swap = true; /* nothing to add: the kernel holds the socket, no client program stays */
-    const char *expected_ro[] = {"nbd-client",  "-unix", "/run/uzram/uzram0.sock",
-                                 "/dev/nbd3",   "-name", "uzram0",
-                                 "-block-size", "4096",  "-readonly",
-                                 NULL};
-    assert_int_equal(nbd_client_argv(&plan, argv), 9);
+    const char *expected_ro[] = {"nbd-client",  "-unix",     "/run/uzram/uzram0.sock",
+                                 "/dev/nbd3",   "-name",     "uzram0",
+                                 "-block-size", "4096",      "-timeout",
+                                 "20",          "-readonly", NULL};
+    assert_int_equal(nbd_client_argv(&plan, argv), 11);
     assert_argv(argv, expected_ro);
-    assert_true(9 < NBD_CLIENT_ARGS_MAX);
+    assert_true(11 < NBD_CLIENT_ARGS_MAX);
 }
 
 static void test_nbd_client_refuses_bad_plans(void **state)

@@ -1,12 +1,14 @@
 /* test_memory_bounds.c - memory a device takes outside its pool is counted and bounded
  * (issue 23): the page table, 16 bytes per 4 KiB page, which a client writing one page in
  * every 256 makes resident, is refused past a share of the machine's memory, shown in
- * table_mem and charged whole to a group's limit (serve --server-mem-limit). */
+ * table_mem and charged whole to a group's limit (serve --server-mem-limit); under a pool
+ * reserve it and the dedup index are faulted in ahead of need. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -64,11 +66,51 @@ static void test_page_table_bounded(void **state)
     uzram_destroy(big);
 }
 
+static uint64_t resident_bytes(void)
+{
+    unsigned long size = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Under a pool reserve (serve --swap) the memory a write may touch outside the pool is
+ * faulted in ahead of need: the page table (4 MiB for 1 GiB) and the dedup index (20 bytes
+ * an entry, 5.3 MiB), whichever of reserve and dedup comes first. */
+static void test_reserve_faults_tables_in(void **state)
+{
+    (void)state;
+    const uint64_t table = (1ull << 30) / PAGE * UZRAM_TABLE_BYTES_PER_PAGE;
+    const uint64_t entries = ((1ull << 30) / PAGE + 4096) * 20;
+    for (int reserve_first = 0; reserve_first <= 1; reserve_first++) {
+        struct uzram_config config;
+        struct uzram *dev = NULL;
+        uzram_config_init(&config);
+        config.disksize = 1ull << 30;
+        assert_int_equal(uzram_create(&config, &dev), 0);
+        uint64_t before = resident_bytes();
+        if (reserve_first) {
+            assert_int_equal(uzram_set_mem_reserve(dev, 1 << 20), 0);
+            before = resident_bytes();
+            assert_int_equal(uzram_set_dedup(dev, true), 0);
+            assert_true(resident_bytes() - before >= entries);
+        } else {
+            assert_int_equal(uzram_set_dedup(dev, true), 0);
+            assert_int_equal(uzram_set_mem_reserve(dev, 1 << 20), 0);
+            assert_true(resident_bytes() - before >= table + entries);
+        }
+        uzram_destroy(dev);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_page_table_bounded),
+        cmocka_unit_test(test_reserve_faults_tables_in),
     };
     return cmocka_run_group_tests_name("memory bounds", tests, NULL, NULL);
 }

@@ -378,6 +378,31 @@ static void test_writeback_when_full(void **state)
     }
 }
 
+/* The same under a pool reserve (serve --swap): at mem_limit the reserve has no window to give,
+ * and the write must make room by writing back rather than fail (-ENOMEM reached the kernel as
+ * swap write errors in tests/vm/swap.sh --writeback). */
+static void test_writeback_when_full_reserve(void **state)
+{
+    (void)state;
+    struct disk disk;
+    disk_open(&disk, 4096, "lz4", false, "full-reserve");
+    const uint64_t limit = 2 * 1024 * 1024;
+    assert_int_equal(uzram_set_mem_limit(disk.dev, limit), 0);
+    assert_int_equal(uzram_set_mem_reserve(disk.dev, 512 * 1024), 0);
+    assert_int_equal(uzram_set_writeback_when_full(disk.dev, true), 0);
+    for (uint64_t i = 0; i < disk.pages; i++)
+        disk_write(&disk, i, i % 5 == 4 ? DATAGEN_RANDOM : DATAGEN_TEXT, 3 + i % 3);
+    struct uzram_stats s = test_stats(disk.dev);
+    assert_true(s.mem_used_total <= limit);
+    assert_true(s.bd_objects > 0);
+    assert_int_equal(s.pages_stored, disk.pages);
+    assert_int_equal(s.failed_writes, 0);
+    disk_check(&disk);
+    assert_int_equal(uzram_set_writeback_when_full(disk.dev, false), 0);
+    assert_int_equal(uzram_set_mem_reserve(disk.dev, 0), 0);
+    disk_close(&disk);
+}
+
 /* Without a store, when it is full, and with writeback_limit used up, a
  * write past mem_limit fails as before: the wait is bounded. */
 static void test_writeback_when_full_bounded(void **state)
@@ -809,6 +834,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_writeback_dedup),
         cmocka_unit_test(test_writeback_when_full),
         cmocka_unit_test(test_writeback_when_full_bounded),
+        cmocka_unit_test(test_writeback_when_full_reserve),
         cmocka_unit_test(test_writeback_idle_thread),
         cmocka_unit_test(test_writeback_attributes),
         cmocka_unit_test(test_concurrent_writeback),

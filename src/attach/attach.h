@@ -154,6 +154,12 @@ int leftover_clean(const char *dir, const char *name, char *report, size_t repor
 
 #define NBD_CLIENT_PROGRAM "nbd-client"
 #define NBD_CLIENT_ARGS_MAX 16
+/* Seconds the kernel waits for a reply before it drops the connection and fails the
+ * request (nbd-client -timeout). Without one the kernel waits forever for a request that
+ * was in flight when the server died: the file system's journal, then every writer, hang
+ * in D state (tests/vm/nbd.sh, SIGKILL under a mounted node). Well above what a live local
+ * server takes for one request (32 MiB at most). */
+#define NBD_REQUEST_TIMEOUT "20"
 
 /* What `attach` asks nbd-client to connect. */
 struct nbd_client_plan {

@@ -75,7 +75,7 @@ int nbd_free_device(char device[BLOCKDEV_PATH_MAX])
 /* nbd-client configures the device through netlink (its default since 3.17) and exits: the
  * kernel then holds the socket, and no program of the client side has to stay in memory, so
  * -swap (which only locks nbd-client itself in its older ioctl mode) is not needed. Blocks
- * of 4 KiB are the engine's pages. */
+ * of 4 KiB are the engine's pages; a request unanswered for NBD_REQUEST_TIMEOUT s fails. */
 int nbd_client_argv(const struct nbd_client_plan *plan, const char *argv[NBD_CLIENT_ARGS_MAX])
 {
     int n = 0;
@@ -90,6 +90,8 @@ int nbd_client_argv(const struct nbd_client_plan *plan, const char *argv[NBD_CLI
     argv[n++] = plan->export_name;
     argv[n++] = "-block-size";
     argv[n++] = "4096";
+    argv[n++] = "-timeout";
+    argv[n++] = NBD_REQUEST_TIMEOUT;
     if (plan->read_only)
         argv[n++] = "-readonly";
     argv[n] = NULL;

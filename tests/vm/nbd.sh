@@ -2,13 +2,14 @@
 # nbd.sh - VM scenario (a): `uzram attach --via nbd` with the kernel's NBD client. ext4 made,
 # mounted, a tree copied, page cache dropped, the tree compared byte for byte; rm + fstrim
 # reach the engine (orig_data_size falls); detach refused while mounted; e2fsck clean. Then
-# the server is stopped under a mounted /dev/nbdN, by SIGTERM and by SIGKILL: I/O on it fails
-# within NBD_BOUND seconds (no hang), and the recovery the man page gives (umount, nbd-client
+# the server is stopped under a mounted /dev/nbdN with a writer busy, by SIGTERM and by SIGKILL:
+# the writer's requests in flight and I/O after it fail within NBD_BOUND seconds (no hang), and the recovery the man page gives (umount, nbd-client
 # -d) frees the node for the next attach.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 
-NBD_BOUND=30
+# attach's nbd-client -timeout (20 s, src/attach/attach.h) plus room for an emulated guest
+NBD_BOUND=40
 vm_init
 need_module nbd
 need_tools nbd-client mkfs.ext4 e2fsck fstrim
@@ -62,10 +63,17 @@ server_gone() {
     mkfs.ext4 -q "$dev" && mount "$dev" "$MNT" || fail "mkfs/mount $dev"
     head -c $((1 << 20)) /dev/urandom >"$MNT/before"
     sync
+    # a writer with requests in flight when the signal comes: a request the server never
+    # answers must still fail within the bound (nbd-client -timeout), not hang the journal
+    dd if=/dev/zero of="$MNT/busy" bs=64k count=100000 oflag=direct 2>/dev/null &
+    local busy=$!
+    sleep 1
     kill "-$signal" "${SERVER_PID[$name]}"
     timeout 20 tail --pid="${SERVER_PID[$name]}" -f /dev/null || fail "the server lived on after SIG$signal"
     unset "SERVER_PID[$name]"
     start=$(date +%s)
+    timeout "$NBD_BOUND" tail --pid="$busy" -f /dev/null || fail "the writer busy at SIG$signal still runs after $NBD_BOUND s"
+    wait "$busy" && fail "the writer busy at SIG$signal succeeded"
     set +e
     timeout "$NBD_BOUND" dd if=/dev/urandom of="$MNT/after" bs=1M count=4 oflag=direct,sync 2>"$WORK/dd.err"
     status=$?

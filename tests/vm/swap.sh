@@ -15,11 +15,12 @@
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
 #                          swap with the same workload: the time ratio (bench/vm-swap.sh)
 #   swap.sh --writeback    --mem-limit 48M with --writeback-when-full to the VM's scratch disk:
-#                          the pages that do not fit go to the backing device (bd_stat), and
-#                          every page still comes back exact
+#                          the pages that do not fit go to the backing device (bd_stat), no
+#                          swap write error, and every page still comes back exact
 #   swap.sh --limit        the server's --mem-limit far below what is swapped: the kernel
-#                          gets write errors, the guest must not hang (the OOM killer takes
-#                          the workload), the server lives on and what it stored reads back
+#                          gets write errors, the guest must not hang, the server lives on
+#                          and what it stored reads back; then the guest's kernel zram at the
+#                          same mem_limit; what the workload did in each is reported
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 
@@ -82,6 +83,54 @@ pressure_run() { # NAME (a uzram server, or "zram") ROUNDS
     echo "$took"
 }
 
+# One run of memtouch at a mem_limit far below what it swaps out, on WHO (uzram or zram),
+# bounded by LIMIT_S: it finishes, the OOM killer takes it, or it makes no progress and is
+# killed at the bound. Each is an outcome to report; a hung task (guest.sh), a dead server
+# or a swapoff that cannot read everything back fails.
+LIMIT_S=180
+limit_run() { # WHO
+    local who=$1 pid status outcome errors_before errors out_before ooms_before ooms
+    errors_before=$(dmesg | grep -c "Write-error on swap-device" || true)
+    ooms_before=$(dmesg | grep -cE "Killed process [0-9]+ \(memtouch\)" || true)
+    out_before=$(vmstat pswpout)
+    if [[ $who == uzram ]]; then
+        swap_on lim 2G 24M
+        pid=${SERVER_PID[lim]}
+    else
+        echo 1 >/sys/block/zram0/reset
+        echo lz4 >/sys/block/zram0/comp_algorithm
+        echo 24M >/sys/block/zram0/mem_limit
+        echo 2G >/sys/block/zram0/disksize
+        mkswap /dev/zram0 >/dev/null && swapon -p 100 /dev/zram0
+        at_exit "swapoff /dev/zram0; echo 1 >/sys/block/zram0/reset"
+        SWAPDEV=/dev/zram0
+    fi
+    set +e
+    timeout -s KILL "$LIMIT_S" "$MEMTOUCH" "$touch_mib" 1 >"$WORK/memtouch.out" 2>&1
+    status=$?
+    set -e
+    errors=$(($(dmesg | grep -c "Write-error on swap-device" || true) - errors_before))
+    ooms=$(($(dmesg | grep -cE "Killed process [0-9]+ \(memtouch\)" || true) - ooms_before))
+    case $status in
+    0) outcome="memtouch finished" ;;
+    137) outcome="memtouch killed $( ((ooms > 0)) && echo "by the OOM killer" || echo "at the ${LIMIT_S} s bound, no OOM kill")" ;;
+    *) fail "$who: memtouch ended with status $status: $(tail -n 3 "$WORK/memtouch.out")" ;;
+    esac
+    if [[ $who == uzram ]]; then
+        [[ $(cat /proc/"$pid"/comm 2>/dev/null) == uzram ]] || fail "the server is gone"
+        read -r -a mm <<<"$("$UZRAM" attr lim mm_stat)"
+        ((mm[2] <= 24 << 20)) || fail "mem_used_total ${mm[2]} passed the 24 MiB limit"
+        swap_off lim # every page still swapped out comes back from the server
+        stop_server lim
+    else
+        read -r -a mm </sys/block/zram0/mm_stat
+        swapoff /dev/zram0 || fail "swapoff /dev/zram0"
+        echo 1 >/sys/block/zram0/reset
+    fi
+    pass "$who at mem_limit 24M: $outcome, $errors swap write errors, pswpout +$(($(vmstat pswpout) - out_before)), mem_used_max ${mm[4]}, swapoff read everything back"
+    result limit_outcome "$who" "$status" "$errors"
+}
+
 case $mode in
 --quick | --full)
     swap_on sw 2G 320M
@@ -125,7 +174,11 @@ case $mode in
 --writeback)
     [[ -b $VM_SCRATCH ]] || skip "no scratch disk for the backing device"
     swap_on wb 2G 48M --backing-file "$VM_SCRATCH" --writeback-when-full
+    errors_before=$(dmesg | grep -c "Write-error on swap-device" || true)
     took=$(pressure_run wb 1)
+    # at the limit a write makes room on the backing device: the kernel sees no error
+    errors=$(($(dmesg | grep -c "Write-error on swap-device" || true) - errors_before))
+    ((errors == 0)) || fail "$errors swap write errors with room on the backing device"
     read -r -a bd <<<"$("$UZRAM" attr wb bd_stat)"
     read -r -a mm <<<"$("$UZRAM" attr wb mm_stat)"
     ((bd[0] > 0)) || fail "bd_stat shows nothing written back: ${bd[*]}"
@@ -136,26 +189,11 @@ case $mode in
     result writeback_run "$touch_mib" "$took" "${bd[*]}"
     ;;
 --limit)
-    # 24 MiB of memory for what needs about ten times that: swap-outs fail with ENOSPC.
-    swap_on lim 2G 24M
-    pid=${SERVER_PID[lim]}
-    set +e
-    "$MEMTOUCH" "$touch_mib" 1 >"$WORK/memtouch.out" 2>&1
-    status=$?
-    set -e
-    kernel_log_has "Write-error on swap-device" || fail "the kernel saw no swap write error"
-    [[ $(cat /proc/"$pid"/comm 2>/dev/null) == uzram ]] || fail "the server is gone"
-    case $status in
-    0) outcome="memtouch finished (the kernel found room elsewhere)" ;;
-    137) outcome="the OOM killer took memtouch" ;;
-    *) fail "memtouch ended with status $status: $(tail -n 3 "$WORK/memtouch.out")" ;;
-    esac
-    read -r -a mm <<<"$("$UZRAM" attr lim mm_stat)"
-    ((mm[2] <= 24 << 20)) || fail "mem_used_total ${mm[2]} passed the 24 MiB limit"
-    swap_off lim # every page still swapped out comes back from the server
-    stop_server lim
-    pass "mem_limit reached: swap write errors in the kernel log, $outcome, no hang, server alive, swapoff read everything back (mem_used_max ${mm[4]})"
-    result limit_outcome "$status"
+    # 24 MiB of memory for what needs about ten times that: swap-outs fail. The same with the
+    # guest's kernel zram at the same mem_limit, for the record (docs/uzram.1, SWAP).
+    limit_run uzram
+    modprobe zram num_devices=1 2>/dev/null || [[ -e /sys/block/zram0 ]] || skip "no zram module"
+    limit_run zram
     ;;
 *) fail "unknown mode $mode" ;;
 esac
