@@ -758,3 +758,12 @@ uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
 }
+
+double pool_object_cost(size_t size)
+{
+    if (size == 0 || size > POOL_MAX_OBJECT)
+        return 0.0;
+    const struct class_shape *all = pool_class_shapes();
+    const struct class_shape *shape = &all[pool_class_of(all, size)];
+    return (double)shape->pages * PAGE_BYTES / shape->objects;
+}

@@ -103,8 +103,8 @@ int pool_map_chunk(struct pool *pool);
 uint64_t pool_drain_cache(struct pool *pool, uint64_t keep);
 /* The first byte of a window. */
 unsigned char *pool_window_base(struct pool *pool, uint32_t window);
-/* The refiller thread (pool_reserve.c), started by pool_set_reserve(), stopped by
- * pool_destroy() through refiller_stop. */
-void *pool_refiller_main(void *arg);
+/* A span that finds the reserve short waits this long for the refiller (pool_reserve.c),
+ * then fails. */
+#define POOL_RESERVE_WAIT_MS 2000u
 
 #endif

@@ -1,6 +1,8 @@
 /* pool_reserve.c - the pool's reserve (pool_set_reserve(), for `uzram serve --swap`): a
  * thread that keeps windows faulted in ahead of need in the span cache, so that making a span
- * never faults memory in (see pool.h). */
+ * never faults memory in (see pool_reserve.h). */
+#include "pool_reserve.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -75,7 +77,7 @@ static bool top_up_window(struct pool *pool)
 /* The refiller keeps the reserve filled with windows whose pages it faults in itself
  * (MADV_POPULATE_WRITE, Linux 5.14, else a write to each page): the page faults, and any wait
  * for memory they cause, happen here and not in a write. */
-void *pool_refiller_main(void *arg)
+static void *pool_refiller_main(void *arg)
 {
     struct pool *pool = arg;
     pthread_mutex_lock(&pool->window_lock);
