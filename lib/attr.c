@@ -1,97 +1,101 @@
-/* attr.c - reading and writing device attributes by zram's sysfs names.
- * The control socket and `uzram attr` go through here, so names live in one place. */
+/* attr.c - device attributes by zram's sysfs names: one table says, for each, how it is shown,
+ * what a write takes and what it does, and uzram_attr_get, uzram_attr_set, uzram_attr_names
+ * and uzram_attr_usage are all made from it. The control socket and `uzram attr` go through
+ * here. The values made of words are parsed by attr_words.c. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attr_words.h"
 #include "codecs.h"
 #include "comp.h"
 #include "device.h"
+#include "recompress.h"
 #include "stats.h"
 #include "uzram.h"
+#include "writeback.h"
 
-enum attr_access { ATTR_READ = 1, ATTR_WRITE = 2 };
+/* ---- showing ----------------------------------------------------------------- */
 
-struct attr {
-    const char *name;
-    unsigned access;
-    const char *usage; /* what a write takes, for the error that refuses one */
-};
-
-static const struct attr attrs[] = {
-    {"disksize", ATTR_READ, NULL},
-    {"initstate", ATTR_READ, NULL},
-    {"comp_algorithm", ATTR_READ | ATTR_WRITE, "an algorithm name from the list it shows"},
-    {"algorithm_params", ATTR_READ | ATTR_WRITE,
-     "[algo=NAME|priority=N] [level=N] [dict=PATH|auto] [dict_size=BYTES], e.g. "
-     "'priority=1 level=7 dict=auto'"},
-    {"same_filled", ATTR_READ | ATTR_WRITE, "0 or 1"},
-    {"use_dedup", ATTR_READ | ATTR_WRITE, "0 or 1"},
-    {"mem_limit", ATTR_READ | ATTR_WRITE, "a size in bytes (K/M/G/T), 0 for none"},
-    {"mem_used_max", ATTR_READ | ATTR_WRITE, "0 (resets the peak)"},
-    {"mm_stat", ATTR_READ, NULL},
-    {"io_stat", ATTR_READ, NULL},
-    {"debug_stat", ATTR_READ, NULL},
-    {"stat_json", ATTR_READ, NULL},
-    {"compact", ATTR_WRITE, "any value"},
-    {"reset", ATTR_WRITE, "1"},
-    {"idle", ATTR_WRITE, "all, or a number of seconds since the last access (1 or more)"},
-    {"recomp_algorithm", ATTR_READ | ATTR_WRITE,
-     "algo=NAME [priority=1..3] [level=N], e.g. 'algo=zstd priority=1'"},
-    {"recompress", ATTR_WRITE,
-     "[type=idle|huge|huge_idle] [threshold=BYTES] [max_pages=N] [algo=NAME|priority=N], "
-     "e.g. 'type=idle'"},
-    {"recompress_idle", ATTR_READ | ATTR_WRITE,
-     "seconds a page must be unused before the background thread recompresses it, 0 for off"},
-    {"recompress_rate", ATTR_READ | ATTR_WRITE,
-     "pages per second the background thread may recompress, 0 for no limit"},
-    {"backing_dev", ATTR_READ | ATTR_WRITE,
-     "the absolute path of a file or block device, or none (only while the device holds no "
-     "data)"},
-    {"writeback", ATTR_WRITE,
-     "idle, huge, huge_idle or incompressible (or type=...), and/or page_index=N and "
-     "page_indexes=FIRST-LAST, e.g. 'idle' or 'page_indexes=0-1023'"},
-    {"writeback_limit", ATTR_READ | ATTR_WRITE,
-     "a number of 4 KiB pages writeback may write while writeback_limit_enable is 1"},
-    {"writeback_limit_enable", ATTR_READ | ATTR_WRITE, "0 or 1"},
-    {"bd_stat", ATTR_READ, NULL},
-    {"writeback_when_full", ATTR_READ | ATTR_WRITE,
-     "1: a write past mem_limit first writes back the coldest pages; 0: it fails"},
-    {"writeback_idle", ATTR_READ | ATTR_WRITE,
-     "seconds a page must be unused before the background thread writes it back, 0 for off"},
-    {"writeback_rate", ATTR_READ | ATTR_WRITE,
-     "pages per second the background thread may write back, 0 for no limit"},
-};
-
-const char *uzram_attr_names(void)
+static int print_number(char *buf, size_t size, uint64_t value)
 {
-    return "disksize initstate comp_algorithm algorithm_params same_filled use_dedup "
-           "mem_limit mem_used_max mm_stat io_stat debug_stat stat_json compact reset idle "
-           "recomp_algorithm recompress recompress_idle recompress_rate backing_dev writeback "
-           "writeback_limit writeback_limit_enable bd_stat writeback_when_full writeback_idle "
-           "writeback_rate";
-}
-
-static const struct attr *attr_find(const char *name)
-{
-    for (size_t i = 0; name && i < sizeof attrs / sizeof attrs[0]; i++)
-        if (strcmp(attrs[i].name, name) == 0)
-            return &attrs[i];
-    return NULL;
-}
-
-const char *uzram_attr_usage(const char *name)
-{
-    const struct attr *attr = attr_find(name);
-    return attr ? attr->usage : NULL;
-}
-
-static int print(char *buf, size_t size, const char *fmt, uint64_t value)
-{
-    int length = snprintf(buf, size, fmt, value);
+    int length = snprintf(buf, size, "%" PRIu64 "\n", value);
     return length < 0 || (size_t)length >= size ? -ERANGE : length;
+}
+
+static struct uzram_config config_of(struct uzram *dev)
+{
+    struct uzram_config config;
+    uzram_get_config(dev, &config);
+    return config;
+}
+
+static struct uzram_stats stats_of(struct uzram *dev)
+{
+    struct uzram_stats stats;
+    uzram_get_stats(dev, &stats, sizeof stats);
+    return stats;
+}
+
+static struct writeback_settings writeback_of(struct uzram *dev)
+{
+    struct writeback_settings settings;
+    writeback_settings(dev, &settings);
+    return settings;
+}
+
+/* recompress_idle (`rate` false) or recompress_rate. */
+static uint64_t recompressor_of(struct uzram *dev, bool rate)
+{
+    uint64_t idle_seconds, pages_per_second;
+    int priority_class;
+    recompressor_settings(dev, &idle_seconds, &pages_per_second, &priority_class);
+    return rate ? pages_per_second : idle_seconds;
+}
+
+/* The attributes that show one number: show_NAME() prints VALUE, an expression of `dev`. */
+#define SHOW_NUMBER(NAME, VALUE)                                                                   \
+    static int show_##NAME(struct uzram *dev, char *buf, size_t size)                              \
+    {                                                                                              \
+        return print_number(buf, size, (VALUE));                                                   \
+    }
+
+SHOW_NUMBER(disksize, config_of(dev).disksize)
+SHOW_NUMBER(initstate, ((void)dev, 1))
+SHOW_NUMBER(same_filled, config_of(dev).same_filled)
+SHOW_NUMBER(use_dedup, config_of(dev).use_dedup)
+SHOW_NUMBER(mem_limit, stats_of(dev).mem_limit)
+SHOW_NUMBER(mem_used_max, stats_of(dev).mem_used_max)
+SHOW_NUMBER(recompress_idle, recompressor_of(dev, false))
+SHOW_NUMBER(recompress_rate, recompressor_of(dev, true))
+SHOW_NUMBER(writeback_limit, writeback_of(dev).limit)
+SHOW_NUMBER(writeback_limit_enable, writeback_of(dev).limit_enable)
+SHOW_NUMBER(writeback_when_full, writeback_of(dev).when_full)
+SHOW_NUMBER(writeback_idle, writeback_of(dev).idle_seconds)
+SHOW_NUMBER(writeback_rate, writeback_of(dev).rate)
+
+/* zram's list of algorithms with the one in use in brackets. */
+static int show_comp_algorithm(struct uzram *dev, char *buf, size_t size)
+{
+    int length = uzram_algorithm_list(config_of(dev).comp_algorithm, buf, size);
+    if (length < 0 || (size_t)length + 2 > size)
+        return -ERANGE;
+    buf[length++] = '\n';
+    buf[length] = '\0';
+    return length;
+}
+
+static int show_backing_dev(struct uzram *dev, char *buf, size_t size)
+{
+    int length = uzram_get_backing_dev(dev, buf, size > 0 ? size - 1 : 0);
+    if (length < 0)
+        return -ERANGE;
+    buf[length++] = '\n';
+    buf[length] = '\0';
+    return length;
 }
 
 /* The primary first, as before ("algo=lz4 level=1"), then one line per
@@ -149,80 +153,7 @@ static int show_recomp_algorithm(struct uzram *dev, char *buf, size_t size)
     return (int)used;
 }
 
-int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
-{
-    const struct attr *attr = attr_find(name);
-    if (!attr)
-        return -ENOENT;
-    if (!(attr->access & ATTR_READ))
-        return -EACCES;
-    struct uzram_config config;
-    struct uzram_stats stats;
-    uzram_get_config(dev, &config);
-    uzram_get_stats(dev, &stats, sizeof stats);
-
-    if (strcmp(name, "disksize") == 0)
-        return print(buf, size, "%" PRIu64 "\n", config.disksize);
-    if (strcmp(name, "initstate") == 0)
-        return print(buf, size, "%" PRIu64 "\n", 1);
-    if (strcmp(name, "comp_algorithm") == 0) {
-        int length = uzram_algorithm_list(config.comp_algorithm, buf, size);
-        if (length < 0 || (size_t)length + 2 > size)
-            return -ERANGE;
-        buf[length++] = '\n';
-        buf[length] = '\0';
-        return length;
-    }
-    if (strcmp(name, "algorithm_params") == 0)
-        return show_algorithm_params(dev, buf, size);
-    if (strcmp(name, "recomp_algorithm") == 0)
-        return show_recomp_algorithm(dev, buf, size);
-    if (strcmp(name, "recompress_idle") == 0 || strcmp(name, "recompress_rate") == 0) {
-        uint64_t idle_seconds, rate;
-        int priority_class;
-        recompressor_settings(dev, &idle_seconds, &rate, &priority_class);
-        return print(buf, size, "%" PRIu64 "\n",
-                     strcmp(name, "recompress_rate") == 0 ? rate : idle_seconds);
-    }
-    if (strcmp(name, "backing_dev") == 0) {
-        int length = uzram_get_backing_dev(dev, buf, size > 0 ? size - 1 : 0);
-        if (length < 0)
-            return -ERANGE;
-        buf[length++] = '\n';
-        buf[length] = '\0';
-        return length;
-    }
-    if (strcmp(name, "writeback_when_full") == 0 || strcmp(name, "writeback_idle") == 0 ||
-        strcmp(name, "writeback_rate") == 0) {
-        struct writeback_settings settings;
-        writeback_settings(dev, &settings);
-        return print(buf, size, "%" PRIu64 "\n",
-                     strcmp(name, "writeback_when_full") == 0 ? (uint64_t)settings.when_full
-                     : strcmp(name, "writeback_idle") == 0    ? settings.idle_seconds
-                                                              : settings.rate);
-    }
-    if (strcmp(name, "writeback_limit") == 0)
-        return print(buf, size, "%" PRIu64 "\n", stats.writeback_limit);
-    if (strcmp(name, "writeback_limit_enable") == 0)
-        return print(buf, size, "%" PRIu64 "\n", stats.writeback_limit_enable);
-    if (strcmp(name, "bd_stat") == 0)
-        return uzram_format_bd_stat(&stats, buf, size);
-    if (strcmp(name, "same_filled") == 0)
-        return print(buf, size, "%" PRIu64 "\n", config.same_filled);
-    if (strcmp(name, "use_dedup") == 0)
-        return print(buf, size, "%" PRIu64 "\n", config.use_dedup);
-    if (strcmp(name, "mem_limit") == 0)
-        return print(buf, size, "%" PRIu64 "\n", stats.mem_limit);
-    if (strcmp(name, "mem_used_max") == 0)
-        return print(buf, size, "%" PRIu64 "\n", stats.mem_used_max);
-    if (strcmp(name, "mm_stat") == 0)
-        return uzram_format_mm_stat(&stats, buf, size);
-    if (strcmp(name, "io_stat") == 0)
-        return uzram_format_io_stat(&stats, buf, size);
-    if (strcmp(name, "debug_stat") == 0)
-        return stats_format_debug(&stats, buf, size);
-    return uzram_format_json(&stats, buf, size); /* stat_json */
-}
+/* ---- storing ----------------------------------------------------------------- */
 
 /* "0"/"1" (and a trailing newline, as `echo 1 > attr` sends). */
 static int parse_bool(const char *value, bool *out)
@@ -235,250 +166,61 @@ static int parse_bool(const char *value, bool *out)
     return -EINVAL;
 }
 
-/* A whole unsigned decimal number, with an optional trailing newline. */
-static int parse_count(const char *value, uint64_t *out)
+/* comp_algorithm: its first word names the algorithm (the level stays the algorithm's). */
+static int store_comp_algorithm(struct uzram *dev, const char *value)
 {
-    size_t length = strcspn(value, "\n");
-    if (length == 0 || length > 19 || strspn(value, "0123456789") != length)
+    char algo[32];
+    size_t length = strcspn(value, " \t\n");
+    if (length == 0 || length >= sizeof algo)
         return -EINVAL;
-    *out = strtoull(value, NULL, 10);
-    return 0;
+    memcpy(algo, value, length);
+    algo[length] = '\0';
+    return uzram_set_algorithm(dev, algo, 0);
+}
+
+static int store_mem_limit(struct uzram *dev, const char *value)
+{
+    uint64_t bytes;
+    return uzram_parse_size(value, &bytes) ?: uzram_set_mem_limit(dev, bytes);
+}
+
+/* mem_used_max: only 0, which resets the peak. */
+static int store_mem_used_max(struct uzram *dev, const char *value)
+{
+    uint64_t bytes;
+    int rc = uzram_parse_size(value, &bytes);
+    return rc ? rc : bytes != 0 ? -EINVAL : uzram_reset_mem_used_max(dev);
+}
+
+static int store_compact(struct uzram *dev, const char *value)
+{
+    (void)value;
+    return uzram_compact(dev, NULL);
+}
+
+static int store_reset(struct uzram *dev, const char *value)
+{
+    bool on;
+    if (parse_bool(value, &on) || !on)
+        return -EINVAL;
+    return uzram_reset(dev);
 }
 
 /* zram's idle: "all", or a number of seconds since the last access. */
-static int parse_idle(struct uzram *dev, const char *value)
+static int store_idle(struct uzram *dev, const char *value)
 {
     uint64_t seconds;
     if (strncmp(value, "all", 3) == 0 && (value[3] == '\0' || strcmp(value + 3, "\n") == 0))
         return uzram_mark_idle(dev, 0, NULL);
-    int rc = parse_count(value, &seconds);
+    int rc = attr_parse_count(value, &seconds);
     /* 0 seconds would mark everything, as "all" does: say so instead */
     return rc < 0 || seconds == 0 ? -EINVAL : uzram_mark_idle(dev, seconds, NULL);
-}
-
-/* The words of an attribute value: KEY=VALUE pairs split on blanks. */
-struct words {
-    char *copy;
-    char *save;
-    bool started;
-};
-
-static char *next_word(struct words *words, char **value)
-{
-    char *word = strtok_r(words->started ? NULL : words->copy, " \t\n", &words->save);
-    words->started = true;
-    if (!word)
-        return NULL;
-    char *equals = strchr(word, '=');
-    *value = equals ? equals + 1 : NULL;
-    if (equals)
-        *equals = '\0';
-    return word;
-}
-
-static int parse_number(const char *text, uint64_t max, uint64_t *out)
-{
-    uint64_t number;
-    if (!text || parse_count(text, &number) < 0 || number > max)
-        return -EINVAL;
-    *out = number;
-    return 0;
-}
-
-static int parse_level(const char *text, long *level)
-{
-    char *end;
-    *level = strtol(text, &end, 10);
-    return end == text || *end || *level < -1000000 || *level > 1000000 ? -EINVAL : 0;
-}
-
-/* The priority an algo=NAME names: the secondary that has it, else 0 when it
- * is the primary; -1 when none has it. */
-static int priority_of(struct uzram *dev, const char *name)
-{
-    for (unsigned priority = CODECS_PRIORITY_MAX + 1; priority-- > 0;) {
-        struct codec_config config;
-        if (codecs_setting(&dev->codecs, priority, &config) &&
-            strcmp(comp_name(config.algorithm), name) == 0)
-            return (int)priority;
-    }
-    return -1;
-}
-
-/* Read a dictionary file whole (at most COMP_DICT_MAX bytes). */
-static int read_file(const char *path, void **content, size_t *size)
-{
-    FILE *file = fopen(path, "rb");
-    if (!file)
-        return -errno;
-    char *buf = malloc(COMP_DICT_MAX + 1);
-    size_t length = buf ? fread(buf, 1, COMP_DICT_MAX + 1, file) : 0;
-    int rc = !buf ? -ENOMEM : ferror(file) ? -EIO : length > COMP_DICT_MAX ? -EFBIG : 0;
-    fclose(file);
-    if (rc < 0) {
-        free(buf);
-        return rc;
-    }
-    *content = buf;
-    *size = length;
-    return 0;
-}
-
-/* dict=auto's size unless dict_size= says: see docs/BENCHMARKS.md for the
- * measurements behind it. */
-#define DEFAULT_DICT_SIZE (64u * 1024u)
-
-/* algorithm_params: [algo=NAME|priority=N] [level=N] [dict=PATH|auto]
- * [dict_size=BYTES]. The words set the level and dictionary of one
- * algorithm together, as zram's do. algo=NAME of no configured algorithm
- * chooses the primary algorithm (while the device is empty). */
-static int parse_algorithm_params(struct uzram *dev, const char *value)
-{
-    struct words words = {.copy = strdup(value)};
-    if (!words.copy)
-        return -ENOMEM;
-    const char *algo = NULL, *dict = NULL;
-    uint64_t priority = UINT64_MAX, dict_size = 0;
-    long level = 0;
-    int rc = 0;
-    char *word, *arg;
-    while (rc == 0 && (word = next_word(&words, &arg))) {
-        if (!arg)
-            rc = -EINVAL;
-        else if (strcmp(word, "level") == 0)
-            rc = parse_level(arg, &level);
-        else if (strcmp(word, "algo") == 0 && *arg)
-            algo = arg;
-        else if (strcmp(word, "priority") == 0)
-            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority);
-        else if (strcmp(word, "dict") == 0 && *arg)
-            dict = arg;
-        else if (strcmp(word, "dict_size") == 0)
-            rc = parse_number(arg, COMP_DICT_MAX, &dict_size);
-        else
-            rc = -EINVAL;
-    }
-    if (rc == 0 && algo && priority == UINT64_MAX) {
-        int found = priority_of(dev, algo);
-        if (found < 0 && !dict) {
-            /* a new primary algorithm, as before recompression existed */
-            rc = uzram_set_algorithm(dev, algo, (int)level);
-            free(words.copy);
-            return rc;
-        }
-        priority = found < 0 ? 0 : (uint64_t)found;
-    }
-    if (priority == UINT64_MAX)
-        priority = 0;
-    void *content = NULL;
-    size_t size = 0;
-    if (rc == 0 && dict && strcmp(dict, "auto") == 0)
-        size = dict_size ? dict_size : DEFAULT_DICT_SIZE;
-    else if (rc == 0 && dict)
-        rc = dict_size ? -EINVAL : read_file(dict, &content, &size);
-    if (rc == 0 && dict && size == 0)
-        rc = -EINVAL;
-    if (rc == 0 && dict_size && !dict)
-        rc = -EINVAL;
-    if (rc == 0)
-        rc = uzram_set_algorithm_params(dev, (unsigned)priority, (int)level, content, size);
-    free(content);
-    free(words.copy);
-    return rc;
-}
-
-/* recomp_algorithm: algo=NAME [priority=1..3] [level=N]. */
-static int parse_recomp_algorithm(struct uzram *dev, const char *value)
-{
-    struct words words = {.copy = strdup(value)};
-    if (!words.copy)
-        return -ENOMEM;
-    const char *algo = NULL;
-    uint64_t priority = 1;
-    long level = 0;
-    int rc = 0;
-    char *word, *arg;
-    while (rc == 0 && (word = next_word(&words, &arg))) {
-        if (arg && strcmp(word, "algo") == 0 && *arg)
-            algo = arg;
-        else if (arg && strcmp(word, "priority") == 0)
-            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
-        else if (arg && strcmp(word, "level") == 0)
-            rc = parse_level(arg, &level);
-        else
-            rc = -EINVAL;
-    }
-    if (rc == 0)
-        rc = algo ? uzram_set_recomp_algorithm(dev, (unsigned)priority, algo, (int)level) : -EINVAL;
-    free(words.copy);
-    return rc;
-}
-
-/* A word of a table of names: zram's type= words. */
-struct named_type {
-    const char *name;
-    unsigned type;
-};
-
-static int find_type(const struct named_type *types, size_t count, const char *text, unsigned *type)
-{
-    for (size_t i = 0; i < count; i++)
-        if (strcmp(text, types[i].name) == 0) {
-            *type = types[i].type;
-            return 0;
-        }
-    return -EINVAL;
-}
-
-static int parse_type(const char *text, unsigned *type)
-{
-    static const struct named_type types[] = {
-        {"idle", UZRAM_RECOMPRESS_IDLE},
-        {"huge", UZRAM_RECOMPRESS_HUGE},
-        {"huge_idle", UZRAM_RECOMPRESS_IDLE | UZRAM_RECOMPRESS_HUGE},
-    };
-    return find_type(types, sizeof types / sizeof types[0], text, type);
-}
-
-/* recompress: [type=idle|huge|huge_idle] [threshold=BYTES] [max_pages=N]
- * [algo=NAME|priority=N]. */
-static int parse_recompress(struct uzram *dev, const char *value)
-{
-    struct words words = {.copy = strdup(value)};
-    if (!words.copy)
-        return -ENOMEM;
-    unsigned type = 0;
-    uint64_t threshold = 0, max_pages = 0, priority = 0;
-    int rc = 0;
-    char *word, *arg;
-    while (rc == 0 && (word = next_word(&words, &arg))) {
-        if (!arg) {
-            rc = -EINVAL;
-        } else if (strcmp(word, "type") == 0) {
-            rc = parse_type(arg, &type);
-        } else if (strcmp(word, "threshold") == 0) {
-            rc = parse_number(arg, UZRAM_PAGE_SIZE, &threshold);
-        } else if (strcmp(word, "max_pages") == 0) {
-            rc = parse_number(arg, UINT64_MAX / 2, &max_pages);
-        } else if (strcmp(word, "priority") == 0) {
-            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
-        } else if (strcmp(word, "algo") == 0) {
-            int found = priority_of(dev, arg);
-            rc = found > 0 ? 0 : -ENOENT;
-            priority = found > 0 ? (uint64_t)found : 0;
-        } else {
-            rc = -EINVAL;
-        }
-    }
-    free(words.copy);
-    return rc < 0 ? rc
-                  : uzram_recompress(dev, type, threshold, max_pages, (unsigned)priority, NULL);
 }
 
 /* backing_dev: an absolute path (the whole value but its newline), or
  * "none". A relative one would be taken from the server's working folder,
  * which whoever writes the attribute does not see. */
-static int parse_backing_dev(struct uzram *dev, const char *value)
+static int store_backing_dev(struct uzram *dev, const char *value)
 {
     size_t length = strcspn(value, "\n");
     if (length == 0 || (value[length] && value[length + 1]) ||
@@ -492,77 +234,102 @@ static int parse_backing_dev(struct uzram *dev, const char *value)
     return rc;
 }
 
-/* zram's writeback modes, as words or as type=WORD. */
-static int parse_writeback_type(const char *text, unsigned *type)
+/* ---- the table --------------------------------------------------------------- */
+
+/* One attribute: how a read shows it (`show`, or `format`, a text form of the statistics;
+ * neither: write-only) and what a write does (`store` with the value's words, or a setter
+ * of "0"/"1" or of a whole number; none: read-only). `usage` says what a write takes, for the
+ * error that refuses one: exactly the writable attributes have one. uzram_attr_names() lists
+ * them in this order. */
+struct attr {
+    const char *name;
+    int (*show)(struct uzram *dev, char *buf, size_t size);
+    int (*format)(const struct uzram_stats *stats, char *buf, size_t size);
+    int (*store)(struct uzram *dev, const char *value);
+    int (*set_flag)(struct uzram *dev, bool on);
+    int (*set_count)(struct uzram *dev, uint64_t count);
+    const char *usage;
+};
+
+static const struct attr attrs[] = {
+    {"disksize", .show = show_disksize},
+    {"initstate", .show = show_initstate},
+    {"comp_algorithm", .show = show_comp_algorithm, .store = store_comp_algorithm,
+     .usage = "an algorithm name from the list it shows"},
+    {"algorithm_params", .show = show_algorithm_params, .store = attr_store_algorithm_params,
+     .usage = "[algo=NAME|priority=N] [level=N] [dict=PATH|auto] [dict_size=BYTES], e.g. "
+              "'priority=1 level=7 dict=auto'"},
+    {"same_filled", .show = show_same_filled, .set_flag = uzram_set_same_filled, .usage = "0 or 1"},
+    {"use_dedup", .show = show_use_dedup, .set_flag = uzram_set_dedup, .usage = "0 or 1"},
+    {"mem_limit", .show = show_mem_limit, .store = store_mem_limit,
+     .usage = "a size in bytes (K/M/G/T), 0 for none"},
+    {"mem_used_max", .show = show_mem_used_max, .store = store_mem_used_max,
+     .usage = "0 (resets the peak)"},
+    {"mm_stat", .format = uzram_format_mm_stat},
+    {"io_stat", .format = uzram_format_io_stat},
+    {"debug_stat", .format = stats_format_debug},
+    {"stat_json", .format = uzram_format_json},
+    {"compact", .store = store_compact, .usage = "any value"},
+    {"reset", .store = store_reset, .usage = "1"},
+    {"idle", .store = store_idle,
+     .usage = "all, or a number of seconds since the last access (1 or more)"},
+    {"recomp_algorithm", .show = show_recomp_algorithm, .store = attr_store_recomp_algorithm,
+     .usage = "algo=NAME [priority=1..3] [level=N], e.g. 'algo=zstd priority=1'"},
+    {"recompress", .store = attr_store_recompress,
+     .usage = "[type=idle|huge|huge_idle] [threshold=BYTES] [max_pages=N] [algo=NAME|priority=N], "
+              "e.g. 'type=idle'"},
+    {"recompress_idle", .show = show_recompress_idle, .set_count = uzram_set_recompress_idle,
+     .usage = "seconds a page must be unused before the background thread recompresses it, 0 "
+              "for off"},
+    {"recompress_rate", .show = show_recompress_rate, .set_count = uzram_set_recompress_rate,
+     .usage = "pages per second the background thread may recompress, 0 for no limit"},
+    {"backing_dev", .show = show_backing_dev, .store = store_backing_dev,
+     .usage = "the absolute path of a file or block device, or none (only while the device "
+              "holds no data)"},
+    {"writeback", .store = attr_store_writeback,
+     .usage = "idle, huge, huge_idle or incompressible (or type=...), and/or page_index=N and "
+              "page_indexes=FIRST-LAST, e.g. 'idle' or 'page_indexes=0-1023'"},
+    {"writeback_limit", .show = show_writeback_limit, .set_count = uzram_set_writeback_limit,
+     .usage = "a number of 4 KiB pages writeback may write while writeback_limit_enable is 1"},
+    {"writeback_limit_enable", .show = show_writeback_limit_enable,
+     .set_flag = uzram_set_writeback_limit_enable, .usage = "0 or 1"},
+    {"bd_stat", .format = uzram_format_bd_stat},
+    {"writeback_when_full", .show = show_writeback_when_full,
+     .set_flag = uzram_set_writeback_when_full,
+     .usage = "1: a write past mem_limit first writes back the coldest pages; 0: it fails"},
+    {"writeback_idle", .show = show_writeback_idle, .set_count = uzram_set_writeback_idle,
+     .usage = "seconds a page must be unused before the background thread writes it back, 0 "
+              "for off"},
+    {"writeback_rate", .show = show_writeback_rate, .set_count = uzram_set_writeback_rate,
+     .usage = "pages per second the background thread may write back, 0 for no limit"},
+};
+
+#define ATTR_COUNT (sizeof attrs / sizeof attrs[0])
+
+static const struct attr *attr_find(const char *name)
 {
-    static const struct named_type types[] = {
-        {"idle", UZRAM_WRITEBACK_IDLE},
-        {"huge", UZRAM_WRITEBACK_HUGE},
-        {"huge_idle", UZRAM_WRITEBACK_IDLE | UZRAM_WRITEBACK_HUGE},
-        {"incompressible", UZRAM_WRITEBACK_INCOMPRESSIBLE},
-    };
-    return find_type(types, sizeof types / sizeof types[0], text, type);
+    for (size_t i = 0; name && i < ATTR_COUNT; i++)
+        if (strcmp(attrs[i].name, name) == 0)
+            return &attrs[i];
+    return NULL;
 }
 
-#define WRITEBACK_RANGES 64
-
-/* "FIRST-LAST" (page_indexes) or "N" (page_index). */
-static int parse_page_range(const char *text, bool range, uint64_t *first, uint64_t *last)
+static bool attr_writable(const struct attr *attr)
 {
-    char number[24];
-    const char *dash = range ? strchr(text, '-') : NULL;
-    if (range && !dash)
-        return -EINVAL;
-    size_t length = dash ? (size_t)(dash - text) : strlen(text);
-    if (length == 0 || length >= sizeof number)
-        return -EINVAL;
-    memcpy(number, text, length);
-    number[length] = '\0';
-    int rc = parse_number(number, UINT64_MAX - 1, first);
-    *last = *first;
-    if (rc == 0 && dash)
-        rc = parse_number(dash + 1, UINT64_MAX - 1, last);
-    return rc < 0 || *last < *first ? -EINVAL : 0;
+    return attr->store || attr->set_flag || attr->set_count;
 }
 
-/* writeback: zram's modes (idle, huge, huge_idle, incompressible, also as
- * type=MODE) and pages (page_index=N, page_indexes=FIRST-LAST, several of
- * either; page=N too). With both, the mode picks among those pages. */
-static int parse_writeback(struct uzram *dev, const char *value)
+int uzram_attr_get(struct uzram *dev, const char *name, char *buf, size_t size)
 {
-    struct words words = {.copy = strdup(value)};
-    if (!words.copy)
-        return -ENOMEM;
-    unsigned type = 0;
-    bool typed = false;
-    uint64_t first[WRITEBACK_RANGES], last[WRITEBACK_RANGES];
-    unsigned ranges = 0;
-    int rc = 0;
-    char *word, *arg;
-    while (rc == 0 && (word = next_word(&words, &arg))) {
-        bool range = strcmp(word, "page_indexes") == 0;
-        if (!arg && !typed) {
-            rc = parse_writeback_type(word, &type);
-            typed = true;
-        } else if (arg && strcmp(word, "type") == 0 && !typed) {
-            rc = parse_writeback_type(arg, &type);
-            typed = true;
-        } else if (arg && (range || strcmp(word, "page_index") == 0 || strcmp(word, "page") == 0) &&
-                   ranges < WRITEBACK_RANGES) {
-            rc = parse_page_range(arg, range, &first[ranges], &last[ranges]);
-            ranges++;
-        } else {
-            rc = -EINVAL;
-        }
-    }
-    free(words.copy);
-    if (rc == 0 && !typed && ranges == 0)
-        rc = -EINVAL; /* zram writes back nothing for an empty request */
-    if (rc == 0 && ranges == 0)
-        return uzram_writeback(dev, type, 0, UINT64_MAX, NULL);
-    for (unsigned i = 0; i < ranges && rc == 0; i++)
-        rc = uzram_writeback(dev, type, first[i], last[i], NULL);
-    return rc;
+    const struct attr *attr = attr_find(name);
+    if (!attr)
+        return -ENOENT;
+    if (attr->show)
+        return attr->show(dev, buf, size);
+    if (!attr->format)
+        return -EACCES;
+    struct uzram_stats stats = stats_of(dev);
+    return attr->format(&stats, buf, size);
 }
 
 int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
@@ -570,72 +337,42 @@ int uzram_attr_set(struct uzram *dev, const char *name, const char *value)
     const struct attr *attr = attr_find(name);
     if (!attr)
         return -ENOENT;
-    if (!(attr->access & ATTR_WRITE))
+    if (!attr_writable(attr))
         return -EACCES;
     if (!value)
         return -EINVAL;
-    bool on;
-    if (strcmp(name, "comp_algorithm") == 0) {
-        char algo[32];
-        size_t length = strcspn(value, " \t\n");
-        if (length == 0 || length >= sizeof algo)
-            return -EINVAL;
-        memcpy(algo, value, length);
-        algo[length] = '\0';
-        return uzram_set_algorithm(dev, algo, 0);
+    if (attr->store)
+        return attr->store(dev, value);
+    if (attr->set_flag) {
+        bool on;
+        return parse_bool(value, &on) ?: attr->set_flag(dev, on);
     }
-    if (strcmp(name, "algorithm_params") == 0)
-        return parse_algorithm_params(dev, value);
-    if (strcmp(name, "same_filled") == 0)
-        return parse_bool(value, &on) ?: uzram_set_same_filled(dev, on);
-    if (strcmp(name, "use_dedup") == 0)
-        return parse_bool(value, &on) ?: uzram_set_dedup(dev, on);
-    if (strcmp(name, "mem_limit") == 0) {
-        uint64_t bytes;
-        return uzram_parse_size(value, &bytes) ?: uzram_set_mem_limit(dev, bytes);
-    }
-    if (strcmp(name, "mem_used_max") == 0) {
-        uint64_t bytes;
-        int rc = uzram_parse_size(value, &bytes);
-        return rc ? rc : bytes != 0 ? -EINVAL : uzram_reset_mem_used_max(dev);
-    }
-    if (strcmp(name, "compact") == 0)
-        return uzram_compact(dev, NULL);
-    if (strcmp(name, "idle") == 0)
-        return parse_idle(dev, value);
-    if (strcmp(name, "recomp_algorithm") == 0)
-        return parse_recomp_algorithm(dev, value);
-    if (strcmp(name, "recompress") == 0)
-        return parse_recompress(dev, value);
-    if (strcmp(name, "backing_dev") == 0)
-        return parse_backing_dev(dev, value);
-    if (strcmp(name, "writeback") == 0)
-        return parse_writeback(dev, value);
-    if (strcmp(name, "writeback_limit_enable") == 0 || strcmp(name, "writeback_when_full") == 0) {
-        int rc = parse_bool(value, &on);
-        return rc < 0 ? rc
-               : strcmp(name, "writeback_when_full") == 0
-                   ? uzram_set_writeback_when_full(dev, on)
-                   : uzram_set_writeback_limit_enable(dev, on);
-    }
-    if (strcmp(name, "writeback_limit") == 0 || strcmp(name, "writeback_idle") == 0 ||
-        strcmp(name, "writeback_rate") == 0) {
-        uint64_t number;
-        int rc = parse_count(value, &number);
-        return rc < 0                                 ? rc
-               : strcmp(name, "writeback_limit") == 0 ? uzram_set_writeback_limit(dev, number)
-               : strcmp(name, "writeback_idle") == 0  ? uzram_set_writeback_idle(dev, number)
-                                                      : uzram_set_writeback_rate(dev, number);
-    }
-    if (strcmp(name, "recompress_idle") == 0 || strcmp(name, "recompress_rate") == 0) {
-        uint64_t number;
-        int rc = parse_count(value, &number);
-        return rc < 0                                 ? rc
-               : strcmp(name, "recompress_rate") == 0 ? uzram_set_recompress_rate(dev, number)
-                                                      : uzram_set_recompress_idle(dev, number);
-    }
-    /* reset */
-    if (parse_bool(value, &on) || !on)
-        return -EINVAL;
-    return uzram_reset(dev);
+    uint64_t count;
+    return attr_parse_count(value, &count) ?: attr->set_count(dev, count);
+}
+
+const char *uzram_attr_usage(const char *name)
+{
+    const struct attr *attr = attr_find(name);
+    return attr ? attr->usage : NULL;
+}
+
+/* The names, space separated, made once from the table: zram's, each well under
+ * ATTR_NAME_ROOM bytes. */
+#define ATTR_NAME_ROOM 32u
+static char name_list[ATTR_COUNT * ATTR_NAME_ROOM];
+static pthread_once_t name_list_once = PTHREAD_ONCE_INIT;
+
+static void make_name_list(void)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < ATTR_COUNT && used < sizeof name_list; i++)
+        used += (size_t)snprintf(name_list + used, sizeof name_list - used, "%s%s", i ? " " : "",
+                                 attrs[i].name);
+}
+
+const char *uzram_attr_names(void)
+{
+    pthread_once(&name_list_once, make_name_list);
+    return name_list;
 }

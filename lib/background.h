@@ -1,5 +1,6 @@
-/* background.h - the engine's own threads (recompression, writeback): started with every signal
- * blocked and named, and (the recompressor) run at the lowest CPU priority (internal). */
+/* background.h - the engine's own threads (recompression, writeback, the pool's reserve): started
+ * with every signal blocked and named, and (the recompressor) run at the lowest CPU priority
+ * (internal). */
 #ifndef UZRAM_BACKGROUND_H
 #define UZRAM_BACKGROUND_H
 

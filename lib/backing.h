@@ -1,5 +1,5 @@
 /* backing.h - the backing store: written-back objects packed into the 4 KiB blocks of a file or
- * a block device (internal). Space, pins and the appender; the store decides what goes there. */
+ * a block device (internal). Space, pins and the appender; writeback decides what goes there. */
 #ifndef UZRAM_BACKING_H
 #define UZRAM_BACKING_H
 

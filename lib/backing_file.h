@@ -1,5 +1,6 @@
 /* backing_file.h - choosing and opening the file or block device of a backing store (internal).
- * The rules that keep a store from destroying what a user owns, or being swapped by another. */
+ * The rules that keep a backing store from destroying what a user owns, or being swapped by
+ * another. */
 #ifndef UZRAM_BACKING_FILE_H
 #define UZRAM_BACKING_FILE_H
 

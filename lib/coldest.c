@@ -1,8 +1,11 @@
 /* coldest.c - which pages writeback takes first when memory is full: an estimate, from a
  * sample of the page table, of when the oldest pages in memory were last accessed. */
+#include "coldest.h"
+
 #include <stdatomic.h>
 
 #include "device.h"
+#include "writeback_page.h"
 
 /* The oldest 1/COLD_FRACTION of the pages in memory count as cold, as a sample of at most
  * COLD_SAMPLE slots spread over the table shows them. */
@@ -29,16 +32,15 @@ static uint32_t bucket_age(unsigned bucket)
     return (uint32_t)(8 + bucket % 8) << (bucket / 8 - 1);
 }
 
-uint32_t writeback_cold_cutoff(struct uzram *dev, uint32_t now)
+uint32_t coldest_cutoff(struct uzram *dev, uint64_t *sample_start, uint32_t now)
 {
-    struct writeback *writeback = &dev->writeback;
     uint32_t counts[AGE_BUCKETS] = {0};
     uint64_t stride = dev->page_count / COLD_SAMPLE + 1, total = 0;
-    writeback->sample_start = (writeback->sample_start + 7919) % stride;
-    for (uint64_t index = writeback->sample_start; index < dev->page_count; index += stride) {
+    *sample_start = (*sample_start + 7919) % stride;
+    for (uint64_t index = *sample_start; index < dev->page_count; index += stride) {
         struct slot *slot = &dev->slots[index];
         uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
-        if ((info & SLOT_IDLE) || !store_in_memory(dev, index))
+        if ((info & SLOT_IDLE) || !writeback_page_in_memory(dev, index))
             continue; /* marked idle: taken first anyway */
         uint32_t ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
         counts[age_bucket(ac_time > now ? 0 : now - ac_time)]++;

@@ -1,5 +1,7 @@
-/* device.h - the device structure and page slots shared by the engine's files.
- * Only lib/ includes this; frontends see struct uzram as opaque. */
+/* device.h - the device structure and page slots shared by the engine's files (internal).
+ * Only lib/ includes this; frontends see struct uzram as opaque. It includes no header of a
+ * part built on the device (store, writeback, recompression): their state is theirs, behind
+ * a pointer. */
 #ifndef UZRAM_DEVICE_H
 #define UZRAM_DEVICE_H
 
@@ -10,12 +12,14 @@
 
 #include "backoff.h"
 #include "codecs.h"
-#include "recompress.h"
 #include "uzram.h"
-#include "writeback.h"
 
-struct pool;
+struct backing;
 struct dedup;
+struct pool;
+struct recompressor;
+struct store_tier;
+struct writeback;
 
 /*
  * A page slot is 16 bytes: `info`, `ac_time` and `value`.
@@ -32,15 +36,15 @@ struct dedup;
  *   bits 10..22  compressed size, 1..4096, of a COMPRESSED, HUGE or BACKED
  *                page (4096: a raw page)
  *   bit  23      SLOT_REFERENCED: a written-back (BACKED) page was read from
- *                the store since it went there; the next read brings it
- *                back into memory when there is room (writeback.h,
- *                writeback_room_to_promote)
+ *                the backing store since it went there; the next read brings it
+ *                back into memory when there is room (store.h,
+ *                struct store_tier)
  *   bits 24..31  free (8 bits)
  * A new form published in a slot starts with IDLE, INCOMPRESSIBLE and
  * REFERENCED clear.
  *
  * ac_time: when the page was last read or written, in ticks of 1/8 s since
- * the device was created (store_now(); 2^32 ticks are 17 years). Fine
+ * the device was created (store.h, store_now(); 2^32 ticks are 17 years). Fine
  * enough to order the pages of one burst of writes for writeback of the
  * coldest first; settings in seconds are compared in ticks (store_ticks()).
  *
@@ -174,10 +178,24 @@ struct uzram {
     _Atomic uint64_t recomp_bytes;
     _Atomic uint64_t recomp_saved_bytes;
 
-    struct recompressor recompressor;
+    /* The backing store, or NULL (device_backing()): attached and detached by writeback.c
+     * (uzram_set_backing_dev) only while no page is stored, so a page on it always finds it.
+     * Its counters: bd_checksum_errors is counted by backing_read(). */
+    _Atomic(struct backing *) backing;
+    _Atomic uint64_t bd_objects;
+    _Atomic uint64_t bd_data_size;
+    _Atomic uint64_t bd_reads;
+    _Atomic uint64_t bd_writes;
+    _Atomic uint64_t bd_write_errors;
+    _Atomic uint64_t bd_nospace;
+    _Atomic uint64_t bd_checksum_errors;
 
-    /* the backing store, and what moves pages to it */
-    struct writeback writeback;
+    /* What the store asks of writeback, which is built on it (store.h; set at create). */
+    const struct store_tier *tier;
+    /* The state of recompression (recompress.c) and of writeback (writeback.c): made at
+     * create, private to them. */
+    struct recompressor *recompressor;
+    struct writeback *writeback;
 };
 
 static inline struct dedup *device_dedup(struct uzram *dev)
@@ -185,11 +203,10 @@ static inline struct dedup *device_dedup(struct uzram *dev)
     return atomic_load_explicit(&dev->dedup, memory_order_acquire);
 }
 
-/* The backing store, or NULL: attached and detached only while the device
- * holds no page, so a page on it always finds it. */
+/* The backing store, or NULL (see struct uzram). */
 static inline struct backing *device_backing(struct uzram *dev)
 {
-    return device_backing_of(&dev->writeback);
+    return atomic_load_explicit(&dev->backing, memory_order_acquire);
 }
 
 static inline void counter_add(_Atomic uint64_t *counter, uint64_t amount)
@@ -204,34 +221,5 @@ static inline uint64_t counter_get(_Atomic uint64_t *counter)
 {
     return atomic_load_explicit(counter, memory_order_relaxed);
 }
-
-/* The clock of a slot's ac_time: ticks of 1/8 s since the device was
- * created. */
-#define STORE_TICKS_PER_SECOND 8u
-uint32_t store_now(struct uzram *dev);
-
-/* `seconds` in ticks of store_now(), at most UINT32_MAX. */
-static inline uint32_t store_ticks(uint64_t seconds)
-{
-    return seconds >= UINT32_MAX / STORE_TICKS_PER_SECOND
-               ? UINT32_MAX
-               : (uint32_t)seconds * STORE_TICKS_PER_SECOND;
-}
-
-#ifdef UZRAM_TEST_HOOKS
-/* Test builds: move the device's clock `seconds` on. (store.c) */
-void store_test_advance_clock(struct uzram *dev, uint32_t seconds);
-#endif
-
-/* Compact the pool (uzram_compact() without the backing store and malloc): the pages freed.
- * (store.c) */
-uint64_t store_compact_pool(struct uzram *dev);
-
-/* Give back the pages of the page table whose slots are all empty (table.c): how many. */
-uint64_t table_give_back(struct uzram *dev);
-
-/* Make a dedup index for this device: its entries' objects live in the
- * device's pool, and the store loads and frees them. (store.c) */
-int store_dedup_create(struct uzram *dev, struct dedup **out);
 
 #endif

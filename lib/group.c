@@ -1,14 +1,12 @@
 /* group.c - a memory limit shared by several devices: the accounting that every member's
- * pool adds to its own (pool.c calls group_reserve/group_release), each member's page table
- * charged as it joins, and the public calls. */
+ * pool adds to its own (pool.c calls group_reserve/group_release) and the uzram_group_* calls.
+ * A device joins through uzram_set_group() (settings.c), which charges its page table here. */
 #include "group.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-#include "device.h"
 #include "fault.h"
-#include "pool.h"
 
 int group_reserve(struct uzram_group *group, uint64_t bytes, uint64_t grace)
 {
@@ -74,18 +72,4 @@ int uzram_group_get_stats(struct uzram_group *group, struct uzram_group_stats *s
         .devices = atomic_load(&group->members),
     };
     return 0;
-}
-
-int uzram_set_group(struct uzram *dev, struct uzram_group *group)
-{
-    if (!dev || !group)
-        return -EINVAL;
-    /* The page table, which a client can make resident, is charged as the device joins. */
-    uint64_t table = dev->page_count * sizeof(struct slot);
-    pthread_mutex_lock(&dev->settings_lock);
-    int rc = group_reserve(group, table, 0);
-    if (rc == 0 && (rc = pool_set_group(dev->pool, group, table)) < 0)
-        group_release(group, table);
-    pthread_mutex_unlock(&dev->settings_lock);
-    return rc;
 }

@@ -271,12 +271,15 @@ static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
     if (limit != 0 && atomic_load(&pool->mem_used) + cached + WINDOW_BYTES > limit)
         return -ENOSPC;
     while ((*pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
+        if (pool->reserve_need < pages)
+            pool->reserve_need = pages;
         pthread_cond_signal(&pool->reserve_wanted);
         if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
             *pick = pick_cached(pool, pages, true);
             break;
         }
     }
+    pool->reserve_need = 0; /* another waiter sets it again when it wakes */
     return *pick < 0 ? -ENOMEM : 0;
 }
 
@@ -754,4 +757,13 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
 uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
+}
+
+double pool_object_cost(size_t size)
+{
+    if (size == 0 || size > POOL_MAX_OBJECT)
+        return 0.0;
+    const struct class_shape *all = pool_class_shapes();
+    const struct class_shape *shape = &all[pool_class_of(all, size)];
+    return (double)shape->pages * PAGE_BYTES / shape->objects;
 }

@@ -64,23 +64,8 @@ void *pool_map(struct pool *pool, uint64_t handle);
  * pool_compact() empties it. */
 #define POOL_SPAN_CACHE_BYTES (16u << 20)
 uint64_t pool_span_cache_bytes(struct pool *pool);
-
-/* The reserve: `bytes` (at most POOL_RESERVE_MAX; 0 turns it off, the default) of the span
- * cache kept filled, in whole windows, by a thread of the pool that faults their pages in
- * itself, and from then on every new span is made from it: a pool_alloc() never faults
- * pool memory in, so it never waits for the kernel to find a free page, which a swap
- * device's server must not do (the kernel may be waiting for that very write to free one).
- * A span that finds the reserve short waits up to POOL_RESERVE_WAIT_MS for the thread, then
- * fails with -ENOMEM; at the limit it fails at once with -ENOSPC, as without a reserve. The
- * reserve counts as span cache (pool_span_cache_bytes()), within the
- * limit, and compaction keeps it. Returns 0, -EINVAL, or -errno when the thread cannot
- * start. */
+/* The most the reserve (pool_reserve.h) keeps in the span cache besides. */
 #define POOL_RESERVE_MAX (64ull << 20)
-#define POOL_RESERVE_WAIT_MS 2000u
-int pool_set_reserve(struct pool *pool, uint64_t bytes);
-/* Whether a reserve is kept (memory given back would only be faulted in again, by a write
- * that must not wait for it). */
-bool pool_reserve_on(struct pool *pool);
 
 /* Memory limit in bytes of pool pages (0: none); checked when a new span is
  * needed. */

@@ -2,8 +2,6 @@
  * object size, chosen to waste the least memory (see pool_class.h). */
 #include "pool_class.h"
 
-#include "pool.h"
-
 #include <pthread.h>
 
 static struct class_shape class_shapes[CLASS_COUNT];
@@ -107,13 +105,4 @@ unsigned pool_class_of(const struct class_shape *all, size_t size)
     if (footprint > PAGE_BYTES)
         return HUGE_CLASS;
     return all[(footprint + CLASS_GRANULE - 1) / CLASS_GRANULE - 1].home;
-}
-
-double pool_object_cost(size_t size)
-{
-    if (size == 0 || size > POOL_MAX_OBJECT)
-        return 0.0;
-    const struct class_shape *all = pool_class_shapes();
-    const struct class_shape *shape = &all[pool_class_of(all, size)];
-    return (double)shape->pages * PAGE_BYTES / shape->objects;
 }

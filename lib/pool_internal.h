@@ -77,6 +77,10 @@ struct pool {
      * at reserve_target bytes, and waits on reserve_wanted; new spans take cached windows only,
      * and wait on reserve_filled for one. */
     _Atomic uint64_t reserve_target;
+    /* The most pages a span waiting on reserve_filled wants (0: none waits): spans given back
+     * under the reserve keep their size, so the cache may hold only windows too small for it,
+     * and the refiller then faults the rest of one in. */
+    unsigned reserve_need;
     pthread_cond_t reserve_wanted, reserve_filled;
     pthread_t refiller;
     bool refiller_running, refiller_stop;
@@ -99,8 +103,8 @@ int pool_map_chunk(struct pool *pool);
 uint64_t pool_drain_cache(struct pool *pool, uint64_t keep);
 /* The first byte of a window. */
 unsigned char *pool_window_base(struct pool *pool, uint32_t window);
-/* The refiller thread (pool_reserve.c), started by pool_set_reserve(), stopped by
- * pool_destroy() through refiller_stop. */
-void *pool_refiller_main(void *arg);
+/* A span that finds the reserve short waits this long for the refiller (pool_reserve.c),
+ * then fails. */
+#define POOL_RESERVE_WAIT_MS 2000u
 
 #endif

@@ -1,10 +1,13 @@
 /* pool_reserve.c - the pool's reserve (pool_set_reserve(), for `uzram serve --swap`): a
  * thread that keeps windows faulted in ahead of need in the span cache, so that making a span
- * never faults memory in (see pool.h). */
+ * never faults memory in (see pool_reserve.h). */
+#include "pool_reserve.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "background.h"
@@ -25,16 +28,64 @@ static bool reserve_short(struct pool *pool)
            (group_limit == 0 || atomic_load(&group->used) + bytes <= group_limit);
 }
 
+/* Fault a page range of the pool in (MADV_POPULATE_WRITE, Linux 5.14, else a write to each
+ * page), so that the wait for memory happens here and not in a write. */
+static void populate(unsigned char *base, size_t bytes)
+{
+    if (madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) < 0)
+        for (size_t at = 0; at < bytes; at += PAGE_BYTES)
+            ((volatile unsigned char *)base)[at] = 0;
+}
+
+/* A span waits for a window of reserve_need pages and every cached window is smaller (spans
+ * given back under the reserve keep their size): take the largest out, fault the rest of its
+ * pages in, and cache it whole, within the limits. window_lock held (dropped meanwhile).
+ * Returns whether it did. */
+static bool top_up_window(struct pool *pool)
+{
+    ssize_t best = -1;
+    for (size_t i = 0; i < pool->cache_count; i++) {
+        if (pool->cache[i].pages >= pool->reserve_need)
+            return false;
+        if (best < 0 || pool->cache[i].pages > pool->cache[best].pages)
+            best = (ssize_t)i;
+    }
+    if (pool->reserve_need == 0 || best < 0)
+        return false;
+    struct cached_window taken = pool->cache[best];
+    uint64_t add = (uint64_t)(MAX_SPAN_PAGES - taken.pages) * PAGE_BYTES;
+    uint64_t limit = atomic_load_explicit(&pool->limit, memory_order_relaxed);
+    struct uzram_group *group = atomic_load_explicit(&pool->group, memory_order_relaxed);
+    uint64_t group_limit = group ? atomic_load_explicit(&group->limit, memory_order_relaxed) : 0;
+    if ((limit != 0 &&
+         atomic_load(&pool->mem_used) + atomic_load(&pool->cache_bytes) + add > limit) ||
+        (group_limit != 0 && atomic_load(&group->used) + add > group_limit))
+        return false;
+    pool->cache[best] = pool->cache[--pool->cache_count];
+    atomic_fetch_sub_explicit(&pool->cache_bytes, (uint64_t)taken.pages * PAGE_BYTES,
+                              memory_order_relaxed);
+    pthread_mutex_unlock(&pool->window_lock);
+    unsigned char *base = pool_window_base(pool, taken.window);
+    populate(base + (size_t)taken.pages * PAGE_BYTES, add);
+    pthread_mutex_lock(&pool->window_lock);
+    pool->cache[pool->cache_count++] = (struct cached_window){taken.window, MAX_SPAN_PAGES};
+    atomic_fetch_add_explicit(&pool->cache_bytes, WINDOW_BYTES, memory_order_relaxed);
+    pthread_cond_broadcast(&pool->reserve_filled);
+    return true;
+}
+
 /* The refiller keeps the reserve filled with windows whose pages it faults in itself
  * (MADV_POPULATE_WRITE, Linux 5.14, else a write to each page): the page faults, and any wait
  * for memory they cause, happen here and not in a write. */
-void *pool_refiller_main(void *arg)
+static void *pool_refiller_main(void *arg)
 {
     struct pool *pool = arg;
     pthread_mutex_lock(&pool->window_lock);
     while (!pool->refiller_stop) {
         uint32_t window = 0;
         int rc = -ENOSPC;
+        if (top_up_window(pool))
+            continue;
         if (reserve_short(pool)) {
             rc = 0;
             if (pool->free_window_count > 0)
@@ -53,10 +104,7 @@ void *pool_refiller_main(void *arg)
         unsigned pages = MAX_SPAN_PAGES;
         size_t bytes = (size_t)pages * PAGE_BYTES;
         pthread_mutex_unlock(&pool->window_lock);
-        unsigned char *base = pool_window_base(pool, window);
-        if (madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) < 0)
-            for (size_t at = 0; at < bytes; at += PAGE_BYTES)
-                ((volatile unsigned char *)base)[at] = 0;
+        populate(pool_window_base(pool, window), bytes);
         pthread_mutex_lock(&pool->window_lock);
         pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
         atomic_fetch_add_explicit(&pool->cache_bytes, bytes, memory_order_relaxed);

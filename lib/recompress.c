@@ -1,5 +1,5 @@
 /* recompress.c - secondary algorithms, dictionaries, recompression passes and the background
- * recompressor thread. One page's work (copy, compress, swap) is store.c's. */
+ * recompressor thread. One page's work (copy, compress, swap) is recompress_page.c's. */
 #include "recompress.h"
 
 #include <errno.h>
@@ -13,6 +13,28 @@
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "recompress_page.h"
+#include "store.h"
+
+/* The background recompressor of a device: a thread the library starts when recompress_idle
+ * is set and stops when it is 0, at reset (paused) and at destroy; and the passes by request,
+ * counted so that a reset can wait for them. */
+struct recompressor {
+    /* Held through a start or stop (uzram_set_recompress_idle, destroy): one at a time,
+     * so that a start racing a stop cannot leave a setting without its thread. */
+    pthread_mutex_t control;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool running;          /* the thread exists (under lock) */
+    bool in_pass;          /* it is working through the table (under lock) */
+    unsigned requests;     /* passes by request (uzram_recompress) running (under lock) */
+    _Atomic bool stop;     /* leave: recompress_idle 0 or destroy */
+    _Atomic bool paused;   /* a reset is running: no pass begins, running ones end */
+    uint64_t idle_seconds; /* under lock; 0: off */
+    _Atomic uint64_t rate; /* pages per second; 0: no limit */
+    int priority_class;    /* what the thread got: 1 SCHED_IDLE, 2 nice 19, 0 none */
+};
 
 /* ---- settings ----------------------------------------------------------- */
 
@@ -61,7 +83,7 @@ static int train_dictionary(struct uzram *dev, const struct codec_config *settin
     unsigned count = 0;
     for (uint64_t start = 0; start < dev->page_count && count < TRAIN_PAGES; start += stride)
         for (uint64_t index = start; index < start + stride && index < dev->page_count; index++)
-            if (store_sample_page(dev, index, samples + (size_t)count * UZRAM_PAGE_SIZE)) {
+            if (recompress_sample_page(dev, index, samples + (size_t)count * UZRAM_PAGE_SIZE)) {
                 sizes[count++] = UZRAM_PAGE_SIZE;
                 break;
             }
@@ -161,7 +183,7 @@ static uint64_t monotonic_ns(void)
 
 static bool background_should_leave(struct uzram *dev)
 {
-    struct recompressor *r = &dev->recompressor;
+    struct recompressor *r = dev->recompressor;
     return atomic_load_explicit(&r->stop, memory_order_relaxed) ||
            atomic_load_explicit(&r->paused, memory_order_relaxed);
 }
@@ -216,7 +238,7 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
         if (max_pages && tally->tried >= max_pages)
             break;
         struct recompress_tally before = *tally;
-        rc = store_recompress_page(dev, index, plan, now, tally);
+        rc = recompress_page(dev, index, plan, now, tally);
         /* counted as it goes: a pass over a large disk takes minutes */
         if (tally->recompressed != before.recompressed) {
             uint64_t in = tally->bytes_before - before.bytes_before;
@@ -229,7 +251,7 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
             pace->tried++;
             pace_wait(dev, pace);
         }
-        if ((pace && background_should_leave(dev)) || atomic_load(&dev->recompressor.paused))
+        if ((pace && background_should_leave(dev)) || atomic_load(&dev->recompressor->paused))
             break;
     }
     return rc;
@@ -261,9 +283,9 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
     if (!any_secondary(dev, plan.first, plan.last))
         return -ENOENT;
     struct recompress_tally tally = {0};
-    request_begin(&dev->recompressor);
+    request_begin(dev->recompressor);
     int rc = run_pass(dev, &plan, max_pages, NULL, &tally);
-    request_end(&dev->recompressor);
+    request_end(dev->recompressor);
     /* At mem_limit objects may have gone past it by a span (store_put_object): the holes of
      * the ones they replaced bring the pool back under it. */
     uint64_t limit = atomic_load(&dev->mem_limit);
@@ -288,13 +310,17 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
  * CPUs are busy), and this one recompresses a GiB of idle pages in about two minutes. */
 #define DEFAULT_RATE 2048u
 
-void recompressor_init(struct recompressor *r)
+int recompressor_create(struct uzram *dev)
 {
-    memset(r, 0, sizeof *r);
+    struct recompressor *r = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
     pthread_mutex_init(&r->control, NULL);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     atomic_init(&r->rate, DEFAULT_RATE);
+    dev->recompressor = r;
+    return 0;
 }
 
 /* How long to wait between passes: half the idle time, 1 s to 60 s. */
@@ -307,7 +333,7 @@ static uint64_t pass_interval(uint64_t idle_seconds)
 static void *recompressor_main(void *arg)
 {
     struct uzram *dev = arg;
-    struct recompressor *r = &dev->recompressor;
+    struct recompressor *r = dev->recompressor;
     int priority_class = background_lower_priority();
     pthread_mutex_lock(&r->lock);
     r->priority_class = priority_class;
@@ -368,15 +394,15 @@ static int set_recompress_idle(struct uzram *dev, uint64_t seconds);
 
 int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds)
 {
-    pthread_mutex_lock(&dev->recompressor.control);
+    pthread_mutex_lock(&dev->recompressor->control);
     int rc = set_recompress_idle(dev, seconds);
-    pthread_mutex_unlock(&dev->recompressor.control);
+    pthread_mutex_unlock(&dev->recompressor->control);
     return rc;
 }
 
 static int set_recompress_idle(struct uzram *dev, uint64_t seconds)
 {
-    struct recompressor *r = &dev->recompressor;
+    struct recompressor *r = dev->recompressor;
     if (seconds == 0) {
         pthread_mutex_lock(&r->lock);
         r->idle_seconds = 0;
@@ -403,13 +429,13 @@ static int set_recompress_idle(struct uzram *dev, uint64_t seconds)
 
 int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second)
 {
-    atomic_store(&dev->recompressor.rate, pages_per_second);
+    atomic_store(&dev->recompressor->rate, pages_per_second);
     return 0;
 }
 
 void recompressor_pause(struct uzram *dev)
 {
-    struct recompressor *r = &dev->recompressor;
+    struct recompressor *r = dev->recompressor;
     pthread_mutex_lock(&r->lock);
     atomic_store(&r->paused, true);
     pthread_cond_broadcast(&r->wake);
@@ -420,7 +446,7 @@ void recompressor_pause(struct uzram *dev)
 
 void recompressor_resume(struct uzram *dev)
 {
-    struct recompressor *r = &dev->recompressor;
+    struct recompressor *r = dev->recompressor;
     pthread_mutex_lock(&r->lock);
     atomic_store(&r->paused, false);
     pthread_cond_broadcast(&r->wake);
@@ -429,17 +455,19 @@ void recompressor_resume(struct uzram *dev)
 
 void recompressor_destroy(struct uzram *dev)
 {
-    stop_thread(&dev->recompressor);
-    pthread_cond_destroy(&dev->recompressor.wake);
-    pthread_mutex_destroy(&dev->recompressor.lock);
-    pthread_mutex_destroy(&dev->recompressor.control);
+    struct recompressor *r = dev->recompressor;
+    stop_thread(r);
+    pthread_cond_destroy(&r->wake);
+    pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->control);
+    free(r);
 }
 
 /* Settings the attributes show (attr.c). */
 void recompressor_settings(struct uzram *dev, uint64_t *idle_seconds, uint64_t *rate,
                            int *priority_class)
 {
-    struct recompressor *r = &dev->recompressor;
+    struct recompressor *r = dev->recompressor;
     pthread_mutex_lock(&r->lock);
     *idle_seconds = r->idle_seconds;
     *priority_class = r->priority_class;

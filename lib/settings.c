@@ -1,14 +1,20 @@
-/* settings.c - device settings that zram takes before initialisation, and mem_limit.
+/* settings.c - device settings that zram takes before initialisation, mem_limit, the reserve
+ * (serve --swap), the group whose limit a device shares (uzram_set_group), and the snapshots
+ * of config and stats.
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include "backing.h"
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
+#include "group.h"
 #include "pool.h"
+#include "pool_reserve.h"
+#include "store.h"
+#include "table.h"
+#include "writeback.h"
 
 /* zram refuses these once the device is in use; here "in use" means a page
  * is stored. Each page records its own algorithm, so a write that races
@@ -87,12 +93,8 @@ int uzram_reset_mem_used_max(struct uzram *dev)
 int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes)
 {
     int rc = pool_set_reserve(dev->pool, bytes);
-    /* The page table too, which a write into a part of the disk never written before would
-     * otherwise fault in (as kernel zram allocates its table whole): its pages are made
-     * present without writing to them (MADV_POPULATE_WRITE, Linux 5.14), since writes may be
-     * running. An older kernel keeps faulting it in as used. */
     if (rc == 0 && bytes != 0) {
-        (void)madvise(dev->slots, dev->page_count * sizeof dev->slots[0], 23);
+        table_prefault(dev); /* the page table too */
         /* and the dedup index, which uzram_set_dedup() faults in when the reserve comes
          * first (settings_lock: the index is made under it) */
         pthread_mutex_lock(&dev->settings_lock);
@@ -100,6 +102,20 @@ int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes)
             dedup_prefault(device_dedup(dev));
         pthread_mutex_unlock(&dev->settings_lock);
     }
+    return rc;
+}
+
+int uzram_set_group(struct uzram *dev, struct uzram_group *group)
+{
+    if (!dev || !group)
+        return -EINVAL;
+    /* The page table, which a client can make resident, is charged as the device joins. */
+    uint64_t table = table_bytes(dev);
+    pthread_mutex_lock(&dev->settings_lock);
+    int rc = group_reserve(group, table, 0);
+    if (rc == 0 && (rc = pool_set_group(dev->pool, group, table)) < 0)
+        group_release(group, table);
+    pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
 
@@ -125,8 +141,9 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     uint64_t pages = counter_get(&dev->pages_stored);
     uint64_t dict_mem = codecs_dict_mem(&dev->codecs);
     struct dedup *dedup = device_dedup(dev);
-    struct writeback *writeback = &dev->writeback;
     struct backing *backing = device_backing(dev);
+    struct writeback_settings writeback;
+    writeback_settings(dev, &writeback);
     const struct uzram_stats all = {
         .orig_data_size = pages * UZRAM_PAGE_SIZE,
         .compr_data_size = counter_get(&dev->compr_data_size),
@@ -153,16 +170,16 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .incompressible_pages = counter_get(&dev->incompressible_pages),
         .dict_mem = dict_mem,
         .bd_count = backing ? backing_blocks_used(backing) : 0,
-        .bd_reads = counter_get(&writeback->bd_reads),
-        .bd_writes = counter_get(&writeback->bd_writes),
-        .bd_objects = counter_get(&writeback->bd_objects),
-        .bd_data_size = counter_get(&writeback->bd_data_size),
-        .bd_write_errors = counter_get(&writeback->bd_write_errors),
-        .bd_nospace = counter_get(&writeback->bd_nospace),
-        .writeback_limit = atomic_load(&writeback->limit),
-        .writeback_limit_enable = atomic_load(&writeback->limit_enable),
-        .bd_checksum_errors = counter_get(&writeback->bd_checksum_errors),
-        .table_mem = dev->page_count * sizeof(struct slot),
+        .bd_reads = counter_get(&dev->bd_reads),
+        .bd_writes = counter_get(&dev->bd_writes),
+        .bd_objects = counter_get(&dev->bd_objects),
+        .bd_data_size = counter_get(&dev->bd_data_size),
+        .bd_write_errors = counter_get(&dev->bd_write_errors),
+        .bd_nospace = counter_get(&dev->bd_nospace),
+        .writeback_limit = writeback.limit,
+        .writeback_limit_enable = writeback.limit_enable,
+        .bd_checksum_errors = counter_get(&dev->bd_checksum_errors),
+        .table_mem = table_bytes(dev),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

@@ -1,5 +1,6 @@
-/* slot.h - locking and changing a page slot (internal): the primitives store.c changes slots
- * with. The slot's layout is device.h's. */
+/* slot.h - locking and changing a page slot (internal): the primitives store.c, the per-page
+ * halves of recompression and writeback, and table.c change slots with. The slot's layout is
+ * device.h's. */
 #ifndef UZRAM_SLOT_H
 #define UZRAM_SLOT_H
 
@@ -55,6 +56,18 @@ static inline void slot_set(struct slot *slot, const struct page_object *object,
     atomic_store_explicit(&slot->info,
                           slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
                           memory_order_relaxed);
+}
+
+/* Put another form of the page a locked slot holds in its place (moved to or from the
+ * backing store, or recompressed): not an access, so the marks IDLE and INCOMPRESSIBLE and
+ * ac_time stay. */
+static inline void slot_set_form(struct slot *slot, const struct page_object *object)
+{
+    uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
+    slot->value = object->value;
+    atomic_store_explicit(
+        &slot->info, slot_info_make(object->state, object->codec, object->size) | marks | SLOT_LOCK,
+        memory_order_relaxed);
 }
 
 static inline void slot_get(struct slot *slot, struct page_object *object)

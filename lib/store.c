@@ -1,25 +1,26 @@
-/* store.c - the page table, slot locking, and the read, write and discard paths.
+/* store.c - the page store: the read, write, discard and extent paths over the page table
+ * (slot.h locks and changes a slot; table.c owns the table's memory), idle marks, the clock of
+ * ac_time, and the callbacks through which the pool's compaction and the dedup index reach
+ * the pages' objects (store.h).
  * A whole-page write does its costly work (same-filled check, dedup lookup, compression,
  * allocation) before it takes the slot lock, which then only covers the swap of the old form
  * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
  * on the backing store pins it and reads it without the lock (see read_held). */
+#include "store.h"
+
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "backing.h"
 #include "comp.h"
 #include "dedup.h"
-#include "recompress.h"
 #include "device.h"
-#include "disksize.h"
-#include "fault.h"
 #include "pool.h"
 #include "same.h"
 #include "slot.h"
+#include "store_internal.h"
 
 /* Scratch pages per thread: compression output, and the old page of a
  * partial write or a page that the caller wants only part of. */
@@ -34,6 +35,11 @@ static int64_t monotonic_ticks(void)
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
     return now.tv_sec * STORE_TICKS_PER_SECOND +
            now.tv_nsec / (1000000000 / STORE_TICKS_PER_SECOND);
+}
+
+void store_clock_start(struct uzram *dev)
+{
+    dev->clock_base = monotonic_ticks();
 }
 
 uint32_t store_now(struct uzram *dev)
@@ -52,15 +58,11 @@ void store_test_advance_clock(struct uzram *dev, uint32_t seconds)
 /* ---- objects ------------------------------------------------------------- */
 
 /* The bytes of the object store_load_object() last read from the backing store in this
- * thread (in backing_read()'s buffer: valid until this thread reads the store again). */
+ * thread (in backing_read()'s buffer: valid until this thread reads the backing store again). */
 static __thread const void *backed_bytes;
 
-/* Put `length` bytes of `data` (a compressed object of codec `codec`, on
- * which the caller holds a user that passes to the object, or the raw page
- * when `length` is 4096) into the pool, owned by `owner`, and count them in
- * compr_data_size. `replacing`: it replaces a larger object (recompression). */
-static int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
-                            uint64_t owner, bool replacing, struct page_object *object)
+int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
+                     uint64_t owner, bool replacing, struct page_object *object)
 {
     *object = (struct page_object){
         .state = length == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
@@ -82,18 +84,15 @@ static int store_put_object(struct uzram *dev, const void *data, unsigned length
     return 0;
 }
 
-/* Compress `page` with the codec of priority `priority` into compress_buffer
- * (at most `capacity` bytes). Returns the length (0: it does not fit) with
- * a user taken on *codec when the length is not 0, or a negative errno. */
-static int store_compress(struct uzram *dev, unsigned priority, const void *page, size_t capacity,
-                          unsigned *codec)
+int store_compress(struct uzram *dev, unsigned priority, const void *page, void *out,
+                   size_t capacity, unsigned *codec)
 {
     int id = codecs_acquire(&dev->codecs, priority);
     if (id < 0)
         return id;
     const struct codec_config *config = codecs_get(&dev->codecs, (unsigned)id);
-    int length = comp_compress_dict(config->algorithm, config->level, config->dict, page,
-                                    compress_buffer, capacity);
+    int length =
+        comp_compress_dict(config->algorithm, config->level, config->dict, page, out, capacity);
     if (length <= 0)
         codecs_release(&dev->codecs, (unsigned)id);
     *codec = (unsigned)id;
@@ -107,7 +106,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
                                struct page_object *object)
 {
     unsigned codec = 0;
-    int length = store_compress(dev, 0, page, HUGE_THRESHOLD - 1, &codec);
+    int length = store_compress(dev, 0, page, compress_buffer, HUGE_THRESHOLD - 1, &codec);
     if (length < 0)
         return length;
     int rc;
@@ -117,7 +116,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
         rc = length == 0 ? store_put_object(dev, page, UZRAM_PAGE_SIZE, 0, owner, false, object)
                          : store_put_object(dev, compress_buffer, (unsigned)length, codec, owner,
                                             false, object);
-        if (rc != -ENOSPC || !writeback_make_room(dev, attempt))
+        if (rc != -ENOSPC || !dev->tier->make_room(dev, attempt))
             break;
     }
     if (rc < 0 && length > 0)
@@ -125,15 +124,12 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
     return rc;
 }
 
-/* Free a COMPRESSED, HUGE or BACKED object (undoing store_compress_page()
- * or a writeback): its memory or its place on the backing store, its count
- * and its codec user. */
-static void store_free_object(struct uzram *dev, const struct page_object *object)
+void store_free_object(struct uzram *dev, const struct page_object *object)
 {
     if (object->state == SLOT_BACKED) {
         backing_free(device_backing(dev), object->value, object->size);
-        counter_sub(&dev->writeback.bd_data_size, object->size);
-        counter_sub(&dev->writeback.bd_objects, 1);
+        counter_sub(&dev->bd_data_size, object->size);
+        counter_sub(&dev->bd_objects, 1);
     } else {
         pool_free(dev->pool, object->value);
         counter_sub(&dev->compr_data_size, object->size);
@@ -142,9 +138,7 @@ static void store_free_object(struct uzram *dev, const struct page_object *objec
         codecs_release(&dev->codecs, object->codec);
 }
 
-/* Decompress `length` bytes of codec `codec` (4096: a raw page) into `page`. */
-static int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned codec,
-                        void *page)
+int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned codec, void *page)
 {
     if (length == UZRAM_PAGE_SIZE) {
         memcpy(page, data, UZRAM_PAGE_SIZE);
@@ -166,16 +160,14 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
     int rc = backing_read(device_backing(dev), object->value, object->size, &data);
     if (rc < 0)
         return -EIO;
-    counter_add(&dev->writeback.bd_reads, 1);
+    counter_add(&dev->bd_reads, 1);
     backed_bytes = data;
     return store_decode(dev, data, object->size, object->codec, page);
 }
 
 /* ---- objects of dedup entries ------------------------------------------------------ */
 
-/* A dedup entry's object is a COMPRESSED, HUGE or (written back) BACKED
- * form that the entry owns. */
-static struct page_object dedup_form(const struct dedup_object *object)
+struct page_object store_dedup_form(const struct dedup_object *object)
 {
     if (object->handle & OBJECT_BACKED)
         return (struct page_object){
@@ -194,13 +186,13 @@ static struct page_object dedup_form(const struct dedup_object *object)
 
 static int dedup_object_load(void *arg, const struct dedup_object *object, void *page)
 {
-    const struct page_object form = dedup_form(object);
+    const struct page_object form = store_dedup_form(object);
     return store_load_object(arg, &form, page);
 }
 
 static void dedup_object_free(void *arg, const struct dedup_object *object)
 {
-    const struct page_object form = dedup_form(object);
+    const struct page_object form = store_dedup_form(object);
     store_free_object(arg, &form);
 }
 
@@ -223,7 +215,7 @@ _Static_assert(CODECS_MAX <= 1u << SLOT_CODEC_BITS && CODECS_MAX <= 1u << DEDUP_
 /* ---- forms of a page ------------------------------------------------------ */
 
 /* Raw pages count as huge wherever they are, in memory or written back. */
-static bool object_is_huge(struct uzram *dev, const struct page_object *object)
+bool store_object_is_huge(struct uzram *dev, const struct page_object *object)
 {
     if (object->state == SLOT_HUGE ||
         (object->state == SLOT_BACKED && object->size == UZRAM_PAGE_SIZE))
@@ -320,9 +312,9 @@ static int prepare_page(struct uzram *dev, uint64_t index, const void *page,
     return rc;
 }
 
-/* Read the page of a locked slot (one on the backing store too, with the
- * lock held: a partial write does, see read_held for reads). */
-static int load_locked(struct uzram *dev, struct slot *slot, void *page)
+/* One on the backing store too, with the lock held: a partial write does (see read_held for
+ * reads). */
+int store_load_locked(struct uzram *dev, struct slot *slot, void *page)
 {
     struct page_object object;
     slot_get(slot, &object);
@@ -343,8 +335,7 @@ static int load_locked(struct uzram *dev, struct slot *slot, void *page)
     return -EIO;
 }
 
-/* For a dedup_with_object() caller that wants the object itself. */
-static int copy_dedup_object(void *arg, const struct dedup_object *object)
+int store_copy_dedup_object(void *arg, const struct dedup_object *object)
 {
     *(struct dedup_object *)arg = *object;
     return 0;
@@ -371,15 +362,15 @@ static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object
         return false;
     struct dedup *dedup = device_dedup(dev);
     struct dedup_object object;
-    dedup_with_object(dedup, (uint32_t)held->value, copy_dedup_object, &object);
+    dedup_with_object(dedup, (uint32_t)held->value, store_copy_dedup_object, &object);
     return (object.handle & OBJECT_BACKED) && dedup_get(dedup, (uint32_t)held->value);
 }
 
 /* Bring a written-back page read again back into memory (see read_held): its object, whose
- * bytes the read just read from the store, goes into the pool and takes the place of the
- * one on the store if the slot still holds that (its extent is pinned: its offset names no
+ * bytes the read just read from the backing store, goes into the pool and takes the place of
+ * the one there if the slot still holds that (its extent is pinned: its offset names no
  * other object). The codec user passes from one form to the other. If anything is in the
- * way, the page stays on the store: nothing is lost. */
+ * way, the page stays on the backing store: nothing is lost. */
 static void promote(struct uzram *dev, uint64_t index, const struct page_object *held)
 {
     struct page_object made, now;
@@ -391,14 +382,10 @@ static void promote(struct uzram *dev, uint64_t index, const struct page_object 
     bool same = now.state == SLOT_BACKED && now.value == held->value && now.size == held->size &&
                 now.codec == held->codec;
     if (same) {
-        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-        slot->value = made.value;
-        atomic_store_explicit(&slot->info,
-                              slot_info_make(made.state, made.codec, made.size) | marks | SLOT_LOCK,
-                              memory_order_relaxed);
+        slot_set_form(slot, &made);
         backing_free(device_backing(dev), held->value, held->size);
-        counter_sub(&dev->writeback.bd_data_size, held->size);
-        counter_sub(&dev->writeback.bd_objects, 1);
+        counter_sub(&dev->bd_data_size, held->size);
+        counter_sub(&dev->bd_objects, 1);
     }
     slot_unlock(slot);
     if (!same) {
@@ -442,7 +429,7 @@ static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
         slot_lock(slot);
     slot_get(slot, &old);
     /* dedup_is_huge needs the reference the slot still holds */
-    bool old_huge = object_is_huge(dev, &old);
+    bool old_huge = store_object_is_huge(dev, &old);
     slot_set_marks(dev, slot, 0, SLOT_IDLE | SLOT_INCOMPRESSIBLE);
     slot_set(slot, object, now);
     account_new(dev, object, huge);
@@ -486,7 +473,7 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
 {
     struct slot *slot = &dev->slots[index];
     slot_lock(slot);
-    int rc = load_locked(dev, slot, page_buffer);
+    int rc = store_load_locked(dev, slot, page_buffer);
     if (rc < 0) {
         slot_unlock(slot);
         return rc;
@@ -506,6 +493,12 @@ static void discard_page(struct uzram *dev, uint64_t index)
     const struct page_object empty = {.state = SLOT_EMPTY};
     if (slot_replace(dev, slot, &empty, false, false, 0) != SLOT_EMPTY)
         counter_add(&dev->notify_free, 1);
+}
+
+void store_discard_all(struct uzram *dev)
+{
+    for (uint64_t index = 0; index < dev->page_count; index++)
+        discard_page(dev, index);
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -558,18 +551,18 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         struct page_object held;
         slot_lock(slot);
         if (hold_backed(dev, slot, &held)) {
-            /* A page read from the store a second time since it went there comes back
+            /* A page read from the backing store a second time since it went there comes back
              * into memory when there is room: read twice, it is in use again; read once,
              * it may be a scan (a backup, a checksum) passing by, as the kernel's page
              * cache activates a page on its second access. */
             bool again = held.state == SLOT_BACKED && (slot_info(slot) & SLOT_REFERENCED) &&
-                         writeback_room_to_promote(dev, held.size);
+                         dev->tier->room_to_promote(dev, held.size);
             slot_touch(dev, slot, now);
             slot_set_marks(dev, slot, held.state == SLOT_BACKED ? SLOT_REFERENCED : 0, 0);
             slot_unlock(slot);
             rc = read_held(dev, &held, page, again ? part.index : UINT64_MAX);
         } else {
-            rc = load_locked(dev, slot, page);
+            rc = store_load_locked(dev, slot, page);
             if (rc == 0)
                 slot_touch(dev, slot, now);
             slot_unlock(slot);
@@ -708,491 +701,6 @@ int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
     return 0;
 }
 
-/* ---- recompression ------------------------------------------------------------ */
-
-/* Recompression's own buffers: the old object's bytes and its page. */
-static __thread unsigned char recompress_copy[UZRAM_PAGE_SIZE];
-static __thread unsigned char recompress_page[UZRAM_PAGE_SIZE];
-
-/* The priority of the codec that made an object of `size` bytes: 0 (the
- * primary) for a raw page. */
-static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec)
-{
-    return size == UZRAM_PAGE_SIZE ? 0 : codecs_get(&dev->codecs, codec)->priority;
-}
-
-/* Whether `plan` takes a page with this info and ac_time at `now`: checked
- * once without the lock (to pass over most pages cheaply) and again with it. */
-static bool plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
-                       uint32_t now)
-{
-    enum slot_state state = slot_info_state(info);
-    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
-        return false; /* empty, or same-filled: nothing to gain */
-    if (info & SLOT_INCOMPRESSIBLE)
-        return false;
-    if ((plan->mode & RECOMPRESS_IDLE) && !(info & SLOT_IDLE))
-        return false;
-    if ((plan->mode & RECOMPRESS_HUGE) && state != SLOT_HUGE)
-        return false;
-    if (plan->min_age && (ac_time > now || now - ac_time < plan->min_age))
-        return false;
-    if (plan->threshold && state != SLOT_DEDUP && slot_info_size(info) < plan->threshold)
-        return false;
-    return true;
-}
-
-/* Compress `page` again with the plan's priorities above `current`, in
- * order, until one gives an object that takes less pool memory than
- * `old_size` (and is below the threshold). Returns its length (in
- * compress_buffer, with a user on *codec), 0 when none did, or a negative
- * errno. *tried counts the algorithms tried. */
-static int recompress_smaller(struct uzram *dev, const struct recompress_plan *plan,
-                              const void *page, unsigned old_size, unsigned current,
-                              unsigned *codec, unsigned *tried)
-{
-    size_t capacity = old_size == UZRAM_PAGE_SIZE ? HUGE_THRESHOLD - 1 : old_size - 1;
-    if (plan->threshold && plan->threshold - 1 < capacity)
-        capacity = plan->threshold - 1;
-    double old_cost = pool_object_cost(old_size);
-    for (unsigned priority = plan->first; priority <= plan->last; priority++) {
-        if (priority <= current)
-            continue;
-        int length = store_compress(dev, priority, page, capacity, codec);
-        if (length == -ENOENT)
-            continue; /* no algorithm at this priority */
-        ++*tried;
-        if (length <= 0) {
-            if (length < 0)
-                return length;
-            continue;
-        }
-        if (pool_object_cost((size_t)length) < old_cost)
-            return length;
-        codecs_release(&dev->codecs, *codec);
-    }
-    return 0;
-}
-
-/* Mark a page whose every secondary algorithm failed to shrink it, if the
- * slot still holds the form that was tried. */
-static void mark_incompressible(struct uzram *dev, struct slot *slot, const struct page_object *old)
-{
-    slot_lock(slot);
-    struct page_object now;
-    slot_get(slot, &now);
-    if (now.state == old->state && now.value == old->value && now.size == old->size &&
-        now.codec == old->codec)
-        slot_set_marks(dev, slot, SLOT_INCOMPRESSIBLE, 0);
-    slot_unlock(slot);
-}
-
-/* Swap the slot's object for `made` if the slot still holds the same bytes
- * that were recompressed: neither rewritten nor discarded meanwhile (a
- * handle alone could have been freed and reused, so the bytes decide; and
- * equal bytes with the same codec are the same page). The marks and ac_time
- * stay: the page was not accessed. Returns whether it swapped. */
-static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct page_object *old,
-                              const struct page_object *made)
-{
-    slot_lock(slot);
-    struct page_object now;
-    slot_get(slot, &now);
-    bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
-                memcmp(pool_map(dev->pool, now.value), recompress_copy, now.size) == 0;
-    if (same) {
-        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-        slot->value = made->value;
-        atomic_store_explicit(
-            &slot->info, slot_info_make(made->state, made->codec, made->size) | marks | SLOT_LOCK,
-            memory_order_relaxed);
-        if (now.state == SLOT_HUGE)
-            counter_sub(&dev->huge_pages, 1);
-    }
-    slot_unlock(slot);
-    if (same)
-        store_free_object(dev, &now);
-    return same;
-}
-
-/* The work on a dedup reference: recompress the entry's object once for
- * every page that shares it. The slot is locked on entry and unlocked here. */
-static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct page_object *old,
-                            const struct recompress_plan *plan, struct recompress_tally *tally)
-{
-    struct dedup *dedup = device_dedup(dev);
-    uint32_t id = (uint32_t)old->value;
-    /* A raw entry stays raw: the huge count of every page sharing it
-     * follows from it. */
-    bool take = !dedup_is_huge(dedup, id) && dedup_get(dedup, id);
-    slot_unlock(slot);
-    if (!take)
-        return 0;
-    /* An object on the backing store stays there as it is. */
-    struct dedup_object expected;
-    dedup_with_object(dedup, id, copy_dedup_object, &expected);
-    if (expected.handle & OBJECT_BACKED) {
-        dedup_put(dedup, id);
-        return 0;
-    }
-    int rc = dedup_read_object(dedup, id, recompress_page, &expected);
-    unsigned current = object_priority(dev, expected.size, expected.codec);
-    if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
-        dedup_put(dedup, id);
-        return rc;
-    }
-    unsigned codec = 0, tried = 0;
-    int length =
-        recompress_smaller(dev, plan, recompress_page, expected.size, current, &codec, &tried);
-    if (length > 0) {
-        struct page_object made;
-        rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, OWNER_DEDUP_BIT | id,
-                              true, &made);
-        if (rc < 0) {
-            codecs_release(&dev->codecs, codec);
-        } else {
-            const struct dedup_object object = {made.value, made.size, made.codec};
-            struct dedup_object replaced;
-            if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
-                /* Written back meanwhile: the copy on the store goes. */
-                const struct page_object form = dedup_form(&replaced);
-                store_free_object(dev, &form);
-                tally->recompressed++;
-                tally->bytes_before += expected.size;
-                tally->bytes_after += made.size;
-            } else {
-                store_free_object(dev, &made);
-            }
-        }
-    } else if (length == 0 && tried > 0 && plan->marks_incompressible) {
-        mark_incompressible(dev, slot, old);
-        tally->incompressible++;
-    }
-    dedup_put(dedup, id);
-    tally->tried += tried > 0;
-    return length < 0 ? length : rc;
-}
-
-int store_recompress_page(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
-                          uint32_t now, struct recompress_tally *tally)
-{
-    struct slot *slot = &dev->slots[index];
-    uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
-    if (peek == 0 ||
-        !plan_takes(plan, peek, atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now))
-        return 0;
-    slot_lock(slot);
-    struct page_object old;
-    slot_get(slot, &old);
-    if (!plan_takes(plan, slot_info(slot),
-                    atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now)) {
-        slot_unlock(slot);
-        return 0;
-    }
-    if (old.state == SLOT_DEDUP)
-        return recompress_dedup(dev, slot, &old, plan, tally);
-    unsigned current = object_priority(dev, old.size, old.codec);
-    if (current >= plan->last) {
-        slot_unlock(slot);
-        return 0;
-    }
-    /* Work on a copy, without the lock: writes and reads of the page go on
-     * meanwhile. The codec user keeps a dictionary alive for the decoding
-     * even if the page is rewritten meanwhile. */
-    memcpy(recompress_copy, pool_map(dev->pool, old.value), old.size);
-    if (old.state == SLOT_COMPRESSED)
-        codecs_hold(&dev->codecs, old.codec);
-    slot_unlock(slot);
-    int rc = store_decode(dev, recompress_copy, old.size, old.codec, recompress_page);
-    if (old.state == SLOT_COMPRESSED)
-        codecs_release(&dev->codecs, old.codec);
-    if (rc < 0)
-        return rc;
-
-    unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, recompress_page, old.size, current, &codec, &tried);
-    tally->tried += tried > 0;
-    if (length < 0)
-        return length;
-    if (length == 0) {
-        if (tried > 0 && plan->marks_incompressible) {
-            mark_incompressible(dev, slot, &old);
-            tally->incompressible++;
-        }
-        return 0;
-    }
-    struct page_object made;
-    rc = store_put_object(dev, compress_buffer, (unsigned)length, codec, index + 1, true, &made);
-    if (rc < 0) {
-        codecs_release(&dev->codecs, codec);
-        return rc;
-    }
-    if (!swap_recompressed(dev, slot, &old, &made)) {
-        store_free_object(dev, &made);
-        return 0;
-    }
-    tally->recompressed++;
-    tally->bytes_before += old.size;
-    tally->bytes_after += made.size;
-    return 0;
-}
-
-int store_sample_page(struct uzram *dev, uint64_t index, void *page)
-{
-    struct slot *slot = &dev->slots[index];
-    if (slot_seems_empty(slot))
-        return 0;
-    slot_lock(slot);
-    enum slot_state state = slot_info_state(slot_info(slot));
-    int rc = 0;
-    if (state == SLOT_COMPRESSED ||
-        (state == SLOT_DEDUP && !dedup_is_huge(device_dedup(dev), (uint32_t)slot->value)))
-        rc = load_locked(dev, slot, page) < 0 ? 0 : 1;
-    slot_unlock(slot);
-    return rc;
-}
-
-/* ---- writeback --------------------------------------------------------------- */
-
-/* Whether `filter` takes a page with this info and ac_time at `now`,
- * leaving out huge-ness (it needs the slot locked for a dedup reference):
- * checked once without the lock (to pass over most pages cheaply) and again
- * with it. Only pages whose object is in memory go. */
-static bool writeback_takes(const struct writeback_filter *filter, uint32_t info, uint32_t ac_time,
-                            uint32_t now)
-{
-    enum slot_state state = slot_info_state(info);
-    if (filter->relocate)
-        return state == SLOT_BACKED || state == SLOT_DEDUP;
-    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
-        return false;
-    if ((filter->type & UZRAM_WRITEBACK_IDLE) && !(info & SLOT_IDLE))
-        return false;
-    if ((filter->type & UZRAM_WRITEBACK_INCOMPRESSIBLE) && !(info & SLOT_INCOMPRESSIBLE))
-        return false;
-    if ((filter->type & UZRAM_WRITEBACK_HUGE) && state == SLOT_COMPRESSED)
-        return false;
-    return filter->min_age == 0 || (ac_time <= now && now - ac_time >= filter->min_age);
-}
-
-struct entry_copy {
-    struct uzram *dev;
-    void *bytes;
-    struct dedup_object *object;
-    bool relocate;
-};
-
-/* Copy `size` bytes of the object at `offset` on the store; false if the
- * read fails (the object stays where it is). */
-static bool copy_backed(struct uzram *dev, uint64_t offset, unsigned size, void *bytes)
-{
-    const void *data;
-    if (backing_read(device_backing(dev), offset, size, &data) < 0)
-        return false;
-    memcpy(bytes, data, size);
-    return true;
-}
-
-/* dedup_with_object(): copy an entry's object that is in memory (or,
- * relocating, one in a sparse block of the store). */
-static int copy_entry_bytes(void *arg, const struct dedup_object *object)
-{
-    struct entry_copy *copy = arg;
-    bool backed = object->handle & OBJECT_BACKED;
-    uint64_t offset = object->handle & ~OBJECT_BACKED;
-    if (backed != copy->relocate)
-        return 0;
-    if (backed && (!backing_sparse(device_backing(copy->dev), offset, object->size) ||
-                   !copy_backed(copy->dev, offset, object->size, copy->bytes)))
-        return 0;
-    if (!backed)
-        memcpy(copy->bytes, pool_map(copy->dev->pool, object->handle), object->size);
-    *copy->object = *object;
-    return (int)object->size;
-}
-
-/* Writeback holds its lock while it locks slots, and a writer holding a
- * slot lock may be waiting for that lock (to make room): so writeback never
- * waits for a slot lock without bound. `patient`: try for a while, spinning
- * then yielding; else once. */
-static bool slot_lock_for_writeback(struct slot *slot, bool patient)
-{
-    unsigned spins = 0;
-    while (!slot_trylock(slot)) {
-        if (!patient || spins >= 256)
-            return false;
-        lock_backoff(&spins);
-    }
-    return true;
-}
-
-int store_writeback_take(struct uzram *dev, uint64_t index, const struct writeback_filter *filter,
-                         uint32_t now, bool wait, struct writeback_item *item, void *bytes)
-{
-    struct slot *slot = &dev->slots[index];
-    uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
-    if (peek == 0 ||
-        !writeback_takes(filter, peek, atomic_load_explicit(&slot->ac_time, memory_order_relaxed),
-                         now))
-        return 0;
-    if (!slot_lock_for_writeback(slot, wait))
-        return -EBUSY;
-    struct page_object old;
-    slot_get(slot, &old);
-    if (!writeback_takes(filter, slot_info(slot),
-                         atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now) ||
-        ((filter->type & UZRAM_WRITEBACK_HUGE) && !object_is_huge(dev, &old))) {
-        slot_unlock(slot);
-        return 0;
-    }
-    *item = (struct writeback_item){
-        .index = index,
-        .state = old.state,
-        .value = old.value,
-        .codec = old.codec,
-        .size = old.size,
-    };
-    if (old.state == SLOT_BACKED) {
-        /* Compaction: the extent stays pinned until the move is published
-         * or dropped, so that it is not reused meanwhile, and its offset
-         * still names this object when the slot is checked again. */
-        struct backing *backing = device_backing(dev);
-        bool sparse = backing_sparse(backing, old.value, old.size);
-        if (sparse)
-            backing_pin(backing, old.value, old.size);
-        slot_unlock(slot);
-        if (!sparse)
-            return 0;
-        if (!copy_backed(dev, old.value, old.size, bytes)) {
-            backing_unpin(backing, old.value, old.size);
-            return 0;
-        }
-        return (int)old.size;
-    }
-    if (old.state != SLOT_DEDUP) {
-        memcpy(bytes, pool_map(dev->pool, old.value), old.size);
-        slot_unlock(slot);
-        return (int)old.size;
-    }
-    /* A dedup entry goes once for all the pages that share it: work on our
-     * own reference, without the slot lock. */
-    struct dedup *dedup = device_dedup(dev);
-    uint32_t id = (uint32_t)old.value;
-    bool referenced = dedup_get(dedup, id);
-    slot_unlock(slot);
-    if (!referenced)
-        return 0;
-    struct entry_copy copy = {dev, bytes, &item->entry, filter->relocate};
-    int size = dedup_with_object(dedup, id, copy_entry_bytes, &copy);
-    if (size == 0)
-        dedup_put(dedup, id); /* already on the store, or not in a sparse block */
-    return size;
-}
-
-bool store_in_memory(struct uzram *dev, uint64_t index)
-{
-    struct slot *slot = &dev->slots[index];
-    enum slot_state state =
-        slot_info_state(atomic_load_explicit(&slot->info, memory_order_relaxed));
-    if (state != SLOT_DEDUP)
-        return state == SLOT_COMPRESSED || state == SLOT_HUGE;
-    if (!slot_trylock(slot))
-        return false;
-    struct dedup_object object = {.handle = OBJECT_BACKED};
-    if (slot_info_state(slot_info(slot)) == SLOT_DEDUP)
-        dedup_with_object(device_dedup(dev), (uint32_t)slot->value, copy_dedup_object, &object);
-    slot_unlock(slot);
-    return !(object.handle & OBJECT_BACKED);
-}
-
-/* A written-back object of `size` bytes left memory. */
-static void account_written_back(struct uzram *dev, unsigned size)
-{
-    counter_sub(&dev->compr_data_size, size);
-    counter_add(&dev->writeback.bd_objects, 1);
-    counter_add(&dev->writeback.bd_data_size, size);
-}
-
-/* Compaction moved a page's object on the store: the slot takes the new
- * place if it still holds the old one (pinned since it was copied, so the
- * offset cannot name another object now). */
-static bool publish_moved(struct uzram *dev, struct writeback_item *item, bool wait)
-{
-    struct backing *backing = device_backing(dev);
-    struct slot *slot = &dev->slots[item->index];
-    bool same = false;
-    if (slot_lock_for_writeback(slot, wait)) {
-        struct page_object now;
-        slot_get(slot, &now);
-        same = now.state == SLOT_BACKED && now.value == item->value && now.size == item->size &&
-               now.codec == item->codec;
-        if (same)
-            slot->value = item->offset;
-        slot_unlock(slot);
-    }
-    if (same)
-        backing_free(backing, item->value, item->size);
-    backing_unpin(backing, item->value, item->size);
-    return same;
-}
-
-bool store_writeback_publish(struct uzram *dev, struct writeback_item *item, const void *bytes,
-                             bool wait)
-{
-    if (item->state == SLOT_DEDUP) {
-        struct dedup *dedup = device_dedup(dev);
-        uint32_t id = (uint32_t)item->value;
-        const struct dedup_object backed = {OBJECT_BACKED | item->offset, item->entry.size,
-                                            item->entry.codec};
-        struct dedup_object old;
-        /* Compaction may have moved it meanwhile; recompression may have
-         * replaced it (then it is not the object written). Only writeback
-         * (this pass) moves an entry's object on the store. */
-        bool done = dedup_replace(dedup, id, &item->entry, &backed, &old);
-        if (done && (old.handle & OBJECT_BACKED)) {
-            backing_free(device_backing(dev), old.handle & ~OBJECT_BACKED, old.size);
-        } else if (done) {
-            account_written_back(dev, old.size);
-            pool_free(dev->pool, old.handle);
-        }
-        dedup_put(dedup, id);
-        return done;
-    }
-    if (item->state == SLOT_BACKED)
-        return publish_moved(dev, item, wait);
-    struct slot *slot = &dev->slots[item->index];
-    if (!slot_lock_for_writeback(slot, wait))
-        return false;
-    /* The same bytes with the same codec are the same page: a handle alone
-     * could have been freed and reused for another page meanwhile. */
-    struct page_object now;
-    slot_get(slot, &now);
-    bool same = now.state == item->state && now.size == item->size && now.codec == item->codec &&
-                memcmp(pool_map(dev->pool, now.value), bytes, now.size) == 0;
-    if (same) {
-        /* Not an access: the marks and ac_time stay, and the codec user
-         * passes to the written-back form. */
-        uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-        slot->value = item->offset;
-        atomic_store_explicit(&slot->info,
-                              slot_info_make(SLOT_BACKED, now.codec, now.size) | marks | SLOT_LOCK,
-                              memory_order_relaxed);
-        account_written_back(dev, now.size);
-    }
-    slot_unlock(slot);
-    if (same)
-        pool_free(dev->pool, now.value);
-    return same;
-}
-
-void store_writeback_drop(struct uzram *dev, struct writeback_item *item)
-{
-    if (item->state == SLOT_DEDUP)
-        dedup_put(device_dedup(dev), (uint32_t)item->value);
-    else if (item->state == SLOT_BACKED)
-        backing_unpin(device_backing(dev), item->value, item->size);
-}
-
 /* ---- compaction ------------------------------------------------------------ */
 
 static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
@@ -1237,141 +745,4 @@ uint64_t store_compact_pool(struct uzram *dev)
     uint64_t freed = pool_compact(dev->pool, &ops);
     counter_add(&dev->pages_compacted, freed);
     return freed;
-}
-
-int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
-{
-    uint64_t freed = store_compact_pool(dev);
-    /* and the backing store gives back what no page uses, and malloc what it keeps free
-     * (buffers of a storm of requests, in the arenas of threads gone since) */
-    writeback_trim(dev, false, true);
-    /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
-    if (!pool_reserve_on(dev->pool)) {
-        table_give_back(dev);
-#ifdef __GLIBC__
-        malloc_trim(0);
-#endif
-    }
-    if (pages_freed)
-        *pages_freed = freed;
-    return 0;
-}
-
-/* ---- lifecycle ------------------------------------------------------------- */
-
-void uzram_config_init(struct uzram_config *config)
-{
-    *config = (struct uzram_config){
-        .comp_algorithm = "lz4",
-        .same_filled = true,
-    };
-}
-
-/* A setting of a later version sits in `reserved`: refuse it rather than
- * run without it. */
-static bool config_reserved_zero(const struct uzram_config *config)
-{
-    for (size_t i = 0; i < sizeof config->reserved / sizeof config->reserved[0]; i++)
-        if (config->reserved[i])
-            return false;
-    return true;
-}
-
-int uzram_create(const struct uzram_config *config, struct uzram **out)
-{
-    if (!config || !out || !config_reserved_zero(config))
-        return -EINVAL;
-    int algo, level;
-    int rc = disksize_check(config->disksize);
-    if (rc == 0)
-        rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
-                         config->comp_level, &algo, &level);
-    if (rc < 0)
-        return rc;
-
-    struct uzram *dev = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dev);
-    if (!dev)
-        return -ENOMEM;
-    rc = -ENOMEM;
-    dev->disksize = config->disksize;
-    dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
-    /* mmap rather than calloc: the table of a large disk is only backed by
-     * memory where pages have been written. */
-    size_t table_bytes = dev->page_count * sizeof(struct slot);
-    void *table = FAULT_POINT(FAULT_ALLOC)
-                      ? MAP_FAILED
-                      : mmap(NULL, table_bytes, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (table == MAP_FAILED)
-        goto fail_table;
-    dev->slots = table;
-    rc = pool_create(&dev->pool);
-    if (rc < 0)
-        goto fail_pool;
-    if (config->use_dedup) {
-        struct dedup *dedup;
-        rc = store_dedup_create(dev, &dedup);
-        if (rc < 0)
-            goto fail_dedup;
-        atomic_init(&dev->dedup, dedup);
-    }
-    pthread_mutex_init(&dev->settings_lock, NULL);
-    writeback_init(&dev->writeback);
-    codecs_init(&dev->codecs);
-    /* The first entry of an empty table: nothing to allocate, cannot fail. */
-    codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
-    dev->clock_base = monotonic_ticks();
-    recompressor_init(&dev->recompressor);
-    atomic_init(&dev->same_filled, config->same_filled);
-    atomic_init(&dev->use_dedup, config->use_dedup);
-    atomic_init(&dev->mem_limit, config->mem_limit);
-    pool_set_limit(dev->pool, config->mem_limit);
-    *out = dev;
-    return 0;
-
-fail_dedup:
-    pool_destroy(dev->pool);
-fail_pool:
-    munmap(dev->slots, table_bytes);
-fail_table:
-    free(dev);
-    return rc;
-}
-
-void uzram_destroy(struct uzram *dev)
-{
-    if (!dev)
-        return;
-    recompressor_destroy(dev);
-    writeback_destroy(dev);
-    dedup_destroy(device_dedup(dev));
-    pool_destroy(dev->pool);
-    codecs_destroy(&dev->codecs);
-    munmap(dev->slots, dev->page_count * sizeof(struct slot));
-    pthread_mutex_destroy(&dev->settings_lock);
-    free(dev);
-}
-
-int uzram_reset(struct uzram *dev)
-{
-    /* No pass begun before the reset goes on after it, counting or writing back pages. */
-    recompressor_pause(dev);
-    writeback_pause(dev);
-    pthread_mutex_lock(&dev->settings_lock);
-    for (uint64_t index = 0; index < dev->page_count; index++)
-        discard_page(dev, index);
-    _Atomic uint64_t *cumulative[] = {
-        &dev->huge_pages_since, &dev->pages_compacted, &dev->failed_reads,
-        &dev->failed_writes,    &dev->invalid_io,      &dev->notify_free,
-        &dev->recomp_pages,     &dev->recomp_bytes,    &dev->recomp_saved_bytes,
-    };
-    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
-        atomic_store(cumulative[i], 0);
-    dedup_reset_counters(device_dedup(dev));
-    writeback_reset(dev);
-    pool_reset_mem_used_max(dev->pool);
-    pthread_mutex_unlock(&dev->settings_lock);
-    writeback_resume(dev);
-    recompressor_resume(dev);
-    return 0;
 }

@@ -1,12 +1,17 @@
-/* table.c - the page table's memory: its pages whose slots are all empty (the disk trimmed or
- * reset there) are given back to the system by uzram_compact(), as a fresh device holds none.
- * The table is mapped lazily (uzram_create); a page of it is memory once a slot in it was
- * written. Nothing about a slot changes: an empty slot reads as zero bytes either way. */
+/* table.c - the page table's memory: mapped lazily (uzram_create), so that a page of it is
+ * memory once a slot in it was written; faulted in whole under a reserve (serve --swap); its
+ * pages whose slots are all empty (the disk trimmed or reset there) given back to the system
+ * by uzram_compact(), as a fresh device holds none. Nothing about a slot changes: an empty
+ * slot reads as zero bytes either way. */
+#include "table.h"
+
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "slot.h"
 
 /* ThreadSanitizer does not see the kernel put a page of zeros, that is empty and unlocked
@@ -31,6 +36,39 @@ void __tsan_release(void *address);
  * here, which a read of never-written memory (the shared zero page) is not. */
 #define PAGEMAP_PRESENT (1ull << 63)
 #define PAGEMAP_EXCLUSIVE (1ull << 56)
+
+uint64_t table_bytes(const struct uzram *dev)
+{
+    return dev->page_count * sizeof(struct slot);
+}
+
+/* mmap rather than calloc: the table of a large disk is only backed by memory where pages
+ * have been written. */
+int table_map(struct uzram *dev)
+{
+    void *table = FAULT_POINT(FAULT_ALLOC)
+                      ? MAP_FAILED
+                      : mmap(NULL, table_bytes(dev), PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (table == MAP_FAILED)
+        return -ENOMEM;
+    dev->slots = table;
+    return 0;
+}
+
+void table_unmap(struct uzram *dev)
+{
+    munmap(dev->slots, table_bytes(dev));
+}
+
+/* A write into a part of the disk never written before would otherwise fault the table in
+ * (as kernel zram allocates its table whole): its pages are made present without writing to
+ * them (MADV_POPULATE_WRITE, Linux 5.14), since writes may be running. An older kernel keeps
+ * faulting it in as used. */
+void table_prefault(struct uzram *dev)
+{
+    (void)madvise(dev->slots, table_bytes(dev), 23);
+}
 
 /* Whether every slot of the table page at `slots` looks empty (info and ac_time zero, as a
  * discard leaves them; value is read under the lock only, in give_back()). */

@@ -1,5 +1,6 @@
 /* writeback.c - moving stored objects to the backing store (see writeback.h): zram's
- * writeback passes, room made under mem_limit, the background thread, the settings. */
+ * writeback passes, room made under mem_limit, the background thread, compaction of the
+ * backing store, attaching and detaching it, the settings. */
 #include "writeback.h"
 
 #include <errno.h>
@@ -11,13 +12,54 @@
 
 #include "background.h"
 #include "backing.h"
+#include "coldest.h"
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "store.h"
+#include "writeback_batch.h"
+#include "writeback_page.h"
 
-/* Objects per batch: one pwrite of at most BACKING_BATCH_BLOCKS blocks. */
-#define BATCH_OBJECTS 64u
-_Static_assert(BATCH_OBJECTS + 2 <= BACKING_BATCH_BLOCKS, "a batch of pages fits the buffer");
+/* Lock order: `lock` before any page slot, dedup or pool lock (it is held
+ * through a batch, which takes those), and passes only *try* slot locks when
+ * a writer making room may hold one, so a writer holding a slot lock may
+ * wait for `lock`. It is held for one batch at a time (and a bounded scan),
+ * never by a thread at a low CPU priority, and passes step aside between
+ * batches for writers waiting to make room. `thread_lock` is a leaf. */
+struct writeback {
+    pthread_mutex_t lock; /* one writer of the backing store at a time; attach and detach */
+    /* Under lock: the batches' buffers, the hands of the sweeps for cold and idle pages and
+     * of coldest_cutoff()'s sample, and the age that counts as cold. */
+    struct batch_buffers buffers;
+    uint64_t cold_hand, idle_hand;
+    uint32_t cold_before; /* pages last accessed then or before are cold (store_now()) */
+    bool cold_valid;      /* cold_before was sampled for this turn of the sweep */
+    uint64_t sample_start;
+    _Atomic uint64_t garbage_after_pass; /* the backing store's garbage after its last compaction */
+    _Atomic uint64_t room_made;          /* batches written to make room: waiters retry */
+    _Atomic unsigned room_waiters;       /* writers waiting for `lock` to make room */
+    /* Passes other than a writer's (under thread_lock): how many run, and resets
+     * waiting (uzram_reset(): writeback_pause()); passes_changed tells of either. */
+    unsigned passes;
+    _Atomic unsigned pauses;
+    pthread_cond_t passes_changed;
+
+    /* settings */
+    _Atomic bool when_full;
+    _Atomic uint64_t idle_seconds;
+    _Atomic uint64_t rate;
+    struct writeback_limit limit;
+
+    /* the thread (under thread_lock) */
+    pthread_mutex_t thread_lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool running;
+    bool stop;
+#ifdef UZRAM_TEST_HOOKS
+    bool no_thread; /* writeback_test_no_thread() */
+#endif
+};
 
 /* Slots one search looks at, at the most, while it holds the lock. */
 #define COLD_SCAN 65536u
@@ -40,9 +82,18 @@ static uint64_t headroom(uint64_t limit)
     return limit / HEADROOM_DIVISOR > HEADROOM_MIN ? limit / HEADROOM_DIVISOR : HEADROOM_MIN;
 }
 
-void writeback_init(struct writeback *writeback)
+/* Under lock: a batch of writeback's (batch_start()). */
+static int begin_batch(struct uzram *dev, bool patient, struct batch *batch)
 {
-    memset(writeback, 0, sizeof *writeback);
+    struct writeback *writeback = dev->writeback;
+    return batch_start(dev, &writeback->buffers, &writeback->limit, patient, batch);
+}
+
+int writeback_create(struct uzram *dev)
+{
+    struct writeback *writeback = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *writeback);
+    if (!writeback)
+        return -ENOMEM;
     pthread_mutex_init(&writeback->lock, NULL);
     pthread_mutex_init(&writeback->thread_lock, NULL);
     pthread_condattr_t attr;
@@ -52,6 +103,8 @@ void writeback_init(struct writeback *writeback)
     pthread_condattr_destroy(&attr);
     pthread_cond_init(&writeback->passes_changed, NULL);
     atomic_init(&writeback->rate, DEFAULT_RATE);
+    dev->writeback = writeback;
+    return 0;
 }
 
 static int64_t monotonic_ns(void)
@@ -64,151 +117,6 @@ static int64_t monotonic_ns(void)
 static struct timespec timespec_at(int64_t ns)
 {
     return (struct timespec){.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-}
-
-/* ---- writeback_limit ----------------------------------------------------------- */
-
-/* Whether writeback_limit lets one more page go, `pending` pages being on their way: checked
- * page by page, as zram does, so that a change of the limit counts at once. */
-static bool limit_allows(struct writeback *writeback, uint64_t pending)
-{
-    return !atomic_load(&writeback->limit_enable) || atomic_load(&writeback->limit) > pending;
-}
-
-static void limit_take(struct writeback *writeback, uint64_t pages)
-{
-    if (!atomic_load(&writeback->limit_enable))
-        return;
-    uint64_t left = atomic_load(&writeback->limit);
-    while (!atomic_compare_exchange_weak(&writeback->limit, &left, left > pages ? left - pages : 0))
-        ;
-}
-
-/* ---- batches ------------------------------------------------------------------ */
-
-/* A batch being filled, under writeback's lock. */
-struct batch {
-    struct uzram *dev;
-    struct backing *backing;
-    bool patient;     /* wait a while for a locked slot (see store_writeback_take) */
-    bool relocating;  /* compaction of the store: not held to writeback_limit */
-    unsigned count;   /* items appended */
-    uint64_t written; /* pages published so far */
-};
-
-static unsigned item_size(const struct writeback_item *item)
-{
-    return item->state == SLOT_DEDUP ? item->entry.size : item->size;
-}
-
-/* Write the batch and put each copy in its page's place. Returns 0 or the
- * write's -errno (the pages all stay in memory). */
-static int batch_write(struct batch *batch)
-{
-    struct writeback *writeback = &batch->dev->writeback;
-    int rc = backing_flush(batch->backing);
-    unsigned published = 0;
-    for (unsigned i = 0; i < batch->count; i++) {
-        struct writeback_item *item = &writeback->items[i];
-        if (rc == 0 && store_writeback_publish(batch->dev, item,
-                                               backing_appended(batch->backing, item->offset),
-                                               batch->patient)) {
-            published++;
-            continue;
-        }
-        if (rc < 0)
-            store_writeback_drop(batch->dev, item);
-        backing_free(batch->backing, item->offset, item_size(item));
-    }
-    backing_end_batch(batch->backing, rc == 0);
-    if (rc == -ENOSPC)
-        counter_add(&writeback->bd_nospace, 1);
-    else if (rc < 0)
-        counter_add(&writeback->bd_write_errors, 1);
-    counter_add(&writeback->bd_writes, published);
-    if (!batch->relocating)
-        limit_take(writeback, published);
-    batch->written += published;
-    batch->count = 0;
-    return rc;
-}
-
-/* Whether the batch already carries dedup entry `id` (its pages share one
- * object, written once). */
-static bool batch_has_entry(const struct batch *batch, uint64_t id)
-{
-    const struct writeback_item *items = batch->dev->writeback.items;
-    for (unsigned i = 0; i < batch->count; i++)
-        if (items[i].state == SLOT_DEDUP && items[i].value == id)
-            return true;
-    return false;
-}
-
-/* Add page `index` to the batch if `filter` takes it, writing the batch when
- * it is full. Returns 1 if added, 0 if passed over, or a negative errno:
- * -EIO writeback_limit used up, -ENOSPC the store is full, or the write's
- * error. */
-static int batch_add(struct batch *batch, uint64_t index, const struct writeback_filter *filter,
-                     uint32_t now)
-{
-    struct uzram *dev = batch->dev;
-    struct writeback *writeback = &dev->writeback;
-    if (!batch->relocating && !limit_allows(writeback, batch->count))
-        return -EIO;
-    struct writeback_item *item = &writeback->items[batch->count];
-    int size = store_writeback_take(dev, index, filter, now, batch->patient, item, writeback->copy);
-    if (size <= 0)
-        return 0;
-    if (item->state == SLOT_DEDUP && batch_has_entry(batch, item->value)) {
-        store_writeback_drop(dev, item);
-        return 0;
-    }
-    for (;;) {
-        int rc = backing_append(batch->backing, writeback->copy, (unsigned)size, batch->relocating,
-                                &item->offset);
-        if (rc == 0)
-            break;
-        if (rc == -EAGAIN && batch->count > 0) {
-            /* The batch's run of blocks cannot grow: write it, go on. */
-            struct writeback_item waiting = *item;
-            rc = batch_write(batch);
-            item = &writeback->items[0];
-            *item = waiting;
-            if (rc == 0)
-                continue;
-        } else if (rc == -ENOSPC) {
-            counter_add(&writeback->bd_nospace, 1);
-        }
-        store_writeback_drop(dev, item);
-        return rc == -EAGAIN ? -ENOSPC : rc;
-    }
-    batch->count++;
-    if (batch->count == BATCH_OBJECTS) {
-        int rc = batch_write(batch);
-        if (rc < 0)
-            return rc;
-    }
-    return 1;
-}
-
-/* Write what the batch holds (an error then is the batch's answer). */
-static int batch_finish(struct batch *batch, int rc)
-{
-    int written = batch->count ? batch_write(batch) : 0;
-    return rc < 0 ? rc : written;
-}
-
-/* Under lock: a batch on the store, or -ENODEV without one. */
-static int batch_start(struct uzram *dev, bool patient, struct batch *batch)
-{
-    *batch = (struct batch){.dev = dev, .backing = device_backing(dev), .patient = patient};
-    return batch->backing ? 0 : -ENODEV;
-}
-
-/* Whether a pass has just written a batch: it may let go of the lock now. */
-static bool batch_went_out(const struct batch *batch, int added)
-{
-    return added > 0 && batch->count == 0;
 }
 
 /* ---- passes and resets ----------------------------------------------------------- */
@@ -244,7 +152,7 @@ static bool pass_cut(struct writeback *writeback)
 
 void writeback_pause(struct uzram *dev)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     pthread_mutex_lock(&writeback->thread_lock);
     atomic_fetch_add(&writeback->pauses, 1);
     while (writeback->passes > 0)
@@ -254,7 +162,7 @@ void writeback_pause(struct uzram *dev)
 
 void writeback_resume(struct uzram *dev)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     pthread_mutex_lock(&writeback->thread_lock);
     atomic_fetch_sub(&writeback->pauses, 1);
     pthread_cond_broadcast(&writeback->passes_changed);
@@ -272,32 +180,32 @@ static void step_aside(struct writeback *writeback)
         nanosleep(&step, NULL);
 }
 
-/* ---- compaction of the store ---------------------------------------------------- */
+/* ---- compaction of the backing store -------------------------------------------- */
 
-/* Bytes of the store's blocks in use that hold no live object. */
-static uint64_t store_garbage(struct uzram *dev, struct backing *backing)
+/* Bytes of the backing store's blocks in use that hold no live object. */
+static uint64_t backing_garbage(struct uzram *dev, struct backing *backing)
 {
     uint64_t used = backing_blocks_used(backing) * BACKING_BLOCK;
-    uint64_t live = counter_get(&dev->writeback.bd_data_size);
+    uint64_t live = counter_get(&dev->bd_data_size);
     return used > live ? used - live : 0;
 }
 
-/* Who asks for a compaction pass of the store. */
+/* Who asks for a compaction pass of the backing store. */
 enum compaction_need { NEED_FULL, NEED_ASKED, NEED_BACKGROUND };
 
-/* Whether a compaction pass is worth its scan of the page table: the store
+/* Whether a compaction pass is worth its scan of the page table: the backing store
  * is full and something died since the last pass; or compaction was asked
- * for (uzram_compact) and a quarter of the store is garbage; or, for the
+ * for (uzram_compact) and a quarter of it is garbage; or, for the
  * thread, that garbage is also at least 1 MiB and grew by an eighth of the
  * store since the last pass. */
-static bool store_fragmented(struct uzram *dev, enum compaction_need need)
+static bool backing_fragmented(struct uzram *dev, enum compaction_need need)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     struct backing *backing = device_backing(dev);
     if (!backing)
         return false;
     uint64_t used = backing_blocks_used(backing) * BACKING_BLOCK;
-    uint64_t garbage = store_garbage(dev, backing);
+    uint64_t garbage = backing_garbage(dev, backing);
     if (garbage <= writeback->garbage_after_pass)
         return false;
     if (need == NEED_FULL)
@@ -308,21 +216,21 @@ static bool store_fragmented(struct uzram *dev, enum compaction_need need)
            (garbage >= (1u << 20) && garbage >= writeback->garbage_after_pass + used / 8);
 }
 
-/* Under lock: move the objects of the store's sparse blocks (half full or
+/* Under lock: move the objects of the backing store's sparse blocks (half full or
  * less) together, so that those blocks empty and are given back. Pages
  * move one at a time, locked only to copy and to swap, as in writeback.
  * A pass other than a writer's own (`pass`) lets go of the lock after each
  * batch for writers waiting to make room, and ends early for a reset.
  * Returns the objects moved, or a negative errno. */
-static int compact_store(struct uzram *dev, bool pass)
+static int compact_backing(struct uzram *dev, bool pass)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     const struct writeback_filter filter = {.relocate = true};
     uint64_t moved = 0;
     int rc = 0;
     for (uint64_t index = 0; rc == 0 && index < dev->page_count;) {
         struct batch batch;
-        rc = batch_start(dev, true, &batch);
+        rc = begin_batch(dev, true, &batch);
         if (rc < 0)
             return rc; /* detached meanwhile: the device was emptied */
         batch.relocating = true;
@@ -348,16 +256,16 @@ static int compact_store(struct uzram *dev, bool pass)
     struct backing *backing = device_backing(dev);
     if (backing) {
         backing_trim(backing);
-        writeback->garbage_after_pass = store_garbage(dev, backing);
+        writeback->garbage_after_pass = backing_garbage(dev, backing);
     }
     return rc < 0 ? rc : moved > INT32_MAX ? INT32_MAX : (int)moved;
 }
 
-/* Under lock: after a writeback found the store full (rc -ENOSPC), compact
+/* Under lock: after a writeback found the backing store full (rc -ENOSPC), compact
  * it if that may give room: 0 to try again, else rc. */
 static int after_full(struct uzram *dev, int rc, bool pass)
 {
-    if (rc == -ENOSPC && store_fragmented(dev, NEED_FULL) && compact_store(dev, pass) > 0)
+    if (rc == -ENOSPC && backing_fragmented(dev, NEED_FULL) && compact_backing(dev, pass) > 0)
         return 0;
     return rc;
 }
@@ -377,7 +285,7 @@ int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page, uint6
         last_page = dev->page_count - 1;
     if (first_page > last_page)
         return -EINVAL;
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     const struct writeback_filter filter = {.type = type};
     uint64_t total = 0;
     int rc = 0;
@@ -387,7 +295,7 @@ int uzram_writeback(struct uzram *dev, unsigned type, uint64_t first_page, uint6
     for (uint64_t index = first_page; rc == 0 && index <= last_page && !pass_cut(writeback);) {
         pthread_mutex_lock(&writeback->lock);
         struct batch batch;
-        rc = batch_start(dev, true, &batch);
+        rc = begin_batch(dev, true, &batch);
         uint32_t now = store_now(dev);
         for (unsigned scanned = 0; rc == 0 && index <= last_page && scanned < COLD_SCAN;) {
             int added = batch_add(&batch, index, &filter, now);
@@ -426,7 +334,7 @@ static bool in_memory(uint32_t info)
 }
 
 /* Under lock: write back a batch of the coldest pages in memory: pages marked idle, and
- * pages last accessed at or before cold_before, which the sample of cold_cutoff() sets
+ * pages last accessed at or before cold_before, which the sample of coldest_cutoff() sets
  * again whenever the sweep (from cold_hand, in table order) comes round or finds nothing
  * for COLD_SCAN slots. So the oldest sixteenth of the pages goes first, then the oldest
  * sixteenth of what is left, and so on, while pages read or written meanwhile stay. The
@@ -434,15 +342,15 @@ static bool in_memory(uint32_t info)
  * (even if an error stopped it after some), or a negative errno. */
 static int write_back_coldest(struct uzram *dev, bool patient)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     struct batch batch;
-    int rc = batch_start(dev, patient, &batch);
+    int rc = begin_batch(dev, patient, &batch);
     if (rc < 0)
         return rc;
     const struct writeback_filter any = {0};
     uint32_t now = store_now(dev);
     if (!writeback->cold_valid)
-        writeback->cold_before = writeback_cold_cutoff(dev, now);
+        writeback->cold_before = coldest_cutoff(dev, &writeback->sample_start, now);
     writeback->cold_valid = true;
     uint64_t index = writeback->cold_hand % dev->page_count;
     /* At most one turn: a page taken is not seen again before its batch is written. */
@@ -461,7 +369,8 @@ static int write_back_coldest(struct uzram *dev, bool patient)
         }
         if (++index == dev->page_count) {
             index = 0;
-            writeback->cold_before = writeback_cold_cutoff(dev, now); /* a new turn */
+            writeback->cold_before =
+                coldest_cutoff(dev, &writeback->sample_start, now); /* a new turn */
         }
         if (batch_went_out(&batch, added))
             break;
@@ -479,9 +388,9 @@ static int write_back_coldest(struct uzram *dev, bool patient)
  * to the end. */
 static int write_back_idle(struct uzram *dev, uint64_t idle_seconds, bool *wrapped)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     struct batch batch;
-    int rc = batch_start(dev, true, &batch);
+    int rc = begin_batch(dev, true, &batch);
     if (rc < 0)
         return rc;
     const struct writeback_filter filter = {.min_age = store_ticks(idle_seconds)};
@@ -510,9 +419,13 @@ static int write_back_idle(struct uzram *dev, uint64_t idle_seconds, bool *wrapp
 /* Searches in a row by this thread's write that found nothing to write back. */
 static __thread uint64_t make_room_fruitless;
 
-bool writeback_make_room(struct uzram *dev, unsigned attempt)
+/* store_tier's make_room: with writeback_when_full, write back cold pages (or wait for another
+ * writer doing so) and return true to try again; false when nothing more can be done: the
+ * backing store is full, writeback_limit is used up, a write failed, or searches over the
+ * whole table found no page to write back. */
+static bool make_room(struct uzram *dev, unsigned attempt)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     if (!atomic_load_explicit(&writeback->when_full, memory_order_relaxed) || !device_backing(dev))
         return false;
     if (attempt == 0)
@@ -534,7 +447,7 @@ bool writeback_make_room(struct uzram *dev, unsigned attempt)
     }
     pthread_mutex_unlock(&writeback->lock);
     if (written < 0)
-        return false; /* the store is full, writeback_limit used up, or a write failed */
+        return false; /* the backing store is full, writeback_limit used up, or a write failed */
     make_room_fruitless = written > 0 ? 0 : make_room_fruitless + 1;
     /* Freed objects leave holes in the pool's spans: now and then gather
      * them, so that whole pages come free. */
@@ -545,15 +458,24 @@ bool writeback_make_room(struct uzram *dev, unsigned attempt)
     return make_room_fruitless <= dev->page_count / COLD_SCAN + 2;
 }
 
-bool writeback_room_to_promote(struct uzram *dev, unsigned size)
+/* store_tier's room_to_promote: the device moves pages between the tiers itself
+ * (writeback_when_full or writeback_idle), and the pool stays below the mark where the thread
+ * starts writing back with it (half the headroom below mem_limit), so that bringing one page
+ * back does not send another out. */
+static bool room_to_promote(struct uzram *dev, unsigned size)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     if (!atomic_load_explicit(&writeback->when_full, memory_order_relaxed) &&
         !atomic_load_explicit(&writeback->idle_seconds, memory_order_relaxed))
         return false;
     uint64_t limit = atomic_load(&dev->mem_limit);
     return limit == 0 || pool_mem_used(dev->pool) + size + headroom(limit) / 2 <= limit;
 }
+
+const struct store_tier writeback_tier = {
+    .make_room = make_room,
+    .room_to_promote = room_to_promote,
+};
 
 /* ---- the thread ------------------------------------------------------------------- */
 
@@ -584,7 +506,7 @@ static bool pool_over(struct uzram *dev, uint64_t half)
  * wrote or moved; *more: there is more to do at once. */
 static int thread_round(struct uzram *dev, bool *filling, int64_t *idle_next, bool *more)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     int written = 0;
     *more = false;
     if (!pass_begin(writeback, false))
@@ -613,9 +535,9 @@ static int thread_round(struct uzram *dev, bool *filling, int64_t *idle_next, bo
         *idle_next = wrapped || n < 0 ? now + 1000000000 : 0;
         *more = *idle_next == 0;
     }
-    if (store_fragmented(dev, NEED_BACKGROUND)) {
+    if (backing_fragmented(dev, NEED_BACKGROUND)) {
         pthread_mutex_lock(&writeback->lock);
-        int moved = compact_store(dev, true);
+        int moved = compact_backing(dev, true);
         pthread_mutex_unlock(&writeback->lock);
         written += moved > 0 ? moved : 0;
     }
@@ -632,7 +554,7 @@ static int thread_round(struct uzram *dev, bool *filling, int64_t *idle_next, bo
 static void *writeback_thread(void *arg)
 {
     struct uzram *dev = arg;
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     bool filling = false; /* bringing the pool down to the full headroom */
     int64_t idle_next = 0;
     pthread_mutex_lock(&writeback->thread_lock);
@@ -654,7 +576,7 @@ static void *writeback_thread(void *arg)
 /* Start the thread when a setting needs it, stop it when none does. */
 static int thread_follow_settings(struct uzram *dev)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     bool wanted = atomic_load(&writeback->when_full) || atomic_load(&writeback->idle_seconds);
 #ifdef UZRAM_TEST_HOOKS
     wanted = wanted && !writeback->no_thread;
@@ -685,7 +607,7 @@ static int thread_follow_settings(struct uzram *dev)
 #ifdef UZRAM_TEST_HOOKS
 void writeback_test_no_thread(struct uzram *dev)
 {
-    dev->writeback.no_thread = true;
+    dev->writeback->no_thread = true;
 }
 #endif
 
@@ -696,10 +618,10 @@ void writeback_test_no_thread(struct uzram *dev)
 int uzram_set_writeback_when_full(struct uzram *dev, bool on)
 {
     pthread_mutex_lock(&dev->settings_lock);
-    bool was = atomic_exchange(&dev->writeback.when_full, on);
+    bool was = atomic_exchange(&dev->writeback->when_full, on);
     int rc = thread_follow_settings(dev);
     if (rc < 0)
-        atomic_store(&dev->writeback.when_full, was);
+        atomic_store(&dev->writeback->when_full, was);
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
@@ -707,46 +629,48 @@ int uzram_set_writeback_when_full(struct uzram *dev, bool on)
 int uzram_set_writeback_idle(struct uzram *dev, uint64_t seconds)
 {
     pthread_mutex_lock(&dev->settings_lock);
-    uint64_t was = atomic_exchange(&dev->writeback.idle_seconds, seconds);
+    uint64_t was = atomic_exchange(&dev->writeback->idle_seconds, seconds);
     int rc = thread_follow_settings(dev);
     if (rc < 0)
-        atomic_store(&dev->writeback.idle_seconds, was);
+        atomic_store(&dev->writeback->idle_seconds, was);
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
 
 int uzram_set_writeback_rate(struct uzram *dev, uint64_t pages_per_second)
 {
-    atomic_store(&dev->writeback.rate, pages_per_second);
+    atomic_store(&dev->writeback->rate, pages_per_second);
     return 0;
 }
 
 int uzram_set_writeback_limit(struct uzram *dev, uint64_t pages)
 {
-    atomic_store(&dev->writeback.limit, pages);
+    atomic_store(&dev->writeback->limit.pages, pages);
     return 0;
 }
 
 int uzram_set_writeback_limit_enable(struct uzram *dev, bool on)
 {
-    atomic_store(&dev->writeback.limit_enable, on);
+    atomic_store(&dev->writeback->limit.enabled, on);
     return 0;
 }
 
 void writeback_settings(struct uzram *dev, struct writeback_settings *settings)
 {
     *settings = (struct writeback_settings){
-        .when_full = atomic_load(&dev->writeback.when_full),
-        .idle_seconds = atomic_load(&dev->writeback.idle_seconds),
-        .rate = atomic_load(&dev->writeback.rate),
+        .when_full = atomic_load(&dev->writeback->when_full),
+        .idle_seconds = atomic_load(&dev->writeback->idle_seconds),
+        .rate = atomic_load(&dev->writeback->rate),
+        .limit = atomic_load(&dev->writeback->limit.pages),
+        .limit_enable = atomic_load(&dev->writeback->limit.enabled),
     };
 }
 
-/* ---- the store: attach, detach ---------------------------------------------------- */
+/* ---- the backing store: attach, detach -------------------------------------------- */
 
 void writeback_trim(struct uzram *dev, bool wait, bool compact)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     /* Compaction is a pass: none while a reset runs. */
     compact = compact && pass_begin(writeback, false);
     if (wait) {
@@ -756,8 +680,8 @@ void writeback_trim(struct uzram *dev, bool wait, bool compact)
             pass_end(writeback);
         return;
     }
-    if (compact && store_fragmented(dev, NEED_ASKED))
-        compact_store(dev, true);
+    if (compact && backing_fragmented(dev, NEED_ASKED))
+        compact_backing(dev, true);
     struct backing *backing = device_backing(dev);
     if (backing) {
         backing_drop_dead_open(backing);
@@ -775,15 +699,14 @@ int uzram_set_backing_dev(struct uzram *dev, const char *path, uint64_t size)
 
 int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t size, unsigned flags)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     bool detach = !path || !*path || strcmp(path, "none") == 0;
     if (!detach && size == 0) {
         size = dev->disksize > BACKING_MAX_BYTES / 2 ? BACKING_MAX_BYTES : 2 * dev->disksize;
         /* a block device is used whole (size 0) */
     }
     struct backing *opened = NULL;
-    unsigned char *copy = NULL;
-    struct writeback_item *items = NULL;
+    struct batch_buffers buffers = {0};
     int rc = 0;
     /* Writeback's lock: no pass runs meanwhile; the settings lock: the
      * device stays empty meanwhile, as for the other settings. */
@@ -792,70 +715,58 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
     if (counter_get(&dev->pages_stored) != 0) {
         rc = -EBUSY;
     } else if (!detach) {
-        copy = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(UZRAM_PAGE_SIZE);
-        items = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(BATCH_OBJECTS, sizeof *items);
-        rc = copy && items
-                 ? backing_open(path, size, flags, &writeback->bd_checksum_errors, &opened)
-                 : -ENOMEM;
+        rc = batch_buffers_make(&buffers);
+        if (rc == 0)
+            rc = backing_open(path, size, flags, &dev->bd_checksum_errors, &opened);
     }
     if (rc == 0) {
         struct backing *old = device_backing(dev);
-        atomic_store_explicit(&writeback->backing, opened, memory_order_release);
+        atomic_store_explicit(&dev->backing, opened, memory_order_release);
         backing_close(old);
-        free(writeback->copy);
-        free(writeback->items);
-        writeback->copy = opened ? copy : NULL;
-        writeback->items = opened ? items : NULL;
-        copy = NULL;
-        items = NULL;
+        batch_buffers_free(&writeback->buffers);
+        writeback->buffers = buffers; /* none to detach */
+        buffers = (struct batch_buffers){0};
         writeback->cold_hand = writeback->idle_hand = 0;
         writeback->cold_valid = false;
     }
     pthread_mutex_unlock(&dev->settings_lock);
     pthread_mutex_unlock(&writeback->lock);
-    free(copy);
-    free(items);
+    batch_buffers_free(&buffers);
     return rc;
 }
 
 int uzram_get_backing_dev(struct uzram *dev, char *buf, size_t size)
 {
-    pthread_mutex_lock(&dev->writeback.lock);
+    pthread_mutex_lock(&dev->writeback->lock);
     struct backing *backing = device_backing(dev);
     const char *path = backing ? backing_path(backing) : "none";
     size_t length = strlen(path);
     int rc = length < size ? (int)length : -ERANGE;
     if (rc >= 0)
         memcpy(buf, path, length + 1);
-    pthread_mutex_unlock(&dev->writeback.lock);
+    pthread_mutex_unlock(&dev->writeback->lock);
     return rc;
 }
 
 void writeback_reset(struct uzram *dev)
 {
-    struct writeback *writeback = &dev->writeback;
-    _Atomic uint64_t *cumulative[] = {
-        &writeback->bd_reads,   &writeback->bd_writes,          &writeback->bd_write_errors,
-        &writeback->bd_nospace, &writeback->bd_checksum_errors,
-    };
-    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
-        atomic_store(cumulative[i], 0);
+    struct writeback *writeback = dev->writeback;
     /* zram: "The writeback_limit count will reset whenever you reset zram" */
-    atomic_store(&writeback->limit, 0);
+    atomic_store(&writeback->limit.pages, 0);
     writeback_trim(dev, false, false);
 }
 
 void writeback_destroy(struct uzram *dev)
 {
-    struct writeback *writeback = &dev->writeback;
+    struct writeback *writeback = dev->writeback;
     atomic_store(&writeback->when_full, false);
     atomic_store(&writeback->idle_seconds, 0);
     thread_follow_settings(dev);
     backing_close(device_backing(dev));
-    free(writeback->copy);
-    free(writeback->items);
+    batch_buffers_free(&writeback->buffers);
     pthread_mutex_destroy(&writeback->lock);
     pthread_mutex_destroy(&writeback->thread_lock);
     pthread_cond_destroy(&writeback->wake);
     pthread_cond_destroy(&writeback->passes_changed);
+    free(writeback);
 }

@@ -1,8 +1,8 @@
 #!/bin/bash
 # check.sh - everything `make check` runs: formatting, plain and ASan+UBSan builds, the shared
-# library's exports, unit and model tests in both, the concurrent tests under TSan, fault
-# injection, the fuzz corpus, then integration tests with real NBD clients. Ends with a
-# summary in which every skip is named.
+# library's exports, the layers of lib/ (no circle), unit and model tests in both, the
+# concurrent tests under TSan, fault injection, the fuzz corpus, then integration tests with
+# real NBD clients. Ends with a summary in which every skip is named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -51,6 +51,17 @@ else
     count exports 1
     echo "FAIL exports:"
     sed 's/^/    /' build/check-exports.log
+fi
+
+# The engine's files stand in layers: none includes (so none calls) one that includes it back.
+echo "== layers of lib/"
+if ./scripts/check-layers.sh lib >build/check-layers.log 2>&1; then
+    count layers 0
+    echo "PASS layers: lib/ in $(head -1 build/check-layers.log | cut -d' ' -f1) layers, no circle"
+else
+    count layers 1
+    echo "FAIL layers:"
+    sed 's/^/    /' build/check-layers.log
 fi
 
 for dir in build build/asan; do

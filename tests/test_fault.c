@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "device.h" /* writeback_test_no_thread */
+#include "writeback.h" /* writeback_test_no_thread */
 #include "fault.h"
 #include "test_util.h"
 

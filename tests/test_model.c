@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "device.h" /* store_test_advance_clock */
+#include "store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 /* Under valgrind (make valgrind) the same runs would take minutes: use

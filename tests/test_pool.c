@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 
 #include "pool.h"
+#include "pool_reserve.h"
 #include "test_util.h"
 
 #define PAGE 4096u

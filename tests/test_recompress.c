@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "device.h"
+#include "store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -15,7 +15,9 @@
 
 #include <cmocka.h>
 
-#include "device.h" /* slots, store_test_advance_clock, writeback_test_no_thread */
+#include "device.h"    /* slots */
+#include "store.h"     /* store_test_advance_clock */
+#include "writeback.h" /* writeback_test_no_thread */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

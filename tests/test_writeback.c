@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "device.h" /* store_test_advance_clock */
+#include "store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -1,25 +1,10 @@
-/* util.c - small public helpers: size parsing, version, cost figures for estimators.
- * Kept apart from the engine so frontends can use them without a device. */
-
-/* defines the page-analysis helpers of uzram.h's static-linking-only part */
-#define UZRAM_STATIC_LINKING_ONLY
+/* parse_size.c - uzram_parse_size: a size as people write it (4096, 1G, 1.5 MiB) in bytes,
+ * for mem_limit and the program's options. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dedup.h"
-#include "device.h"
-#include "pool.h"
-
-unsigned uzram_version_number(void)
-{
-    return UZRAM_VERSION_NUMBER;
-}
-
-const char *uzram_version(void)
-{
-    return UZRAM_VERSION_STRING;
-}
+#include "uzram.h"
 
 /* Integers are parsed exactly (a double would round sizes above 2^53);
  * a fraction is allowed only where it gives a whole number of bytes. */
@@ -81,22 +66,4 @@ int uzram_parse_size(const char *text, uint64_t *bytes)
     }
     *bytes = value;
     return 0;
-}
-
-double uzram_pool_object_cost(size_t length)
-{
-    if (length == 0 || length >= HUGE_THRESHOLD)
-        return UZRAM_PAGE_SIZE;
-    return pool_object_cost(length);
-}
-
-size_t uzram_huge_threshold(void)
-{
-    return HUGE_THRESHOLD;
-}
-
-size_t uzram_dedup_entry_cost(void)
-{
-    /* one entry, plus one bucket (4 bytes) per four pages of disk */
-    return dedup_entry_size() + 1;
 }

@@ -1,0 +1,167 @@
+/* lifecycle.c - a device made, reset, compacted and destroyed: the one file that puts the
+ * parts together (page table, pool, dedup index, codecs, store, recompression, writeback) and
+ * so the one that knows them all. Each part sets itself up and tears itself down; this file
+ * says in which order, and hands the store its hooks into writeback (dev->tier). */
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+
+#include "comp.h"
+#include "dedup.h"
+#include "device.h"
+#include "disksize.h"
+#include "fault.h"
+#include "pool.h"
+#include "pool_reserve.h"
+#include "recompress.h"
+#include "store.h"
+#include "table.h"
+#include "writeback.h"
+
+void uzram_config_init(struct uzram_config *config)
+{
+    *config = (struct uzram_config){
+        .comp_algorithm = "lz4",
+        .same_filled = true,
+    };
+}
+
+/* A setting of a later version sits in `reserved`: refuse it rather than
+ * run without it. */
+static bool config_reserved_zero(const struct uzram_config *config)
+{
+    for (size_t i = 0; i < sizeof config->reserved / sizeof config->reserved[0]; i++)
+        if (config->reserved[i])
+            return false;
+    return true;
+}
+
+/* The parts that can fail to be made, in order; a failure undoes those made before it. */
+static int create_parts(struct uzram *dev, bool use_dedup)
+{
+    int rc = table_map(dev);
+    if (rc < 0)
+        return rc;
+    rc = pool_create(&dev->pool);
+    if (rc < 0)
+        goto fail_pool;
+    rc = recompressor_create(dev);
+    if (rc < 0)
+        goto fail_recompressor;
+    rc = writeback_create(dev);
+    if (rc < 0)
+        goto fail_writeback;
+    if (use_dedup) {
+        struct dedup *dedup;
+        rc = store_dedup_create(dev, &dedup);
+        if (rc < 0)
+            goto fail_dedup;
+        atomic_init(&dev->dedup, dedup);
+    }
+    return 0;
+
+fail_dedup:
+    writeback_destroy(dev);
+fail_writeback:
+    recompressor_destroy(dev);
+fail_recompressor:
+    pool_destroy(dev->pool);
+fail_pool:
+    table_unmap(dev);
+    return rc;
+}
+
+int uzram_create(const struct uzram_config *config, struct uzram **out)
+{
+    if (!config || !out || !config_reserved_zero(config))
+        return -EINVAL;
+    int algo, level;
+    int rc = disksize_check(config->disksize);
+    if (rc == 0)
+        rc = comp_choose(config->comp_algorithm ? config->comp_algorithm : "lz4",
+                         config->comp_level, &algo, &level);
+    if (rc < 0)
+        return rc;
+
+    struct uzram *dev = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dev);
+    if (!dev)
+        return -ENOMEM;
+    dev->disksize = config->disksize;
+    dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
+    rc = create_parts(dev, config->use_dedup);
+    if (rc < 0) {
+        free(dev);
+        return rc;
+    }
+    pthread_mutex_init(&dev->settings_lock, NULL);
+    codecs_init(&dev->codecs);
+    /* The first entry of an empty table: nothing to allocate, cannot fail. */
+    codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
+    store_clock_start(dev);
+    dev->tier = &writeback_tier;
+    atomic_init(&dev->same_filled, config->same_filled);
+    atomic_init(&dev->use_dedup, config->use_dedup);
+    atomic_init(&dev->mem_limit, config->mem_limit);
+    pool_set_limit(dev->pool, config->mem_limit);
+    *out = dev;
+    return 0;
+}
+
+void uzram_destroy(struct uzram *dev)
+{
+    if (!dev)
+        return;
+    /* The threads first: they work on everything below. */
+    recompressor_destroy(dev);
+    writeback_destroy(dev);
+    dedup_destroy(device_dedup(dev));
+    pool_destroy(dev->pool);
+    codecs_destroy(&dev->codecs);
+    table_unmap(dev);
+    pthread_mutex_destroy(&dev->settings_lock);
+    free(dev);
+}
+
+int uzram_reset(struct uzram *dev)
+{
+    /* No pass begun before the reset goes on after it, counting or writing back pages. */
+    recompressor_pause(dev);
+    writeback_pause(dev);
+    pthread_mutex_lock(&dev->settings_lock);
+    store_discard_all(dev);
+    /* The counters of events (the levels went to 0 with the pages). */
+    _Atomic uint64_t *cumulative[] = {
+        &dev->huge_pages_since, &dev->pages_compacted,    &dev->failed_reads,
+        &dev->failed_writes,    &dev->invalid_io,         &dev->notify_free,
+        &dev->recomp_pages,     &dev->recomp_bytes,       &dev->recomp_saved_bytes,
+        &dev->bd_reads,         &dev->bd_writes,          &dev->bd_write_errors,
+        &dev->bd_nospace,       &dev->bd_checksum_errors,
+    };
+    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
+        atomic_store(cumulative[i], 0);
+    dedup_reset_counters(device_dedup(dev));
+    writeback_reset(dev);
+    pool_reset_mem_used_max(dev->pool);
+    pthread_mutex_unlock(&dev->settings_lock);
+    writeback_resume(dev);
+    recompressor_resume(dev);
+    return 0;
+}
+
+int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
+{
+    uint64_t freed = store_compact_pool(dev);
+    /* and the backing store gives back what no page uses, and malloc what it keeps free
+     * (buffers of a storm of requests, in the arenas of threads gone since) */
+    writeback_trim(dev, false, true);
+    /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
+    if (!pool_reserve_on(dev->pool)) {
+        table_give_back(dev);
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+    }
+    if (pages_freed)
+        *pages_freed = freed;
+    return 0;
+}

@@ -1,0 +1,252 @@
+/* recompress_page.c - one page's recompression: a look at its slot without the lock passes over
+ * most pages; then its object is copied under the lock, decoded and compressed again outside
+ * it with the secondary algorithms in turn, and swapped in under the lock if the slot still
+ * holds the same bytes. A dedup entry is recompressed once for all the pages that share it.
+ * The passes, settings and thread are recompress.c's. */
+#include "recompress_page.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "dedup.h"
+#include "pool.h"
+#include "slot.h"
+#include "store_internal.h"
+
+/* Recompression's own buffers: the old object's bytes, its page, and the new object. */
+static __thread unsigned char old_copy[UZRAM_PAGE_SIZE];
+static __thread unsigned char old_page[UZRAM_PAGE_SIZE];
+static __thread unsigned char new_object[UZRAM_PAGE_SIZE];
+
+/* The priority of the codec that made an object of `size` bytes: 0 (the
+ * primary) for a raw page. */
+static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec)
+{
+    return size == UZRAM_PAGE_SIZE ? 0 : codecs_get(&dev->codecs, codec)->priority;
+}
+
+/* Whether `plan` takes a page with this info and ac_time at `now`: checked
+ * once without the lock (to pass over most pages cheaply) and again with it. */
+static bool plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
+                       uint32_t now)
+{
+    enum slot_state state = slot_info_state(info);
+    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
+        return false; /* empty, or same-filled: nothing to gain */
+    if (info & SLOT_INCOMPRESSIBLE)
+        return false;
+    if ((plan->mode & RECOMPRESS_IDLE) && !(info & SLOT_IDLE))
+        return false;
+    if ((plan->mode & RECOMPRESS_HUGE) && state != SLOT_HUGE)
+        return false;
+    if (plan->min_age && (ac_time > now || now - ac_time < plan->min_age))
+        return false;
+    if (plan->threshold && state != SLOT_DEDUP && slot_info_size(info) < plan->threshold)
+        return false;
+    return true;
+}
+
+/* Compress `page` again with the plan's priorities above `current`, in
+ * order, until one gives an object that takes less pool memory than
+ * `old_size` (and is below the threshold). Returns its length (in
+ * new_object, with a user on *codec), 0 when none did, or a negative
+ * errno. *tried counts the algorithms tried. */
+static int recompress_smaller(struct uzram *dev, const struct recompress_plan *plan,
+                              const void *page, unsigned old_size, unsigned current,
+                              unsigned *codec, unsigned *tried)
+{
+    size_t capacity = old_size == UZRAM_PAGE_SIZE ? HUGE_THRESHOLD - 1 : old_size - 1;
+    if (plan->threshold && plan->threshold - 1 < capacity)
+        capacity = plan->threshold - 1;
+    double old_cost = pool_object_cost(old_size);
+    for (unsigned priority = plan->first; priority <= plan->last; priority++) {
+        if (priority <= current)
+            continue;
+        int length = store_compress(dev, priority, page, new_object, capacity, codec);
+        if (length == -ENOENT)
+            continue; /* no algorithm at this priority */
+        ++*tried;
+        if (length <= 0) {
+            if (length < 0)
+                return length;
+            continue;
+        }
+        if (pool_object_cost((size_t)length) < old_cost)
+            return length;
+        codecs_release(&dev->codecs, *codec);
+    }
+    return 0;
+}
+
+/* Mark a page whose every secondary algorithm failed to shrink it, if the
+ * slot still holds the form that was tried. */
+static void mark_incompressible(struct uzram *dev, struct slot *slot, const struct page_object *old)
+{
+    slot_lock(slot);
+    struct page_object now;
+    slot_get(slot, &now);
+    if (now.state == old->state && now.value == old->value && now.size == old->size &&
+        now.codec == old->codec)
+        slot_set_marks(dev, slot, SLOT_INCOMPRESSIBLE, 0);
+    slot_unlock(slot);
+}
+
+/* Swap the slot's object for `made` if the slot still holds the same bytes
+ * that were recompressed: neither rewritten nor discarded meanwhile (a
+ * handle alone could have been freed and reused, so the bytes decide; and
+ * equal bytes with the same codec are the same page). The marks and ac_time
+ * stay: the page was not accessed. Returns whether it swapped. */
+static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct page_object *old,
+                              const struct page_object *made)
+{
+    slot_lock(slot);
+    struct page_object now;
+    slot_get(slot, &now);
+    bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
+                memcmp(pool_map(dev->pool, now.value), old_copy, now.size) == 0;
+    if (same) {
+        slot_set_form(slot, made);
+        if (now.state == SLOT_HUGE)
+            counter_sub(&dev->huge_pages, 1);
+    }
+    slot_unlock(slot);
+    if (same)
+        store_free_object(dev, &now);
+    return same;
+}
+
+/* The work on a dedup reference: recompress the entry's object once for
+ * every page that shares it. The slot is locked on entry and unlocked here. */
+static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct page_object *old,
+                            const struct recompress_plan *plan, struct recompress_tally *tally)
+{
+    struct dedup *dedup = device_dedup(dev);
+    uint32_t id = (uint32_t)old->value;
+    /* A raw entry stays raw: the huge count of every page sharing it
+     * follows from it. */
+    bool take = !dedup_is_huge(dedup, id) && dedup_get(dedup, id);
+    slot_unlock(slot);
+    if (!take)
+        return 0;
+    /* An object on the backing store stays there as it is. */
+    struct dedup_object expected;
+    dedup_with_object(dedup, id, store_copy_dedup_object, &expected);
+    if (expected.handle & OBJECT_BACKED) {
+        dedup_put(dedup, id);
+        return 0;
+    }
+    int rc = dedup_read_object(dedup, id, old_page, &expected);
+    unsigned current = object_priority(dev, expected.size, expected.codec);
+    if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
+        dedup_put(dedup, id);
+        return rc;
+    }
+    unsigned codec = 0, tried = 0;
+    int length = recompress_smaller(dev, plan, old_page, expected.size, current, &codec, &tried);
+    if (length > 0) {
+        struct page_object made;
+        rc = store_put_object(dev, new_object, (unsigned)length, codec, OWNER_DEDUP_BIT | id, true,
+                              &made);
+        if (rc < 0) {
+            codecs_release(&dev->codecs, codec);
+        } else {
+            const struct dedup_object object = {made.value, made.size, made.codec};
+            struct dedup_object replaced;
+            if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
+                /* Written back meanwhile: the copy on the backing store goes. */
+                const struct page_object form = store_dedup_form(&replaced);
+                store_free_object(dev, &form);
+                tally->recompressed++;
+                tally->bytes_before += expected.size;
+                tally->bytes_after += made.size;
+            } else {
+                store_free_object(dev, &made);
+            }
+        }
+    } else if (length == 0 && tried > 0 && plan->marks_incompressible) {
+        mark_incompressible(dev, slot, old);
+        tally->incompressible++;
+    }
+    dedup_put(dedup, id);
+    tally->tried += tried > 0;
+    return length < 0 ? length : rc;
+}
+
+int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
+                    uint32_t now, struct recompress_tally *tally)
+{
+    struct slot *slot = &dev->slots[index];
+    uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+    if (peek == 0 ||
+        !plan_takes(plan, peek, atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now))
+        return 0;
+    slot_lock(slot);
+    struct page_object old;
+    slot_get(slot, &old);
+    if (!plan_takes(plan, slot_info(slot),
+                    atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now)) {
+        slot_unlock(slot);
+        return 0;
+    }
+    if (old.state == SLOT_DEDUP)
+        return recompress_dedup(dev, slot, &old, plan, tally);
+    unsigned current = object_priority(dev, old.size, old.codec);
+    if (current >= plan->last) {
+        slot_unlock(slot);
+        return 0;
+    }
+    /* Work on a copy, without the lock: writes and reads of the page go on
+     * meanwhile. The codec user keeps a dictionary alive for the decoding
+     * even if the page is rewritten meanwhile. */
+    memcpy(old_copy, pool_map(dev->pool, old.value), old.size);
+    if (old.state == SLOT_COMPRESSED)
+        codecs_hold(&dev->codecs, old.codec);
+    slot_unlock(slot);
+    int rc = store_decode(dev, old_copy, old.size, old.codec, old_page);
+    if (old.state == SLOT_COMPRESSED)
+        codecs_release(&dev->codecs, old.codec);
+    if (rc < 0)
+        return rc;
+
+    unsigned codec = 0, tried = 0;
+    int length = recompress_smaller(dev, plan, old_page, old.size, current, &codec, &tried);
+    tally->tried += tried > 0;
+    if (length < 0)
+        return length;
+    if (length == 0) {
+        if (tried > 0 && plan->marks_incompressible) {
+            mark_incompressible(dev, slot, &old);
+            tally->incompressible++;
+        }
+        return 0;
+    }
+    struct page_object made;
+    rc = store_put_object(dev, new_object, (unsigned)length, codec, index + 1, true, &made);
+    if (rc < 0) {
+        codecs_release(&dev->codecs, codec);
+        return rc;
+    }
+    if (!swap_recompressed(dev, slot, &old, &made)) {
+        store_free_object(dev, &made);
+        return 0;
+    }
+    tally->recompressed++;
+    tally->bytes_before += old.size;
+    tally->bytes_after += made.size;
+    return 0;
+}
+
+int recompress_sample_page(struct uzram *dev, uint64_t index, void *page)
+{
+    struct slot *slot = &dev->slots[index];
+    if (slot_seems_empty(slot))
+        return 0;
+    slot_lock(slot);
+    enum slot_state state = slot_info_state(slot_info(slot));
+    int rc = 0;
+    if (state == SLOT_COMPRESSED ||
+        (state == SLOT_DEDUP && !dedup_is_huge(device_dedup(dev), (uint32_t)slot->value)))
+        rc = store_load_locked(dev, slot, page) < 0 ? 0 : 1;
+    slot_unlock(slot);
+    return rc;
+}
