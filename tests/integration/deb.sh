@@ -76,7 +76,10 @@ for package in "${PACKAGES[@]}"; do
     while read -r path; do [[ -e $path || -L $path ]] || fail "$package: $path is not there"; done <"$WORK/$package.dpkg-l"
 done
 [[ $(/usr/bin/uzram --version) == "uzram $VERSION" ]] || fail "/usr/bin/uzram --version: $(/usr/bin/uzram --version)"
-ldconfig -p | grep -Eq "libuzram.so.0 .*=> (/usr)?/lib/$MULTIARCH/libuzram.so.0$" || fail "libuzram.so.0 is not in ld.so.cache"
+# Output taken whole before grep reads it: grep -q stops at the first match, and the writer
+# killed by SIGPIPE then would fail the pipeline (pipefail).
+ldcache=$(ldconfig -p)
+grep -Eq "libuzram.so.0 .*=> (/usr)?/lib/$MULTIARCH/libuzram.so.0$" <<<"$ldcache" || fail "libuzram.so.0 is not in ld.so.cache"
 pass "apt-get install: every file dpkg -L lists is there; /usr/bin/uzram --version says $VERSION"
 
 # The units are well formed and name the installed program; the generator enables a unit
@@ -108,14 +111,16 @@ grep -q 'int main' "$WORK/hello.c" || fail "no C example in README.md"
 cd "$WORK"
 # shellcheck disable=SC2046 # pkg-config's words are meant to split
 cc -Wall -Werror -o hello hello.c $(pkg-config --cflags --libs uzram) || fail "README example does not build"
-ldd ./hello | grep -Eq "libuzram.so.0 => (/usr)?/lib/$MULTIARCH/libuzram.so.0 " || fail "hello does not load the installed library: $(ldd ./hello)"
+loads=$(ldd ./hello)
+grep -Eq "libuzram.so.0 => (/usr)?/lib/$MULTIARCH/libuzram.so.0 " <<<"$loads" || fail "hello does not load the installed library: $loads"
 ./hello >hello.out || fail "README example failed: $(cat hello.out)"
 grep -qx "libuzram $VERSION: 65536 bytes stored in [0-9]*, read back equal" hello.out || fail "README example said: $(cat hello.out)"
 static_libs=$(pkg-config --static --libs uzram)
 # shellcheck disable=SC2086
 cc -Wall -Werror -o hello-static hello.c $(pkg-config --cflags uzram) ${static_libs/-luzram/-l:libuzram.a} ||
     fail "README example does not build static"
-if readelf -d hello-static | grep -q 'NEEDED.*libuzram'; then fail "the static build needs libuzram.so"; fi
+needed=$(readelf -d hello-static)
+if grep -q 'NEEDED.*libuzram' <<<"$needed"; then fail "the static build needs libuzram.so"; fi
 ./hello-static | cmp -s - hello.out || fail "the static build's output differs"
 cd "$REPO"
 pass "README example with pkg-config against libuzram-dev: $(cat "$WORK/hello.out"); static too"

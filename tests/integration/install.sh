@@ -153,10 +153,14 @@ else
     find /usr/local -xdev | sort >"$WORK/before"
     at_exit "make -s -C '$REPO' O='$BUILD' uninstall"
     run_make install
-    ldconfig -p | grep -q "libuzram.so.$MAJOR .*=> /usr/local/lib/libuzram.so.$MAJOR" ||
+    # ld.so.cache taken whole first: grep -q stops at the first match, and ldconfig killed by
+    # SIGPIPE then would fail the pipeline (pipefail).
+    ldcache=$(ldconfig -p)
+    grep -q "libuzram.so.$MAJOR .*=> /usr/local/lib/libuzram.so.$MAJOR" <<<"$ldcache" ||
         fail "make install did not put libuzram.so.$MAJOR in ld.so.cache: $(ldconfig -p | grep uzram)"
     run_make uninstall
-    if ldconfig -p | grep -q "/usr/local/lib/libuzram"; then
+    ldcache=$(ldconfig -p)
+    if grep -q "/usr/local/lib/libuzram" <<<"$ldcache"; then
         fail "make uninstall left ld.so.cache naming /usr/local/lib/libuzram: $(ldconfig -p | grep uzram)"
     fi
     find /usr/local -xdev | sort >"$WORK/after"
