@@ -32,6 +32,8 @@ struct recompressor {
     _Atomic bool stop;     /* leave: recompress_idle 0 or destroy */
     _Atomic bool paused;   /* a reset is running: no pass begins, running ones end */
     uint64_t idle_seconds; /* under lock; 0: off */
+    unsigned idle_sets;    /* under lock: each set of recompress_idle wakes the thread */
+    uint64_t passes;       /* passes the thread finished (under lock) */
     _Atomic uint64_t rate; /* pages per second; 0: no limit */
     int priority_class;    /* what the thread got: 1 SCHED_IDLE, 2 nice 19, 0 none */
 };
@@ -363,13 +365,20 @@ static void *recompressor_main(void *arg)
             store_compact_pool(dev);
         pthread_mutex_lock(&r->lock);
         r->in_pass = false;
+        r->passes++;
         pthread_cond_broadcast(&r->wake);
         if (atomic_load(&r->stop) || atomic_load(&r->paused))
             continue;
+        /* The wait ends early only for a stop, a pause or a new setting: `wake` is broadcast
+         * for other reasons too (the end of every pass by request, which must not start a
+         * pass of this thread each time). */
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += (time_t)pass_interval(idle_seconds);
-        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+        unsigned idle_sets = r->idle_sets;
+        while (!atomic_load(&r->stop) && !atomic_load(&r->paused) && r->idle_sets == idle_sets &&
+               pthread_cond_timedwait(&r->wake, &r->lock, &until) != ETIMEDOUT)
+            ;
     }
     pthread_mutex_unlock(&r->lock);
     return NULL;
@@ -412,6 +421,7 @@ static int set_recompress_idle(struct uzram *dev, uint64_t seconds)
     }
     pthread_mutex_lock(&r->lock);
     r->idle_seconds = seconds;
+    r->idle_sets++;
     int rc = 0;
     if (!r->running) {
         rc = FAULT_POINT(FAULT_ALLOC)
@@ -462,6 +472,17 @@ void recompressor_destroy(struct uzram *dev)
     pthread_mutex_destroy(&r->control);
     free(r);
 }
+
+#ifdef UZRAM_TEST_HOOKS
+uint64_t recompressor_test_passes(struct uzram *dev)
+{
+    struct recompressor *r = dev->recompressor;
+    pthread_mutex_lock(&r->lock);
+    uint64_t passes = r->passes;
+    pthread_mutex_unlock(&r->lock);
+    return passes;
+}
+#endif
 
 /* Settings the attributes show (attr.c). */
 void recompressor_settings(struct uzram *dev, uint64_t *idle_seconds, uint64_t *rate,

@@ -24,4 +24,9 @@ void recompressor_resume(struct uzram *dev);
 void recompressor_settings(struct uzram *dev, uint64_t *idle_seconds, uint64_t *rate,
                            int *priority_class);
 
+#ifdef UZRAM_TEST_HOOKS
+/* Passes the background thread has finished. */
+uint64_t recompressor_test_passes(struct uzram *dev);
+#endif
+
 #endif

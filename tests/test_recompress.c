@@ -12,7 +12,8 @@
 
 #include <cmocka.h>
 
-#include "store.h" /* store_test_advance_clock */
+#include "recompress.h" /* recompressor_test_passes */
+#include "store.h"      /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE
@@ -510,6 +511,17 @@ static void test_recompress_attributes(void **state)
     uzram_destroy(dev);
 }
 
+/* A device for the background thread, with a secondary algorithm, no rate limit and the set
+ * written (into `model`, SET_PAGES pages). */
+static struct uzram *background_device(unsigned char *model)
+{
+    struct uzram *dev = test_device(DISK, "lz4", 1);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
+    assert_int_equal(uzram_set_recompress_rate(dev, 0), 0);
+    write_set(dev, model);
+    return dev;
+}
+
 /* The background thread: it recompresses pages unused for long enough, by
  * itself; reset pauses it, setting 0 and destroy stop it. */
 static void test_concurrent_recompress_background(void **state)
@@ -517,10 +529,7 @@ static void test_concurrent_recompress_background(void **state)
     (void)state;
     unsigned char *model = malloc(SET_PAGES * PAGE);
     assert_non_null(model);
-    struct uzram *dev = test_device(DISK, "lz4", 1);
-    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
-    assert_int_equal(uzram_set_recompress_rate(dev, 0), 0);
-    write_set(dev, model);
+    struct uzram *dev = background_device(model);
     assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
     /* nothing is 60 s old: the first pass leaves everything */
     struct timespec pause = {0, 200 * 1000 * 1000};
@@ -546,6 +555,43 @@ static void test_concurrent_recompress_background(void **state)
     free(model);
 }
 
+/* The background thread waits half its idle time between passes: a pass by request, which
+ * signals the thread's condition as it ends (for a reset waiting on it), does not start one.
+ * (It did, a pass per request: the thread ran passes back to back beside a loop of requests.) */
+static void test_concurrent_recompress_background_interval(void **state)
+{
+    (void)state;
+    unsigned char *model = malloc(SET_PAGES * PAGE);
+    assert_non_null(model);
+    struct uzram *dev = background_device(model);
+    /* the first pass, at once (waited for): nothing is 60 s old */
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    struct timespec step = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 2000 && recompressor_test_passes(dev) == 0; i++)
+        nanosleep(&step, NULL);
+    assert_int_equal(recompressor_test_passes(dev), 1);
+    /* everything is old enough now, but the next pass is 30 s away; requests (on pages
+     * not marked idle: they change nothing) come and go meanwhile */
+    store_test_advance_clock(dev, 61);
+    for (int i = 0; i < 20; i++) {
+        struct uzram_recompress_result result;
+        assert_int_equal(uzram_recompress(dev, UZRAM_RECOMPRESS_IDLE, 0, 0, 0, &result), 0);
+        assert_int_equal(result.pages_recompressed, 0);
+        nanosleep(&step, NULL);
+    }
+    assert_int_equal(recompressor_test_passes(dev), 1);
+    assert_int_equal(test_stats(dev).recomp_pages, 0);
+    /* a new setting still starts a pass at once */
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    for (int i = 0; i < 2000 && recompressor_test_passes(dev) == 1; i++)
+        nanosleep(&step, NULL);
+    assert_int_equal(recompressor_test_passes(dev), 2);
+    assert_true(test_stats(dev).recomp_pages > 0);
+    expect_set(dev, model);
+    uzram_destroy(dev);
+    free(model);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -560,6 +606,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompress_dictionaries),
         cmocka_unit_test(test_recompress_attributes),
         cmocka_unit_test(test_concurrent_recompress_background),
+        cmocka_unit_test(test_concurrent_recompress_background_interval),
     };
     return cmocka_run_group_tests_name("recompress", tests, NULL, NULL);
 }
