@@ -24,7 +24,7 @@ URING_LIBS := $(shell pkg-config --libs liburing 2>/dev/null)
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS := -std=gnu11 -Wall -Wextra -Werror -pthread -D_GNU_SOURCE \
-	-Iinclude -Ilib $(DEP_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+	-Iinclude -Ilib $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS := -pthread $(LDFLAGS)
 ifneq ($(SAN),)
 ALL_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -118,6 +118,7 @@ $(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
 $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
+$(O)/tests/test_sizes: $(O)/src/common/sizes.o
 $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
@@ -163,7 +164,7 @@ format-check:
 	clang-format --dry-run -Werror $(FORMAT_FILES)
 
 clean:
-	rm -rf build
+	rm -rf $(O)
 
 # ---- install (GNU conventions; tests/integration/install.sh checks the tree) ----
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: the program, libuzram.a, the shared
@@ -181,10 +182,12 @@ mandir ?= $(datarootdir)/man
 man1dir ?= $(mandir)/man1
 docdir ?= $(datarootdir)/doc/uzram
 pkgconfigdir ?= $(libdir)/pkgconfig
-# /etc for a /usr install, as distributions have it; PREFIX/etc otherwise.
-sysconfdir ?= $(if $(filter /usr,$(prefix)),/etc,$(prefix)/etc)
+# /etc whatever the prefix, as distributions have it: the units, README and uzram(1) all
+# name /etc/uzram/uzram.conf (a PREFIX/etc nobody looks in made the at-boot recipe fail).
+sysconfdir ?= /etc
 # systemd reads units from /usr/lib/systemd/system and /usr/local/lib/systemd/system.
 systemdsystemunitdir ?= $(prefix)/lib/systemd/system
+systemdgeneratordir ?= $(prefix)/lib/systemd/system-generators
 INSTALL ?= install
 
 # Directories under prefix are written relative to it in uzram.pc, so that
@@ -193,14 +196,22 @@ pc_path = $(patsubst $(prefix)/%,$${prefix}/%,$(1))
 SUBSTITUTE = sed -e 's|@prefix@|$(prefix)|g' -e 's|@libdir@|$(call pc_path,$(libdir))|g' \
 	-e 's|@includedir@|$(call pc_path,$(includedir))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	-e 's|@REQUIRES_PRIVATE@|$(LIB_PKGS)|g' -e 's|@bindir@|$(bindir)|g' \
-	-e 's|@sysconfdir@|$(sysconfdir)|g'
-SYSTEMD_UNITS := uzram@.service uzram@.socket uzram-swap@.service
+	-e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@systemdsystemunitdir@|$(systemdsystemunitdir)|g'
+SYSTEMD_UNITS := uzram@.service uzram@.socket uzram-swap@.service uzram-zram@.service \
+	uzram-zram-setup@.service
+# zram-generator's configuration, served by uzram at boot (uzram(1), ZRAM-GENERATOR).
+SYSTEMD_GENERATOR := uzram-zram-generator
 
 .PHONY: install uninstall
+# The directories install made, for uninstall (scripts/install-dirs.sh).
+INSTALLED_DIRS = $(docdir)/installed-directories
+# ldconfig after the library comes or goes, when it is the machine's own tree.
+LDCONFIG = @if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+		ldconfig; fi
 install: lib programs
-	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(libdir) $(DESTDIR)$(includedir) \
-		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(man1dir) $(DESTDIR)$(docdir) \
-		$(DESTDIR)$(systemdsystemunitdir)
+	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh create $(INSTALLED_DIRS) $(bindir) $(libdir) \
+		$(includedir) $(pkgconfigdir) $(man1dir) $(docdir) $(systemdsystemunitdir) \
+		$(systemdgeneratordir)
 	$(INSTALL) -m 755 $(UZRAM) $(DESTDIR)$(bindir)/uzram
 	$(INSTALL) -m 644 $(LIBUZRAM) $(DESTDIR)$(libdir)/libuzram.a
 	$(INSTALL) -m 755 $(LIBUZRAM_SO) $(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO))
@@ -215,8 +226,9 @@ install: lib programs
 		$(SUBSTITUTE) systemd/$$unit.in >$(DESTDIR)$(systemdsystemunitdir)/$$unit && \
 		chmod 644 $(DESTDIR)$(systemdsystemunitdir)/$$unit || exit 1; \
 	done
-	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
-		ldconfig; fi
+	$(SUBSTITUTE) systemd/$(SYSTEMD_GENERATOR).in >$(DESTDIR)$(systemdgeneratordir)/$(SYSTEMD_GENERATOR)
+	chmod 755 $(DESTDIR)$(systemdgeneratordir)/$(SYSTEMD_GENERATOR)
+	$(LDCONFIG)
 
 uninstall:
 	rm -f $(DESTDIR)$(bindir)/uzram $(DESTDIR)$(libdir)/libuzram.a \
@@ -224,9 +236,24 @@ uninstall:
 		$(DESTDIR)$(libdir)/libuzram.so $(DESTDIR)$(includedir)/uzram.h \
 		$(DESTDIR)$(pkgconfigdir)/uzram.pc $(DESTDIR)$(man1dir)/uzram.1 \
 		$(DESTDIR)$(docdir)/uzram.conf.example \
-		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS))
-	rmdir $(DESTDIR)$(docdir) 2>/dev/null || true
+		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS)) \
+		$(DESTDIR)$(systemdgeneratordir)/$(SYSTEMD_GENERATOR)
+	DESTDIR="$(DESTDIR)" ./scripts/install-dirs.sh remove $(INSTALLED_DIRS)
+	$(LDCONFIG)
 # ---- end of install block ----
+
+# ---- Debian packages (debian/; scripts/deb.sh, tests/integration/deb.sh) ----
+# deb:       uzram, libuzram0 and libuzram-dev with dpkg-buildpackage -us -uc -b, built from a
+#            copy of the tree in $(O)/deb, where the .deb files land
+# deb-check: build them, lintian, install them with apt, use them, remove them (root; make
+#            check runs it too, as an integration test)
+.PHONY: deb deb-check
+deb: deps
+	./scripts/deb.sh $(O)/deb
+
+deb-check: deps
+	UZRAM=$(UZRAM) bash tests/integration/deb.sh
+# ---- end of Debian packages block ----
 
 # ---- reliability: fuzzing and fault injection (issue 7; scripts/fuzz.sh) ----
 # fuzz:        every fuzz/fuzz_*.c under libFuzzer (clang, ASan+UBSan) in
@@ -261,10 +288,11 @@ fault-check: fault
 # ---- end of reliability block ----
 
 # ---- benchmarks (issue 6; bench/run.sh, docs/BENCHMARKS.md) ----
-# bench:       (above) the full run, < 30 min on 2 cores: fio throughput matrix, memory
+# bench:       (above) the full run: fio throughput matrix, memory
 #              table, uzram bench, kernel zram comparison; rewrites the results part of
 #              docs/BENCHMARKS.md and the plots in docs/bench/
-# bench-quick: the same report layout in < 3 min, written to build/bench-quick/
+# bench-quick: the same report layout, fewer cells and smaller data, written to
+#              build/bench-quick/ (how long each took: docs/BENCHMARKS.md, "How to run")
 .PHONY: bench-quick
 bench-quick: deps
 	$(MAKE) programs

@@ -12,7 +12,7 @@
 # size, default 1G), REGION (fio's region, default 512M), TREE (the directory tarred once and
 # untarred on every side, default /usr/include), SIDES (default "attach nbdfuse zram").
 # Needs root (loop devices, mount, /dev/zram0); a side that cannot run is reported as skipped.
-# Run it alone on the machine (`/work/coord/bin/quiet` here): it measures latency-bound paths.
+# Run it alone on the machine: it measures latency-bound paths.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -191,6 +191,7 @@ untar_side() { # SIDE ROUND
     CURRENT=
 }
 
+LOAD=$(cut -d" " -f1-3 /proc/loadavg) # at the start, for the report
 echo "### bench/attach.sh${ARGS:+ $ARGS}: $ROUNDS rounds, fio ${RUNTIME} s per run, device $SIZE, region $REGION, tree $TREE; load $(cut -d' ' -f1-3 /proc/loadavg)"
 rm -f "$OUT/runs.txt" "$OUT/untar.txt"
 tar --sort=name -C "$(dirname "$TREE")" -cf "$WORK/tree.tar" "$(basename "$TREE")" 2>/dev/null ||
@@ -210,9 +211,11 @@ for round in $(seq "$ROUNDS"); do
 done
 
 "$PY" - "$OUT" "$TREE" "$TREE_BYTES" "$TREE_FILES" "$ROUNDS" "$RUNTIME" "$SIZE" "$REGION" \
-    "bench/attach.sh${ARGS:+ $ARGS}" "$(uname -r)" "$(nproc)" <<'EOF'
+    "bench/attach.sh${ARGS:+ $ARGS}" "$(uname -r)" "$(nproc)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' + uncommitted changes')" \
+    "$LOAD" <<'EOF'
 import json, os, statistics, sys
-out, tree, tree_bytes, tree_files, rounds, runtime, size, region, command, kernel, nproc = sys.argv[1:]
+out, tree, tree_bytes, tree_files, rounds, runtime, size, region, command, kernel, nproc, git, load = sys.argv[1:]
 runs, untars, skips = {}, {}, {}
 for line in open(os.path.join(out, "runs.txt")):
     f = line.split()
@@ -228,7 +231,8 @@ for line in open(os.path.join(out, "untar.txt")):
         continue
     untars.setdefault(f[0], []).append({"round": int(f[1]), "seconds": float(f[3])})
 median = lambda xs: statistics.median(xs) if xs else None
-result = {"command": command, "kernel": kernel, "nproc": nproc, "rounds": int(rounds), "runtime": int(runtime),
+result = {"command": command, "kernel": kernel, "nproc": nproc, "git": git, "load": load,
+          "rounds": int(rounds), "runtime": int(runtime),
           "size": size, "region": region, "tree": tree, "tree_bytes": int(tree_bytes), "tree_files": int(tree_files),
           "runs": runs, "untar": untars, "skipped": skips, "median": {}}
 for side in set(runs) | set(untars):

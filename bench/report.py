@@ -523,7 +523,8 @@ def micro_section(micro, dedup):
 def attach_section(a):
     """The markdown of bench/attach.sh's results (attach.json)."""
     md = ["### `uzram attach` against nbdfuse + loop and kernel zram (`bench/attach.sh`)", ""]
-    md.append("- Command: `%s`; kernel %s, `nproc` %s" % (a["command"], a["kernel"], a["nproc"]))
+    md.append("- Command: `%s`; uzram git %s; kernel %s, `nproc` %s, load average %s at the start" % (
+        a["command"], a.get("git", "not recorded"), a["kernel"], a["nproc"], a.get("load", "not recorded")))
     md.append("- %d rounds, each side in turn (each round starts with the next side); fio %d s per run "
               "on a %s region of a %s device, filled first; untar of `%s` (%d files, %.0f MiB as a tar) "
               "into a fresh ext4, then `sync`. Medians over the rounds." % (
@@ -580,7 +581,11 @@ def writeback_section(wb):
         return ["The writeback benchmark did not run."]
     if wb.get("skipped"):
         return ["Skipped: %s" % wb["skipped"]]
-    out = ["Image: %s, %s. Took %d s." % (wb["image"], size(wb["image_bytes"]), wb["seconds"]), ""]
+    out = []
+    for step, run in sorted(wb.get("runs", {}).items(), key=lambda kv: kv[0] != "space"):
+        out += ["%s step: `%s` at git %s (load average at its end: %s)." % (
+            step.capitalize(), run["command"], run["git"], run["load_at_end"]), ""]
+    out += ["Image: %s, %s. Took %d s." % (wb["image"], size(wb["image_bytes"]), wb["seconds"]), ""]
     if wb.get("space"):
         out += ["Disk space of the written-back pages: the backing file's allocated bytes (`stat -c %b`) "
                 "after `compact`, against the raw bytes of those pages (pages stored but not "

@@ -3,9 +3,9 @@
 # memory table, `uzram bench` micro-benchmarks, kernel zram comparison, plots and the report.
 #
 # Usage: bench/run.sh [--quick] [--doc | --no-doc]
-#   --quick   the everyday check, under 3 minutes: fewer cells, 1 s runs, smaller data; the
-#             report has the same layout. Results in build/bench-quick/.
-#   (default) the full run, under 30 minutes on 2 cores. Results in build/bench-results/; the
+#   --quick   the everyday check: fewer cells, 1 s runs, smaller data; the report has the
+#             same layout. Results in build/bench-quick/.
+#   (default) the full run. Results in build/bench-results/; the
 #             report replaces the results part of docs/BENCHMARKS.md and the plots in docs/bench/.
 #   --doc / --no-doc  force writing docs/BENCHMARKS.md and docs/bench/ on or off.
 # Environment: UZRAM (default build/uzram), UZRAM_GIT (the commit it was built from, for the

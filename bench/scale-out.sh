@@ -24,6 +24,8 @@ ROUNDS=${ROUNDS:-3}
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 COMMAND="bench/scale-out.sh${DOC:+ --doc $DOC}"
+LOAD=$(cut -d" " -f1-3 /proc/loadavg) # at the start, for the report
+WHEN=$(date -u '+%Y-%m-%d %H:%M UTC')
 [[ $DATA_MIB != 256 || $CHUNK != 1048576 || $DEPTH != 8 || $ROUNDS != 3 ]] &&
     COMMAND="DATA_MIB=$DATA_MIB CHUNK=$CHUNK DEPTH=$DEPTH ROUNDS=$ROUNDS $COMMAND"
 
@@ -136,18 +138,21 @@ if $PY "$HERE/stripe.py" stripe "$WORK/data" "$CHUNK" "$DEPTH" "$(uri a)" "nbds:
 then stripe_dead="UNEXPECTED: the stripe still worked"
 else stripe_dead="the disk is gone: the client cannot even connect ($(grep -o 'Connection refused' "$WORK/s2" | head -n 1 || true)); half of every stripe lived there"; fi
 
-$PY - "$WORK/results" "$COMMAND" "$DATA_MIB" "$CHUNK" "$DEPTH" "$ROUNDS" "$mirror_dead" "$stripe_dead" "$(nproc)" >"$WORK/report.md" <<'EOF'
+GIT=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git -C "$HERE" status --porcelain --untracked-files=no 2>/dev/null) ]] && GIT="$GIT + uncommitted changes"
+$PY - "$WORK/results" "$COMMAND" "$DATA_MIB" "$CHUNK" "$DEPTH" "$ROUNDS" "$mirror_dead" "$stripe_dead" "$(nproc)" \
+    "$GIT" "$WHEN" "$LOAD" >"$WORK/report.md" <<'EOF'
 import json, statistics, sys
-path, command, data_mib, chunk, depth, rounds, mirror_dead, stripe_dead, cpus = sys.argv[1:]
+path, command, data_mib, chunk, depth, rounds, mirror_dead, stripe_dead, cpus, git, when, load = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 def med(layout, key):
     return statistics.median(r[key] for r in rows if r["layout"] == layout)
 mib = int(data_mib)
-print("Command: `%s` (%s rounds, the three layouts interleaved in each; medians). %s MiB of "
+print("Command: `%s`, uzram git %s, %s, load average %s at the start (%s rounds, the three layouts interleaved in each; medians). %s MiB of "
       "the machine's own libraries and programs (compressible) written and read back through "
       "`bench/stripe.py` (libnbd, %d KiB requests, %s in flight over all servers, data checked), "
       "every server `uzram serve --tls require --tls-psk` on 127.0.0.1 TCP, all on this %s-core "
-      "machine, client included." % (command, rounds, data_mib, int(chunk) // 1024, depth, cpus))
+      "machine, client included." % (command, git, when, load, rounds, data_mib, int(chunk) // 1024, depth, cpus))
 print()
 print("| layout | servers | write MiB/s | read MiB/s | server CPU s (all servers, write+read) | memory per server after the write (mem_used_total) |")
 print("| --- | --- | --- | --- | --- | --- |")

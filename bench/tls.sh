@@ -4,7 +4,7 @@
 # the server's CPU time per request. fio's nbd engine is libnbd (nbd_connect_uri), which does
 # TLS: it takes the CA from its default directory, $HOME/.pki/libnbd for a user other than
 # root (root's is /etc/pki/libnbd, which a benchmark must not write), so fio runs as nobody
-# with HOME in the work directory. Run it under /work/coord/bin/quiet.
+# with HOME in the work directory. Run it alone on the machine (it measures CPU per request).
 #
 # Usage: bench/tls.sh [--doc FILE] [UZRAM_BINARY]
 # Environment: ROUNDS=3, RUNTIME=8 (seconds per fio run), REGION=256M, IODEPTH=16.
@@ -25,6 +25,7 @@ PY=/usr/bin/python3
 COMMAND="bench/tls.sh${DOC:+ --doc $DOC}"
 [[ $ROUNDS != 3 || $RUNTIME != 8 || $REGION != 256M || $IODEPTH != 16 ]] &&
     COMMAND="ROUNDS=$ROUNDS RUNTIME=$RUNTIME REGION=$REGION IODEPTH=$IODEPTH $COMMAND"
+LOAD=$(cut -d" " -f1-3 /proc/loadavg) # at the start, for the report
 
 die() { echo "tls.sh: $*" >&2; exit 2; }
 [[ -x $UZRAM ]] || die "no uzram binary at $UZRAM"
@@ -104,10 +105,12 @@ done
 tls_clients=$(grep -c 'TLS handshake failed' "$WORK/server.err" || true)
 [[ $tls_clients == 0 ]] || die "TLS handshakes failed during the runs: $(cat "$WORK/server.err")"
 
+GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && GIT="$GIT + uncommitted changes"
 $PY - "$WORK/fio" "$ROUNDS" "$(getconf CLK_TCK)" "$COMMAND" "$RUNTIME" "$REGION" "$IODEPTH" "$(nproc)" \
-    >"$WORK/report.md" <<'EOF'
+    "$GIT" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$LOAD" >"$WORK/report.md" <<'EOF'
 import json, os, statistics, sys
-d, rounds, hz, command, runtime, region, depth, cpus = sys.argv[1:]
+d, rounds, hz, command, runtime, region, depth, cpus, git, when, load_average = sys.argv[1:]
 rounds, hz = int(rounds), int(hz)
 def load(mode, rw, bs):
     iops, cpu_us = [], []
@@ -120,20 +123,20 @@ def load(mode, rw, bs):
         ticks = int(open(os.path.join(d, name + ".cpu")).read())
         cpu_us.append(ticks / hz * 1e6 / max(ios, 1))
     return statistics.median(iops), statistics.median(cpu_us)
-print("Command: `%s` under `/work/coord/bin/quiet` (%d rounds; in each, every workload runs "
+print("Command: `%s`, uzram git %s, %s, load average %s at the start (%d rounds; in each, every workload runs "
       "plain then TLS or TLS then plain, alternating; medians). fio's nbd engine (libnbd) "
       "against one `uzram serve --tls on --tls-certificates` (ECDSA P-256 certificate) on "
       "127.0.0.1 TCP, iodepth %s, one connection, %s s per run over a %s region filled first, "
       "buffers 50%% compressible; client and server share the machine's %s cores. Server CPU "
       "per request = the server's user+system time during the run / requests done."
-      % (command, rounds, depth, runtime, region, cpus))
+      % (command, git, when, load_average, rounds, depth, runtime, region, cpus))
 print()
 print("| workload | plain IOPS | TLS IOPS | TLS/plain | plain server CPU/request | TLS server CPU/request | TLS costs the server |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for rw, bs in (("randwrite", "4k"), ("randread", "4k"), ("read", "1M")):
     pi, pc = load("plain", rw, bs)
     ti, tc = load("tls", rw, bs)
-    print("| %s %s | %.0f | %.0f | %.2f | %.1f us | %.1f us | +%.1f us (%+.0f%%) |"
+    print("| %s %s | %.0f | %.0f | %.2f | %.1f us | %.1f us | %+.1f us (%+.0f%%) |"
           % (rw, bs, pi, ti, ti / pi, pc, tc, tc - pc, (tc / pc - 1) * 100))
 EOF
 cat "$WORK/report.md"

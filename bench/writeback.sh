@@ -16,7 +16,7 @@
 # default 1, quick 0), CACHE (where the kernel tree is kept, build/bench-cache), SET (working
 # set, 512M; quick 64M), ROUNDS (3; quick 1), RUNTIME (seconds per fio run, 10; quick 3),
 # STEPS ("space reads": run only some; a step run alone keeps the other's results, so the space
-# step, which needs no quiet machine, may run under `heavy` and only the reads under `quiet`),
+# step, which needs no quiet machine, may run beside other work and only the reads alone),
 # SPACE_SIDES (the space step's sides, "lz4 lz4-dedup recompressed when-full"),
 # KEEP_IMAGE (a path: keep the image built there, with PATH.desc, for IMAGE= in a later run),
 # THREADS (uzram serve --threads for the read sides, 16: nbdkit's default; a read of a page on
@@ -277,6 +277,12 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$WORK/set.img" || die "cann
 }
 
 START=$(date +%s)
+# What each step ran, on which commit, and the load: a step run alone keeps the other's
+# results, so each names its own (STEP.run: git, command, load at its end).
+GIT=$(git describe --always --dirty 2>/dev/null || echo unknown)
+COMMAND="$(for v in ROUNDS RUNTIME KERNEL SET STEPS SPACE_SIDES THREADS IMAGE KEEP_IMAGE; do
+    [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/writeback.sh$([ "$QUICK" = 1 ] && echo " --quick")"
+ran() { printf '%s\n%s\n%s\n' "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$RES/$1.run"; }
 echo "writeback: working set $SET, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "${IMAGE:-}" ]; then
     cp "$IMAGE" "$WORK/image" || die "cannot copy $IMAGE"
@@ -297,8 +303,9 @@ if [ -z "$why" ]; then
             space "$side"
             echo "  space $side: $(cut -c1-120 "$RES/space-$side.json")..." >&2
         done
+        ran space
     fi
-    step reads && reads
+    step reads && reads && ran reads
 else
     echo "${why:-the image could not be built}" >"$RES/skipped"
     echo "  skipped: $(cat "$RES/skipped")"
@@ -313,6 +320,12 @@ doc = {"rounds": rounds, "runtime": int(runtime), "seconds": int(seconds), "quic
 def load(name):
     path = os.path.join(res, name)
     return json.load(open(path)) if os.path.exists(path) else None
+doc["runs"] = {}
+for step in ("space", "reads"):
+    path = os.path.join(res, step + ".run")
+    if os.path.exists(path):
+        git, command, load_at_end = open(path).read().split("\n")[:3]
+        doc["runs"][step] = {"git": git, "command": command, "load_at_end": load_at_end}
 if os.path.exists(os.path.join(res, "skipped")):
     doc["skipped"] = open(os.path.join(res, "skipped")).read().strip()
 else:

@@ -14,6 +14,8 @@ packages=(
     # certtool and psktool make the TLS tests' credentials
     gnutls-bin
     gnuplot-nox
+    # the Debian packages (debian/, make deb-check): dpkg-buildpackage, dh, lintian
+    dpkg-dev debhelper lintian
     # the VM tests (tests/vm/): a Debian 6.12 kernel under QEMU runs the kernel's own clients
     # (nbd, md, swap, zram) against this build; the guest's root is this machine's, so every
     # tool a scenario runs in it is installed here

@@ -96,6 +96,11 @@ int loop_detach(const char *device, dev_t file_dev, ino_t file_ino, struct loop_
 /* Undo the octal escapes of /proc/self/mountinfo and /proc/swaps ("\040" for a space). */
 void mountinfo_unescape(char *text);
 
+/* Whether this process may attach a /dev node: loop devices and nbd-client need
+ * CAP_SYS_ADMIN, and it is the server that attaches, not who runs `uzram attach`. 0, or
+ * -EPERM with a message naming the server's user and saying to start it as root. */
+int attach_privileged(const char *name, char *message, size_t message_size);
+
 /* Open `device` exclusively after checking that nothing uses it: not mounted, not swap, not
  * held by another block device (device-mapper, md), not open in another process. Returns
  * the descriptor (the caller closes it), or -EBUSY with a message naming the user and the

@@ -221,6 +221,8 @@ int attachment_attach(struct attachment *attachment, const char *via, bool swap,
                  "restart it with: uzram serve --swap --mem-limit SIZE ...",
                  attachment->settings.name);
         rc = -EINVAL;
+    } else if ((rc = attach_privileged(attachment->settings.name, message, message_size)) < 0) {
+        /* said: the server, not the caller, needs the privilege */
     } else if (strcmp(via, "loop") == 0) {
         rc = attach_loop(attachment, file, reply, reply_size, message, message_size);
     } else if (strcmp(via, "nbd") == 0 && file == NULL) {

@@ -4,7 +4,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/loop.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,27 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+
+int attach_privileged(const char *name, char *message, size_t message_size)
+{
+    char line[256];
+    unsigned long long effective = 0;
+    FILE *status = fopen("/proc/self/status", "re");
+    while (status != NULL && fgets(line, sizeof line, status) != NULL)
+        if (sscanf(line, "CapEff: %llx", &effective) == 1)
+            break;
+    if (status != NULL)
+        fclose(status);
+    if (effective & (1ull << CAP_SYS_ADMIN))
+        return 0;
+    struct passwd *user = getpwuid(geteuid());
+    snprintf(message, message_size,
+             "the server of %s runs as %s (uid %u) without CAP_SYS_ADMIN, and it is the server "
+             "that attaches (its FUSE file and a loop device, or nbd-client): stop it and start "
+             "it as root (sudo uzram serve ...), then attach as root (sudo uzram attach %s)",
+             name, user ? user->pw_name : "another user", (unsigned)geteuid(), name);
+    return -EPERM;
+}
 
 /* Free loop devices can be taken by someone else between LOOP_CTL_GET_FREE and
  * LOOP_CONFIGURE: try a few. */

@@ -10,7 +10,9 @@
 
 #include "attach/attach.h"
 #include "cli/commands.h"
+#include "cli/node.h"
 #include "control/control.h"
+#include "common/progress.h"
 #include "common/util.h"
 
 static void attach_usage(FILE *out)
@@ -62,7 +64,8 @@ static int runtime_dir_of(const char *option, char *dir, size_t size)
     return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
-/* The control socket of DEVICE: returns 0, or a negative errno with a message. */
+/* The control socket of DEVICE: returns 0, or a negative errno with a message. Without -u,
+ * root under sudo also looks among the servers of the user who ran sudo. */
 static int control_path(const char *device, const char *runtime_dir_option,
                         struct control_target *target, char *message, size_t message_size)
 {
@@ -71,7 +74,8 @@ static int control_path(const char *device, const char *runtime_dir_option,
         snprintf(message, message_size, "$XDG_RUNTIME_DIR is too long");
         return -ENAMETOOLONG;
     }
-    return control_resolve(device, runtime_dir, target, message, message_size);
+    return control_find(device, runtime_dir, runtime_dir_option == NULL, target, message,
+                        message_size);
 }
 
 /* No server serves DEVICE: take away what a stopped one left (leftover_clean), or say that
@@ -105,6 +109,31 @@ static bool reply_value(const char *body, const char *key, char *value, size_t s
         }
     }
     return false;
+}
+
+struct request {
+    const struct control_target *target;
+    const char *line;
+    char **body;
+    char *message;
+    size_t message_size;
+};
+
+static int ask(void *context)
+{
+    struct request *r = context;
+    return control_ask(r->target, r->line, r->body, r->message, r->message_size);
+}
+
+/* control_ask() while the server attaches or detaches (nbd-client, a loop device, the kernel
+ * letting go of one): on a terminal, a line says how long it takes so far. */
+static int ask_waiting(const struct control_target *target, const char *what, const char *line,
+                       char **body, char *message, size_t message_size)
+{
+    struct request request = {target, line, body, message, message_size};
+    struct progress progress;
+    progress_begin(&progress, what, 0, "", false);
+    return progress_run(&progress, ask, NULL, &request);
 }
 
 /* Whether the kernel has `module` (loaded, or loaded now as zramctl loads zram). */
@@ -177,52 +206,100 @@ int cmd_attach(int argc, char **argv)
         fputs("uzram: --file goes with --via loop\n", stderr);
         return 2;
     }
-    if (file != NULL)
-        via = "loop";
-    if (via == NULL)
-        via = default_via(swap);
-
-    /* The server mounts the file: give it a path that does not depend on our directory. */
-    char absolute[PATH_MAX] = "";
-    if (file != NULL) {
-        char cwd[PATH_MAX];
-        if (file[0] != '/' && getcwd(cwd, sizeof cwd) == NULL) {
-            perror("uzram: getcwd");
-            return 1;
-        }
-        int n = snprintf(absolute, sizeof absolute, "%s%s%s", file[0] == '/' ? "" : cwd,
-                         file[0] == '/' ? "" : "/", file);
-        if (n < 0 || (size_t)n >= sizeof absolute || strchr(absolute, '\n') != NULL) {
-            fprintf(stderr, "uzram: bad --file '%s'\n", file);
-            return 1;
-        }
-    }
-    char request[PATH_MAX + 64], message[PATH_MAX + 512], *body;
-    struct control_target target;
-    if (control_path(device, runtime_dir, &target, message, sizeof message) < 0) {
+    char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512];
+    if (attach_node(device, via, swap, file, runtime_dir, node, sizeof node, message,
+                    sizeof message) < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
-    snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
-             absolute[0] ? " " : "", absolute);
-    if (control_ask(&target, request, &body, message, sizeof message) < 0) {
-        fprintf(stderr, "uzram: cannot attach %s: %s\n", device, message);
-        return 1;
-    }
-    char node[BLOCKDEV_PATH_MAX] = "", direct_io[8] = "";
-    reply_value(body, "device", node, sizeof node);
-    if (reply_value(body, "direct_io", direct_io, sizeof direct_io) && strcmp(direct_io, "1") != 0)
-        fprintf(stderr,
-                "uzram: warning: the kernel did not take direct I/O for %s: its page cache sits "
-                "in front of the device (slower, and memory spent twice)\n",
-                node);
-    free(body);
     printf("%s\n", node);
     if (swap)
         fprintf(stderr,
                 "uzram: for swap: mkswap %s && swapon %s; before stopping: swapoff %s "
                 "&& uzram detach %s\n",
                 node, node, node, device);
+    return 0;
+}
+
+int attach_node(const char *device, const char *via, bool swap, const char *file,
+                const char *runtime_dir, char *node, size_t node_size, char *message,
+                size_t message_size)
+{
+    if (via == NULL)
+        via = file != NULL ? "loop" : default_via(swap);
+    /* The server mounts the file: give it a path that does not depend on our directory. */
+    char absolute[PATH_MAX] = "";
+    if (file != NULL) {
+        char cwd[PATH_MAX];
+        if (file[0] != '/' && getcwd(cwd, sizeof cwd) == NULL) {
+            int err = errno;
+            snprintf(message, message_size, "getcwd: %s", strerror(err));
+            return -err;
+        }
+        int n = snprintf(absolute, sizeof absolute, "%s%s%s", file[0] == '/' ? "" : cwd,
+                         file[0] == '/' ? "" : "/", file);
+        if (n < 0 || (size_t)n >= sizeof absolute || strchr(absolute, '\n') != NULL) {
+            snprintf(message, message_size, "bad --file '%s'", file);
+            return -EINVAL;
+        }
+    }
+    char request[PATH_MAX + 64], why[PATH_MAX + 256], *body;
+    struct control_target target;
+    int rc = control_path(device, runtime_dir, &target, message, message_size);
+    if (rc < 0)
+        return rc;
+    snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
+             absolute[0] ? " " : "", absolute);
+    char what[160];
+    snprintf(what, sizeof what, "attaching %s (via %s)", device, via);
+    rc = ask_waiting(&target, what, request, &body, why, sizeof why);
+    if (rc < 0) {
+        snprintf(message, message_size, "cannot attach %s: %s", device, why);
+        return rc;
+    }
+    char direct_io[8] = "";
+    node[0] = '\0';
+    reply_value(body, "device", node, node_size);
+    if (reply_value(body, "direct_io", direct_io, sizeof direct_io) && strcmp(direct_io, "1") != 0)
+        fprintf(stderr,
+                "uzram: warning: the kernel did not take direct I/O for %s: its page cache sits "
+                "in front of the device (slower, and memory spent twice)\n",
+                node);
+    free(body);
+    return 0;
+}
+
+int detach_node(const char *device, const char *runtime_dir, char *message, size_t message_size)
+{
+    char why[PATH_MAX + 256], *body;
+    struct control_target target;
+    int rc = control_path(device, runtime_dir, &target, message, message_size);
+    if (rc < 0)
+        return rc;
+    char what[160];
+    snprintf(what, sizeof what, "detaching %s", device);
+    rc = ask_waiting(&target, what, "detach", &body, why, sizeof why);
+    if (rc < 0) {
+        snprintf(message, message_size, "cannot detach %s: %s", device, why);
+        return rc;
+    }
+    free(body);
+    return 0;
+}
+
+int attached_node(const char *device, char *node, size_t node_size, char *message,
+                  size_t message_size)
+{
+    char *body;
+    struct control_target target;
+    int rc = control_path(device, NULL, &target, message, message_size);
+    if (rc == 0)
+        rc = control_ask(&target, "stats", &body, message, message_size);
+    if (rc < 0)
+        return rc;
+    if (!reply_value(body, "attached", node, node_size) || strcmp(node, "-") == 0)
+        node[0] = '\0';
+    free(body);
     return 0;
 }
 
@@ -256,19 +333,13 @@ int cmd_detach(int argc, char **argv)
         return 2;
     }
     const char *device = argv[optind];
-    char message[PATH_MAX + 512], *body;
-    struct control_target target;
-    int rc = control_path(device, runtime_dir, &target, message, sizeof message);
+    char message[2 * PATH_MAX + 512];
+    int rc = detach_node(device, runtime_dir, message, sizeof message);
     if (rc == -ENOENT && strchr(device, '/') == NULL)
         return clean_leftovers(device, runtime_dir, message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
-    if (control_ask(&target, "detach", &body, message, sizeof message) < 0) {
-        fprintf(stderr, "uzram: cannot detach %s: %s\n", device, message);
-        return 1;
-    }
-    free(body);
     return 0;
 }

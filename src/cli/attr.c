@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/pass.h"
 #include "control/control.h"
 #include "common/util.h"
 #include "uzram.h"
@@ -154,7 +155,7 @@ int cmd_attr(int argc, char **argv)
     if (rc == 0 && place.ctl[0])
         rc = same_device(&place, device, &target, message, sizeof message);
     else if (rc == 0)
-        rc = control_resolve(device, place.dir, &target, message, sizeof message);
+        rc = control_find(device, place.dir, given_place == NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
@@ -167,7 +168,9 @@ int cmd_attr(int argc, char **argv)
         snprintf(request, sizeof request, "clients");
     else
         snprintf(request, sizeof request, "get %s", name);
-    rc = control_ask(&target, request, &body, message, sizeof message);
+    rc = value != NULL && pass_attribute(name)
+             ? pass_run(&target, device, name, value, request, &body, message, sizeof message)
+             : control_ask(&target, request, &body, message, sizeof message);
     if (rc < 0) {
         if (value != NULL)
             fprintf(stderr, "uzram: cannot set %s: %s\n", name, message);

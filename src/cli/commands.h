@@ -12,5 +12,6 @@ int cmd_hot_add(int argc, char **argv);
 int cmd_hot_remove(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
+int cmd_zram_generator(int argc, char **argv);
 
 #endif

@@ -15,13 +15,15 @@ static const struct {
     {"serve", cmd_serve, "create a compressed RAM disk and serve it over NBD"},
     {"status", cmd_status, "show running devices and their statistics, like zramctl"},
     {"attr", cmd_attr, "read or write an attribute of a running device"},
-    {"attach", cmd_attach, "give a running device a /dev node (nbd-client or FUSE + loop)"},
+    {"attach", cmd_attach, "give a running device a /dev node (ublk, nbd-client or FUSE + loop)"},
     {"detach", cmd_detach, "take the /dev node of a running device away again"},
     {"hot-add", cmd_hot_add, "add a device to a running server (zram's hot_add)"},
     {"hot-remove", cmd_hot_remove, "remove a device from its server (zram's hot_remove)"},
     {"estimate", cmd_estimate,
      "estimate what same-filled pages, compression and dedup save on data"},
     {"bench", cmd_bench, "measure the engine on generated data"},
+    {"zram-generator", cmd_zram_generator,
+     "serve and set up zram-generator.conf's devices (swap, mounts)"},
 };
 
 static void usage(FILE *out)
@@ -33,12 +35,13 @@ static void usage(FILE *out)
           "Commands:\n",
           out);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, strlen(commands[i].name) > 10 ? "  %s\n%13s%s\n" : "  %-10s %.0s%s\n",
+                commands[i].name, "", commands[i].summary);
     fputs("\n"
           "Run 'uzram COMMAND --help' for the options of a command; see uzram(1).\n"
           "Example:\n"
           "  uzram serve -s 2G &\n"
-          "  nbdinfo \"nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock\"\n"
+          "  nbdinfo \"$(uzram status -n -o uri uzram0)\"\n"
           "  uzram status\n",
           out);
 }

@@ -21,6 +21,7 @@
 #include "cli/serve.h"
 #include "nbd/server.h"
 #include "attach/attach.h"
+#include "common/sizes.h"
 #include "common/systemd.h"
 #include "common/util.h"
 
@@ -66,7 +67,8 @@ static const struct serve_option {
     bool command_line_only;
 } serve_options[] = {
     {NULL, SETS_DEVICE, 0, NULL, "Device (with several, each --device may set these):", false},
-    {"size", 's', required_argument, "SIZE", "disk size, K/M/G/T suffixes (default 1G)", false},
+    {"size", 's', required_argument, "SIZE", "disk size: 512M, 4G, 50% (of RAM); default 1G",
+     false},
     {"algorithm", 'a', required_argument, "NAME", "compression algorithm (default lz4)", false},
     {"level", 'l', required_argument, "N", "compression level (default: the algorithm's)", false},
     {"no-same-filled", OPT_NO_SAME_FILLED, optional_argument, NULL,
@@ -213,9 +215,9 @@ static void serve_usage(FILE *out)
           "status, uzram attr, uzram hot-add and hot-remove. The disks live only in this\n"
           "process, like zram and tmpfs: they are lost when the server stops. Examples:\n"
           "  uzram serve -s 4G -a zstd --dedup &\n"
-          "  nbdcopy disk.img 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/uzram0.sock'\n"
+          "  nbdcopy disk.img \"$(uzram status -n -o uri uzram0)\"\n"
           "  uzram serve --name pool --device db:4G:dedup --device tmp:1G:algorithm=zstd &\n"
-          "  nbdinfo --list 'nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/pool.sock'\n",
+          "  nbdinfo \"$(uzram status -n -o uri tmp)\"\n",
           out);
 }
 
@@ -367,19 +369,15 @@ static const struct label *option_label(const struct serve_option *option,
 static int parse_size_option(const struct serve_plan *plan, const struct label *label,
                              const char *text, uint64_t *bytes)
 {
-    int rc = uzram_parse_size(text, bytes);
-    if (rc == -ERANGE) {
-        complain(plan, "%s%s '%s' is too large", label->where, label->name, text);
-        return -1;
-    }
-    if (rc < 0) {
+    int rc = sizes_parse(text, bytes); /* 512M, or 50% of RAM */
+    if (rc < 0)
         complain(plan,
-                 "%s%s '%s' is not a size; use a number with an optional K, M, G or T suffix, "
-                 "e.g. 512M",
+                 rc == -ERANGE   ? "%s%s '%s' is too large"
+                 : rc != -EINVAL ? "%s%s '%s': cannot read this machine's memory size"
+                                 : "%s%s '%s' is not a size; use a number with an optional K, "
+                                   "M, G or T suffix, e.g. 512M, or a share of RAM, e.g. 50%%",
                  label->where, label->name, text);
-        return -1;
-    }
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 /* A flag's value: none (the flag alone), or yes/no as systemd spells them. */

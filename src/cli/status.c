@@ -79,7 +79,7 @@ static bool is_text_field(const char *key)
 {
     return strcmp(key, "name") == 0 || strcmp(key, "server") == 0 ||
            strcmp(key, "algorithm") == 0 || strcmp(key, "socket") == 0 || strcmp(key, "tcp") == 0 ||
-           strcmp(key, "attached") == 0;
+           strcmp(key, "uri") == 0 || strcmp(key, "attached") == 0;
 }
 
 /* DATA per byte of memory really used (pool plus dedup index). DATA counts every stored page
@@ -127,6 +127,7 @@ static const struct column {
     {"CLIENTS", "clients", COLUMN_COUNT, "connected NBD clients"},
     {"SOCKET", "socket", COLUMN_TEXT, "the NBD Unix socket (what serve --unix names)"},
     {"TCP", "tcp", COLUMN_TEXT, "the TCP address it listens on"},
+    {"URI", "uri", COLUMN_TEXT, "the NBD URI a client here connects with (nbdinfo URI)"},
     {"ATTACHED", "attached", COLUMN_TEXT, "the /dev node of uzram attach (-: none)"},
 };
 #define COLUMN_COUNT_ALL (sizeof columns / sizeof columns[0])
@@ -532,6 +533,33 @@ static void status_usage(FILE *out)
           out);
 }
 
+/* Rows for every device of every server (one NAME.ctl each) in `dir`. 0, or 1 after saying
+ * why (a directory another user could write, one that cannot be read). */
+static int add_directory_rows(struct row_list *list, const char *dir)
+{
+    char **servers;
+    size_t count;
+    int rc = control_servers(dir, &servers, &count), status = 0;
+    char why[PATH_MAX + 256];
+    if (rc == -EPERM && util_trusted_dir(dir, why, sizeof why) < 0) {
+        fprintf(stderr, "uzram: %s\n", why);
+        return 1;
+    } else if (rc < 0) {
+        /* No directory: no device has run. Any other failure is not "none". */
+        fprintf(stderr,
+                "uzram: cannot list the devices in %s: %s (another user's runtime "
+                "directory? -u DIR names another, -u SOCKET a server)\n",
+                dir, strerror(-rc));
+        return 1;
+    }
+    /* A stale socket from a killed server is only worth a word when the user asked for it. */
+    for (size_t i = 0; i < count; i++)
+        if (add_server_rows(list, servers[i], false) != 0)
+            status = 1;
+    control_free_names(servers, count);
+    return status;
+}
+
 enum { OPT_OUTPUT_ALL = 256, OPT_RAW, OPT_PROMETHEUS };
 
 int cmd_status(int argc, char **argv)
@@ -627,7 +655,8 @@ int cmd_status(int argc, char **argv)
         for (int i = optind; i < argc; i++) {
             struct control_target target;
             char message[PATH_MAX + 512], *body;
-            int rc = control_resolve(argv[i], runtime_dir, &target, message, sizeof message);
+            int rc = control_find(argv[i], runtime_dir, given_place == NULL, &target, message,
+                                  sizeof message);
             if (rc == 0)
                 rc = control_ask(&target, "stats", &body, message, sizeof message);
             if (rc == 0)
@@ -638,28 +667,16 @@ int cmd_status(int argc, char **argv)
             }
         }
     } else {
-        char **servers;
-        size_t count;
-        int rc = control_servers(runtime_dir, &servers, &count);
-        char why[PATH_MAX + 256];
-        if (rc == -EPERM && util_trusted_dir(runtime_dir, why, sizeof why) < 0) {
-            fprintf(stderr, "uzram: %s\n", why);
+        /* Root under sudo also lists the servers of the user who ran it. */
+        char user_dir[PATH_MAX];
+        bool sudo = given_place == NULL && util_sudo_runtime_dir(user_dir, sizeof user_dir) == 0;
+        status = add_directory_rows(&list, runtime_dir);
+        if (sudo && add_directory_rows(&list, user_dir) != 0)
             status = 1;
-        } else if (rc < 0) {
-            /* No directory: no device has run. Any other failure is not "none". */
-            fprintf(stderr,
-                    "uzram: cannot list the devices in %s: %s (another user's runtime "
-                    "directory? -u DIR names another, -u SOCKET a server)\n",
-                    runtime_dir, strerror(-rc));
-            status = 1;
-        }
-        /* A stale socket from a killed server is only worth a word when the user asked
-         * for it. */
-        for (size_t i = 0; rc == 0 && i < count; i++)
-            if (add_server_rows(&list, servers[i], false) != 0)
-                status = 1;
-        if (rc == 0)
-            control_free_names(servers, count);
+        /* Like zramctl, no device is no error; but say where nothing was found. */
+        if (status == 0 && list.count == 0 && !json && !prometheus)
+            fprintf(stderr, "uzram: no device is running (no server in %s%s%s)\n", runtime_dir,
+                    sudo ? " nor in " : "", sudo ? user_dir : "");
     }
     struct device_status *rows = list.rows;
     size_t row_count = list.count;

@@ -277,6 +277,35 @@ int util_runtime_dir(char *buf, size_t size)
     return 0;
 }
 
+/* The user who ran sudo, when this is root under sudo (SUDO_UID of another user); else -1. */
+static long sudo_uid(void)
+{
+    const char *text = getenv("SUDO_UID");
+    char *end;
+    if (geteuid() != 0 || text == NULL || text[0] == '\0')
+        return -1;
+    errno = 0;
+    unsigned long uid = strtoul(text, &end, 10);
+    return errno || *end != '\0' || uid == 0 || uid > INT32_MAX ? -1 : (long)uid;
+}
+
+int util_sudo_runtime_dir(char *buf, size_t size)
+{
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    long uid = sudo_uid();
+    if (uid < 0 || (base != NULL && base[0] != '\0'))
+        return -ENOENT;
+    int n = snprintf(buf, size, "/run/user/%ld/uzram", uid);
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* Whose directories and sockets are trusted: this user's, root's, and under sudo those of
+ * the user who ran it (whose servers the command is run for). */
+static bool trusted_owner(uid_t uid)
+{
+    return uid == geteuid() || uid == 0 || (long)uid == sudo_uid();
+}
+
 int util_make_dir(const char *path)
 {
     struct stat st;
@@ -463,7 +492,7 @@ const char *util_private_dir(const char *dir)
     struct stat st;
     if (stat(dir, &st) < 0)
         return strerror(errno);
-    if (st.st_uid != geteuid() && st.st_uid != 0)
+    if (!trusted_owner(st.st_uid))
         return "it belongs to another user";
     if (st.st_mode & (S_IWGRP | S_IWOTH))
         return "it is writable by other users";
@@ -490,7 +519,7 @@ int util_trusted_socket(const char *path, char *message, size_t message_size)
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1,
              slash ? path : ".");
     int rc = util_trusted_dir(dir, message, message_size);
-    if (rc == 0 && lstat(path, &st) == 0 && st.st_uid != geteuid() && st.st_uid != 0) {
+    if (rc == 0 && lstat(path, &st) == 0 && !trusted_owner(st.st_uid)) {
         snprintf(message, message_size,
                  "not trusting %s: it belongs to another user, who could answer anything", path);
         rc = -EPERM;

@@ -67,6 +67,11 @@ int util_set_timeouts(int fd, int receive_seconds, int send_seconds);
  * services have it), else /run/user/UID/uzram when that user directory
  * exists, else /tmp/uzram-UID (serve checks that it is this user's alone). */
 int util_runtime_dir(char *buf, size_t size);
+/* Root under sudo, without XDG_RUNTIME_DIR (sudo drops it): the runtime directory of the user
+ * who ran sudo (/run/user/SUDO_UID/uzram), where `sudo uzram attach NAME` finds that user's
+ * server. 0, or -ENOENT when this is not root under sudo. The clients trust that user's
+ * sockets as their own then (util_private_dir). */
+int util_sudo_runtime_dir(char *buf, size_t size);
 
 /* Create `path` (one level) with mode 0700 if it does not exist. */
 int util_make_dir(const char *path);
@@ -96,9 +101,10 @@ void util_table_figures(uint64_t disksize, char *text, size_t size);
  * -EFBIG when more than `max` bytes came, -ETIMEDOUT, -ENOMEM, or -errno of recv. */
 int util_read_to_end(int fd, size_t max, uint64_t deadline_ms, char **out, size_t *length);
 
-/* Why somebody else than this user (or root) could change what is in `dir` (create, replace
- * or remove its entries), or NULL when nobody can: it belongs to this user or root and is
- * writable by neither group nor others. Sockets found there are trusted only then. */
+/* Why somebody else than this user (or root; under sudo, the user who ran it) could change
+ * what is in `dir` (create, replace or remove its entries), or NULL when nobody can: it belongs
+ * to one of them and is writable by neither group nor others. Sockets found there are
+ * trusted only then. */
 const char *util_private_dir(const char *dir);
 
 /* Whether sockets in `dir` can only be this user's (or root's): 0 when it is private

@@ -26,7 +26,7 @@
 /* The client reads at most this much of a reply (the longest, `devices` of 256 devices, is
  * 17 KiB), within this long. */
 #define CONTROL_REPLY_MAX (1u << 20)
-#define CONTROL_REPLY_MS 30000u
+unsigned long long control_reply_ms = 30000;
 
 /* ------------------------------------------------------------------------
  * Server side
@@ -69,8 +69,8 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
     struct uzram_stats st;
     struct uzram_config config;
     struct uzram_group_stats group = {0};
-    char body[REPLY_MAX];
-
+    char body[REPLY_MAX], uri[REQUEST_MAX];
+    nbd_server_uri(server, export->name, uri, sizeof uri);
     uzram_get_config(export->dev, &config);
     uzram_group_get_stats(nbd_server_group(server), &group);
     int rc = uzram_get_stats(export->dev, &st, sizeof st);
@@ -80,12 +80,12 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
     }
     int n = snprintf(body, sizeof body,
                      "name %s\nserver %s\nalgorithm %s\ndisksize %llu\nread_only %d\n"
-                     "use_dedup %d\nclients %u\nsocket %s\ntcp %s\nserver_mem_limit %llu\n"
+                     "use_dedup %d\nclients %u\nsocket %s\ntcp %s\nuri %s\nserver_mem_limit %llu\n"
                      "server_mem_used %llu\nserver_mem_used_max %llu\n",
                      export->name, nbd_server_name(server), config.comp_algorithm,
                      (unsigned long long)config.disksize, export->read_only, config.use_dedup,
                      nbd_export_clients(server, export), nbd_server_unix_path(server),
-                     nbd_server_tcp_address(server), (unsigned long long)group.mem_limit,
+                     nbd_server_tcp_address(server), uri, (unsigned long long)group.mem_limit,
                      (unsigned long long)group.mem_used, (unsigned long long)group.mem_used_max);
     size_t used = n < 0 ? sizeof body : (size_t)n;
     for (size_t i = 0; i < uzram_stat_count() && used < sizeof body; i++) {
@@ -609,7 +609,7 @@ int control_request(const char *path, const char *request, char **body, char *me
     /* A reply has a size and a time limit: a server (or whatever listens there) that sends
      * without end must not take this process's memory, nor keep it waiting. */
     if (rc == 0)
-        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + CONTROL_REPLY_MS, &reply,
+        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + control_reply_ms, &reply,
                               &length);
     close(fd);
     if (rc == -EFBIG) {

@@ -14,6 +14,9 @@
  * message too. */
 int control_request(const char *path, const char *request, char **body, char *message,
                     size_t message_size);
+/* How long control_request() waits for a whole reply, in milliseconds (30 s; a pass over a
+ * device's pages waits longer, cli/pass.c). */
+extern unsigned long long control_reply_ms;
 
 /* A device on a server: the server's control socket, and the device's name on it. */
 struct control_target {
@@ -29,6 +32,12 @@ struct control_target {
  * directory (util_trusted_socket), whoever calls it. */
 int control_resolve(const char *device, const char *runtime_dir, struct control_target *target,
                     char *message, size_t message_size);
+
+/* control_resolve() in `runtime_dir`, and when no server there serves DEVICE (a name) and
+ * `also_sudo` (no -u was given), for root under sudo in the runtime directory of the user who
+ * ran sudo (util_sudo_runtime_dir), whose servers it is run for (find.c). */
+int control_find(const char *device, const char *runtime_dir, bool also_sudo,
+                 struct control_target *target, char *message, size_t message_size);
 
 /* control_request() about the target's device ("device NAME REQUEST"). */
 int control_ask(const struct control_target *target, const char *request, char **body,

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "estimate/estimate.h"
+#include "common/progress.h"
 #include "common/util.h"
 #include "uzram.h"
 
@@ -603,42 +604,15 @@ void estimate_analyzer_stop(struct estimate_analyzer *analyzer)
  * One source
  * ---------------------------------------------------------------------- */
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void draw_progress(struct estimate_analyzer *analyzer, struct estimate_source *source,
-                          double elapsed)
-{
-    uint64_t done = atomic_load_explicit(&analyzer->bytes_done, memory_order_relaxed);
-    char done_text[16], total_text[16], rate_text[16];
-    double rate = elapsed > 0 ? done / elapsed : 0;
-    util_human_size(done, done_text, sizeof done_text);
-    util_human_size((uint64_t)rate, rate_text, sizeof rate_text);
-    fprintf(stderr, "\r\033[K%s: %s", source->name, done_text);
-    if (source->size) {
-        util_human_size(source->size, total_text, sizeof total_text);
-        fprintf(stderr, " of %s", total_text);
-    }
-    fprintf(stderr, ", %s/s", rate_text);
-    /* processes skip unpopulated ranges, so measure them by address consumed */
-    uint64_t position = source->kind == SOURCE_PROCESS ? source->position : done;
-    if (source->size && rate > 0 && position <= source->size) {
-        double rate_position = elapsed > 0 ? position / elapsed : 0;
-        double left = rate_position > 0 ? (source->size - position) / rate_position : 0;
-        fprintf(stderr, ", %d:%02d left", (int)(left / 60), (int)left % 60);
-    }
-    fflush(stderr);
-}
-
 int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_source *source,
                             bool show_progress)
 {
-    double start = now_seconds(), last_draw = 0;
-    bool drawn = false;
+    /* A directory's total, for the progress line's "of" and time left (a walk of stat calls,
+     * as du makes, first). */
+    if (show_progress && source->kind == SOURCE_DIRECTORY)
+        source->size = estimate_walk_total(source->name);
+    struct progress progress;
+    progress_begin(&progress, source->name, source->size, NULL, !show_progress);
     int status = 0;
     atomic_store_explicit(&analyzer->bytes_done, 0, memory_order_relaxed);
 
@@ -688,13 +662,10 @@ int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_
         if (got <= 0)
             break;
 
-        double now = now_seconds();
-        /* only inputs that take more than a moment get a progress line */
-        if (show_progress && now - start >= 1.0 && now - last_draw >= 0.25) {
-            draw_progress(analyzer, source, now - start);
-            last_draw = now;
-            drawn = true;
-        }
+        /* Bytes analyzed; the time left goes by what was read of the size (a process's
+         * unpopulated ranges are skipped, a directory's files padded to pages). */
+        uint64_t done = atomic_load_explicit(&analyzer->bytes_done, memory_order_relaxed);
+        progress_show(&progress, done, source->position, NULL);
     }
 
     /* Wait for every chunk of this source: duplicates are "of a page seen
@@ -704,10 +675,7 @@ int estimate_analyze_source(struct estimate_analyzer *analyzer, struct estimate_
         pthread_cond_wait(&analyzer->chunk_done, &analyzer->lock);
     int worker_error = analyzer->error;
     pthread_mutex_unlock(&analyzer->lock);
-    if (drawn) {
-        fputs("\r\033[K", stderr);
-        fflush(stderr);
-    }
+    progress_end(&progress);
 
     for (unsigned i = 0; i < analyzer->options.jobs; i++) {
         struct worker *worker = &analyzer->workers[i];

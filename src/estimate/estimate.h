@@ -126,6 +126,9 @@ int estimate_walk_open(struct estimate_source *source, int fd, const struct stat
 long estimate_walk_read(struct estimate_source *source, unsigned char *buffer, size_t capacity,
                         size_t page_size);
 void estimate_walk_close(struct estimate_source *source);
+/* The bytes of the regular files the walk of directory `path` reads (same file system, no
+ * symbolic links), counted with a progress line of its own; 0 when it cannot be walked. */
+uint64_t estimate_walk_total(const char *path);
 
 /* Fill `buffer` (capacity a multiple of page_size) with the next whole pages
  * of the source. Returns the number of bytes (a multiple of page_size), 0 at

@@ -300,8 +300,9 @@ static int option_export_name(struct nbd_session *s, const unsigned char *data, 
 static int option_starttls(struct nbd_session *s, uint32_t length)
 {
     if (nbd_tls_mode(s->tls_config) == NBD_TLS_OFF)
-        return send_error(s, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP,
-                          "this server does not use TLS (uzram serve --tls on)");
+        return send_error(
+            s, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP,
+            "this server does not use TLS (serve --tls-psk FILE or --tls-certificates DIR)");
     if (s->tls != NULL)
         return send_error(s, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already on");
     if (length != 0)

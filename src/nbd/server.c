@@ -40,6 +40,7 @@ struct listener {
 
 struct nbd_server {
     const char *name;
+    const struct nbd_server_options *options;
     struct nbd_exports *exports;                /* the devices (exports.c) */
     char unix_path[PATH_MAX], tcp_address[300]; /* for `uzram status`; "" when none */
     struct nbd_transmission_settings transmission;
@@ -72,6 +73,15 @@ const char *nbd_server_unix_path(struct nbd_server *server)
 const char *nbd_server_tcp_address(struct nbd_server *server)
 {
     return server->tcp_address;
+}
+
+int nbd_server_uri(struct nbd_server *server, const char *export_name, char *uri, size_t size)
+{
+    int rc = nbd_connect_uri(server->options, server->unix_path, server->tcp_address, export_name,
+                             uri, size);
+    if (rc < 0)
+        snprintf(uri, size, "-"); /* paths too long for one */
+    return rc;
 }
 
 unsigned nbd_server_clients(struct nbd_server *server)
@@ -525,6 +535,7 @@ int nbd_server_run(const struct nbd_server_options *options)
 {
     struct nbd_server server = {
         .name = options->name,
+        .options = options,
         .timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT,
     };
     unsigned threads = options->threads < 1 ? 1 : options->threads;
@@ -638,36 +649,10 @@ int nbd_server_run(const struct nbd_server_options *options)
     char devices[1024], names[1024];
     size_t device_count = nbd_exports_describe(server.exports, true, devices, sizeof devices);
     nbd_exports_describe(server.exports, false, names, sizeof names);
-    if (!options->quiet) {
-        if (device_count == 1)
-            printf("uzram: serving %s on ", devices);
-        else
-            printf("uzram: serving %zu devices: %s (the first is the default export) on ",
-                   device_count, devices);
-        if (server.unix_path[0])
-            printf("unix:%s%s", server.unix_path, server.tcp_address[0] ? ", " : "");
-        if (server.tcp_address[0])
-            printf("tcp:%s", server.tcp_address);
-        if (options->inherited_count > 0)
-            printf(" (%zu socket%s from the service manager)", options->inherited_count,
-                   options->inherited_count == 1 ? "" : "s");
-        printf("; control: %s\n", options->ctl_path);
-        if (server.tls)
-            printf("  TLS %s (%s)\n",
-                   options->tls.mode == NBD_TLS_REQUIRE ? "required" : "offered, not required",
-                   nbd_tls_kind(server.tls));
-        const char *scheme = options->tls.mode == NBD_TLS_REQUIRE ? "nbds" : "nbd";
-        const char *list = device_count == 1 ? "" : "--list ";
-        if (server.unix_path[0])
-            printf("  connect: nbdinfo %s'%s+unix:///?socket=%s'   stats: uzram status\n", list,
-                   scheme, server.unix_path);
-        else
-            printf("  connect: nbdinfo %s'%s://%s'   stats: uzram status\n", list, scheme,
-                   server.tcp_address);
-        printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
-               "the server stops (SIGTERM, SIGINT)\n");
-        fflush(stdout);
-    }
+    if (!options->quiet)
+        nbd_banner_print(options, &(struct nbd_banner){
+                                      devices, device_count, server.unix_path, server.tcp_address,
+                                      server.tls ? nbd_tls_kind(server.tls) : NULL});
     /* Every socket listens: a service manager waiting for us (systemd's Type=notify) may
      * start what needs the device now. */
     char state[1100];

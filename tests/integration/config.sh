@@ -53,6 +53,20 @@ grep -q 'is_read_only: true' <<<"$(nbdinfo "$(uri_of big)")" || fail "-r did not
 stop_server big
 pass "command-line options override the file (-s, --dedup=no, -r, -a), the rest stays"
 
+# --- sizes relative to RAM (issue 28): --size 1%, mem-limit = 0.5% in a file, hot-add 1% ---
+ram=$(($(sed -n 's/^MemTotal: *\([0-9]*\) kB$/\1/p' /proc/meminfo) * 1024))
+printf '[share]\nsize = 2%%\nmem-limit = 0.5%%\n' >"$WORK/share.conf"
+start_server share --config "$WORK/share.conf" -s 1%
+[[ $(size_of share) -eq $((ram / 4096 / 100 * 4096)) ]] || fail "--size 1% of $ram bytes: $(size_of share)"
+[[ $(attr share mem_limit) -eq $((ram / 4096 * 5 / 1000 * 4096)) ]] || fail "mem-limit = 0.5%: $(attr share mem_limit)"
+"$UZRAM" hot-add more 1% >/dev/null || fail "hot-add more 1%"
+[[ $(attr more disksize) -eq $((ram / 4096 / 100 * 4096)) ]] || fail "hot-add 1%: $(attr more disksize)"
+"$UZRAM" serve -n bad -s 5x% 2>"$WORK/err" && fail "--size 5x% was taken"
+grep -qx "uzram: --size '5x%' is not a size; use a number with an optional K, M, G or T suffix, e.g. 512M, or a share of RAM, e.g. 50%" "$WORK/err" ||
+    fail "--size 5x%: $(cat "$WORK/err")"
+stop_server share
+pass "sizes as a share of RAM: --size 1%, mem-limit = 0.5% in a file, hot-add 1%; 5x% refused"
+
 # --- a file with one section serves it without --name, under its name ---
 printf '[solo]\nsize = 16M\n' >"$WORK/solo.conf"
 "$UZRAM" serve --config "$WORK/solo.conf" >"$WORK/server-solo.out" 2>"$WORK/server-solo.err" &

@@ -38,9 +38,13 @@ link $P/lib/libuzram.so -> libuzram.so.$MAJOR
 link $P/lib/libuzram.so.$MAJOR -> libuzram.so.$VERSION
 755 $P/lib/libuzram.so.$VERSION
 644 $P/lib/pkgconfig/uzram.pc
+755 $P/lib/systemd/system-generators/uzram-zram-generator
 644 $P/lib/systemd/system/uzram-swap@.service
+644 $P/lib/systemd/system/uzram-zram-setup@.service
+644 $P/lib/systemd/system/uzram-zram@.service
 644 $P/lib/systemd/system/uzram@.service
 644 $P/lib/systemd/system/uzram@.socket
+644 $P/share/doc/uzram/installed-directories
 644 $P/share/doc/uzram/uzram.conf.example
 644 $P/share/man/man1/uzram.1
 EOF
@@ -53,14 +57,16 @@ soname=$(objdump -p "$DEST$P/lib/libuzram.so.$VERSION" | awk '$1 == "SONAME" {pr
 cmp -s "$REPO/include/uzram.h" "$DEST$P/include/uzram.h" || fail "installed uzram.h differs"
 cmp -s "$REPO/docs/uzram.1" "$DEST$P/share/man/man1/uzram.1" || fail "installed man page differs"
 grep -qx "uzram $VERSION" <<<"$("$DEST$P/bin/uzram" --version)" || fail "installed uzram --version"
-grep -qx "ExecStart=$P/bin/uzram serve --config $P/etc/uzram/uzram.conf --name %i" \
+grep -qx "ExecStart=$P/bin/uzram serve --config /etc/uzram/uzram.conf --name %i" \
     "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service ExecStart: $(grep Exec "$DEST$P/lib/systemd/system/uzram@.service")"
 grep -qx 'Type=notify' "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service is not Type=notify"
 grep -qx 'ListenStream=%t/uzram/%i.sock' "$DEST$P/lib/systemd/system/uzram@.socket" || fail "uzram@.socket ListenStream"
-if grep -n '@[a-zA-Z_]*@' "$DEST$P/lib/pkgconfig/uzram.pc" "$DEST$P"/lib/systemd/system/*; then
+grep -qx "exec $P/bin/uzram zram-generator --generate --unit-dir $P/lib/systemd/system \"\$@\"" \
+    "$DEST$P/lib/systemd/system-generators/uzram-zram-generator" || fail "the generator's command: $(tail -n 1 "$DEST$P/lib/systemd/system-generators/uzram-zram-generator")"
+if grep -n '@[a-zA-Z_]*@' "$DEST$P/lib/pkgconfig/uzram.pc" "$DEST$P"/lib/systemd/system/* "$DEST$P"/lib/systemd/system-generators/*; then
     fail "a template placeholder was left in an installed file"
 fi
-pass "soname $soname, header, man page, program, units name $P/bin and $P/etc"
+pass "soname $soname, header, man page, program, units name $P/bin and /etc (whatever PREFIX)"
 
 # --- pkg-config finds the installed tree (--define-prefix: it sits in DESTDIR) ---
 export PKG_CONFIG_PATH=$DEST$P/lib/pkgconfig
@@ -103,11 +109,21 @@ cmp -s hello.out hello-static.out || fail "static output differs: $(cat hello-st
 pass "README example built with pkg-config --static against libuzram.a"
 cd "$REPO"
 
-# --- make uninstall removes every file install put there ---
+# --- make uninstall removes every file and directory install put there, and only those ---
 run_make uninstall DESTDIR="$DEST"
-left=$(find "$DEST" ! -type d)
+left=$(find "$DEST" -mindepth 1)
 [[ -z $left ]] || fail "make uninstall left: $left"
-pass "make uninstall removes them all"
+# A directory that was there before install (and a file in it) stays.
+mkdir -p "$DEST$P/bin" "$DEST$P/share/man"
+touch "$DEST$P/bin/mine"
+run_make install DESTDIR="$DEST"
+run_make install DESTDIR="$DEST" # again: the list of what install made is kept
+run_make uninstall DESTDIR="$DEST"
+left=$(cd "$DEST" && find . -mindepth 1 | sort | paste -sd' ')
+[[ $left == "./usr ./usr/local ./usr/local/bin ./usr/local/bin/mine ./usr/local/share ./usr/local/share/man" ]] ||
+    fail "make uninstall after two installs over existing directories left: $left"
+rm -rf "${DEST:?}"/*
+pass "make uninstall removes every file and each directory install made, none that was there"
 
 # --- a distribution's layout: PREFIX=/usr, a multiarch libdir, /etc for the configuration ---
 run_make install DESTDIR="$DEST" PREFIX=/usr libdir=/usr/lib/multiarch
@@ -121,5 +137,36 @@ run_make uninstall DESTDIR="$DEST" PREFIX=/usr libdir=/usr/lib/multiarch
 left=$(find "$DEST" ! -type d)
 [[ -z $left ]] || fail "make uninstall PREFIX=/usr left: $left"
 pass "PREFIX=/usr libdir=...: /usr/bin, /etc/uzram, \${prefix}-relative libdir; uninstalled"
+
+# --- the machine itself, as a new user does it: sudo make install, then make uninstall ---
+# ldconfig puts the library in ld.so.cache and takes it out again; nothing install made is
+# left in /usr/local. Only where nobody's uzram is installed there, one test at a time.
+if [[ $(id -u) -ne 0 ]]; then
+    skip_check "make install into /usr/local (ld.so.cache, directories left): needs root"
+elif compgen -G "/usr/local/lib/libuzram*" >/dev/null || [[ -e /usr/local/bin/uzram ]]; then
+    skip_check "make install into /usr/local: a uzram is installed there already, left alone"
+elif ! grep -rqsx /usr/local/lib /etc/ld.so.conf /etc/ld.so.conf.d; then
+    skip_check "make install into /usr/local: /usr/local/lib is not in ld.so.conf here"
+else
+    exec 9>/run/lock/uzram-install-test.lock
+    flock -w 120 9 || fail "another test holds /run/lock/uzram-install-test.lock for 2 min"
+    find /usr/local -xdev | sort >"$WORK/before"
+    at_exit "make -s -C '$REPO' O='$BUILD' uninstall"
+    run_make install
+    # ld.so.cache taken whole first: grep -q stops at the first match, and ldconfig killed by
+    # SIGPIPE then would fail the pipeline (pipefail).
+    ldcache=$(ldconfig -p)
+    grep -q "libuzram.so.$MAJOR .*=> /usr/local/lib/libuzram.so.$MAJOR" <<<"$ldcache" ||
+        fail "make install did not put libuzram.so.$MAJOR in ld.so.cache: $(ldconfig -p | grep uzram)"
+    run_make uninstall
+    ldcache=$(ldconfig -p)
+    if grep -q "/usr/local/lib/libuzram" <<<"$ldcache"; then
+        fail "make uninstall left ld.so.cache naming /usr/local/lib/libuzram: $(ldconfig -p | grep uzram)"
+    fi
+    find /usr/local -xdev | sort >"$WORK/after"
+    diff -u "$WORK/before" "$WORK/after" >"$WORK/diff" || fail "make install + uninstall changed /usr/local: $(cat "$WORK/diff")"
+    flock -u 9
+    pass "sudo make install: libuzram in ld.so.cache; make uninstall: out of it, /usr/local as before"
+fi
 
 echo "PASS: install.sh"

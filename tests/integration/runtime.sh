@@ -25,19 +25,51 @@ else
         sleep 0.1
     done
     grep -q "From another shell" "$WORK/run.out" || fail "make run did not get to serving: $(cat "$WORK/run.out" "$WORK/run.err")"
-    # Another shell: the same environment, no option.
-    "$UZRAM" status >"$WORK/status" || fail "status after make run: $(cat "$WORK/status")"
-    grep -q '^uzram0 .* 4M ' "$WORK/status" || fail "status does not show make run's device: $(cat "$WORK/status")"
-    [[ $("$UZRAM" attr uzram0 disksize) -eq $((1 << 30)) ]] || fail "attr does not reach make run's device"
-    printed=$(sed -n "s/^  nbdinfo 'nbd+unix:\/\/\/?socket=\(.*\)'$/\1/p" "$WORK/run.out")
-    [[ $printed == "$(sock_of uzram0)" ]] || fail "make run printed socket '$printed', not $(sock_of uzram0)"
-    [[ $(nbdinfo --size "nbd+unix:///?socket=$printed") -eq $((1 << 30)) ]] || fail "nbdinfo on the printed socket"
+    # Another shell: the same environment, no option; the lines make run prints, as printed.
+    sed -n '/From another shell/,$p' "$WORK/run.out" | sed -n 's/^  \(.*\)$/\1/p' >"$WORK/printed.sh"
+    [[ $(wc -l <"$WORK/printed.sh") -eq 3 ]] || fail "make run's lines for another shell: $(cat "$WORK/printed.sh")"
+    (cd "$REPO" && bash -e "$WORK/printed.sh") >"$WORK/printed.out" 2>&1 || fail "make run's lines: $(cat "$WORK/printed.out")"
+    grep -q '^uzram0 .* 4M ' "$WORK/printed.out" || fail "build/uzram status does not show make run's device: $(cat "$WORK/printed.out")"
+    grep -qx "disksize  *$((1 << 30))" "$WORK/printed.out" || fail "build/uzram attr uzram0: $(cat "$WORK/printed.out")"
+    grep -q "export-size: $((1 << 30))" "$WORK/printed.out" || fail "make run's nbdinfo line: $(cat "$WORK/printed.out")"
     grep -q "served until Ctrl-C" "$WORK/run.out" || fail "make run does not say it serves until Ctrl-C"
     kill -INT -- -"$run_pid"
     for _ in $(seq 100); do kill -0 $run_pid 2>/dev/null || break; sleep 0.1; done
     kill -0 $run_pid 2>/dev/null && fail "make run still running 10 s after Ctrl-C"
+    wait $run_pid || fail "make run ended with status $? on Ctrl-C: $(cat "$WORK/run.err")"
     [[ ! -e $(sock_of uzram0) ]] || fail "make run's socket is left after Ctrl-C"
-    pass "make run: status, attr and the printed nbdinfo line reach it from another process; Ctrl-C ends it"
+    pass "make run: its three lines for another shell work as printed; Ctrl-C ends it with status 0"
+
+    # Ctrl-C on a terminal, through make itself: make must not say it failed ("Error 1").
+    cat >"$WORK/ctrl-c.py" <<'EOF'
+import os, pty, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("make", ["make", "-s", "-C", sys.argv[1], "run"])
+out, deadline, sent = b"", time.time() + 120, False
+while time.time() < deadline:
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        break
+    if not data:
+        break
+    out += data
+    if not sent and b"served until Ctrl-C" in out:
+        time.sleep(0.5)
+        os.write(fd, b"\x03")
+        sent = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace"))
+print("\nsent %s, status %d" % (sent, os.waitstatus_to_exitcode(status)))
+EOF
+    UZRAM_RUN_SAMPLE_MIB=4 /usr/bin/python3 "$WORK/ctrl-c.py" "$REPO" >"$WORK/ctrl-c.out" 2>&1 || true
+    grep -q "^sent True" "$WORK/ctrl-c.out" || fail "make run on a terminal did not get to serving: $(cat "$WORK/ctrl-c.out")"
+    if grep -q "make.*\*\*\*\|Error [0-9]" "$WORK/ctrl-c.out"; then
+        fail "make run reports an error on Ctrl-C: $(cat "$WORK/ctrl-c.out")"
+    fi
+    grep -q "SIG[A-Z]* received: stopping; discarding" "$WORK/ctrl-c.out" || fail "the server did not stop on Ctrl-C: $(cat "$WORK/ctrl-c.out")"
+    pass "make run on a terminal: Ctrl-C stops the server, and make reports no error"
 fi
 
 # --- serve -u PATH: status -u and attr -u take the same PATH (relative or absolute) ---
@@ -101,8 +133,8 @@ for _ in $(seq 100); do "${as[@]}" "$uzram" status second >/dev/null 2>&1 && bre
 kill -0 $second 2>/dev/null || echo "serve as nobody ended: $(tr '\n' ' ' </tmp/second.err)"
 echo "status: $("${as[@]}" "$uzram" status -n -o name,socket 2>&1 | tr '\n' ';')"
 echo "attr: $("${as[@]}" "$uzram" attr uzram0 disksize 2>&1)"
-socket=$(sed -n "s/^  nbdinfo 'nbd+unix:\/\/\/?socket=\(.*\)'$/\1/p" /tmp/run.out)
-echo "nbdinfo: $socket $(nbdinfo --size "nbd+unix:///?socket=$socket" 2>&1)"
+uri=$(sed -n "s/^  nbdinfo '\(.*\)'$/\1/p" /tmp/run.out)
+echo "nbdinfo: $uri $(nbdinfo --size "$uri" 2>&1)"
 kill -INT -- -$run; kill $second
 for _ in $(seq 100); do kill -0 $run 2>/dev/null || break; sleep 0.1; done
 kill -0 $run 2>/dev/null && { kill -- -$run; echo "make run did not stop"; }
@@ -139,7 +171,8 @@ else
         grep -qx "status: second $want/second.sock;uzram0 $want/uzram0.sock;" "$WORK/inner.out" ||
             fail "a user's make run, serve and status without XDG_RUNTIME_DIR: $(cat "$WORK/inner.out")"
         grep -qx "attr: $((1 << 30))" "$WORK/inner.out" || fail "attr without XDG_RUNTIME_DIR: $(cat "$WORK/inner.out")"
-        grep -qx "nbdinfo: $want/uzram0.sock $((1 << 30))" "$WORK/inner.out" || fail "make run's nbdinfo line: $(cat "$WORK/inner.out")"
+        grep -qx "nbdinfo: nbd+unix:///uzram0?socket=$want/uzram0.sock $((1 << 30))" "$WORK/inner.out" ||
+            fail "make run's nbdinfo line: $(cat "$WORK/inner.out")"
         grep -q "did not stop" "$WORK/inner.out" && fail "make run did not stop on Ctrl-C (SIGINT)"
         [[ $rc -eq 0 ]] || fail "the check as nobody ended with status $rc: $(cat "$WORK/inner.out")"
         pass "without XDG_RUNTIME_DIR, a user's make run, serve, status and attr meet in $want"
