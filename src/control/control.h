@@ -1,11 +1,15 @@
-/* control.h - the client side of a uzram control socket (NAME.ctl in the runtime directory).
- * Used by `uzram status` and `uzram attr`; the server side lives in control.c too. */
+/* control.h - the client side of a uzram control socket (NAME.ctl in the runtime directory):
+ * client.c and find.c. Used by every subcommand that talks to a server; the server side is
+ * service.h. */
 #ifndef UZRAM_CONTROL_H
 #define UZRAM_CONTROL_H
 
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+/* The longest request line, its '\n' included: both ends hold to it. */
+#define CONTROL_REQUEST_MAX 4096
 
 /* Send one request line (without '\n') to the control socket at `path`.
  * On "ok" returns 0 and sets *body to the text after the first line (malloc'd,

@@ -1,6 +1,6 @@
 /* server.c - sockets, threads and shutdown of the NBD server behind `uzram serve`.
  * Listens on Unix/TCP; each client gets a thread of its own (and helpers while it is busy, see
- * transmission.c); the control socket is served on its own thread (control/control.c). */
+ * transmission.c); the control socket is served on its own thread (control/service.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "nbd/server.h"
+#include "control/service.h"
 #include "attach/attach.h"
 #include "common/systemd.h"
 #include "common/util.h"

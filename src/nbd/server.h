@@ -349,12 +349,4 @@ int nbd_server_uri(struct nbd_server *server, const char *export_name, char *uri
  * the hot-added ones) and destroys them when it ends, even on an error. */
 int nbd_server_run(const struct nbd_server_options *options);
 
-/* Control socket (control/control.c): serve the listening socket `listen_fd`
- * on a thread of its own (each request on its own thread, with a deadline)
- * until control_stop(), which also waits for the requests in progress. The
- * socket stays the caller's. Returns 0 or a negative errno. */
-struct control_service;
-int control_start(int listen_fd, struct nbd_server *server, struct control_service **service);
-void control_stop(struct control_service *service);
-
 #endif
