@@ -1,5 +1,6 @@
 /* estimate.h - internal interfaces of `uzram estimate`: sources, page analysis, report.
- * Split by job: input.c reads, analyze.c classifies, report.c prints. */
+ * Split by job: estimate.c parses the command line and runs the passes, input.c reads files,
+ * devices, stdin and processes, walk.c directories, analyze.c classifies, report.c prints. */
 #ifndef UZRAM_ESTIMATE_H
 #define UZRAM_ESTIMATE_H
 
@@ -116,10 +117,10 @@ int estimate_open_process(struct estimate_source *source, const char *pid_text, 
 void estimate_close(struct estimate_source *source);
 
 /* Pad the last partial page of buffer[0..got) with zeros, counting the real bytes in
- * counts.partial_bytes; returns got rounded up to a whole page. */
+ * counts.partial_bytes; returns got rounded up to a whole page. In walk.c, the file below
+ * input.c, because both read files that can end mid-page. */
 size_t estimate_pad_page(struct estimate_source *source, unsigned char *buffer, size_t got,
                          size_t page_size);
-
 /* A directory (walk.c): start the walk at the directory open as `fd` (taken over), whose
  * stat is `st`; read its files as estimate_read() does; free the walk. */
 int estimate_walk_open(struct estimate_source *source, int fd, const struct stat *st);

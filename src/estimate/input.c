@@ -206,19 +206,6 @@ static long read_stream(struct estimate_source *source, unsigned char *buffer, s
     return (long)estimate_pad_page(source, buffer, got, page_size);
 }
 
-size_t estimate_pad_page(struct estimate_source *source, unsigned char *buffer, size_t got,
-                         size_t page_size)
-{
-    size_t tail = got % page_size;
-    if (tail) {
-        /* a last partial page is padded with zeros, as a device would hold it */
-        memset(buffer + got, 0, page_size - tail);
-        source->counts.partial_bytes += tail;
-        got += page_size - tail;
-    }
-    return got;
-}
-
 /* Read one populated run of the process; ranges that fail are skipped page
  * by page and counted, never fatal (guard pages, [vvar], vanished mappings). */
 static size_t read_process_run(struct estimate_source *source, unsigned char *buffer,

@@ -120,6 +120,19 @@ static void pop_level(struct estimate_walk *walk)
     close(level->fd);
 }
 
+size_t estimate_pad_page(struct estimate_source *source, unsigned char *buffer, size_t got,
+                         size_t page_size)
+{
+    size_t tail = got % page_size;
+    if (tail) {
+        /* a last partial page is padded with zeros, as a device would hold it */
+        memset(buffer + got, 0, page_size - tail);
+        source->counts.partial_bytes += tail;
+        got += page_size - tail;
+    }
+    return got;
+}
+
 int estimate_walk_open(struct estimate_source *source, int fd, const struct stat *st)
 {
     struct estimate_walk *walk = calloc(1, sizeof *walk);
