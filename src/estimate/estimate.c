@@ -170,7 +170,65 @@ struct source_arg {
     bool is_pid;
 };
 
-int cmd_estimate(int argc, char **argv)
+/* What the command line asked for, before the algorithms are checked against the engine. */
+struct estimate_command {
+    struct estimate_options options;
+    struct source_arg *args; /* the sources in command-line order */
+    size_t arg_count;
+    const char *algorithm_list; /* -a, or NULL */
+    const char *recompress;     /* -r, or NULL */
+    uint64_t dict_size;
+};
+
+/* The options that take a number: check `arg` and store it. Returns 0, or -1 after a message. */
+static int parse_number_option(int c, const char *arg, struct estimate_command *cmd)
+{
+    struct estimate_options *options = &cmd->options;
+    char *end;
+    switch (c) {
+    case OPT_PAGE_SIZE: {
+        uint64_t size;
+        if (uzram_parse_size(arg, &size) < 0 || size < 512 || size > 65536 || (size & (size - 1))) {
+            fprintf(stderr,
+                    "uzram estimate: --page-size wants a power of two from 512 to 64K, "
+                    "not '%s'\n",
+                    arg);
+            return -1;
+        }
+        options->page_size = (size_t)size;
+        return 0;
+    }
+    case 'j': {
+        long jobs = strtol(arg, &end, 10);
+        if (end == arg || *end || jobs < 1 || jobs > 256) {
+            fprintf(stderr, "uzram estimate: --jobs wants 1 to 256, not '%s'\n", arg);
+            return -1;
+        }
+        options->jobs = (unsigned)jobs;
+        return 0;
+    }
+    case OPT_HOT: {
+        long hot = strtol(arg, &end, 10);
+        if (end == arg || (*end && strcmp(end, "%") != 0) || hot < 0 || hot > 100) {
+            fprintf(stderr, "uzram estimate: --hot wants a percentage, 0 to 100, not '%s'\n", arg);
+            return -1;
+        }
+        options->recompression.hot_percent = (unsigned)hot;
+        return 0;
+    }
+    default: /* OPT_DICT_SIZE */
+        if (uzram_parse_size(arg, &cmd->dict_size) < 0 || cmd->dict_size < 256 ||
+            cmd->dict_size > 1024 * 1024) {
+            fprintf(stderr, "uzram estimate: --dict-size wants 256 bytes to 1M, not '%s'\n", arg);
+            return -1;
+        }
+        return 0;
+    }
+}
+
+/* Read the command line into `cmd` (whose args has room for argc sources). Returns -1 to go
+ * on, or the exit status: 0 after --help, 2 after a message about a bad command line. */
+static int parse_command_line(int argc, char **argv, struct estimate_command *cmd)
 {
     static const struct option long_options[] = {
         {"pid", required_argument, NULL, 'p'},
@@ -187,117 +245,75 @@ int cmd_estimate(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct estimate_options options = {.page_size = UZRAM_PAGE_SIZE, .progress = true};
-    static char algorithm_storage[512];
-    const char *algorithm_list = NULL;
-    const char *recompress = NULL;
-    uint64_t dict_size = 64 * 1024;
-    options.recompression.hot_percent = 20;
-    struct source_arg *args = calloc((size_t)argc + 1, sizeof *args);
-    size_t arg_count = 0;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    options.jobs = cpus < 1 ? 1 : cpus > 256 ? 256 : (unsigned)cpus;
-    if (!args) {
-        fputs("uzram estimate: out of memory\n", stderr);
-        return 1;
-    }
-
     /* A leading '-' in optstring keeps the sources in command-line order,
      * interleaved with --pid, so the report lists them as given. */
     optind = 1;
     opterr = 1;
-    int c, status = 2;
+    int c;
     while ((c = getopt_long(argc, argv, "-p:a:j:r:qh", long_options, NULL)) != -1) {
         switch (c) {
         case 1:
-            args[arg_count++] = (struct source_arg){optarg, false};
+            cmd->args[cmd->arg_count++] = (struct source_arg){optarg, false};
             break;
         case 'p':
-            args[arg_count++] = (struct source_arg){optarg, true};
+            cmd->args[cmd->arg_count++] = (struct source_arg){optarg, true};
             break;
         case OPT_ALL_MAPPINGS:
-            options.all_mappings = true;
+            cmd->options.all_mappings = true;
             break;
         case 'a':
-            algorithm_list = optarg;
+            cmd->algorithm_list = optarg;
             break;
-        case OPT_PAGE_SIZE: {
-            uint64_t size;
-            if (uzram_parse_size(optarg, &size) < 0 || size < 512 || size > 65536 ||
-                (size & (size - 1))) {
-                fprintf(stderr,
-                        "uzram estimate: --page-size wants a power of two from 512 to 64K, "
-                        "not '%s'\n",
-                        optarg);
-                goto out;
-            }
-            options.page_size = (size_t)size;
+        case OPT_PAGE_SIZE:
+        case 'j':
+        case OPT_HOT:
+        case OPT_DICT_SIZE:
+            if (parse_number_option(c, optarg, cmd) < 0)
+                return 2;
             break;
-        }
-        case 'j': {
-            char *end;
-            long jobs = strtol(optarg, &end, 10);
-            if (end == optarg || *end || jobs < 1 || jobs > 256) {
-                fprintf(stderr, "uzram estimate: --jobs wants 1 to 256, not '%s'\n", optarg);
-                goto out;
-            }
-            options.jobs = (unsigned)jobs;
-            break;
-        }
         case OPT_JSON:
-            options.json = true;
+            cmd->options.json = true;
             break;
         case 'r':
-            recompress = optarg;
-            break;
-        case OPT_HOT: {
-            char *end;
-            long hot = strtol(optarg, &end, 10);
-            if (end == optarg || (*end && strcmp(end, "%") != 0) || hot < 0 || hot > 100) {
-                fprintf(stderr, "uzram estimate: --hot wants a percentage, 0 to 100, not '%s'\n",
-                        optarg);
-                goto out;
-            }
-            options.recompression.hot_percent = (unsigned)hot;
-            break;
-        }
-        case OPT_DICT_SIZE:
-            if (uzram_parse_size(optarg, &dict_size) < 0 || dict_size < 256 ||
-                dict_size > 1024 * 1024) {
-                fprintf(stderr, "uzram estimate: --dict-size wants 256 bytes to 1M, not '%s'\n",
-                        optarg);
-                goto out;
-            }
+            cmd->recompress = optarg;
             break;
         case 'q':
-            options.progress = false;
+            cmd->options.progress = false;
             break;
         case 'h':
             usage(stdout);
-            status = 0;
-            goto out;
+            return 0;
         default:
             fputs("Try 'uzram estimate --help'.\n", stderr);
-            goto out;
+            return 2;
         }
     }
     for (; optind < argc; optind++) /* after "--" */
-        args[arg_count++] = (struct source_arg){argv[optind], false};
-    if (!arg_count) {
+        cmd->args[cmd->arg_count++] = (struct source_arg){argv[optind], false};
+    if (!cmd->arg_count) {
         fputs("uzram estimate: no source given (a file, a device, '-' or --pid PID)\n"
               "Try 'uzram estimate --help'.\n",
               stderr);
-        goto out;
+        return 2;
     }
+    return -1;
+}
 
-    if (options.page_size != UZRAM_PAGE_SIZE) {
+/* Settle options.algorithms (and the recompression entries) from -a, -r and --page-size, and
+ * check what the sources need of them. Returns 0, or -1 after a message. */
+static int choose_algorithms(struct estimate_command *cmd)
+{
+    static char algorithm_storage[512]; /* the names options.algorithms points into */
+    struct estimate_options *options = &cmd->options;
+    const char *algorithm_list = cmd->algorithm_list;
+    if (options->page_size != UZRAM_PAGE_SIZE) {
         /* the engine (and its codecs and pool) only has 4 KiB pages */
         if (algorithm_list && strcmp(algorithm_list, "none") != 0) {
             fprintf(stderr,
                     "uzram estimate: compression is only estimated for %u-byte pages; "
                     "use -a none with --page-size %zu\n",
-                    UZRAM_PAGE_SIZE, options.page_size);
-            goto out;
+                    UZRAM_PAGE_SIZE, options->page_size);
+            return -1;
         }
         algorithm_list = "none";
     }
@@ -307,109 +323,146 @@ int cmd_estimate(int argc, char **argv)
     uzram_config_init(&defaults);
     const char *first = defaults.comp_algorithm ? defaults.comp_algorithm : "lz4";
     if (!algorithm_list) {
-        if (parse_algorithms(first, algorithm_storage, sizeof algorithm_storage, &options) < 0)
-            goto out;
+        if (parse_algorithms(first, algorithm_storage, sizeof algorithm_storage, options) < 0)
+            return -1;
     } else if (strcmp(algorithm_list, "all") == 0) {
         char all[256];
         if (uzram_algorithm_list(NULL, all, sizeof all) < 0) {
             fputs("uzram estimate: cannot list the algorithms\n", stderr);
-            goto out;
+            return -1;
         }
         all[strcspn(all, "\n")] = 0;
         char ordered[300];
         snprintf(ordered, sizeof ordered, "%s %s", first, all);
-        if (parse_algorithms(ordered, algorithm_storage, sizeof algorithm_storage, &options) < 0)
-            goto out;
+        if (parse_algorithms(ordered, algorithm_storage, sizeof algorithm_storage, options) < 0)
+            return -1;
     } else if (parse_algorithms(algorithm_list, algorithm_storage, sizeof algorithm_storage,
-                                &options) < 0) {
-        goto out;
+                                options) < 0) {
+        return -1;
     }
-    if (recompress && !options.algorithm_count) {
+    if (cmd->recompress && !options->algorithm_count) {
         fputs("uzram estimate: --recompress needs compression; drop -a none\n", stderr);
-        goto out;
+        return -1;
     }
-    if (recompress && add_recompression(&options, recompress, (size_t)dict_size) < 0)
-        goto out;
-    for (size_t i = 0; i < arg_count; i++)
-        if (args[i].is_pid && options.page_size != 4096) {
+    if (cmd->recompress && add_recompression(options, cmd->recompress, (size_t)cmd->dict_size) < 0)
+        return -1;
+    for (size_t i = 0; i < cmd->arg_count; i++)
+        if (cmd->args[i].is_pid && options->page_size != 4096) {
             fputs("uzram estimate: --pid reads the system's 4096-byte pages; drop --page-size\n",
                   stderr);
-            goto out;
+            return -1;
         }
+    return 0;
+}
 
-    /* Open every source before reading any: a missing file is one line and
-     * exit status 1, not a failure after an hour of work on the others. */
-    status = 1;
-    struct estimate_source *sources = calloc(arg_count, sizeof *sources);
-    struct estimate_counts total = {0};
-    size_t opened = 0;
-    struct estimate_analyzer *analyzer = NULL;
-    if (!sources)
-        goto out;
+/* Open every source of the command line into sources[], stopping at the first that fails.
+ * *opened counts the entries estimate_close() must see (the failed one too). Returns 0, or a
+ * negative errno after a message. */
+static int open_sources(const struct estimate_command *cmd, struct estimate_source *sources,
+                        size_t *opened)
+{
+    const struct estimate_options *options = &cmd->options;
     bool stdin_seen = false;
-    for (; opened < arg_count; opened++) {
-        struct estimate_source *source = &sources[opened];
+    for (*opened = 0; *opened < cmd->arg_count;) {
+        const struct source_arg *arg = &cmd->args[*opened];
+        struct estimate_source *source = &sources[(*opened)++];
         int rc;
-        if (args[opened].is_pid) {
-            rc = estimate_open_process(source, args[opened].text, options.all_mappings);
+        if (arg->is_pid) {
+            rc = estimate_open_process(source, arg->text, options->all_mappings);
         } else {
-            if (strcmp(args[opened].text, "-") == 0) {
+            if (strcmp(arg->text, "-") == 0) {
                 if (stdin_seen) {
                     fputs("uzram estimate: '-' (standard input) given twice\n", stderr);
-                    rc = -EINVAL;
-                    opened++;
-                    goto close;
+                    return -EINVAL;
                 }
                 stdin_seen = true;
             }
-            rc = estimate_open_file(source, args[opened].text);
+            rc = estimate_open_file(source, arg->text);
         }
-        if (rc == 0 && options.algorithm_count) {
+        if (rc == 0 && options->algorithm_count) {
             source->counts.lengths =
-                calloc(options.algorithm_count, sizeof *source->counts.lengths);
+                calloc(options->algorithm_count, sizeof *source->counts.lengths);
             if (!source->counts.lengths)
                 rc = -ENOMEM;
         }
-        if (rc < 0) {
-            opened++;
-            goto close;
-        }
+        if (rc < 0)
+            return rc;
     }
-    if (options.algorithm_count) {
-        total.lengths = calloc(options.algorithm_count, sizeof *total.lengths);
+    return 0;
+}
+
+/* Analyse the opened sources and print the report. Returns the exit status. */
+static int analyze_and_report(struct estimate_options *options, struct estimate_source *sources,
+                              size_t count)
+{
+    struct estimate_counts total = {0};
+    struct estimate_analyzer *analyzer = NULL;
+    int status = 1;
+    if (options->algorithm_count) {
+        total.lengths = calloc(options->algorithm_count, sizeof *total.lengths);
         if (!total.lengths) {
             fputs("uzram estimate: out of memory\n", stderr);
-            goto close;
+            return 1;
         }
     }
-    if (estimate_analyzer_start(&options, &analyzer) < 0)
-        goto close;
+    if (estimate_analyzer_start(options, &analyzer) < 0)
+        goto out;
 
-    bool show_progress = options.progress && isatty(STDERR_FILENO);
-    for (size_t i = 0; i < arg_count; i++) {
+    bool show_progress = options->progress && isatty(STDERR_FILENO);
+    for (size_t i = 0; i < count; i++) {
         if (estimate_analyze_source(analyzer, &sources[i], show_progress) < 0)
-            goto close;
-        estimate_counts_add(&total, &sources[i].counts, options.algorithm_count);
+            goto out;
+        estimate_counts_add(&total, &sources[i].counts, options->algorithm_count);
     }
 
     struct estimate_bucket buckets[ESTIMATE_BUCKETS];
     struct estimate_index_info info;
     estimate_histogram(analyzer, buckets, &info);
-    estimate_analyzer_dicts(analyzer, &options);
-    if (options.json)
-        estimate_report_json(stdout, &options, sources, arg_count, &total, buckets, &info);
+    estimate_analyzer_dicts(analyzer, options);
+    if (options->json)
+        estimate_report_json(stdout, options, sources, count, &total, buckets, &info);
     else
-        estimate_report_text(stdout, &options, sources, arg_count, &total, buckets, &info);
+        estimate_report_text(stdout, options, sources, count, &total, buckets, &info);
     fflush(stdout);
     status = ferror(stdout) ? 1 : 0;
-
-close:
+out:
     estimate_analyzer_stop(analyzer);
+    free(total.lengths);
+    return status;
+}
+
+int cmd_estimate(int argc, char **argv)
+{
+    struct estimate_command cmd = {
+        .options = {.page_size = UZRAM_PAGE_SIZE, .progress = true},
+        .dict_size = 64 * 1024,
+    };
+    cmd.options.recompression.hot_percent = 20;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cmd.options.jobs = cpus < 1 ? 1 : cpus > 256 ? 256 : (unsigned)cpus;
+    cmd.args = calloc((size_t)argc + 1, sizeof *cmd.args);
+    if (!cmd.args) {
+        fputs("uzram estimate: out of memory\n", stderr);
+        return 1;
+    }
+    int status = parse_command_line(argc, argv, &cmd);
+    if (status < 0)
+        status = choose_algorithms(&cmd) < 0 ? 2 : 1;
+    if (status != 1)
+        goto out;
+
+    /* Open every source before reading any: a missing file is one line and
+     * exit status 1, not a failure after an hour of work on the others. */
+    struct estimate_source *sources = calloc(cmd.arg_count, sizeof *sources);
+    size_t opened = 0;
+    if (!sources)
+        goto out;
+    if (open_sources(&cmd, sources, &opened) == 0)
+        status = analyze_and_report(&cmd.options, sources, cmd.arg_count);
     for (size_t i = 0; i < opened; i++)
         estimate_close(&sources[i]);
     free(sources);
-    free(total.lengths);
 out:
-    free(args);
+    free(cmd.args);
     return status;
 }

@@ -225,17 +225,12 @@ static void recompression_table(FILE *out, const struct estimate_options *option
           out);
 }
 
-void estimate_report_text(FILE *out, const struct estimate_options *options,
-                          struct estimate_source *sources, size_t source_count,
-                          const struct estimate_counts *total,
-                          const struct estimate_bucket *buckets,
-                          const struct estimate_index_info *info)
+/* The table of page classes, a row per source (and the total), with the notes on how each
+ * source was read. */
+static void classes_table(FILE *out, struct estimate_source *sources, size_t source_count,
+                          const struct estimate_counts *total)
 {
-    char size[16], size2[16], size3[16], size4[16];
-    fprintf(out, "uzram estimate: %zu source%s, page size %zu, %u thread%s\n", source_count,
-            source_count == 1 ? "" : "s", options->page_size, options->jobs,
-            options->jobs == 1 ? "" : "s");
-
+    char size[16], size2[16];
     int name_width = (int)strlen("source");
     for (size_t i = 0; i < source_count; i++)
         if ((int)strlen(sources[i].name) > name_width)
@@ -264,36 +259,14 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
     fputs("  (same-filled: one non-zero 8-byte word repeated; duplicate: same content as a page\n"
           "   seen earlier in the run, matched by 64-bit XXH3 hash)\n",
           out);
+}
 
-    if (options->algorithm_count) {
-        if (source_count > 1)
-            for (size_t i = 0; i < source_count; i++)
-                projection_table(out, options, sources[i].name, &sources[i].counts);
-        projection_table(out, options, source_count > 1 ? "the total" : sources[0].name, total);
-        fputs("  kernel zram: same-filled pages + compression. zram+dedup patch: kernel zram with\n"
-              "  the deduplication patch set proposed for it (\"zram: implement deduplication in\n"
-              "  zram\", v4, Joonsoo Kim, 2017; not in mainline), 48 bytes of zram_entry per\n"
-              "  stored object. uzram+dedup: uzram --dedup, with its own index entry per object.\n"
-              "  Pool memory is uzram's size-class pool (uzram_pool_object_cost) for all four.\n"
-              "  ratio: pages / uzram+dedup memory; huge: unique pages kept raw.\n",
-              out);
-        unsigned asked =
-            options->recompression.on ? options->recompression.secondary : options->algorithm_count;
-        if (asked == 1)
-            fputs(
-                "  Other algorithms: --algorithms all (or a list such as lz4,zstd); recompression\n"
-                "  of the cold pages: --recompress zstd:7.\n",
-                out);
-        if (options->recompression.on)
-            recompression_table(out, options, total);
-    } else if (options->page_size != UZRAM_PAGE_SIZE) {
-        fprintf(out,
-                "\nCompression is only estimated for %u-byte pages (the engine's page size).\n",
-                UZRAM_PAGE_SIZE);
-    } else {
-        fputs("\nNo compression asked for (-a none): no memory projections.\n", out);
-    }
-
+/* The duplicate-reference histogram (like zdb -S) and the dedup index it would take. */
+static void duplicates_table(FILE *out, const struct estimate_options *options,
+                             const struct estimate_bucket *buckets,
+                             const struct estimate_index_info *info)
+{
+    char size[16], size2[16], size3[16], size4[16];
     fputs("\nDuplicate references (like zdb -S; same-filled pages hold no object, not counted)\n",
           out);
     const char *compressed_label = options->algorithm_count ? options->algorithms[0] : "";
@@ -332,6 +305,50 @@ void estimate_report_text(FILE *out, const struct estimate_options *options,
     fprintf(out, "dedup ratio %.2fx; index: %" PRIu64 " entries in %s\n",
             contents ? (double)pages / (double)contents : 1.0, info->entries,
             human(info->memory_bytes, size, sizeof size));
+}
+
+void estimate_report_text(FILE *out, const struct estimate_options *options,
+                          struct estimate_source *sources, size_t source_count,
+                          const struct estimate_counts *total,
+                          const struct estimate_bucket *buckets,
+                          const struct estimate_index_info *info)
+{
+    fprintf(out, "uzram estimate: %zu source%s, page size %zu, %u thread%s\n", source_count,
+            source_count == 1 ? "" : "s", options->page_size, options->jobs,
+            options->jobs == 1 ? "" : "s");
+
+    classes_table(out, sources, source_count, total);
+
+    if (options->algorithm_count) {
+        if (source_count > 1)
+            for (size_t i = 0; i < source_count; i++)
+                projection_table(out, options, sources[i].name, &sources[i].counts);
+        projection_table(out, options, source_count > 1 ? "the total" : sources[0].name, total);
+        fputs("  kernel zram: same-filled pages + compression. zram+dedup patch: kernel zram with\n"
+              "  the deduplication patch set proposed for it (\"zram: implement deduplication in\n"
+              "  zram\", v4, Joonsoo Kim, 2017; not in mainline), 48 bytes of zram_entry per\n"
+              "  stored object. uzram+dedup: uzram --dedup, with its own index entry per object.\n"
+              "  Pool memory is uzram's size-class pool (uzram_pool_object_cost) for all four.\n"
+              "  ratio: pages / uzram+dedup memory; huge: unique pages kept raw.\n",
+              out);
+        unsigned asked =
+            options->recompression.on ? options->recompression.secondary : options->algorithm_count;
+        if (asked == 1)
+            fputs(
+                "  Other algorithms: --algorithms all (or a list such as lz4,zstd); recompression\n"
+                "  of the cold pages: --recompress zstd:7.\n",
+                out);
+        if (options->recompression.on)
+            recompression_table(out, options, total);
+    } else if (options->page_size != UZRAM_PAGE_SIZE) {
+        fprintf(out,
+                "\nCompression is only estimated for %u-byte pages (the engine's page size).\n",
+                UZRAM_PAGE_SIZE);
+    } else {
+        fputs("\nNo compression asked for (-a none): no memory projections.\n", out);
+    }
+
+    duplicates_table(out, options, buckets, info);
 
     fprintf(out,
             "\nSame-filled check: words compared per page of %zu words, by zram's forward loop,\n"
