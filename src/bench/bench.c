@@ -17,42 +17,6 @@
 static const char *const default_algorithms[] = {"lz4", "lz4hc", "zstd", "lzo", "deflate"};
 static const int default_kinds[] = {DATAGEN_SAME, DATAGEN_HALF, DATAGEN_TEXT, DATAGEN_RANDOM};
 
-static void usage(FILE *to)
-{
-    fprintf(
-        to,
-        "usage: uzram bench [options]\n"
-        "  Measures the engine in-process through its public API.\n"
-        "  With no section option: throughput of every algorithm x data kind x thread\n"
-        "  count, then the same-filled check alone.\n"
-        "\n"
-        "sections:\n"
-        "  --dedup            dedup off vs on side by side (unique and identical pages);\n"
-        "                     with --file/--tree: the real data with dedup off and on\n"
-        "  --same-check       only the same-filled check\n"
-        "  --all              throughput, same-filled check and dedup\n"
-        "  --file PATH        store the pages of a file (- for stdin) and report memory\n"
-        "  --tree DIR         store every regular file under DIR, each from a page boundary\n"
-        "                     (may be given many times; the trees are stored one after another)\n"
-        "  --dump-data KIND   write --size bytes of generated pages of KIND to stdout;\n"
-        "                     KIND 'loaded' writes the pages of --file/--tree as stored\n"
-        "\n"
-        "options:\n"
-        "  -a, --algorithms LIST   comma-separated (default lz4,lz4hc,zstd,lzo,deflate;\n"
-        "                          lz4 for --dedup, --file, --tree)\n"
-        "  -k, --kinds LIST        data kinds: same,half,text,random,zero (default "
-        "same,half,text,random)\n"
-        "  -t, --threads LIST      thread counts (default 1,2; 1 for --file/--tree)\n"
-        "  -s, --size SIZE         bytes of pages per measurement (default 256M; for "
-        "--file/--tree\n"
-        "                          the most to load, default all)\n"
-        "  -r, --repeat N          repetitions of each measurement, best is kept (default 3)\n"
-        "  -b, --budget SECONDS    a timed phase stops early after this long (default 0.25)\n"
-        "      --seed N            data generator seed (default 1)\n"
-        "      --json              one JSON document instead of tables\n"
-        "  -h, --help\n");
-}
-
 /* Split a comma-separated list in place into at most BENCH_MAX_LIST items. */
 static int split_list(char *text, char **items)
 {
@@ -66,172 +30,260 @@ static int split_list(char *text, char **items)
     return count ? count : -EINVAL;
 }
 
-static int parse_options(int argc, char **argv, struct bench_options *opt)
+/* Copy `arg` into `storage` (strtok_r needs it writable; the items point into it) and split
+ * it. Returns the item count, or -EINVAL after a message naming `what` list was bad. */
+static int split_option(char *storage, size_t size, const char *arg, const char *what, char **items)
 {
-    enum { OPT_SEED = 256, OPT_JSON, OPT_DEDUP, OPT_SAME, OPT_ALL, OPT_DUMP, OPT_FILE, OPT_TREE };
-    static const struct option longopts[] = {
-        {"algorithms", required_argument, NULL, 'a'},
-        {"kinds", required_argument, NULL, 'k'},
-        {"threads", required_argument, NULL, 't'},
-        {"size", required_argument, NULL, 's'},
-        {"repeat", required_argument, NULL, 'r'},
-        {"budget", required_argument, NULL, 'b'},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"dedup", no_argument, NULL, OPT_DEDUP},
-        {"same-check", no_argument, NULL, OPT_SAME},
-        {"all", no_argument, NULL, OPT_ALL},
-        {"dump-data", required_argument, NULL, OPT_DUMP},
-        {"file", required_argument, NULL, OPT_FILE},
-        {"tree", required_argument, NULL, OPT_TREE},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    static char lists[3][1024]; /* strtok_r needs writable copies */
-    char *items[BENCH_MAX_LIST];
-    bool section_given = false;
-    int n;
-    char *end;
+    snprintf(storage, size, "%s", arg);
+    int n = split_list(storage, items);
+    if (n < 0) {
+        fprintf(stderr, "uzram bench: bad %s list '%s'\n", what, arg);
+        return -EINVAL;
+    }
+    return n;
+}
 
-    opt->repeat = 3;
-    opt->budget = 0.25;
-    opt->seed = 1;
-    opt->size = 256ull << 20;
-    optind = 0; /* full re-initialisation, in case main() used getopt too */
-    for (;;) {
-        int c = getopt_long(argc, argv, "a:k:t:s:r:b:h", longopts, NULL);
-        if (c == -1)
-            break;
-        switch (c) {
-        case 'a':
-            snprintf(lists[0], sizeof lists[0], "%s", optarg);
-            n = split_list(lists[0], items);
-            if (n < 0) {
-                fprintf(stderr, "uzram bench: bad algorithm list '%s'\n", optarg);
-                return -EINVAL;
-            }
-            for (int i = 0; i < n; i++) {
-                int min, max, dflt;
-                if (uzram_algorithm_levels(items[i], &min, &max, &dflt) != 0) {
-                    char have[256];
-                    if (uzram_algorithm_list(NULL, have, sizeof have) < 0)
-                        have[0] = '\0';
-                    have[strcspn(have, "\n")] = '\0';
-                    fprintf(stderr, "uzram bench: unknown algorithm '%s' (this build has: %s)\n",
-                            items[i], have);
-                    return -EINVAL;
-                }
-                opt->algorithms[i] = items[i];
-            }
-            opt->algorithm_count = n;
-            opt->algorithms_given = true;
-            break;
-        case 'k':
-            snprintf(lists[1], sizeof lists[1], "%s", optarg);
-            n = split_list(lists[1], items);
-            if (n < 0) {
-                fprintf(stderr, "uzram bench: bad data kind list '%s'\n", optarg);
-                return -EINVAL;
-            }
-            for (int i = 0; i < n; i++) {
-                opt->kinds[i] = datagen_kind_from_name(items[i]);
-                if (opt->kinds[i] < 0) {
-                    fprintf(stderr,
-                            "uzram bench: unknown data kind '%s' (zero same text half random)\n",
-                            items[i]);
-                    return -EINVAL;
-                }
-            }
-            opt->kind_count = n;
-            break;
-        case 't':
-            snprintf(lists[2], sizeof lists[2], "%s", optarg);
-            n = split_list(lists[2], items);
-            if (n < 0) {
-                fprintf(stderr, "uzram bench: bad thread list '%s'\n", optarg);
-                return -EINVAL;
-            }
-            for (int i = 0; i < n; i++) {
-                unsigned long value = strtoul(items[i], &end, 10);
-                if (*end || value < 1 || value > BENCH_MAX_THREADS) {
-                    fprintf(stderr, "uzram bench: thread count '%s' is not 1..%d\n", items[i],
-                            BENCH_MAX_THREADS);
-                    return -EINVAL;
-                }
-                opt->threads[i] = (unsigned)value;
-            }
-            opt->thread_count = n;
-            opt->threads_given = true;
-            break;
-        case 's':
-            if (uzram_parse_size(optarg, &opt->size) != 0 || opt->size < BENCH_PAGE) {
-                fprintf(stderr, "uzram bench: bad size '%s' (at least 4K, e.g. 256M)\n", optarg);
-                return -EINVAL;
-            }
-            opt->size -= opt->size % BENCH_PAGE;
-            opt->size_given = true;
-            break;
-        case 'r': {
-            unsigned long value = strtoul(optarg, &end, 10);
-            if (*end || value < 1 || value > 1000) {
-                fprintf(stderr, "uzram bench: repeat count '%s' is not 1..1000\n", optarg);
-                return -EINVAL;
-            }
-            opt->repeat = (unsigned)value;
-            break;
+/* ---- each option's check and effect: 0, or -EINVAL after a message ---- */
+
+static int apply_algorithms(struct bench_options *opt, char *arg)
+{
+    static char list[1024]; /* the names point into it */
+    char *items[BENCH_MAX_LIST];
+    int n = split_option(list, sizeof list, arg, "algorithm", items);
+    if (n < 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        int min, max, dflt;
+        if (uzram_algorithm_levels(items[i], &min, &max, &dflt) != 0) {
+            char have[256];
+            if (uzram_algorithm_list(NULL, have, sizeof have) < 0)
+                have[0] = '\0';
+            have[strcspn(have, "\n")] = '\0';
+            fprintf(stderr, "uzram bench: unknown algorithm '%s' (this build has: %s)\n", items[i],
+                    have);
+            return -EINVAL;
         }
-        case 'b':
-            opt->budget = strtod(optarg, &end);
-            if (*end || !(opt->budget > 0) || opt->budget > 3600) {
-                fprintf(stderr, "uzram bench: budget '%s' is not a number of seconds\n", optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_SEED:
-            opt->seed = strtoull(optarg, &end, 0);
-            if (*end || !*optarg) {
-                fprintf(stderr, "uzram bench: bad seed '%s'\n", optarg);
-                return -EINVAL;
-            }
-            break;
-        case OPT_JSON:
-            opt->json = true;
-            break;
-        case OPT_DEDUP:
-            opt->run_dedup = section_given = true;
-            break;
-        case OPT_SAME:
-            opt->run_same_check = section_given = true;
-            break;
-        case OPT_ALL:
-            opt->run_sweep = opt->run_same_check = opt->run_dedup = section_given = true;
-            break;
-        case OPT_DUMP:
-            opt->dump_kind = optarg;
-            break;
-        case OPT_FILE:
-            opt->file = optarg;
-            break;
-        case OPT_TREE:
-            opt->trees[opt->tree_count++] = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return 1;
-        default:
-            usage(stderr);
+        opt->algorithms[i] = items[i];
+    }
+    opt->algorithm_count = n;
+    opt->algorithms_given = true;
+    return 0;
+}
+
+static int apply_kinds(struct bench_options *opt, char *arg)
+{
+    static char list[1024];
+    char *items[BENCH_MAX_LIST];
+    int n = split_option(list, sizeof list, arg, "data kind", items);
+    if (n < 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        opt->kinds[i] = datagen_kind_from_name(items[i]);
+        if (opt->kinds[i] < 0) {
+            fprintf(stderr, "uzram bench: unknown data kind '%s' (zero same text half random)\n",
+                    items[i]);
             return -EINVAL;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "uzram bench: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
+    opt->kind_count = n;
+    return 0;
+}
+
+static int apply_threads(struct bench_options *opt, char *arg)
+{
+    static char list[1024];
+    char *items[BENCH_MAX_LIST];
+    int n = split_option(list, sizeof list, arg, "thread", items);
+    if (n < 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        unsigned long value = strtoul(items[i], &end, 10);
+        if (*end || value < 1 || value > BENCH_MAX_THREADS) {
+            fprintf(stderr, "uzram bench: thread count '%s' is not 1..%d\n", items[i],
+                    BENCH_MAX_THREADS);
+            return -EINVAL;
+        }
+        opt->threads[i] = (unsigned)value;
+    }
+    opt->thread_count = n;
+    opt->threads_given = true;
+    return 0;
+}
+
+static int apply_size(struct bench_options *opt, char *arg)
+{
+    if (uzram_parse_size(arg, &opt->size) != 0 || opt->size < BENCH_PAGE) {
+        fprintf(stderr, "uzram bench: bad size '%s' (at least 4K, e.g. 256M)\n", arg);
         return -EINVAL;
     }
-    if (opt->file && opt->tree_count) {
-        fprintf(stderr, "uzram bench: --file and --tree exclude each other\n");
+    opt->size -= opt->size % BENCH_PAGE;
+    opt->size_given = true;
+    return 0;
+}
+
+static int apply_repeat(struct bench_options *opt, char *arg)
+{
+    char *end;
+    unsigned long value = strtoul(arg, &end, 10);
+    if (*end || value < 1 || value > 1000) {
+        fprintf(stderr, "uzram bench: repeat count '%s' is not 1..1000\n", arg);
         return -EINVAL;
     }
+    opt->repeat = (unsigned)value;
+    return 0;
+}
+
+static int apply_budget(struct bench_options *opt, char *arg)
+{
+    char *end;
+    opt->budget = strtod(arg, &end);
+    if (*end || !(opt->budget > 0) || opt->budget > 3600) {
+        fprintf(stderr, "uzram bench: budget '%s' is not a number of seconds\n", arg);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int apply_seed(struct bench_options *opt, char *arg)
+{
+    char *end;
+    opt->seed = strtoull(arg, &end, 0);
+    if (*end || !*arg) {
+        fprintf(stderr, "uzram bench: bad seed '%s'\n", arg);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+enum { OPT_SEED = 256, OPT_JSON, OPT_DEDUP, OPT_SAME, OPT_ALL, OPT_DUMP, OPT_FILE, OPT_TREE };
+
+/* The options that only set a flag, a section or a path: nothing to check. */
+static void apply_setting(struct bench_options *opt, int code, char *arg)
+{
+    switch (code) {
+    case OPT_JSON:
+        opt->json = true;
+        break;
+    case OPT_DEDUP:
+        opt->run_dedup = true;
+        break;
+    case OPT_SAME:
+        opt->run_same_check = true;
+        break;
+    case OPT_ALL:
+        opt->run_sweep = opt->run_same_check = opt->run_dedup = true;
+        break;
+    case OPT_DUMP:
+        opt->dump_kind = arg;
+        break;
+    case OPT_FILE:
+        opt->file = arg;
+        break;
+    case OPT_TREE:
+        opt->trees[opt->tree_count++] = arg;
+        break;
+    }
+}
+
+/* Every option of `uzram bench`, once: getopt's table and the lines of --help are made from
+ * this list (as `uzram serve` does). A row without a name starts a group of --help, its code
+ * the width of the group's option column; the rows after it are that group's options. The
+ * options' column leaves room for a short option, the sections' (which have none) does not. */
+enum { SECTIONS_COLUMN = 21, OPTIONS_COLUMN = 26 };
+static const struct bench_option {
+    const char *name; /* long option */
+    int code;         /* short option letter, or OPT_*; a group's column */
+    int has_arg;      /* required_argument or no_argument */
+    const char *arg;  /* what --help calls the argument */
+    const char *help; /* lines after the first are indented under it */
+    int (*apply)(struct bench_options *opt, char *arg); /* NULL: apply_setting() */
+} bench_option_table[] = {
+    {NULL, SECTIONS_COLUMN, 0, NULL, "sections:", NULL},
+    {"dedup", OPT_DEDUP, no_argument, NULL,
+     "dedup off vs on side by side (unique and identical pages);\n"
+     "with --file/--tree: the real data with dedup off and on",
+     NULL},
+    {"same-check", OPT_SAME, no_argument, NULL, "only the same-filled check", NULL},
+    {"all", OPT_ALL, no_argument, NULL, "throughput, same-filled check and dedup", NULL},
+    {"file", OPT_FILE, required_argument, "PATH",
+     "store the pages of a file (- for stdin) and report memory", NULL},
+    {"tree", OPT_TREE, required_argument, "DIR",
+     "store every regular file under DIR, each from a page boundary\n"
+     "(may be given many times; the trees are stored one after another)",
+     NULL},
+    {"dump-data", OPT_DUMP, required_argument, "KIND",
+     "write --size bytes of generated pages of KIND to stdout;\n"
+     "KIND 'loaded' writes the pages of --file/--tree as stored",
+     NULL},
+    {NULL, OPTIONS_COLUMN, 0, NULL, "options:", NULL},
+    {"algorithms", 'a', required_argument, "LIST",
+     "comma-separated (default lz4,lz4hc,zstd,lzo,deflate;\n"
+     "lz4 for --dedup, --file, --tree)",
+     apply_algorithms},
+    {"kinds", 'k', required_argument, "LIST",
+     "data kinds: same,half,text,random,zero (default same,half,text,random)", apply_kinds},
+    {"threads", 't', required_argument, "LIST", "thread counts (default 1,2; 1 for --file/--tree)",
+     apply_threads},
+    {"size", 's', required_argument, "SIZE",
+     "bytes of pages per measurement (default 256M; for --file/--tree\n"
+     "the most to load, default all)",
+     apply_size},
+    {"repeat", 'r', required_argument, "N",
+     "repetitions of each measurement, best is kept (default 3)", apply_repeat},
+    {"budget", 'b', required_argument, "SECONDS",
+     "a timed phase stops early after this long (default 0.25)", apply_budget},
+    {"seed", OPT_SEED, required_argument, "N", "data generator seed (default 1)", apply_seed},
+    {"json", OPT_JSON, no_argument, NULL, "one JSON document instead of tables", NULL},
+    {"help", 'h', no_argument, NULL, NULL, NULL},
+};
+#define BENCH_OPTION_COUNT (sizeof bench_option_table / sizeof bench_option_table[0])
+
+static void usage(FILE *to)
+{
+    fputs("usage: uzram bench [options]\n"
+          "  Measures the engine in-process through its public API.\n"
+          "  With no section option: throughput of every algorithm x data kind x thread\n"
+          "  count, then the same-filled check alone.\n",
+          to);
+    int column = 0;
+    for (size_t i = 0; i < BENCH_OPTION_COUNT; i++) {
+        const struct bench_option *o = &bench_option_table[i];
+        if (o->name == NULL) {
+            fprintf(to, "\n%s\n", o->help);
+            column = o->code;
+            continue;
+        }
+        char left[64];
+        if (o->code < 256)
+            snprintf(left, sizeof left, "  -%c, --%s%s%s", o->code, o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+        else if (column == OPTIONS_COLUMN)
+            snprintf(left, sizeof left, "      --%s%s%s", o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+        else
+            snprintf(left, sizeof left, "  --%s%s%s", o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+        if (o->help == NULL) {
+            fprintf(to, "%s\n", left);
+            continue;
+        }
+        fprintf(to, "%-*s", column, left);
+        for (const char *line = o->help; line != NULL;) {
+            const char *end = strchr(line, '\n');
+            fprintf(to, "%.*s\n", end ? (int)(end - line) : (int)strlen(line), line);
+            line = end ? end + 1 : NULL;
+            if (line != NULL)
+                fprintf(to, "%*s", column, "");
+        }
+    }
+}
+
+/* The defaults that depend on what was asked: the sections, and the algorithms, kinds and
+ * thread counts for them. */
+static void settle_defaults(struct bench_options *opt)
+{
+    bool section_given = opt->run_sweep || opt->run_same_check || opt->run_dedup;
     bool real_data = opt->file || opt->tree_count;
     if (!section_given && !real_data) {
         opt->run_sweep = true;
@@ -253,6 +305,62 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
         opt->threads[0] = 1;
         opt->threads[1] = 2;
     }
+}
+
+/* Returns 0, 1 after --help, or -EINVAL after a message. */
+static int parse_options(int argc, char **argv, struct bench_options *opt)
+{
+    struct option longopts[BENCH_OPTION_COUNT + 1];
+    char shortopts[2 * BENCH_OPTION_COUNT + 1];
+    size_t long_count = 0, short_length = 0;
+    for (size_t i = 0; i < BENCH_OPTION_COUNT; i++) {
+        const struct bench_option *o = &bench_option_table[i];
+        if (o->name == NULL)
+            continue;
+        longopts[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
+        if (o->code < 256) {
+            shortopts[short_length++] = (char)o->code;
+            if (o->has_arg == required_argument)
+                shortopts[short_length++] = ':';
+        }
+    }
+    longopts[long_count] = (struct option){NULL, 0, NULL, 0};
+    shortopts[short_length] = '\0';
+
+    opt->repeat = 3;
+    opt->budget = 0.25;
+    opt->seed = 1;
+    opt->size = 256ull << 20;
+    optind = 0; /* full re-initialisation, in case main() used getopt too */
+    int c;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const struct bench_option *option = NULL;
+        for (size_t i = 0; i < BENCH_OPTION_COUNT && !option; i++)
+            if (bench_option_table[i].name && bench_option_table[i].code == c)
+                option = &bench_option_table[i];
+        if (c == 'h') {
+            usage(stdout);
+            return 1;
+        }
+        if (!option) {
+            usage(stderr);
+            return -EINVAL;
+        }
+        if (!option->apply)
+            apply_setting(opt, c, optarg);
+        else if (option->apply(opt, optarg) < 0)
+            return -EINVAL;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "uzram bench: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return -EINVAL;
+    }
+    if (opt->file && opt->tree_count) {
+        fprintf(stderr, "uzram bench: --file and --tree exclude each other\n");
+        return -EINVAL;
+    }
+    settle_defaults(opt);
     return 0;
 }
 

@@ -29,15 +29,46 @@ static void print_target(struct bench_output *out, const char *name, const char 
     *first = false;
 }
 
-int bench_dedup(const struct bench_options *opt, struct bench_output *out)
+/* [workload][thread index][dedup off/on] */
+typedef struct dedup_cell dedup_cells[2][BENCH_MAX_LIST][2];
+static const char *const workloads[2] = {"unique", "identical"};
+
+/* One row of the table: a workload at one thread count, dedup off and on. */
+static void print_row(const struct bench_options *opt, struct bench_output *out, int w, int t,
+                      const struct dedup_cell pair[2])
 {
-    /* [workload][thread index][dedup off/on] */
-    static struct dedup_cell cells[2][BENCH_MAX_LIST][2];
-    memset(cells, 0, sizeof cells);
-    const char *const workloads[2] = {"unique", "identical"};
+    const struct bench_measure_result *off = &pair[0].result;
+    const struct bench_measure_result *on = &pair[1].result;
+    if (out->json) {
+        for (int d = 0; d < 2; d++) {
+            const struct bench_measure_result *r = &pair[d].result;
+            bench_item_begin(out);
+            printf("\"workload\": \"%s\", \"threads\": %u, \"dedup\": %s, \"pages\": %" PRIu64
+                   ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
+                   ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f"
+                   ", \"compr_data_size\": %" PRIu64 ", \"mem_used_total\": %" PRIu64
+                   ", \"dup_data_size\": %" PRIu64 ", \"meta_data_size\": %" PRIu64 "}",
+                   workloads[w], opt->threads[t], d ? "true" : "false", r->pages, r->write_mbps,
+                   r->write_pps, r->read_mbps, r->read_pps, r->stats.compr_data_size,
+                   r->stats.mem_used_total, r->stats.dup_data_size, r->stats.meta_data_size);
+        }
+    } else {
+        printf(
+            "%-10s %3u %12.1f %12.1f %7.3f %12.1f %12.1f %7.3f\n", workloads[w], opt->threads[t],
+            off->write_mbps, on->write_mbps,
+            bench_ratio_of((uint64_t)(on->write_mbps * 1000), (uint64_t)(off->write_mbps * 1000)),
+            off->read_mbps, on->read_mbps,
+            bench_ratio_of((uint64_t)(on->read_mbps * 1000), (uint64_t)(off->read_mbps * 1000)));
+    }
+    fflush(stdout);
+}
+
+/* The table: every workload at every thread count, dedup off and on. Returns 0 or -errno. */
+static int measure_table(const struct bench_options *opt, struct bench_output *out,
+                         dedup_cells cells)
+{
     const char *algorithm = opt->algorithms[0];
     int rc = 0;
-
     bench_section_begin(out, "dedup",
                         "dedup off vs on: half-compressible pages, all unique / all identical");
     if (!out->json)
@@ -68,41 +99,18 @@ int bench_dedup(const struct bench_options *opt, struct bench_output *out)
             }
             if (rc)
                 break;
-            const struct bench_measure_result *off = &cells[w][t][0].result;
-            const struct bench_measure_result *on = &cells[w][t][1].result;
-            if (out->json) {
-                for (int d = 0; d < 2; d++) {
-                    const struct bench_measure_result *r = &cells[w][t][d].result;
-                    bench_item_begin(out);
-                    printf(
-                        "\"workload\": \"%s\", \"threads\": %u, \"dedup\": %s, \"pages\": %" PRIu64
-                        ", \"write_MBps\": %.1f, \"write_pages_per_s\": %.0f"
-                        ", \"read_MBps\": %.1f, \"read_pages_per_s\": %.0f"
-                        ", \"compr_data_size\": %" PRIu64 ", \"mem_used_total\": %" PRIu64
-                        ", \"dup_data_size\": %" PRIu64 ", \"meta_data_size\": %" PRIu64 "}",
-                        workloads[w], opt->threads[t], d ? "true" : "false", r->pages,
-                        r->write_mbps, r->write_pps, r->read_mbps, r->read_pps,
-                        r->stats.compr_data_size, r->stats.mem_used_total, r->stats.dup_data_size,
-                        r->stats.meta_data_size);
-                }
-            } else {
-                printf("%-10s %3u %12.1f %12.1f %7.3f %12.1f %12.1f %7.3f\n", workloads[w],
-                       opt->threads[t], off->write_mbps, on->write_mbps,
-                       bench_ratio_of((uint64_t)(on->write_mbps * 1000),
-                                      (uint64_t)(off->write_mbps * 1000)),
-                       off->read_mbps, on->read_mbps,
-                       bench_ratio_of((uint64_t)(on->read_mbps * 1000),
-                                      (uint64_t)(off->read_mbps * 1000)));
-            }
-            fflush(stdout);
+            print_row(opt, out, w, t, cells[w][t]);
         }
         bench_data_free(&data);
     }
     bench_section_end(out);
-    if (rc)
-        return rc;
+    return rc;
+}
 
-    /* The targets of issue 3, from the table above. */
+/* The targets of issue 3 that the table answers: write on/off and the 2-thread scaling. */
+static void print_write_targets(const struct bench_options *opt, struct bench_output *out,
+                                dedup_cells cells, bool *first)
+{
     int one = -1, two = -1;
     for (int t = 0; t < opt->thread_count; t++) {
         if (opt->threads[t] == 1)
@@ -110,28 +118,23 @@ int bench_dedup(const struct bench_options *opt, struct bench_output *out)
         if (opt->threads[t] == 2)
             two = t;
     }
-    if (out->json)
-        printf(",\n  \"dedup_checks\": [");
-    else
-        printf("\n");
-    bool first = true;
     for (int t = 0; t < opt->thread_count; t++) {
         char name[64], text[96];
         snprintf(name, sizeof name, "unique_write_on_off_%ut", opt->threads[t]);
         snprintf(text, sizeof text, "unique pages, write on/off, %u thread(s)", opt->threads[t]);
         print_target(out, name, text,
                      cells[0][t][1].result.write_mbps / cells[0][t][0].result.write_mbps, 0.9, true,
-                     &first);
+                     first);
     }
     if (one >= 0)
         print_target(out, "identical_write_on_off_1t", "identical pages, write on/off, 1 thread",
                      cells[1][one][1].result.write_mbps / cells[1][one][0].result.write_mbps, 1.0,
-                     true, &first);
+                     true, first);
     if (one >= 0 && two >= 0) {
         print_target(out, "identical_dedup_on_write_2t_1t",
                      "identical pages, dedup on, write 2t/1t",
                      cells[1][two][1].result.write_mbps / cells[1][one][1].result.write_mbps, 1.5,
-                     true, &first);
+                     true, first);
         double off_scaling =
             cells[1][two][0].result.write_mbps / cells[1][one][0].result.write_mbps;
         if (out->json)
@@ -141,17 +144,21 @@ int bench_dedup(const struct bench_options *opt, struct bench_output *out)
             printf("%-44s %8.3f  (for reference)\n", "identical pages, dedup off, write 2t/1t",
                    off_scaling);
     }
-    /* Metadata per unique object needs a full device: the index may grow in
-     * steps, so a run cut short by the time budget would flatter or wrong it.
-     * One untimed store of every unique page, with dedup on. */
+}
+
+/* Metadata per unique object needs a full device: the index may grow in
+ * steps, so a run cut short by the time budget would flatter or wrong it.
+ * One untimed store of every unique page, with dedup on. Returns 0 or -errno. */
+static int print_meta_target(const struct bench_options *opt, struct bench_output *out, bool *first)
+{
     struct bench_data data = {0};
-    rc = bench_data_generate(&data, DATAGEN_HALF, opt->seed, opt->size / BENCH_PAGE, false);
+    int rc = bench_data_generate(&data, DATAGEN_HALF, opt->seed, opt->size / BENCH_PAGE, false);
     if (rc) {
         fprintf(stderr, "uzram bench: no memory for %" PRIu64 " bytes of test data\n", opt->size);
         return rc;
     }
     struct bench_measure_request req = {
-        .algorithm = algorithm,
+        .algorithm = opt->algorithms[0],
         .dedup = true,
         .threads = 1,
         .data = &data,
@@ -168,7 +175,7 @@ int bench_dedup(const struct bench_options *opt, struct bench_output *out)
     if (objects) {
         double per_object = (double)st->meta_data_size / (double)objects;
         print_target(out, "dedup_meta_bytes_per_object", "dedup metadata, bytes per unique object",
-                     per_object, 24, false, &first);
+                     per_object, 24, false, first);
         if (out->json)
             printf(",\n    {\"check\": \"dedup_meta_detail\", \"meta_data_size\": %" PRIu64
                    ", \"unique_objects\": %" PRIu64 ", \"entry_cost\": %zu"
@@ -181,6 +188,26 @@ int bench_dedup(const struct bench_options *opt, struct bench_output *out)
                    st->meta_data_size, objects, opt->size >> 20, uzram_dedup_entry_cost(),
                    st->dup_data_size);
     }
+    return 0;
+}
+
+int bench_dedup(const struct bench_options *opt, struct bench_output *out)
+{
+    static dedup_cells cells;
+    memset(cells, 0, sizeof cells);
+    int rc = measure_table(opt, out, cells);
+    if (rc)
+        return rc;
+
+    if (out->json)
+        printf(",\n  \"dedup_checks\": [");
+    else
+        printf("\n");
+    bool first = true;
+    print_write_targets(opt, out, cells, &first);
+    rc = print_meta_target(opt, out, &first);
+    if (rc)
+        return rc;
     if (out->json)
         printf("\n  ]");
     fflush(stdout);
