@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "attr_words.h"
-#include "codecs.h"
+#include "codec_table.h"
 #include "comp.h"
 #include "device.h"
 #include "recompress.h"
@@ -104,9 +104,9 @@ static int show_algorithm_params(struct uzram *dev, char *buf, size_t size)
 {
     size_t used = 0;
     int rc = 0;
-    for (unsigned priority = 0; priority <= CODECS_PRIORITY_MAX && rc == 0; priority++) {
+    for (unsigned priority = 0; priority <= CODEC_TABLE_PRIORITY_MAX && rc == 0; priority++) {
         struct codec_config config;
-        if (!codecs_setting(&dev->codecs, priority, &config))
+        if (!codec_table_setting(&dev->codecs, priority, &config))
             continue;
         if (priority)
             rc = text_append(buf, size, &used, "priority=%u ", priority);
@@ -132,9 +132,9 @@ static int show_algorithm_params(struct uzram *dev, char *buf, size_t size)
 static int show_recomp_algorithm(struct uzram *dev, char *buf, size_t size)
 {
     size_t used = 0;
-    for (unsigned priority = 1; priority <= CODECS_PRIORITY_MAX; priority++) {
+    for (unsigned priority = 1; priority <= CODEC_TABLE_PRIORITY_MAX; priority++) {
         struct codec_config config;
-        if (!codecs_setting(&dev->codecs, priority, &config))
+        if (!codec_table_setting(&dev->codecs, priority, &config))
             continue;
         int rc = text_append(buf, size, &used, "#%u: ", priority);
         int length =

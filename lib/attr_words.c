@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codecs.h"
+#include "codec_table.h"
 #include "comp.h"
 #include "device.h"
 
@@ -63,9 +63,9 @@ static int parse_level(const char *text, long *level)
  * is the primary; -1 when none has it. */
 static int priority_of(struct uzram *dev, const char *name)
 {
-    for (unsigned priority = CODECS_PRIORITY_MAX + 1; priority-- > 0;) {
+    for (unsigned priority = CODEC_TABLE_PRIORITY_MAX + 1; priority-- > 0;) {
         struct codec_config config;
-        if (codecs_setting(&dev->codecs, priority, &config) &&
+        if (codec_table_setting(&dev->codecs, priority, &config) &&
             strcmp(comp_name(config.algorithm), name) == 0)
             return (int)priority;
     }
@@ -117,7 +117,7 @@ int attr_store_algorithm_params(struct uzram *dev, const char *value)
         else if (strcmp(word, "algo") == 0 && *arg)
             algo = arg;
         else if (strcmp(word, "priority") == 0)
-            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority);
+            rc = parse_number(arg, CODEC_TABLE_PRIORITY_MAX, &priority);
         else if (strcmp(word, "dict") == 0 && *arg)
             dict = arg;
         else if (strcmp(word, "dict_size") == 0)
@@ -169,7 +169,7 @@ int attr_store_recomp_algorithm(struct uzram *dev, const char *value)
         if (arg && strcmp(word, "algo") == 0 && *arg)
             algo = arg;
         else if (arg && strcmp(word, "priority") == 0)
-            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
+            rc = parse_number(arg, CODEC_TABLE_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
         else if (arg && strcmp(word, "level") == 0)
             rc = parse_level(arg, &level);
         else
@@ -228,7 +228,7 @@ int attr_store_recompress(struct uzram *dev, const char *value)
         } else if (strcmp(word, "max_pages") == 0) {
             rc = parse_number(arg, UINT64_MAX / 2, &max_pages);
         } else if (strcmp(word, "priority") == 0) {
-            rc = parse_number(arg, CODECS_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
+            rc = parse_number(arg, CODEC_TABLE_PRIORITY_MAX, &priority) ?: priority ? 0 : -EINVAL;
         } else if (strcmp(word, "algo") == 0) {
             int found = priority_of(dev, arg);
             rc = found > 0 ? 0 : -ENOENT;

@@ -483,7 +483,7 @@ static void *map_zeroed(size_t bytes)
 }
 
 /* The size of a file (emptied, then sized) or a device; 0 or -errno. */
-static int size_store(int fd, const struct stat *st, uint64_t *size)
+static int size_backing(int fd, const struct stat *st, uint64_t *size)
 {
     if (S_ISBLK(st->st_mode)) {
         uint64_t device_bytes;
@@ -508,7 +508,7 @@ int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64
     int rc = backing_file_open(path, flags, &file);
     if (rc < 0)
         return rc;
-    rc = size_store(file.fd, &file.st, &size);
+    rc = size_backing(file.fd, &file.st, &size);
     size -= size % BACKING_BLOCK;
     if (rc == 0 && (size < 2 * BACKING_BLOCK || size > BACKING_MAX_BYTES))
         rc = -EINVAL;

@@ -1,6 +1,6 @@
 /* comp.c - the compression backends (lzo, lz4, lz4hc, zstd, deflate) behind comp.h, as zram's
  * zcomp.c: each backend is one small vtable; contexts live per thread so the hot path takes no
- * lock. comp_api.c is their public face; codecs.c the device's configurations of them. */
+ * lock. comp_api.c is their public face; codec_table.c the device's configurations of them. */
 #include "comp.h"
 
 #include <errno.h>

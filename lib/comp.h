@@ -9,7 +9,7 @@
 struct comp_dict;
 
 /* Algorithm ids name the backends in a device's codec configurations
- * (codecs.h), which page slots and dedup entries refer to. */
+ * (codec_table.h), which page slots and dedup entries refer to. */
 enum comp_algorithm {
     COMP_LZO = 0,
     COMP_LZ4 = 1,

@@ -1,6 +1,6 @@
 /* comp_api.c - the public face of the compression backends (comp.c): algorithm names and
  * level ranges, and struct uzram_codec, a compressor for estimators and benchmarks. Not a
- * device's codecs, which are codecs.c's table of configurations. */
+ * device's codecs, which are codec_table.c's table of configurations. */
 
 /* defines page-analysis helpers of uzram.h's static-linking-only part */
 #define UZRAM_STATIC_LINKING_ONLY

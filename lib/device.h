@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "backoff.h"
-#include "codecs.h"
+#include "codec_table.h"
 #include "uzram.h"
 
 struct backing;
@@ -150,7 +150,7 @@ struct uzram {
     pthread_mutex_t settings_lock;
     /* The codec configurations: priority 0 is the algorithm and level
      * writes use, 1..3 the secondary algorithms of recompression. */
-    struct codecs codecs;
+    struct codec_table codecs;
     _Atomic bool same_filled;
     _Atomic bool use_dedup;
     _Atomic uint64_t mem_limit;

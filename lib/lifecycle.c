@@ -94,9 +94,9 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
         return rc;
     }
     pthread_mutex_init(&dev->settings_lock, NULL);
-    codecs_init(&dev->codecs);
+    codec_table_init(&dev->codecs);
     /* The first entry of an empty table: nothing to allocate, cannot fail. */
-    codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
+    codec_table_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
     store_clock_start(dev);
     dev->tier = &writeback_tier;
     atomic_init(&dev->same_filled, config->same_filled);
@@ -116,7 +116,7 @@ void uzram_destroy(struct uzram *dev)
     writeback_destroy(dev);
     dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
-    codecs_destroy(&dev->codecs);
+    codec_table_destroy(&dev->codecs);
     table_unmap(dev);
     pthread_mutex_destroy(&dev->settings_lock);
     free(dev);

@@ -45,7 +45,7 @@ int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, const char 
     if (priority < 1 || priority > UZRAM_RECOMPRESS_PRIORITY_MAX)
         return -EINVAL;
     if (!name || !*name) {
-        codecs_clear(&dev->codecs, priority);
+        codec_table_clear(&dev->codecs, priority);
         return 0;
     }
     int algo, resolved;
@@ -53,8 +53,9 @@ int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, const char 
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&dev->settings_lock);
-    rc = codecs_set(&dev->codecs, &(struct codec_config){
-                                      .algorithm = algo, .level = resolved, .priority = priority});
+    rc = codec_table_set(
+        &dev->codecs,
+        &(struct codec_config){.algorithm = algo, .level = resolved, .priority = priority});
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
@@ -110,7 +111,7 @@ int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level, 
         (dict && !dict_size))
         return -EINVAL;
     struct codec_config config;
-    if (!codecs_setting(&dev->codecs, priority, &config))
+    if (!codec_table_setting(&dev->codecs, priority, &config))
         return -ENOENT;
     int resolved = comp_resolve_level(config.algorithm, level);
     if (resolved < 0)
@@ -138,7 +139,7 @@ int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level, 
         comp_dict_free(config.dict);
         rc = -EBUSY;
     } else {
-        rc = codecs_set(&dev->codecs, &config);
+        rc = codec_table_set(&dev->codecs, &config);
     }
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
@@ -150,17 +151,18 @@ static void train_pending(struct uzram *dev)
 {
     for (unsigned priority = 1; priority <= UZRAM_RECOMPRESS_PRIORITY_MAX; priority++) {
         struct codec_config config;
-        if (!codecs_setting(&dev->codecs, priority, &config) || !config.dict_auto || config.dict)
+        if (!codec_table_setting(&dev->codecs, priority, &config) || !config.dict_auto ||
+            config.dict)
             continue;
         if (train_dictionary(dev, &config, config.dict_size, &config.dict) < 0)
             continue;
         pthread_mutex_lock(&dev->settings_lock);
         struct codec_config now;
         /* unless the setting changed meanwhile */
-        if (codecs_setting(&dev->codecs, priority, &now) && now.dict_auto && !now.dict &&
+        if (codec_table_setting(&dev->codecs, priority, &now) && now.dict_auto && !now.dict &&
             now.algorithm == config.algorithm && now.level == config.level &&
             now.dict_size == config.dict_size)
-            codecs_set(&dev->codecs, &config);
+            codec_table_set(&dev->codecs, &config);
         else
             comp_dict_free(config.dict);
         pthread_mutex_unlock(&dev->settings_lock);
@@ -263,7 +265,7 @@ static bool any_secondary(struct uzram *dev, unsigned first, unsigned last)
 {
     struct codec_config config;
     for (unsigned priority = first; priority <= last; priority++)
-        if (codecs_setting(&dev->codecs, priority, &config))
+        if (codec_table_setting(&dev->codecs, priority, &config))
             return true;
     return false;
 }

@@ -22,7 +22,7 @@ static __thread unsigned char new_object[UZRAM_PAGE_SIZE];
  * primary) for a raw page. */
 static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec)
 {
-    return size == UZRAM_PAGE_SIZE ? 0 : codecs_get(&dev->codecs, codec)->priority;
+    return size == UZRAM_PAGE_SIZE ? 0 : codec_table_get(&dev->codecs, codec)->priority;
 }
 
 /* Whether `plan` takes a page with this info and ac_time at `now`: checked
@@ -73,7 +73,7 @@ static int recompress_smaller(struct uzram *dev, const struct recompress_plan *p
         }
         if (pool_object_cost((size_t)length) < old_cost)
             return length;
-        codecs_release(&dev->codecs, *codec);
+        codec_table_release(&dev->codecs, *codec);
     }
     return 0;
 }
@@ -148,7 +148,7 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         rc = store_put_object(dev, new_object, (unsigned)length, codec, OWNER_DEDUP_BIT | id, true,
                               &made);
         if (rc < 0) {
-            codecs_release(&dev->codecs, codec);
+            codec_table_release(&dev->codecs, codec);
         } else {
             const struct dedup_object object = {made.value, made.size, made.codec};
             struct dedup_object replaced;
@@ -200,11 +200,11 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
      * even if the page is rewritten meanwhile. */
     memcpy(old_copy, pool_map(dev->pool, old.value), old.size);
     if (old.state == SLOT_COMPRESSED)
-        codecs_hold(&dev->codecs, old.codec);
+        codec_table_hold(&dev->codecs, old.codec);
     slot_unlock(slot);
     int rc = store_decode(dev, old_copy, old.size, old.codec, old_page);
     if (old.state == SLOT_COMPRESSED)
-        codecs_release(&dev->codecs, old.codec);
+        codec_table_release(&dev->codecs, old.codec);
     if (rc < 0)
         return rc;
 
@@ -223,7 +223,7 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
     struct page_object made;
     rc = store_put_object(dev, new_object, (unsigned)length, codec, index + 1, true, &made);
     if (rc < 0) {
-        codecs_release(&dev->codecs, codec);
+        codec_table_release(&dev->codecs, codec);
         return rc;
     }
     if (!swap_recompressed(dev, slot, &old, &made)) {

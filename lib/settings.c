@@ -34,7 +34,8 @@ int uzram_set_algorithm(struct uzram *dev, const char *name, int level)
     if (device_holds_data(dev)) {
         rc = -EBUSY;
     } else {
-        rc = codecs_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = resolved});
+        rc = codec_table_set(&dev->codecs,
+                             &(struct codec_config){.algorithm = algo, .level = resolved});
     }
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
@@ -122,7 +123,7 @@ int uzram_set_group(struct uzram *dev, struct uzram_group *group)
 int uzram_get_config(struct uzram *dev, struct uzram_config *config)
 {
     struct codec_config primary;
-    codecs_setting(&dev->codecs, 0, &primary);
+    codec_table_setting(&dev->codecs, 0, &primary);
     *config = (struct uzram_config){
         .disksize = dev->disksize,
         .comp_algorithm = comp_name(primary.algorithm),
@@ -139,7 +140,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     if (!stats)
         return -EINVAL;
     uint64_t pages = counter_get(&dev->pages_stored);
-    uint64_t dict_mem = codecs_dict_mem(&dev->codecs);
+    uint64_t dict_mem = codec_table_dict_mem(&dev->codecs);
     struct dedup *dedup = device_dedup(dev);
     struct backing *backing = device_backing(dev);
     struct writeback_settings writeback;

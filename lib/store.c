@@ -87,14 +87,14 @@ int store_put_object(struct uzram *dev, const void *data, unsigned length, unsig
 int store_compress(struct uzram *dev, unsigned priority, const void *page, void *out,
                    size_t capacity, unsigned *codec)
 {
-    int id = codecs_acquire(&dev->codecs, priority);
+    int id = codec_table_acquire(&dev->codecs, priority);
     if (id < 0)
         return id;
-    const struct codec_config *config = codecs_get(&dev->codecs, (unsigned)id);
+    const struct codec_config *config = codec_table_get(&dev->codecs, (unsigned)id);
     int length =
         comp_compress_dict(config->algorithm, config->level, config->dict, page, out, capacity);
     if (length <= 0)
-        codecs_release(&dev->codecs, (unsigned)id);
+        codec_table_release(&dev->codecs, (unsigned)id);
     *codec = (unsigned)id;
     return length;
 }
@@ -120,7 +120,7 @@ static int store_compress_page(struct uzram *dev, const void *page, uint64_t own
             break;
     }
     if (rc < 0 && length > 0)
-        codecs_release(&dev->codecs, codec);
+        codec_table_release(&dev->codecs, codec);
     return rc;
 }
 
@@ -135,7 +135,7 @@ void store_free_object(struct uzram *dev, const struct page_object *object)
         counter_sub(&dev->compr_data_size, object->size);
     }
     if (object->size != UZRAM_PAGE_SIZE)
-        codecs_release(&dev->codecs, object->codec);
+        codec_table_release(&dev->codecs, object->codec);
 }
 
 int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned codec, void *page)
@@ -144,7 +144,7 @@ int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned 
         memcpy(page, data, UZRAM_PAGE_SIZE);
         return 0;
     }
-    const struct codec_config *config = codecs_get(&dev->codecs, codec);
+    const struct codec_config *config = codec_table_get(&dev->codecs, codec);
     return comp_decompress_dict(config->algorithm, config->dict, data, length, page);
 }
 
@@ -209,7 +209,8 @@ int store_dedup_create(struct uzram *dev, struct dedup **out)
 _Static_assert(POOL_HANDLE_BITS <= 47 && BACKING_MAX_BYTES <= OBJECT_BACKED &&
                    OBJECT_BACKED < 1ull << DEDUP_HANDLE_BITS,
                "a dedup entry holds any pool handle, and any store offset with OBJECT_BACKED");
-_Static_assert(CODECS_MAX <= 1u << SLOT_CODEC_BITS && CODECS_MAX <= 1u << DEDUP_CODEC_BITS,
+_Static_assert(CODEC_TABLE_MAX <= 1u << SLOT_CODEC_BITS &&
+                   CODEC_TABLE_MAX <= 1u << DEDUP_CODEC_BITS,
                "slots and dedup entries hold any codec id");
 
 /* ---- forms of a page ------------------------------------------------------ */
@@ -355,7 +356,7 @@ static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object
     if (held->state == SLOT_BACKED) {
         backing_pin(device_backing(dev), held->value, held->size);
         if (held->size != UZRAM_PAGE_SIZE)
-            codecs_hold(&dev->codecs, held->codec);
+            codec_table_hold(&dev->codecs, held->codec);
         return true;
     }
     if (held->state != SLOT_DEDUP)
@@ -410,7 +411,7 @@ static int read_held(struct uzram *dev, const struct page_object *held, void *pa
         promote(dev, promote_index, held);
     backing_unpin(device_backing(dev), held->value, held->size);
     if (held->size != UZRAM_PAGE_SIZE)
-        codecs_release(&dev->codecs, held->codec);
+        codec_table_release(&dev->codecs, held->codec);
     return rc;
 }
 

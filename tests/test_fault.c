@@ -210,7 +210,7 @@ static bool absorbable(const char *site)
     /* Also: a dictionary that a recompression pass fails to train stays
      * to be trained, and the pass goes on without it (uzram.h); a candidate
      * on the backing store that cannot be read is different too, and
-     * compaction of the store leaves an object it cannot read or write
+     * compaction of the backing store leaves an object it cannot read or write
      * where it is. */
     return site && (strstr(site, "comp.c") != NULL || strstr(site, "recompress.c") != NULL ||
                     strstr(site, "backing.c") != NULL);

@@ -1,8 +1,8 @@
-/* codecs.h - a device's table of codec configurations: algorithm, level, dictionary (internal).
- * A compressed object records the id of the configuration that made it, so that a read always
- * decompresses it correctly, whatever the settings became since. */
-#ifndef UZRAM_CODECS_H
-#define UZRAM_CODECS_H
+/* codec_table.h - a device's table of codec configurations: algorithm, level, dictionary
+ * (internal). A compressed object records the id of the configuration that made it, so that a read
+ * always decompresses it correctly, whatever the settings became since. */
+#ifndef UZRAM_CODEC_TABLE_H
+#define UZRAM_CODEC_TABLE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,22 +15,22 @@
  * A configuration never changes once made; a new setting makes a new one.
  * Each entry counts its users: every stored object made with it, every
  * writer compressing with it right now, and one for each setting that names
- * it (the primary algorithm, priority 0, and up to CODECS_PRIORITY_MAX
+ * it (the primary algorithm, priority 0, and up to CODEC_TABLE_PRIORITY_MAX
  * secondary algorithms for recompression). The last user frees the entry,
  * its dictionary with it, and its id can be reused. So a dictionary stays in
  * memory exactly as long as a page needs it.
  *
- * Ids are what a page slot and a dedup entry hold: CODECS_MAX of them (the
+ * Ids are what a page slot and a dedup entry hold: CODEC_TABLE_MAX of them (the
  * slot has 4 bits for it). A setting that needs a new entry while all are in
  * use by stored pages fails with -ENOSPC.
  *
- * Thread safety: codecs_acquire(), codecs_get() and codecs_release() take no
+ * Thread safety: codec_table_acquire(), codec_table_get() and codec_table_release() take no
  * lock (one atomic each on the entry's count); changes of the settings are
  * serialised by the table's lock.
  */
 
-#define CODECS_MAX 16
-#define CODECS_PRIORITY_MAX 3
+#define CODEC_TABLE_MAX 16
+#define CODEC_TABLE_PRIORITY_MAX 3
 
 struct codec_config {
     int algorithm;          /* enum comp_algorithm */
@@ -41,52 +41,52 @@ struct codec_config {
     uint32_t dict_size;     /* bytes of dictionary content (0: none) */
 };
 
-struct codecs {
+struct codec_table {
     pthread_mutex_t lock;
     struct codec_entry {
         _Atomic uint64_t users;
         struct codec_config config; /* written under lock while the entry is unused */
         bool used;                  /* under lock */
-    } __attribute__((aligned(64))) entries[CODECS_MAX];
+    } __attribute__((aligned(64))) entries[CODEC_TABLE_MAX];
     /* The id each priority's setting names, -1 for none. */
-    _Atomic int setting[CODECS_PRIORITY_MAX + 1];
+    _Atomic int setting[CODEC_TABLE_PRIORITY_MAX + 1];
     /* Memory of the dictionaries held now, and of entries in use. */
     _Atomic uint64_t dict_mem;
 };
 
-void codecs_init(struct codecs *codecs);
+void codec_table_init(struct codec_table *table);
 /* Free every entry; no object may refer to one any more. */
-void codecs_destroy(struct codecs *codecs);
+void codec_table_destroy(struct codec_table *table);
 
 /* Make `config` (its dict owned by the table from now on, also on failure)
  * the setting of config->priority; the entry the setting named before loses
  * that user. Errors: -ENOSPC every id is in use. */
-int codecs_set(struct codecs *codecs, const struct codec_config *config);
+int codec_table_set(struct codec_table *table, const struct codec_config *config);
 
 /* Drop the setting of `priority` (a secondary algorithm). */
-void codecs_clear(struct codecs *codecs, unsigned priority);
+void codec_table_clear(struct codec_table *table, unsigned priority);
 
 /* Take a user on the entry the setting of `priority` names: its id, or
  * -ENOENT when that priority has no setting. */
-int codecs_acquire(struct codecs *codecs, unsigned priority);
+int codec_table_acquire(struct codec_table *table, unsigned priority);
 
 /* Take another user on entry `id`, which the caller already holds one on. */
-void codecs_hold(struct codecs *codecs, unsigned id);
+void codec_table_hold(struct codec_table *table, unsigned id);
 
 /* Drop a user of entry `id`; the last one frees it. */
-void codecs_release(struct codecs *codecs, unsigned id);
+void codec_table_release(struct codec_table *table, unsigned id);
 
 /* The configuration of entry `id`, on which the caller holds a user (or
  * which an object the caller has locked was made with). */
-static inline const struct codec_config *codecs_get(struct codecs *codecs, unsigned id)
+static inline const struct codec_config *codec_table_get(struct codec_table *table, unsigned id)
 {
-    return &codecs->entries[id].config;
+    return &table->entries[id].config;
 }
 
 /* A copy of the setting of `priority`; false when there is none. */
-bool codecs_setting(struct codecs *codecs, unsigned priority, struct codec_config *config);
+bool codec_table_setting(struct codec_table *table, unsigned priority, struct codec_config *config);
 
 /* Bytes the dictionaries in use take. */
-uint64_t codecs_dict_mem(struct codecs *codecs);
+uint64_t codec_table_dict_mem(struct codec_table *table);
 
 #endif

@@ -1,0 +1,125 @@
+/* codec_table.c - a device's table of codec configurations (see codec_table.h).
+ * Entries are counted by their users; the last user frees an entry and its dictionary. */
+#include "codec_table.h"
+
+#include <errno.h>
+#include <string.h>
+
+void codec_table_init(struct codec_table *table)
+{
+    memset(table, 0, sizeof *table);
+    pthread_mutex_init(&table->lock, NULL);
+    for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++)
+        atomic_init(&table->setting[p], -1);
+}
+
+static void entry_free(struct codec_table *table, struct codec_entry *entry)
+{
+    if (entry->config.dict) {
+        atomic_fetch_sub_explicit(&table->dict_mem, comp_dict_memory(entry->config.dict),
+                                  memory_order_relaxed);
+        comp_dict_free(entry->config.dict);
+    }
+    memset(&entry->config, 0, sizeof entry->config);
+    entry->used = false;
+}
+
+void codec_table_destroy(struct codec_table *table)
+{
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++)
+        if (table->entries[id].used)
+            entry_free(table, &table->entries[id]);
+    pthread_mutex_destroy(&table->lock);
+}
+
+/* Under the lock: the setting of `priority` now names `id` (or -1); the
+ * entry it named before loses that user. */
+static void setting_swap(struct codec_table *table, unsigned priority, int id)
+{
+    int old = atomic_exchange_explicit(&table->setting[priority], id, memory_order_acq_rel);
+    if (old >= 0 &&
+        atomic_fetch_sub_explicit(&table->entries[old].users, 1, memory_order_acq_rel) == 1)
+        entry_free(table, &table->entries[old]);
+}
+
+int codec_table_set(struct codec_table *table, const struct codec_config *config)
+{
+    pthread_mutex_lock(&table->lock);
+    int id = -1;
+    for (unsigned i = 0; i < CODEC_TABLE_MAX && id < 0; i++)
+        if (!table->entries[i].used)
+            id = (int)i;
+    if (id < 0) {
+        pthread_mutex_unlock(&table->lock);
+        comp_dict_free(config->dict);
+        return -ENOSPC;
+    }
+    struct codec_entry *entry = &table->entries[id];
+    entry->config = *config;
+    entry->used = true;
+    if (config->dict)
+        atomic_fetch_add_explicit(&table->dict_mem, comp_dict_memory(config->dict),
+                                  memory_order_relaxed);
+    /* An add, not a store: a writer that took a user on this id while it
+     * was free is still to drop it (codec_table_acquire). */
+    atomic_fetch_add_explicit(&entry->users, 1, memory_order_relaxed);
+    setting_swap(table, config->priority, id);
+    pthread_mutex_unlock(&table->lock);
+    return 0;
+}
+
+void codec_table_clear(struct codec_table *table, unsigned priority)
+{
+    pthread_mutex_lock(&table->lock);
+    setting_swap(table, priority, -1);
+    pthread_mutex_unlock(&table->lock);
+}
+
+/* The count may drop to 0 and come back up when a writer takes a user on an
+ * entry just replaced (codec_table_acquire): the free re-checks under the lock. */
+void codec_table_release(struct codec_table *table, unsigned id)
+{
+    struct codec_entry *entry = &table->entries[id];
+    if (atomic_fetch_sub_explicit(&entry->users, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_mutex_lock(&table->lock);
+    if (entry->used && atomic_load_explicit(&entry->users, memory_order_acquire) == 0)
+        entry_free(table, entry);
+    pthread_mutex_unlock(&table->lock);
+}
+
+int codec_table_acquire(struct codec_table *table, unsigned priority)
+{
+    for (;;) {
+        int id = atomic_load_explicit(&table->setting[priority], memory_order_acquire);
+        if (id < 0)
+            return -ENOENT;
+        atomic_fetch_add_explicit(&table->entries[id].users, 1, memory_order_acq_rel);
+        /* Still the setting: its own user kept the entry alive meanwhile.
+         * Otherwise the entry may have been replaced (even freed and made
+         * again): give the user back and look again. */
+        if (atomic_load_explicit(&table->setting[priority], memory_order_acquire) == id)
+            return id;
+        codec_table_release(table, (unsigned)id);
+    }
+}
+
+void codec_table_hold(struct codec_table *table, unsigned id)
+{
+    atomic_fetch_add_explicit(&table->entries[id].users, 1, memory_order_relaxed);
+}
+
+bool codec_table_setting(struct codec_table *table, unsigned priority, struct codec_config *config)
+{
+    pthread_mutex_lock(&table->lock);
+    int id = atomic_load_explicit(&table->setting[priority], memory_order_relaxed);
+    if (id >= 0)
+        *config = table->entries[id].config;
+    pthread_mutex_unlock(&table->lock);
+    return id >= 0;
+}
+
+uint64_t codec_table_dict_mem(struct codec_table *table)
+{
+    return atomic_load_explicit(&table->dict_mem, memory_order_relaxed);
+}
