@@ -1,5 +1,5 @@
-/* background.c - the engine's own threads: started without signals, at the lowest CPU priority
- * (see background.h). */
+/* background.c - the engine's own threads: started with every signal blocked and named; the
+ * recompressor lowers itself to the lowest CPU priority (see background.h). */
 #include "background.h"
 
 #include <sched.h>

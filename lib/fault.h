@@ -1,4 +1,5 @@
-/* fault.h - fault injection points for the engine's allocations and compression calls.
+/* fault.h - fault injection points for the engine's allocations, compression calls and
+ * backing-store I/O.
  * FAULT_POINT(kind) is the constant 0 unless a test build has -DUZRAM_FAULT_INJECTION. */
 #ifndef UZRAM_FAULT_H
 #define UZRAM_FAULT_H

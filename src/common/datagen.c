@@ -1,4 +1,4 @@
-/* datagen.c - seeded page-content generators for the uzram programs (bench, demos).
+/* datagen.c - seeded page-content generators for `uzram bench`, the tests and the VM tools.
  * Generation is per page so any page can be made alone, in any order, by any thread. */
 #include "common/datagen.h"
 

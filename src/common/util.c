@@ -1,5 +1,7 @@
-/* util.c - small helpers shared by the uzram subcommands (not part of libuzram).
- * Socket I/O that survives partial transfers, big-endian packing, paths, sizes, errno names. */
+/* util.c - small helpers shared by the uzram subcommands (not part of libuzram): socket I/O
+ * that survives partial transfers and keeps deadlines, big-endian packing, threads with
+ * prefaulted stacks, the runtime directory and which directories and sockets can only be the
+ * user's, names, sizes, errno names, JSON strings. */
 #include "common/util.h"
 
 #include <alloca.h>
