@@ -13,10 +13,15 @@
 #include <time.h>
 
 #include "nbd/protocol.h"
-#include "nbd/server.h"
+#include "nbd/budget.h"
+#include "nbd/exports.h"
+#include "nbd/io.h"
+#include "nbd/limits.h"
+#include "nbd/log.h"
+#include "nbd/request.h"
+#include "nbd/session.h"
+#include "nbd/transmission.h"
 #include "common/util.h"
-
-#define LOG_LINES_PER_CLIENT 20
 
 /* A client connection in transmission (nbdkit's "parallel" model, with lazy
  * helpers). The thread that called nbd_transmission() is the connection's
@@ -40,7 +45,6 @@
  * receive_lock. */
 struct nbd_connection {
     struct nbd_session session;
-    struct nbd_server *server;
     struct nbd_transmission_settings settings;
 
     pthread_mutex_t receive_lock; /* guards the fields up to input */
@@ -103,12 +107,6 @@ struct nbd_worker {
  * sendmsg (a longer reply goes out in a send of its own after them). */
 #define SEND_JOIN_MAX 8
 
-/* A share of the request buffer budget (see budget_take()). */
-struct budget {
-    uint64_t limit, used;
-    uint64_t next_ticket, serving; /* first come, first served */
-};
-
 /* Request data a worker holds: a WRITE's payload or a READ's data (in the
  * worker's own buffer unless `borrowed` or `allocated`). */
 struct request_data {
@@ -118,164 +116,13 @@ struct request_data {
     void *buffer;
     bool borrowed;
     size_t borrowed_length;
-    bool allocated;        /* for this request alone: freed with it */
-    struct budget *budget; /* the share `charged` bytes are taken from */
+    bool allocated;              /* for this request alone: freed with it */
+    enum nbd_budget_share share; /* the share `charged` bytes are taken from */
     uint64_t charged;
 };
 
 static void input_top_up(struct nbd_connection *conn);
 static bool input_holds_request(const struct nbd_connection *conn);
-
-bool nbd_log_quiet;
-
-void nbd_log(struct nbd_session *session, const char *format, ...)
-{
-    if (nbd_log_quiet)
-        return;
-    /* Only the connection's own threads log about it, but they may race on
-     * the counter; an off-by-one in the cap is harmless. */
-    unsigned lines = __atomic_fetch_add(&session->log_lines, 1, __ATOMIC_RELAXED);
-    if (lines > LOG_LINES_PER_CLIENT)
-        return;
-    char message[512];
-    va_list args;
-    va_start(args, format);
-    vsnprintf(message, sizeof message, format, args);
-    va_end(args);
-    if (lines == LOG_LINES_PER_CLIENT)
-        fprintf(stderr, "uzram: client %u: %s (further messages about this client suppressed)\n",
-                session->id, message);
-    else
-        fprintf(stderr, "uzram: client %u: %s\n", session->id, message);
-}
-
-uint32_t nbd_errno_to_wire(int err)
-{
-    switch (err) {
-    case 0:
-        return 0;
-    case EPERM:
-    case EROFS:
-        return NBD_EPERM;
-    case ENOMEM:
-        return NBD_ENOMEM;
-    case EINVAL:
-        return NBD_EINVAL;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-        return NBD_ENOSPC;
-    case EOVERFLOW:
-        return NBD_EOVERFLOW;
-    case ENOTSUP:
-        return NBD_ENOTSUP;
-    case ESHUTDOWN:
-        return NBD_ESHUTDOWN;
-    default:
-        return NBD_EIO;
-    }
-}
-
-static const char *command_name(uint16_t type)
-{
-    static const char *const names[] = {"READ", "WRITE", "DISC",         "FLUSH",
-                                        "TRIM", "CACHE", "WRITE_ZEROES", "BLOCK_STATUS"};
-    return type < sizeof names / sizeof names[0] ? names[type] : "unknown command";
-}
-
-static const char *wire_error_name(uint32_t error)
-{
-    switch (error) {
-    case NBD_EPERM:
-        return "EPERM";
-    case NBD_EIO:
-        return "EIO";
-    case NBD_ENOMEM:
-        return "ENOMEM";
-    case NBD_EINVAL:
-        return "EINVAL";
-    case NBD_ENOSPC:
-        return "ENOSPC";
-    case NBD_EOVERFLOW:
-        return "EOVERFLOW";
-    case NBD_ENOTSUP:
-        return "ENOTSUP";
-    default:
-        return "error";
-    }
-}
-
-uint32_t nbd_check_request(const struct nbd_session *s, bool read_only, const struct nbd_request *r,
-                           const char **reason)
-{
-    /* FUA must be accepted on every command once SEND_FUA is advertised. */
-    uint16_t allowed = NBD_CMD_FLAG_FUA;
-    bool ranged = true, writes = false;
-    const char *unused;
-
-    if (reason == NULL)
-        reason = &unused;
-    switch (r->type) {
-    case NBD_CMD_READ:
-        if (s->structured)
-            allowed |= NBD_CMD_FLAG_DF;
-        break;
-    case NBD_CMD_WRITE:
-    case NBD_CMD_TRIM:
-        writes = true;
-        break;
-    case NBD_CMD_WRITE_ZEROES:
-        writes = true;
-        allowed |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
-        break;
-    case NBD_CMD_DISC:
-    case NBD_CMD_FLUSH:
-        ranged = false;
-        break;
-    case NBD_CMD_CACHE:
-        break;
-    case NBD_CMD_BLOCK_STATUS:
-        allowed |= NBD_CMD_FLAG_REQ_ONE;
-        break;
-    default:
-        *reason = "unknown command";
-        return NBD_EINVAL;
-    }
-    if (r->flags & ~allowed) {
-        *reason = "command flag not valid for this command";
-        return NBD_EINVAL;
-    }
-    if (r->type == NBD_CMD_BLOCK_STATUS && !s->meta_allocation) {
-        *reason = "BLOCK_STATUS without a selected meta context";
-        return NBD_EINVAL;
-    }
-    if (writes && read_only) {
-        *reason = "the export is read-only";
-        return NBD_EPERM;
-    }
-    if (!ranged)
-        return 0;
-    if (r->offset % NBD_SERVER_MIN_BLOCK != 0 || r->length % NBD_SERVER_MIN_BLOCK != 0) {
-        *reason = "offset or length not a multiple of 512";
-        return NBD_EINVAL;
-    }
-    if ((r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) &&
-        r->length > NBD_SERVER_MAX_PAYLOAD) {
-        *reason = "length above the 32 MiB maximum block size";
-        return r->type == NBD_CMD_READ && s->structured ? NBD_EOVERFLOW : NBD_EINVAL;
-    }
-    /* A BLOCK_STATUS reply needs at least one non-empty descriptor. */
-    if (r->type == NBD_CMD_BLOCK_STATUS && r->length == 0) {
-        *reason = "zero-length BLOCK_STATUS";
-        return NBD_EINVAL;
-    }
-    if (r->offset > s->size || r->length > s->size - r->offset) {
-        *reason = "range past the end of the export";
-        return (r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES) ? NBD_ENOSPC
-                                                                             : NBD_EINVAL;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------------------
  * Sending replies
@@ -478,10 +325,10 @@ static void reply_engine_error(struct nbd_worker *w, const struct nbd_request *r
     struct nbd_connection *conn = w->conn;
     uint32_t error = nbd_errno_to_wire(-rc);
     char message[128];
-    snprintf(message, sizeof message, "%s failed: %s", command_name(r->type), strerror(-rc));
+    snprintf(message, sizeof message, "%s failed: %s", nbd_command_name(r->type), strerror(-rc));
     /* ENOSPC from a full mem_limit is the user's setting, not a fault. */
     if (error != NBD_ENOSPC)
-        nbd_log(&conn->session, "%s at %llu+%u: %s", command_name(r->type),
+        nbd_log(&conn->session, "%s at %llu+%u: %s", nbd_command_name(r->type),
                 (unsigned long long)r->offset, r->length, strerror(-rc));
     reply_error(w, r, error, message);
 }
@@ -489,61 +336,6 @@ static void reply_engine_error(struct nbd_worker *w, const struct nbd_request *r
 /* ------------------------------------------------------------------------
  * Request buffers
  * ---------------------------------------------------------------------- */
-
-/* Buffers larger than a worker's own, over all connections of the process,
- * hold at most NBD_SERVER_BUFFER_BUDGET bytes: half for WRITE payloads, half
- * for READ data, so that clients that do not take their READ replies (whose
- * buffers stay until the send timeout) cannot hold up anyone's WRITEs. A
- * WRITE payload is charged for the bytes that have arrived, as they arrive,
- * never for the bytes its header announces: a client that announces 32 MiB
- * and sends one byte holds one byte, and an unfinished payload is dropped at
- * its deadline. A worker that needs more than is free waits its turn (first
- * come, first served, so many takers cannot starve one); a READ never waits
- * (read_in_pieces()). One lock and one condition for both shares. */
-static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t budget_freed = PTHREAD_COND_INITIALIZER;
-static struct budget write_budget = {.limit = NBD_SERVER_BUFFER_BUDGET / 2};
-static struct budget read_budget = {.limit = NBD_SERVER_BUFFER_BUDGET / 2};
-
-/* Take `bytes` of `b`, waiting for them if need be; true if it had to wait. */
-static bool budget_take(struct budget *b, uint64_t bytes)
-{
-    bool waited = false;
-    pthread_mutex_lock(&budget_lock);
-    uint64_t ticket = b->next_ticket++;
-    while (ticket != b->serving || b->used + bytes > b->limit) {
-        pthread_cond_wait(&budget_freed, &budget_lock);
-        waited = true;
-    }
-    b->used += bytes;
-    b->serving++;
-    if (waited)
-        pthread_cond_broadcast(&budget_freed); /* the next ticket may fit too */
-    pthread_mutex_unlock(&budget_lock);
-    return waited;
-}
-
-/* Take `bytes` of `b` only if they are free now and nobody waits for them. */
-static bool budget_try_take(struct budget *b, uint64_t bytes)
-{
-    pthread_mutex_lock(&budget_lock);
-    bool taken = b->next_ticket == b->serving && b->used + bytes <= b->limit;
-    if (taken)
-        b->used += bytes;
-    pthread_mutex_unlock(&budget_lock);
-    return taken;
-}
-
-static void budget_give(struct budget *b, uint64_t bytes)
-{
-    if (bytes == 0)
-        return;
-    pthread_mutex_lock(&budget_lock);
-    b->used -= bytes;
-    if (b->next_ticket != b->serving)
-        pthread_cond_broadcast(&budget_freed);
-    pthread_mutex_unlock(&budget_lock);
-}
 
 /* `length` (<= NBD_SERVER_WORKER_BUFFER) bytes of the worker's own buffer
  * (made at first use) that no held reply uses: after the READ data of its
@@ -584,7 +376,7 @@ static void worker_buffer_free(struct nbd_worker *w)
  * (receive_rest()). false when out of memory. */
 static bool write_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
 {
-    *d = (struct request_data){.budget = &write_budget};
+    *d = (struct request_data){.share = NBD_BUDGET_WRITE};
     if (length <= NBD_SERVER_WORKER_BUFFER) {
         d->buffer = worker_space(w, length);
     } else {
@@ -599,16 +391,16 @@ static bool write_buffer(struct nbd_worker *w, size_t length, struct request_dat
  * the READ goes out in pieces of the worker's buffer. */
 static bool read_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
 {
-    *d = (struct request_data){.budget = &read_budget};
+    *d = (struct request_data){.share = NBD_BUDGET_READ};
     if (length <= NBD_SERVER_WORKER_BUFFER) {
         d->buffer = worker_space(w, length);
         return d->buffer != NULL;
     }
-    if (!budget_try_take(&read_budget, length))
+    if (!nbd_budget_try_take(NBD_BUDGET_READ, length))
         return false;
     d->buffer = malloc(length);
     if (d->buffer == NULL) {
-        budget_give(&read_budget, length);
+        nbd_budget_give(NBD_BUDGET_READ, length);
         return false;
     }
     d->allocated = true;
@@ -621,7 +413,7 @@ static void release_data(struct request_data *d)
     if (d->allocated)
         free(d->buffer);
     if (d->charged)
-        budget_give(d->budget, d->charged);
+        nbd_budget_give(d->share, d->charged);
     *d = (struct request_data){0};
 }
 
@@ -1104,12 +896,12 @@ static int receive_rest(struct nbd_connection *conn, struct request_data *d, siz
         unsigned char *to = d->buffer ? (unsigned char *)d->buffer + done : scratch;
         if (d->buffer == NULL && step > sizeof scratch)
             step = sizeof scratch;
-        if (budgeted && budget_take(d->budget, step))
+        if (budgeted && nbd_budget_take(d->share, step))
             conn->request_deadline_ms = 0;
         ssize_t n = conn_recv(conn, to, step, false);
         size_t got = n > 0 ? (size_t)n : 0;
         if (budgeted) {
-            budget_give(d->budget, step - got);
+            nbd_budget_give(d->share, step - got);
             d->charged += got;
         }
         if (n > 0) {
@@ -1153,7 +945,7 @@ static int receive_payload(struct nbd_connection *conn, struct request_data *d, 
     bool budgeted = d->buffer != NULL && length > NBD_SERVER_WORKER_BUFFER;
     if (budgeted) {
         size_t have = input_available(conn) < length ? input_available(conn) : length;
-        if (budget_take(d->budget, have))
+        if (nbd_budget_take(d->share, have))
             conn->request_deadline_ms = 0;
         d->charged = have;
     }
@@ -1248,9 +1040,9 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         goto stop;
     }
     if (*error) {
-        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s", command_name(r->type),
-                r->type, (unsigned)r->flags, (unsigned long long)r->offset, r->length,
-                wire_error_name(*error), *reason);
+        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s",
+                nbd_command_name(r->type), r->type, (unsigned)r->flags,
+                (unsigned long long)r->offset, r->length, nbd_wire_error_name(*error), *reason);
     } else if (r->type == NBD_CMD_WRITE && r->length > NBD_SERVER_SMALL_PAYLOAD &&
                !write_buffer(w, r->length, payload)) {
         *error = NBD_ENOMEM;
@@ -1280,23 +1072,6 @@ stop:
 /* ------------------------------------------------------------------------
  * Workers
  * ---------------------------------------------------------------------- */
-
-/* Helper workers over all connections of the process. */
-static atomic_uint helpers_running;
-
-static bool helper_slot_take(unsigned cap)
-{
-    unsigned running = atomic_load_explicit(&helpers_running, memory_order_relaxed);
-    while (running < cap)
-        if (atomic_compare_exchange_weak(&helpers_running, &running, running + 1))
-            return true;
-    return false;
-}
-
-static void helper_slot_give(void)
-{
-    atomic_fetch_sub(&helpers_running, 1);
-}
 
 /* CLOCK_MONOTONIC `ms` from now, for pthread_cond_timedwait(). */
 static struct timespec monotonic_in(unsigned ms)
@@ -1358,7 +1133,7 @@ static void helper_start(struct nbd_connection *conn)
     }
     /* Fewer workers still serve the client correctly. */
     free(helper);
-    helper_slot_give();
+    nbd_helper_slot_give();
     pthread_mutex_lock(&conn->receive_lock);
     conn->workers--;
     pthread_cond_broadcast(&conn->helpers_gone);
@@ -1416,7 +1191,7 @@ static void release_receiver_role(struct nbd_connection *conn)
         if (conn->idle_workers > 0) {
             pthread_cond_signal(&conn->receiver_wanted);
         } else if (conn->workers < conn->settings.threads &&
-                   helper_slot_take(conn->settings.helpers)) {
+                   nbd_helper_slot_take(conn->settings.helpers)) {
             conn->workers++;
             start_helper = true;
         }
@@ -1499,13 +1274,13 @@ static void *worker_main(void *arg)
         conn->workers--;
         pthread_cond_broadcast(&conn->helpers_gone);
         pthread_mutex_unlock(&conn->receive_lock);
-        helper_slot_give();
+        nbd_helper_slot_give();
         free(w);
     }
     return NULL;
 }
 
-int nbd_transmission(const struct nbd_session *session, struct nbd_server *server,
+int nbd_transmission(const struct nbd_session *session,
                      const struct nbd_transmission_settings *settings)
 {
     struct nbd_connection *conn = calloc(1, sizeof *conn);
@@ -1515,7 +1290,6 @@ int nbd_transmission(const struct nbd_session *session, struct nbd_server *serve
         return -ENOMEM;
     }
     conn->session = *session;
-    conn->server = server;
     conn->settings = *settings;
     if (conn->settings.threads < 1)
         conn->settings.threads = 1;
