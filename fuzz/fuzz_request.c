@@ -43,8 +43,9 @@
  *
  * The worker loop needs no server: the session carries its export, so only
  * the transmission files and the socket helpers are linked.
- * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/request.c
- * fuzz-link: src/nbd/budget.c src/nbd/log.c src/nbd/io.c src/nbd/tls.c src/common/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/input.c src/nbd/reply.c
+ * fuzz-link: src/nbd/reads.c src/nbd/request.c src/nbd/budget.c src/nbd/log.c src/nbd/io.c
+ * fuzz-link: src/nbd/tls.c src/common/util.c
  * fuzz-options: -max_len=131072
  */
 

@@ -1,5 +1,6 @@
-/* session.h - what one NBD client negotiated during the handshake, shared by the handshake,
- * the transmission phase, TLS and the byte I/O seam. */
+/* session.h - one NBD connection: what its client negotiated during the handshake, and how
+ * the server runs its transmission phase. Shared by the handshake, the transmission phase,
+ * TLS and the byte I/O seam. */
 #ifndef UZRAM_NBD_SESSION_H
 #define UZRAM_NBD_SESSION_H
 
@@ -31,6 +32,21 @@ struct nbd_session {
      * session once STARTTLS succeeded (NULL: plain). Bytes go through io.c either way. */
     const struct nbd_tls *tls_config;
     struct nbd_tls_session *tls;
+};
+
+/* How the transmission phase of one connection runs. */
+struct nbd_transmission_settings {
+    bool read_only;
+    /* Workers of this connection, the calling thread included (--threads). */
+    unsigned threads;
+    /* Helper workers over all connections of the process at once; a
+     * connection that finds none free goes on with the workers it has. */
+    unsigned helpers;
+    /* Seconds a started request has to arrive whole, and a reply to go out. */
+    unsigned timeout;
+    /* A buffered request is handed to another worker only when requests take
+     * this long on average (NBD_SERVER_HANDOFF_WORTH_NS; 0: always). */
+    uint64_t handoff_worth_ns;
 };
 
 #endif

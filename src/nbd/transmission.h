@@ -2,25 +2,7 @@
 #ifndef UZRAM_NBD_TRANSMISSION_H
 #define UZRAM_NBD_TRANSMISSION_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
-struct nbd_session;
-
-/* How the transmission phase of one connection runs. */
-struct nbd_transmission_settings {
-    bool read_only;
-    /* Workers of this connection, the calling thread included (--threads). */
-    unsigned threads;
-    /* Helper workers over all connections of the process at once; a
-     * connection that finds none free goes on with the workers it has. */
-    unsigned helpers;
-    /* Seconds a started request has to arrive whole, and a reply to go out. */
-    unsigned timeout;
-    /* A buffered request is handed to another worker only when requests take
-     * this long on average (NBD_SERVER_HANDOFF_WORTH_NS; 0: always). */
-    uint64_t handoff_worth_ns;
-};
+#include "nbd/session.h"
 
 /* The transmission phase of a session whose handshake has finished: serve requests until
  * DISC, end of file, a failed send, a request that misses its deadline or a protocol
