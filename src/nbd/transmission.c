@@ -1,9 +1,9 @@
-/* transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
- * Each connection's workers take turns reading a request, run it on the engine and reply. */
+/* transmission.c - the NBD transmission phase of one connection: its workers, who take turns
+ * at the receiver role, read a request (input.c), check it and run it on the engine; replies
+ * go out through reply.c, READ and BLOCK_STATUS through reads.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
