@@ -95,7 +95,7 @@ struct nbd_worker {
 
 /* Request data a worker holds: a WRITE's payload or a READ's data (in the
  * worker's own buffer unless `borrowed` or `allocated`). */
-struct request_data {
+struct nbd_request_data {
     /* the worker's own buffer, one allocated for the request, or (borrowed)
      * the connection's input buffer, where a small WRITE payload is used in
      * place while its worker holds the receiver role */

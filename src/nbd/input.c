@@ -148,7 +148,7 @@ static int wait_readable(struct nbd_connection *conn)
     return rc < 0 ? rc : 0;
 }
 
-int nbd_receive_rest(struct nbd_connection *conn, struct request_data *d, size_t done,
+int nbd_receive_rest(struct nbd_connection *conn, struct nbd_request_data *d, size_t done,
                      size_t length, bool budgeted)
 {
     unsigned char scratch[65536];
@@ -183,7 +183,7 @@ int nbd_receive_rest(struct nbd_connection *conn, struct request_data *d, size_t
     return 0;
 }
 
-int nbd_receive_payload(struct nbd_connection *conn, struct request_data *d, uint32_t length,
+int nbd_receive_payload(struct nbd_connection *conn, struct nbd_request_data *d, uint32_t length,
                         bool in_place)
 {
     if (length <= NBD_SERVER_SMALL_PAYLOAD) {

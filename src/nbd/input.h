@@ -9,7 +9,7 @@
 
 struct nbd_connection;
 struct nbd_request;
-struct request_data;
+struct nbd_request_data;
 
 /* Wait until bytes can be received, at most `timeout_ms` (-1: no limit).
  * 1 readable, 0 timed out or interrupted (the caller looks again), -errno. */
@@ -45,7 +45,7 @@ struct nbd_request nbd_parse_request_header(const unsigned char *header);
  * it there (borrowed: valid while this worker keeps the receiver role).
  * Returns 0 or a negative errno (-ECONNRESET when the client closed in the
  * middle, -ETIMEDOUT when it did not arrive whole in time). */
-int nbd_receive_payload(struct nbd_connection *conn, struct request_data *d, uint32_t length,
+int nbd_receive_payload(struct nbd_connection *conn, struct nbd_request_data *d, uint32_t length,
                         bool in_place);
 
 /* Receive the rest of a large WRITE payload straight from the socket into
@@ -53,7 +53,7 @@ int nbd_receive_payload(struct nbd_connection *conn, struct request_data *d, uin
  * `budgeted`, budget is taken for the bytes as they arrive and added to
  * d->charged; a wait for the budget is the server's, so it restarts the
  * client's deadline. */
-int nbd_receive_rest(struct nbd_connection *conn, struct request_data *d, size_t done,
+int nbd_receive_rest(struct nbd_connection *conn, struct nbd_request_data *d, size_t done,
                      size_t length, bool budgeted);
 
 #endif

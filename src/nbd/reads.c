@@ -125,7 +125,7 @@ static void read_in_pieces(struct nbd_worker *w, struct uzram *dev, const struct
 void nbd_read_simple(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
 {
     unsigned char header[NBD_SIMPLE_REPLY_SIZE];
-    struct request_data data;
+    struct nbd_request_data data;
     int rc = 0;
 
     if (!nbd_read_buffer(w, r->length, &data)) {
@@ -157,7 +157,7 @@ void nbd_read_structured(struct nbd_worker *w, struct uzram *dev, const struct n
         nbd_reply_send(w, &iov, 1, false);
         return;
     }
-    struct request_data data;
+    struct nbd_request_data data;
     if (!nbd_read_buffer(w, r->length, &data)) {
         read_in_pieces(w, dev, r);
         return;

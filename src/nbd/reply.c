@@ -208,9 +208,9 @@ void nbd_worker_buffer_free(struct nbd_worker *w)
     w->used = 0;
 }
 
-bool nbd_write_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
+bool nbd_write_buffer(struct nbd_worker *w, size_t length, struct nbd_request_data *d)
 {
-    *d = (struct request_data){.share = NBD_BUDGET_WRITE};
+    *d = (struct nbd_request_data){.share = NBD_BUDGET_WRITE};
     if (length <= NBD_SERVER_WORKER_BUFFER) {
         d->buffer = nbd_worker_space(w, length);
     } else {
@@ -220,9 +220,9 @@ bool nbd_write_buffer(struct nbd_worker *w, size_t length, struct request_data *
     return d->buffer != NULL;
 }
 
-bool nbd_read_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
+bool nbd_read_buffer(struct nbd_worker *w, size_t length, struct nbd_request_data *d)
 {
-    *d = (struct request_data){.share = NBD_BUDGET_READ};
+    *d = (struct nbd_request_data){.share = NBD_BUDGET_READ};
     if (length <= NBD_SERVER_WORKER_BUFFER) {
         d->buffer = nbd_worker_space(w, length);
         return d->buffer != NULL;
@@ -239,11 +239,11 @@ bool nbd_read_buffer(struct nbd_worker *w, size_t length, struct request_data *d
     return true;
 }
 
-void nbd_release_data(struct request_data *d)
+void nbd_release_data(struct nbd_request_data *d)
 {
     if (d->allocated)
         free(d->buffer);
     if (d->charged)
         nbd_budget_give(d->share, d->charged);
-    *d = (struct request_data){0};
+    *d = (struct nbd_request_data){0};
 }

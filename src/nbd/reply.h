@@ -11,7 +11,7 @@
 struct nbd_connection;
 struct nbd_request;
 struct nbd_worker;
-struct request_data;
+struct nbd_request_data;
 
 /* Send the replies held back, if any (a worker leaving does this). */
 void nbd_conn_flush(struct nbd_connection *conn);
@@ -24,9 +24,9 @@ void nbd_put_simple_header(unsigned char *h, uint32_t error, uint64_t cookie);
 /* A buffer for READ data of `length` bytes: the worker's own, or a fresh one
  * when the budget has room for it now. false when neither is possible: then
  * the READ goes out in pieces of the worker's buffer. */
-bool nbd_read_buffer(struct nbd_worker *w, size_t length, struct request_data *d);
+bool nbd_read_buffer(struct nbd_worker *w, size_t length, struct nbd_request_data *d);
 
-void nbd_release_data(struct request_data *d);
+void nbd_release_data(struct nbd_request_data *d);
 
 void nbd_reply_engine_error(struct nbd_worker *w, const struct nbd_request *r, int rc);
 
@@ -75,6 +75,6 @@ unsigned char *nbd_worker_space(struct nbd_worker *w, size_t length);
 /* A buffer for a WRITE payload of `length` bytes: the worker's own when it is
  * big enough, else a fresh one, charged to the budget later, as bytes come
  * (nbd_receive_rest()). false when out of memory. */
-bool nbd_write_buffer(struct nbd_worker *w, size_t length, struct request_data *d);
+bool nbd_write_buffer(struct nbd_worker *w, size_t length, struct nbd_request_data *d);
 
 #endif

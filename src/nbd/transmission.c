@@ -30,7 +30,8 @@
 /* Run one checked request on the engine and send its reply. A WRITE's
  * payload (*payload) is given back before the reply goes out, so a client
  * that is slow to take its replies holds no request buffer. */
-static void execute(struct nbd_worker *w, const struct nbd_request *r, struct request_data *payload)
+static void execute(struct nbd_worker *w, const struct nbd_request *r,
+                    struct nbd_request_data *payload)
 {
     struct nbd_connection *conn = w->conn;
     struct uzram *dev = conn->session.export->dev;
@@ -123,14 +124,14 @@ static int wait_idle(struct nbd_worker *w)
 /* Read and check one request (and a WRITE's payload). Called with the
  * receiver role held; sets receive_done when the connection must not be read again. */
 static enum receive_result receive_request(struct nbd_worker *w, struct nbd_request *r,
-                                           struct request_data *payload, uint32_t *error,
+                                           struct nbd_request_data *payload, uint32_t *error,
                                            const char **reason)
 {
     struct nbd_connection *conn = w->conn;
     struct nbd_session *s = &conn->session;
     int rc;
 
-    *payload = (struct request_data){0};
+    *payload = (struct nbd_request_data){0};
     conn->request_deadline_ms = 0;
     /* After a failed send nobody would see the replies: stop reading. */
     if (conn->receive_done || atomic_load_explicit(&conn->dead, memory_order_relaxed))
@@ -285,7 +286,7 @@ static bool hand_off_worth_it(const struct nbd_connection *conn)
 /* Before the receiver role is given up: a borrowed payload must leave the
  * input buffer, which the next receiver reuses. false (keep the role and the
  * payload where it is) when the worker has no buffer for it. */
-static bool unborrow(struct nbd_worker *w, struct request_data *d)
+static bool unborrow(struct nbd_worker *w, struct nbd_request_data *d)
 {
     if (!d->borrowed)
         return true;
@@ -366,7 +367,7 @@ static void *worker_main(void *arg)
             break;
         w->has_role = true;
         struct nbd_request r;
-        struct request_data payload;
+        struct nbd_request_data payload;
         uint32_t error = 0;
         const char *reason = NULL;
 
