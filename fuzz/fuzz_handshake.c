@@ -14,7 +14,12 @@
 #include <unistd.h>
 
 #include "nbd/protocol.h"
-#include "nbd/server.h"
+#include "nbd/exports.h"
+#include "nbd/handshake.h"
+#include "nbd/log.h"
+#include "nbd/request.h"
+#include "nbd/session.h"
+#include "nbd/tls.h"
 #include "socket_client.h"
 #include "uzram.h"
 #include "common/util.h"
@@ -40,7 +45,8 @@
  * server's export lookups are defined here: two exports, "fuzz" (the default)
  * and "other" (read-only, another size), whose holds are counted, so that a
  * handshake that keeps a hold it should have given back is caught.
- * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/nbd/io.c src/nbd/tls.c src/common/util.c
+ * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/nbd/request.c src/nbd/io.c src/nbd/tls.c
+ * fuzz-link: src/common/util.c
  * fuzz-options: -max_len=16384
  */
 
@@ -92,13 +98,13 @@ static void make_tls(void)
 #define OTHER_NAME "other"
 #define OTHER_DISK (2 * DISK)
 
-/* The fuzz target's server: two exports and the holds on each. */
-struct nbd_server {
+/* The fuzz target's exports: two, and the holds on each. */
+struct nbd_exports {
     struct nbd_export exports[2];
     int holds[2], clients[2];
 };
 
-static struct nbd_server server;
+static struct nbd_exports server;
 
 /* Two devices for the whole run: the handshake only asks them for their size. */
 static void make_server(void)
@@ -115,7 +121,7 @@ static void make_server(void)
     CHECK(uzram_create(&config, &server.exports[1].dev) == 0, "uzram_create");
 }
 
-struct nbd_export *nbd_export_get(struct nbd_server *s, const char *name, bool client)
+struct nbd_export *nbd_export_get(struct nbd_exports *s, const char *name, bool client)
 {
     for (int i = 0; i < 2; i++) {
         if (strcmp(name, s->exports[i].name) == 0 || (i == 0 && name[0] == '\0')) {
@@ -126,7 +132,7 @@ struct nbd_export *nbd_export_get(struct nbd_server *s, const char *name, bool c
     return NULL;
 }
 
-void nbd_export_put(struct nbd_server *s, struct nbd_export *export, bool client)
+void nbd_export_put(struct nbd_exports *s, struct nbd_export *export, bool client)
 {
     int i = (int)(export - s->exports);
     CHECK(i == 0 || i == 1, "put of an export that is not one");
@@ -134,7 +140,7 @@ void nbd_export_put(struct nbd_server *s, struct nbd_export *export, bool client
     CHECK(s->clients[i] >= 0 && s->holds[i] >= 0, "put without a get");
 }
 
-size_t nbd_export_list(struct nbd_server *s, struct nbd_export_entry *entries, size_t max)
+size_t nbd_export_list(struct nbd_exports *s, struct nbd_export_entry *entries, size_t max)
 {
     size_t count = 0;
     for (int i = 0; i < 2 && count < max; i++, count++) {

@@ -12,7 +12,12 @@
 #include <unistd.h>
 
 #include "nbd/protocol.h"
-#include "nbd/server.h"
+#include "nbd/exports.h"
+#include "nbd/limits.h"
+#include "nbd/log.h"
+#include "nbd/request.h"
+#include "nbd/session.h"
+#include "nbd/transmission.h"
 #include "socket_client.h"
 #include "uzram.h"
 #include "common/util.h"
@@ -36,12 +41,11 @@
  * cover the request exactly once, and nothing is sent after the last reply.
  * With two workers the server must only survive (the sanitizers watch it).
  *
- * The server object is defined here (the worker loop needs nothing from it:
- * the session carries its export), so only the transmission file and the
- * socket helpers are linked; handshake.c comes along for
- * nbd_transmission_flags(), and its export lookups are never called.
- * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/handshake.c
- * fuzz-link: src/nbd/io.c src/nbd/tls.c src/common/util.c
+ * The worker loop needs no server: the session carries its export, so only
+ * the transmission files and the socket helpers are linked.
+ * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/input.c src/nbd/reply.c
+ * fuzz-link: src/nbd/reads.c src/nbd/request.c src/nbd/budget.c src/nbd/log.c src/nbd/io.c
+ * fuzz-link: src/nbd/tls.c src/common/util.c
  * fuzz-options: -max_len=131072
  */
 
@@ -61,34 +65,6 @@
     } while (0)
 
 static unsigned request_index;
-
-struct nbd_server {
-    struct nbd_export export;
-};
-
-/* The handshake's lookups (handshake.c is linked, never run): the one export. */
-struct nbd_export *nbd_export_get(struct nbd_server *server, const char *name, bool client)
-{
-    (void)name;
-    (void)client;
-    return &server->export;
-}
-
-void nbd_export_put(struct nbd_server *server, struct nbd_export *export, bool client)
-{
-    (void)server;
-    (void)export;
-    (void)client;
-}
-
-size_t nbd_export_list(struct nbd_server *server, struct nbd_export_entry *entries, size_t max)
-{
-    if (max == 0)
-        return 0;
-    snprintf(entries[0].name, sizeof entries[0].name, "%s", server->export.name);
-    entries[0].description[0] = '\0';
-    return 1;
-}
 
 /* ------------------------------------------------------------------------
  * The model and the reply checker (one worker: replies in request order)
@@ -364,9 +340,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     config.disksize = DISK;
     config.use_dedup = settings & 32;
     config.mem_limit = set.mem_limit ? MEM_LIMIT : 0;
-    struct nbd_server server = {.export = {.name = "fuzz", .read_only = set.read_only}};
+    struct nbd_export export = {.name = "fuzz", .read_only = set.read_only};
     request_index = 0;
-    CHECK(uzram_create(&config, &server.export.dev) == 0, "uzram_create");
+    CHECK(uzram_create(&config, &export.dev) == 0, "uzram_create");
 
     int fds[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
@@ -382,9 +358,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .structured = set.structured,
         .meta_allocation = set.meta,
         .size = DISK,
-        .export = &server.export,
+        .export = &export,
     };
-    session.flags = nbd_transmission_flags(&server.export, &session);
+    session.flags = nbd_transmission_flags(&export, &session);
     /* With two workers, every buffered request is handed to the helper (no
      * cost threshold), so the concurrent paths run as often as they can. */
     struct nbd_transmission_settings transmission = {
@@ -394,7 +370,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .timeout = NBD_SERVER_TIMEOUT,
         .handoff_worth_ns = 0,
     };
-    int rc = nbd_transmission(&session, &server, &transmission);
+    int rc = nbd_transmission(&session, &transmission);
 
     /* End of file for the client once every reply is out. */
     shutdown(fds[0], SHUT_WR);
@@ -407,6 +383,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(fds[0]);
     close(fds[1]);
     free(client.output);
-    uzram_destroy(server.export.dev);
+    uzram_destroy(export.dev);
     return 0;
 }

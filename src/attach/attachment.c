@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
-#include "nbd/server.h"
+#include "nbd/limits.h"
 
 /* nbd-client connects, negotiates and configures the device in well under a second; the
  * control request that runs it must end within its own deadline. */

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
-#include "nbd/server.h"
+#include "nbd/limits.h"
 #include "common/util.h"
 
 /* The one inode: the mount point itself is the file (FUSE mounts a regular file over a

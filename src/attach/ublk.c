@@ -19,7 +19,7 @@
 
 #include "attach/attach.h"
 #include "common/util.h"
-#include "nbd/server.h"
+#include "nbd/limits.h"
 
 #define UBLK_CONTROL "/dev/ublk-control"
 /* Requests in flight, and the largest (the buffer each has). */

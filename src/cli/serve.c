@@ -20,6 +20,7 @@
 #include "cli/config.h"
 #include "cli/serve.h"
 #include "nbd/server.h"
+#include "control/service.h"
 #include "attach/attach.h"
 #include "common/sizes.h"
 #include "common/systemd.h"
@@ -1458,7 +1459,20 @@ static int create_and_serve(struct serve_plan *plan)
     plan->options.device_count = plan->device_count;
     plan->options.make_device = hot_add;
     plan->options.make_device_context = plan;
-    int status = nbd_server_run(&plan->options);
+    /* The server owns the devices from here, even when it fails. */
+    struct nbd_server *server;
+    int status = 1;
+    if (nbd_server_create(&plan->options, &server) == 0) {
+        struct control_service *control;
+        int rc = control_start(nbd_server_control_fd(server), server, &control);
+        if (rc < 0) {
+            fprintf(stderr, "uzram: cannot serve the control socket: %s\n", strerror(-rc));
+        } else {
+            status = nbd_server_serve(server);
+            control_stop(control);
+        }
+        nbd_server_destroy(server);
+    }
     free(made);
     return status;
 }

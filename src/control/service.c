@@ -20,6 +20,7 @@
 #include "control/service.h"
 #include "control/control.h"
 #include "attach/attach.h"
+#include "nbd/exports.h"
 #include "nbd/server.h"
 #include "common/util.h"
 
@@ -66,7 +67,7 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
     char body[REPLY_MAX], uri[REQUEST_MAX];
     nbd_server_uri(server, export->name, uri, sizeof uri);
     uzram_get_config(export->dev, &config);
-    uzram_group_get_stats(nbd_server_group(server), &group);
+    uzram_group_get_stats(nbd_exports_group(nbd_server_exports(server)), &group);
     int rc = uzram_get_stats(export->dev, &st, sizeof st);
     if (rc < 0) {
         reply_error(peer, -rc, "cannot read statistics: %s", strerror(-rc));
@@ -78,9 +79,10 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
                      "server_mem_used %llu\nserver_mem_used_max %llu\n",
                      export->name, nbd_server_name(server), config.comp_algorithm,
                      (unsigned long long)config.disksize, export->read_only, config.use_dedup,
-                     nbd_export_clients(server, export), nbd_server_unix_path(server),
-                     nbd_server_tcp_address(server), uri, (unsigned long long)group.mem_limit,
-                     (unsigned long long)group.mem_used, (unsigned long long)group.mem_used_max);
+                     nbd_export_clients(nbd_server_exports(server), export),
+                     nbd_server_unix_path(server), nbd_server_tcp_address(server), uri,
+                     (unsigned long long)group.mem_limit, (unsigned long long)group.mem_used,
+                     (unsigned long long)group.mem_used_max);
     size_t used = n < 0 ? sizeof body : (size_t)n;
     for (size_t i = 0; i < uzram_stat_count() && used < sizeof body; i++) {
         n = snprintf(body + used, sizeof body - used, "%s %llu\n", uzram_stat_name(i),
@@ -91,7 +93,7 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
      * started after `serve --swap` set it up, so the I/O flusher mark is the inherited one). */
     char device[BLOCKDEV_PATH_MAX];
     struct swap_safety safety;
-    attachment_device(nbd_export_attachment(server, export), device, sizeof device);
+    attachment_device(nbd_export_attachment(export), device, sizeof device);
     swap_safety_read(&safety);
     n = snprintf(body + used, sizeof body - used,
                  "attached %s\nswap %d\nio_flusher %d\nmem_locked %llu\n", device[0] ? device : "-",
@@ -122,15 +124,16 @@ static void handle_set(const struct peer *peer, struct nbd_server *server,
                         value, name);
             return;
         }
-        uzram_group_set_mem_limit(nbd_server_group(server), bytes);
+        uzram_group_set_mem_limit(nbd_exports_group(nbd_server_exports(server)), bytes);
         reply_ok(peer, "");
         return;
     }
     /* reset drops the data: refused while anybody uses the device, in one step with that
      * check (nbd_export_reset). disksize is read-only: uzram_attr_set refuses it. */
     char busy[512] = "";
-    int rc = strcmp(name, "reset") == 0 ? nbd_export_reset(server, export, value, busy, sizeof busy)
-                                        : uzram_attr_set(dev, name, value);
+    int rc = strcmp(name, "reset") == 0
+                 ? nbd_export_reset(nbd_server_exports(server), export, value, busy, sizeof busy)
+                 : uzram_attr_set(dev, name, value);
     if (rc < 0 && rc != -EINVAL && strcmp(name, "backing_dev") == 0)
         backing_dev_refusal(dev, value, rc, busy, sizeof busy); /* why, by serve's rules */
     if (rc < 0 && busy[0]) {
@@ -194,8 +197,8 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server,
         reply_error(peer, EINVAL, "usage: attach loop|nbd|ublk [swap] [/FILE]");
         return;
     }
-    int rc = nbd_export_attach(server, export, via, swap, rest, reply, sizeof reply, message,
-                               sizeof message);
+    int rc = nbd_export_attach(nbd_server_exports(server), export, via, swap, rest, reply,
+                               sizeof reply, message, sizeof message);
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
     else
@@ -206,7 +209,8 @@ static void handle_detach(const struct peer *peer, struct nbd_server *server,
                           struct nbd_export *export)
 {
     char reply[1024], message[1024];
-    int rc = nbd_export_detach(server, export, reply, sizeof reply, message, sizeof message);
+    int rc = nbd_export_detach(nbd_server_exports(server), export, reply, sizeof reply, message,
+                               sizeof message);
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
     else
@@ -273,7 +277,8 @@ static void handle_devices(const struct peer *peer, struct nbd_server *server)
     if (entries == NULL || body == NULL) {
         reply_error(peer, ENOMEM, "out of memory");
     } else {
-        size_t count = nbd_export_list(server, entries, NBD_SERVER_MAX_EXPORTS), used = 0;
+        size_t count = nbd_export_list(nbd_server_exports(server), entries, NBD_SERVER_MAX_EXPORTS),
+               used = 0;
         body[0] = '\0';
         for (size_t i = 0; i < count; i++)
             used += (size_t)sprintf(body + used, "%s\n", entries[i].name);
@@ -288,7 +293,7 @@ static void handle_server(const struct peer *peer, struct nbd_server *server)
 {
     struct uzram_group_stats group = {0};
     char body[PATH_MAX + 1024];
-    uzram_group_get_stats(nbd_server_group(server), &group);
+    uzram_group_get_stats(nbd_exports_group(nbd_server_exports(server)), &group);
     snprintf(body, sizeof body,
              "name %s\nsocket %s\ntcp %s\ndevices %llu\nclients %u\nserver_mem_limit %llu\n"
              "server_mem_used %llu\nserver_mem_used_max %llu\n",
@@ -310,9 +315,11 @@ static void handle_hotplug(const struct peer *peer, struct nbd_server *server, c
                                                  : "hot-remove NAME");
         return;
     }
-    int rc = strcmp(verb, "hot-add") == 0
-                 ? nbd_server_add(server, argument, message, sizeof message - 1)
-                 : nbd_server_remove(server, argument, message, sizeof message - 1);
+    int rc =
+        strcmp(verb, "hot-add") == 0
+            ? nbd_exports_hot_add(nbd_server_exports(server), argument, message, sizeof message - 1)
+            : nbd_exports_hot_remove(nbd_server_exports(server), argument, message,
+                                     sizeof message - 1);
     if (rc < 0) {
         reply_error(peer, -rc, "%s", message);
         return;
@@ -335,7 +342,7 @@ static void handle_device_request(const struct peer *peer, struct nbd_server *se
         int rc;
         if (strcmp(name, SERVER_MEM_LIMIT) == 0) {
             struct uzram_group_stats group;
-            uzram_group_get_stats(nbd_server_group(server), &group);
+            uzram_group_get_stats(nbd_exports_group(nbd_server_exports(server)), &group);
             rc = snprintf(body, sizeof body, "%llu\n", (unsigned long long)group.mem_limit);
         } else {
             rc = uzram_attr_get(export->dev, name, body, sizeof body);
@@ -361,7 +368,8 @@ static void handle_device_request(const struct peer *peer, struct nbd_server *se
         /* Without "device NAME", as before several devices: every connection of the
          * server, handshakes included; with it, the sessions using that device. */
         snprintf(body, sizeof body, "%u\n",
-                 named ? nbd_export_clients(server, export) : nbd_server_clients(server));
+                 named ? nbd_export_clients(nbd_server_exports(server), export)
+                       : nbd_server_clients(server));
         reply_ok(peer, body);
     } else if (strcmp(verb, "stats") == 0) {
         handle_stats(peer, server, export);
@@ -419,7 +427,7 @@ static void serve_peer(const struct peer *peer, struct nbd_server *server)
             return;
         }
     }
-    struct nbd_export *export = nbd_export_get(server, device, false);
+    struct nbd_export *export = nbd_export_get(nbd_server_exports(server), device, false);
     if (export == NULL) {
         if (device[0])
             reply_error(peer, ENOENT,
@@ -433,7 +441,7 @@ static void serve_peer(const struct peer *peer, struct nbd_server *server)
         return;
     }
     handle_device_request(peer, server, export, device[0] != '\0', verb, &save);
-    nbd_export_put(server, export, false);
+    nbd_export_put(nbd_server_exports(server), export, false);
 }
 
 /* The control socket is served on a thread of its own, each peer on a

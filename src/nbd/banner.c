@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nbd/server.h"
+#include "nbd/banner.h"
+#include "nbd/options.h"
 #include "nbd/tls.h"
 
 /* `text` in single quotes for a POSIX shell ('\'' for a quote inside). */

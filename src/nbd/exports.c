@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nbd/server.h"
+#include "nbd/exports.h"
 #include "attach/attach.h"
 #include "common/util.h"
 
@@ -47,21 +47,22 @@ struct nbd_exports {
     bool quiet;
 };
 
-int nbd_exports_create(const struct nbd_server_options *options, struct nbd_exports **out)
+int nbd_exports_create(uint64_t mem_limit, nbd_make_device_fn *make_device,
+                       void *make_device_context, bool quiet, struct nbd_exports **out)
 {
     struct nbd_exports *exports = calloc(1, sizeof *exports);
     if (exports == NULL)
         return -ENOMEM;
-    int rc = uzram_group_create(options->server_mem_limit, &exports->group);
+    int rc = uzram_group_create(mem_limit, &exports->group);
     if (rc < 0) {
         free(exports);
         return rc;
     }
     pthread_mutex_init(&exports->lock, NULL);
     pthread_cond_init(&exports->released, NULL);
-    exports->make_device = options->make_device;
-    exports->make_device_context = options->make_device_context;
-    exports->quiet = options->quiet;
+    exports->make_device = make_device;
+    exports->make_device_context = make_device_context;
+    exports->quiet = quiet;
     *out = exports;
     return 0;
 }
@@ -109,9 +110,8 @@ void nbd_exports_detach_all(struct nbd_exports *exports)
     pthread_mutex_unlock(&exports->lock);
 }
 
-struct attachment *nbd_export_attachment(struct nbd_server *server, const struct nbd_export *export)
+struct attachment *nbd_export_attachment(const struct nbd_export *export)
 {
-    (void)server;
     return device_of((struct nbd_export *)export)->attachment;
 }
 
@@ -223,19 +223,13 @@ void nbd_exports_watch(struct nbd_exports *exports, nbd_watch_fn *watch)
     pthread_mutex_unlock(&exports->lock);
 }
 
-const char *nbd_exports_default(struct nbd_exports *exports)
+struct uzram_group *nbd_exports_group(struct nbd_exports *exports)
 {
-    return exports->default_name;
+    return exports->group;
 }
 
-struct uzram_group *nbd_server_group(struct nbd_server *server)
+struct nbd_export *nbd_export_get(struct nbd_exports *exports, const char *name, bool client)
 {
-    return nbd_server_exports(server)->group;
-}
-
-struct nbd_export *nbd_export_get(struct nbd_server *server, const char *name, bool client)
-{
-    struct nbd_exports *exports = nbd_server_exports(server);
     pthread_mutex_lock(&exports->lock);
     struct device *d = find(exports, name[0] ? name : exports->default_name);
     /* A client comes in after a reset, never during one: it would see its writes vanish. */
@@ -251,9 +245,8 @@ struct nbd_export *nbd_export_get(struct nbd_server *server, const char *name, b
     return d ? &d->export : NULL;
 }
 
-void nbd_export_put(struct nbd_server *server, struct nbd_export *export, bool client)
+void nbd_export_put(struct nbd_exports *exports, struct nbd_export *export, bool client)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     struct device *d = device_of(export);
     pthread_mutex_lock(&exports->lock);
     if (client) {
@@ -265,18 +258,16 @@ void nbd_export_put(struct nbd_server *server, struct nbd_export *export, bool c
     pthread_mutex_unlock(&exports->lock);
 }
 
-unsigned nbd_export_clients(struct nbd_server *server, const struct nbd_export *export)
+unsigned nbd_export_clients(struct nbd_exports *exports, const struct nbd_export *export)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     pthread_mutex_lock(&exports->lock);
     unsigned clients = device_of((struct nbd_export *)export)->clients;
     pthread_mutex_unlock(&exports->lock);
     return clients;
 }
 
-size_t nbd_export_list(struct nbd_server *server, struct nbd_export_entry *entries, size_t max)
+size_t nbd_export_list(struct nbd_exports *exports, struct nbd_export_entry *entries, size_t max)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     size_t count = 0;
     pthread_mutex_lock(&exports->lock);
     const struct device *first = find(exports, exports->default_name);
@@ -296,9 +287,8 @@ size_t nbd_export_list(struct nbd_server *server, struct nbd_export_entry *entri
     return count;
 }
 
-int nbd_server_add(struct nbd_server *server, const char *spec, char *message, size_t size)
+int nbd_exports_hot_add(struct nbd_exports *exports, const char *spec, char *message, size_t size)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     if (exports->make_device == NULL) {
         snprintf(message, size, "this server cannot make devices");
         return -ENOTSUP;
@@ -360,10 +350,9 @@ static int users_locked(struct device *d, const char *what, char *message, size_
     return -EBUSY;
 }
 
-int nbd_export_reset(struct nbd_server *server, struct nbd_export *export, const char *value,
+int nbd_export_reset(struct nbd_exports *exports, struct nbd_export *export, const char *value,
                      char *message, size_t size)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     struct device *d = device_of(export);
     pthread_mutex_lock(&exports->lock);
     int rc = users_locked(d, "reset", message, size);
@@ -397,11 +386,10 @@ static void attach_end(struct nbd_exports *exports, struct device *d)
     pthread_mutex_unlock(&exports->lock);
 }
 
-int nbd_export_attach(struct nbd_server *server, struct nbd_export *export, const char *via,
+int nbd_export_attach(struct nbd_exports *exports, struct nbd_export *export, const char *via,
                       bool swap, const char *file, char *reply, size_t reply_size, char *message,
                       size_t message_size)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     attach_begin(exports, device_of(export));
     int rc = attachment_attach(device_of(export)->attachment, via, swap, file, reply, reply_size,
                                message, message_size);
@@ -409,10 +397,9 @@ int nbd_export_attach(struct nbd_server *server, struct nbd_export *export, cons
     return rc;
 }
 
-int nbd_export_detach(struct nbd_server *server, struct nbd_export *export, char *reply,
+int nbd_export_detach(struct nbd_exports *exports, struct nbd_export *export, char *reply,
                       size_t reply_size, char *message, size_t message_size)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     attach_begin(exports, device_of(export));
     int rc =
         attachment_detach(device_of(export)->attachment, reply, reply_size, message, message_size);
@@ -420,9 +407,9 @@ int nbd_export_detach(struct nbd_server *server, struct nbd_export *export, char
     return rc;
 }
 
-int nbd_server_remove(struct nbd_server *server, const char *name, char *message, size_t size)
+int nbd_exports_hot_remove(struct nbd_exports *exports, const char *name, char *message,
+                           size_t size)
 {
-    struct nbd_exports *exports = nbd_server_exports(server);
     pthread_mutex_lock(&exports->lock);
     struct device **link = &exports->devices;
     while (*link != NULL && strcmp((*link)->name, name) != 0)

@@ -6,27 +6,20 @@
 #include <string.h>
 
 #include "nbd/protocol.h"
-#include "nbd/server.h"
+#include "nbd/exports.h"
+#include "nbd/handshake.h"
+#include "nbd/io.h"
+#include "nbd/limits.h"
+#include "nbd/log.h"
+#include "nbd/request.h"
+#include "nbd/session.h"
+#include "nbd/tls.h"
 #include "common/util.h"
 
 /* Options are small (names up to 4096 bytes plus a few lists); anything larger
  * than this is skipped with ERR_TOO_BIG, or drops the client past the cap. */
 #define OPTION_MAX 65536u
 #define OPTION_DISCARD_CAP (1u << 20)
-
-uint16_t nbd_transmission_flags(const struct nbd_export *export, const struct nbd_session *s)
-{
-    uint16_t flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
-                     NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_CAN_MULTI_CONN |
-                     NBD_FLAG_SEND_CACHE | NBD_FLAG_SEND_FAST_ZERO;
-
-    if (export->read_only)
-        flags |= NBD_FLAG_READ_ONLY;
-    /* The spec forbids SEND_DF unless structured replies were negotiated. */
-    if (s->structured)
-        flags |= NBD_FLAG_SEND_DF;
-    return flags;
-}
 
 static int send_reply(struct nbd_session *s, uint32_t option, uint32_t type, const void *data,
                       uint32_t length)
@@ -49,7 +42,7 @@ static int send_error(struct nbd_session *s, uint32_t option, uint32_t type, con
 
 /* The export a client names, held (see nbd_export_get()); NULL when there is none: names
  * longer than any device's, or with a NUL in them, name none. */
-static struct nbd_export *find_export(struct nbd_server *server, const unsigned char *name,
+static struct nbd_export *find_export(struct nbd_exports *exports, const unsigned char *name,
                                       uint32_t length, bool client)
 {
     char text[NBD_EXPORT_NAME_MAX + 1];
@@ -57,7 +50,7 @@ static struct nbd_export *find_export(struct nbd_server *server, const unsigned 
         return NULL;
     memcpy(text, name, length);
     text[length] = '\0';
-    return nbd_export_get(server, text, client);
+    return nbd_export_get(exports, text, client);
 }
 
 /* What INFO and GO tell about an export, taken while it is held, so that the replies can
@@ -78,14 +71,30 @@ static void export_facts(const struct nbd_export *export, const struct nbd_sessi
     facts->flags = nbd_transmission_flags(export, s);
 }
 
+/* The end of GO or EXPORT_NAME, whose answer went out with `rc`: on success transmission
+ * starts with `export` (held as a client until the connection ends) and the facts the client
+ * was told; returns 1. On failure the hold ends; returns rc. */
+static int choose_export(struct nbd_session *s, struct nbd_exports *exports,
+                         struct nbd_export *export, const struct export_facts *facts, int rc)
+{
+    if (rc < 0) {
+        nbd_export_put(exports, export, true);
+        return rc;
+    }
+    s->export = export;
+    s->size = facts->size;
+    s->flags = facts->flags;
+    return 1;
+}
+
 /* ERR_UNKNOWN naming the exports there are, so that a user who typed a name wrong sees
  * the right ones ("" names the default export, which may have been removed). */
-static int send_unknown(struct nbd_session *s, uint32_t option, struct nbd_server *server,
+static int send_unknown(struct nbd_session *s, uint32_t option, struct nbd_exports *exports,
                         const unsigned char *name, uint32_t length)
 {
     enum { SHOWN = 8 };
     struct nbd_export_entry entries[SHOWN + 1];
-    size_t count = nbd_export_list(server, entries, SHOWN + 1);
+    size_t count = nbd_export_list(exports, entries, SHOWN + 1);
     char message[1024];
     int used =
         snprintf(message, sizeof message,
@@ -135,7 +144,7 @@ static int send_info_name(struct nbd_session *s, uint32_t option, const struct e
 
 /* NBD_OPT_INFO and NBD_OPT_GO. Returns 1 when GO succeeded. */
 static int option_info_go(struct nbd_session *s, uint32_t option, const unsigned char *data,
-                          uint32_t length, struct nbd_server *server)
+                          uint32_t length, struct nbd_exports *exports)
 {
     if (length < 6)
         return send_error(s, option, NBD_REP_ERR_INVALID, "option too short");
@@ -147,13 +156,13 @@ static int option_info_go(struct nbd_session *s, uint32_t option, const unsigned
         return send_error(s, option, NBD_REP_ERR_INVALID, "bad information request list");
     bool go = option == NBD_OPT_GO;
     /* GO holds the export as a client from here: hot-remove refuses from now on. */
-    struct nbd_export *export = find_export(server, data + 4, name_length, go);
+    struct nbd_export *export = find_export(exports, data + 4, name_length, go);
     if (export == NULL)
-        return send_unknown(s, option, server, data + 4, name_length);
+        return send_unknown(s, option, exports, data + 4, name_length);
     struct export_facts facts;
     export_facts(export, s, &facts);
     if (!go)
-        nbd_export_put(server, export, false);
+        nbd_export_put(exports, export, false);
 
     bool want_name = false;
     for (uint16_t i = 0; i < count; i++)
@@ -168,15 +177,9 @@ static int option_info_go(struct nbd_session *s, uint32_t option, const unsigned
         rc = send_info_name(s, option, &facts);
     if (rc == 0)
         rc = send_reply(s, option, NBD_REP_ACK, NULL, 0);
-    if (rc < 0 || !go) {
-        if (go)
-            nbd_export_put(server, export, true);
+    if (!go)
         return rc;
-    }
-    s->export = export;
-    s->size = facts.size;
-    s->flags = facts.flags;
-    return 1;
+    return choose_export(s, exports, export, &facts, rc);
 }
 
 /* Does the query select base:allocation? `exact` for SET (a namespace alone
@@ -190,7 +193,7 @@ static bool query_matches(const unsigned char *query, uint32_t length, bool exac
 }
 
 static int option_meta_context(struct nbd_session *s, uint32_t option, const unsigned char *data,
-                               uint32_t length, struct nbd_server *server)
+                               uint32_t length, struct nbd_exports *exports)
 {
     bool set = option == NBD_OPT_SET_META_CONTEXT;
 
@@ -219,10 +222,10 @@ static int option_meta_context(struct nbd_session *s, uint32_t option, const uns
     }
     if (position != length)
         return send_error(s, option, NBD_REP_ERR_INVALID, "trailing bytes after queries");
-    struct nbd_export *export = find_export(server, data + 4, name_length, false);
+    struct nbd_export *export = find_export(exports, data + 4, name_length, false);
     if (export == NULL)
-        return send_unknown(s, option, server, data + 4, name_length);
-    nbd_export_put(server, export, false);
+        return send_unknown(s, option, exports, data + 4, name_length);
+    nbd_export_put(exports, export, false);
 
     /* LIST with no query lists every context we have. */
     if (!set && queries == 0)
@@ -244,14 +247,14 @@ static int option_meta_context(struct nbd_session *s, uint32_t option, const uns
 
 /* NBD_OPT_LIST: every export, the default first, each with a description (nbdinfo --list
  * shows it). */
-static int option_list(struct nbd_session *s, uint32_t length, struct nbd_server *server)
+static int option_list(struct nbd_session *s, uint32_t length, struct nbd_exports *exports)
 {
     if (length != 0)
         return send_error(s, NBD_OPT_LIST, NBD_REP_ERR_INVALID, "LIST takes no data");
     struct nbd_export_entry *entries = malloc(NBD_SERVER_MAX_EXPORTS * sizeof *entries);
     if (entries == NULL)
         return -ENOMEM;
-    size_t count = nbd_export_list(server, entries, NBD_SERVER_MAX_EXPORTS);
+    size_t count = nbd_export_list(exports, entries, NBD_SERVER_MAX_EXPORTS);
     int rc = 0;
     for (size_t i = 0; i < count && rc == 0; i++) {
         size_t name_length = strlen(entries[i].name);
@@ -271,9 +274,9 @@ static int option_list(struct nbd_session *s, uint32_t length, struct nbd_server
 
 /* NBD_OPT_EXPORT_NAME: no reply header; unknown names close the connection. */
 static int option_export_name(struct nbd_session *s, const unsigned char *data, uint32_t length,
-                              struct nbd_server *server)
+                              struct nbd_exports *exports)
 {
-    struct nbd_export *export = find_export(server, data, length, true);
+    struct nbd_export *export = find_export(exports, data, length, true);
     if (export == NULL) {
         nbd_log(s, "EXPORT_NAME asked for an unknown export; closing");
         return -ENOENT;
@@ -285,14 +288,7 @@ static int option_export_name(struct nbd_session *s, const unsigned char *data, 
     util_put16(reply + 8, facts.flags);
     int rc =
         nbd_io_send_all_by(s, reply, s->no_zeroes ? 10 : sizeof reply, s->handshake_deadline_ms);
-    if (rc < 0) {
-        nbd_export_put(server, export, true);
-        return rc;
-    }
-    s->export = export;
-    s->size = facts.size;
-    s->flags = facts.flags;
-    return 1;
+    return choose_export(s, exports, export, &facts, rc);
 }
 
 /* NBD_OPT_STARTTLS: ACK in the clear, then the TLS handshake; every later byte is
@@ -337,7 +333,9 @@ static int tls_required(struct nbd_session *s, uint32_t option)
                       "this server requires TLS: use NBD_OPT_STARTTLS (an nbds:// URI)");
 }
 
-int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
+/* The server's greeting and the client's flags. 1 to go on with the options, 0 at end of
+ * file, a negative errno to drop the client. */
+static int greet(struct nbd_session *s)
 {
     unsigned char greeting[18];
     util_put64(greeting, NBD_MAGIC);
@@ -357,7 +355,14 @@ int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
         return -EPROTO;
     }
     s->no_zeroes = (flags & NBD_FLAG_C_NO_ZEROES) != 0;
+    return 1;
+}
 
+int nbd_handshake(struct nbd_session *s, struct nbd_exports *exports)
+{
+    int rc = greet(s);
+    if (rc <= 0)
+        return rc;
     unsigned char *data = malloc(OPTION_MAX);
     if (data == NULL)
         return -ENOMEM;
@@ -403,7 +408,7 @@ int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
         }
         switch (option) {
         case NBD_OPT_EXPORT_NAME:
-            rc = option_export_name(s, data, length, server);
+            rc = option_export_name(s, data, length, exports);
             break;
         case NBD_OPT_ABORT:
             /* Best effort: the client may already have closed its end. */
@@ -411,11 +416,11 @@ int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
             rc = 0;
             goto out;
         case NBD_OPT_LIST:
-            rc = option_list(s, length, server);
+            rc = option_list(s, length, exports);
             break;
         case NBD_OPT_INFO:
         case NBD_OPT_GO:
-            rc = option_info_go(s, option, data, length, server);
+            rc = option_info_go(s, option, data, length, exports);
             break;
         case NBD_OPT_STRUCTURED_REPLY:
             if (length != 0) {
@@ -427,7 +432,7 @@ int nbd_handshake(struct nbd_session *s, struct nbd_server *server)
             break;
         case NBD_OPT_LIST_META_CONTEXT:
         case NBD_OPT_SET_META_CONTEXT:
-            rc = option_meta_context(s, option, data, length, server);
+            rc = option_meta_context(s, option, data, length, exports);
             break;
         case NBD_OPT_STARTTLS:
             rc = option_starttls(s, length);

@@ -5,7 +5,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include "nbd/server.h"
+#include "nbd/io.h"
+#include "nbd/session.h"
 #include "nbd/tls.h"
 #include "common/util.h"
 

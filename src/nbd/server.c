@@ -1,6 +1,6 @@
 /* server.c - sockets, threads and shutdown of the NBD server behind `uzram serve`.
  * Listens on Unix/TCP; each client gets a thread of its own (and helpers while it is busy, see
- * transmission.c); the control socket is served on its own thread (control/service.c). */
+ * transmission.c). Whoever starts it serves the control socket beside it (control/service.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nbd/banner.h"
+#include "nbd/exports.h"
+#include "nbd/handshake.h"
+#include "nbd/log.h"
 #include "nbd/server.h"
-#include "control/service.h"
+#include "nbd/session.h"
+#include "nbd/transmission.h"
 #include "attach/attach.h"
 #include "common/systemd.h"
 #include "common/util.h"
@@ -47,6 +52,12 @@ struct nbd_server {
     struct nbd_transmission_settings transmission;
     unsigned timeout;    /* seconds: handshake, requests, replies */
     struct nbd_tls *tls; /* NULL: --tls off */
+
+    struct listener listeners[LISTENERS_MAX];
+    size_t listener_count;
+    int ctl_fd, signal_fd; /* -1: none */
+    const char *ctl_owned; /* the control socket's path, when bound here */
+    bool devices_taken;    /* the exports hold the options' devices (or destroyed them) */
 
     /* Live connections, so shutdown can wake them and wait for them. */
     pthread_mutex_t connections_lock;
@@ -134,14 +145,14 @@ static void *connection_main(void *arg)
     /* A client must not hold a thread forever without finishing the
      * handshake: the deadline covers every receive and every send of it. */
     s->handshake_deadline_ms = util_now_ms() + server->timeout * 1000ull;
-    int rc = nbd_handshake(s, server);
+    int rc = nbd_handshake(s, server->exports);
     if (rc == -ETIMEDOUT)
         nbd_log(s, "handshake not finished within %u s; closing", server->timeout);
     if (rc == 1) {
         struct nbd_transmission_settings settings = server->transmission;
         settings.read_only = s->export->read_only;
-        nbd_transmission(s, server, &settings);
-        nbd_export_put(server, s->export, true);
+        nbd_transmission(s, &settings);
+        nbd_export_put(server->exports, s->export, true);
     }
     client_free(client);
     return NULL;
@@ -488,7 +499,8 @@ static void watch_device(struct uzram *dev, const char *name, struct nbd_device_
 static int add_devices(struct nbd_server *server, const struct nbd_server_options *options,
                        const char *runtime_dir, unsigned threads)
 {
-    int rc = nbd_exports_create(options, &server->exports);
+    int rc = nbd_exports_create(options->server_mem_limit, options->make_device,
+                                options->make_device_context, options->quiet, &server->exports);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", strerror(-rc));
         for (size_t i = 0; i < options->device_count; i++)
@@ -532,48 +544,16 @@ static void bound_malloc(void)
 #endif
 }
 
-int nbd_server_run(const struct nbd_server_options *options)
+int nbd_server_control_fd(struct nbd_server *server)
 {
-    struct nbd_server server = {
-        .name = options->name,
-        .options = options,
-        .timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT,
-    };
-    unsigned threads = options->threads < 1 ? 1 : options->threads;
-    unsigned helpers = threads * NBD_SERVER_HELPERS_PER_THREAD;
-    server.transmission = (struct nbd_transmission_settings){
-        .threads = threads,
-        /* Swap: no thread is started while a swap-out waits (its stack, the kernel's task). */
-        .helpers = options->swap                      ? 0
-                   : helpers < NBD_SERVER_MAX_HELPERS ? helpers
-                                                      : NBD_SERVER_MAX_HELPERS,
-        .timeout = server.timeout,
-        .handoff_worth_ns = NBD_SERVER_HANDOFF_WORTH_NS,
-    };
-    struct control_service *control = NULL;
-    struct listener listeners[LISTENERS_MAX];
-    size_t listener_count = 0;
-    int ctl_fd = -1, signal_fd = -1;
-    const char *ctl_owned = NULL; /* the control socket's path, when bound here */
-    int status = 1;
+    return server->ctl_fd;
+}
 
-    nbd_log_quiet = options->quiet;
-    if (!options->swap) /* swap_safety_enable() set malloc up its own way */
-        bound_malloc();
-    /* The devices are the server's from here: until add_devices() takes them, out: below
-     * destroys them. */
-    bool devices_added = false;
-    pthread_mutex_init(&server.connections_lock, NULL);
-    pthread_condattr_t monotonic;
-    pthread_condattr_init(&monotonic);
-    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
-    pthread_cond_init(&server.connections_gone, &monotonic);
-    pthread_condattr_destroy(&monotonic);
-
-    /* Signals are taken synchronously through a signalfd in the main loop;
-     * every thread created later inherits the blocked mask. SIGHUP does not
-     * stop the server: closing the terminal it was started from must not
-     * discard the disk. */
+/* Signals are taken synchronously through a signalfd in the accept loop; every thread
+ * created later inherits the blocked mask. SIGHUP does not stop the server: closing the
+ * terminal it was started from must not discard the disk. */
+static int take_signals(struct nbd_server *server)
+{
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
@@ -581,28 +561,31 @@ int nbd_server_run(const struct nbd_server_options *options)
     sigaddset(&signals, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
-    signal_fd = signalfd(-1, &signals, SFD_CLOEXEC);
-    if (signal_fd < 0) {
+    server->signal_fd = signalfd(-1, &signals, SFD_CLOEXEC);
+    if (server->signal_fd < 0) {
         fprintf(stderr, "uzram: signalfd: %s\n", strerror(errno));
-        goto out;
+        return -1;
     }
-    /* Credentials that cannot be loaded stop the server before it listens. */
-    if (nbd_tls_create(&options->tls, &server.tls) < 0)
-        goto out;
+    return 0;
+}
 
+/* The NBD sockets a service manager handed over (socket activation), or those of --unix and
+ * --tcp; then the control socket. */
+static int listen_all(struct nbd_server *server, const struct nbd_server_options *options)
+{
     if (options->inherited_count > 0) {
-        /* Socket activation: serve what the service manager listens on. */
         for (size_t i = 0; i < options->inherited_count && i < LISTENERS_MAX; i++) {
             int fd = options->inherited[i];
             struct sockaddr_storage address = {0};
             socklen_t length = sizeof address;
             getsockname(fd, (struct sockaddr *)&address, &length);
             bool tcp = address.ss_family != AF_UNIX;
-            listeners[listener_count++] = (struct listener){fd, tcp, NULL};
-            if (tcp && server.tcp_address[0] == '\0')
-                describe_tcp(fd, server.tcp_address, sizeof server.tcp_address, options->tls.mode);
-            if (!tcp && server.unix_path[0] == '\0')
-                snprintf(server.unix_path, sizeof server.unix_path, "%.*s",
+            server->listeners[server->listener_count++] = (struct listener){fd, tcp, NULL};
+            if (tcp && server->tcp_address[0] == '\0')
+                describe_tcp(fd, server->tcp_address, sizeof server->tcp_address,
+                             options->tls.mode);
+            if (!tcp && server->unix_path[0] == '\0')
+                snprintf(server->unix_path, sizeof server->unix_path, "%.*s",
                          (int)sizeof((struct sockaddr_un *)0)->sun_path,
                          ((struct sockaddr_un *)&address)->sun_path);
         }
@@ -610,25 +593,82 @@ int nbd_server_run(const struct nbd_server_options *options)
         if (options->unix_path) {
             int fd = listen_unix(options->unix_path, options->socket_mode, options->socket_gid);
             if (fd < 0)
-                goto out;
-            listeners[listener_count++] = (struct listener){fd, false, options->unix_path};
-            snprintf(server.unix_path, sizeof server.unix_path, "%s", options->unix_path);
+                return -1;
+            server->listeners[server->listener_count++] =
+                (struct listener){fd, false, options->unix_path};
+            snprintf(server->unix_path, sizeof server->unix_path, "%s", options->unix_path);
         }
         if (options->tcp) {
-            int fd = listen_tcp(options->tcp, server.tcp_address, sizeof server.tcp_address,
+            int fd = listen_tcp(options->tcp, server->tcp_address, sizeof server->tcp_address,
                                 options->tls.mode);
             if (fd < 0)
-                goto out;
-            listeners[listener_count++] = (struct listener){fd, true, NULL};
+                return -1;
+            server->listeners[server->listener_count++] = (struct listener){fd, true, NULL};
         }
     }
     if (options->inherited_ctl >= 0) {
-        ctl_fd = options->inherited_ctl;
+        server->ctl_fd = options->inherited_ctl;
     } else {
-        ctl_fd = listen_unix(options->ctl_path, 0600, -1);
-        if (ctl_fd < 0)
-            goto out;
-        ctl_owned = options->ctl_path;
+        server->ctl_fd = listen_unix(options->ctl_path, 0600, -1);
+        if (server->ctl_fd < 0)
+            return -1;
+        server->ctl_owned = options->ctl_path;
+    }
+    return 0;
+}
+
+/* Stop accepting and remove the names, so that no new client arrives while the connections
+ * drain. Names a service manager made stay: it listens on them again. */
+static void close_listeners(struct nbd_server *server)
+{
+    for (size_t i = 0; i < server->listener_count; i++) {
+        close(server->listeners[i].fd);
+        if (server->listeners[i].owned_path)
+            unlink(server->listeners[i].owned_path);
+    }
+    server->listener_count = 0;
+}
+
+int nbd_server_create(const struct nbd_server_options *options, struct nbd_server **out)
+{
+    *out = NULL;
+    struct nbd_server *server = calloc(1, sizeof *server);
+    if (server == NULL) {
+        fputs("uzram: out of memory\n", stderr);
+        for (size_t i = 0; i < options->device_count; i++)
+            uzram_destroy(options->devices[i].dev);
+        return -1;
+    }
+    server->name = options->name;
+    server->options = options;
+    server->timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT;
+    server->ctl_fd = server->signal_fd = -1;
+    unsigned threads = options->threads < 1 ? 1 : options->threads;
+    unsigned helpers = threads * NBD_SERVER_HELPERS_PER_THREAD;
+    server->transmission = (struct nbd_transmission_settings){
+        .threads = threads,
+        /* Swap: no thread is started while a swap-out waits (its stack, the kernel's task). */
+        .helpers = options->swap                      ? 0
+                   : helpers < NBD_SERVER_MAX_HELPERS ? helpers
+                                                      : NBD_SERVER_MAX_HELPERS,
+        .timeout = server->timeout,
+        .handoff_worth_ns = NBD_SERVER_HANDOFF_WORTH_NS,
+    };
+    nbd_log_quiet = options->quiet;
+    if (!options->swap) /* swap_safety_enable() set malloc up its own way */
+        bound_malloc();
+    pthread_mutex_init(&server->connections_lock, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&server->connections_gone, &monotonic);
+    pthread_condattr_destroy(&monotonic);
+
+    /* Credentials that cannot be loaded stop the server before it listens. */
+    if (take_signals(server) < 0 || nbd_tls_create(&options->tls, &server->tls) < 0 ||
+        listen_all(server, options) < 0) {
+        nbd_server_destroy(server);
+        return -1;
     }
     /* `uzram attach` puts a device's file beside the control socket. */
     char runtime_dir[PATH_MAX];
@@ -638,90 +678,103 @@ int nbd_server_run(const struct nbd_server_options *options)
         snprintf(runtime_dir, sizeof runtime_dir, ".");
     else
         slash[slash == runtime_dir] = '\0';
-    devices_added = true;
-    if (add_devices(&server, options, runtime_dir, threads) < 0)
-        goto out;
-    int rc = control_start(ctl_fd, &server, &control);
-    if (rc < 0) {
-        fprintf(stderr, "uzram: cannot serve the control socket: %s\n", strerror(-rc));
-        goto out;
+    server->devices_taken = true; /* add_devices() takes them or destroys them */
+    if (add_devices(server, options, runtime_dir, threads) < 0) {
+        nbd_server_destroy(server);
+        return -1;
     }
+    *out = server;
+    return 0;
+}
 
+/* The banner, and READY=1 for a service manager waiting for us (systemd's Type=notify): every
+ * socket listens, so what needs the device may start now. */
+static void say_ready(struct nbd_server *server)
+{
     char devices[1024], names[1024];
-    size_t device_count = nbd_exports_describe(server.exports, true, devices, sizeof devices);
-    nbd_exports_describe(server.exports, false, names, sizeof names);
-    if (!options->quiet)
-        nbd_banner_print(options, &(struct nbd_banner){
-                                      devices, device_count, server.unix_path, server.tcp_address,
-                                      server.tls ? nbd_tls_kind(server.tls) : NULL});
-    /* Every socket listens: a service manager waiting for us (systemd's Type=notify) may
-     * start what needs the device now. */
+    size_t device_count = nbd_exports_describe(server->exports, true, devices, sizeof devices);
+    nbd_exports_describe(server->exports, false, names, sizeof names);
+    if (!server->options->quiet)
+        nbd_banner_print(server->options,
+                         &(struct nbd_banner){devices, device_count, server->unix_path,
+                                              server->tcp_address,
+                                              server->tls ? nbd_tls_kind(server->tls) : NULL});
     char state[1100];
     if (device_count == 1)
         snprintf(state, sizeof state, "READY=1\nSTATUS=serving %s", names);
     else
         snprintf(state, sizeof state, "READY=1\nSTATUS=serving %zu devices: %s", device_count,
                  names);
-    rc = systemd_notify(state);
+    int rc = systemd_notify(state);
     if (rc < 0)
         fprintf(stderr, "uzram: cannot tell the service manager we are ready: %s\n", strerror(-rc));
+}
 
+/* A stop signal came: true, after saying so. SIGHUP: false. */
+static bool stop_signal(struct nbd_server *server)
+{
+    struct signalfd_siginfo info;
+    if (read(server->signal_fd, &info, sizeof info) != (ssize_t)sizeof info)
+        return false;
+    if (info.ssi_signo == SIGHUP) {
+        fprintf(stderr, "uzram: SIGHUP received; ignored: the disk lives in this "
+                        "process, SIGTERM or SIGINT stops it\n");
+        return false;
+    }
+    log_stop(server, info.ssi_signo);
+    systemd_notify("STOPPING=1\nSTATUS=finishing requests in flight");
+    return true;
+}
+
+int nbd_server_serve(struct nbd_server *server)
+{
+    int status = 1;
+    say_ready(server);
     for (;;) {
-        struct pollfd fds[1 + LISTENERS_MAX] = {{signal_fd, POLLIN, 0}};
-        for (size_t i = 0; i < listener_count; i++)
-            fds[1 + i] = (struct pollfd){listeners[i].fd, POLLIN, 0};
-        nbd_exports_watch(server.exports, watch_device);
-        if (poll(fds, 1 + listener_count, 1000) < 0) {
+        struct pollfd fds[1 + LISTENERS_MAX] = {{server->signal_fd, POLLIN, 0}};
+        for (size_t i = 0; i < server->listener_count; i++)
+            fds[1 + i] = (struct pollfd){server->listeners[i].fd, POLLIN, 0};
+        nbd_exports_watch(server->exports, watch_device);
+        if (poll(fds, 1 + server->listener_count, 1000) < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "uzram: poll: %s\n", strerror(errno));
             break;
         }
-        if (fds[0].revents) {
-            struct signalfd_siginfo info;
-            if (read(signal_fd, &info, sizeof info) != (ssize_t)sizeof info)
-                continue;
-            if (info.ssi_signo == SIGHUP) {
-                fprintf(stderr, "uzram: SIGHUP received; ignored: the disk lives in this "
-                                "process, SIGTERM or SIGINT stops it\n");
-                continue;
-            }
-            log_stop(&server, info.ssi_signo);
-            systemd_notify("STOPPING=1\nSTATUS=finishing requests in flight");
+        if (fds[0].revents && stop_signal(server)) {
             status = 0;
             break;
         }
-        for (size_t i = 0; i < listener_count; i++)
+        for (size_t i = 0; i < server->listener_count; i++)
             if (fds[1 + i].revents & POLLIN)
-                accept_client(&server, listeners[i].fd, listeners[i].tcp);
+                accept_client(server, server->listeners[i].fd, server->listeners[i].tcp);
     }
+    close_listeners(server);
+    return status;
+}
 
-out:
-    /* Stop accepting and remove the names first, so no new client arrives while the
-     * connections drain. Names a service manager made stay: it listens on them again. */
-    for (size_t i = 0; i < listener_count; i++) {
-        close(listeners[i].fd);
-        if (listeners[i].owned_path)
-            unlink(listeners[i].owned_path);
-    }
-    control_stop(control);
-    if (ctl_fd >= 0) {
-        close(ctl_fd);
-        if (ctl_owned)
-            unlink(ctl_owned);
+void nbd_server_destroy(struct nbd_server *server)
+{
+    if (server == NULL)
+        return;
+    close_listeners(server); /* when nbd_server_serve() did not run */
+    if (server->ctl_fd >= 0) {
+        close(server->ctl_fd);
+        if (server->ctl_owned)
+            unlink(server->ctl_owned);
     }
     /* Before the connections end: nbd-client -d still talks to us. */
-    if (server.exports != NULL)
-        nbd_exports_detach_all(server.exports);
-    stop_connections(&server);
+    if (server->exports != NULL)
+        nbd_exports_detach_all(server->exports);
+    stop_connections(server);
 
-    if (signal_fd >= 0)
-        close(signal_fd);
-    nbd_tls_free(server.tls);
-    pthread_mutex_destroy(&server.connections_lock);
-    pthread_cond_destroy(&server.connections_gone);
-    nbd_exports_destroy(server.exports);
-    for (size_t i = 0; !devices_added && i < options->device_count; i++)
-        uzram_destroy(options->devices[i].dev);
-    return status;
+    if (server->signal_fd >= 0)
+        close(server->signal_fd);
+    nbd_tls_free(server->tls);
+    pthread_mutex_destroy(&server->connections_lock);
+    pthread_cond_destroy(&server->connections_gone);
+    nbd_exports_destroy(server->exports);
+    for (size_t i = 0; !server->devices_taken && i < server->options->device_count; i++)
+        uzram_destroy(server->options->devices[i].dev);
+    free(server);
 }

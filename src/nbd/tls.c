@@ -11,7 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "nbd/server.h"
+#include "nbd/log.h"
+#include "nbd/session.h"
 #include "nbd/tls.h"
 #include "common/util.h"
 

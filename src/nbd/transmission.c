@@ -1,9 +1,9 @@
-/* transmission.c - the NBD transmission phase of `uzram serve`: requests and replies.
- * Each connection's workers take turns reading a request, run it on the engine and reply. */
+/* transmission.c - the NBD transmission phase of one connection: its workers, who take turns
+ * at the receiver role, read a request (input.c), check it and run it on the engine; replies
+ * go out through reply.c, READ and BLOCK_STATUS through reads.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,897 +13,25 @@
 #include <time.h>
 
 #include "nbd/protocol.h"
-#include "nbd/server.h"
+#include "nbd/budget.h"
+#include "nbd/connection.h"
+#include "nbd/input.h"
+#include "nbd/reads.h"
+#include "nbd/reply.h"
+#include "nbd/exports.h"
+#include "nbd/io.h"
+#include "nbd/limits.h"
+#include "nbd/log.h"
+#include "nbd/request.h"
+#include "nbd/session.h"
+#include "nbd/transmission.h"
 #include "common/util.h"
-
-#define LOG_LINES_PER_CLIENT 20
-
-/* A client connection in transmission (nbdkit's "parallel" model, with lazy
- * helpers). The thread that called nbd_transmission() is the connection's
- * first worker and stays with it to the end; helper workers are started only
- * when the connection has concurrent work worth handing off, within a
- * process-wide cap (settings.helpers), and leave again after
- * NBD_SERVER_IDLE_MS without work. One worker at a time holds the receiver
- * role: it reads one request, gives the role up and runs the request, sending
- * the reply whole under the send lock. A worker that gives the role up hands
- * the next request to another worker only when that request is already
- * buffered and requests are costly (settings.handoff_worth_ns); otherwise it
- * takes the role back itself after its request. So a client that keeps the
- * server idle is served by one thread with no hand-offs, a backlog of costly
- * requests spreads over up to settings.threads workers, and an idle
- * connection is one thread asleep in poll() with no buffers. A slow or
- * stalled client holds only its own threads; its started requests must
- * arrive whole within settings.timeout. Private to this file: the listener
- * and the fuzz target see only nbd_transmission().
- *
- * Lock order: receive_lock, then budget_lock; send_lock is never held with
- * receive_lock. */
-struct nbd_connection {
-    struct nbd_session session;
-    struct nbd_server *server;
-    struct nbd_transmission_settings settings;
-
-    pthread_mutex_t receive_lock; /* guards the fields up to input */
-    pthread_cond_t receiver_wanted;
-    pthread_cond_t helpers_gone;
-    bool receiving;        /* a worker holds the receiver role */
-    bool role_for_first;   /* the free role is kept for the first worker */
-    unsigned idle_workers; /* workers waiting for the role */
-    unsigned workers;      /* attached to the connection, the first included */
-    /* Moving average of the time a request takes to run and answer. */
-    _Atomic uint64_t request_ns;
-    /* Only the receiver touches these: bytes not yet parsed are input[start,
-     * end) of NBD_SERVER_INPUT_BUFFER bytes, allocated while the connection is
-     * busy (NULL when idle). */
-    unsigned char *input;
-    size_t input_start, input_end;
-    bool receive_done; /* DISC, end of file or an error: nobody reads any more */
-    /* When the request being received must be whole (CLOCK_MONOTONIC ms);
-     * 0 until the server first has to wait for its bytes. */
-    uint64_t request_deadline_ms;
-
-    /* Set by the receiver when it gives the role up with a whole request
-     * still buffered: that request will be answered later, so replies may
-     * wait for it (see NBD_SERVER_REPLY_BATCH). */
-    atomic_bool requests_buffered;
-
-    pthread_mutex_t send_lock; /* one reply goes out whole */
-    /* Under send_lock: replies held back, whole, in arrival order: their
-     * headers copied into `held`, their data (READ data in a worker's buffer)
-     * referenced, both in held_iov, ready for one sendmsg. */
-    unsigned char held[NBD_SERVER_REPLY_BATCH * NBD_SERVER_HELD_REPLY_MAX];
-    size_t held_bytes;
-    struct iovec held_iov[2 * NBD_SERVER_REPLY_BATCH];
-    unsigned held_iovs;
-    unsigned held_replies;
-    /* Counts the times held replies were sent (or dropped with a dead
-     * connection): a worker whose data was held may reuse its buffer once
-     * this has moved on. Written under send_lock. */
-    _Atomic uint64_t sent_gen;
-    atomic_bool dead; /* sending failed: later replies are dropped */
-};
-
-/* One worker thread of a connection. */
-struct nbd_worker {
-    struct nbd_connection *conn;
-    /* NBD_SERVER_WORKER_BUFFER bytes, reused for every request; allocated at
-     * the first request that needs it, given back when the connection idles.
-     * READ data of held replies fills it from the start: buffer[0, used) is
-     * still to be sent while sent_gen equals held_gen (worker_space()). */
-    unsigned char *buffer;
-    size_t used;
-    uint64_t held_gen;
-    bool first;    /* the thread that called nbd_transmission() */
-    bool has_role; /* this worker holds the receiver role */
-};
-
-/* READ data in a worker's buffer starts at multiples of this. */
-#define WORKER_SPACE_ALIGN 64u
-/* Most iovecs of a reply that are joined with the held replies into one
- * sendmsg (a longer reply goes out in a send of its own after them). */
-#define SEND_JOIN_MAX 8
-
-/* A share of the request buffer budget (see budget_take()). */
-struct budget {
-    uint64_t limit, used;
-    uint64_t next_ticket, serving; /* first come, first served */
-};
-
-/* Request data a worker holds: a WRITE's payload or a READ's data (in the
- * worker's own buffer unless `borrowed` or `allocated`). */
-struct request_data {
-    /* the worker's own buffer, one allocated for the request, or (borrowed)
-     * the connection's input buffer, where a small WRITE payload is used in
-     * place while its worker holds the receiver role */
-    void *buffer;
-    bool borrowed;
-    size_t borrowed_length;
-    bool allocated;        /* for this request alone: freed with it */
-    struct budget *budget; /* the share `charged` bytes are taken from */
-    uint64_t charged;
-};
-
-static void input_top_up(struct nbd_connection *conn);
-static bool input_holds_request(const struct nbd_connection *conn);
-
-bool nbd_log_quiet;
-
-void nbd_log(struct nbd_session *session, const char *format, ...)
-{
-    if (nbd_log_quiet)
-        return;
-    /* Only the connection's own threads log about it, but they may race on
-     * the counter; an off-by-one in the cap is harmless. */
-    unsigned lines = __atomic_fetch_add(&session->log_lines, 1, __ATOMIC_RELAXED);
-    if (lines > LOG_LINES_PER_CLIENT)
-        return;
-    char message[512];
-    va_list args;
-    va_start(args, format);
-    vsnprintf(message, sizeof message, format, args);
-    va_end(args);
-    if (lines == LOG_LINES_PER_CLIENT)
-        fprintf(stderr, "uzram: client %u: %s (further messages about this client suppressed)\n",
-                session->id, message);
-    else
-        fprintf(stderr, "uzram: client %u: %s\n", session->id, message);
-}
-
-uint32_t nbd_errno_to_wire(int err)
-{
-    switch (err) {
-    case 0:
-        return 0;
-    case EPERM:
-    case EROFS:
-        return NBD_EPERM;
-    case ENOMEM:
-        return NBD_ENOMEM;
-    case EINVAL:
-        return NBD_EINVAL;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-        return NBD_ENOSPC;
-    case EOVERFLOW:
-        return NBD_EOVERFLOW;
-    case ENOTSUP:
-        return NBD_ENOTSUP;
-    case ESHUTDOWN:
-        return NBD_ESHUTDOWN;
-    default:
-        return NBD_EIO;
-    }
-}
-
-static const char *command_name(uint16_t type)
-{
-    static const char *const names[] = {"READ", "WRITE", "DISC",         "FLUSH",
-                                        "TRIM", "CACHE", "WRITE_ZEROES", "BLOCK_STATUS"};
-    return type < sizeof names / sizeof names[0] ? names[type] : "unknown command";
-}
-
-static const char *wire_error_name(uint32_t error)
-{
-    switch (error) {
-    case NBD_EPERM:
-        return "EPERM";
-    case NBD_EIO:
-        return "EIO";
-    case NBD_ENOMEM:
-        return "ENOMEM";
-    case NBD_EINVAL:
-        return "EINVAL";
-    case NBD_ENOSPC:
-        return "ENOSPC";
-    case NBD_EOVERFLOW:
-        return "EOVERFLOW";
-    case NBD_ENOTSUP:
-        return "ENOTSUP";
-    default:
-        return "error";
-    }
-}
-
-uint32_t nbd_check_request(const struct nbd_session *s, bool read_only, const struct nbd_request *r,
-                           const char **reason)
-{
-    /* FUA must be accepted on every command once SEND_FUA is advertised. */
-    uint16_t allowed = NBD_CMD_FLAG_FUA;
-    bool ranged = true, writes = false;
-    const char *unused;
-
-    if (reason == NULL)
-        reason = &unused;
-    switch (r->type) {
-    case NBD_CMD_READ:
-        if (s->structured)
-            allowed |= NBD_CMD_FLAG_DF;
-        break;
-    case NBD_CMD_WRITE:
-    case NBD_CMD_TRIM:
-        writes = true;
-        break;
-    case NBD_CMD_WRITE_ZEROES:
-        writes = true;
-        allowed |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
-        break;
-    case NBD_CMD_DISC:
-    case NBD_CMD_FLUSH:
-        ranged = false;
-        break;
-    case NBD_CMD_CACHE:
-        break;
-    case NBD_CMD_BLOCK_STATUS:
-        allowed |= NBD_CMD_FLAG_REQ_ONE;
-        break;
-    default:
-        *reason = "unknown command";
-        return NBD_EINVAL;
-    }
-    if (r->flags & ~allowed) {
-        *reason = "command flag not valid for this command";
-        return NBD_EINVAL;
-    }
-    if (r->type == NBD_CMD_BLOCK_STATUS && !s->meta_allocation) {
-        *reason = "BLOCK_STATUS without a selected meta context";
-        return NBD_EINVAL;
-    }
-    if (writes && read_only) {
-        *reason = "the export is read-only";
-        return NBD_EPERM;
-    }
-    if (!ranged)
-        return 0;
-    if (r->offset % NBD_SERVER_MIN_BLOCK != 0 || r->length % NBD_SERVER_MIN_BLOCK != 0) {
-        *reason = "offset or length not a multiple of 512";
-        return NBD_EINVAL;
-    }
-    if ((r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) &&
-        r->length > NBD_SERVER_MAX_PAYLOAD) {
-        *reason = "length above the 32 MiB maximum block size";
-        return r->type == NBD_CMD_READ && s->structured ? NBD_EOVERFLOW : NBD_EINVAL;
-    }
-    /* A BLOCK_STATUS reply needs at least one non-empty descriptor. */
-    if (r->type == NBD_CMD_BLOCK_STATUS && r->length == 0) {
-        *reason = "zero-length BLOCK_STATUS";
-        return NBD_EINVAL;
-    }
-    if (r->offset > s->size || r->length > s->size - r->offset) {
-        *reason = "range past the end of the export";
-        return (r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES) ? NBD_ENOSPC
-                                                                             : NBD_EINVAL;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------
- * Sending replies
- * ---------------------------------------------------------------------- */
-
-/* ------------------------------------------------------------------------
- * Byte I/O: the transmission phase reaches the client only through these
- * three adapters over the connection's seam (io.c: the socket, or the TLS
- * session after STARTTLS), in errno-returning form.
- * ---------------------------------------------------------------------- */
-
-/* Receive up to `length` bytes into `to`. `wait`: until some arrive or the
- * socket's receive timeout passes (SO_RCVTIMEO, NBD_SERVER_IDLE_MS); else
- * only what is there already. Returns the count, 0 at end of file, -EAGAIN
- * when nothing came, -EINTR (the caller retries) or another -errno. */
-static ssize_t conn_recv(struct nbd_connection *conn, void *to, size_t length, bool wait)
-{
-    ssize_t n = nbd_io_recv(&conn->session, to, length, wait ? 0 : MSG_DONTWAIT);
-    if (n >= 0)
-        return n;
-    return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-}
-
-/* Send `iov` whole within settings.timeout seconds. 0, -ETIMEDOUT or -errno. */
-static int conn_send_iov(struct nbd_connection *conn, struct iovec *iov, int count)
-{
-    return nbd_io_send_iov_timeout(&conn->session, iov, count, (int)conn->settings.timeout);
-}
-
-/* Wait until bytes can be received, at most `timeout_ms` (-1: no limit).
- * 1 readable, 0 timed out or interrupted (the caller looks again), -errno. */
-static int conn_wait_readable(struct nbd_connection *conn, int timeout_ms)
-{
-    return nbd_io_wait_readable(&conn->session, timeout_ms);
-}
-
-/* With send_lock held: the replies held back so far, then `iov`, in one
- * sendmsg when the iovec is short. A failed or timed out send kills the
- * connection: shutdown() wakes the worker that waits in recv() or poll(), and
- * the others stop at their next turn. Either way the held replies are gone
- * afterwards, and sent_gen says so to the workers whose buffers they used.
- * Returns 0 or a negative errno. */
-static int send_locked(struct nbd_connection *conn, struct iovec *iov, int count)
-{
-    int rc = 0;
-    unsigned held = conn->held_iovs;
-
-    if (atomic_load(&conn->dead)) {
-        rc = -EPIPE;
-    } else if (held > 0 && count <= SEND_JOIN_MAX) {
-        struct iovec joined[2 * NBD_SERVER_REPLY_BATCH + SEND_JOIN_MAX];
-        memcpy(joined, conn->held_iov, held * sizeof joined[0]);
-        if (count > 0)
-            memcpy(joined + held, iov, (size_t)count * sizeof joined[0]);
-        rc = conn_send_iov(conn, joined, (int)held + count);
-    } else {
-        if (held > 0)
-            rc = conn_send_iov(conn, conn->held_iov, (int)held);
-        if (rc == 0 && count > 0)
-            rc = conn_send_iov(conn, iov, count);
-    }
-    if (held > 0) {
-        conn->held_bytes = 0;
-        conn->held_iovs = 0;
-        conn->held_replies = 0;
-        atomic_fetch_add_explicit(&conn->sent_gen, 1, memory_order_release);
-    }
-    if (rc < 0 && rc != -EPIPE) {
-        atomic_store(&conn->dead, true);
-        shutdown(conn->session.fd, SHUT_RDWR);
-        if (rc == -ETIMEDOUT)
-            nbd_log(&conn->session,
-                    "a reply could not be sent within %u s (client not reading); "
-                    "dropping the connection",
-                    conn->settings.timeout);
-    }
-    return rc;
-}
-
-/* With send_lock held: add a reply to the held ones. Its header part (every
- * iovec but the data) is copied; the data, if any, is referenced. */
-static void hold_locked(struct nbd_connection *conn, const struct iovec *iov, int count,
-                        const struct iovec *data)
-{
-    for (int i = 0; i < count; i++) {
-        unsigned char *to = conn->held + conn->held_bytes;
-        memcpy(to, iov[i].iov_base, iov[i].iov_len);
-        conn->held_bytes += iov[i].iov_len;
-        struct iovec *last = conn->held_iovs ? &conn->held_iov[conn->held_iovs - 1] : NULL;
-        if (last && (unsigned char *)last->iov_base + last->iov_len == to)
-            last->iov_len += iov[i].iov_len; /* contiguous with the last header */
-        else
-            conn->held_iov[conn->held_iovs++] = (struct iovec){to, iov[i].iov_len};
-    }
-    if (data != NULL && data->iov_len > 0)
-        conn->held_iov[conn->held_iovs++] = *data;
-    conn->held_replies++;
-}
-
-/* Send one whole reply under the connection's send lock, after the replies
- * held back so far; or hold it back too while another whole request is
- * already buffered (whoever answers that one sends them all: a request whose
- * reply is held always has a successor, or the connection stops and the
- * exiting workers flush). A reply can be held when its header part is at most
- * NBD_SERVER_HELD_REPLY_MAX bytes and its data, if any, lies in the worker's
- * own buffer (`data_in_worker`: the last iovec), which the worker does not
- * touch again until sent_gen says the data went out. At most
- * NBD_SERVER_REPLY_BATCH - 1 replies are held, so one send carries at most
- * NBD_SERVER_REPLY_BATCH.
- *
- * A worker that holds the receiver role looks for more requests first (one
- * recv() that does not wait): a reply is not sent alone while the client's
- * next requests are already on their way. */
-static void reply_send(struct nbd_worker *w, struct iovec *iov, int count, bool data_in_worker)
-{
-    struct nbd_connection *conn = w->conn;
-    const struct iovec *data = data_in_worker && count > 0 ? &iov[count - 1] : NULL;
-    int header_count = data ? count - 1 : count;
-    size_t header_length = 0;
-    for (int i = 0; i < header_count; i++)
-        header_length += iov[i].iov_len;
-    if (atomic_load(&conn->dead))
-        return;
-    bool holdable = count > 0 && header_length <= NBD_SERVER_HELD_REPLY_MAX;
-    if (holdable && w->has_role &&
-        !atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
-        input_top_up(conn);
-        atomic_store_explicit(&conn->requests_buffered, input_holds_request(conn),
-                              memory_order_relaxed);
-    }
-    pthread_mutex_lock(&conn->send_lock);
-    if (!atomic_load(&conn->dead) && holdable && conn->held_replies + 1 < NBD_SERVER_REPLY_BATCH &&
-        atomic_load_explicit(&conn->requests_buffered, memory_order_relaxed)) {
-        hold_locked(conn, iov, header_count, data);
-        if (data) {
-            w->used += (data->iov_len + WORKER_SPACE_ALIGN - 1) & ~(size_t)(WORKER_SPACE_ALIGN - 1);
-            w->held_gen = atomic_load_explicit(&conn->sent_gen, memory_order_relaxed);
-        }
-    } else {
-        send_locked(conn, iov, count);
-    }
-    pthread_mutex_unlock(&conn->send_lock);
-}
-
-/* Send the replies held back, if any (a worker leaving does this). */
-static void conn_flush(struct nbd_connection *conn)
-{
-    pthread_mutex_lock(&conn->send_lock);
-    if (conn->held_iovs > 0)
-        send_locked(conn, NULL, 0);
-    pthread_mutex_unlock(&conn->send_lock);
-}
-
-static void put_simple_header(unsigned char *h, uint32_t error, uint64_t cookie)
-{
-    util_put32(h, NBD_SIMPLE_REPLY_MAGIC);
-    util_put32(h + 4, error);
-    util_put64(h + 8, cookie);
-}
-
-static void put_chunk_header(unsigned char *h, uint16_t flags, uint16_t type, uint64_t cookie,
-                             uint32_t length)
-{
-    util_put32(h, NBD_STRUCTURED_REPLY_MAGIC);
-    util_put16(h + 4, flags);
-    util_put16(h + 6, type);
-    util_put64(h + 8, cookie);
-    util_put32(h + 16, length);
-}
-
-static void reply_simple(struct nbd_worker *w, uint64_t cookie, uint32_t error)
-{
-    unsigned char header[NBD_SIMPLE_REPLY_SIZE];
-    put_simple_header(header, error, cookie);
-    struct iovec iov = {header, sizeof header};
-    reply_send(w, &iov, 1, false);
-}
-
-/* An error reply: a structured ERROR chunk with a message when structured
- * replies are on (required for READ, preferred for the rest), else simple. */
-static void reply_error(struct nbd_worker *w, const struct nbd_request *r, uint32_t error,
-                        const char *message)
-{
-    if (!w->conn->session.structured) {
-        reply_simple(w, r->cookie, error);
-        return;
-    }
-    size_t message_length = strlen(message);
-    unsigned char header[NBD_STRUCTURED_REPLY_SIZE + 6];
-    put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, r->cookie,
-                     (uint32_t)(6 + message_length));
-    util_put32(header + NBD_STRUCTURED_REPLY_SIZE, error);
-    util_put16(header + NBD_STRUCTURED_REPLY_SIZE + 4, (uint16_t)message_length);
-    struct iovec iov[2] = {{header, sizeof header}, {(void *)message, message_length}};
-    reply_send(w, iov, 2, false);
-}
-
-static void reply_engine_error(struct nbd_worker *w, const struct nbd_request *r, int rc)
-{
-    struct nbd_connection *conn = w->conn;
-    uint32_t error = nbd_errno_to_wire(-rc);
-    char message[128];
-    snprintf(message, sizeof message, "%s failed: %s", command_name(r->type), strerror(-rc));
-    /* ENOSPC from a full mem_limit is the user's setting, not a fault. */
-    if (error != NBD_ENOSPC)
-        nbd_log(&conn->session, "%s at %llu+%u: %s", command_name(r->type),
-                (unsigned long long)r->offset, r->length, strerror(-rc));
-    reply_error(w, r, error, message);
-}
-
-/* ------------------------------------------------------------------------
- * Request buffers
- * ---------------------------------------------------------------------- */
-
-/* Buffers larger than a worker's own, over all connections of the process,
- * hold at most NBD_SERVER_BUFFER_BUDGET bytes: half for WRITE payloads, half
- * for READ data, so that clients that do not take their READ replies (whose
- * buffers stay until the send timeout) cannot hold up anyone's WRITEs. A
- * WRITE payload is charged for the bytes that have arrived, as they arrive,
- * never for the bytes its header announces: a client that announces 32 MiB
- * and sends one byte holds one byte, and an unfinished payload is dropped at
- * its deadline. A worker that needs more than is free waits its turn (first
- * come, first served, so many takers cannot starve one); a READ never waits
- * (read_in_pieces()). One lock and one condition for both shares. */
-static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t budget_freed = PTHREAD_COND_INITIALIZER;
-static struct budget write_budget = {.limit = NBD_SERVER_BUFFER_BUDGET / 2};
-static struct budget read_budget = {.limit = NBD_SERVER_BUFFER_BUDGET / 2};
-
-/* Take `bytes` of `b`, waiting for them if need be; true if it had to wait. */
-static bool budget_take(struct budget *b, uint64_t bytes)
-{
-    bool waited = false;
-    pthread_mutex_lock(&budget_lock);
-    uint64_t ticket = b->next_ticket++;
-    while (ticket != b->serving || b->used + bytes > b->limit) {
-        pthread_cond_wait(&budget_freed, &budget_lock);
-        waited = true;
-    }
-    b->used += bytes;
-    b->serving++;
-    if (waited)
-        pthread_cond_broadcast(&budget_freed); /* the next ticket may fit too */
-    pthread_mutex_unlock(&budget_lock);
-    return waited;
-}
-
-/* Take `bytes` of `b` only if they are free now and nobody waits for them. */
-static bool budget_try_take(struct budget *b, uint64_t bytes)
-{
-    pthread_mutex_lock(&budget_lock);
-    bool taken = b->next_ticket == b->serving && b->used + bytes <= b->limit;
-    if (taken)
-        b->used += bytes;
-    pthread_mutex_unlock(&budget_lock);
-    return taken;
-}
-
-static void budget_give(struct budget *b, uint64_t bytes)
-{
-    if (bytes == 0)
-        return;
-    pthread_mutex_lock(&budget_lock);
-    b->used -= bytes;
-    if (b->next_ticket != b->serving)
-        pthread_cond_broadcast(&budget_freed);
-    pthread_mutex_unlock(&budget_lock);
-}
-
-/* `length` (<= NBD_SERVER_WORKER_BUFFER) bytes of the worker's own buffer
- * (made at first use) that no held reply uses: after the READ data of its
- * held replies, or from the start once they have gone out (sent now if the
- * rest of the buffer is too short). Held data advances w->used (reply_send).
- * NULL when out of memory. */
-static unsigned char *worker_space(struct nbd_worker *w, size_t length)
-{
-    if (w->buffer == NULL) {
-        w->buffer = malloc(NBD_SERVER_WORKER_BUFFER);
-        w->used = 0;
-        if (w->buffer == NULL)
-            return NULL;
-    }
-    if (w->used > 0 &&
-        atomic_load_explicit(&w->conn->sent_gen, memory_order_acquire) != w->held_gen)
-        w->used = 0;
-    if (w->used + length > NBD_SERVER_WORKER_BUFFER) {
-        conn_flush(w->conn);
-        w->used = 0;
-    }
-    return w->buffer + w->used;
-}
-
-/* Give the worker's buffer back (an idle or leaving worker), after any held
- * replies that use it have gone out. */
-static void worker_buffer_free(struct nbd_worker *w)
-{
-    if (w->used > 0)
-        conn_flush(w->conn);
-    free(w->buffer);
-    w->buffer = NULL;
-    w->used = 0;
-}
-
-/* A buffer for a WRITE payload of `length` bytes: the worker's own when it is
- * big enough, else a fresh one, charged to the budget later, as bytes come
- * (receive_rest()). false when out of memory. */
-static bool write_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
-{
-    *d = (struct request_data){.budget = &write_budget};
-    if (length <= NBD_SERVER_WORKER_BUFFER) {
-        d->buffer = worker_space(w, length);
-    } else {
-        d->buffer = malloc(length);
-        d->allocated = true;
-    }
-    return d->buffer != NULL;
-}
-
-/* A buffer for READ data of `length` bytes: the worker's own, or a fresh one
- * when the budget has room for it now. false when neither is possible: then
- * the READ goes out in pieces of the worker's buffer. */
-static bool read_buffer(struct nbd_worker *w, size_t length, struct request_data *d)
-{
-    *d = (struct request_data){.budget = &read_budget};
-    if (length <= NBD_SERVER_WORKER_BUFFER) {
-        d->buffer = worker_space(w, length);
-        return d->buffer != NULL;
-    }
-    if (!budget_try_take(&read_budget, length))
-        return false;
-    d->buffer = malloc(length);
-    if (d->buffer == NULL) {
-        budget_give(&read_budget, length);
-        return false;
-    }
-    d->allocated = true;
-    d->charged = length;
-    return true;
-}
-
-static void release_data(struct request_data *d)
-{
-    if (d->allocated)
-        free(d->buffer);
-    if (d->charged)
-        budget_give(d->budget, d->charged);
-    *d = (struct request_data){0};
-}
-
-struct read_segment {
-    uint64_t offset; /* relative to the request */
-    uint64_t length;
-    bool hole;
-};
-
-static int add_segment(struct read_segment *segs, size_t max_segs, size_t *n, uint64_t offset,
-                       uint64_t length, bool hole)
-{
-    if (*n > 0 && segs[*n - 1].hole == hole) {
-        segs[*n - 1].length += length;
-        return 0;
-    }
-    if (*n == max_segs)
-        return -ENOBUFS;
-    segs[(*n)++] = (struct read_segment){offset, length, hole};
-    return 0;
-}
-
-/* Split a read into data and hole segments using the engine's extents. Zero
- * runs shorter than NBD_SERVER_HOLE_MIN stay inside data segments so that
- * fragmented devices do not turn every read into hundreds of chunks.
- * -ENOBUFS when the table is too small (the caller then sends one chunk). */
-static int plan_read(struct uzram *dev, const struct nbd_request *r, struct read_segment *segs,
-                     size_t max_segs, size_t *count)
-{
-    size_t n = 0;
-    uint64_t position = 0, zero_start = 0, zero_length = 0;
-    int rc = 0;
-
-    while (rc == 0 && position < r->length) {
-        uint64_t run = 0;
-        unsigned flags = 0;
-        rc = uzram_extent(dev, r->offset + position, r->length - position, &run, &flags);
-        if (rc < 0)
-            return rc;
-        if (run == 0 || run > r->length - position)
-            run = r->length - position;
-        if (flags & UZRAM_EXTENT_ZERO) {
-            if (zero_length == 0)
-                zero_start = position;
-            zero_length += run;
-        } else {
-            if (zero_length > 0)
-                rc = add_segment(segs, max_segs, &n, zero_start, zero_length,
-                                 zero_length >= NBD_SERVER_HOLE_MIN);
-            zero_length = 0;
-            if (rc == 0)
-                rc = add_segment(segs, max_segs, &n, position, run, false);
-        }
-        position += run;
-    }
-    if (rc == 0 && zero_length > 0)
-        rc = add_segment(segs, max_segs, &n, zero_start, zero_length,
-                         zero_length >= NBD_SERVER_HOLE_MIN);
-    *count = n;
-    return rc;
-}
-
-/* A READ larger than the worker's buffer while the budget has no room for
- * it: read and sent in pieces of the worker's buffer, under one hold of the
- * send lock (a reply goes out whole), so that a READ never waits for budget
- * that others hold (32 clients that do not take 32 MiB replies hold all of
- * it). One reply header (simple, or one OFFSET_DATA chunk) and the data
- * after it; an engine error after the first piece cannot be reported in
- * that reply any more, so it closes the connection. */
-static void read_in_pieces(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
-{
-    struct nbd_connection *conn = w->conn;
-    size_t piece = r->length < NBD_SERVER_WORKER_BUFFER ? r->length : NBD_SERVER_WORKER_BUFFER;
-    unsigned char *buf = worker_space(w, piece);
-    int rc = buf == NULL ? -ENOMEM : uzram_read(dev, r->offset, buf, piece);
-    if (rc < 0) {
-        reply_engine_error(w, r, rc);
-        return;
-    }
-
-    unsigned char header[NBD_STRUCTURED_REPLY_SIZE + 8];
-    struct iovec iov[2] = {{header, NBD_SIMPLE_REPLY_SIZE}, {buf, piece}};
-    if (conn->session.structured) {
-        put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, r->cookie,
-                         8 + r->length);
-        util_put64(header + NBD_STRUCTURED_REPLY_SIZE, r->offset);
-        iov[0].iov_len = NBD_STRUCTURED_REPLY_SIZE + 8;
-    } else {
-        put_simple_header(header, 0, r->cookie);
-    }
-    pthread_mutex_lock(&conn->send_lock);
-    rc = send_locked(conn, iov, 2);
-    for (uint32_t done = piece; rc == 0 && done < r->length; done += piece) {
-        piece = r->length - done < piece ? r->length - done : piece;
-        rc = uzram_read(dev, r->offset + done, buf, piece);
-        if (rc < 0) {
-            nbd_log(&conn->session,
-                    "READ at %llu+%u failed after part of its reply was sent (%s); closing",
-                    (unsigned long long)r->offset, r->length, strerror(-rc));
-            atomic_store(&conn->dead, true);
-            shutdown(conn->session.fd, SHUT_RDWR);
-            break;
-        }
-        struct iovec data = {buf, piece};
-        rc = send_locked(conn, &data, 1);
-    }
-    pthread_mutex_unlock(&conn->send_lock);
-}
-
-static void do_read_simple(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
-{
-    unsigned char header[NBD_SIMPLE_REPLY_SIZE];
-    struct request_data data;
-    int rc = 0;
-
-    if (!read_buffer(w, r->length, &data)) {
-        read_in_pieces(w, dev, r);
-        return;
-    }
-    if (r->length)
-        rc = uzram_read(dev, r->offset, data.buffer, r->length);
-    if (rc < 0) {
-        reply_engine_error(w, r, rc);
-    } else {
-        put_simple_header(header, 0, r->cookie);
-        struct iovec iov[2] = {{header, sizeof header}, {data.buffer, r->length}};
-        reply_send(w, iov, r->length ? 2 : 1, r->length && !data.allocated);
-    }
-    release_data(&data);
-}
-
-/* The chunk headers of a structured read: OFFSET_DATA needs 8 bytes after the
- * common header, OFFSET_HOLE 12. */
-#define CHUNK_HEADER_MAX (NBD_STRUCTURED_REPLY_SIZE + 12)
-
-static void do_read_structured(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
-{
-    if (r->length == 0) {
-        unsigned char header[NBD_STRUCTURED_REPLY_SIZE];
-        put_chunk_header(header, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, r->cookie, 0);
-        struct iovec iov = {header, sizeof header};
-        reply_send(w, &iov, 1, false);
-        return;
-    }
-    struct request_data data;
-    if (!read_buffer(w, r->length, &data)) {
-        read_in_pieces(w, dev, r);
-        return;
-    }
-
-    /* Holes are at least NBD_SERVER_HOLE_MIN long and alternate with data segments. */
-    enum { MAX_SEGMENTS = 2 * (NBD_SERVER_MAX_PAYLOAD / NBD_SERVER_HOLE_MIN) + 2 };
-    /* Small reads and DF reads are one chunk: no tables to allocate. */
-    bool planned = !(r->flags & NBD_CMD_FLAG_DF) && r->length >= 2 * NBD_SERVER_HOLE_MIN;
-    struct read_segment one_segment;
-    unsigned char one_header[CHUNK_HEADER_MAX];
-    struct iovec one_iov[2];
-    struct read_segment *segs = &one_segment;
-    unsigned char *headers = one_header;
-    struct iovec *iov = one_iov;
-    void *buf = data.buffer;
-    size_t count = 1;
-    int rc = 0;
-
-    if (planned) {
-        segs = malloc(MAX_SEGMENTS * sizeof *segs);
-        headers = malloc(MAX_SEGMENTS * CHUNK_HEADER_MAX);
-        iov = malloc(MAX_SEGMENTS * 2 * sizeof *iov);
-    }
-    if (segs == NULL || headers == NULL || iov == NULL || buf == NULL) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    segs[0] = (struct read_segment){0, r->length, false};
-    if (planned)
-        rc = plan_read(dev, r, segs, MAX_SEGMENTS, &count);
-    if (rc == -ENOBUFS) {
-        segs[0] = (struct read_segment){0, r->length, false};
-        count = 1;
-        rc = 0;
-    }
-    if (rc == 0 && (r->flags & NBD_CMD_FLAG_DF)) {
-        /* DF: one content chunk; a hole only if the whole range is zero. */
-        uint64_t run = 0;
-        unsigned flags = 0;
-        rc = uzram_extent(dev, r->offset, r->length, &run, &flags);
-        if (rc == 0 && run == r->length && (flags & UZRAM_EXTENT_ZERO))
-            segs[0].hole = true;
-    }
-    for (size_t i = 0; rc == 0 && i < count; i++)
-        if (!segs[i].hole)
-            rc = uzram_read(dev, r->offset + segs[i].offset, (char *)buf + segs[i].offset,
-                            segs[i].length);
-    if (rc < 0)
-        goto out;
-
-    int n = 0;
-    for (size_t i = 0; i < count; i++) {
-        unsigned char *h = headers + i * CHUNK_HEADER_MAX;
-        uint16_t done = i + 1 == count ? NBD_REPLY_FLAG_DONE : 0;
-        if (segs[i].hole) {
-            put_chunk_header(h, done, NBD_REPLY_TYPE_OFFSET_HOLE, r->cookie, 12);
-            util_put64(h + NBD_STRUCTURED_REPLY_SIZE, r->offset + segs[i].offset);
-            util_put32(h + NBD_STRUCTURED_REPLY_SIZE + 8, (uint32_t)segs[i].length);
-            iov[n++] = (struct iovec){h, NBD_STRUCTURED_REPLY_SIZE + 12};
-        } else {
-            put_chunk_header(h, done, NBD_REPLY_TYPE_OFFSET_DATA, r->cookie,
-                             (uint32_t)(8 + segs[i].length));
-            util_put64(h + NBD_STRUCTURED_REPLY_SIZE, r->offset + segs[i].offset);
-            iov[n++] = (struct iovec){h, NBD_STRUCTURED_REPLY_SIZE + 8};
-            iov[n++] = (struct iovec){(char *)buf + segs[i].offset, segs[i].length};
-        }
-    }
-    /* One data chunk in the worker's buffer may be held with other replies. */
-    reply_send(w, iov, n, n == 2 && !data.allocated);
-out:
-    if (rc < 0)
-        reply_engine_error(w, r, rc);
-    release_data(&data);
-    if (planned) {
-        free(iov);
-        free(headers);
-        free(segs);
-    }
-}
-
-static void do_block_status(struct nbd_worker *w, struct uzram *dev, const struct nbd_request *r)
-{
-    unsigned max = (r->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_SERVER_MAX_EXTENTS;
-    size_t size = NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)max;
-    unsigned char *reply = malloc(size);
-    unsigned count = 0;
-    uint64_t position = 0;
-    uint32_t last_flags = 0;
-    int rc = 0;
-
-    if (reply == NULL) {
-        reply_engine_error(w, r, -ENOMEM);
-        return;
-    }
-    unsigned char *descriptors = reply + NBD_STRUCTURED_REPLY_SIZE + 4;
-    while (position < r->length) {
-        uint64_t run = 0;
-        unsigned flags = 0;
-        rc = uzram_extent(dev, r->offset + position, r->length - position, &run, &flags);
-        if (rc < 0)
-            break;
-        if (run == 0 || run > r->length - position)
-            run = r->length - position;
-        uint32_t state = ((flags & UZRAM_EXTENT_HOLE) ? NBD_STATE_HOLE : 0) |
-                         ((flags & UZRAM_EXTENT_ZERO) ? NBD_STATE_ZERO : 0);
-        if (count > 0 && state == last_flags) {
-            unsigned char *d = descriptors + 8 * (count - 1);
-            util_put32(d, util_get32(d) + (uint32_t)run);
-        } else if (count == max) {
-            break;
-        } else {
-            unsigned char *d = descriptors + 8 * count;
-            util_put32(d, (uint32_t)run);
-            util_put32(d + 4, state);
-            last_flags = state;
-            count++;
-        }
-        position += run;
-    }
-    if (rc < 0 || count == 0) {
-        free(reply);
-        reply_engine_error(w, r, rc < 0 ? rc : -EIO);
-        return;
-    }
-    put_chunk_header(reply, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->cookie,
-                     4 + 8 * count);
-    util_put32(reply + NBD_STRUCTURED_REPLY_SIZE, NBD_CONTEXT_ID_BASE_ALLOCATION);
-    struct iovec iov = {reply, NBD_STRUCTURED_REPLY_SIZE + 4 + 8 * (size_t)count};
-    reply_send(w, &iov, 1, false);
-    free(reply);
-}
 
 /* Run one checked request on the engine and send its reply. A WRITE's
  * payload (*payload) is given back before the reply goes out, so a client
  * that is slow to take its replies holds no request buffer. */
-static void execute(struct nbd_worker *w, const struct nbd_request *r, struct request_data *payload)
+static void execute(struct nbd_worker *w, const struct nbd_request *r,
+                    struct nbd_request_data *payload)
 {
     struct nbd_connection *conn = w->conn;
     struct uzram *dev = conn->session.export->dev;
@@ -916,17 +44,17 @@ static void execute(struct nbd_worker *w, const struct nbd_request *r, struct re
     switch (r->type) {
     case NBD_CMD_READ:
         if (conn->session.structured)
-            do_read_structured(w, dev, r);
+            nbd_read_structured(w, dev, r);
         else
-            do_read_simple(w, dev, r);
+            nbd_read_simple(w, dev, r);
         return;
     case NBD_CMD_BLOCK_STATUS:
-        do_block_status(w, dev, r);
+        nbd_block_status(w, dev, r);
         return;
     case NBD_CMD_WRITE:
         if (r->length)
             rc = uzram_write(dev, r->offset, payload->buffer, r->length);
-        release_data(payload);
+        nbd_release_data(payload);
         break;
     case NBD_CMD_TRIM:
         if (r->length)
@@ -948,218 +76,14 @@ static void execute(struct nbd_worker *w, const struct nbd_request *r, struct re
         break;
     }
     if (rc < 0)
-        reply_engine_error(w, r, rc);
+        nbd_reply_engine_error(w, r, rc);
     else
-        reply_simple(w, r->cookie, 0);
+        nbd_reply_simple(w, r->cookie, 0);
 }
 
 /* ------------------------------------------------------------------------
  * Receiving (every function here runs in the worker holding the receiver role)
  * ---------------------------------------------------------------------- */
-
-static size_t input_available(const struct nbd_connection *conn)
-{
-    return conn->input_end - conn->input_start;
-}
-
-/* The server waits for more bytes of a request that has started: it must be
- * whole within the timeout from the moment the server first waited for it,
- * however the bytes trickle in. -ETIMEDOUT once that has passed. (Only this
- * slow path reads the clock.) */
-static int request_waits(struct nbd_connection *conn)
-{
-    uint64_t now = util_now_ms();
-    if (conn->request_deadline_ms == 0)
-        conn->request_deadline_ms = now + conn->settings.timeout * 1000ull;
-    else if (now >= conn->request_deadline_ms)
-        return -ETIMEDOUT;
-    return 0;
-}
-
-/* Move the unparsed bytes to the start of the input buffer when fewer than
- * `need` bytes fit from where they start. */
-static void input_make_room(struct nbd_connection *conn, size_t need)
-{
-    if (conn->input_start == conn->input_end) {
-        conn->input_start = conn->input_end = 0;
-    } else if (NBD_SERVER_INPUT_BUFFER - conn->input_start < need) {
-        memmove(conn->input, conn->input + conn->input_start, input_available(conn));
-        conn->input_end -= conn->input_start;
-        conn->input_start = 0;
-    }
-}
-
-/* Make at least `need` (<= NBD_SERVER_INPUT_BUFFER) bytes available in the
- * input buffer. Each recv() takes whatever the client has sent, up to the free
- * space, so later requests usually need no system call at all. A recv()
- * returns after NBD_SERVER_IDLE_MS without bytes (SO_RCVTIMEO): between
- * requests (nothing buffered and `started` false) that is -EAGAIN, the
- * connection is idle; inside a request it is a turn to check the request's
- * deadline. Returns 1, 0 on end of file before any unparsed byte,
- * -ECONNRESET on end of file in the middle, -ETIMEDOUT, -errno on error. */
-static int input_fill(struct nbd_connection *conn, size_t need, bool started)
-{
-    if (conn->input == NULL && (conn->input = malloc(NBD_SERVER_INPUT_BUFFER)) == NULL)
-        return -ENOMEM;
-    while (input_available(conn) < need) {
-        input_make_room(conn, need);
-        ssize_t n = conn_recv(conn, conn->input + conn->input_end,
-                              NBD_SERVER_INPUT_BUFFER - conn->input_end, true);
-        int rc = 0;
-        if (n > 0) {
-            conn->input_end += (size_t)n;
-            if (input_available(conn) < need)
-                rc = request_waits(conn);
-        } else if (n == 0) {
-            return input_available(conn) == 0 && !started ? 0 : -ECONNRESET;
-        } else if (n == -EAGAIN) {
-            /* A TLS record begun is a request begun (nbd_io_midway). */
-            if (input_available(conn) == 0 && !started && !nbd_io_midway(&conn->session))
-                return -EAGAIN;
-            rc = request_waits(conn);
-        } else if (n != -EINTR) {
-            return (int)n;
-        }
-        if (rc < 0)
-            return rc;
-    }
-    return 1;
-}
-
-static size_t input_take(struct nbd_connection *conn, void *to, size_t length)
-{
-    size_t n = input_available(conn) < length ? input_available(conn) : length;
-    if (to != NULL)
-        memcpy(to, conn->input + conn->input_start, n);
-    conn->input_start += n;
-    return n;
-}
-
-/* Take in whatever the client has sent by now, without waiting (one recv()
- * at most): reply_send() looks for the next request this way before it sends
- * a reply alone. End of file and errors are left for the next input_fill()
- * to see. Only the worker holding the receiver role calls this, between
- * requests (no payload in the input buffer is in use). */
-static void input_top_up(struct nbd_connection *conn)
-{
-    if (conn->input == NULL || conn->receive_done)
-        return;
-    input_make_room(conn, input_available(conn) + NBD_REQUEST_SIZE);
-    ssize_t n = conn_recv(conn, conn->input + conn->input_end,
-                          NBD_SERVER_INPUT_BUFFER - conn->input_end, false);
-    if (n > 0)
-        conn->input_end += (size_t)n;
-}
-
-/* The fields of a 28-byte request header (its magic is checked apart). */
-static struct nbd_request parse_request_header(const unsigned char *header)
-{
-    return (struct nbd_request){
-        .flags = util_get16(header + 4),
-        .type = util_get16(header + 6),
-        .cookie = util_get64(header + 8),
-        .offset = util_get64(header + 16),
-        .length = util_get32(header + 24),
-    };
-}
-
-/* Whether a whole request (a WRITE with its payload) is buffered. Replies
- * may wait for such a request, so it must be able to run without waiting for
- * more bytes from the client. */
-static bool input_holds_request(const struct nbd_connection *conn)
-{
-    if (conn->receive_done || input_available(conn) < NBD_REQUEST_SIZE)
-        return false;
-    struct nbd_request r = parse_request_header(conn->input + conn->input_start);
-    size_t whole = NBD_REQUEST_SIZE;
-    if (r.type == NBD_CMD_WRITE)
-        whole += r.length;
-    return input_available(conn) >= whole;
-}
-
-/* Wait (at most NBD_SERVER_IDLE_MS) for more bytes of a started request. */
-static int wait_readable(struct nbd_connection *conn)
-{
-    int rc = request_waits(conn);
-    if (rc < 0)
-        return rc;
-    uint64_t now = util_now_ms();
-    uint64_t left = conn->request_deadline_ms > now ? conn->request_deadline_ms - now : 0;
-    rc = conn_wait_readable(conn, (int)(left < NBD_SERVER_IDLE_MS ? left : NBD_SERVER_IDLE_MS));
-    return rc < 0 ? rc : 0;
-}
-
-/* Receive the rest of a large WRITE payload straight from the socket into
- * d->buffer, which holds `done` bytes already (NULL: read and drop it). With
- * `budgeted`, budget is taken for the bytes as they arrive and added to
- * d->charged; a wait for the budget is the server's, so it restarts the
- * client's deadline. */
-static int receive_rest(struct nbd_connection *conn, struct request_data *d, size_t done,
-                        size_t length, bool budgeted)
-{
-    unsigned char scratch[65536];
-    while (done < length) {
-        size_t step =
-            length - done < NBD_SERVER_RECEIVE_STEP ? length - done : NBD_SERVER_RECEIVE_STEP;
-        unsigned char *to = d->buffer ? (unsigned char *)d->buffer + done : scratch;
-        if (d->buffer == NULL && step > sizeof scratch)
-            step = sizeof scratch;
-        if (budgeted && budget_take(d->budget, step))
-            conn->request_deadline_ms = 0;
-        ssize_t n = conn_recv(conn, to, step, false);
-        size_t got = n > 0 ? (size_t)n : 0;
-        if (budgeted) {
-            budget_give(d->budget, step - got);
-            d->charged += got;
-        }
-        if (n > 0) {
-            done += got;
-            continue;
-        }
-        if (n == 0)
-            return -ECONNRESET;
-        if (n == -EINTR)
-            continue;
-        if (n != -EAGAIN)
-            return (int)n;
-        int rc = wait_readable(conn);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* Receive a WRITE payload into d->buffer (NULL: skip it), or, `in_place`
- * (small payloads only), leave it in the input buffer and point d->buffer at
- * it there (borrowed: valid while this worker keeps the receiver role).
- * Returns 0 or a negative errno (-ECONNRESET when the client closed in the
- * middle, -ETIMEDOUT when it did not arrive whole in time). */
-static int receive_payload(struct nbd_connection *conn, struct request_data *d, uint32_t length,
-                           bool in_place)
-{
-    if (length <= NBD_SERVER_SMALL_PAYLOAD) {
-        int rc = input_fill(conn, length, true);
-        if (rc < 0)
-            return rc;
-        if (in_place) {
-            d->buffer = conn->input + conn->input_start;
-            d->borrowed = true;
-            d->borrowed_length = length;
-        }
-        input_take(conn, in_place ? NULL : d->buffer, length);
-        return 0;
-    }
-    /* Large: what is buffered already, then the rest straight from the socket. */
-    bool budgeted = d->buffer != NULL && length > NBD_SERVER_WORKER_BUFFER;
-    if (budgeted) {
-        size_t have = input_available(conn) < length ? input_available(conn) : length;
-        if (budget_take(d->budget, have))
-            conn->request_deadline_ms = 0;
-        d->charged = have;
-    }
-    size_t done = input_take(conn, d->buffer, length);
-    return receive_rest(conn, d, done, length, budgeted);
-}
 
 /* What the worker should do after receive_request(). */
 enum receive_result {
@@ -1190,9 +114,9 @@ static int wait_idle(struct nbd_worker *w)
     free(conn->input);
     conn->input = NULL;
     conn->input_start = conn->input_end = 0;
-    worker_buffer_free(w);
+    nbd_worker_buffer_free(w);
     int rc;
-    while ((rc = conn_wait_readable(conn, -1)) == 0)
+    while ((rc = nbd_conn_wait_readable(conn, -1)) == 0)
         ;
     return rc < 0 ? rc : 0;
 }
@@ -1200,19 +124,19 @@ static int wait_idle(struct nbd_worker *w)
 /* Read and check one request (and a WRITE's payload). Called with the
  * receiver role held; sets receive_done when the connection must not be read again. */
 static enum receive_result receive_request(struct nbd_worker *w, struct nbd_request *r,
-                                           struct request_data *payload, uint32_t *error,
+                                           struct nbd_request_data *payload, uint32_t *error,
                                            const char **reason)
 {
     struct nbd_connection *conn = w->conn;
     struct nbd_session *s = &conn->session;
     int rc;
 
-    *payload = (struct request_data){0};
+    *payload = (struct nbd_request_data){0};
     conn->request_deadline_ms = 0;
     /* After a failed send nobody would see the replies: stop reading. */
     if (conn->receive_done || atomic_load_explicit(&conn->dead, memory_order_relaxed))
         goto stop;
-    while ((rc = input_fill(conn, NBD_REQUEST_SIZE, false)) == -EAGAIN) {
+    while ((rc = nbd_input_fill(conn, NBD_REQUEST_SIZE, false)) == -EAGAIN) {
         if (!w->first)
             return RECEIVE_IDLE;
         rc = wait_idle(w);
@@ -1231,7 +155,7 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         nbd_log(s, "bad request magic 0x%08x; closing", (unsigned)magic);
         goto stop;
     }
-    *r = parse_request_header(header);
+    *r = nbd_parse_request_header(header);
     conn->input_start += NBD_REQUEST_SIZE;
 
     *reason = NULL;
@@ -1248,11 +172,11 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         goto stop;
     }
     if (*error) {
-        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s", command_name(r->type),
-                r->type, (unsigned)r->flags, (unsigned long long)r->offset, r->length,
-                wire_error_name(*error), *reason);
+        nbd_log(s, "%s (type %u, flags 0x%x) at %llu+%u refused with %s: %s",
+                nbd_command_name(r->type), r->type, (unsigned)r->flags,
+                (unsigned long long)r->offset, r->length, nbd_wire_error_name(*error), *reason);
     } else if (r->type == NBD_CMD_WRITE && r->length > NBD_SERVER_SMALL_PAYLOAD &&
-               !write_buffer(w, r->length, payload)) {
+               !nbd_write_buffer(w, r->length, payload)) {
         *error = NBD_ENOMEM;
         *reason = "server out of memory";
     }
@@ -1260,13 +184,13 @@ static enum receive_result receive_request(struct nbd_worker *w, struct nbd_requ
         /* A small payload is compressed straight from the input buffer. A
          * refused WRITE's payload is skipped to stay in step. */
         bool in_place = *error == 0 && r->length <= NBD_SERVER_SMALL_PAYLOAD;
-        rc = receive_payload(conn, payload, r->length, in_place);
+        rc = nbd_receive_payload(conn, payload, r->length, in_place);
         if (rc < 0) {
             if (rc == -ECONNRESET)
                 nbd_log(s, "connection closed in the middle of a WRITE payload");
             else
                 log_receive_failure(conn, rc);
-            release_data(payload);
+            nbd_release_data(payload);
             goto stop;
         }
     }
@@ -1280,23 +204,6 @@ stop:
 /* ------------------------------------------------------------------------
  * Workers
  * ---------------------------------------------------------------------- */
-
-/* Helper workers over all connections of the process. */
-static atomic_uint helpers_running;
-
-static bool helper_slot_take(unsigned cap)
-{
-    unsigned running = atomic_load_explicit(&helpers_running, memory_order_relaxed);
-    while (running < cap)
-        if (atomic_compare_exchange_weak(&helpers_running, &running, running + 1))
-            return true;
-    return false;
-}
-
-static void helper_slot_give(void)
-{
-    atomic_fetch_sub(&helpers_running, 1);
-}
 
 /* CLOCK_MONOTONIC `ms` from now, for pthread_cond_timedwait(). */
 static struct timespec monotonic_in(unsigned ms)
@@ -1358,7 +265,7 @@ static void helper_start(struct nbd_connection *conn)
     }
     /* Fewer workers still serve the client correctly. */
     free(helper);
-    helper_slot_give();
+    nbd_helper_slot_give();
     pthread_mutex_lock(&conn->receive_lock);
     conn->workers--;
     pthread_cond_broadcast(&conn->helpers_gone);
@@ -1373,18 +280,18 @@ static bool hand_off_worth_it(const struct nbd_connection *conn)
 {
     return atomic_load_explicit(&conn->request_ns, memory_order_relaxed) >=
                conn->settings.handoff_worth_ns &&
-           input_holds_request(conn);
+           nbd_input_holds_request(conn);
 }
 
 /* Before the receiver role is given up: a borrowed payload must leave the
  * input buffer, which the next receiver reuses. false (keep the role and the
  * payload where it is) when the worker has no buffer for it. */
-static bool unborrow(struct nbd_worker *w, struct request_data *d)
+static bool unborrow(struct nbd_worker *w, struct nbd_request_data *d)
 {
     if (!d->borrowed)
         return true;
     size_t length = d->borrowed_length;
-    unsigned char *copy = worker_space(w, length);
+    unsigned char *copy = nbd_worker_space(w, length);
     if (copy == NULL)
         return false;
     memcpy(copy, d->buffer, length);
@@ -1400,7 +307,7 @@ static bool unborrow(struct nbd_worker *w, struct request_data *d)
  * Otherwise this worker takes the role back itself after its request. */
 static void release_receiver_role(struct nbd_connection *conn)
 {
-    bool waiting = input_holds_request(conn);
+    bool waiting = nbd_input_holds_request(conn);
     bool worth_it = atomic_load_explicit(&conn->request_ns, memory_order_relaxed) >=
                     conn->settings.handoff_worth_ns;
     bool start_helper = false;
@@ -1416,7 +323,7 @@ static void release_receiver_role(struct nbd_connection *conn)
         if (conn->idle_workers > 0) {
             pthread_cond_signal(&conn->receiver_wanted);
         } else if (conn->workers < conn->settings.threads &&
-                   helper_slot_take(conn->settings.helpers)) {
+                   nbd_helper_slot_take(conn->settings.helpers)) {
             conn->workers++;
             start_helper = true;
         }
@@ -1460,7 +367,7 @@ static void *worker_main(void *arg)
             break;
         w->has_role = true;
         struct nbd_request r;
-        struct request_data payload;
+        struct nbd_request_data payload;
         uint32_t error = 0;
         const char *reason = NULL;
 
@@ -1477,7 +384,7 @@ static void *worker_main(void *arg)
             /* Keep the role: nobody else could take the next request sooner
              * than this worker, and a borrowed payload stays valid. Relaxed,
              * as in release_receiver_role(). */
-            atomic_store_explicit(&conn->requests_buffered, input_holds_request(conn),
+            atomic_store_explicit(&conn->requests_buffered, nbd_input_holds_request(conn),
                                   memory_order_relaxed);
         }
 
@@ -1485,27 +392,27 @@ static void *worker_main(void *arg)
             break;
         uint64_t started = util_now_ns();
         if (result == RECEIVE_REFUSED)
-            reply_error(w, &r, error, reason);
+            nbd_reply_error(w, &r, error, reason);
         else
             execute(w, &r, &payload);
-        release_data(&payload);
+        nbd_release_data(&payload);
         account_request_time(conn, util_now_ns() - started);
     }
-    conn_flush(conn);
-    worker_buffer_free(w);
+    nbd_conn_flush(conn);
+    nbd_worker_buffer_free(w);
     if (!w->first) {
         /* After this unlock the connection may be gone: touch it no more. */
         pthread_mutex_lock(&conn->receive_lock);
         conn->workers--;
         pthread_cond_broadcast(&conn->helpers_gone);
         pthread_mutex_unlock(&conn->receive_lock);
-        helper_slot_give();
+        nbd_helper_slot_give();
         free(w);
     }
     return NULL;
 }
 
-int nbd_transmission(const struct nbd_session *session, struct nbd_server *server,
+int nbd_transmission(const struct nbd_session *session,
                      const struct nbd_transmission_settings *settings)
 {
     struct nbd_connection *conn = calloc(1, sizeof *conn);
@@ -1515,7 +422,6 @@ int nbd_transmission(const struct nbd_session *session, struct nbd_server *serve
         return -ENOMEM;
     }
     conn->session = *session;
-    conn->server = server;
     conn->settings = *settings;
     if (conn->settings.threads < 1)
         conn->settings.threads = 1;
