@@ -16,16 +16,12 @@
 static void attr_usage(FILE *out)
 {
     fprintf(out,
-            "Usage: uzram attr [-u DIR] DEVICE [NAME [VALUE]]\n"
+            "Usage: uzram attr [-u PLACE] DEVICE [NAME [VALUE]]\n"
             "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
             "without NAME, list every attribute with its value. DEVICE is a device name\n"
             "(looked up among the servers of the runtime directory) or the path of a .ctl\n"
             "control socket (its server's first device).\n"
-            "\n"
-            "  -u, --runtime-dir DIR   look for NAME.ctl in DIR, not in the runtime directory;\n"
-            "                          or the server listening on a socket: -u SOCKET as\n"
-            "                          given to serve --unix (or its NAME.ctl)\n"
-            "  -h, --help              show this help\n"
+            "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
             "\n"
             "Attributes: %s clients server_mem_limit\n"
             "Writable: comp_algorithm algorithm_params same_filled use_dedup mem_limit\n"
@@ -79,35 +75,6 @@ static int list_attributes(const struct control_target *target)
     return status;
 }
 
-/* -u named one server (by its NBD or control socket): DEVICE must be one of its devices, or
- * the same control socket (its default device). */
-static int same_device(const struct control_place *place, const char *device,
-                       struct control_target *target, char *message, size_t message_size)
-{
-    snprintf(target->ctl, sizeof target->ctl, "%s", place->ctl);
-    target->device[0] = '\0';
-    if (strcmp(device, place->ctl) == 0)
-        return 0;
-    char **names;
-    size_t count;
-    int rc = control_devices(place->ctl, &names, &count, message, message_size);
-    if (rc < 0)
-        return rc;
-    bool found = false;
-    for (size_t i = 0; i < count && !found; i++)
-        found = strcmp(names[i], device) == 0;
-    if (!found)
-        snprintf(message, message_size,
-                 "-u leads to the server of %s, which serves %s%s%s, not '%s'", place->ctl,
-                 count ? names[0] : "no device", count > 1 ? ", " : "", count > 1 ? names[1] : "",
-                 device);
-    control_free_names(names, count);
-    if (!found)
-        return -ENOENT;
-    snprintf(target->device, sizeof target->device, "%s", device);
-    return 0;
-}
-
 int cmd_attr(int argc, char **argv)
 {
     static const struct option long_options[] = {
@@ -149,13 +116,8 @@ int cmd_attr(int argc, char **argv)
     }
 
     char message[2 * PATH_MAX + 256], request[PATH_MAX + 64], *body;
-    struct control_place place;
     struct control_target target;
-    int rc = control_place(given_place, &place, message, sizeof message);
-    if (rc == 0 && place.ctl[0])
-        rc = same_device(&place, device, &target, message, sizeof message);
-    else if (rc == 0)
-        rc = control_find(device, place.dir, given_place == NULL, &target, message, sizeof message);
+    int rc = control_locate(given_place, device, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

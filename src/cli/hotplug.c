@@ -81,10 +81,8 @@ static void hot_add_usage(FILE *out)
           "zram's hot_add does: a new NBD export of that server, at once.\n"
           "\n"
           "  -S, --server SERVER     the server whose control socket is SERVER.ctl in the\n"
-          "                          runtime directory (needed when several run)\n"
-          "  -u, --runtime-dir PLACE the runtime directory to look in, or the server's\n"
-          "                          NBD or control socket (as for uzram status)\n"
-          "  -h, --help              show this help\n"
+          "                          runtime directory (needed when several "
+          "run)\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
           "\n"
           "Device options (as uzram serve takes them; the server's own defaults apply to\n"
           "what is not given):\n",
@@ -101,10 +99,7 @@ static void hot_remove_usage(FILE *out)
     fputs("Usage: uzram hot-remove [-u PLACE] NAME\n"
           "Remove device NAME from the server that serves it, as zram's hot_remove does: its\n"
           "data is dropped. Refused while a client is connected to it; disconnect them first.\n"
-          "\n"
-          "  -u, --runtime-dir PLACE the runtime directory to look in, or the server's\n"
-          "                          NBD or control socket (as for uzram status)\n"
-          "  -h, --help              show this help\n",
+          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
           out);
 }
 
@@ -266,14 +261,8 @@ int cmd_hot_remove(int argc, char **argv)
         return 2;
     }
     char message[2 * PATH_MAX + 256], request[128], *body;
-    struct control_place place;
     struct control_target target;
-    int rc = control_place(given_place, &place, message, sizeof message);
-    if (rc == 0 && place.ctl[0]) {
-        snprintf(target.ctl, sizeof target.ctl, "%s", place.ctl);
-    } else if (rc == 0) {
-        rc = control_resolve(name, place.dir, &target, message, sizeof message);
-    }
+    int rc = control_locate(given_place, name, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
