@@ -1,5 +1,5 @@
 /* node.h - a served device's /dev node, for the commands that make or take one away:
- * `uzram attach`, `uzram detach` and zram-generator's device setup (attach.c). */
+ * `uzram attach`, `uzram detach` and zram-generator's device setup (node.c). */
 #ifndef UZRAM_NODE_H
 #define UZRAM_NODE_H
 

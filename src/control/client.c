@@ -1,5 +1,7 @@
-/* client.c - the client end of a uzram control socket: one request, its reply, and where to
- * find the server of a device (control.h). The server end is service.c. */
+/* client.c - the client end of a uzram control socket (control.h): one request and its reply,
+ * the one reader of "key value" replies, the servers of a directory, which of them serves a
+ * device, and what -u names (control_place). The server end is service.c; find.c builds
+ * on this the lookup every subcommand makes. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

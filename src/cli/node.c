@@ -1,5 +1,6 @@
-/* attach.c - `uzram attach` and `uzram detach`: a served device as a /dev node, and back.
- * Picks the way (nbd-client or a FUSE file with a loop device); the server does the work. */
+/* node.c - `uzram attach` and `uzram detach`, and their work for zram-generator's setup too
+ * (node.h): a served device as a /dev node, and back. Picks the way (nbd-client, ublk, or a
+ * FUSE file with a loop device); the server does the work. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
