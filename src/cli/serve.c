@@ -156,7 +156,10 @@ static int apply_checked(struct serve_plan *plan, const struct serve_option *opt
         complain("%sbad %s '%s'; use off, on or require", label->where, label->name, arg);
         return -1;
     }
-    return 0;
+    /* A device's own setting never comes here (parse_options and the sections route them
+     * to the factory); refused rather than dropped should that change. */
+    complain("%s%s is a setting of one device; it cannot be set here", label->where, label->name);
+    return -1;
 }
 
 /* One option of the whole server, from the command line or the configuration (a device's
