@@ -57,7 +57,7 @@ struct device_factory {
 /* A device made: it is its caller's to serve or destroy. */
 struct device_made {
     struct uzram *dev;
-    char name[65];
+    char name[65]; /* 1-64 characters (util_valid_name) */
     bool read_only;
 };
 
