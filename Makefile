@@ -122,7 +122,7 @@ $(O)/tests/test_sizes: $(O)/src/common/sizes.o
 $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
-$(O)/tests/test_config: $(O)/src/cli/config.o
+$(O)/tests/test_config: $(O)/src/server/config.o
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and

@@ -1,4 +1,4 @@
-/* test_config.c - unit tests of `uzram serve`'s configuration file reader (src/cli/config.c):
+/* test_config.c - unit tests of `uzram serve`'s configuration file reader (src/server/config.c):
  * a file of tens of thousands of sections or keys is read with about one comparison of names
  * a line (it took seconds when each new section was compared with every earlier one), and
  * sections and keys given twice are still found, naming both lines. */
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "cli/config.h"
+#include "server/config.h"
 #include "test_util.h"
 
 static char path[64];

@@ -13,27 +13,54 @@
 #include "common/util.h"
 #include "uzram.h"
 
+/* The attributes the server adds to the library's (control/service.c): the clients of a
+ * device, and the memory limit all the server's devices share. */
+#define SERVER_ATTRIBUTES "clients server_mem_limit"
+#define SERVER_MEM_LIMIT_USAGE                                                                     \
+    "a size in bytes (K/M/G/T), 0 for none: the server's, all its devices together"
+
+/* "  NAME  TEXT" with TEXT's words wrapped under one another from column 26. */
+static void print_wrapped(FILE *out, const char *name, const char *text)
+{
+    enum { COLUMN = 26, WIDTH = 79 };
+    int used = fprintf(out, "  %-*s", COLUMN - 3, name);
+    if (used > COLUMN - 1) {
+        fputc('\n', out);
+        used = fprintf(out, "%*s", COLUMN - 1, "");
+    }
+    for (const char *word = text; *word;) {
+        int length = (int)strcspn(word, " ");
+        if (used + 1 + length > WIDTH && used > COLUMN - 1)
+            used = fprintf(out, "\n%*s", COLUMN - 1, "") - 1;
+        used += fprintf(out, " %.*s", length, word);
+        word += length + (word[length] == ' ');
+    }
+    fputc('\n', out);
+}
+
+/* The list and what each write takes come from the library's table of attributes
+ * (uzram_attr_names, uzram_attr_usage: exactly the writable ones have a usage). */
 static void attr_usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: uzram attr [-u DIR] DEVICE [NAME [VALUE]]\n"
-            "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
-            "without NAME, list every attribute with its value. DEVICE is a device name\n"
-            "(looked up among the servers of the runtime directory) or the path of a .ctl\n"
-            "control socket (its server's first device).\n"
-            "\n"
-            "  -u, --runtime-dir DIR   look for NAME.ctl in DIR, not in the runtime directory;\n"
-            "                          or the server listening on a socket: -u SOCKET as\n"
-            "                          given to serve --unix (or its NAME.ctl)\n"
-            "  -h, --help              show this help\n"
-            "\n"
-            "Attributes: %s clients server_mem_limit\n"
-            "Writable: comp_algorithm algorithm_params same_filled use_dedup mem_limit\n"
-            "  mem_used_max (0) compact reset (1, only with no client connected)\n"
-            "  idle (all, or seconds since the last access);\n"
-            "  disksize is set when the device is served (uzram serve --size);\n"
-            "  server_mem_limit (bytes, 0 none) is the server's: all its devices together\n",
-            uzram_attr_names());
+    fputs("Usage: uzram attr [-u PLACE] DEVICE [NAME [VALUE]]\n"
+          "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
+          "without NAME, list every attribute with its value. DEVICE is a device name\n"
+          "(looked up among the servers of the runtime directory) or the path of a .ctl\n"
+          "control socket (its server's first device).\n"
+          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
+          "\n",
+          out);
+    fprintf(out, "Attributes: %s " SERVER_ATTRIBUTES "\n", uzram_attr_names());
+    fputs("\nWritable, and what a write takes (disksize is set when the device is served:\n"
+          "uzram serve --size; reset only while no client is connected):\n",
+          out);
+    char names[1024];
+    snprintf(names, sizeof names, "%s", uzram_attr_names());
+    char *save = NULL;
+    for (char *name = strtok_r(names, " ", &save); name; name = strtok_r(NULL, " ", &save))
+        if (uzram_attr_usage(name) != NULL)
+            print_wrapped(out, name, uzram_attr_usage(name));
+    print_wrapped(out, "server_mem_limit", SERVER_MEM_LIMIT_USAGE);
 }
 
 /* Every attribute of the library's list, then clients, as "NAME  VALUE" lines: what
@@ -42,7 +69,7 @@ static void attr_usage(FILE *out)
 static int list_attributes(const struct control_target *target)
 {
     char names[1024], message[512], request[128], *body;
-    snprintf(names, sizeof names, "%s clients server_mem_limit", uzram_attr_names());
+    snprintf(names, sizeof names, "%s " SERVER_ATTRIBUTES, uzram_attr_names());
     int width = 0;
     for (char *name = names; *name;) {
         int length = (int)strcspn(name, " ");
@@ -77,35 +104,6 @@ static int list_attributes(const struct control_target *target)
         free(body);
     }
     return status;
-}
-
-/* -u named one server (by its NBD or control socket): DEVICE must be one of its devices, or
- * the same control socket (its default device). */
-static int same_device(const struct control_place *place, const char *device,
-                       struct control_target *target, char *message, size_t message_size)
-{
-    snprintf(target->ctl, sizeof target->ctl, "%s", place->ctl);
-    target->device[0] = '\0';
-    if (strcmp(device, place->ctl) == 0)
-        return 0;
-    char **names;
-    size_t count;
-    int rc = control_devices(place->ctl, &names, &count, message, message_size);
-    if (rc < 0)
-        return rc;
-    bool found = false;
-    for (size_t i = 0; i < count && !found; i++)
-        found = strcmp(names[i], device) == 0;
-    if (!found)
-        snprintf(message, message_size,
-                 "-u leads to the server of %s, which serves %s%s%s, not '%s'", place->ctl,
-                 count ? names[0] : "no device", count > 1 ? ", " : "", count > 1 ? names[1] : "",
-                 device);
-    control_free_names(names, count);
-    if (!found)
-        return -ENOENT;
-    snprintf(target->device, sizeof target->device, "%s", device);
-    return 0;
 }
 
 int cmd_attr(int argc, char **argv)
@@ -149,13 +147,8 @@ int cmd_attr(int argc, char **argv)
     }
 
     char message[2 * PATH_MAX + 256], request[PATH_MAX + 64], *body;
-    struct control_place place;
     struct control_target target;
-    int rc = control_place(given_place, &place, message, sizeof message);
-    if (rc == 0 && place.ctl[0])
-        rc = same_device(&place, device, &target, message, sizeof message);
-    else if (rc == 0)
-        rc = control_find(device, place.dir, given_place == NULL, &target, message, sizeof message);
+    int rc = control_locate(given_place, device, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

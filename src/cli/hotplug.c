@@ -9,9 +9,70 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/serve.h"
 #include "control/control.h"
 #include "common/util.h"
+#include "server/options.h"
+
+/* serve's device options (server/options.c's table), one line each, for --help. */
+static void device_options_usage(FILE *out)
+{
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
+        const struct serve_option *o = &serve_options[i];
+        if (o->name == NULL || !option_sets_device(o))
+            continue;
+        char left[64];
+        option_left_column(o, left, sizeof left);
+        const char *end = strchr(o->help, '\n');
+        fprintf(out, "%-*s %.*s%s\n", SERVE_HELP_COLUMN - 1, left,
+                end ? (int)(end - o->help) : (int)strlen(o->help), o->help, end ? " ..." : "");
+    }
+}
+
+/* Is `option` one hot-add takes after NAME [SIZE]: a device's setting other than its size? */
+static bool hot_add_option(const struct serve_option *option)
+{
+    return option_sets_device(option) && option->code != 's';
+}
+
+/* Make the device SPEC that serve --device and the control socket's hot-add take
+ * (NAME:SIZE[:KEY=VALUE]...) from NAME, SIZE (NULL: the server's default) and serve's
+ * device options in argv[1..argc-1] (--algorithm zstd, -a zstd, --dedup, --dedup=no).
+ * Returns 0, or 2 after a line on stderr. */
+static int device_spec(const char *name, const char *size, int argc, char **argv, char *spec,
+                       size_t spec_size)
+{
+    struct option long_options[SERVE_OPTION_COUNT + 1];
+    char short_options[3 * SERVE_OPTION_COUNT + 2];
+    option_getopt_tables(hot_add_option, "+", long_options, short_options);
+
+    size_t used = (size_t)snprintf(spec, spec_size, "%s:%s", name, size ? size : "");
+    int c, index;
+    optind = 1;
+    opterr = 1;
+    while ((c = getopt_long(argc, argv, short_options, long_options, &index)) != -1) {
+        const struct serve_option *option = option_by_code(c);
+        if (option == NULL)
+            return 2;
+        if (optarg != NULL && strchr(optarg, ':') != NULL) {
+            fprintf(stderr,
+                    "uzram: --%s '%s': a value with ':' cannot go in a device's settings; "
+                    "rename the file, or serve the device from a configuration file\n",
+                    option->name, optarg);
+            return 2;
+        }
+        used += (size_t)snprintf(spec + used, used < spec_size ? spec_size - used : 0, ":%s%s%s",
+                                 option->name, optarg ? "=" : "", optarg ? optarg : "");
+    }
+    if (optind < argc) {
+        fprintf(stderr, "uzram hot-add: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (used >= spec_size) {
+        fputs("uzram hot-add: the settings are too long for one request\n", stderr);
+        return 2;
+    }
+    return 0;
+}
 
 static void hot_add_usage(FILE *out)
 {
@@ -20,15 +81,13 @@ static void hot_add_usage(FILE *out)
           "zram's hot_add does: a new NBD export of that server, at once.\n"
           "\n"
           "  -S, --server SERVER     the server whose control socket is SERVER.ctl in the\n"
-          "                          runtime directory (needed when several run)\n"
-          "  -u, --runtime-dir PLACE the runtime directory to look in, or the server's\n"
-          "                          NBD or control socket (as for uzram status)\n"
-          "  -h, --help              show this help\n"
+          "                          runtime directory (needed when several "
+          "run)\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
           "\n"
           "Device options (as uzram serve takes them; the server's own defaults apply to\n"
           "what is not given):\n",
           out);
-    serve_device_options_usage(out);
+    device_options_usage(out);
     fputs("\n"
           "Example:\n"
           "  uzram hot-add -S pool scratch 2G --algorithm zstd --dedup\n",
@@ -40,10 +99,7 @@ static void hot_remove_usage(FILE *out)
     fputs("Usage: uzram hot-remove [-u PLACE] NAME\n"
           "Remove device NAME from the server that serves it, as zram's hot_remove does: its\n"
           "data is dropped. Refused while a client is connected to it; disconnect them first.\n"
-          "\n"
-          "  -u, --runtime-dir PLACE the runtime directory to look in, or the server's\n"
-          "                          NBD or control socket (as for uzram status)\n"
-          "  -h, --help              show this help\n",
+          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
           out);
 }
 
@@ -111,7 +167,7 @@ int cmd_hot_add(int argc, char **argv)
     const char *given_place = NULL, *server = NULL;
     int c;
     optind = 1;
-    /* "+": the device options after NAME are serve's, read by serve_device_spec(). */
+    /* "+": the device options after NAME are serve's, read by device_spec(). */
     while ((c = getopt_long(argc, argv, "+S:u:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'S':
@@ -152,8 +208,7 @@ int cmd_hot_add(int argc, char **argv)
     /* The device options, as serve's getopt reads them: argv[0] stays the program. */
     char spec[1024];
     argv[optind - 1] = argv[0];
-    int status =
-        serve_device_spec(name, size, argc - optind + 1, argv + optind - 1, spec, sizeof spec);
+    int status = device_spec(name, size, argc - optind + 1, argv + optind - 1, spec, sizeof spec);
     if (status != 0)
         return status;
 
@@ -206,14 +261,8 @@ int cmd_hot_remove(int argc, char **argv)
         return 2;
     }
     char message[2 * PATH_MAX + 256], request[128], *body;
-    struct control_place place;
     struct control_target target;
-    int rc = control_place(given_place, &place, message, sizeof message);
-    if (rc == 0 && place.ctl[0]) {
-        snprintf(target.ctl, sizeof target.ctl, "%s", place.ctl);
-    } else if (rc == 0) {
-        rc = control_resolve(name, place.dir, &target, message, sizeof message);
-    }
+    int rc = control_locate(given_place, name, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

@@ -1,22 +1,22 @@
 /* node.h - a served device's /dev node, for the commands that make or take one away:
- * `uzram attach`, `uzram detach` and zram-generator's device setup (attach.c). */
+ * `uzram attach`, `uzram detach` and zram-generator's device setup (node.c). */
 #ifndef UZRAM_NODE_H
 #define UZRAM_NODE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Ask the server of DEVICE (a name, or its .ctl path) for a /dev node: via "nbd" or "loop"
- * (NULL: nbd when the kernel has its client, else loop), for swap, on `file` (loop only;
- * NULL: NAME.disk), found in `runtime_dir` (NULL: the runtime directory, and for root under
- * sudo the invoking user's). Fills `node` ("/dev/loopN"). 0, or -errno with a message. */
-int attach_node(const char *device, const char *via, bool swap, const char *file,
-                const char *runtime_dir, char *node, size_t node_size, char *message,
-                size_t message_size);
+/* Ask the server of DEVICE (a name, or its .ctl path) for a /dev node: via "nbd", "ublk" or
+ * "loop" (NULL: nbd when the kernel has its client, else loop; ublk for swap where it can),
+ * for swap, on `file` (loop only; NULL: NAME.disk), found where -u's `place` says (NULL: the
+ * runtime directory, and for root under sudo the invoking user's; control_locate()). Fills
+ * `node` ("/dev/loopN"). 0, or -errno with a message. */
+int attach_node(const char *device, const char *via, bool swap, const char *file, const char *place,
+                char *node, size_t node_size, char *message, size_t message_size);
 
 /* Take the node away again (refused while it is used). 0, or -errno with a message
  * (-ENOENT: no server serves DEVICE). */
-int detach_node(const char *device, const char *runtime_dir, char *message, size_t message_size);
+int detach_node(const char *device, const char *place, char *message, size_t message_size);
 
 /* The node DEVICE is attached as ("" for none). 0, or -errno with a message. */
 int attached_node(const char *device, char *node, size_t node_size, char *message,

@@ -1,7 +1,7 @@
-/* serve.c - `uzram serve`: command line of the NBD server, its devices, socket paths.
- * Every bad setting ends with one line saying what to do; the server itself is in nbd/server.c.
- * The devices' settings are read here for hot-add too (make_device()), so that a device
- * added at run time takes exactly what --device takes. */
+/* serve.c - `uzram serve`: its command line and configuration file, and the sockets it
+ * listens on. Every bad setting ends with one line saying what to do. The options are
+ * server/options.c's table; the devices are made by server/devices.c (which hot-add uses
+ * too); the server itself is nbd/server.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -17,167 +17,15 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/config.h"
-#include "cli/serve.h"
 #include "nbd/server.h"
 #include "control/service.h"
 #include "attach/attach.h"
 #include "common/sizes.h"
 #include "common/systemd.h"
 #include "common/util.h"
-
-enum {
-    OPT_NO_SAME_FILLED = 256,
-    OPT_NO_UNIX,
-    OPT_SOCKET_MODE,
-    OPT_SOCKET_GROUP,
-    OPT_THREADS,
-    OPT_CONFIG,
-    OPT_RECOMPRESS_IDLE,
-    OPT_RECOMPRESS,
-    OPT_BACKING_FILE,
-    OPT_BACKING_SIZE,
-    OPT_OVERWRITE_BACKING_FILE,
-    OPT_WRITEBACK_WHEN_FULL,
-    OPT_WRITEBACK_IDLE,
-    OPT_WRITEBACK_RATE,
-    OPT_SWAP,
-    OPT_TLS,
-    OPT_TLS_CERTIFICATES,
-    OPT_TLS_PSK,
-    OPT_TLS_VERIFY_PEER,
-    OPT_DEVICE,
-    OPT_SERVER_MEM_LIMIT,
-};
-
-/* The `code` of a row that starts a group of --help: what the options below it set. */
-enum { SETS_SERVER = 0, SETS_DEVICE = 1 };
-
-/* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
- * the configuration file are all made from this list, so an option added here is a key
- * too. A row without a name starts a group of --help; the options of a SETS_DEVICE group
- * are a device's own settings (each --device, configuration section and hot-add may set
- * them), the others the whole server's. Flags (optional_argument) take `=yes` or `=no` in
- * their long form, so the command line can undo a file's setting. */
-static const struct serve_option {
-    const char *name; /* long option and configuration key */
-    int code;         /* short option letter, or OPT_* */
-    int has_arg;      /* required_argument, optional_argument (a flag), no_argument */
-    const char *arg;  /* what --help calls the argument */
-    const char *help; /* lines after the first are indented under it */
-    bool command_line_only;
-} serve_options[] = {
-    {NULL, SETS_DEVICE, 0, NULL, "Device (with several, each --device may set these):", false},
-    {"size", 's', required_argument, "SIZE", "disk size: 512M, 4G, 50% (of RAM); default 1G",
-     false},
-    {"algorithm", 'a', required_argument, "NAME", "compression algorithm (default lz4)", false},
-    {"level", 'l', required_argument, "N", "compression level (default: the algorithm's)", false},
-    {"no-same-filled", OPT_NO_SAME_FILLED, optional_argument, NULL,
-     "do not store same-filled pages as one word", false},
-    {"dedup", 'd', optional_argument, NULL, "store identical pages once", false},
-    {"mem-limit", 'm', required_argument, "SIZE",
-     "most memory the compressed pages may use (default none)", false},
-    {"recompress-idle", OPT_RECOMPRESS_IDLE, required_argument, "N",
-     "recompress pages unused for N seconds, in the\n"
-     "background at the lowest CPU priority (default 0: off)",
-     false},
-    {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
-     "the algorithm that recompresses: algo=NAME[,level=N]\n"
-     "[,dict=PATH|auto] (default algo=zstd,level=7)",
-     false},
-    {"backing-file", OPT_BACKING_FILE, required_argument, "PATH",
-     "write pages back to PATH, a new or empty file of\n"
-     "yours (mode 0600, sized sparsely) or a block device;\n"
-     "what it holds is as volatile as the memory part",
-     false},
-    {"overwrite-backing-file", OPT_OVERWRITE_BACKING_FILE, optional_argument, NULL,
-     "let --backing-file empty a file that holds data", false},
-    {"backing-size", OPT_BACKING_SIZE, required_argument, "SIZE",
-     "size of the backing file (default twice --size; a\n"
-     "block device: all of it)",
-     false},
-    {"writeback-when-full", OPT_WRITEBACK_WHEN_FULL, optional_argument, NULL,
-     "a write past --mem-limit writes back the coldest\n"
-     "pages instead of failing (needs --backing-file)",
-     false},
-    {"writeback-idle", OPT_WRITEBACK_IDLE, required_argument, "N",
-     "write back pages unused for N seconds, in the\n"
-     "background, paced by --writeback-rate (default 0: off)",
-     false},
-    {"writeback-rate", OPT_WRITEBACK_RATE, required_argument, "N",
-     "pages a second the background writeback may write\n"
-     "(default 4096; 0: no limit)",
-     false},
-    {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
-    {NULL, SETS_SERVER, 0, NULL, "Server:", false},
-    {"name", 'n', required_argument, "NAME",
-     "device and export name (default uzram0); with --device\n"
-     "or a devices key, the server's name (default: its first\n"
-     "device's); with --config, the section to serve",
-     true},
-    {"device", OPT_DEVICE, required_argument, "SPEC",
-     "serve one more device, SPEC = NAME[:SIZE[:KEY=VALUE]...]\n"
-     "with the keys of the device options above (dedup alone\n"
-     "for dedup=yes); a bare NAME with --config: its section.\n"
-     "Repeat it for several; the first is the default export",
-     true},
-    {"server-mem-limit", OPT_SERVER_MEM_LIMIT, required_argument, "SIZE",
-     "most memory the compressed pages of all the devices\n"
-     "together may use (default none)",
-     false},
-    {"swap", OPT_SWAP, optional_argument, NULL,
-     "for swap: lock memory, allocate without waiting for\n"
-     "I/O, no OOM kill (needs --mem-limit or\n"
-     "--server-mem-limit, and root)",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "Listening:", false},
-    {"unix", 'u', required_argument, "PATH",
-     "NBD Unix socket (default NAME.sock in the runtime\n"
-     "directory, $XDG_RUNTIME_DIR/uzram; see uzram(1))",
-     false},
-    {"no-unix", OPT_NO_UNIX, optional_argument, NULL, "no Unix socket (needs --tcp)", false},
-    {"tcp", 't', required_argument, "[ADDR:]PORT", "also listen on TCP (default address 127.0.0.1)",
-     false},
-    {"socket-mode", OPT_SOCKET_MODE, required_argument, "OCTAL",
-     "mode of the NBD Unix socket (default 0600)", false},
-    {"socket-group", OPT_SOCKET_GROUP, required_argument, "GROUP", "group of the NBD Unix socket",
-     false},
-    {"threads", OPT_THREADS, required_argument, "N",
-     "most worker threads per client connection (default:\n"
-     "number of CPUs, at least 2); helpers start only while\n"
-     "costly requests queue up",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "TLS (clients use nbds:// URIs):", false},
-    {"tls", OPT_TLS, required_argument, "off|on|require",
-     "on: offer TLS (NBD_OPT_STARTTLS); require: refuse\n"
-     "clients that do not start it (default: require when\n"
-     "credentials are given, else off)",
-     false},
-    {"tls-certificates", OPT_TLS_CERTIFICATES, required_argument, "DIR",
-     "X.509: DIR holds server-cert.pem, server-key.pem and\n"
-     "ca-cert.pem (certtool makes them)",
-     false},
-    {"tls-psk", OPT_TLS_PSK, required_argument, "FILE",
-     "pre-shared keys, USERNAME:HEXKEY lines (psktool\n"
-     "-u NAME -p FILE)",
-     false},
-    {"tls-verify-peer", OPT_TLS_VERIFY_PEER, optional_argument, NULL,
-     "X.509: clients must show a certificate signed by\n"
-     "DIR/ca-cert.pem",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "Other:", false},
-    {"config", OPT_CONFIG, required_argument, "FILE",
-     "read the options of device NAME from the [NAME] section\n"
-     "of FILE; options on the command line win",
-     true},
-    {"quiet", 'q', optional_argument, NULL, "print no banner and no per-client messages", false},
-    {"help", 'h', no_argument, NULL, "show this help", true},
-};
-#define SERVE_OPTION_COUNT (sizeof serve_options / sizeof serve_options[0])
-#define HELP_COLUMN 26
-
-/* The configuration key that makes a section a server's: the sections of its devices. */
-#define DEVICES_KEY "devices"
+#include "server/config.h"
+#include "server/devices.h"
+#include "server/options.h"
 
 static void serve_usage(FILE *out)
 {
@@ -192,18 +40,17 @@ static void serve_usage(FILE *out)
             continue;
         }
         char left[64];
-        int n = snprintf(left, sizeof left, "  %c%c%c --%s%s%s", o->code < 256 ? '-' : ' ',
-                         o->code < 256 ? o->code : ' ', o->code < 256 ? ',' : ' ', o->name,
-                         o->arg ? " " : "", o->arg ? o->arg : "");
-        fprintf(out, "%-*s", HELP_COLUMN - 1, left);
-        if (n >= HELP_COLUMN - 1)
+        option_left_column(o, left, sizeof left);
+        int n = (int)strlen(left);
+        fprintf(out, "%-*s", SERVE_HELP_COLUMN - 1, left);
+        if (n >= SERVE_HELP_COLUMN - 1)
             fputc(' ', out);
         for (const char *line = o->help; line != NULL;) {
             const char *end = strchr(line, '\n');
             fprintf(out, " %.*s\n", end ? (int)(end - line) : (int)strlen(line), line);
             line = end ? end + 1 : NULL;
             if (line != NULL)
-                fprintf(out, "%*s", HELP_COLUMN - 1, "");
+                fprintf(out, "%*s", SERVE_HELP_COLUMN - 1, "");
         }
     }
     fputs("\n"
@@ -222,48 +69,6 @@ static void serve_usage(FILE *out)
           out);
 }
 
-static int parse_uint(const char *text, unsigned long max, int base, unsigned long *value)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(text, &end, base);
-    if (errno || end == text || *end != '\0' || v > max || text[0] == '-')
-        return -1;
-    *value = v;
-    return 0;
-}
-
-/* Where a setting came from: the command line (file and spec NULL), a line of the
- * configuration, or a device SPEC (--device, hot-add). */
-struct origin {
-    const char *file;
-    unsigned line;
-    const char *spec;
-    bool given; /* set at all, anywhere (the command line's origin is NULL, 0, NULL) */
-};
-
-/* One device to serve: its settings as given, checked by device_settings(). */
-struct device_plan {
-    const char *name;
-    struct uzram_config config;
-    const char *size_text, *level_text;
-    const char *recompress; /* --recompress as given, checked once the device exists */
-    uint64_t recompress_idle;
-    /* Writeback, set once the device exists. */
-    const char *backing_file;
-    uint64_t backing_size, writeback_idle, writeback_rate;
-    bool writeback_when_full, backing_overwrite;
-    bool read_only;
-    /* Where each option was last set, for the messages of checks made later. */
-    struct origin from[SERVE_OPTION_COUNT];
-};
-
-/* A device option given on the command line without --device: applied to every device. */
-struct given_option {
-    const struct serve_option *option;
-    const char *arg;
-};
-
 /* What `uzram serve` was asked for: the devices, and where to listen. */
 struct serve_plan {
     struct nbd_server_options options;
@@ -271,6 +76,8 @@ struct serve_plan {
     bool no_unix;
     bool tls_given;                         /* --tls was set, not defaulted */
     struct origin from[SERVE_OPTION_COUNT]; /* of the server's options */
+    /* What the devices start from: the configuration, the command line's device options. */
+    struct device_factory factory;
     /* The devices: from --device (specs), a server section's devices key, or the one. */
     struct device_plan *devices;
     size_t device_count;
@@ -284,228 +91,96 @@ struct serve_plan {
     char *listed_text;                   /* the server section's devices key, cut in words */
     const char *listed[NBD_SERVER_MAX_EXPORTS];
     size_t listed_count;
-    /* Where a complaint goes: stderr ("uzram: ...\n"), or, for hot-add, this buffer. */
-    char *message;
-    size_t message_size;
     /* Storage for the paths options points to when they are derived. */
     char unix_buffer[PATH_MAX], ctl_path[PATH_MAX];
     int inherited[SYSTEMD_MAX_LISTEN_FDS]; /* sockets handed over (socket activation) */
-    char **spec_copies;                    /* per device: its --device text, cut by apply_spec() */
+    char **spec_copies;                    /* per device: its --device text, cut by the factory */
     bool name_given;                       /* --name */
 };
 
 /* The GO_ON-or-status steps below return GO_ON, or the exit status to stop with. */
 #define GO_ON (-1)
 
-/* One line saying what is wrong and what to do: on stderr, or the answer to hot-add. */
-static void complain(const struct serve_plan *plan, const char *format, ...)
-    __attribute__((format(printf, 2, 3)));
+/* At start every complaint goes to stderr (hot-add's go to its answer: server/devices.c). */
+#define complain(...) option_complain(NULL, __VA_ARGS__)
 
-static void complain(const struct serve_plan *plan, const char *format, ...)
+/* The server options whose values are checked: a name, a mode, a group, a count, a TLS mode.
+ * Returns 0, or -1 after one line that names where the bad value came from. */
+static int apply_checked(struct serve_plan *plan, const struct serve_option *option,
+                         const char *arg, const struct label *label)
 {
-    va_list args;
-    va_start(args, format);
-    if (plan->message != NULL) {
-        if (plan->message[0] == '\0')
-            vsnprintf(plan->message, plan->message_size, format, args);
-    } else {
-        fputs("uzram: ", stderr);
-        vfprintf(stderr, format, args);
-        fputc('\n', stderr);
-    }
-    va_end(args);
-}
-
-/* The option a configuration key names, or NULL: every option but the command-line-only ones. */
-static const struct serve_option *option_by_key(const char *key)
-{
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
-        if (serve_options[i].name != NULL && !serve_options[i].command_line_only &&
-            strcmp(serve_options[i].name, key) == 0)
-            return &serve_options[i];
-    return NULL;
-}
-
-static const struct serve_option *option_by_code(int code)
-{
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
-        if (serve_options[i].name != NULL && serve_options[i].code == code)
-            return &serve_options[i];
-    return NULL;
-}
-
-/* Is `option` a device's own setting (in a SETS_DEVICE group of the table)? */
-static bool sets_device(const struct serve_option *option)
-{
-    for (const struct serve_option *row = option; row >= serve_options; row--)
-        if (row->name == NULL)
-            return row->code == SETS_DEVICE;
-    return false;
-}
-
-/* How a message names an option: "--size" on the command line; "size", after "FILE:LINE: ",
- * from a configuration file, or after "in 'SPEC': " from a device spec. Messages read
- * "WHERE... NAME 'VALUE' ...". */
-struct label {
-    char where[PATH_MAX + 32];
-    char name[64];
-};
-
-static const struct label *option_label(const struct serve_option *option,
-                                        const struct origin *from, struct label *label)
-{
-    if (from->file == NULL && from->spec == NULL) {
-        label->where[0] = '\0';
-        snprintf(label->name, sizeof label->name, "--%s", option->name);
-    } else {
-        if (from->file != NULL)
-            snprintf(label->where, sizeof label->where, "%s:%u: ", from->file, from->line);
-        else
-            snprintf(label->where, sizeof label->where, "in '%.4000s': ", from->spec);
-        snprintf(label->name, sizeof label->name, "%s", option->name);
-    }
-    return label;
-}
-
-static int parse_size_option(const struct serve_plan *plan, const struct label *label,
-                             const char *text, uint64_t *bytes)
-{
-    int rc = sizes_parse(text, bytes); /* 512M, or 50% of RAM */
-    if (rc < 0)
-        complain(plan,
-                 rc == -ERANGE   ? "%s%s '%s' is too large"
-                 : rc != -EINVAL ? "%s%s '%s': cannot read this machine's memory size"
-                                 : "%s%s '%s' is not a size; use a number with an optional K, "
-                                   "M, G or T suffix, e.g. 512M, or a share of RAM, e.g. 50%%",
-                 label->where, label->name, text);
-    return rc < 0 ? -1 : 0;
-}
-
-/* A flag's value: none (the flag alone), or yes/no as systemd spells them. */
-static int parse_flag(const struct serve_plan *plan, const struct label *label, const char *text,
-                      bool *value)
-{
-    static const char *const yes[] = {"yes", "y", "true", "on", "1"};
-    static const char *const no[] = {"no", "n", "false", "off", "0"};
-    if (text == NULL) {
-        *value = true;
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-        if (strcasecmp(text, yes[i]) == 0 || strcasecmp(text, no[i]) == 0) {
-            *value = strcasecmp(text, yes[i]) == 0;
+    struct nbd_server_options *options = &plan->options;
+    static const char *const tls_modes[] = {
+        [NBD_TLS_OFF] = "off", [NBD_TLS_ON] = "on", [NBD_TLS_REQUIRE] = "require"};
+    unsigned long value;
+    struct group *group;
+    switch (option->code) {
+    case 'n':
+        if (util_valid_name(arg)) {
+            options->name = arg;
             return 0;
         }
+        complain("%sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not starting "
+                 "with -",
+                 label->where, label->name, arg);
+        return -1;
+    case OPT_SOCKET_MODE:
+        if (option_parse_uint(arg, 0777, 8, &value) == 0) {
+            options->socket_mode = (unsigned)value;
+            return 0;
+        }
+        complain("%sbad %s '%s'; use an octal mode like 0660", label->where, label->name, arg);
+        return -1;
+    case OPT_SOCKET_GROUP:
+        if ((group = getgrnam(arg)) != NULL || option_parse_uint(arg, INT_MAX, 10, &value) == 0) {
+            options->socket_gid = group != NULL ? (long)group->gr_gid : (long)value;
+            return 0;
+        }
+        complain("%sunknown %s '%s'; give a group name or id", label->where, label->name, arg);
+        return -1;
+    case OPT_THREADS:
+        if (option_parse_uint(arg, NBD_SERVER_MAX_THREADS, 10, &value) == 0 && value != 0) {
+            options->threads = (unsigned)value;
+            return 0;
+        }
+        complain("%sbad %s '%s'; use a number from 1 to %u", label->where, label->name, arg,
+                 NBD_SERVER_MAX_THREADS);
+        return -1;
+    case OPT_TLS:
+        for (size_t mode = 0; mode < sizeof tls_modes / sizeof tls_modes[0]; mode++) {
+            if (strcmp(arg, tls_modes[mode]) == 0) {
+                options->tls.mode = (enum nbd_tls_mode)mode;
+                plan->tls_given = true;
+                return 0;
+            }
+        }
+        complain("%sbad %s '%s'; use off, on or require", label->where, label->name, arg);
+        return -1;
     }
-    complain(plan, "%sbad %s '%s'; use yes or no", label->where, label->name, text);
+    /* A device's own setting never comes here (parse_options and the sections route them
+     * to the factory); refused rather than dropped should that change. */
+    complain("%s%s is a setting of one device; it cannot be set here", label->where, label->name);
     return -1;
 }
 
-/* A device's settings before any option: the defaults. */
-static void device_defaults(struct device_plan *device, const char *name)
-{
-    memset(device, 0, sizeof *device);
-    device->name = name;
-    uzram_config_init(&device->config);
-    device->config.comp_algorithm = "lz4";
-    device->size_text = "1G";
-}
-
-/* One option, from the command line, the configuration or a device spec: a device's own
- * settings go to `device` (NULL: there is none to set, the option is refused), the others
- * to the server. Returns 0, or -1 after one line that names where the bad value came from
- * and says what is allowed. */
-static int apply_option(struct serve_plan *plan, struct device_plan *device,
-                        const struct serve_option *option, const char *arg,
-                        const struct origin *from)
+/* One option of the whole server, from the command line or the configuration (a device's
+ * own settings are the factory's: server/devices.c). Returns 0, or -1 after one line that
+ * names where the bad value came from and says what is allowed. */
+static int apply_server_option(struct serve_plan *plan, const struct serve_option *option,
+                               const char *arg, const struct origin *from)
 {
     struct nbd_server_options *options = &plan->options;
     struct label label;
-    unsigned long value;
-    bool flag = false;
+    bool flag;
 
-    option_label(option, from, &label);
-    if (sets_device(option) && device == NULL) {
-        complain(plan, "%s%s is a setting of one device; it cannot be set here", label.where,
-                 label.name);
-        return -1;
-    }
-    struct origin *where =
-        &(sets_device(option) ? device->from : plan->from)[option - serve_options];
-    *where = *from;
-    where->given = true;
-    struct uzram_config *config = device ? &device->config : NULL;
-    if (option->has_arg == optional_argument && parse_flag(plan, &label, arg, &flag) < 0)
+    if (option_note(NULL, plan->from, option, arg, from, &label, &flag) < 0)
         return -1;
     switch (option->code) {
-    case 's':
-        device->size_text = arg;
-        break;
-    case 'a':
-        config->comp_algorithm = arg;
-        break;
-    case 'l':
-        device->level_text = arg;
-        break;
-    case OPT_NO_SAME_FILLED:
-        config->same_filled = !flag;
-        break;
-    case 'd':
-        config->use_dedup = flag;
-        break;
-    case 'm':
-        return parse_size_option(plan, &label, arg, &config->mem_limit);
-    case 'r':
-        device->read_only = flag;
-        break;
-    case OPT_RECOMPRESS_IDLE:
-        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
-            complain(plan, "%sbad %s '%s'; use a number of seconds, 0 for off", label.where,
-                     label.name, arg);
-            return -1;
-        }
-        device->recompress_idle = value;
-        break;
-    case OPT_RECOMPRESS:
-        device->recompress = arg;
-        break;
-    case OPT_BACKING_FILE:
-        device->backing_file = arg;
-        break;
-    case OPT_BACKING_SIZE:
-        return parse_size_option(plan, &label, arg, &device->backing_size);
-    case OPT_OVERWRITE_BACKING_FILE:
-        device->backing_overwrite = flag;
-        break;
-    case OPT_WRITEBACK_WHEN_FULL:
-        device->writeback_when_full = flag;
-        break;
-    case OPT_WRITEBACK_IDLE:
-    case OPT_WRITEBACK_RATE:
-        if (parse_uint(arg, UINT32_MAX, 10, &value) < 0) {
-            complain(plan, "%sbad %s '%s'; use a number%s, 0 for %s", label.where, label.name, arg,
-                     option->code == OPT_WRITEBACK_IDLE ? " of seconds" : "",
-                     option->code == OPT_WRITEBACK_IDLE ? "off" : "no limit");
-            return -1;
-        }
-        *(option->code == OPT_WRITEBACK_IDLE ? &device->writeback_idle : &device->writeback_rate) =
-            value;
-        break;
-    case 'n':
-        if (!util_valid_name(arg)) {
-            complain(plan,
-                     "%sbad %s '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not starting "
-                     "with -",
-                     label.where, label.name, arg);
-            return -1;
-        }
-        options->name = arg;
-        break;
     case OPT_SWAP:
         options->swap = flag;
         break;
     case OPT_SERVER_MEM_LIMIT:
-        return parse_size_option(plan, &label, arg, &options->server_mem_limit);
+        return option_parse_size(NULL, &label, arg, &options->server_mem_limit);
     case 'u':
         plan->unix_path = arg;
         break;
@@ -515,50 +190,8 @@ static int apply_option(struct serve_plan *plan, struct device_plan *device,
     case 't':
         options->tcp = arg;
         break;
-    case OPT_SOCKET_MODE:
-        if (parse_uint(arg, 0777, 8, &value) < 0) {
-            complain(plan, "%sbad %s '%s'; use an octal mode like 0660", label.where, label.name,
-                     arg);
-            return -1;
-        }
-        options->socket_mode = (unsigned)value;
-        break;
-    case OPT_SOCKET_GROUP: {
-        struct group *group = getgrnam(arg);
-        if (group != NULL)
-            options->socket_gid = (long)group->gr_gid;
-        else if (parse_uint(arg, INT_MAX, 10, &value) == 0)
-            options->socket_gid = (long)value;
-        else {
-            complain(plan, "%sunknown %s '%s'; give a group name or id", label.where, label.name,
-                     arg);
-            return -1;
-        }
-        break;
-    }
-    case OPT_THREADS:
-        if (parse_uint(arg, NBD_SERVER_MAX_THREADS, 10, &value) < 0 || value == 0) {
-            complain(plan, "%sbad %s '%s'; use a number from 1 to %u", label.where, label.name, arg,
-                     NBD_SERVER_MAX_THREADS);
-            return -1;
-        }
-        options->threads = (unsigned)value;
-        break;
     case 'q':
         options->quiet = flag;
-        break;
-    case OPT_TLS:
-        if (strcmp(arg, "off") == 0) {
-            options->tls.mode = NBD_TLS_OFF;
-        } else if (strcmp(arg, "on") == 0) {
-            options->tls.mode = NBD_TLS_ON;
-        } else if (strcmp(arg, "require") == 0) {
-            options->tls.mode = NBD_TLS_REQUIRE;
-        } else {
-            complain(plan, "%sbad %s '%s'; use off, on or require", label.where, label.name, arg);
-            return -1;
-        }
-        plan->tls_given = true;
         break;
     case OPT_TLS_CERTIFICATES:
         options->tls.certificates = arg;
@@ -569,6 +202,8 @@ static int apply_option(struct serve_plan *plan, struct device_plan *device,
     case OPT_TLS_VERIFY_PEER:
         options->tls.verify_peer = flag;
         break;
+    default:
+        return apply_checked(plan, option, arg, &label);
     }
     return 0;
 }
@@ -577,33 +212,16 @@ static int apply_option(struct serve_plan *plan, struct device_plan *device,
  * The configuration file
  * ---------------------------------------------------------------------- */
 
-/* Which keys of a section apply. */
-enum section_part {
-    SECTION_SERVER,   /* the server's section (or the one device's): its server keys */
-    SECTION_DEFAULTS, /* the same section's device keys: the one device's, or each one's */
-    SECTION_DEVICE,   /* a device's section, one of several: device keys only */
-};
-
-static int apply_section(struct serve_plan *plan, struct device_plan *device,
-                         const struct config_section *section, enum section_part part)
+/* The server's settings of a configuration section (its device keys are the factory's). */
+static int apply_server_section(struct serve_plan *plan, const struct config_section *section)
 {
     for (size_t e = 0; e < section->entry_count; e++) {
         const struct config_entry *entry = &section->entries[e];
         const struct origin from = {plan->file->path, entry->line, NULL, false};
-        if (strcmp(entry->key, DEVICES_KEY) == 0)
-            continue;
         const struct serve_option *option = option_by_key(entry->key);
-        bool own = sets_device(option);
-        if (part == SECTION_DEVICE && !own) {
-            complain(plan,
-                     "%s:%u: '%s' in [%s] is a setting of the whole server, not of one of its "
-                     "devices: put it in the server's section or on the command line",
-                     plan->file->path, entry->line, entry->key, section->name);
-            return -1;
-        }
-        if ((part == SECTION_SERVER && own) || (part == SECTION_DEFAULTS && !own))
+        if (strcmp(entry->key, DEVICES_KEY) == 0 || option_sets_device(option))
             continue;
-        if (apply_option(plan, own ? device : NULL, option, entry->value, &from) < 0)
+        if (apply_server_option(plan, option, entry->value, &from) < 0)
             return -1;
     }
     return 0;
@@ -621,7 +239,7 @@ static int section_devices(struct serve_plan *plan, const struct config_section 
         return 0;
     plan->listed_text = strdup(entry->value);
     if (plan->listed_text == NULL) {
-        complain(plan, "out of memory");
+        complain("out of memory");
         return -1;
     }
     size_t count = 0;
@@ -629,12 +247,12 @@ static int section_devices(struct serve_plan *plan, const struct config_section 
     for (char *word = strtok_r(plan->listed_text, " ,\t", &save); word;
          word = strtok_r(NULL, " ,\t", &save)) {
         if (!util_valid_name(word)) {
-            complain(plan, "%s:%u: bad device name '%s' in %s; list the sections of the devices",
+            complain("%s:%u: bad device name '%s' in %s; list the sections of the devices",
                      plan->file->path, entry->line, word, DEVICES_KEY);
             return -1;
         }
         if (count == NBD_SERVER_MAX_EXPORTS) {
-            complain(plan, "%s:%u: more than %u devices; one server serves at most that many",
+            complain("%s:%u: more than %u devices; one server serves at most that many",
                      plan->file->path, entry->line, NBD_SERVER_MAX_EXPORTS);
             return -1;
         }
@@ -728,25 +346,12 @@ static int load_config(struct serve_plan *plan, const char *path, const char *na
 /* The command line: options are collected first, so that the configuration file (which
  * --config names, anywhere on the line) is applied before them and they override it. Values
  * that need no context are checked as they are applied, each with its own message; the
- * rest waits for device_settings() and socket_paths(). */
+ * rest waits for the factory (device_settings()) and socket_paths(). */
 static int parse_options(int argc, char **argv, struct serve_plan *plan, struct config **loaded)
 {
     struct option long_options[SERVE_OPTION_COUNT + 1];
-    char short_options[3 * SERVE_OPTION_COUNT + 1];
-    size_t long_count = 0, short_length = 0;
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
-        const struct serve_option *o = &serve_options[i];
-        if (o->name == NULL)
-            continue;
-        long_options[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
-        if (o->code < 256) {
-            short_options[short_length++] = (char)o->code;
-            if (o->has_arg == required_argument)
-                short_options[short_length++] = ':';
-        }
-    }
-    long_options[long_count] = (struct option){NULL, 0, NULL, 0};
-    short_options[short_length] = '\0';
+    char short_options[3 * SERVE_OPTION_COUNT + 2];
+    option_getopt_tables(NULL, "", long_options, short_options);
 
     struct nbd_server_options *options = &plan->options;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -782,7 +387,7 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
             config_path = optarg;
         else if (c == OPT_DEVICE)
             plan->specs[plan->spec_count++] = optarg;
-        else if (sets_device(option))
+        else if (option_sets_device(option))
             plan->given[plan->given_count++] = (struct given_option){option, optarg};
         else
             server_given[server_count++] = (struct given_option){option, optarg};
@@ -809,18 +414,18 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
         return 1;
     plan->listed_count = (size_t)listed;
     plan->several = plan->spec_count > 0 || listed > 0;
-    if (plan->server != NULL && apply_section(plan, NULL, plan->server, SECTION_SERVER) < 0)
+    if (plan->server != NULL && apply_server_section(plan, plan->server) < 0)
         return 1;
     const struct origin command_line = {NULL, 0, NULL, false};
     for (size_t i = 0; i < server_count; i++)
-        if (apply_option(plan, NULL, server_given[i].option, server_given[i].arg, &command_line) <
+        if (apply_server_option(plan, server_given[i].option, server_given[i].arg, &command_line) <
             0)
             return 1;
     /* The client deadlines, shorter for tests that wait for them. */
     const char *timeout = getenv("UZRAM_SERVE_TIMEOUT");
     if (timeout != NULL && timeout[0] != '\0') {
         unsigned long value;
-        if (parse_uint(timeout, 3600, 10, &value) < 0 || value == 0) {
+        if (option_parse_uint(timeout, 3600, 10, &value) < 0 || value == 0) {
             fprintf(stderr, "uzram: bad UZRAM_SERVE_TIMEOUT '%s'; use seconds from 1 to 3600\n",
                     timeout);
             return 1;
@@ -834,164 +439,28 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
  * The devices
  * ---------------------------------------------------------------------- */
 
-/* The keys of a device SPEC after NAME: ":SIZE" (may be empty: the default), then
- * ":KEY=VALUE" or ":KEY" (a flag: yes) per setting. `text` is cut in place and must live
- * as long as the device's plan. */
-static int apply_spec(struct serve_plan *plan, struct device_plan *device, char *text,
-                      const struct origin *from)
+/* What every device starts from (server/devices.c), once the command line and the
+ * configuration are read. */
+static void fill_factory(struct serve_plan *plan)
 {
-    char *size = text;
-    char *rest = strchr(size, ':');
-    if (rest != NULL)
-        *rest++ = '\0';
-    if (size[0] != '\0')
-        apply_option(plan, device, option_by_code('s'), size, from);
-    while (rest != NULL) {
-        char *key = rest;
-        rest = strchr(key, ':');
-        if (rest != NULL)
-            *rest++ = '\0';
-        char *value = strchr(key, '=');
-        if (value != NULL)
-            *value++ = '\0';
-        const struct serve_option *option = option_by_key(key);
-        if (option == NULL || !sets_device(option)) {
-            char keys[512] = "";
-            size_t used = 0;
-            for (size_t i = 0; i < SERVE_OPTION_COUNT && used < sizeof keys; i++)
-                if (serve_options[i].name != NULL && sets_device(&serve_options[i]))
-                    used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s",
-                                             used ? ", " : "", serve_options[i].name);
-            complain(plan,
-                     "%s'%s' is %s; a device takes NAME:SIZE, then KEY=VALUE with the keys %s "
-                     "(separated by ':')",
-                     option_label(option_by_code('s'), from, &(struct label){0})->where, key,
-                     option == NULL ? "no key" : "a setting of the whole server", keys);
-            return -1;
-        }
-        if (value == NULL && option->has_arg == required_argument) {
-            complain(plan, "in '%s': %s needs a value: %s=%s", from->spec, key, key,
-                     option->arg ? option->arg : "VALUE");
-            return -1;
-        }
-        if (apply_option(plan, device, option, value, from) < 0)
-            return -1;
-    }
-    return 0;
+    plan->factory = (struct device_factory){
+        .file = plan->file,
+        .server = plan->server,
+        .several = plan->several,
+        .given = plan->given,
+        .given_count = plan->given_count,
+        .swap = plan->options.swap,
+        .server_mem_limit = plan->options.server_mem_limit,
+        .server_from = plan->from,
+    };
 }
 
-/* One device's settings, each layer over the one before: the defaults; the device options
- * of the server's section (with several devices; the one device's section otherwise); the
- * device's own section, when the file has one ([NAME]; a bare NAME must have one); the
- * device options of the command line; the keys of its SPEC (`spec`: the text after NAME,
- * NULL for none, cut in place). */
-static int plan_device(struct serve_plan *plan, struct device_plan *device, const char *name,
-                       char *spec, const struct origin *from)
-{
-    device_defaults(device, name);
-    if (plan->server != NULL && apply_section(plan, device, plan->server, SECTION_DEFAULTS) < 0)
-        return -1;
-    if (plan->several && plan->file != NULL) {
-        const struct config_section *own = config_section(plan->file, name);
-        if (own == NULL && spec == NULL && from->spec != NULL) {
-            complain(plan, "%s has no section [%s]; give the device a size: %s:SIZE",
-                     plan->file->path, name, name);
-            return -1;
-        }
-        if (own != NULL && own != plan->server &&
-            apply_section(plan, device, own, SECTION_DEVICE) < 0)
-            return -1;
-    }
-    const struct origin command_line = {NULL, 0, NULL, false};
-    for (size_t i = 0; i < plan->given_count; i++)
-        if (apply_option(plan, device, plan->given[i].option, plan->given[i].arg, &command_line) <
-            0)
-            return -1;
-    if (spec != NULL && apply_spec(plan, device, spec, from) < 0)
-        return -1;
-    return 0;
-}
-
-/* Whether option `code` was set at all, among the origins `from` (a device's, the server's). */
-static bool given(const struct origin *from, int code)
-{
-    return from[option_by_code(code) - serve_options].given;
-}
-
-/* How a later check names option `code`, as it was last given, among the origins `from` (a
- * device's, or the server's). */
-static const struct label *label_of(const struct origin *from, int code, struct label *label)
-{
-    const struct serve_option *option = option_by_code(code);
-    return option_label(option, &from[option - serve_options], label);
-}
-
-/* Size, algorithm and level, checked before the device is made so that each
- * mistake gets its own message. */
-static int device_settings(const struct serve_plan *plan, struct device_plan *device)
-{
-    struct uzram_config *config = &device->config;
-    struct label label;
-
-    label_of(device->from, 's', &label);
-    if (parse_size_option(plan, &label, device->size_text, &config->disksize) < 0)
-        return 1;
-    if (config->disksize == 0 || config->disksize % UZRAM_PAGE_SIZE != 0) {
-        complain(plan, "%s%s '%s' must be a non-zero multiple of 4K", label.where, label.name,
-                 device->size_text);
-        return 1;
-    }
-    int min_level, max_level, default_level;
-    if (uzram_algorithm_levels(config->comp_algorithm, &min_level, &max_level, &default_level) <
-        0) {
-        char list[256] = "";
-        uzram_algorithm_list(NULL, list, sizeof list);
-        list[strcspn(list, "\n")] = '\0';
-        label_of(device->from, 'a', &label);
-        complain(plan, "%sunknown %s '%s'; choose one of: %s", label.where, label.name,
-                 config->comp_algorithm, list);
-        return 1;
-    }
-    const char *level_text = device->level_text;
-    if (level_text != NULL) {
-        char *end;
-        errno = 0;
-        long level = strtol(level_text, &end, 10);
-        if (errno || end == level_text || *end != '\0' ||
-            (min_level == 0 && max_level == 0 && level != 0) ||
-            (level != 0 && (level < min_level || level > max_level))) {
-            label_of(device->from, 'l', &label);
-            if (min_level == 0 && max_level == 0)
-                complain(plan, "%salgorithm %s has no levels; drop %s", label.where,
-                         config->comp_algorithm, label.name);
-            else
-                complain(plan, "%sbad %s '%s' for %s; use %d to %d (default %d)", label.where,
-                         label.name, level_text, config->comp_algorithm, min_level, max_level,
-                         default_level);
-            return 1;
-        }
-        config->comp_level = (int)level;
-    }
-    /* A swap device that needs memory to store what is swapped out must not grow without
-     * bound: the limit is where writes start failing instead of the machine. */
-    if (plan->options.swap && config->mem_limit == 0 && plan->options.server_mem_limit == 0) {
-        label_of(plan->from, OPT_SWAP, &label);
-        complain(plan,
-                 "%s%s needs a memory limit: add %s (e.g. a quarter of RAM) so that "
-                 "swapped-out pages cannot take all memory%s%s",
-                 label.where, label.name,
-                 label.where[0] ? "'mem-limit = SIZE' to the section" : "--mem-limit SIZE",
-                 plan->several ? "; or --server-mem-limit; device " : "",
-                 plan->several ? device->name : "");
-        return 1;
-    }
-    return GO_ON;
-}
-
-/* The devices of the command line and the configuration, planned and checked: the one, or
- * the server section's devices key's and then --device's, in that order. */
+/* The devices of the command line and the configuration, planned and checked by the
+ * factory: the one, or the server section's devices key's and then --device's, in that
+ * order. */
 static int plan_devices(struct serve_plan *plan)
 {
+    fill_factory(plan);
     size_t total = plan->several ? plan->listed_count + plan->spec_count : 1;
     plan->devices = calloc(total, sizeof *plan->devices);
     plan->spec_copies = calloc(total, sizeof *plan->spec_copies);
@@ -1046,11 +515,8 @@ static int plan_devices(struct serve_plan *plan)
                 return 1;
             }
         }
-        if (plan_device(plan, device, name, spec, &from) < 0)
+        if (device_settings(&plan->factory, device, name, spec, &from) < 0)
             return 1;
-        int status = device_settings(plan, device);
-        if (status != GO_ON)
-            return status;
     }
     /* The server is named after its first device unless --name (or its section) says. */
     if (plan->several && plan->server == NULL && !plan->name_given)
@@ -1081,7 +547,7 @@ static int socket_paths(struct serve_plan *plan)
     bool activated = options->inherited_count > 0;
     bool no_unix = plan->no_unix || activated; /* the manager's sockets are served instead */
     if (plan->no_unix &&
-        (given(plan->from, OPT_SOCKET_MODE) || given(plan->from, OPT_SOCKET_GROUP))) {
+        (option_given(plan->from, OPT_SOCKET_MODE) || option_given(plan->from, OPT_SOCKET_GROUP))) {
         fputs("uzram: --socket-mode and --socket-group are for the NBD Unix socket, and with "
               "--no-unix there is none; drop them\n",
               stderr);
@@ -1177,10 +643,10 @@ static int tls_settings(struct serve_plan *plan)
     struct nbd_tls_options *tls = &plan->options.tls;
     struct label mode, certificates, psk, verify;
     bool has_credentials = tls->certificates != NULL || tls->psk_file != NULL;
-    label_of(plan->from, OPT_TLS, &mode);
-    label_of(plan->from, OPT_TLS_CERTIFICATES, &certificates);
-    label_of(plan->from, OPT_TLS_PSK, &psk);
-    label_of(plan->from, OPT_TLS_VERIFY_PEER, &verify);
+    option_label_of(plan->from, OPT_TLS, &mode);
+    option_label_of(plan->from, OPT_TLS_CERTIFICATES, &certificates);
+    option_label_of(plan->from, OPT_TLS_PSK, &psk);
+    option_label_of(plan->from, OPT_TLS_VERIFY_PEER, &verify);
     if (tls->certificates != NULL && tls->psk_file != NULL) {
         fprintf(stderr, "uzram: %s%s and %s%s: choose one kind of TLS credentials\n",
                 certificates.where, certificates.name, psk.where, psk.name);
@@ -1230,10 +696,10 @@ static int activation(struct serve_plan *plan)
         return GO_ON;
     static const int listening[] = {'u', 't', OPT_NO_UNIX, OPT_SOCKET_MODE, OPT_SOCKET_GROUP};
     for (size_t i = 0; i < sizeof listening / sizeof listening[0]; i++) {
-        if (!given(plan->from, listening[i]))
+        if (!option_given(plan->from, listening[i]))
             continue;
         struct label label;
-        label_of(plan->from, listening[i], &label);
+        option_label_of(plan->from, listening[i], &label);
         fprintf(stderr,
                 "uzram: %s%s: the service manager handed over %d socket%s to serve (socket "
                 "activation, LISTEN_FDS): drop %s, the socket unit says where to listen and who "
@@ -1272,162 +738,17 @@ static int activation(struct serve_plan *plan)
     return GO_ON;
 }
 
-/* --recompress algo=NAME[,level=N][,dict=PATH|auto] and --recompress-idle: the secondary
- * algorithm of priority 1 and the background thread, set through the attributes that
- * change them at run time (recomp_algorithm, algorithm_params, recompress_idle). */
-static int recompression(const struct serve_plan *plan, struct uzram *dev,
-                         const struct device_plan *device)
-{
-    if (!device->recompress && device->recompress_idle == 0)
-        return 0;
-    /* zstd at level 7 unless told: docs/BENCHMARKS.md measured it the best trade on build
-     * output (higher levels save next to nothing more and cost more CPU). The words of
-     * SPEC become the attributes' words: algo= for recomp_algorithm, the rest for
-     * algorithm_params. */
-    char algorithm[96] = "algo=zstd", params[PATH_MAX + 64] = "priority=1";
-    const char *spec = device->recompress ? device->recompress : "";
-    bool has_level = false;
-    for (const char *word = spec; *word;) {
-        size_t length = strcspn(word, ",");
-        bool is_algo = strncmp(word, "algo=", 5) == 0 && length > 5 && length < 64;
-        bool is_param = strncmp(word, "level=", 6) == 0 || strncmp(word, "dict=", 5) == 0;
-        if (is_algo) {
-            snprintf(algorithm, sizeof algorithm, "%.*s", (int)length, word);
-        } else if (is_param && strlen(params) + length + 2 < sizeof params) {
-            snprintf(params + strlen(params), sizeof params - strlen(params), " %.*s", (int)length,
-                     word);
-            has_level |= strncmp(word, "level=", 6) == 0;
-        } else {
-            complain(plan,
-                     "bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto], e.g. "
-                     "algo=zstd,level=7,dict=auto",
-                     spec);
-            return -1;
-        }
-        word += length + (word[length] == ',');
-    }
-    if (!has_level && strcmp(algorithm, "algo=zstd") == 0)
-        strcat(params, " level=7");
-    strcat(algorithm, " priority=1");
-    int rc = uzram_attr_set(dev, "recomp_algorithm", algorithm);
-    if (rc == 0)
-        rc = uzram_attr_set(dev, "algorithm_params", params);
-    if (rc < 0) {
-        complain(plan,
-                 "--recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] with an "
-                 "algorithm, level and dictionary file this build takes (dictionaries: zstd only)",
-                 spec, strerror(-rc));
-        return -1;
-    }
-    rc = uzram_set_recompress_idle(dev, device->recompress_idle);
-    if (rc < 0) {
-        complain(plan, "cannot start the recompression thread: %s", strerror(-rc));
-        return -1;
-    }
-    return 0;
-}
-
-/* --backing-file, --backing-size, --writeback-when-full, --writeback-idle, --writeback-rate:
- * the backing store and writeback, through the library calls behind the attributes that
- * change them at run time (backing_dev, writeback_when_full, writeback_idle, writeback_rate). */
-static int writeback(const struct serve_plan *plan, struct uzram *dev,
-                     const struct device_plan *device)
-{
-    struct label label;
-    const char *needs = device->writeback_when_full               ? "--writeback-when-full"
-                        : device->writeback_idle                  ? "--writeback-idle"
-                        : device->backing_size                    ? "--backing-size"
-                        : device->backing_overwrite               ? "--overwrite-backing-file"
-                        : given(device->from, OPT_WRITEBACK_RATE) ? "--writeback-rate"
-                                                                  : NULL;
-    if (!device->backing_file) {
-        if (needs)
-            complain(plan, "%s needs --backing-file PATH, where pages are written back", needs);
-        return needs ? -1 : 0;
-    }
-    label_of(device->from, OPT_BACKING_FILE, &label);
-    char why[PATH_MAX + 256]; /* hot-add: from another process, so an absolute path only */
-    int rc = backing_dev_open(dev, device->backing_file, device->backing_size,
-                              device->backing_overwrite, plan->message != NULL, why, sizeof why);
-    if (rc < 0) {
-        complain(plan, "%scannot use %s '%s' to write back to: %s", label.where, label.name,
-                 device->backing_file, why);
-        return -1;
-    }
-    if (given(device->from, OPT_WRITEBACK_RATE))
-        uzram_set_writeback_rate(dev, device->writeback_rate);
-    rc = uzram_set_writeback_when_full(dev, device->writeback_when_full);
-    if (rc == 0)
-        rc = uzram_set_writeback_idle(dev, device->writeback_idle);
-    if (rc < 0) {
-        complain(plan, "cannot start the writeback thread: %s", strerror(-rc));
-        return -1;
-    }
-    return 0;
-}
-
-/* Make a planned device, with its background threads. Returns 0 or -1 after a complaint. */
-static int make_device(const struct serve_plan *plan, const struct device_plan *device,
-                       struct nbd_new_device *out)
-{
-    struct uzram *dev;
-    int rc = uzram_create(&device->config, &dev);
-    if (rc < 0) {
-        char why[200];
-        util_table_figures(device->config.disksize, why, sizeof why);
-        if (rc == -ENOMEM || rc == -E2BIG) /* -E2BIG: the table would pass the machine's share */
-            complain(plan, "not enough memory to create a %s device: %s; use a smaller size",
-                     device->size_text, why);
-        else
-            complain(plan, "cannot create device %s: %s; check its size, algorithm and level",
-                     device->name, strerror(-rc));
-        return -1;
-    }
-    if (recompression(plan, dev, device) < 0 || writeback(plan, dev, device) < 0) {
-        uzram_destroy(dev);
-        return -1;
-    }
-    *out = (struct nbd_new_device){.dev = dev, .read_only = device->read_only};
-    snprintf(out->name, sizeof out->name, "%s", device->name);
-    return 0;
-}
-
-/* hot-add, on a control request's thread: the device SPEC takes, over what the server's
- * devices take by default (its section's device keys, the command line's device options;
- * [NAME] of its configuration file if there is one), exactly as --device would. */
+/* hot-add, on a control request's thread: the factory makes the device as --device would. */
 static int hot_add(void *context, const char *spec, struct nbd_new_device *out, char *message,
                    size_t message_size)
 {
-    const struct serve_plan *server = context;
-    /* The server's plan is only read; complaints go to this request's own answer. */
-    struct serve_plan *plan = malloc(sizeof *plan);
-    struct device_plan *device = malloc(sizeof *device);
-    char *copy = strdup(spec);
-    int rc = -ENOMEM;
-    snprintf(message, message_size, "out of memory");
-    if (plan != NULL && device != NULL && copy != NULL) {
-        *plan = *server;
-        plan->message = message;
-        plan->message_size = message_size;
-        plan->several = true;
-        message[0] = '\0';
-        char *colon = strchr(copy, ':');
-        if (colon != NULL)
-            *colon = '\0';
-        const struct origin from = {NULL, 0, spec, false};
-        rc = -EINVAL;
-        if (!util_valid_name(copy))
-            complain(plan,
-                     "bad device name '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not "
-                     "starting with -",
-                     copy);
-        else if (plan_device(plan, device, copy, colon ? colon + 1 : NULL, &from) == 0 &&
-                 device_settings(plan, device) == GO_ON && make_device(plan, device, out) == 0)
-            rc = 0;
+    const struct serve_plan *plan = context;
+    struct device_made made;
+    int rc = device_hot_add(&plan->factory, spec, &made, message, message_size);
+    if (rc == 0) {
+        *out = (struct nbd_new_device){.dev = made.dev, .read_only = made.read_only};
+        snprintf(out->name, sizeof out->name, "%s", made.name);
     }
-    free(copy);
-    free(device);
-    free(plan);
     return rc;
 }
 
@@ -1448,12 +769,15 @@ static int create_and_serve(struct serve_plan *plan)
         return 1;
     }
     for (size_t i = 0; i < plan->device_count; i++) {
-        if (make_device(plan, &plan->devices[i], &made[i]) < 0) {
+        struct device_made device;
+        if (device_make(&plan->factory, &plan->devices[i], &device) < 0) {
             while (i-- > 0)
                 uzram_destroy(made[i].dev);
             free(made);
             return 1;
         }
+        made[i] = (struct nbd_new_device){.dev = device.dev, .read_only = device.read_only};
+        snprintf(made[i].name, sizeof made[i].name, "%s", device.name);
     }
     plan->options.devices = made;
     plan->options.device_count = plan->device_count;
@@ -1506,73 +830,4 @@ int cmd_serve(int argc, char **argv)
     free(plan->listed_text);
     free(plan);
     return status;
-}
-
-/* ------------------------------------------------------------------------
- * For `uzram hot-add`
- * ---------------------------------------------------------------------- */
-
-void serve_device_options_usage(FILE *out)
-{
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
-        const struct serve_option *o = &serve_options[i];
-        if (o->name == NULL || !sets_device(o))
-            continue;
-        char left[64];
-        snprintf(left, sizeof left, "  %c%c%c --%s%s%s", o->code < 256 ? '-' : ' ',
-                 o->code < 256 ? o->code : ' ', o->code < 256 ? ',' : ' ', o->name,
-                 o->arg ? " " : "", o->arg ? o->arg : "");
-        const char *end = strchr(o->help, '\n');
-        fprintf(out, "%-*s %.*s%s\n", HELP_COLUMN - 1, left,
-                end ? (int)(end - o->help) : (int)strlen(o->help), o->help, end ? " ..." : "");
-    }
-}
-
-int serve_device_spec(const char *name, const char *size, int argc, char **argv, char *spec,
-                      size_t spec_size)
-{
-    struct option long_options[SERVE_OPTION_COUNT + 1];
-    char short_options[3 * SERVE_OPTION_COUNT + 2] = "+";
-    size_t long_count = 0, short_length = 1;
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
-        const struct serve_option *o = &serve_options[i];
-        if (o->name == NULL || !sets_device(o) || o->code == 's')
-            continue;
-        long_options[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
-        if (o->code < 256) {
-            short_options[short_length++] = (char)o->code;
-            if (o->has_arg == required_argument)
-                short_options[short_length++] = ':';
-        }
-    }
-    long_options[long_count] = (struct option){NULL, 0, NULL, 0};
-    short_options[short_length] = '\0';
-
-    size_t used = (size_t)snprintf(spec, spec_size, "%s:%s", name, size ? size : "");
-    int c, index;
-    optind = 1;
-    opterr = 1;
-    while ((c = getopt_long(argc, argv, short_options, long_options, &index)) != -1) {
-        const struct serve_option *option = option_by_code(c);
-        if (option == NULL)
-            return 2;
-        if (optarg != NULL && strchr(optarg, ':') != NULL) {
-            fprintf(stderr,
-                    "uzram: --%s '%s': a value with ':' cannot go in a device's settings; "
-                    "rename the file, or serve the device from a configuration file\n",
-                    option->name, optarg);
-            return 2;
-        }
-        used += (size_t)snprintf(spec + used, used < spec_size ? spec_size - used : 0, ":%s%s%s",
-                                 option->name, optarg ? "=" : "", optarg ? optarg : "");
-    }
-    if (optind < argc) {
-        fprintf(stderr, "uzram hot-add: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (used >= spec_size) {
-        fputs("uzram hot-add: the settings are too long for one request\n", stderr);
-        return 2;
-    }
-    return 0;
 }

@@ -31,22 +31,23 @@ struct device_status {
 
 static bool is_text_field(const char *key);
 
-static void parse_status(char *body, struct device_status *st)
+/* A "stats" reply into `st`, through the control client's one reader of replies. */
+static void parse_status(const char *body, struct device_status *st)
 {
-    char *save = NULL;
+    struct control_line line;
     st->count = 0;
-    for (char *line = strtok_r(body, "\n", &save); line && st->count < STATUS_MAX_FIELDS;
-         line = strtok_r(NULL, "\n", &save)) {
-        char *space = strchr(line, ' ');
-        if (space == NULL || space == line || (size_t)(space - line) >= sizeof st->fields[0].key)
+    while (st->count < STATUS_MAX_FIELDS && control_next_line(&body, &line)) {
+        if (line.key_length >= sizeof st->fields[0].key)
             continue;
-        *space = '\0';
-        snprintf(st->fields[st->count].key, sizeof st->fields[0].key, "%s", line);
-        snprintf(st->fields[st->count].text, sizeof st->fields[0].text, "%s", space + 1);
+        snprintf(st->fields[st->count].key, sizeof st->fields[0].key, "%.*s", (int)line.key_length,
+                 line.key);
+        snprintf(st->fields[st->count].text, sizeof st->fields[0].text, "%.*s",
+                 (int)line.value_length, line.value);
         char *end;
-        st->fields[st->count].number = strtoull(space + 1, &end, 10);
-        st->fields[st->count].is_number =
-            end != space + 1 && *end == '\0' && !is_text_field(st->fields[st->count].key);
+        st->fields[st->count].number = strtoull(line.value, &end, 10);
+        st->fields[st->count].is_number = end != line.value &&
+                                          end == line.value + line.value_length &&
+                                          !is_text_field(st->fields[st->count].key);
         st->count++;
     }
 }
@@ -505,11 +506,8 @@ static void status_usage(FILE *out)
           "      --raw               no alignment: one space between values\n"
           "  -j, --json              a JSON array of objects with every field, raw numbers\n"
           "      --prometheus        Prometheus text format with every counter (for\n"
-          "                          node_exporter's textfile collector)\n"
-          "  -u, --runtime-dir DIR   look for NAME.ctl sockets in DIR (default: the runtime\n"
-          "                          directory, $XDG_RUNTIME_DIR/uzram; see uzram(1)); or\n"
-          "      --runtime-dir SOCKET  show the devices of the server that listens on the\n"
-          "                          NBD SOCKET (serve --unix SOCKET), or of NAME.ctl\n"
+          "                          node_exporter's textfile collector)\n" CONTROL_PLACE_USAGE
+          "                          (-u SOCKET: that server's devices alone)\n"
           "  -h, --help              show this help\n"
           "\n"
           "Columns:\n",
@@ -562,7 +560,18 @@ static int add_directory_rows(struct row_list *list, const char *dir)
 
 enum { OPT_OUTPUT_ALL = 256, OPT_RAW, OPT_PROMETHEUS };
 
-int cmd_status(int argc, char **argv)
+/* What `uzram status` was asked for: its options, then the NAMEs at argv[first]... */
+struct status_args {
+    bool json, prometheus, bytes, headings, raw;
+    const char *output;
+    const char *given_place; /* -u */
+    char all[512];           /* --output-all's column list */
+    struct chosen_column chosen[MAX_COLUMNS];
+    size_t column_count;
+};
+
+/* The options. Returns -1 to go on, or the exit status to stop with. */
+static int status_options(int argc, char **argv, struct status_args *args)
 {
     static const struct option long_options[] = {
         {"output", required_argument, NULL, 'o'},
@@ -576,41 +585,37 @@ int cmd_status(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    bool json = false, prometheus = false, bytes = false, headings = true, raw = false;
-    const char *output = NULL;
-    const char *given_place = NULL;
-    char all[512] = "";
     int c;
-
+    args->headings = true;
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:bnju:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'o':
-            output = optarg;
+            args->output = optarg;
             break;
         case OPT_OUTPUT_ALL:
             for (size_t i = 0; i < COLUMN_COUNT_ALL; i++)
-                snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? "," : "",
-                         columns[i].name);
-            output = all;
+                snprintf(args->all + strlen(args->all), sizeof args->all - strlen(args->all),
+                         "%s%s", i ? "," : "", columns[i].name);
+            args->output = args->all;
             break;
         case 'b':
-            bytes = true;
+            args->bytes = true;
             break;
         case 'n':
-            headings = false;
+            args->headings = false;
             break;
         case OPT_RAW:
-            raw = true;
+            args->raw = true;
             break;
         case 'j':
-            json = true;
+            args->json = true;
             break;
         case OPT_PROMETHEUS:
-            prometheus = true;
+            args->prometheus = true;
             break;
         case 'u':
-            given_place = optarg;
+            args->given_place = optarg;
             break;
         case 'h':
             status_usage(stdout);
@@ -621,75 +626,89 @@ int cmd_status(int argc, char **argv)
         }
     }
     /* JSON and Prometheus carry every field as a raw number: table options do not apply. */
-    if ((json || prometheus) && (json == prometheus || output || raw || !headings)) {
+    if ((args->json || args->prometheus) &&
+        (args->json == args->prometheus || args->output || args->raw || !args->headings)) {
         fputs("uzram status: --json and --prometheus show every field, in bytes, without a "
               "table: drop --output, --raw, --noheadings (or one of the two)\n",
               stderr);
         return 2;
     }
-    struct chosen_column chosen[MAX_COLUMNS];
-    size_t column_count = 0;
-    if (!json && !prometheus &&
-        choose_columns(output ? output : DEFAULT_COLUMNS, chosen, &column_count) < 0)
+    if (!args->json && !args->prometheus &&
+        choose_columns(args->output ? args->output : DEFAULT_COLUMNS, args->chosen,
+                       &args->column_count) < 0)
         return 2;
-    struct control_place place;
-    char place_message[PATH_MAX + 256];
-    if (control_place(given_place, &place, place_message, sizeof place_message) < 0) {
-        fprintf(stderr, "uzram: %s\n", place_message);
-        return 1;
-    }
-    const char *runtime_dir = place.dir;
-    if (place.ctl[0] && optind < argc) {
-        fprintf(stderr, "uzram status: -u %s names one server; drop the NAMEs\n", given_place);
-        return 2;
-    }
+    return -1;
+}
 
-    /* Rows: every device of the server -u led to, the devices named, or every device of
-     * every server (one NAME.ctl per server) of the runtime directory. */
-    struct row_list list = {0};
-    bool listed = optind < argc;
+/* The rows: every device of the server -u led to, the devices named (argv[first]...), or
+ * every device of every server (one NAME.ctl per server) of the runtime directory. Returns
+ * the exit status so far. */
+static int collect_rows(const struct status_args *args, const struct control_place *place,
+                        int first, int argc, char **argv, struct row_list *list)
+{
     int status = 0;
-    if (place.ctl[0]) {
-        status = add_server_rows(&list, place.ctl, true);
-    } else if (listed) {
-        for (int i = optind; i < argc; i++) {
+    if (place->ctl[0])
+        return add_server_rows(list, place->ctl, true);
+    if (first < argc) {
+        for (int i = first; i < argc; i++) {
             struct control_target target;
             char message[PATH_MAX + 512], *body;
-            int rc = control_find(argv[i], runtime_dir, given_place == NULL, &target, message,
-                                  sizeof message);
+            int rc = control_locate_in(place, argv[i], &target, message, sizeof message);
             if (rc == 0)
                 rc = control_ask(&target, "stats", &body, message, sizeof message);
             if (rc == 0)
-                rc = add_row(&list, body, message, sizeof message);
+                rc = add_row(list, body, message, sizeof message);
             if (rc < 0) {
                 fprintf(stderr, "uzram: %s: %s\n", argv[i], message);
                 status = 1;
             }
         }
-    } else {
-        /* Root under sudo also lists the servers of the user who ran it. */
-        char user_dir[PATH_MAX];
-        bool sudo = given_place == NULL && util_sudo_runtime_dir(user_dir, sizeof user_dir) == 0;
-        status = add_directory_rows(&list, runtime_dir);
-        if (sudo && add_directory_rows(&list, user_dir) != 0)
-            status = 1;
-        /* Like zramctl, no device is no error; but say where nothing was found. */
-        if (status == 0 && list.count == 0 && !json && !prometheus)
-            fprintf(stderr, "uzram: no device is running (no server in %s%s%s)\n", runtime_dir,
-                    sudo ? " nor in " : "", sudo ? user_dir : "");
+        return status;
     }
+    /* Root under sudo also lists the servers of the user who ran it. */
+    char user_dir[PATH_MAX];
+    bool sudo = place->sudo_too && util_sudo_runtime_dir(user_dir, sizeof user_dir) == 0;
+    status = add_directory_rows(list, place->dir);
+    if (sudo && add_directory_rows(list, user_dir) != 0)
+        status = 1;
+    /* Like zramctl, no device is no error; but say where nothing was found. */
+    if (status == 0 && list->count == 0 && !args->json && !args->prometheus)
+        fprintf(stderr, "uzram: no device is running (no server in %s%s%s)\n", place->dir,
+                sudo ? " nor in " : "", sudo ? user_dir : "");
+    return status;
+}
+
+int cmd_status(int argc, char **argv)
+{
+    struct status_args args = {0};
+    int status = status_options(argc, argv, &args);
+    if (status >= 0)
+        return status;
+    struct control_place place;
+    char place_message[PATH_MAX + 256];
+    if (control_place(args.given_place, &place, place_message, sizeof place_message) < 0) {
+        fprintf(stderr, "uzram: %s\n", place_message);
+        return 1;
+    }
+    if (place.ctl[0] && optind < argc) {
+        fprintf(stderr, "uzram status: -u %s names one server; drop the NAMEs\n", args.given_place);
+        return 2;
+    }
+    struct row_list list = {0};
+    status = collect_rows(&args, &place, optind, argc, argv, &list);
     struct device_status *rows = list.rows;
     size_t row_count = list.count;
-    if (!json && !prometheus && output == NULL && several_servers(rows, row_count) &&
-        choose_columns(DEFAULT_COLUMNS_SERVERS, chosen, &column_count) < 0)
+    if (!args.json && !args.prometheus && args.output == NULL && several_servers(rows, row_count) &&
+        choose_columns(DEFAULT_COLUMNS_SERVERS, args.chosen, &args.column_count) < 0)
         return 2;
 
-    if (json)
+    if (args.json)
         print_json(rows, row_count);
-    else if (prometheus)
+    else if (args.prometheus)
         print_prometheus(rows, row_count);
     else if (row_count > 0)
-        print_table(rows, row_count, chosen, column_count, bytes, raw, headings);
+        print_table(rows, row_count, args.chosen, args.column_count, args.bytes, args.raw,
+                    args.headings);
     free(rows);
     return status;
 }

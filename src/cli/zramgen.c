@@ -169,10 +169,8 @@ static int reset_device(const struct zramgen_device *device)
     }
     /* As zram-generator resets the zram device: its memory goes back. */
     struct control_target target;
-    char *body, dir[PATH_MAX];
-    int rc = util_runtime_dir(dir, sizeof dir);
-    if (rc == 0)
-        rc = control_find(device->name, dir, true, &target, message, sizeof message);
+    char *body;
+    int rc = control_locate(NULL, device->name, NULL, &target, message, sizeof message);
     if (rc == 0)
         rc = control_ask(&target, "set reset 1", &body, message, sizeof message);
     if (rc < 0) {

@@ -1,5 +1,7 @@
-/* client.c - the client end of a uzram control socket: one request, its reply, and where to
- * find the server of a device (control.h). The server end is service.c. */
+/* client.c - the client end of a uzram control socket (control.h): one request and its reply,
+ * the one reader of "key value" replies, the servers of a directory, which of them serves a
+ * device, and what -u names (control_place). The server end is service.c; find.c builds
+ * on this the lookup every subcommand makes. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -299,17 +301,31 @@ int control_resolve(const char *device, const char *runtime_dir, struct control_
     return -ENOENT;
 }
 
+bool control_next_line(const char **cursor, struct control_line *line)
+{
+    while (*cursor != NULL && **cursor != '\0') {
+        const char *start = *cursor, *end = strchr(start, '\n');
+        size_t length = end ? (size_t)(end - start) : strlen(start);
+        *cursor = start + length + (end != NULL);
+        const char *space = memchr(start, ' ', length);
+        if (space == NULL || space == start)
+            continue;
+        *line = (struct control_line){start, space + 1, (size_t)(space - start),
+                                      length - (size_t)(space - start) - 1};
+        return true;
+    }
+    return false;
+}
+
 bool control_field(const char *body, const char *key, char *value, size_t size)
 {
+    struct control_line line;
     size_t length = strlen(key);
-    for (const char *line = body; line != NULL && *line;) {
-        const char *end = strchr(line, '\n');
-        size_t line_length = end ? (size_t)(end - line) : strlen(line);
-        if (line_length > length && strncmp(line, key, length) == 0 && line[length] == ' ') {
-            snprintf(value, size, "%.*s", (int)(line_length - length - 1), line + length + 1);
+    while (control_next_line(&body, &line)) {
+        if (line.key_length == length && strncmp(line.key, key, length) == 0) {
+            snprintf(value, size, "%.*s", (int)line.value_length, line.value);
             return true;
         }
-        line = end ? end + 1 : NULL;
     }
     return false;
 }
@@ -349,6 +365,8 @@ int control_place(const char *given, struct control_place *place, char *message,
     struct stat st;
     char runtime_dir[PATH_MAX];
     place->ctl[0] = '\0';
+    place->dir[0] = '\0';
+    place->sudo_too = given == NULL;
     if (util_runtime_dir(runtime_dir, sizeof runtime_dir) < 0) {
         snprintf(message, message_size, "$XDG_RUNTIME_DIR is too long");
         return -ENAMETOOLONG;
@@ -393,5 +411,6 @@ int control_place(const char *given, struct control_place *place, char *message,
              "no running uzram server says it listens on %s (asked the control sockets in %s "
              "and %s)",
              given, runtime_dir, place->dir);
+    place->dir[0] = '\0';
     return -ENOENT;
 }

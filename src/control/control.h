@@ -58,23 +58,56 @@ void control_free_names(char **names, size_t count);
  * could have put sockets there. Returns 0 or -errno. Free with control_free_names(). */
 int control_servers(const char *dir, char ***paths, size_t *count);
 
-/* Where `uzram status` and `uzram attr` look for devices: the runtime directory, or what
- * their -u names, which may be anything `uzram serve` was given or made: a directory holding
- * NAME.ctl sockets; a control socket (NAME.ctl); or the NBD socket of a server (serve --unix
- * PATH, or a socket unit's), whose control socket is the one, among those of the runtime
- * directory and of that socket's own directory, whose server says it listens there. */
+/* Where every subcommand looks for a device's server (one reading of -u for all): the runtime
+ * directory, or what -u names, which may be anything `uzram serve` was given or made: a
+ * directory holding NAME.ctl sockets; a control socket (NAME.ctl); or the NBD socket of a
+ * server (serve --unix PATH, or a socket unit's), whose control socket is the one, among
+ * those of the runtime directory and of that socket's own directory, whose server says it
+ * listens there. */
 struct control_place {
-    char dir[PATH_MAX]; /* the directory to find NAME.ctl in */
+    char dir[PATH_MAX]; /* the directory to find NAME.ctl in ("" when -u led nowhere) */
     char ctl[PATH_MAX]; /* "", or the one control socket -u led to */
+    bool sudo_too;      /* no -u: root under sudo also looks in the invoking user's */
 };
+
+/* -u as every subcommand's --help shows it (control_place() reads it; uzram(1) says it
+ * once, under RUNTIME DIRECTORY). */
+#define CONTROL_PLACE_USAGE                                                                        \
+    "  -u, --runtime-dir PLACE where to look for servers: a directory of NAME.ctl\n"               \
+    "                          sockets (default: the runtime directory, see uzram(1)),\n"          \
+    "                          or one server's NBD socket (serve --unix PATH) or its\n"            \
+    "                          control socket (NAME.ctl)\n"
 
 /* Fill `place` from -u's argument (NULL: the runtime directory). Returns 0, or -errno with
  * a message saying what was looked at. */
 int control_place(const char *given, struct control_place *place, char *message,
                   size_t message_size);
 
-/* The value of `key` in a "key value" reply body (as "stats" sends), into `value`; false
- * when the body has no such line. */
+/* DEVICE's server at `place`: with one server there (place->ctl), DEVICE must be one of its
+ * devices, or that control socket itself (its default device); else control_find() in
+ * place->dir. Returns 0, or -errno with a message (-ENOENT: nothing serves it). */
+int control_locate_in(const struct control_place *place, const char *device,
+                      struct control_target *target, char *message, size_t message_size);
+
+/* control_place() from -u's argument `given` (NULL: none), then control_locate_in(): what
+ * every subcommand that acts on one device does with its -u and DEVICE. `place` may be
+ * NULL. Returns 0, or -errno with a message. */
+int control_locate(const char *given, const char *device, struct control_place *place,
+                   struct control_target *target, char *message, size_t message_size);
+
+/* One "key value" line of a reply body, as "stats", "server" and "attach" send them. */
+struct control_line {
+    const char *key, *value;
+    size_t key_length, value_length;
+};
+
+/* The next "key value" line of a reply body at *cursor (the body at first), which then moves
+ * past it; lines without a key and a space are passed over. False at the body's end. The one
+ * reader of replies: control_field() and `uzram status` use it. */
+bool control_next_line(const char **cursor, struct control_line *line);
+
+/* The value of `key` in a "key value" reply body, into `value`; false when the body has no
+ * such line. */
 bool control_field(const char *body, const char *key, char *value, size_t size);
 
 #endif

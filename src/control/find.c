@@ -1,6 +1,7 @@
-/* find.c - where the clients look for a device's server: the runtime directory (or -u's), and,
- * for root under sudo, the runtime directory of the user who ran sudo, so that
- * `sudo uzram attach NAME` finds the server that user started. */
+/* find.c - where the clients look for a device's server, the same way for every subcommand:
+ * -u's place (control_place(), client.c) or the runtime directory, and, for root under sudo,
+ * the runtime directory of the user who ran sudo, so that `sudo uzram attach NAME` finds the
+ * server that user started. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -26,4 +27,51 @@ int control_find(const char *device, const char *runtime_dir, bool also_sudo,
                  "sudo)",
                  first, user_dir);
     return rc;
+}
+
+/* -u named one server (by its NBD or control socket): DEVICE must be one of its devices, or
+ * the same control socket (its default device). */
+static int served_by(const char *ctl, const char *device, struct control_target *target,
+                     char *message, size_t message_size)
+{
+    snprintf(target->ctl, sizeof target->ctl, "%s", ctl);
+    target->device[0] = '\0';
+    if (strcmp(device, ctl) == 0)
+        return 0;
+    char **names;
+    size_t count;
+    int rc = control_devices(ctl, &names, &count, message, message_size);
+    if (rc < 0)
+        return rc;
+    bool found = false;
+    for (size_t i = 0; i < count && !found; i++)
+        found = strcmp(names[i], device) == 0;
+    if (!found)
+        snprintf(message, message_size,
+                 "-u leads to the server of %s, which serves %s%s%s, not '%s'", ctl,
+                 count ? names[0] : "no device", count > 1 ? ", " : "", count > 1 ? names[1] : "",
+                 device);
+    control_free_names(names, count);
+    if (!found)
+        return -ENOENT;
+    snprintf(target->device, sizeof target->device, "%s", device);
+    return 0;
+}
+
+int control_locate_in(const struct control_place *place, const char *device,
+                      struct control_target *target, char *message, size_t message_size)
+{
+    if (place->ctl[0] != '\0')
+        return served_by(place->ctl, device, target, message, message_size);
+    return control_find(device, place->dir, place->sudo_too, target, message, message_size);
+}
+
+int control_locate(const char *given, const char *device, struct control_place *place,
+                   struct control_target *target, char *message, size_t message_size)
+{
+    struct control_place own;
+    if (place == NULL)
+        place = &own;
+    int rc = control_place(given, place, message, message_size);
+    return rc < 0 ? rc : control_locate_in(place, device, target, message, message_size);
 }

@@ -86,6 +86,13 @@ done
     fail "attr -u with a relative path"
 "$UZRAM" attr -u "$WORK/elsewhere/disk.sock" other disksize 2>"$WORK/err" && fail "attr -u SOCKET with another device name"
 grep -q "which serves away, not 'other'" "$WORK/err" || fail "attr -u, wrong name: $(cat "$WORK/err")"
+# -u means the same to every subcommand (control_locate): hot-remove and detach take the
+# server's socket too, and refuse a device it does not serve rather than ask it.
+for command in hot-remove detach; do
+    "$UZRAM" "$command" -u "$WORK/elsewhere/disk.sock" other 2>"$WORK/err" && fail "$command -u SOCKET with another device name"
+    grep -q "which serves away, not 'other'" "$WORK/err" || fail "$command -u SOCKET, wrong name: $(cat "$WORK/err")"
+done
+[[ $("$UZRAM" status -n -o name -u "$WORK/elsewhere/disk.sock") == away ]] || fail "away is gone after hot-remove -u of another name"
 # serve -u with a relative path: the server makes it absolute, so status shows where it is.
 env -C "$WORK/elsewhere" "$UZRAM" serve -q -n rel -s 8M -u rel.sock >/dev/null 2>"$WORK/server-rel.err" &
 SERVER_PID[rel]=$!
@@ -94,7 +101,7 @@ for _ in $(seq 100); do [[ -S $(ctl_of rel) ]] && break; sleep 0.1; done
 [[ $("$UZRAM" status -n -o name -u "$WORK/elsewhere/rel.sock") == rel ]] || fail "status -u of a relative --unix"
 kill "${SERVER_PID[rel]}"; wait "${SERVER_PID[rel]}" || true; unset "SERVER_PID[rel]"
 stop_server away
-pass "status -u and attr -u take serve -u's socket path (absolute or relative) or the control socket"
+pass "status -u, attr -u, hot-remove -u and detach -u take serve -u's socket path (absolute or relative) or the control socket"
 
 # --- the control socket beside the --unix socket, when the runtime directory is not private ---
 mkdir -p -m 777 "$WORK/open-runtime/uzram"

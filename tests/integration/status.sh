@@ -161,6 +161,30 @@ print("%d attributes listed, %d write-only" % (len(listed), sum(v == ["(write-on
 EOF
 pass "attr DEVICE lists every attribute of attr --help with the value attr DEVICE NAME reads"
 
+# --- attr --help: what each write takes is the engine's own words (uzram_attr_usage), the
+# same the server answers a bad value with ---
+"$UZRAM" attr --help >"$WORK/attr-help" || fail "attr --help"
+$PY - "$WORK/attr-help" "$UZRAM" <<'EOF' || fail "attr --help: $(cat "$WORK/attr-help")"
+import re, subprocess, sys
+text = open(sys.argv[1]).read()
+names = re.search(r"^Attributes: (.*)$", text, re.M).group(1).split()
+part = text.split("\nWritable, and what a write takes", 1)[1].split("):\n", 1)[1]
+usage, current = {}, None
+for line in part.splitlines():
+    m = re.match(r"^  (\S+) +(.*)$", line)
+    if m:
+        current = m.group(1); usage[current] = m.group(2)
+    else:
+        usage[current] += " " + line.strip()
+assert set(usage) <= set(names), set(usage) - set(names)
+assert "disksize" not in usage and "mm_stat" not in usage and "mem_limit" in usage, usage
+for name in ("mem_limit", "same_filled", "recompress_idle", "writeback_rate"):
+    r = subprocess.run([sys.argv[2], "attr", "uzram0", name, "bogus"], capture_output=True, text=True)
+    assert r.returncode == 1 and usage[name] in " ".join(r.stderr.split()), (name, usage[name], r.stderr)
+print("%d writable attributes, each with the words the server refuses a bad value with" % len(usage))
+EOF
+pass "attr --help says what each write takes in the engine's words"
+
 # A device named on the command line that is not running is an error; none running, nothing.
 if "$UZRAM" status nosuch >/dev/null 2>&1; then fail "status of a missing device succeeded"; fi
 stop_server uzram0

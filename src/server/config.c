@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/config.h"
+#include "server/config.h"
 
 static char *trim(char *text)
 {

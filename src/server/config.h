@@ -1,7 +1,8 @@
 /* config.h - the configuration file of `uzram serve`: systemd's INI syntax, a [NAME] section
- * per device. This file only reads the syntax; serve.c knows the keys (its options). */
-#ifndef UZRAM_CLI_CONFIG_H
-#define UZRAM_CLI_CONFIG_H
+ * per device. This file only reads the syntax; server/options.c knows the keys (serve's options).
+ */
+#ifndef UZRAM_SERVER_CONFIG_H
+#define UZRAM_SERVER_CONFIG_H
 
 #include <stddef.h>
 

@@ -1,5 +1,6 @@
-/* attach.c - `uzram attach` and `uzram detach`: a served device as a /dev node, and back.
- * Picks the way (nbd-client or a FUSE file with a loop device); the server does the work. */
+/* node.c - `uzram attach` and `uzram detach`, and their work for zram-generator's setup too
+ * (node.h): a served device as a /dev node, and back. Picks the way (nbd-client, ublk, or a
+ * FUSE file with a loop device); the server does the work. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -33,9 +34,8 @@ static void attach_usage(FILE *out)
           "  --file PATH             with --via loop: the file the server mounts (default\n"
           "                          NAME.disk beside the control socket)\n"
           "  --swap                  the device is for swap: the server must run with\n"
-          "                          serve --swap; prints the mkswap/swapon lines\n"
-          "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
-          "  -h, --help              show this help\n"
+          "                          serve --swap; prints the mkswap/swapon "
+          "lines\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
           "\n"
           "uzram detach DEVICE undoes it. Example:\n"
           "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
@@ -44,48 +44,27 @@ static void attach_usage(FILE *out)
 
 static void detach_usage(FILE *out)
 {
-    fputs("Usage: uzram detach [-u DIR] DEVICE\n"
+    fputs("Usage: uzram detach [-u PLACE] DEVICE\n"
           "Take away the /dev node `uzram attach` gave a served device: the loop device and\n"
           "the FUSE file under it, or the nbd-client connection. Refused while the node is\n"
           "mounted, used as swap, held by another device or open in a program; the message\n"
           "says what to end first. The served device and its data stay.\n"
-          "\n"
-          "  -u, --runtime-dir DIR   look for NAME.ctl in DIR\n"
-          "  -h, --help              show this help\n",
+          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
           out);
 }
 
-/* The runtime directory: -u's, or the default one. */
-static int runtime_dir_of(const char *option, char *dir, size_t size)
+/* No server serves DEVICE: take away what a stopped one left (leftover_clean) in the
+ * directory -u (`given`, NULL: none) names, or say that nothing serves it. `why` is
+ * control_locate()'s message. Returns the exit status. */
+static int clean_leftovers(const char *device, const char *given, const char *why)
 {
-    if (option == NULL)
-        return util_runtime_dir(dir, size);
-    int n = snprintf(dir, size, "%s", option);
-    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
-}
-
-/* The control socket of DEVICE: returns 0, or a negative errno with a message. Without -u,
- * root under sudo also looks among the servers of the user who ran sudo. */
-static int control_path(const char *device, const char *runtime_dir_option,
-                        struct control_target *target, char *message, size_t message_size)
-{
-    char runtime_dir[PATH_MAX];
-    if (runtime_dir_of(runtime_dir_option, runtime_dir, sizeof runtime_dir) < 0) {
-        snprintf(message, message_size, "$XDG_RUNTIME_DIR is too long");
-        return -ENAMETOOLONG;
-    }
-    return control_find(device, runtime_dir, runtime_dir_option == NULL, target, message,
-                        message_size);
-}
-
-/* No server serves DEVICE: take away what a stopped one left (leftover_clean), or say that
- * nothing serves it. `why` is control_resolve()'s message. Returns the exit status. */
-static int clean_leftovers(const char *device, const char *runtime_dir_option, const char *why)
-{
-    char dir[PATH_MAX], report[2048], message[PATH_MAX + 512];
-    if (runtime_dir_of(runtime_dir_option, dir, sizeof dir) < 0)
+    char report[2048], message[2 * PATH_MAX + 512];
+    struct control_place place;
+    if (control_place(given, &place, message, sizeof message) < 0 || place.ctl[0] != '\0') {
+        fprintf(stderr, "uzram: %s\n", why);
         return 1;
-    int rc = leftover_clean(dir, device, report, sizeof report, message, sizeof message);
+    }
+    int rc = leftover_clean(place.dir, device, report, sizeof report, message, sizeof message);
     if (report[0] != '\0')
         fprintf(stderr, "uzram: no server serves %s; cleaned up what a stopped one left: %s\n",
                 device, report);
@@ -94,21 +73,6 @@ static int clean_leftovers(const char *device, const char *runtime_dir_option, c
     else if (report[0] == '\0')
         fprintf(stderr, "uzram: %s\n", why);
     return rc < 0 || report[0] == '\0' ? 1 : 0;
-}
-
-/* The value of `key` in "key value" lines, into `value`; false when absent. */
-static bool reply_value(const char *body, const char *key, char *value, size_t size)
-{
-    size_t key_length = strlen(key);
-    for (const char *line = body; line && *line;
-         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        if (strncmp(line, key, key_length) == 0 && line[key_length] == ' ') {
-            snprintf(value, size, "%.*s", (int)strcspn(line + key_length + 1, "\n"),
-                     line + key_length + 1);
-            return true;
-        }
-    }
-    return false;
 }
 
 struct request {
@@ -164,7 +128,7 @@ int cmd_attach(int argc, char **argv)
         {"swap", no_argument, NULL, OPT_SWAP},     {"runtime-dir", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    const char *via = NULL, *file = NULL, *runtime_dir = NULL;
+    const char *via = NULL, *file = NULL, *place = NULL;
     bool swap = false;
     int c;
     optind = 1;
@@ -185,7 +149,7 @@ int cmd_attach(int argc, char **argv)
             swap = true;
             break;
         case 'u':
-            runtime_dir = optarg;
+            place = optarg;
             break;
         case 'h':
             attach_usage(stdout);
@@ -207,8 +171,8 @@ int cmd_attach(int argc, char **argv)
         return 2;
     }
     char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512];
-    if (attach_node(device, via, swap, file, runtime_dir, node, sizeof node, message,
-                    sizeof message) < 0) {
+    if (attach_node(device, via, swap, file, place, node, sizeof node, message, sizeof message) <
+        0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
@@ -221,9 +185,8 @@ int cmd_attach(int argc, char **argv)
     return 0;
 }
 
-int attach_node(const char *device, const char *via, bool swap, const char *file,
-                const char *runtime_dir, char *node, size_t node_size, char *message,
-                size_t message_size)
+int attach_node(const char *device, const char *via, bool swap, const char *file, const char *place,
+                char *node, size_t node_size, char *message, size_t message_size)
 {
     if (via == NULL)
         via = file != NULL ? "loop" : default_via(swap);
@@ -245,7 +208,7 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
     }
     char request[PATH_MAX + 64], why[PATH_MAX + 256], *body;
     struct control_target target;
-    int rc = control_path(device, runtime_dir, &target, message, message_size);
+    int rc = control_locate(place, device, NULL, &target, message, message_size);
     if (rc < 0)
         return rc;
     snprintf(request, sizeof request, "attach %s%s%s%s", via, swap ? " swap" : "",
@@ -259,8 +222,9 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
     }
     char direct_io[8] = "";
     node[0] = '\0';
-    reply_value(body, "device", node, node_size);
-    if (reply_value(body, "direct_io", direct_io, sizeof direct_io) && strcmp(direct_io, "1") != 0)
+    control_field(body, "device", node, node_size);
+    if (control_field(body, "direct_io", direct_io, sizeof direct_io) &&
+        strcmp(direct_io, "1") != 0)
         fprintf(stderr,
                 "uzram: warning: the kernel did not take direct I/O for %s: its page cache sits "
                 "in front of the device (slower, and memory spent twice)\n",
@@ -269,11 +233,11 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
     return 0;
 }
 
-int detach_node(const char *device, const char *runtime_dir, char *message, size_t message_size)
+int detach_node(const char *device, const char *place, char *message, size_t message_size)
 {
     char why[PATH_MAX + 256], *body;
     struct control_target target;
-    int rc = control_path(device, runtime_dir, &target, message, message_size);
+    int rc = control_locate(place, device, NULL, &target, message, message_size);
     if (rc < 0)
         return rc;
     char what[160];
@@ -292,12 +256,12 @@ int attached_node(const char *device, char *node, size_t node_size, char *messag
 {
     char *body;
     struct control_target target;
-    int rc = control_path(device, NULL, &target, message, message_size);
+    int rc = control_locate(NULL, device, NULL, &target, message, message_size);
     if (rc == 0)
         rc = control_ask(&target, "stats", &body, message, message_size);
     if (rc < 0)
         return rc;
-    if (!reply_value(body, "attached", node, node_size) || strcmp(node, "-") == 0)
+    if (!control_field(body, "attached", node, node_size) || strcmp(node, "-") == 0)
         node[0] = '\0';
     free(body);
     return 0;
@@ -310,13 +274,13 @@ int cmd_detach(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *runtime_dir = NULL;
+    const char *place = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'u':
-            runtime_dir = optarg;
+            place = optarg;
             break;
         case 'h':
             detach_usage(stdout);
@@ -334,9 +298,9 @@ int cmd_detach(int argc, char **argv)
     }
     const char *device = argv[optind];
     char message[2 * PATH_MAX + 512];
-    int rc = detach_node(device, runtime_dir, message, sizeof message);
+    int rc = detach_node(device, place, message, sizeof message);
     if (rc == -ENOENT && strchr(device, '/') == NULL)
-        return clean_leftovers(device, runtime_dir, message);
+        return clean_leftovers(device, place, message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
