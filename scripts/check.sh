@@ -1,6 +1,6 @@
 #!/bin/bash
 # check.sh - everything `make check` runs: formatting, plain and ASan+UBSan builds, the shared
-# library's exports, the layers of lib/ (no circle), unit and model tests in both, the
+# library's exports, the layers of lib/ and src/ (no circle), unit and model tests in both, the
 # concurrent tests under TSan, fault injection, the fuzz corpus, then integration tests with
 # real NBD clients. Ends with a summary in which every skip is named.
 set -uo pipefail
@@ -53,16 +53,20 @@ else
     sed 's/^/    /' build/check-exports.log
 fi
 
-# The engine's files stand in layers: none includes (so none calls) one that includes it back.
-echo "== layers of lib/"
-if ./scripts/check-layers.sh lib >build/check-layers.log 2>&1; then
-    count layers 0
-    echo "PASS layers: lib/ in $(head -1 build/check-layers.log | cut -d' ' -f1) layers, no circle"
-else
-    count layers 1
-    echo "FAIL layers:"
-    sed 's/^/    /' build/check-layers.log
-fi
+# The engine's files, and the program's, stand in layers: none includes (so none calls) one
+# that includes it back.
+for part in lib src; do
+    echo "== layers of $part/"
+    log=build/check-layers-$part.log
+    if ./scripts/check-layers.sh $part >"$log" 2>&1; then
+        count "layers $part" 0
+        echo "PASS layers: $part/ in $(head -1 "$log" | cut -d' ' -f1) layers, no circle"
+    else
+        count "layers $part" 1
+        echo "FAIL layers of $part/:"
+        sed 's/^/    /' "$log"
+    fi
+done
 
 for dir in build build/asan; do
     echo "== unit and model tests: $dir"
