@@ -202,13 +202,14 @@ int run_program(const char *const argv[], int timeout_seconds, char *message, si
 
 struct ublk_server;
 
-/* Add /dev/ublkbN of `size` bytes served from `dev` by a thread of this process, and start
- * it. Returns 0, or a negative errno with a message (-ENOENT: no ublk driver). */
-int ublk_start(struct uzram *dev, uint64_t size, bool read_only, struct ublk_server **out,
-               char *message, size_t message_size);
+/* Add /dev/ublkbN of `size` bytes served from `dev` by `queues` queues (at most one per
+ * CPU), each a thread of this process, and start it. Returns 0, or a negative errno with a
+ * message (-ENOENT: no ublk driver). */
+int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues,
+               struct ublk_server **out, char *message, size_t message_size);
 /* "/dev/ublkbN". */
 const char *ublk_path(const struct ublk_server *server);
-/* Stop and delete the device (whatever still uses it gets I/O errors), end the thread. */
+/* Stop and delete the device (whatever still uses it gets I/O errors), end the threads. */
 void ublk_stop(struct ublk_server *server);
 
 /* ------------------------------------------------------------------------

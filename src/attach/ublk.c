@@ -1,18 +1,22 @@
 /* ublk.c - `uzram attach --via ublk`: the served device as /dev/ublkbN through the kernel's
- * ublk driver, served by a thread of the server over io_uring. The driver copies each
- * request's data between the block layer's pages and this thread's buffers itself, so a
+ * ublk driver, served by one thread per queue of the server, each with its own io_uring. The driver
+ * copies each request's data between the block layer's pages and this thread's buffers itself, so a
  * request costs the server no socket buffer and no allocation of its own: the way a swap
  * device must be served (a socket's reply needs kernel memory, which the kernel may be
  * waiting for that very swap-out to free). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <linux/ublk_cmd.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,11 +26,43 @@
 #include "nbd/limits.h"
 
 #define UBLK_CONTROL "/dev/ublk-control"
-/* Requests in flight, and the largest (the buffer each has). */
+/* Linux 6.9's; Debian 12's headers are older. */
+#ifndef UBLK_U_CMD_DEL_DEV_ASYNC
+#define UBLK_U_CMD_DEL_DEV_ASYNC _IOR('u', 0x14, struct ublksrv_ctrl_cmd)
+#endif
+/* In the field the driver keeps for the server (ublksrv_flags): this device is uzram's
+ * ("uzr" in the high half) and which process serves it (the low half; the driver's own
+ * ublksrv_pid is -1 until START_DEV and after a stop), so that a later server may delete it
+ * when that process was killed. */
+#define UBLK_UZRAM_MARK 0x727a75ULL
+#define UBLK_OWNER(pid) ((UBLK_UZRAM_MARK << 32) | (uint32_t)(pid))
+/* Requests in flight per queue, and the largest (the buffer each has). */
 #define UBLK_DEPTH 64u
 #define UBLK_IO_BYTES (128u << 10)
-/* The queue thread looks whether it should stop this often. */
+/* Queues, at most (one per CPU up to the server's --threads). */
+#define UBLK_QUEUES_MAX 32u
+/* The queue threads look whether they should stop this often. */
 #define QUEUE_POLL_MS 100
+/* Each queue's request descriptors are mapped from the character device at this stride. */
+#define DESCS_STRIDE                                                                               \
+    ((UBLK_MAX_QUEUE_DEPTH * sizeof(struct ublksrv_io_desc) + 4095) & ~(size_t)4095)
+#define DESCS_BYTES ((UBLK_DEPTH * sizeof(struct ublksrv_io_desc) + 4095) & ~(size_t)4095)
+
+struct ublk_server;
+
+/* One hardware queue of the device: served by a thread of its own with its own io_uring (the
+ * driver takes every command of a queue from the thread that fetched it). */
+struct ublk_queue {
+    struct ublk_server *server;
+    unsigned id;
+    struct io_uring ring;
+    bool ring_ready;
+    struct ublksrv_io_desc *descs; /* MAP_FAILED until mapped */
+    unsigned char *buffers;        /* UBLK_DEPTH buffers of UBLK_IO_BYTES, faulted in */
+    cpu_set_t cpus; /* where its requests come from (GET_QUEUE_AFFINITY); empty: unknown */
+    pthread_t thread;
+    bool thread_started;
+};
 
 struct ublk_server {
     struct uzram *dev;
@@ -34,24 +70,21 @@ struct ublk_server {
     int dev_id;
     int control_fd, char_fd;
     struct io_uring control;
-    struct io_uring queue; /* the queue thread's alone */
-    struct ublksrv_io_desc *descs;
-    size_t descs_bytes;
-    unsigned char *buffers; /* UBLK_DEPTH buffers of UBLK_IO_BYTES, faulted in */
-    pthread_t thread;
-    bool thread_started;
-    atomic_bool stopping; /* the queue thread leaves within QUEUE_POLL_MS */
-    /* The queue thread's start: 0 when its requests are fetched, or a negative errno. */
+    unsigned nr_queues;
+    struct ublk_queue queues[UBLK_QUEUES_MAX];
+    atomic_bool stopping; /* the queue threads leave within QUEUE_POLL_MS */
+    /* The queue threads' start: how many have fetched their requests, the first error. */
     pthread_mutex_t lock;
     pthread_cond_t ready_cond;
-    bool ready;
+    unsigned ready;
     int ready_rc;
     char path[BLOCKDEV_PATH_MAX];
 };
 
-/* One control command (legacy opcodes: the kernel's CONFIG_BLKDEV_UBLK_LEGACY_OPCODES). */
-static int control_command(struct ublk_server *s, unsigned op, void *buffer, unsigned length,
-                           uint64_t data)
+/* One control command about device `dev_id` (legacy opcodes: the kernel's
+ * CONFIG_BLKDEV_UBLK_LEGACY_OPCODES, but for the ones that only exist encoded). */
+static int control_command_of(struct ublk_server *s, int dev_id, unsigned op, void *buffer,
+                              unsigned length, uint64_t data)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->control);
     if (sqe == NULL)
@@ -61,7 +94,7 @@ static int control_command(struct ublk_server *s, unsigned op, void *buffer, uns
     sqe->fd = s->control_fd;
     sqe->cmd_op = op;
     struct ublksrv_ctrl_cmd *cmd = (struct ublksrv_ctrl_cmd *)sqe->cmd;
-    cmd->dev_id = (uint32_t)s->dev_id;
+    cmd->dev_id = (uint32_t)dev_id;
     cmd->queue_id = (uint16_t)-1;
     cmd->addr = (uint64_t)(uintptr_t)buffer;
     cmd->len = (uint16_t)length;
@@ -78,30 +111,76 @@ static int control_command(struct ublk_server *s, unsigned op, void *buffer, uns
     return rc;
 }
 
-static void queue_command(struct ublk_server *s, unsigned op, unsigned tag, int result)
+static int control_command(struct ublk_server *s, unsigned op, void *buffer, unsigned length,
+                           uint64_t data)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->queue);
+    return control_command_of(s, s->dev_id, op, buffer, length, data);
+}
+
+/* Delete device `dev_id` without waiting for its last user to let go (a file system still
+ * mounted on it after STOP_DEV: the driver frees it at umount). DEL_DEV would wait for that,
+ * and a server stopping under a mounted node would never end; before Linux 6.9, which has no
+ * DEL_DEV_ASYNC, it is the only way. */
+static int delete_device(struct ublk_server *s, int dev_id)
+{
+    int rc = control_command_of(s, dev_id, UBLK_U_CMD_DEL_DEV_ASYNC, NULL, 0, 0);
+    if (rc == -EOPNOTSUPP || rc == -EINVAL || rc == -ENOTTY)
+        rc = control_command_of(s, dev_id, UBLK_CMD_DEL_DEV, NULL, 0, 0);
+    return rc;
+}
+
+/* Take away the devices a uzram server killed before it could delete them left behind: stopped
+ * (the driver stops a device whose server died, unless it asked for user recovery), marked as
+ * uzram's, of a process that no longer exists. Nothing can ever use them again; they hold a
+ * device number and /dev/ublkcN. */
+static void delete_leftovers(struct ublk_server *s)
+{
+    DIR *dir = opendir("/sys/class/ublk-char");
+    struct dirent *entry;
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        int id;
+        if (sscanf(entry->d_name, "ublkc%d", &id) != 1)
+            continue;
+        struct ublksrv_ctrl_dev_info info = {0};
+        if (control_command_of(s, id, UBLK_CMD_GET_DEV_INFO, &info, sizeof info, 0) < 0 ||
+            info.ublksrv_flags >> 32 != UBLK_UZRAM_MARK || info.state != UBLK_S_DEV_DEAD ||
+            (info.flags & (UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE)) != 0)
+            continue;
+        pid_t owner = (pid_t)(uint32_t)info.ublksrv_flags;
+        if (owner <= 0 || kill(owner, 0) == 0 || errno != ESRCH)
+            continue;
+        delete_device(s, id);
+    }
+    if (dir != NULL)
+        closedir(dir);
+}
+
+static void queue_command(struct ublk_queue *q, unsigned op, unsigned tag, int result)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
     if (sqe == NULL) /* cannot be: the ring has room for two commands per tag */
         return;
     memset(sqe, 0, sizeof *sqe);
     sqe->opcode = IORING_OP_URING_CMD;
-    sqe->fd = s->char_fd;
+    sqe->fd = q->server->char_fd;
     sqe->cmd_op = op;
     sqe->user_data = tag;
     struct ublksrv_io_cmd *cmd = (struct ublksrv_io_cmd *)sqe->cmd;
-    cmd->q_id = 0;
+    cmd->q_id = (uint16_t)q->id;
     cmd->tag = (uint16_t)tag;
     cmd->result = result;
-    cmd->addr = (uint64_t)(uintptr_t)(s->buffers + (size_t)tag * UBLK_IO_BYTES);
+    cmd->addr = (uint64_t)(uintptr_t)(q->buffers + (size_t)tag * UBLK_IO_BYTES);
 }
 
-/* Run one request on the engine: bytes done, or a negative errno for the block layer. */
-static int serve_request(struct ublk_server *s, unsigned tag)
+/* Run one request on the engine, all its pages in one call: bytes done, or a negative errno
+ * for the block layer. */
+static int serve_request(struct ublk_queue *q, unsigned tag)
 {
-    const struct ublksrv_io_desc *iod = &s->descs[tag];
+    const struct ublksrv_io_desc *iod = &q->descs[tag];
+    struct ublk_server *s = q->server;
     uint64_t offset = iod->start_sector << 9;
     size_t length = (size_t)iod->nr_sectors << 9;
-    void *buffer = s->buffers + (size_t)tag * UBLK_IO_BYTES;
+    void *buffer = q->buffers + (size_t)tag * UBLK_IO_BYTES;
     int rc;
     switch (ublksrv_get_op(iod)) {
     case UBLK_IO_OP_READ:
@@ -129,31 +208,36 @@ static int serve_request(struct ublk_server *s, unsigned tag)
 static void queue_ready(struct ublk_server *s, int rc)
 {
     pthread_mutex_lock(&s->lock);
-    s->ready = true;
-    s->ready_rc = rc;
+    s->ready++;
+    if (s->ready_rc == 0)
+        s->ready_rc = rc;
     pthread_cond_broadcast(&s->ready_cond);
     pthread_mutex_unlock(&s->lock);
 }
 
-/* The queue: fetch every tag, then serve and commit until told to stop (after STOP_DEV) or
- * until the driver aborts the commands. The driver wants every command of a queue from one
- * thread. */
+/* A queue: fetch every tag, then serve and commit until told to stop (after STOP_DEV) or
+ * until the driver aborts the commands. */
 static void *queue_main(void *arg)
 {
-    struct ublk_server *s = arg;
+    struct ublk_queue *q = arg;
+    struct ublk_server *s = q->server;
+    /* Served on the CPUs whose requests this queue gets (as ublksrv does): a request is
+     * served where it was issued, and one queue's work never waits behind another's. */
+    if (CPU_COUNT(&q->cpus) > 0)
+        pthread_setaffinity_np(pthread_self(), sizeof q->cpus, &q->cpus);
     for (unsigned tag = 0; tag < UBLK_DEPTH; tag++)
-        queue_command(s, UBLK_IO_FETCH_REQ, tag, 0);
-    int rc = io_uring_submit(&s->queue);
+        queue_command(q, UBLK_IO_FETCH_REQ, tag, 0);
+    int rc = io_uring_submit(&q->ring);
     queue_ready(s, rc < 0 ? rc : 0);
     unsigned live = rc < 0 ? 0 : UBLK_DEPTH;
     while (live > 0 && !atomic_load(&s->stopping)) {
         struct io_uring_cqe *cqe;
         struct __kernel_timespec wait = {0, QUEUE_POLL_MS * 1000000LL};
-        rc = io_uring_submit_and_wait_timeout(&s->queue, &cqe, 1, &wait, NULL);
+        rc = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &wait, NULL);
         if (rc < 0 && rc != -EINTR && rc != -ETIME)
             break;
         unsigned head, seen = 0;
-        io_uring_for_each_cqe(&s->queue, head, cqe)
+        io_uring_for_each_cqe(&q->ring, head, cqe)
         {
             seen++;
             unsigned tag = (unsigned)cqe->user_data;
@@ -161,9 +245,9 @@ static void *queue_main(void *arg)
                 live--; /* UBLK_IO_RES_ABORT: the device stops */
                 continue;
             }
-            queue_command(s, UBLK_IO_COMMIT_AND_FETCH_REQ, tag, serve_request(s, tag));
+            queue_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tag, serve_request(q, tag));
         }
-        io_uring_cq_advance(&s->queue, seen);
+        io_uring_cq_advance(&q->ring, seen);
     }
     return NULL;
 }
@@ -183,15 +267,43 @@ static int open_char_device(struct ublk_server *s)
     return s->char_fd < 0 ? -errno : 0;
 }
 
-/* Add the device, give it its parameters, map its request descriptors, fault the buffers in. */
+/* Map a queue's request descriptors, fault its buffers in, make its ring, learn its CPUs. */
+static int setup_queue(struct ublk_server *s, unsigned id, char *message, size_t message_size)
+{
+    struct ublk_queue *q = &s->queues[id];
+    q->server = s;
+    q->id = id;
+    q->descs = mmap(NULL, DESCS_BYTES, PROT_READ, MAP_SHARED | MAP_POPULATE, s->char_fd,
+                    UBLKSRV_CMD_BUF_OFFSET + id * DESCS_STRIDE);
+    q->buffers = aligned_alloc(4096, (size_t)UBLK_DEPTH * UBLK_IO_BYTES);
+    if (q->descs == MAP_FAILED || q->buffers == NULL) {
+        snprintf(message, message_size, "ublk: out of memory for queue %u's request buffers", id);
+        return -ENOMEM;
+    }
+    /* Faulted in now: a write to a swap device must not wait for memory. */
+    memset(q->buffers, 0, (size_t)UBLK_DEPTH * UBLK_IO_BYTES);
+    int rc = io_uring_queue_init(2 * UBLK_DEPTH, &q->ring, 0);
+    if (rc < 0) {
+        snprintf(message, message_size, "ublk: io_uring: %s", strerror(-rc));
+        return rc;
+    }
+    q->ring_ready = true;
+    CPU_ZERO(&q->cpus);
+    if (control_command(s, UBLK_CMD_GET_QUEUE_AFFINITY, &q->cpus, sizeof q->cpus, id) < 0)
+        CPU_ZERO(&q->cpus);
+    return 0;
+}
+
+/* Add the device, give it its parameters, set its queues up. */
 static int add_device(struct ublk_server *s, uint64_t size, char *message, size_t message_size)
 {
     struct ublksrv_ctrl_dev_info info = {
-        .nr_hw_queues = 1,
+        .nr_hw_queues = (uint16_t)s->nr_queues,
         .queue_depth = UBLK_DEPTH,
         .max_io_buf_bytes = UBLK_IO_BYTES,
         .dev_id = (uint32_t)-1,
         .ublksrv_pid = getpid(),
+        .ublksrv_flags = UBLK_OWNER(getpid()),
     };
     int rc = control_command(s, UBLK_CMD_ADD_DEV, &info, sizeof info, 0);
     if (rc < 0) {
@@ -199,6 +311,7 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
         return rc;
     }
     s->dev_id = (int)info.dev_id;
+    s->nr_queues = info.nr_hw_queues; /* the driver may give fewer */
     struct ublk_params params = {
         .len = sizeof params,
         .types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD,
@@ -222,55 +335,57 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
                  strerror(-rc));
         return rc;
     }
-    s->descs_bytes = (UBLK_DEPTH * sizeof *s->descs + 4095) & ~(size_t)4095;
-    s->descs = mmap(NULL, s->descs_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, s->char_fd,
-                    UBLKSRV_CMD_BUF_OFFSET);
-    s->buffers = aligned_alloc(4096, (size_t)UBLK_DEPTH * UBLK_IO_BYTES);
-    if (s->descs == MAP_FAILED || s->buffers == NULL) {
-        snprintf(message, message_size, "ublk: out of memory for the request buffers");
-        return -ENOMEM;
-    }
-    memset(s->buffers, 0, (size_t)UBLK_DEPTH * UBLK_IO_BYTES);
-    rc = io_uring_queue_init(2 * UBLK_DEPTH, &s->queue, 0);
-    if (rc < 0)
-        snprintf(message, message_size, "ublk: io_uring: %s", strerror(-rc));
+    for (unsigned id = 0; id < s->nr_queues && rc == 0; id++)
+        rc = setup_queue(s, id, message, message_size);
     return rc;
 }
 
-/* Start the queue thread, wait until it has fetched its requests, then start the device. */
+/* Start the queue threads, wait until each has fetched its requests (the driver's START_DEV
+ * waits for that), then start the device. */
 static int start_device(struct ublk_server *s, char *message, size_t message_size)
 {
-    int rc = util_thread_start(&s->thread, queue_main, s, NBD_SERVER_THREAD_STACK);
-    if (rc < 0) {
-        snprintf(message, message_size, "ublk: cannot start the queue thread");
-        return rc;
+    int rc = 0;
+    unsigned started = 0;
+    for (; started < s->nr_queues; started++) {
+        struct ublk_queue *q = &s->queues[started];
+        rc = util_thread_start(&q->thread, queue_main, q, NBD_SERVER_THREAD_STACK);
+        if (rc < 0) {
+            snprintf(message, message_size, "ublk: cannot start queue thread %u", started);
+            break;
+        }
+        q->thread_started = true;
     }
-    s->thread_started = true;
     pthread_mutex_lock(&s->lock);
-    while (!s->ready)
+    while (s->ready < started)
         pthread_cond_wait(&s->ready_cond, &s->lock);
-    rc = s->ready_rc;
-    pthread_mutex_unlock(&s->lock);
     if (rc == 0)
-        rc = control_command(s, UBLK_CMD_START_DEV, NULL, 0, (uint64_t)getpid());
+        rc = s->ready_rc;
+    pthread_mutex_unlock(&s->lock);
+    if (rc < 0)
+        return rc; /* a thread that fetched leaves when ublk_stop() says so */
+    rc = control_command(s, UBLK_CMD_START_DEV, NULL, 0, (uint64_t)getpid());
     if (rc < 0)
         snprintf(message, message_size, "ublk: starting /dev/ublkb%d failed: %s", s->dev_id,
                  strerror(-rc));
     return rc;
 }
 
-int ublk_start(struct uzram *dev, uint64_t size, bool read_only, struct ublk_server **out,
-               char *message, size_t message_size)
+int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues,
+               struct ublk_server **out, char *message, size_t message_size)
 {
     struct ublk_server *s = calloc(1, sizeof *s);
     if (s == NULL)
         return -ENOMEM;
-    *s = (struct ublk_server){.dev = dev,
-                              .read_only = read_only,
-                              .dev_id = -1,
-                              .control_fd = -1,
-                              .char_fd = -1,
-                              .descs = MAP_FAILED};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && queues > (unsigned long)cpus)
+        queues = (unsigned)cpus;
+    s->dev = dev;
+    s->read_only = read_only;
+    s->nr_queues = queues < 1 ? 1 : queues > UBLK_QUEUES_MAX ? UBLK_QUEUES_MAX : queues;
+    s->dev_id = -1;
+    s->control_fd = s->char_fd = -1;
+    for (unsigned id = 0; id < UBLK_QUEUES_MAX; id++)
+        s->queues[id].descs = MAP_FAILED;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->ready_cond, NULL);
     s->control_fd = open(UBLK_CONTROL, O_RDWR | O_CLOEXEC);
@@ -291,6 +406,7 @@ int ublk_start(struct uzram *dev, uint64_t size, bool read_only, struct ublk_ser
         free(s);
         return rc;
     }
+    delete_leftovers(s);
     rc = add_device(s, size, message, message_size);
     if (rc == 0)
         rc = start_device(s, message, message_size);
@@ -315,19 +431,22 @@ void ublk_stop(struct ublk_server *s)
     if (s->dev_id >= 0)
         control_command(s, UBLK_CMD_STOP_DEV, NULL, 0, 0);
     atomic_store(&s->stopping, true);
-    if (s->thread_started)
-        pthread_join(s->thread, NULL);
-    if (s->queue.ring_fd > 0)
-        io_uring_queue_exit(&s->queue);
-    if (s->descs != MAP_FAILED)
-        munmap(s->descs, s->descs_bytes);
+    for (unsigned id = 0; id < s->nr_queues; id++) {
+        struct ublk_queue *q = &s->queues[id];
+        if (q->thread_started)
+            pthread_join(q->thread, NULL);
+        if (q->ring_ready)
+            io_uring_queue_exit(&q->ring);
+        if (q->descs != MAP_FAILED)
+            munmap(q->descs, DESCS_BYTES);
+        free(q->buffers);
+    }
     if (s->char_fd >= 0)
         close(s->char_fd);
     if (s->dev_id >= 0)
-        control_command(s, UBLK_CMD_DEL_DEV, NULL, 0, 0);
+        delete_device(s, s->dev_id);
     io_uring_queue_exit(&s->control);
     close(s->control_fd);
-    free(s->buffers);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->ready_cond);
     free(s);
