@@ -25,12 +25,12 @@ static void attach_usage(FILE *out)
           "\n"
           "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
           "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver,\n"
-          "                          served by a thread of the server, /dev/ublkbN (what swap\n"
-          "                          needs: see SWAP in uzram(1)); loop: the server shows the\n"
-          "                          disk as a file through FUSE and a loop device with direct\n"
-          "                          I/O sits on it, /dev/loopN. Default: with --swap ublk\n"
-          "                          where the kernel has it; else nbd where it has its nbd\n"
-          "                          module (modprobe is tried), else loop\n"
+          "                          served by the server's queue threads over io_uring,\n"
+          "                          /dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
+          "                          in uzram(1)); loop: the server shows the disk as a file\n"
+          "                          through FUSE and a loop device with direct I/O sits on\n"
+          "                          it, /dev/loopN. Default: ublk where the kernel has it,\n"
+          "                          else nbd, else loop (modprobe is tried for each)\n"
           "  --file PATH             with --via loop: the file the server mounts (default\n"
           "                          NAME.disk beside the control socket)\n"
           "  --swap                  the device is for swap: the server must run with\n"
@@ -111,11 +111,11 @@ static bool module_ready(const char *module, const char *sys_path)
            access(sys_path, F_OK) == 0;
 }
 
-/* For swap ublk, whose requests cost the server no kernel memory (see SWAP in uzram(1)); else
- * nbd when the kernel has its client; else loop. */
-static const char *default_via(bool swap)
+/* The fastest path the kernel has (ublk: no socket and no FUSE hop; and the one whose requests
+ * cost the server no kernel memory, see SWAP in uzram(1)); else nbd; else loop. */
+static const char *default_via(void)
 {
-    if (swap && module_ready("ublk_drv", "/dev/ublk-control"))
+    if (module_ready("ublk_drv", "/dev/ublk-control"))
         return "ublk";
     return module_ready("nbd", "/sys/module/nbd") ? "nbd" : "loop";
 }
@@ -189,7 +189,7 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
                 char *node, size_t node_size, char *message, size_t message_size)
 {
     if (via == NULL)
-        via = file != NULL ? "loop" : default_via(swap);
+        via = file != NULL ? "loop" : default_via();
     /* The server mounts the file: give it a path that does not depend on our directory. */
     char absolute[PATH_MAX] = "";
     if (file != NULL) {
