@@ -50,3 +50,65 @@ result() { # KEY VALUE...
     echo "RESULT $*"
     echo "$*" >>"$VM_OUT/$TEST_NAME.results"
 }
+
+# make_tree: $WORK/tree, a few MiB of sources, headers and random bytes to copy onto a device.
+make_tree() {
+    TREE=$WORK/tree
+    mkdir -p "$TREE"
+    cp -a "$REPO/src" "$REPO/lib" "$REPO/docs" "$TREE/"
+    cp -a /usr/include/linux "$TREE/include-linux"
+    head -c $((4 << 20)) /dev/urandom >"$TREE/random"
+}
+
+# fs_round_trip DEV NAME MNT: ext4 on DEV (of device NAME), $TREE copied, caches dropped, compared
+# byte for byte; then rm + fstrim must lower NAME's orig_data_size by the 4 MiB file at least.
+# Leaves DEV mounted on MNT.
+fs_round_trip() {
+    local dev=$1 name=$2 mnt=$3 before after
+    mkfs.ext4 -q "$dev" || fail "mkfs.ext4 $dev"
+    mount "$dev" "$mnt" || fail "mount $dev"
+    cp -a "$TREE" "$mnt/tree"
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    diff -r "$TREE" "$mnt/tree" >"$WORK/diff" || fail "the tree read back differs: $(head -n 5 "$WORK/diff")"
+    pass "ext4 on $dev: a $(du -sh "$TREE" | cut -f1) tree copied, caches dropped, equal byte for byte"
+    before=$(mm_stat_field "$name" 0)
+    rm -rf "$mnt/tree/include-linux" "$mnt/tree/random"
+    sync
+    fstrim "$mnt" || fail "fstrim $mnt"
+    after=$(mm_stat_field "$name" 0)
+    ((after < before - (4 << 20))) || fail "fstrim: orig_data_size $before -> $after, not down by the 4 MiB file at least"
+    pass "rm + fstrim: orig_data_size $before -> $after"
+}
+
+# stop_under_mount SIGNAL VIA BOUND MNT: a server (srvSIGNAL) whose device is attached --via VIA,
+# ext4 mounted on MNT with a writer busy, gets SIGSIGNAL: the server must be gone within 20 s,
+# the writer's requests in flight and a write after it must fail within BOUND s (no hang of
+# the journal), and umount must work. Sets STOPPED_DEV (the node) and STOPPED_AFTER (seconds
+# until the write failed, and how) for the caller's recovery and report.
+stop_under_mount() {
+    local signal=$1 via=$2 bound=$3 mnt=$4 name=srv$1 start status busy
+    start_server "$name" -s 256M
+    STOPPED_DEV=$("$UZRAM" attach --via "$via" "$name") || fail "attach --via $via $name"
+    mkfs.ext4 -q "$STOPPED_DEV" && mount "$STOPPED_DEV" "$mnt" || fail "mkfs/mount $STOPPED_DEV"
+    head -c $((1 << 20)) /dev/urandom >"$mnt/before"
+    sync
+    dd if=/dev/zero of="$mnt/busy" bs=64k count=100000 oflag=direct 2>/dev/null &
+    busy=$!
+    sleep 1
+    start=$(date +%s)
+    kill "-$signal" "${SERVER_PID[$name]}"
+    timeout 20 tail --pid="${SERVER_PID[$name]}" -f /dev/null ||
+        fail "the server lived on 20 s after SIG$signal with $STOPPED_DEV mounted"
+    unset "SERVER_PID[$name]"
+    timeout "$bound" tail --pid="$busy" -f /dev/null || fail "the writer busy at SIG$signal still runs after $bound s"
+    wait "$busy" && fail "the writer busy at SIG$signal succeeded"
+    set +e
+    timeout "$bound" dd if=/dev/urandom of="$mnt/after" bs=1M count=4 oflag=direct,sync 2>"$WORK/dd.err"
+    status=$?
+    set -e
+    (($(date +%s) - start < bound)) || fail "a write after SIG$signal took $bound s or more (status $status)"
+    ((status != 0)) || fail "a write after SIG$signal succeeded"
+    STOPPED_AFTER="$(($(date +%s) - start)) s ($(tail -n 1 "$WORK/dd.err"))"
+    timeout "$bound" umount "$mnt" || timeout "$bound" umount -l "$mnt" || fail "umount after SIG$signal"
+}
