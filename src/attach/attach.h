@@ -245,7 +245,7 @@ struct attach_settings {
     const char *name;        /* the device's name: export name, default file name */
     const char *unix_path;   /* the NBD socket nbd-client connects to; NULL: none */
     const char *runtime_dir; /* where the FUSE file goes unless the request names one */
-    unsigned fuse_threads;
+    unsigned threads;        /* serve --threads: FUSE workers, ublk queues (at most one per CPU) */
     bool read_only;
     bool swap; /* the server runs with swap safety (serve --swap) */
 };

@@ -84,7 +84,7 @@ static int attach_loop(struct attachment *attachment, const char *path, char *re
     struct fuse_file_options options = {
         .path = path,
         .name = settings->name,
-        .threads = settings->fuse_threads,
+        .threads = settings->threads,
         .read_only = settings->read_only,
         .direct_io = true,
     };
@@ -191,9 +191,8 @@ static int attach_ublk(struct attachment *attachment, bool swap, char *reply, si
 {
     struct uzram_config config;
     uzram_get_config(attachment->settings.dev, &config);
-    int rc =
-        ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
-                   attachment->settings.fuse_threads, &attachment->ublk, message, message_size);
+    int rc = ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
+                        attachment->settings.threads, &attachment->ublk, message, message_size);
     if (rc < 0)
         return rc;
     if (swap)

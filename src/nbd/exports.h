@@ -108,7 +108,7 @@ struct nbd_device_watch {
 typedef void nbd_watch_fn(struct uzram *dev, const char *name, struct nbd_device_watch *watch);
 /* Call `watch` for every device, with its own watch state. */
 void nbd_exports_watch(struct nbd_exports *exports, nbd_watch_fn *watch);
-/* The settings every device's attachment shares (unix_path, runtime_dir, fuse_threads,
+/* The settings every device's attachment shares (unix_path, runtime_dir, threads,
  * swap; the rest is the device's): call before the first nbd_exports_add(). */
 struct attach_settings;
 void nbd_exports_set_attach(struct nbd_exports *exports, const struct attach_settings *settings);

@@ -510,7 +510,7 @@ static int add_devices(struct nbd_server *server, const struct nbd_server_option
     struct attach_settings attach = {
         .unix_path = server->unix_path[0] ? server->unix_path : NULL,
         .runtime_dir = runtime_dir,
-        .fuse_threads = threads,
+        .threads = threads,
         .swap = options->swap,
     };
     nbd_exports_set_attach(server->exports, &attach);

@@ -92,7 +92,8 @@ const struct serve_option serve_options[] = {
     {"threads", OPT_THREADS, required_argument, "N",
      "most worker threads per client connection (default:\n"
      "number of CPUs, at least 2); helpers start only while\n"
-     "costly requests queue up",
+     "costly requests queue up; also the FUSE threads and\n"
+     "ublk queues of attach",
      false},
     {NULL, SETS_SERVER, 0, NULL, "TLS (clients use nbds:// URIs):", false},
     {"tls", OPT_TLS, required_argument, "off|on|require",
