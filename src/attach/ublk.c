@@ -10,7 +10,6 @@
 #include <liburing.h>
 #include <linux/ublk_cmd.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +58,6 @@ struct ublk_queue {
     bool ring_ready;
     struct ublksrv_io_desc *descs; /* MAP_FAILED until mapped */
     unsigned char *buffers;        /* UBLK_DEPTH buffers of UBLK_IO_BYTES, faulted in */
-    cpu_set_t cpus; /* where its requests come from (GET_QUEUE_AFFINITY); empty: unknown */
     pthread_t thread;
     bool thread_started;
 };
@@ -221,10 +219,10 @@ static void *queue_main(void *arg)
 {
     struct ublk_queue *q = arg;
     struct ublk_server *s = q->server;
-    /* Served on the CPUs whose requests this queue gets (as ublksrv does): a request is
-     * served where it was issued, and one queue's work never waits behind another's. */
-    if (CPU_COUNT(&q->cpus) > 0)
-        pthread_setaffinity_np(pthread_self(), sizeof q->cpus, &q->cpus);
+    /* Not pinned to the CPUs whose requests this queue gets, as ublksrv does: with a queue
+     * per CPU the issuer and the server then take turns on one CPU, where unpinned the server
+     * runs beside it: pinned was the slower in the VM's fio runs (bench/vm-block.sh), by far
+     * for reads at QD16 (the note of issue 22 has the figures). */
     for (unsigned tag = 0; tag < UBLK_DEPTH; tag++)
         queue_command(q, UBLK_IO_FETCH_REQ, tag, 0);
     int rc = io_uring_submit(&q->ring);
@@ -267,7 +265,7 @@ static int open_char_device(struct ublk_server *s)
     return s->char_fd < 0 ? -errno : 0;
 }
 
-/* Map a queue's request descriptors, fault its buffers in, make its ring, learn its CPUs. */
+/* Map a queue's request descriptors, fault its buffers in, make its ring. */
 static int setup_queue(struct ublk_server *s, unsigned id, char *message, size_t message_size)
 {
     struct ublk_queue *q = &s->queues[id];
@@ -288,9 +286,6 @@ static int setup_queue(struct ublk_server *s, unsigned id, char *message, size_t
         return rc;
     }
     q->ring_ready = true;
-    CPU_ZERO(&q->cpus);
-    if (control_command(s, UBLK_CMD_GET_QUEUE_AFFINITY, &q->cpus, sizeof q->cpus, id) < 0)
-        CPU_ZERO(&q->cpus);
     return 0;
 }
 
