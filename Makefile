@@ -317,8 +317,10 @@ soak: deps
 # vm-shell:     a shell in that guest, the host's root under a tmpfs overlay
 # vm-swap-soak: swap under memory pressure, the full run, VM_SOAK_RUNS times (default 10)
 # vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
+# vm-bench:     the /dev node paths (ublk, nbd-client) against the guest's zram, fio in the VM,
+#               into docs/BENCHMARKS.md (bench/vm-block.sh)
 VM_SOAK_RUNS ?= 10
-.PHONY: vm-check vm-shell vm-swap-soak vm-docs
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench
 vm-check: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --check
@@ -331,4 +333,7 @@ vm-swap-soak: deps
 vm-docs: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./bench/vm-docs.sh
+vm-bench: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./bench/vm-block.sh
 # ---- end of VM tests block ----

@@ -1,0 +1,55 @@
+#!/bin/bash
+# vm-block.sh - the /dev node paths against the kernel's zram, in a VM (make vm-bench): one boot
+# of Debian's 6.12 kernel (tests/vm/vm.sh, 1024 MiB guest, 2 vCPUs) runs tests/vm/blockbench.sh:
+# fio 4 KiB randread and randwrite, libaio, direct, QD1 and QD16, on one uzram device through
+# ublk and through nbd-client, and on the guest's zram, rounds interleaved. Writes the table
+# of medians and ratios between the VM-BLOCK markers of docs/BENCHMARKS.md. Under software
+# emulation (TCG) only the ratios inside the one boot mean anything.
+#
+#   bench/vm-block.sh [ROUNDS [SECONDS]]   (default 3 rounds, 10 s per run)
+#   VM_BLOCK_REUSE=1 bench/vm-block.sh     write the doc from the last run's output again
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/doc.bash
+ROUNDS=${1:-3}
+SECONDS_PER_RUN=${2:-10}
+OUT=build/vm/block
+if [[ ${VM_BLOCK_REUSE:-0} != 1 ]]; then
+    bench_git >build/vm-block.commit
+    ./tests/vm/vm.sh --mem 1024 --deadline $((ROUNDS * 12 * (SECONDS_PER_RUN + 8) + 300)) \
+        --out "$OUT" "blockbench:$ROUNDS,$SECONDS_PER_RUN" | tee build/vm-block.log
+fi
+grep -q '^PASS vm blockbench' build/vm-block.log ||
+    { echo "vm-block: the scenario did not pass: docs/BENCHMARKS.md left as it was" >&2; exit 1; }
+kernel=$(sed -n 's/^vm.sh: \([^,]*\), \([^,]*\), .*/\1 (\2)/p' build/vm-block.log | head -n 1)
+text=$(mktemp)
+{
+    echo "### /dev node paths in a VM: \`bench/vm-block.sh $ROUNDS $SECONDS_PER_RUN\`"
+    echo
+    echo "Commit $(cat build/vm-block.commit), kernel $kernel, 2 vCPUs, 1024 MiB; one boot."
+    echo "One \`uzram serve -s 256M -a lz4\` device attached through ublk, then through nbd-client"
+    echo "(the same device, detached and attached again each round), and the guest's \`/dev/zram0\`"
+    echo "(lz4, 256 MiB); each filled first. fio 4 KiB, libaio, direct, half-compressible data,"
+    echo "$SECONDS_PER_RUN s per run, $ROUNDS rounds interleaved; IOPS are medians of the rounds. The guest runs"
+    echo "under software emulation: only the ratios mean anything, never the IOPS against the host's."
+    echo
+    /usr/bin/python3 - "$OUT/blockbench.results" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "blockbench":
+        runs.setdefault((f[2], f[3]), []).append(float(f[4]))
+med = {k: statistics.median(v) for k, v in runs.items()}
+print("| job | ublk IOPS | nbd IOPS | zram IOPS | ublk / nbd | ublk / zram | nbd / zram |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for job in ["randread:1", "randread:16", "randwrite:1", "randwrite:16"]:
+    u, n, z = (med[(t, job)] for t in ("ublk", "nbd", "zram"))
+    name = job.replace(":", " QD")
+    print(f"| {name} | {u:.0f} | {n:.0f} | {z:.0f} | **{u / n:.2f}x** | **{u / z:.2f}x** | {n / z:.2f}x |")
+PY
+} >"$text"
+doc_block docs/BENCHMARKS.md "<!-- BEGIN VM-BLOCK (bench/vm-block.sh; do not edit by hand) -->" \
+    "<!-- END VM-BLOCK -->" "$text"
+rm -f "$text"
+echo "vm-block: wrote the VM-BLOCK part of docs/BENCHMARKS.md"
