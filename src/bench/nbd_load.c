@@ -408,14 +408,6 @@ static int check_export(struct load *l, const struct bench_nbd_export *export)
     return 0;
 }
 
-static double cpu_seconds(void)
-{
-    struct rusage usage;
-    getrusage(RUSAGE_SELF, &usage);
-    return (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
-           (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
-}
-
 int bench_nbd_process_cpu(long pid, struct bench_nbd_cpu *cpu)
 {
     char path[64], text[1024];
@@ -437,6 +429,16 @@ int bench_nbd_process_cpu(long pid, struct bench_nbd_cpu *cpu)
     cpu->user = (double)utime / tick;
     cpu->system = (double)stime / tick;
     return 0;
+}
+
+/* This process's CPU time so far, user and system, in seconds. */
+static struct bench_nbd_cpu own_cpu(void)
+{
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return (struct bench_nbd_cpu){
+        .user = (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
+        .system = (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6};
 }
 
 /* NBD_CMD_DISC, so that the server ends the session cleanly; then the socket closes. */
@@ -470,11 +472,13 @@ int bench_nbd_load(const struct bench_options *opt, struct bench_nbd_result *res
     if (rc == 0 && opt->nbd.server_pid)
         rc = bench_nbd_process_cpu(opt->nbd.server_pid, &server_before);
     if (rc == 0) {
-        double cpu_before = cpu_seconds();
+        struct bench_nbd_cpu cpu_before = own_cpu();
         uint64_t start = util_now_ns();
         rc = run(&l);
         res->seconds = (double)(util_now_ns() - start) / 1e9;
-        res->client_cpu = cpu_seconds() - cpu_before;
+        struct bench_nbd_cpu cpu_after = own_cpu();
+        res->client_user = cpu_after.user - cpu_before.user;
+        res->client_system = cpu_after.system - cpu_before.system;
         struct bench_nbd_cpu server_after;
         if (rc == 0 && opt->nbd.server_pid &&
             bench_nbd_process_cpu(opt->nbd.server_pid, &server_after) == 0) {

@@ -13,7 +13,7 @@ struct bench_nbd_result {
     uint64_t reads, writes;            /* requests answered */
     uint64_t verified, verified_zero;  /* --verify: reads that matched, reads of zeros */
     double seconds;                    /* from the first request to the last reply */
-    double client_cpu;                 /* this process, user + system seconds */
+    double client_user, client_system; /* this process, seconds */
     bool server_measured;              /* --server-pid given and read */
     double server_user, server_system; /* seconds */
 };

@@ -33,8 +33,9 @@ static void print_json(const struct bench_options *opt, const struct bench_nbd_r
            ", \"seconds\": %.6f, \"requests_per_s\": %.0f, \"MBps\": %.1f,\n",
            done, r->reads, r->writes, r->seconds, done / r->seconds,
            done * (double)o->block_size / r->seconds / BENCH_MEGA);
-    printf("  \"client_cpu_s\": %.6f, \"client_cpu_us_per_request\": %.3f", r->client_cpu,
-           r->client_cpu * 1e6 / done);
+    printf("  \"client_user_s\": %.6f, \"client_system_s\": %.6f"
+           ", \"client_cpu_us_per_request\": %.3f",
+           r->client_user, r->client_system, (r->client_user + r->client_system) * 1e6 / done);
     if (r->server_measured)
         printf(", \"server_pid\": %ld, \"server_user_s\": %.2f, \"server_system_s\": %.2f"
                ", \"server_cpu_us_per_request\": %.3f",
@@ -67,7 +68,8 @@ static void print_text(const struct bench_options *opt, const struct bench_nbd_r
            r->reads, r->writes, r->seconds);
     printf("requests/s    %.0f (%.1f MB/s)\n", done / r->seconds,
            done * (double)o->block_size / r->seconds / BENCH_MEGA);
-    printf("client CPU    %.3f us a request (%.3f s)\n", r->client_cpu * 1e6 / done, r->client_cpu);
+    printf("client CPU    %.3f us a request (user %.3f s + system %.3f s)\n",
+           (r->client_user + r->client_system) * 1e6 / done, r->client_user, r->client_system);
     if (r->server_measured)
         printf("server CPU    %.3f us a request (user %.2f s + system %.2f s, process %ld;"
                " %ld ticks a second)\n",
