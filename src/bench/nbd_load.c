@@ -193,8 +193,13 @@ static int send_some(struct load *l)
     struct msghdr msg = {.msg_iov = l->iov + l->iov_next,
                          .msg_iovlen = (size_t)(count > IOV_MAX ? IOV_MAX : count)};
     ssize_t n = sendmsg(l->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        int err = errno;
+        fprintf(stderr, "uzram bench nbd: sending requests failed: %s\n", strerror(err));
+        return -err;
+    }
     while (n > 0) {
         struct iovec *v = &l->iov[l->iov_next];
         if ((size_t)n >= v->iov_len) {
@@ -300,8 +305,11 @@ static int take_replies(struct load *l)
 static int set_receive_timeout(struct load *l, uint64_t ms)
 {
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    if (setsockopt(l->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
-        return -errno;
+    if (setsockopt(l->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) {
+        int err = errno;
+        fprintf(stderr, "uzram bench nbd: cannot set the receive timeout: %s\n", strerror(err));
+        return -err;
+    }
     return 0;
 }
 
@@ -326,8 +334,13 @@ static int receive(struct load *l)
     if (l->iov_next < l->iov_count) {
         struct pollfd wait = {.fd = l->fd, .events = POLLIN | POLLOUT};
         int ready = poll(&wait, 1, (int)(deadline - now));
-        if (ready < 0)
-            return errno == EINTR ? 0 : -errno;
+        if (ready < 0) {
+            int err = errno;
+            if (err == EINTR)
+                return 0;
+            fprintf(stderr, "uzram bench nbd: waiting for the server failed: %s\n", strerror(err));
+            return -err;
+        }
         if (!(wait.revents & (POLLIN | POLLHUP | POLLERR)))
             return 0;
     }
@@ -340,9 +353,13 @@ static int receive(struct load *l)
         return -ECONNRESET;
     }
     if (n < 0) {
-        if (errno == EINTR)
+        int err = errno;
+        if (err == EINTR)
             return 0;
-        return errno == EAGAIN ? stalled(l) : -errno;
+        if (err == EAGAIN)
+            return stalled(l);
+        fprintf(stderr, "uzram bench nbd: receiving replies failed: %s\n", strerror(err));
+        return -err;
     }
     l->rhave += (size_t)n;
     int progress = take_replies(l);
@@ -376,9 +393,7 @@ static int run(struct load *l)
         if (rc == 0)
             rc = receive(l);
     }
-    if (rc && rc != -ETIMEDOUT && rc != -EIO && rc != -EPROTO && rc != -ECONNRESET)
-        fprintf(stderr, "uzram bench nbd: connection failed: %s\n", strerror(-rc));
-    return rc;
+    return rc; /* what went wrong has been said */
 }
 
 /* The export's size against the options: the region and block count. 0 or -EINVAL. */
