@@ -128,6 +128,27 @@ $PY -c 'import sys; t = float(sys.argv[1]); sys.exit(0 if 1.5 <= t <= 6 else 1)'
     fail "a run against a stopped server gave up after $took s, not about 2 s"
 pass "stopped server mid-run: gave up after $took s (--timeout 2)"
 
+# A server that dies mid-run: a clear error and status 1 at once, not a wait for --timeout.
+start_server gone -s 16M
+"$UZRAM" bench nbd --unix "$(sock_of gone)" --requests 100000000 >/dev/null 2>"$WORK/gone.err" &
+bench=$!
+sleep 1
+kill -KILL "${SERVER_PID[gone]}"
+wait "${SERVER_PID[gone]}" 2>/dev/null || true
+unset "SERVER_PID[gone]"
+start=$EPOCHREALTIME
+for _ in $(seq 50); do
+    kill -0 "$bench" 2>/dev/null || break
+    sleep 0.1
+done
+kill -0 "$bench" 2>/dev/null && { kill "$bench"; fail "the run went on 5 s after its server died"; }
+rc=0
+wait "$bench" || rc=$?
+((rc == 1)) || fail "the run whose server died exited $rc, not 1"
+grep -q "closed the connection\|receiving replies failed\|sending requests failed" "$WORK/gone.err" ||
+    fail "no message when the server died: $(cat "$WORK/gone.err")"
+pass "server killed mid-run: status 1 after $(elapsed_since "$start") s: $(head -n 1 "$WORK/gone.err")"
+
 # The server lives on, and what it stores still reads back.
 server_alive bn || fail "the server died"
 "$UZRAM" bench nbd --unix "$SOCK" --rw read --region $REGION --requests 2000 --verify >/dev/null ||
