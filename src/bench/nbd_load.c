@@ -233,11 +233,17 @@ static int verify_read(struct load *l, const struct slot *s, const unsigned char
         l->res->verified_zero++;
         return 0;
     }
-    fprintf(stderr,
-            "uzram bench nbd: --verify: the read at offset %" PRIu64 " returned other bytes than"
-            " %s\n",
-            s->block * l->bs,
-            s->must_match ? "this run wrote there" : "a run with this --seed writes (or zeros)");
+    if (s->must_match)
+        fprintf(stderr,
+                "uzram bench nbd: --verify: the read at offset %" PRIu64
+                " returned other bytes than this run wrote there\n",
+                s->block * l->bs);
+    else
+        fprintf(stderr,
+                "uzram bench nbd: --verify: the read at offset %" PRIu64
+                " returned neither zeros nor what a run with --seed %" PRIu64
+                " and --block-size %" PRIu32 " writes there (written with others?)\n",
+                s->block * l->bs, l->seed, l->bs);
     return -EIO;
 }
 
