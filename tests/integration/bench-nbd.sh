@@ -2,8 +2,8 @@
 # bench-nbd.sh - integration test of `uzram bench nbd`, the light NBD load generator, against a
 # real `uzram serve`: writes land (mm_stat moves), reads verify byte for byte, the counts it
 # reports are the requests it was asked for, and bad input (unknown export, read-only export,
-# options of the other job, a stopped server) ends in a clear error and a nonzero status
-# within --timeout, never a hang.
+# options of the other job, a stopped, killed or misbehaving server) ends in a clear error and
+# a nonzero status within --timeout, never a hang.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 
@@ -148,6 +148,39 @@ wait "$bench" || rc=$?
 grep -q "closed the connection\|receiving replies failed\|sending requests failed" "$WORK/gone.err" ||
     fail "no message when the server died: $(cat "$WORK/gone.err")"
 pass "server killed mid-run: status 1 after $(elapsed_since "$start") s: $(head -n 1 "$WORK/gone.err")"
+
+# A misbehaving server (bench_nbd_peer.py): each way ends in status 1 and a line saying what
+# went wrong, within --timeout 2 even when the server trickles a reply byte by byte.
+# peer SCENARIO PATTERN: run one scenario against `uzram bench nbd`.
+peer() {
+    local scenario=$1 pattern=$2 sock=$WORK/peer.sock pid rc=0 start took
+    rm -f "$sock"
+    "$PY" "$(dirname "$0")/bench_nbd_peer.py" "$sock" "$scenario" &
+    pid=$!
+    for _ in $(seq 50); do
+        [[ -S $sock ]] && break
+        sleep 0.1
+    done
+    [[ -S $sock ]] || fail "peer $scenario did not start"
+    start=$EPOCHREALTIME
+    timeout 20 "$UZRAM" bench nbd --unix "$sock" --timeout 2 --requests 10 --depth 2 \
+        >/dev/null 2>"$WORK/peer.err" || rc=$?
+    took=$(elapsed_since "$start")
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    ((rc == 1)) || fail "peer $scenario: exited $rc, not 1: $(cat "$WORK/peer.err")"
+    grep -q -- "$pattern" "$WORK/peer.err" || fail "peer $scenario: no '$pattern' in: $(cat "$WORK/peer.err")"
+    $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= 6 else 1)' "$took" ||
+        fail "peer $scenario: took $took s"
+}
+peer garbage "not an NBD server"
+peer cut "closed the connection during the greeting"
+peer refuse "refused export '': NBD_REP_ERR_POLICY: not for you"
+peer short "closed the connection\|receiving replies failed"
+peer handle "a handle no request has"
+peer error "failed a read at offset [0-9]*: Input/output error"
+peer trickle "no reply from the server for 2 s"
+pass "misbehaving servers: not NBD, cut greeting, refused GO, short reply, unknown handle, EIO, trickle"
 
 # The server lives on, and what it stores still reads back.
 server_alive bn || fail "the server died"
