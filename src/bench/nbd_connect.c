@@ -41,19 +41,15 @@ static int connect_unix(const char *path)
     return fd;
 }
 
-/* TCP: a connect() to a stopped host can hang for minutes, so it runs non-blocking and waits
- * by the handshake's deadline. */
-static int connect_tcp(const char *host, const char *port, uint64_t deadline_ms)
+/* One address: a connected socket (non-blocking), or a negative errno. A connect() to a
+ * stopped host can hang for minutes, so it waits by the handshake's deadline. */
+static int connect_address(const struct addrinfo *address, uint64_t deadline_ms)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list;
-    int rc = getaddrinfo(host, port, &hints, &list);
-    if (rc != 0) {
-        fprintf(stderr, "uzram bench nbd: cannot resolve %s: %s\n", host, gai_strerror(rc));
-        return -EINVAL;
-    }
-    int fd = socket(list->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int err = fd < 0 ? errno : 0;
-    if (fd >= 0 && connect(fd, list->ai_addr, list->ai_addrlen) != 0) {
+    int fd = socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    int err = 0;
+    if (connect(fd, address->ai_addr, address->ai_addrlen) != 0) {
         err = errno;
         if (err == EINPROGRESS) {
             int remaining = (int)(deadline_ms - util_now_ms());
@@ -65,19 +61,36 @@ static int connect_tcp(const char *host, const char *port, uint64_t deadline_ms)
                 err = errno;
         }
     }
-    freeaddrinfo(list);
     if (err) {
-        fprintf(stderr, "uzram bench nbd: cannot connect to %s port %s: %s\n", host, port,
-                strerror(err));
-        if (fd >= 0)
-            close(fd);
+        close(fd);
         return -err;
+    }
+    return fd;
+}
+
+/* TCP: each address the name has (localhost: 127.0.0.1 and ::1) in turn, until one answers. */
+static int connect_tcp(const char *host, const char *port, uint64_t deadline_ms)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *list;
+    int rc = getaddrinfo(host, port, &hints, &list);
+    if (rc != 0) {
+        fprintf(stderr, "uzram bench nbd: cannot resolve %s: %s\n", host, gai_strerror(rc));
+        return -EINVAL;
+    }
+    int fd = -ENOENT;
+    for (const struct addrinfo *address = list; address && fd < 0; address = address->ai_next)
+        fd = connect_address(address, deadline_ms);
+    freeaddrinfo(list);
+    if (fd < 0) {
+        fprintf(stderr, "uzram bench nbd: cannot connect to %s port %s: %s\n", host, port,
+                strerror(-fd));
+        return fd;
     }
     int flags = fcntl(fd, F_GETFL);
     int one = 1;
     if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
-        err = errno;
+        int err = errno;
         close(fd);
         return -err;
     }
