@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "nbd/protocol.h"
 
+/* The port IANA gave NBD, which nbd:// URIs without one mean. */
 #define NBD_DEFAULT_PORT "10809"
 
 /* A whole decimal number in [min, max] into *value, or -EINVAL after a message. */
@@ -85,8 +87,8 @@ bad:
 
 int bench_nbd_apply_export(struct bench_options *opt, char *arg)
 {
-    if (strlen(arg) > 4096) {
-        fprintf(stderr, "uzram bench nbd: export name longer than 4096 bytes\n");
+    if (strlen(arg) > NBD_MAX_STRING) {
+        fprintf(stderr, "uzram bench nbd: export name longer than %d bytes\n", NBD_MAX_STRING);
         return -EINVAL;
     }
     opt->nbd.export_name = arg;
@@ -193,7 +195,7 @@ int bench_nbd_settle(struct bench_options *opt)
     if (!nbd->requests)
         nbd->requests = 200000;
     if (!nbd->block_size)
-        nbd->block_size = 4096;
+        nbd->block_size = BENCH_PAGE;
     if (!nbd->timeout)
         nbd->timeout = 30;
     if (nbd->region && nbd->region < nbd->block_size) {
