@@ -156,7 +156,28 @@ static int apply_seed(struct bench_options *opt, char *arg)
     return 0;
 }
 
-enum { OPT_SEED = 256, OPT_JSON, OPT_DEDUP, OPT_SAME, OPT_ALL, OPT_DUMP, OPT_FILE, OPT_TREE };
+enum {
+    OPT_SEED = 256,
+    OPT_JSON,
+    OPT_DEDUP,
+    OPT_SAME,
+    OPT_ALL,
+    OPT_DUMP,
+    OPT_FILE,
+    OPT_TREE,
+    OPT_UNIX,
+    OPT_URI,
+    OPT_EXPORT,
+    OPT_DEPTH,
+    OPT_REQUESTS,
+    OPT_BLOCK_SIZE,
+    OPT_RW,
+    OPT_PATTERN,
+    OPT_REGION,
+    OPT_VERIFY,
+    OPT_TIMEOUT,
+    OPT_SERVER_PID
+};
 
 /* The options that only set a flag, a section or a path: nothing to check. */
 static void apply_setting(struct bench_options *opt, int code, char *arg)
@@ -183,6 +204,9 @@ static void apply_setting(struct bench_options *opt, int code, char *arg)
     case OPT_TREE:
         opt->trees[opt->tree_count++] = arg;
         break;
+    case OPT_VERIFY:
+        opt->nbd.verify = true;
+        break;
     }
 }
 
@@ -191,6 +215,8 @@ static void apply_setting(struct bench_options *opt, int code, char *arg)
  * the width of the group's option column; the rows after it are that group's options. The
  * options' column leaves room for a short option, the sections' (which have none) does not. */
 enum { SECTIONS_COLUMN = 21, OPTIONS_COLUMN = 26 };
+/* Which job an option belongs to: the engine's (`uzram bench`) or `uzram bench nbd`. */
+enum { ENGINE = 1, NBD = 2, BOTH = ENGINE | NBD };
 static const struct bench_option {
     const char *name; /* long option */
     int code;         /* short option letter, or OPT_*; a group's column */
@@ -198,53 +224,87 @@ static const struct bench_option {
     const char *arg;  /* what --help calls the argument */
     const char *help; /* lines after the first are indented under it */
     int (*apply)(struct bench_options *opt, char *arg); /* NULL: apply_setting() */
+    int jobs;                                           /* ENGINE, NBD or BOTH */
 } bench_option_table[] = {
-    {NULL, SECTIONS_COLUMN, 0, NULL, "sections:", NULL},
+    {NULL, SECTIONS_COLUMN, 0, NULL, "sections:", NULL, ENGINE},
     {"dedup", OPT_DEDUP, no_argument, NULL,
      "dedup off vs on side by side (unique and identical pages);\n"
      "with --file/--tree: the real data with dedup off and on",
-     NULL},
-    {"same-check", OPT_SAME, no_argument, NULL, "only the same-filled check", NULL},
-    {"all", OPT_ALL, no_argument, NULL, "throughput, same-filled check and dedup", NULL},
+     NULL, ENGINE},
+    {"same-check", OPT_SAME, no_argument, NULL, "only the same-filled check", NULL, ENGINE},
+    {"all", OPT_ALL, no_argument, NULL, "throughput, same-filled check and dedup", NULL, ENGINE},
     {"file", OPT_FILE, required_argument, "PATH",
-     "store the pages of a file (- for stdin) and report memory", NULL},
+     "store the pages of a file (- for stdin) and report memory", NULL, ENGINE},
     {"tree", OPT_TREE, required_argument, "DIR",
      "store every regular file under DIR, each from a page boundary\n"
      "(may be given many times; the trees are stored one after another)",
-     NULL},
+     NULL, ENGINE},
     {"dump-data", OPT_DUMP, required_argument, "KIND",
      "write --size bytes of generated pages of KIND to stdout;\n"
      "KIND 'loaded' writes the pages of --file/--tree as stored",
-     NULL},
-    {NULL, OPTIONS_COLUMN, 0, NULL, "options:", NULL},
+     NULL, ENGINE},
+    {NULL, OPTIONS_COLUMN, 0, NULL, "options:", NULL, ENGINE},
     {"algorithms", 'a', required_argument, "LIST",
      "comma-separated (default lz4,lz4hc,zstd,lzo,deflate;\n"
      "lz4 for --dedup, --file, --tree)",
-     apply_algorithms},
+     apply_algorithms, ENGINE},
     {"kinds", 'k', required_argument, "LIST",
-     "data kinds: same,half,text,random,zero (default same,half,text,random)", apply_kinds},
+     "data kinds: same,half,text,random,zero (default same,half,text,random)", apply_kinds, ENGINE},
     {"threads", 't', required_argument, "LIST", "thread counts (default 1,2; 1 for --file/--tree)",
-     apply_threads},
+     apply_threads, ENGINE},
     {"size", 's', required_argument, "SIZE",
      "bytes of pages per measurement (default 256M; for --file/--tree\n"
      "the most to load, default all)",
-     apply_size},
+     apply_size, ENGINE},
     {"repeat", 'r', required_argument, "N",
-     "repetitions of each measurement, best is kept (default 3)", apply_repeat},
+     "repetitions of each measurement, best is kept (default 3)", apply_repeat, ENGINE},
     {"budget", 'b', required_argument, "SECONDS",
-     "a timed phase stops early after this long (default 0.25)", apply_budget},
-    {"seed", OPT_SEED, required_argument, "N", "data generator seed (default 1)", apply_seed},
-    {"json", OPT_JSON, no_argument, NULL, "one JSON document instead of tables", NULL},
-    {"help", 'h', no_argument, NULL, NULL, NULL},
+     "a timed phase stops early after this long (default 0.25)", apply_budget, ENGINE},
+    {"seed", OPT_SEED, required_argument, "N", "data generator seed (default 1)", apply_seed, BOTH},
+    {"json", OPT_JSON, no_argument, NULL, "one JSON document instead of tables", NULL, BOTH},
+    {"help", 'h', no_argument, NULL, NULL, NULL, BOTH},
+    {NULL, OPTIONS_COLUMN, 0, NULL, "uzram bench nbd options:", NULL, NBD},
+    {"unix", OPT_UNIX, required_argument, "PATH", "the server's NBD Unix socket",
+     bench_nbd_apply_unix, NBD},
+    {"uri", OPT_URI, required_argument, "URI",
+     "nbd+unix:///NAME?socket=PATH, or nbd://HOST[:PORT]/NAME (TCP)", bench_nbd_apply_uri, NBD},
+    {"export", OPT_EXPORT, required_argument, "NAME",
+     "export name (default \"\": the first device)", bench_nbd_apply_export, NBD},
+    {"depth", OPT_DEPTH, required_argument, "N",
+     "requests kept in flight (default 16, at most 512)", bench_nbd_apply_depth, NBD},
+    {"requests", OPT_REQUESTS, required_argument, "N", "requests to complete (default 200000)",
+     bench_nbd_apply_requests, NBD},
+    {"block-size", OPT_BLOCK_SIZE, required_argument, "SIZE",
+     "bytes a request, a multiple of 512 up to 1M (default 4K)", bench_nbd_apply_block_size, NBD},
+    {"rw", OPT_RW, required_argument, "RW",
+     "read, write or mix (default read; mix: 70% reads, 30% writes)", bench_nbd_apply_rw, NBD},
+    {"pattern", OPT_PATTERN, required_argument, "ORDER",
+     "random or seq: offsets at random or one after another (default random)",
+     bench_nbd_apply_pattern, NBD},
+    {"region", OPT_REGION, required_argument, "SIZE",
+     "the requests fall in the first SIZE bytes (default the whole export)", bench_nbd_apply_region,
+     NBD},
+    {"verify", OPT_VERIFY, no_argument, NULL,
+     "check every read's bytes: a block reads as written by a run\n"
+     "with the same --seed and --block-size (or zeros if never written)",
+     NULL, NBD},
+    {"timeout", OPT_TIMEOUT, required_argument, "SECONDS",
+     "give up when no reply has come for this long (default 30)", bench_nbd_apply_timeout, NBD},
+    {"server-pid", OPT_SERVER_PID, required_argument, "PID",
+     "also report the CPU time of this process (the server) a request", bench_nbd_apply_server_pid,
+     NBD},
 };
 #define BENCH_OPTION_COUNT (sizeof bench_option_table / sizeof bench_option_table[0])
 
 static void usage(FILE *to)
 {
     fputs("usage: uzram bench [options]\n"
+          "       uzram bench nbd (--unix PATH | --uri URI) [options]\n"
           "  Measures the engine in-process through its public API.\n"
           "  With no section option: throughput of every algorithm x data kind x thread\n"
-          "  count, then the same-filled check alone.\n",
+          "  count, then the same-filled check alone.\n"
+          "  `uzram bench nbd` loads a running NBD server from one thread with many requests\n"
+          "  in flight and reports requests/s and CPU time a request (its own, the server's).\n",
           to);
     int column = 0;
     for (size_t i = 0; i < BENCH_OPTION_COUNT; i++) {
@@ -331,6 +391,13 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
     opt->budget = 0.25;
     opt->seed = 1;
     opt->size = 256ull << 20;
+    /* `uzram bench nbd`: the job's word comes first, before any option. */
+    opt->nbd_job = argc > 1 && strcmp(argv[1], "nbd") == 0;
+    if (opt->nbd_job) {
+        argv[1] = argv[0];
+        argv++;
+        argc--;
+    }
     optind = 0; /* full re-initialisation, in case main() used getopt too */
     int c;
     while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
@@ -346,6 +413,12 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
             usage(stderr);
             return -EINVAL;
         }
+        if (!(option->jobs & (opt->nbd_job ? NBD : ENGINE))) {
+            fprintf(stderr, "uzram bench: --%s is %s\n", option->name,
+                    opt->nbd_job ? "not an option of `uzram bench nbd`"
+                                 : "an option of `uzram bench nbd` only");
+            return -EINVAL;
+        }
         if (!option->apply)
             apply_setting(opt, c, optarg);
         else if (option->apply(opt, optarg) < 0)
@@ -356,6 +429,8 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
         usage(stderr);
         return -EINVAL;
     }
+    if (opt->nbd_job)
+        return bench_nbd_settle(opt);
     if (opt->file && opt->tree_count) {
         fprintf(stderr, "uzram bench: --file and --tree exclude each other\n");
         return -EINVAL;
@@ -388,6 +463,8 @@ int cmd_bench(int argc, char **argv)
         return 2;
     if (opt.dump_kind)
         return bench_dump(&opt);
+    if (opt.nbd_job)
+        return bench_nbd(&opt);
 
     /* Timing on a busy machine is not worth much: say so next to the numbers. */
     double load[1] = {0};

@@ -18,7 +18,31 @@
 /* MB/s means 10^6 bytes per second everywhere, as fio's bw_bytes does. */
 #define BENCH_MEGA 1e6
 
+/* `uzram bench nbd` (nbd_load.c): a light NBD client that keeps many requests in flight
+ * from one thread, so that the server's own per-request cost shows. */
+enum bench_nbd_rw { BENCH_NBD_READ, BENCH_NBD_WRITE, BENCH_NBD_MIX };
+#define BENCH_NBD_MAX_DEPTH 512        /* two iovecs a request: one sendmsg, IOV_MAX */
+#define BENCH_NBD_MAX_BLOCK (1u << 20) /* --block-size at most 1 MiB */
+#define BENCH_NBD_MIX_READ_PERCENT 70  /* --rw mix: as the fio matrix's 70/30 mix */
+struct bench_nbd_options {
+    const char *unix_path; /* --unix, or from --uri */
+    const char *host;      /* --uri nbd://HOST[:PORT]/NAME */
+    const char *port;
+    const char *export_name; /* --export, or from --uri; default "" */
+    unsigned depth;
+    uint64_t requests;
+    uint32_t block_size;
+    enum bench_nbd_rw rw;
+    bool sequential;
+    uint64_t region; /* 0: the export's size */
+    bool verify;
+    int timeout;     /* seconds */
+    long server_pid; /* 0: not measured */
+};
+
 struct bench_options {
+    bool nbd_job; /* `uzram bench nbd` */
+    struct bench_nbd_options nbd;
     const char *algorithms[BENCH_MAX_LIST];
     int algorithm_count;
     bool algorithms_given;
@@ -125,6 +149,24 @@ int bench_same_check(const struct bench_options *opt, struct bench_output *out);
 int bench_dedup(const struct bench_options *opt, struct bench_output *out);
 /* real_data.c: the pages of --file or --tree, memory and speed. */
 int bench_real_data(const struct bench_options *opt, struct bench_output *out);
+/* nbd_options.c: the checks and effects of `uzram bench nbd`'s options, for bench.c's
+ * option table: 0, or -EINVAL after a message. */
+int bench_nbd_apply_unix(struct bench_options *opt, char *arg);
+int bench_nbd_apply_uri(struct bench_options *opt, char *arg);
+int bench_nbd_apply_export(struct bench_options *opt, char *arg);
+int bench_nbd_apply_depth(struct bench_options *opt, char *arg);
+int bench_nbd_apply_requests(struct bench_options *opt, char *arg);
+int bench_nbd_apply_block_size(struct bench_options *opt, char *arg);
+int bench_nbd_apply_rw(struct bench_options *opt, char *arg);
+int bench_nbd_apply_pattern(struct bench_options *opt, char *arg);
+int bench_nbd_apply_region(struct bench_options *opt, char *arg);
+int bench_nbd_apply_timeout(struct bench_options *opt, char *arg);
+int bench_nbd_apply_server_pid(struct bench_options *opt, char *arg);
+/* The defaults and the checks between options, after parsing: 0 or -EINVAL. */
+int bench_nbd_settle(struct bench_options *opt);
+
+/* nbd_load.c: `uzram bench nbd`, load on a running NBD server. Returns the exit status. */
+int bench_nbd(const struct bench_options *opt);
 /* dump.c: --dump-data, generated or loaded pages on stdout. Returns the exit
  * status. */
 int bench_dump(const struct bench_options *opt);

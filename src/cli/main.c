@@ -21,7 +21,7 @@ static const struct {
     {"hot-remove", cmd_hot_remove, "remove a device from its server (zram's hot_remove)"},
     {"estimate", cmd_estimate,
      "estimate what same-filled pages, compression and dedup save on data"},
-    {"bench", cmd_bench, "measure the engine on generated data"},
+    {"bench", cmd_bench, "measure the engine on generated data, or an NBD server (bench nbd)"},
     {"zram-generator", cmd_zram_generator,
      "serve and set up zram-generator.conf's devices (swap, mounts)"},
 };
