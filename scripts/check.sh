@@ -40,6 +40,20 @@ fi
 
 echo "== build (plain, and ASan+UBSan)"
 make -s -j"$jobs" all || { echo "check: 0 passed, 1 failed"; exit 1; }
+
+# The kernel's own clients (nbd, ublk, md, swap, zram) in a VM with Debian's 6.12 kernel: one
+# boot runs a short form of every scenario class (tests/vm/vm.sh --check); each counts. The
+# boot starts as soon as the plain build is there and runs beside everything after it: the
+# guest is emulated and takes minutes whatever runs beside it, and one stage after the other
+# would not fit the time make check may take (README). Every bound in the guest and in the
+# integration tests is loose enough for a loaded machine.
+vm_log=build/vm-check.log
+setsid timeout 900 ./tests/vm/vm.sh --check >"$vm_log" 2>&1 &
+vm_pid=$!
+# A stage that ends the check early (a failed build) takes the boot with it: its own process
+# group, QEMU included.
+trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null' EXIT
+
 make -s -j"$jobs" asan || { echo "check: 0 passed, 1 failed"; exit 1; }
 
 # The shared library exports the public API and nothing else.
@@ -110,15 +124,6 @@ else
     tail -n 30 "$log" | sed 's/^/    /'
 fi
 
-# The kernel's own clients (nbd, ublk, md, swap, zram) in a VM with Debian's 6.12 kernel: one
-# boot runs a short form of every scenario class (tests/vm/vm.sh --check); each counts. The
-# boot runs beside the integration tests: the guest is CPU-bound emulation, those mostly wait
-# on their clients and servers, and one after the other they would not fit the time make
-# check may take (README). Every bound in both is loose enough for a loaded machine.
-vm_log=build/vm-check.log
-timeout 900 ./tests/vm/vm.sh --check >"$vm_log" 2>&1 &
-vm_pid=$!
-
 # A script exits 77 to skip as a whole; a check inside it that cannot run prints
 # "SKIPPED CHECK: reason" (tests/integration/lib.bash, skip_check) and is listed below.
 echo "== integration tests"
@@ -145,6 +150,7 @@ echo "== VM tests: a real kernel under QEMU (tests/vm/)"
 log=$vm_log
 wait "$vm_pid"
 status=$?
+vm_pid=
 sed -n 's/^\(PASS\|FAIL\|SKIP\) vm /&/p; /^    /p' "$log"
 if [[ $status -eq 77 ]]; then
     count vm 77 "$(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
