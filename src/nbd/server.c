@@ -19,7 +19,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <limits.h>
 #include <time.h>
 #include <unistd.h>
 

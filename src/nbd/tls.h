@@ -1,5 +1,6 @@
 /* tls.h - TLS for the NBD server (GnuTLS): credentials, the STARTTLS handshake and record I/O.
- * The rest of the server reaches it only through the byte I/O seam in io.c. */
+ * The rest of the server reaches it through the byte I/O seam in io.c, but for handshake.c,
+ * which starts it (nbd_tls_start after STARTTLS) and asks its mode (nbd_tls_mode). */
 #ifndef UZRAM_NBD_TLS_H
 #define UZRAM_NBD_TLS_H
 
