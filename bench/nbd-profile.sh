@@ -23,7 +23,7 @@ REQUESTS=${1:-400000}
 UZRAM=${UZRAM:-build/uzram}
 command -v perf >/dev/null || { echo "nbd-profile: perf is not installed (apt-get install linux-perf)" >&2; exit 2; }
 make -s programs >/dev/null
-WORK=$(mktemp -d /tmp/uzram-profile.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-profile.XXXXXX")
 SOCK=$WORK/prof.sock
 XDG_RUNTIME_DIR=$WORK "$UZRAM" serve -n prof -s 1G --unix "$SOCK" --threads 1 -q >"$WORK/server.out" 2>&1 &
 SERVER=$!
