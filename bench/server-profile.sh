@@ -5,7 +5,9 @@
 #           fixed request count; it costs the client about 2-3 us a request, so the server's
 #           own ceiling shows);
 #   attach  the same server's FUSE file behind a loop device (`uzram attach --via loop`),
-#           loaded by fio (libaio, direct, 16 in flight, a fixed request count: --number_ios).
+#           loaded by fio (libaio, direct, 16 in flight, a fixed request count: --number_ios),
+#           over /dev/fuse and, where the kernel has it (Linux 6.14+), over io_uring (the fuse
+#           module's enable_uring turned on for that run and put back after).
 # `perf record` samples the server; each sample is put in one part by the code it was in:
 #   kernel     system calls, the socket or FUSE stack, scheduling, page faults ([k] symbols)
 #   transport  the program's own code outside the engine (src/: NBD or FUSE requests and
@@ -37,7 +39,11 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-profile.XXXXXX")
 export XDG_RUNTIME_DIR=$WORK
 SOCK=$WORK/uzram/prof.sock
 SERVER= ATTACHED=0
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_OLD=$(cat "$URING_PARAM" 2>/dev/null || true)
+set_uring() { [[ -z $URING_OLD ]] || echo "$1" >"$URING_PARAM"; }
 cleanup() {
+    set_uring "$URING_OLD"
     [[ $ATTACHED == 1 ]] && "$UZRAM" detach prof >/dev/null 2>&1
     [[ -n $SERVER ]] && kill "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null
     rm -rf "$WORK"
@@ -122,9 +128,10 @@ nbd_path() {
     server_stop
 }
 
-attach_path() {
+attach_path() { # LABEL Y|N: the FUSE file over io_uring (Y) or /dev/fuse (N)
+    local label=$1 dev rw t0 t1
+    set_uring "$2"
     server_start
-    local dev rw t0 t1
     dev=$("$UZRAM" attach --via loop prof 2>"$WORK/attach.err") || die "attach failed: $(cat "$WORK/attach.err")"
     ATTACHED=1
     local fio=(fio --name=p --filename="$dev" --ioengine=libaio --direct=1 --iodepth=16 --numjobs=1
@@ -133,9 +140,9 @@ attach_path() {
     "${fio[@]}" --rw=write --bs=1M
     for rw in read write; do
         t0=$(server_ticks)
-        record "$WORK/attach-$rw.data" "${fio[@]}" --rw="rand$rw" --bs=4k --number_ios="$REQUESTS"
+        record "$WORK/$label-$rw.data" "${fio[@]}" --rw="rand$rw" --bs=4k --number_ios="$REQUESTS"
         t1=$(server_ticks)
-        split "attach-$rw" "$WORK/attach-$rw.data" \
+        split "$label-$rw" "$WORK/$label-$rw.data" \
             "$(awk -v t=$((t1 - t0)) -v n="$REQUESTS" -v hz="$(getconf CLK_TCK)" 'BEGIN {print t * 1e6 / hz / n}')"
     done
     "$UZRAM" detach prof >/dev/null
@@ -167,7 +174,8 @@ PY
 
 {
     nbd_path
-    attach_path
+    attach_path attach N
+    [[ -w $URING_PARAM ]] && attach_path attach_uring Y
     codec_floor
 } >"$WORK/table"
 cat "$WORK/table"
@@ -179,13 +187,14 @@ read -r _ floor_read floor_write < <(grep '^codec ' "$WORK/table")
     echo
     echo "uzram $(bench_git), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
     echo "\`uzram serve -s 1G --threads 1\`; nbd: loaded by \`uzram bench nbd\` (one thread, 16 requests in"
-    echo "flight); attach: its FUSE file behind a loop device, loaded by fio (libaio, direct, 16 in flight)."
+    echo "flight); attach: its FUSE file behind a loop device, loaded by fio (libaio, direct, 16 in flight),"
+    echo "over /dev/fuse and (Linux 6.14+, the fuse module's enable_uring on) over io_uring."
     echo "$REQUESTS random 4 KiB requests a run over 512 MiB filled first, 50% compressible; \`perf record"
     echo "-F 2999\` on the server; the server's CPU per request (from /proc) split in the shares of its samples."
     echo
     echo "| path, request | server CPU us | kernel | transport (src/, libfuse) | engine (lib/) | codec | libc |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-    awk '!/^#/ && $1 != "codec" {sub("-", ", ", $1); printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7}' "$WORK/table"
+    awk '!/^#/ && $1 != "codec" {sub("-", ", ", $1); sub("attach_uring", "attach over io_uring", $1); printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7}' "$WORK/table"
     echo
     echo "The codec alone (\`uzram bench -a lz4 -k half -t 1\`, in-process): $floor_read us to decompress"
     echo "a page, $floor_write us to compress one."
