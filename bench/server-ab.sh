@@ -35,7 +35,8 @@ fio_run() { # LABEL RW ROUND DEV: a fixed count of random 4 KiB requests; server
     local t0=0 t1=0 hz
     hz=$(getconf CLK_TCK)
     [[ -n $SERVER ]] && t0=$(awk '{print $14 + $15}' "/proc/$SERVER/stat")
-    "${FIO[@]}" --filename="$4" --rw="rand$2" --bs=4k --number_ios="$REQUESTS" >"$WORK/fio.json"
+    "${FIO[@]}" --filename="$4" --rw="rand$2" --bs=4k --norandommap --io_size=$((REQUESTS * 4096)) \
+        >"$WORK/fio.json"
     [[ -n $SERVER ]] && t1=$(awk '{print $14 + $15}' "/proc/$SERVER/stat")
     row "$1" "$2" "$3" "$(awk -v t=$((t1 - t0)) -v n="$REQUESTS" -v hz="$hz" 'BEGIN {print t * 1e6 / hz / n}')" \
         "$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(j["read"]["iops"] + j["write"]["iops"])' "$WORK/fio.json")"

@@ -5,7 +5,8 @@
 #           fixed request count; it costs the client about 2-3 us a request, so the server's
 #           own ceiling shows);
 #   attach  the same server's FUSE file behind a loop device (`uzram attach --via loop`),
-#           loaded by fio (libaio, direct, 16 in flight, a fixed request count: --number_ios),
+#           loaded by fio (libaio, direct, 16 in flight, a fixed request count: --io_size at
+#           random offsets, --norandommap, so that it is not cut at one pass over the region),
 #           over /dev/fuse and, where the kernel has it (Linux 6.14+), over io_uring (the fuse
 #           module's enable_uring turned on for that run and put back after).
 # `perf record` samples the server; each sample is put in one part by the code it was in:
@@ -129,7 +130,7 @@ nbd_path() {
 }
 
 attach_path() { # LABEL Y|N: the FUSE file over io_uring (Y) or /dev/fuse (N)
-    local label=$1 dev rw t0 t1
+    local label=$1 dev rw t0 t1 done
     set_uring "$2"
     server_start
     dev=$("$UZRAM" attach --via loop prof 2>"$WORK/attach.err") || die "attach failed: $(cat "$WORK/attach.err")"
@@ -140,10 +141,13 @@ attach_path() { # LABEL Y|N: the FUSE file over io_uring (Y) or /dev/fuse (N)
     "${fio[@]}" --rw=write --bs=1M
     for rw in read write; do
         t0=$(server_ticks)
-        record "$WORK/$label-$rw.data" "${fio[@]}" --rw="rand$rw" --bs=4k --number_ios="$REQUESTS"
+        record "$WORK/$label-$rw.data" "${fio[@]}" --rw="rand$rw" --bs=4k --norandommap \
+            --io_size=$((REQUESTS * 4096)) --output-format=json
         t1=$(server_ticks)
+        done=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(j["read"]["total_ios"] + j["write"]["total_ios"])' "$WORK/fio.out")
+        [[ $done == "$REQUESTS" ]] || die "fio did $done requests, not $REQUESTS"
         split "$label-$rw" "$WORK/$label-$rw.data" \
-            "$(awk -v t=$((t1 - t0)) -v n="$REQUESTS" -v hz="$(getconf CLK_TCK)" 'BEGIN {print t * 1e6 / hz / n}')"
+            "$(awk -v t=$((t1 - t0)) -v n="$done" -v hz="$(getconf CLK_TCK)" 'BEGIN {print t * 1e6 / hz / n}')"
     done
     "$UZRAM" detach prof >/dev/null
     ATTACHED=0
