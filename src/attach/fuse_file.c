@@ -41,6 +41,9 @@ struct worker {
      * one); a ring thread's is the entry's own buffer. */
     unsigned char *buffer;
     size_t max_io;
+    /* Where a write not on sector boundaries reads the sectors around it: `buffer`, or for a
+     * ring thread a room of its own (the write's data lies in the entry's buffer). */
+    unsigned char *scratch;
 };
 
 struct fuse_file {
@@ -219,7 +222,7 @@ static void file_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 /* Patch bytes into whole sectors: read them, copy the new bytes in, write them back. */
 static int write_unaligned(struct fuse_file *file, uint64_t offset, const char *data, size_t length)
 {
-    unsigned char *buffer = current_worker->buffer;
+    unsigned char *buffer = current_worker->scratch;
     uint64_t start;
     size_t span = widen(offset, length, &start);
     pthread_mutex_lock(&file->unaligned_lock);
@@ -448,12 +451,13 @@ static ssize_t worker_read(int fd, void *buf, size_t buf_len, void *userdata)
 }
 
 /* A ring thread's view of the file for the handlers: its entry's buffer as the room. */
-static void ring_enter(void *arg, unsigned char *room, size_t size)
+static void ring_enter(void *arg, unsigned char *room, unsigned char *scratch, size_t size)
 {
     static _Thread_local struct worker ring_worker;
     ring_worker.file = arg;
     ring_worker.fd = -1;
     ring_worker.buffer = room;
+    ring_worker.scratch = scratch;
     ring_worker.max_io = size - 2 * UZRAM_SECTOR_SIZE;
     current_worker = &ring_worker;
 }
@@ -666,6 +670,7 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
             fuse_file_stop(file, false);
             return -ENOMEM;
         }
+        file->workers[i].scratch = file->workers[i].buffer;
     }
 
     int rc = make_mount_point(file, message, message_size);

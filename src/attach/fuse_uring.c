@@ -65,7 +65,9 @@ struct entry {
     struct iovec iov[2]; /* what REGISTER hands the kernel: header, payload */
     uint16_t qid;
     bool replied;
-    bool gone;            /* its command ended with an error: the connection is going */
+    bool served;          /* the kernel has sent it a request: its registration was taken */
+    uint8_t retries;      /* registrations again after a failed commit */
+    bool gone;            /* out of service: the connection is going, or the kernel refused it */
     unsigned char *block; /* LEAD bytes, then the payload (PAYLOAD_SIZE) */
 };
 
@@ -77,6 +79,7 @@ struct ring_thread {
     bool ring_ready;
     struct entry *entries;
     unsigned count;
+    unsigned char *scratch; /* PAYLOAD_SIZE: see fuse_uring_hooks.enter */
 };
 
 struct fuse_uring {
@@ -84,6 +87,7 @@ struct fuse_uring {
     int fd;
     int stop_fd;
     unsigned queues, depth, thread_count;
+    atomic_bool refused; /* said once in the log */
     struct fuse_uring_hooks hooks;
     struct ring_thread threads[];
 };
@@ -180,7 +184,7 @@ static void reply_error(struct entry *e, uint64_t unique, int error)
 
 /* The request the kernel put in `e`, laid out as /dev/fuse gives it and run by libfuse; its
  * reply is in the entry afterwards. */
-static void serve(struct fuse_uring *u, struct entry *e)
+static void serve(struct fuse_uring *u, struct ring_thread *t, struct entry *e)
 {
     struct fuse_in_header in;
     memcpy(&in, e->header.in_out, sizeof in);
@@ -196,7 +200,7 @@ static void serve(struct fuse_uring *u, struct entry *e)
     memcpy(start, &in, sizeof in);
     memcpy(start + sizeof in, e->header.op_in, op);
     struct fuse_buf buf = {.size = in.len, .mem = start};
-    u->hooks.enter(u->hooks.arg, e->block + LEAD, PAYLOAD_SIZE);
+    u->hooks.enter(u->hooks.arg, e->block + LEAD, t->scratch, PAYLOAD_SIZE);
     current_entry = e;
     fuse_session_process_buf(u->session, &buf);
     current_entry = NULL;
@@ -207,6 +211,30 @@ static void serve(struct fuse_uring *u, struct entry *e)
 }
 
 /* ---- the threads -------------------------------------------------------- */
+
+/* A command of `e` failed with `error`. The connection ending (ENOTCONN, ECONNABORTED,
+ * ECANCELED) takes the entry out of service; a refused registration too, and the kernel then
+ * keeps sending requests through /dev/fuse. A failed commit (the kernel did not find the
+ * request: it has ended it with an error) registers the entry again, a few times at most: a
+ * queue whose entries are all gone would hold its requests until the connection ends. */
+static void ended(struct ring_thread *t, struct entry *e, int error, unsigned *live)
+{
+    bool ending = error == -ENOTCONN || error == -ECONNABORTED || error == -ECANCELED;
+    if (!ending && e->served && e->retries < 3) {
+        e->retries++;
+        e->served = false;
+        put_command(t, e, CMD_REGISTER);
+        return;
+    }
+    if (!ending && !e->served && !atomic_exchange(&t->owner->refused, true))
+        fprintf(stderr,
+                "uzram: FUSE over io_uring: the kernel refused a ring entry (%s); requests keep "
+                "going through /dev/fuse\n",
+                strerror(-error));
+    if (!e->gone)
+        (*live)--;
+    e->gone = true;
+}
 
 static void *ring_main(void *arg)
 {
@@ -236,12 +264,10 @@ static void *ring_main(void *arg)
             if (e == NULL) {
                 stopping = true;
             } else if (cqe->res < 0) {
-                /* ENOTCONN, ECONNABORTED, ECANCELED: the connection is ending */
-                if (!e->gone)
-                    live--;
-                e->gone = true;
+                ended(t, e, cqe->res, &live);
             } else {
-                serve(u, e);
+                e->served = true;
+                serve(u, t, e);
                 put_command(t, e, CMD_COMMIT_AND_FETCH);
             }
         }
@@ -256,7 +282,7 @@ static int make_thread(struct fuse_uring *u, struct ring_thread *t, unsigned ind
     for (unsigned q = index; q < u->queues; q += u->thread_count)
         t->count += u->depth;
     t->entries = calloc(t->count, sizeof t->entries[0]);
-    if (t->entries == NULL)
+    if (t->entries == NULL || posix_memalign((void **)&t->scratch, 4096, PAYLOAD_SIZE))
         return -ENOMEM;
     unsigned n = 0;
     for (unsigned q = index; q < u->queues; q += u->thread_count)
@@ -343,6 +369,7 @@ void fuse_uring_stop(struct fuse_uring *u)
         for (unsigned j = 0; t->entries != NULL && j < t->count; j++)
             free(t->entries[j].block);
         free(t->entries);
+        free(t->scratch);
     }
     if (u->stop_fd >= 0)
         close(u->stop_fd);

@@ -27,8 +27,10 @@ struct fuse_session;
 struct fuse_uring_hooks {
     /* Before each request, in the ring thread: the room the handlers build a reply's data in
      * (the entry's own buffer, `size` bytes, so that a READ is decompressed where the kernel
-     * takes it from). */
-    void (*enter)(void *arg, unsigned char *room, size_t size);
+     * takes it from), and the thread's scratch room of as many bytes, apart from the entry's
+     * (a write not on sector boundaries reads the sectors around its data, which lies in the
+     * entry's buffer). */
+    void (*enter)(void *arg, unsigned char *room, unsigned char *scratch, size_t size);
     void *arg;
     /* Counts the requests served over the rings. */
     atomic_uint_least64_t *served;
