@@ -10,7 +10,8 @@
 #   --doc FILE  also replace the ATTACH RESULTS part of FILE (docs/BENCHMARKS.md)
 # Environment: UZRAM (default build/uzram), ROUNDS, RUNTIME (seconds per fio run), SIZE (device
 # size, default 1G), REGION (fio's region, default 512M), TREE (the directory tarred once and
-# untarred on every side, default /usr/include), SIDES (default "attach nbdfuse zram").
+# untarred on every side, default /usr/include), SIDES (default "attach attach-uring nbdfuse
+# zram").
 # Needs root (loop devices, mount, /dev/zram0); a side that cannot run is reported as skipped.
 # Run it alone on the machine: it measures latency-bound paths.
 set -u
@@ -35,7 +36,11 @@ if [ "$QUICK" = 1 ]; then ROUNDS=${ROUNDS:-2}; RUNTIME=${RUNTIME:-3}; else ROUND
 SIZE=${SIZE:-1G}
 REGION=${REGION:-512M}
 TREE=${TREE:-/usr/include}
-SIDES=${SIDES:-"attach nbdfuse zram"}
+SIDES=${SIDES:-"attach attach-uring nbdfuse zram"}
+# attach: the FUSE file over /dev/fuse; attach-uring: over io_uring (Linux 6.14+), with the fuse
+# module's enable_uring turned on for that side only (and put back as it was at the end).
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_OLD=$(cat "$URING_PARAM" 2>/dev/null || true)
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
@@ -64,10 +69,24 @@ server_stop() {
     wait "$SERVER_PID" 2>/dev/null
     SERVER_PID=
 }
+set_uring() { # Y|N: the fuse module's enable_uring, where the kernel has it
+    [ -z "$URING_OLD" ] || echo "$1" >"$URING_PARAM"
+}
 setup_attach() {
+    set_uring N
     server_start || return 1
     DEV=$("$UZRAM" attach --via loop bench 2>"$WORK/attach.err") || { cat "$WORK/attach.err"; return 1; }
 }
+setup_attach-uring() {
+    [ -w "$URING_PARAM" ] || { echo "this kernel has no FUSE over io_uring ($URING_PARAM)"; return 1; }
+    set_uring Y
+    server_start || return 1
+    DEV=$("$UZRAM" attach --via loop bench 2>"$WORK/attach.err") || { cat "$WORK/attach.err"; return 1; }
+    for _ in $(seq 100); do grep -q "FUSE requests over io_uring" "$WORK/server.log" && return 0; sleep 0.05; done
+    echo "the server did not serve over io_uring: $(cat "$WORK/server.log")"
+    return 1
+}
+teardown_attach-uring() { teardown_attach; }
 teardown_attach() {
     [ -n "$DEV" ] && "$UZRAM" detach bench
     DEV=
@@ -116,6 +135,7 @@ cleanup() {
     [ -n "$CURRENT" ] && "teardown_$CURRENT" >/dev/null 2>&1
     server_stop
     [ "$ZRAM_TOUCHED" = 1 ] && echo 1 >/sys/block/zram0/reset 2>/dev/null
+    set_uring "$URING_OLD"
     mountpoint -q "$WORK/fuse" && umount -l "$WORK/fuse"
     rm -rf "$WORK"
 }
@@ -255,6 +275,15 @@ for rw in ("randwrite", "randread"):
                     "value": ratio("attach", "zram", rw + "_iops"), "goal": 0.5, "higher": True})
 targets.append({"what": "untar + sync: uzram attach / kernel zram (time)", "target": "<= 1.2x",
                 "value": ratio("attach", "zram", "untar_s"), "goal": 1.2, "higher": False})
+# Issue 25's targets, for the path it added (FUSE over io_uring).
+for rw, goal in (("randread", 0.5), ("randwrite", 0.7)):
+    targets.append({"what": "fio 4 KiB %s: uzram attach over io_uring / kernel zram" % rw,
+                    "target": ">= %.1fx" % goal, "value": ratio("attach-uring", "zram", rw + "_iops"),
+                    "goal": goal, "higher": True})
+for rw in ("randwrite", "randread"):
+    targets.append({"what": "fio 4 KiB %s: uzram attach over io_uring / over /dev/fuse" % rw,
+                    "target": "> 1x", "value": ratio("attach-uring", "attach", rw + "_iops"),
+                    "goal": 1.0, "higher": True})
 for t in targets:
     t["met"] = None if t["value"] is None else (t["value"] >= t["goal"] if t["higher"] else t["value"] <= t["goal"])
 result["targets"] = targets

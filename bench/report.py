@@ -21,6 +21,7 @@ END = "<!-- END RESULTS -->"
 ATTACH_BEGIN = "<!-- BEGIN ATTACH RESULTS (written by bench/report.py --part attach; do not edit by hand) -->"
 ATTACH_END = "<!-- END ATTACH RESULTS -->"
 ATTACH_SIDES = (("attach", "`uzram attach` (FUSE file in the server + loop, direct I/O)"),
+                ("attach-uring", "`uzram attach`, FUSE over io_uring (Linux 6.14+, `enable_uring`)"),
                 ("nbdfuse", "nbdfuse + `losetup --direct-io=on` (same server)"),
                 ("zram", "kernel zram lz4 (`/dev/zram0`)"))
 

@@ -4,6 +4,7 @@
 #ifndef UZRAM_ATTACH_H
 #define UZRAM_ATTACH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,9 @@ struct fuse_file_options {
     unsigned threads; /* threads reading the FUSE queue, 1..FUSE_FILE_MAX_THREADS */
     bool read_only;
     bool direct_io; /* FOPEN_DIRECT_IO: even buffered opens of the file skip the page cache */
+    /* Counts the requests served over io_uring (FUSE_OVER_IO_URING, Linux 6.14+, when the fuse
+     * module's enable_uring is on; /dev/fuse otherwise); it outlives the file. */
+    atomic_uint_least64_t *uring_requests;
 };
 
 /* Mount the disk of `dev` as the file options->path and serve it with options->threads
@@ -267,6 +271,8 @@ int attachment_detach(struct attachment *attachment, char *reply, size_t reply_s
                       size_t message_size);
 /* The attached /dev path, "" when none. */
 void attachment_device(struct attachment *attachment, char *device, size_t size);
+/* Requests the FUSE file of `--via loop` served over io_uring since the server started. */
+uint64_t attachment_uring_requests(struct attachment *attachment);
 /* The server stops: detach what nothing uses; what is still used stays, failing its I/O (a
  * loop device then goes away with its last user). Logs what it did. Refuses attaches after. */
 void attachment_stop(struct attachment *attachment);

@@ -33,7 +33,8 @@ struct attachment {
     struct loop_holder holder; /* LOOP: keeps the loop device open (it clears itself after) */
     /* What `uzram status` shows, readable while an operation runs. */
     pthread_mutex_t state_lock;
-    char device[BLOCKDEV_PATH_MAX]; /* "" when none */
+    char device[BLOCKDEV_PATH_MAX];       /* "" when none */
+    atomic_uint_least64_t uring_requests; /* served over FUSE's io_uring, all attachments */
 };
 
 int attachment_create(const struct attach_settings *settings, struct attachment **out)
@@ -67,6 +68,11 @@ void attachment_device(struct attachment *attachment, char *device, size_t size)
     pthread_mutex_unlock(&attachment->state_lock);
 }
 
+uint64_t attachment_uring_requests(struct attachment *attachment)
+{
+    return atomic_load_explicit(&attachment->uring_requests, memory_order_relaxed);
+}
+
 static int attach_loop(struct attachment *attachment, const char *path, char *reply,
                        size_t reply_size, char *message, size_t message_size)
 {
@@ -87,6 +93,7 @@ static int attach_loop(struct attachment *attachment, const char *path, char *re
         .threads = settings->threads,
         .read_only = settings->read_only,
         .direct_io = true,
+        .uring_requests = &attachment->uring_requests,
     };
     struct fuse_file *file;
     int rc = fuse_file_start(settings->dev, &options, &file, message, message_size);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "attach/fuse_uring.h"
 #include "nbd/limits.h"
 #include "common/util.h"
 
@@ -36,8 +37,13 @@ struct worker {
     /* Its own descriptor of the FUSE connection (FUSE_DEV_IOC_CLONE), non-blocking: it reads
      * requests from it and answers there. */
     int fd;
-    /* Aligned room for a read (and for the sectors around an unaligned write). */
+    /* Aligned room for a read of up to max_io bytes (and for the sectors around an unaligned
+     * one); a ring thread's is the entry's own buffer. */
     unsigned char *buffer;
+    size_t max_io;
+    /* Where a write not on sector boundaries reads the sectors around it: `buffer`, or for a
+     * ring thread a room of its own (the write's data lies in the entry's buffer). */
+    unsigned char *scratch;
 };
 
 struct fuse_file {
@@ -57,6 +63,15 @@ struct fuse_file {
     int stop_fd; /* an eventfd: written once to make every worker leave */
     unsigned worker_count;
     atomic_bool stopping;
+    /* FUSE over io_uring: whether the kernel offered it at INIT (the reply to `init_unique`
+     * says yes), and the rings once they serve; under uring_lock, as INIT is answered by a
+     * worker while fuse_file_stop() may run. */
+    atomic_bool uring_offered;
+    _Atomic uint64_t init_unique;
+    atomic_uint_least64_t *uring_requests;
+    pthread_mutex_t uring_lock;
+    bool uring_closed;
+    struct fuse_uring *uring;
     /* Counted for `uzram status` and for the tests: what reached the engine. */
     atomic_uint_least64_t discards;
     struct worker workers[];
@@ -84,10 +99,10 @@ static void fill_stat(const struct fuse_file *file, struct stat *st)
 
 static void file_init(void *userdata, struct fuse_conn_info *conn)
 {
-    (void)userdata;
     /* Large requests in one piece: the kernel splits direct I/O at max_write/max_read
      * (FUSE_MAX_PAGES is asked for by libfuse from max_write). */
-    conn->max_write = FUSE_FILE_MAX_IO;
+    struct fuse_file *file = userdata;
+    conn->max_write = file->uring_offered ? FUSE_URING_MAX_IO : FUSE_FILE_MAX_IO;
     conn->max_read = FUSE_FILE_MAX_IO;
     /* Asynchronous direct I/O (the loop device's) is "background" to the kernel: this many
      * requests may be queued for us at once. The default (12) would cap a queue depth of 16. */
@@ -186,8 +201,8 @@ static void file_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct fuse_file *file = fuse_req_userdata(req);
     unsigned char *buffer = current_worker->buffer;
     uint64_t offset = (uint64_t)off;
-    if (size > FUSE_FILE_MAX_IO)
-        size = FUSE_FILE_MAX_IO;
+    if (size > current_worker->max_io)
+        size = current_worker->max_io;
     clamp(file, offset, &size, false);
     if (size == 0) {
         fuse_reply_buf(req, NULL, 0);
@@ -207,7 +222,7 @@ static void file_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 /* Patch bytes into whole sectors: read them, copy the new bytes in, write them back. */
 static int write_unaligned(struct fuse_file *file, uint64_t offset, const char *data, size_t length)
 {
-    unsigned char *buffer = current_worker->buffer;
+    unsigned char *buffer = current_worker->scratch;
     uint64_t start;
     size_t span = widen(offset, length, &start);
     pthread_mutex_lock(&file->unaligned_lock);
@@ -412,6 +427,10 @@ static ssize_t worker_read(int fd, void *buf, size_t buf_len, void *userdata)
     (void)fd;
     for (;;) {
         ssize_t n = read(worker->fd, buf, buf_len);
+        if (n > 0 && ((const struct fuse_in_header *)buf)->opcode == FUSE_INIT) {
+            file->uring_offered = fuse_uring_offered(buf, (size_t)n);
+            file->init_unique = ((const struct fuse_in_header *)buf)->unique;
+        }
         if (n >= 0 || (errno != EAGAIN && errno != EINTR))
             return n;
         if (atomic_load_explicit(&file->stopping, memory_order_relaxed)) {
@@ -431,11 +450,62 @@ static ssize_t worker_read(int fd, void *buf, size_t buf_len, void *userdata)
     }
 }
 
-/* Answers go back on the descriptor the request came from. */
+/* A ring thread's view of the file for the handlers: its entry's buffer as the room. */
+static void ring_enter(void *arg, unsigned char *room, unsigned char *scratch, size_t size)
+{
+    static _Thread_local struct worker ring_worker;
+    ring_worker.file = arg;
+    ring_worker.fd = -1;
+    ring_worker.buffer = room;
+    ring_worker.scratch = scratch;
+    ring_worker.max_io = size - 2 * UZRAM_SECTOR_SIZE;
+    current_worker = &ring_worker;
+}
+
+/* The kernel took the INIT reply that said yes to io_uring: serve the rings from now on (the
+ * kernel moves to them when every queue has its entries; until then, and if this fails, the
+ * requests keep coming through /dev/fuse). */
+static void start_rings(struct fuse_file *file)
+{
+    char message[256];
+    const struct fuse_uring_hooks hooks = {ring_enter, file, file->uring_requests};
+    pthread_mutex_lock(&file->uring_lock);
+    if (!file->uring_closed && file->uring == NULL) {
+        int rc = fuse_uring_start(file->session, fuse_session_fd(file->session), file->worker_count,
+                                  &hooks, &file->uring, message, sizeof message);
+        if (rc < 0)
+            fprintf(stderr,
+                    "uzram: %s: FUSE over io_uring not used (%s); requests go "
+                    "through /dev/fuse\n",
+                    file->path, message);
+        else
+            fprintf(stderr, "uzram: %s: FUSE requests over io_uring (%u queues of %u)\n",
+                    file->path, fuse_uring_queues(file->uring), fuse_uring_depth(file->uring));
+    }
+    pthread_mutex_unlock(&file->uring_lock);
+}
+
+/* Answers go back on the descriptor the request came from, or into a ring's entry. */
 static ssize_t worker_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-    (void)userdata;
-    return writev(current_worker ? current_worker->fd : fd, iov, count);
+    struct fuse_file *file = userdata;
+    ssize_t n;
+    if (fuse_uring_capture(iov, count, &n))
+        return n;
+    const struct fuse_out_header *out = iov[0].iov_base;
+    bool init = file->uring_offered && iov[0].iov_len >= sizeof *out &&
+                out->unique == file->init_unique && out->error == 0;
+    if (init)
+        fuse_uring_accept(iov, count);
+    else if (iov[0].iov_len >= sizeof *out && out->unique == file->init_unique && fuse_uring_off())
+        fprintf(stderr,
+                "uzram: %s: FUSE requests go through /dev/fuse; FUSE over io_uring is faster: "
+                "echo Y > %s before the attach\n",
+                file->path, FUSE_URING_PARAMETER);
+    n = writev(current_worker ? current_worker->fd : fd, iov, count);
+    if (init && n > 0)
+        start_rings(file);
+    return n;
 }
 
 static const struct fuse_custom_io worker_io = {
@@ -510,6 +580,12 @@ static void stop_workers(struct fuse_file *file)
     for (unsigned i = 0; i < file->worker_count; i++)
         if (file->workers[i].started)
             pthread_join(file->workers[i].thread, NULL);
+    pthread_mutex_lock(&file->uring_lock);
+    file->uring_closed = true;
+    struct fuse_uring *rings = file->uring;
+    file->uring = NULL;
+    pthread_mutex_unlock(&file->uring_lock);
+    fuse_uring_stop(rings);
 }
 
 /* ------------------------------------------------------------------------
@@ -569,10 +645,12 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
     file->size = config.disksize;
     file->read_only = options->read_only;
     file->direct_io = options->direct_io;
+    file->uring_requests = options->uring_requests;
     file->worker_count = count;
     snprintf(file->path, sizeof file->path, "%s", options->path);
     clock_gettime(CLOCK_REALTIME, &file->born);
     pthread_mutex_init(&file->unaligned_lock, NULL);
+    pthread_mutex_init(&file->uring_lock, NULL);
     for (unsigned i = 0; i < count; i++)
         file->workers[i].fd = -1;
     file->stop_fd = eventfd(0, EFD_CLOEXEC);
@@ -586,11 +664,13 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
     size_t buffer_size = FUSE_FILE_MAX_IO + 2 * UZRAM_SECTOR_SIZE;
     for (unsigned i = 0; i < count; i++) {
         file->workers[i].file = file;
+        file->workers[i].max_io = FUSE_FILE_MAX_IO;
         if (posix_memalign((void **)&file->workers[i].buffer, UZRAM_PAGE_SIZE, buffer_size)) {
             snprintf(message, message_size, "out of memory");
             fuse_file_stop(file, false);
             return -ENOMEM;
         }
+        file->workers[i].scratch = file->workers[i].buffer;
     }
 
     int rc = make_mount_point(file, message, message_size);
@@ -701,5 +781,6 @@ void fuse_file_stop(struct fuse_file *file, bool wait_for_users)
     if (file->stop_fd >= 0)
         close(file->stop_fd);
     pthread_mutex_destroy(&file->unaligned_lock);
+    pthread_mutex_destroy(&file->uring_lock);
     free(file);
 }

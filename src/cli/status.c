@@ -391,6 +391,8 @@ static void print_prometheus(const struct device_status *rows, size_t row_count)
         {"read_only", "1 when the device is exported read-only"},
         {"use_dedup", "1 when identical pages are stored once"},
         {"clients", "NBD clients connected"},
+        {"fuse_uring_requests",
+         "requests the FUSE file of attach --via loop served over io_uring (0: /dev/fuse)"},
         {"swap", "1 when the server runs with serve --swap"},
         {"io_flusher", "1 when the server is an I/O flusher (PR_GET_IO_FLUSHER)"},
         {"mem_locked", "bytes of the server's memory locked (VmLck)"},

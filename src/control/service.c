@@ -96,7 +96,9 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
     attachment_device(nbd_export_attachment(export), device, sizeof device);
     swap_safety_read(&safety);
     n = snprintf(body + used, sizeof body - used,
-                 "attached %s\nswap %d\nio_flusher %d\nmem_locked %llu\n", device[0] ? device : "-",
+                 "attached %s\nfuse_uring_requests %llu\nswap %d\nio_flusher %d\nmem_locked %llu\n",
+                 device[0] ? device : "-",
+                 (unsigned long long)attachment_uring_requests(nbd_export_attachment(export)),
                  export->swap, safety.io_flusher, (unsigned long long)safety.locked_kib * 1024);
     used = n < 0 || used >= sizeof body ? sizeof body : used + (size_t)n;
     if (used >= sizeof body) {
