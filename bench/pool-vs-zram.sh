@@ -4,11 +4,20 @@
 # device is free; the uzram engine through `uzram bench --file`), and where each pool's bytes
 # past the lz4 bytes go, from bench/pool_model.c (both pools laid out on the same lz4 sizes).
 #
+# Usage: bench/pool-vs-zram.sh [--doc docs/BENCHMARKS.md]
+#   --doc FILE  also put the result between the POOL-VS-ZRAM markers of FILE
 # Environment: UZRAM (default build/uzram; build/libuzram.a beside it), SETS (data sets, each
 # "NAME:PATH PATH...": the first SIZE bytes of their tar stream; default text = /usr/include
 # /usr/share/doc and binaries = /usr/lib), SIZE (default 512M), ZRAM (default zram0).
 # Never needed by any test: tests must not depend on zram.
 set -u
+cd "$(dirname "$0")/.."
+. bench/doc.bash
+DOC=
+if [[ ${1:-} == --doc ]]; then
+    DOC=${2:?--doc FILE}
+    shift 2
+fi
 
 UZRAM=${UZRAM:-build/uzram}
 SIZE=${SIZE:-512M}
@@ -43,7 +52,8 @@ elif [ "$(cat "$ZSYS/disksize")" != 0 ]; then ZRAM_OK=0 ZRAM_WHY="/dev/$ZRAM is 
 elif ! grep -qw lz4 "$ZSYS/comp_algorithm"; then ZRAM_OK=0 ZRAM_WHY="kernel zram has no lz4"
 fi
 
-echo "pool-vs-zram: $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(uname -r), uzram $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
+run() {
+echo "pool-vs-zram: $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(uname -r), uzram git $(bench_git)"
 [ "$ZRAM_OK" = 1 ] || echo "kernel zram: skipped: $ZRAM_WHY"
 while IFS=: read -r name paths; do
     [ -n "$name" ] || continue
@@ -72,3 +82,13 @@ while IFS=: read -r name paths; do
     fi
     rm -f "$data"
 done <<< "$SETS"
+}
+
+run | tee "$WORK/out"
+if [[ -n $DOC ]]; then
+    { echo "Measured by \`bench/pool-vs-zram.sh --doc docs/BENCHMARKS.md\`:"; echo; echo '```'
+      cat "$WORK/out"; echo '```'; } > "$WORK/text"
+    doc_block "$DOC" "<!-- BEGIN POOL-VS-ZRAM (bench/pool-vs-zram.sh --doc; do not edit by hand) -->" \
+        "<!-- END POOL-VS-ZRAM -->" "$WORK/text"
+    echo "($DOC updated)" >&2
+fi
