@@ -337,8 +337,9 @@ void dedup_destroy(struct dedup *dedup)
  * without being written. */
 void dedup_prefault(struct dedup *dedup)
 {
-    atomic_store(&dedup->reserved, true);
+    /* set under id_lock, which dedup_trim() reads it under: no trim undoes this */
     pthread_mutex_lock(&dedup->id_lock);
+    atomic_store(&dedup->reserved, true);
     for (size_t c = 0; c < dedup->chunk_count; c++)
         if (chunk_map(dedup, c) == 0)
             (void)madvise(atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed),
@@ -373,9 +374,13 @@ static void ids_cut(struct dedup *dedup, uint64_t keep)
 
 void dedup_trim(struct dedup *dedup)
 {
-    if (!dedup || atomic_load(&dedup->reserved))
+    if (!dedup)
         return;
     pthread_mutex_lock(&dedup->id_lock);
+    if (atomic_load(&dedup->reserved)) {
+        pthread_mutex_unlock(&dedup->id_lock);
+        return;
+    }
     uint64_t keep = dedup->high_water;
     while (keep > 0) {
         size_t c = (size_t)((keep - 1) >> dedup->chunk_shift);
@@ -390,7 +395,7 @@ void dedup_trim(struct dedup *dedup)
         struct dedup_stripe *stripe = &dedup->stripes[i];
         pthread_mutex_lock(&stripe->lock);
         uint32_t mask = mask_for(stripe->entries);
-        if (mask < stripe->bucket_mask)
+        if (mask < stripe->bucket_mask && !atomic_load(&dedup->reserved))
             (void)stripe_resize(dedup, stripe, mask);
         pthread_mutex_unlock(&stripe->lock);
     }
