@@ -263,7 +263,8 @@ deb-check: deps
 # fuzz-check:  replay plus a short libFuzzer run (FUZZ_CHECK_SECONDS, 10)
 # fault:       build/fault, where every allocation and compression call can
 #              be made to fail (-DUZRAM_FAULT_INJECTION, ASan+UBSan)
-# fault-check: the fault injection sweep (tests/test_fault.c) in build/fault
+# fault-check: the fault injection sweeps (tests/test_fault.c, and the dedup index's own
+#              allocations in tests/test_dedup_index.c) in build/fault
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 10
 .PHONY: fuzz fuzz-replay fuzz-check fault fault-check
@@ -280,10 +281,11 @@ fuzz-check: deps
 
 fault: deps
 	$(MAKE) O=build/fault SAN=address,undefined OPT=-O1 \
-		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault
+		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault \
+		build/fault/tests/test_dedup_index
 
 fault-check: fault
-	./scripts/run-tests.sh build/fault all test_fault
+	./scripts/run-tests.sh build/fault all test_fault test_dedup_index
 	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/fault/tests/test_fault.log
 # ---- end of reliability block ----
 

@@ -113,7 +113,7 @@ struct state {
     uint64_t mem_limit;
     uint64_t invalid_io;    /* expected io_stat invalid_io */
     uint64_t failed_writes; /* expected io_stat failed_writes */
-    uint64_t meta_baseline; /* meta_data_size of the empty index, once made */
+    uint64_t meta_baseline; /* meta_data_size of the empty index, once made (and compacted) */
 };
 
 static bool range_valid(uint64_t offset, uint64_t length)
@@ -523,7 +523,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
               "page %zu differs at the end", page);
     check_stats(&st);
     CHECK(uzram_discard(st.dev, 0, DISK) == 0, "final discard");
+    /* the dedup index grows with its entries; compaction gives that back */
+    CHECK(uzram_compact(st.dev, NULL) == 0, "final compact");
     struct uzram_stats s = stats_of(&st);
+    CHECK(s.dedup_entries == 0, "dedup_entries %llu after discarding everything",
+          (unsigned long long)s.dedup_entries);
     CHECK(s.pages_stored == 0 && s.orig_data_size == 0 && s.compr_data_size == 0 &&
               s.mem_used_total == 0 && s.dup_data_size == 0 && s.same_pages == 0 &&
               s.zero_pages == 0 && s.huge_pages == 0,

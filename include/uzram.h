@@ -548,7 +548,7 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(huge_pages, MM, LEVEL, "pages stored raw now, as they did not compress")                     \
     X(huge_pages_since, MM, EVENTS, "pages stored raw")                                            \
     X(dup_data_size, MM, LEVEL, "bytes that pages stored once for several did not take")           \
-    X(meta_data_size, MM, LEVEL, "bytes of memory of the dedup index")                             \
+    X(meta_data_size, MM, LEVEL, "bytes of memory the dedup index holds, all it allocated")        \
     X(failed_reads, IO, EVENTS, "reads that failed (a page did not decompress)")                   \
     X(failed_writes, IO, EVENTS, "writes that failed (no space, no memory, I/O error)")            \
     X(invalid_io, IO, EVENTS, "requests refused as misaligned or out of range")                    \
@@ -574,7 +574,9 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(bd_checksum_errors, DEBUG, EVENTS,                                                           \
       "reads of the backing store that did not match what was written (answered EIO)")             \
     X(table_mem, DEBUG, LEVEL,                                                                     \
-      "bytes of memory the page table may take, 16 per 4 KiB page of the disk (not in the pool)")
+      "bytes of memory the page table may take, 16 per 4 KiB page of the disk (not in the pool)")  \
+    X(dedup_entries, DEBUG, LEVEL,                                                                 \
+      "unique objects the dedup index holds (meta_data_size / dedup_entries: bytes per entry)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */
@@ -761,7 +763,8 @@ double uzram_pool_object_cost(size_t length);
  * whose compressed form is shorter is kept compressed. */
 size_t uzram_huge_threshold(void);
 
-/* Memory the dedup index uses per unique stored object. */
+/* Memory the dedup index uses per unique stored object, on average (its entry and its share
+ * of a bucket; the index grows with what is stored). */
 size_t uzram_dedup_entry_cost(void);
 
 #ifdef __cplusplus

@@ -22,6 +22,5 @@ size_t uzram_huge_threshold(void)
 
 size_t uzram_dedup_entry_cost(void)
 {
-    /* one entry, plus one bucket (4 bytes) per four pages of disk */
-    return dedup_entry_size() + 1;
+    return dedup_entry_cost();
 }

@@ -16,10 +16,9 @@
 #include "uzram.h"
 
 /*
- * Each unique stored object has one entry (20 bytes). Entries live in one
- * array reserved at creation (backed by memory only as far as it is used);
- * an entry's id is its index. Buckets hold id + 1 of the first entry of a
- * chain (0: empty); the chain is linked through `next` (also id + 1).
+ * Each unique stored object has one entry (20 bytes), in chunks (below); an
+ * entry's id is its place. Buckets hold id + 1 of the first entry of a chain
+ * (0: empty); the chain is linked through `next` (also id + 1).
  *
  * `size_codec` packs the object's size and codec:
  *   bits  0..11  size - 1, 0..4095 (4095: a raw page)
@@ -37,8 +36,8 @@
  * size the object has at that instant (entry_change_refs). The accessors
  * below are the only way into either word.
  *
- * Locks: one stripe mutex covers the chains of the buckets that map to it
- * and is held only to walk or change a chain, never while compressing,
+ * Locks: one stripe mutex covers its buckets (their array, and the chains)
+ * and is held only to walk, change or resize them, never while compressing,
  * decompressing or comparing. id_lock covers the free-id list. Order: a
  * page slot lock, then a stripe, then id_lock, then a pool class lock.
  */
@@ -108,23 +107,55 @@ static inline bool state_moving(uint32_t state)
     return (state & MOVING) != 0;
 }
 
-#define STRIPE_COUNT 256
+/*
+ * Storage, sized to what is stored and grown as it fills:
+ *  - entries live in chunks of 2^chunk_shift (at least 1024 entries: 20 KiB, five whole
+ *    pages), mapped as ids reach them; an id is chunk number and place. The directory of
+ *    chunks is sized to the disk (8 + 4 bytes a chunk, at most ~4096 chunks).
+ *  - the buckets are split among the stripes by the low STRIPE_BITS of the tag: each stripe
+ *    is a hash table of its own, whose bucket array doubles (under the stripe's lock alone)
+ *    when its chains pass MAX_LOAD entries on average, so that no growth stops the others.
+ *    A bucket costs 4 bytes for 1.5 to 3 entries.
+ * Under a pool reserve (dedup_prefault) the index is made as large as the disk needs at once
+ * and faulted in, and then neither grows nor gives back: a write never faults memory in.
+ * dedup_trim (compaction, reset) gives back the chunks past the last id in use and shrinks
+ * the bucket arrays of stripes that emptied.
+ */
+#define STRIPE_BITS 8
+#define STRIPE_COUNT (1u << STRIPE_BITS)
+#define MAX_LOAD 3u
+#define MIN_BUCKETS 2u
+#define CHUNK_MIN_SHIFT 10
+#define CHUNKS_MAX 4096u
+/* What malloc adds to a block it hands out (glibc: an 8-byte header, 16-byte rounding),
+ * counted with each bucket array so that meta_data_size is what the index takes. */
+#define MALLOC_OVERHEAD 16u
+
+struct dedup_stripe {
+    _Alignas(64) pthread_mutex_t lock; /* one cache line a stripe */
+    uint32_t *buckets;                 /* id + 1 of a chain's first entry; 0: empty */
+    uint32_t bucket_mask;              /* bucket count - 1 (a power of two) */
+    uint32_t entries;                  /* linked into this stripe's chains */
+    /* How many entries were ever linked into this stripe, so a writer can tell whether one
+     * arrived while it was compressing. */
+    uint64_t inserts;
+};
 
 struct dedup {
-    struct dedup_entry *entries;
-    uint64_t capacity;
-    uint32_t *buckets;
-    uint64_t bucket_mask;
+    struct dedup_stripe stripes[STRIPE_COUNT];
     struct dedup_object_ops ops;
-    pthread_mutex_t stripes[STRIPE_COUNT];
-    /* Under each stripe: how many entries were ever linked into its buckets,
-     * so a writer can tell whether one arrived while it was compressing. */
-    uint64_t stripe_inserts[STRIPE_COUNT];
+    uint64_t capacity;    /* ids below this may be handed out */
+    unsigned chunk_shift; /* entries per chunk: 1 << chunk_shift */
+    size_t chunk_count;
+    _Atomic(struct dedup_entry *) *chunks; /* NULL: not mapped */
 
     pthread_mutex_t id_lock;
-    uint32_t free_head;  /* id + 1 of a free entry, linked through next */
-    uint64_t high_water; /* ids below this have been handed out */
+    uint32_t *chunk_used; /* ids handed out in each chunk */
+    uint32_t free_head;   /* id + 1 of a free entry, linked through next */
+    uint64_t high_water;  /* ids below this have been handed out */
 
+    _Atomic bool reserved; /* made full size and faulted in: no growth, no giveback */
+    _Atomic uint64_t mem_bytes;
     _Atomic uint64_t live_entries;
     _Atomic uint64_t dup_data_size;
     _Atomic uint64_t hash_collisions;
@@ -137,71 +168,237 @@ struct dedup {
  * scratch page. */
 static __thread unsigned char compare_buffer[UZRAM_PAGE_SIZE];
 
-static size_t entries_bytes(uint64_t capacity)
+static size_t chunk_bytes(const struct dedup *dedup)
 {
-    return capacity * sizeof(struct dedup_entry);
+    return sizeof(struct dedup_entry) << dedup->chunk_shift;
+}
+
+static size_t buckets_bytes(uint64_t mask)
+{
+    return (mask + 1) * sizeof(uint32_t) + MALLOC_OVERHEAD;
+}
+
+static struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
+{
+    struct dedup_entry *chunk =
+        atomic_load_explicit(&dedup->chunks[id >> dedup->chunk_shift], memory_order_acquire);
+    return &chunk[id & ((1u << dedup->chunk_shift) - 1)];
+}
+
+/* Map chunk `c` if it is not. id_lock held (or the index not yet shared). */
+static int chunk_map(struct dedup *dedup, size_t c)
+{
+    if (atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed))
+        return 0;
+    void *chunk = FAULT_POINT(FAULT_ALLOC)
+                      ? MAP_FAILED
+                      : mmap(NULL, chunk_bytes(dedup), PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (chunk == MAP_FAILED)
+        return -ENOMEM;
+    atomic_store_explicit(&dedup->chunks[c], chunk, memory_order_release);
+    atomic_fetch_add_explicit(&dedup->mem_bytes, chunk_bytes(dedup), memory_order_relaxed);
+    return 0;
+}
+
+/* Unmap chunk `c`, none of whose ids is handed out. id_lock held. */
+static void chunk_unmap(struct dedup *dedup, size_t c)
+{
+    struct dedup_entry *chunk = atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed);
+    if (!chunk)
+        return;
+    atomic_store_explicit(&dedup->chunks[c], NULL, memory_order_relaxed);
+    munmap(chunk, chunk_bytes(dedup));
+    atomic_fetch_sub_explicit(&dedup->mem_bytes, chunk_bytes(dedup), memory_order_relaxed);
+}
+
+static uint32_t tag_bucket(const struct dedup_stripe *stripe, uint32_t tag)
+{
+    return (tag >> STRIPE_BITS) & stripe->bucket_mask;
+}
+
+static struct dedup_stripe *tag_stripe(struct dedup *dedup, uint32_t tag)
+{
+    return &dedup->stripes[tag & (STRIPE_COUNT - 1)];
+}
+
+/* Give the stripe `mask` + 1 buckets, relinking its entries. A chain keeps its order (each
+ * old chain is reversed, then its entries pushed onto their new chains), so that a writer
+ * that dropped the lock while holding a reference on an entry goes on from it and still
+ * meets, after it, every entry with its tag that it had not seen. Stripe locked. False (the
+ * stripe unchanged, its chains longer) if there is no memory. */
+static bool stripe_resize(struct dedup *dedup, struct dedup_stripe *stripe, uint32_t mask)
+{
+    uint32_t *fresh = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(((size_t)mask + 1) * sizeof *fresh);
+    if (!fresh)
+        return false;
+    for (uint64_t i = 0; i <= mask; i++)
+        fresh[i] = 0;
+    for (uint64_t b = 0; stripe->buckets && b <= stripe->bucket_mask; b++) {
+        uint32_t reversed = 0, link = stripe->buckets[b];
+        while (link) {
+            struct dedup_entry *entry = entry_at(dedup, link - 1);
+            uint32_t next = entry->next;
+            entry->next = reversed;
+            reversed = link;
+            link = next;
+        }
+        while (reversed) {
+            struct dedup_entry *entry = entry_at(dedup, reversed - 1);
+            uint32_t next = entry->next;
+            uint32_t bucket = (entry->hash_tag >> STRIPE_BITS) & mask;
+            entry->next = fresh[bucket];
+            fresh[bucket] = reversed;
+            reversed = next;
+        }
+    }
+    if (stripe->buckets)
+        atomic_fetch_sub_explicit(&dedup->mem_bytes, buckets_bytes(stripe->bucket_mask),
+                                  memory_order_relaxed);
+    free(stripe->buckets);
+    stripe->buckets = fresh;
+    stripe->bucket_mask = mask;
+    atomic_fetch_add_explicit(&dedup->mem_bytes, buckets_bytes(mask), memory_order_relaxed);
+    return true;
+}
+
+/* The bucket mask a stripe of `entries` entries would have grown to. */
+static uint32_t mask_for(uint64_t entries)
+{
+    uint64_t count = MIN_BUCKETS;
+    while (entries > MAX_LOAD * count && count < (UINT32_MAX >> STRIPE_BITS))
+        count *= 2;
+    return (uint32_t)(count - 1);
+}
+
+static void index_free(struct dedup *dedup)
+{
+    for (unsigned i = 0; i < STRIPE_COUNT; i++) {
+        pthread_mutex_destroy(&dedup->stripes[i].lock);
+        free(dedup->stripes[i].buckets);
+    }
+    pthread_mutex_destroy(&dedup->id_lock);
+    for (size_t c = 0; dedup->chunks && c < dedup->chunk_count; c++)
+        chunk_unmap(dedup, c);
+    free(dedup->chunks);
+    free(dedup->chunk_used);
+    free(dedup);
 }
 
 int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out)
 {
-    struct dedup *dedup = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *dedup);
+    struct dedup *dedup =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : aligned_alloc(_Alignof(struct dedup), sizeof *dedup);
     if (!dedup)
         return -ENOMEM;
+    memset(dedup, 0, sizeof *dedup);
+    for (unsigned i = 0; i < STRIPE_COUNT; i++)
+        pthread_mutex_init(&dedup->stripes[i].lock, NULL);
+    pthread_mutex_init(&dedup->id_lock, NULL);
     /* Live entries never exceed pages stored plus writers in flight. */
     uint64_t capacity = page_count + 4096;
     if (capacity > UINT32_MAX - 1)
         capacity = UINT32_MAX - 1;
-    uint64_t bucket_count = 1024;
-    while (bucket_count < page_count / 4)
-        bucket_count *= 2;
     dedup->capacity = capacity;
-    dedup->bucket_mask = bucket_count - 1;
     dedup->ops = *ops;
-    dedup->entries = FAULT_POINT(FAULT_ALLOC)
-                         ? MAP_FAILED
-                         : mmap(NULL, entries_bytes(capacity), PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (dedup->entries == MAP_FAILED)
-        goto fail_entries;
-    dedup->buckets = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(bucket_count, sizeof *dedup->buckets);
-    if (!dedup->buckets)
-        goto fail_buckets;
-    for (int i = 0; i < STRIPE_COUNT; i++)
-        pthread_mutex_init(&dedup->stripes[i], NULL);
-    pthread_mutex_init(&dedup->id_lock, NULL);
+    dedup->chunk_shift = CHUNK_MIN_SHIFT;
+    while ((capacity >> dedup->chunk_shift) >= CHUNKS_MAX)
+        dedup->chunk_shift++;
+    dedup->chunk_count =
+        (size_t)((capacity + (1u << dedup->chunk_shift) - 1) >> dedup->chunk_shift);
+    dedup->chunks =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(dedup->chunk_count, sizeof *dedup->chunks);
+    dedup->chunk_used =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(dedup->chunk_count, sizeof *dedup->chunk_used);
+    atomic_init(&dedup->mem_bytes,
+                sizeof *dedup + dedup->chunk_count * (sizeof *dedup->chunks +
+                                                      sizeof *dedup->chunk_used + MALLOC_OVERHEAD));
+    int rc = dedup->chunks && dedup->chunk_used ? chunk_map(dedup, 0) : -ENOMEM;
+    for (unsigned i = 0; rc == 0 && i < STRIPE_COUNT; i++)
+        if (!stripe_resize(dedup, &dedup->stripes[i], MIN_BUCKETS - 1))
+            rc = -ENOMEM;
+    if (rc < 0) {
+        index_free(dedup);
+        return rc;
+    }
     *out = dedup;
     return 0;
-
-fail_buckets:
-    munmap(dedup->entries, entries_bytes(capacity));
-fail_entries:
-    free(dedup);
-    return -ENOMEM;
 }
 
 void dedup_destroy(struct dedup *dedup)
 {
-    if (!dedup)
-        return;
-    for (int i = 0; i < STRIPE_COUNT; i++)
-        pthread_mutex_destroy(&dedup->stripes[i]);
-    pthread_mutex_destroy(&dedup->id_lock);
-    free(dedup->buckets);
-    munmap(dedup->entries, entries_bytes(dedup->capacity));
-    free(dedup);
+    if (dedup)
+        index_free(dedup);
 }
 
-/* Make the index's pages present (MADV_POPULATE_WRITE, Linux 5.14; an older kernel keeps
- * faulting them in as used). Entries and buckets are zero until written, and writers may be
- * running: the pages are made present without being written. */
+/* Make the index as large as the disk can need and its pages present (MADV_POPULATE_WRITE,
+ * Linux 5.14; an older kernel faults them in as used), then stop it growing or giving back.
+ * Writers may be running: each part changes under its own lock, and pages are made present
+ * without being written. */
 void dedup_prefault(struct dedup *dedup)
 {
-    const uintptr_t page = 4096;
-    (void)madvise(dedup->entries, entries_bytes(dedup->capacity), 23 /* MADV_POPULATE_WRITE */);
-    uintptr_t start = ((uintptr_t)dedup->buckets + page - 1) & ~(page - 1);
-    uintptr_t end = ((uintptr_t)(dedup->buckets + dedup->bucket_mask + 1)) & ~(page - 1);
-    if (end > start)
-        (void)madvise((void *)start, end - start, 23 /* MADV_POPULATE_WRITE */);
+    /* set under id_lock, which dedup_trim() reads it under: no trim undoes this */
+    pthread_mutex_lock(&dedup->id_lock);
+    atomic_store(&dedup->reserved, true);
+    for (size_t c = 0; c < dedup->chunk_count; c++)
+        if (chunk_map(dedup, c) == 0)
+            (void)madvise(atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed),
+                          chunk_bytes(dedup), 23 /* MADV_POPULATE_WRITE */);
+    pthread_mutex_unlock(&dedup->id_lock);
+    /* the buckets are written whole as they are made: present */
+    uint32_t mask = mask_for(dedup->capacity / STRIPE_COUNT + 1);
+    for (unsigned i = 0; i < STRIPE_COUNT; i++) {
+        struct dedup_stripe *stripe = &dedup->stripes[i];
+        pthread_mutex_lock(&stripe->lock);
+        if (stripe->bucket_mask < mask)
+            (void)stripe_resize(dedup, stripe, mask);
+        pthread_mutex_unlock(&stripe->lock);
+    }
+}
+
+/* Drop ids at and past `keep` from the free list, and unmap their chunks. id_lock held. */
+static void ids_cut(struct dedup *dedup, uint64_t keep)
+{
+    uint32_t *link = &dedup->free_head;
+    while (*link) {
+        struct dedup_entry *entry = entry_at(dedup, *link - 1);
+        if (*link - 1 >= keep)
+            *link = entry->next;
+        else
+            link = &entry->next;
+    }
+    for (size_t c = (size_t)(keep >> dedup->chunk_shift); c < dedup->chunk_count; c++)
+        chunk_unmap(dedup, c);
+    dedup->high_water = keep;
+}
+
+void dedup_trim(struct dedup *dedup)
+{
+    if (!dedup)
+        return;
+    pthread_mutex_lock(&dedup->id_lock);
+    if (atomic_load(&dedup->reserved)) {
+        pthread_mutex_unlock(&dedup->id_lock);
+        return;
+    }
+    uint64_t keep = dedup->high_water;
+    while (keep > 0) {
+        size_t c = (size_t)((keep - 1) >> dedup->chunk_shift);
+        if (c == 0 || dedup->chunk_used[c])
+            break;
+        keep = (uint64_t)c << dedup->chunk_shift;
+    }
+    if (keep < dedup->high_water)
+        ids_cut(dedup, keep);
+    pthread_mutex_unlock(&dedup->id_lock);
+    for (unsigned i = 0; i < STRIPE_COUNT; i++) {
+        struct dedup_stripe *stripe = &dedup->stripes[i];
+        pthread_mutex_lock(&stripe->lock);
+        uint32_t mask = mask_for(stripe->entries);
+        if (mask < stripe->bucket_mask && !atomic_load(&dedup->reserved))
+            (void)stripe_resize(dedup, stripe, mask);
+        pthread_mutex_unlock(&stripe->lock);
+    }
 }
 
 uint64_t dedup_entry_size(void)
@@ -209,13 +406,20 @@ uint64_t dedup_entry_size(void)
     return sizeof(struct dedup_entry);
 }
 
+uint64_t dedup_entry_cost(void)
+{
+    /* its entry, and its share of a bucket: 4 bytes for 1.5 to 3 entries */
+    return sizeof(struct dedup_entry) + 2;
+}
+
 uint64_t dedup_meta_size(struct dedup *dedup)
 {
-    if (!dedup)
-        return 0;
-    return sizeof *dedup + (dedup->bucket_mask + 1) * sizeof *dedup->buckets +
-           atomic_load_explicit(&dedup->live_entries, memory_order_relaxed) *
-               sizeof(struct dedup_entry);
+    return dedup ? atomic_load_explicit(&dedup->mem_bytes, memory_order_relaxed) : 0;
+}
+
+uint64_t dedup_entries(struct dedup *dedup)
+{
+    return dedup ? atomic_load_explicit(&dedup->live_entries, memory_order_relaxed) : 0;
 }
 
 uint64_t dedup_dup_data_size(struct dedup *dedup)
@@ -242,11 +446,6 @@ void dedup_force_collisions(struct dedup *dedup, bool on)
 #endif
 
 /* ---- entries ---------------------------------------------------------------- */
-
-static struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
-{
-    return &dedup->entries[id];
-}
 
 /* Add `delta` (+1 or -1) to the references and count dup_data_size: every
  * reference past the first counts the object's size, including a writer's
@@ -323,11 +522,6 @@ static int entry_load(struct dedup *dedup, struct dedup_entry *entry, void *page
     return rc;
 }
 
-static pthread_mutex_t *bucket_stripe(struct dedup *dedup, uint64_t bucket)
-{
-    return &dedup->stripes[bucket % STRIPE_COUNT];
-}
-
 static uint32_t id_alloc(struct dedup *dedup)
 {
     uint32_t id = UINT32_MAX;
@@ -335,9 +529,12 @@ static uint32_t id_alloc(struct dedup *dedup)
     if (dedup->free_head) {
         id = dedup->free_head - 1;
         dedup->free_head = entry_at(dedup, id)->next;
-    } else if (dedup->high_water < dedup->capacity) {
+    } else if (dedup->high_water < dedup->capacity &&
+               chunk_map(dedup, (size_t)(dedup->high_water >> dedup->chunk_shift)) == 0) {
         id = (uint32_t)dedup->high_water++;
     }
+    if (id != UINT32_MAX)
+        dedup->chunk_used[id >> dedup->chunk_shift]++;
     pthread_mutex_unlock(&dedup->id_lock);
     return id;
 }
@@ -347,6 +544,7 @@ static void id_free(struct dedup *dedup, uint32_t id)
     pthread_mutex_lock(&dedup->id_lock);
     entry_at(dedup, id)->next = dedup->free_head;
     dedup->free_head = id + 1;
+    dedup->chunk_used[id >> dedup->chunk_shift]--;
     pthread_mutex_unlock(&dedup->id_lock);
 }
 
@@ -383,23 +581,24 @@ static uint64_t page_hash(struct dedup *dedup, const void *page)
 
 /* Walk the candidates one at a time: holding a reference keeps an entry
  * linked, so the walk can go on from it after the stripe was dropped for
- * the comparison. *inserts_seen is the stripe's insert count when the walk
- * began: entries linked later were not looked at. */
-static uint32_t find_equal(struct dedup *dedup, const void *page, uint64_t bucket, uint32_t tag,
+ * the comparison (a resize meanwhile keeps chains in order). *inserts_seen is
+ * the stripe's insert count when the walk began: entries linked later were
+ * not looked at. */
+static uint32_t find_equal(struct dedup *dedup, const void *page, uint32_t tag,
                            uint64_t *inserts_seen)
 {
-    pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
-    pthread_mutex_lock(stripe);
-    *inserts_seen = dedup->stripe_inserts[bucket % STRIPE_COUNT];
-    uint32_t id = next_candidate(dedup, dedup->buckets[bucket], tag);
-    pthread_mutex_unlock(stripe);
+    struct dedup_stripe *stripe = tag_stripe(dedup, tag);
+    pthread_mutex_lock(&stripe->lock);
+    *inserts_seen = stripe->inserts;
+    uint32_t id = next_candidate(dedup, stripe->buckets[tag_bucket(stripe, tag)], tag);
+    pthread_mutex_unlock(&stripe->lock);
     while (id != UINT32_MAX) {
         if (entry_equals(dedup, entry_at(dedup, id), page))
             return id;
         atomic_fetch_add_explicit(&dedup->hash_collisions, 1, memory_order_relaxed);
-        pthread_mutex_lock(stripe);
+        pthread_mutex_lock(&stripe->lock);
         uint32_t next = next_candidate(dedup, entry_at(dedup, id)->next, tag);
-        pthread_mutex_unlock(stripe);
+        pthread_mutex_unlock(&stripe->lock);
         dedup_put(dedup, id);
         id = next;
     }
@@ -410,9 +609,8 @@ bool dedup_find(struct dedup *dedup, const void *page, struct dedup_lookup *look
 {
     uint64_t hash = page_hash(dedup, page);
     lookup->tag = (uint32_t)(hash >> 32);
-    lookup->bucket = lookup->tag & dedup->bucket_mask;
     lookup->id = UINT32_MAX;
-    *id = find_equal(dedup, page, lookup->bucket, lookup->tag, &lookup->inserts_seen);
+    *id = find_equal(dedup, page, lookup->tag, &lookup->inserts_seen);
     return *id != UINT32_MAX;
 }
 
@@ -439,25 +637,30 @@ uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_
     atomic_store_explicit(&entry->state, 1, memory_order_release);
     atomic_fetch_add_explicit(&dedup->live_entries, 1, memory_order_relaxed);
 
-    uint64_t bucket = lookup->bucket;
     uint64_t inserts_seen = lookup->inserts_seen;
-    pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
-    uint64_t *inserts = &dedup->stripe_inserts[bucket % STRIPE_COUNT];
+    struct dedup_stripe *stripe = tag_stripe(dedup, lookup->tag);
     for (;;) {
-        pthread_mutex_lock(stripe);
-        if (*inserts == inserts_seen) {
-            entry->next = dedup->buckets[bucket];
-            dedup->buckets[bucket] = id + 1;
-            (*inserts)++;
-            pthread_mutex_unlock(stripe);
+        pthread_mutex_lock(&stripe->lock);
+        if (stripe->inserts == inserts_seen) {
+            uint32_t *head = &stripe->buckets[tag_bucket(stripe, lookup->tag)];
+            entry->next = *head;
+            *head = id + 1;
+            stripe->inserts++;
+            /* Past MAX_LOAD a chain: twice the buckets (else, with no memory or under a
+             * reserve, longer chains). */
+            if (++stripe->entries > MAX_LOAD * ((uint64_t)stripe->bucket_mask + 1) &&
+                stripe->bucket_mask < (UINT32_MAX >> STRIPE_BITS) &&
+                !atomic_load_explicit(&dedup->reserved, memory_order_relaxed))
+                (void)stripe_resize(dedup, stripe, stripe->bucket_mask * 2 + 1);
+            pthread_mutex_unlock(&stripe->lock);
             return id;
         }
-        pthread_mutex_unlock(stripe);
+        pthread_mutex_unlock(&stripe->lock);
         /* Someone linked an entry into this stripe while we compressed:
          * perhaps the same page, written at the same moment elsewhere. Look
          * again (without the lock: comparing decompresses) before adding a
          * second copy; our unlinked entry goes the way of any last reference. */
-        uint32_t other = find_equal(dedup, page, bucket, lookup->tag, &inserts_seen);
+        uint32_t other = find_equal(dedup, page, lookup->tag, &inserts_seen);
         if (other != UINT32_MAX) {
             dedup_put(dedup, id);
             return other;
@@ -473,15 +676,16 @@ void dedup_put(struct dedup *dedup, uint32_t id)
 
     /* Last reference: nobody can take a new one (refs is 0), so unlink,
      * wait for a compaction that may be moving the object, and free. */
-    uint64_t bucket = entry->hash_tag & dedup->bucket_mask;
-    pthread_mutex_t *stripe = bucket_stripe(dedup, bucket);
-    pthread_mutex_lock(stripe);
-    uint32_t *link = &dedup->buckets[bucket];
+    struct dedup_stripe *stripe = tag_stripe(dedup, entry->hash_tag);
+    pthread_mutex_lock(&stripe->lock);
+    uint32_t *link = &stripe->buckets[tag_bucket(stripe, entry->hash_tag)];
     while (*link && *link != id + 1)
         link = &entry_at(dedup, *link - 1)->next;
-    if (*link)
+    if (*link) {
         *link = entry->next;
-    pthread_mutex_unlock(stripe);
+        stripe->entries--;
+    }
+    pthread_mutex_unlock(&stripe->lock);
 
     unsigned spins = 0;
     while (state_moving(atomic_load_explicit(&entry->state, memory_order_acquire)))
@@ -564,7 +768,8 @@ bool dedup_is_huge(struct dedup *dedup, uint32_t id)
 
 bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle)
 {
-    if (id >= dedup->capacity)
+    if (id >= dedup->capacity ||
+        !atomic_load_explicit(&dedup->chunks[id >> dedup->chunk_shift], memory_order_acquire))
         return false;
     struct dedup_entry *entry = entry_at(dedup, id);
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);

@@ -48,18 +48,25 @@ struct dedup_object_ops {
     void *arg;
 };
 
-/* Make the index for a device of `page_count` pages. Errors: -ENOMEM. */
+/* Make the index for a device of `page_count` pages: small, grown as entries are added (up
+ * to one a page, plus writers in flight). Errors: -ENOMEM. */
 int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out);
 void dedup_destroy(struct dedup *dedup);
 
-/* Fault the whole index in ahead of need (under a pool reserve: a swap device's server must
- * not fault memory in while it serves a write). */
+/* Make the index as large as `page_count` pages can need and fault it in (under a pool
+ * reserve: a swap device's server must not fault memory in while it serves a write). From
+ * then on it neither grows nor gives memory back. */
 void dedup_prefault(struct dedup *dedup);
 
-/* Where a new entry for a page goes: filled by dedup_find() when nothing
- * equal is stored, carried through dedup_reserve() to dedup_insert(). */
+/* Give back what the index holds past what its entries need (compaction, reset): the
+ * entry chunks past the last id in use, and bucket arrays larger than their entries need.
+ * Nothing after dedup_prefault(). */
+void dedup_trim(struct dedup *dedup);
+
+/* Where a new entry for a page goes (its chain follows from the tag): filled by
+ * dedup_find() when nothing equal is stored, carried through dedup_reserve() to
+ * dedup_insert(). */
 struct dedup_lookup {
-    uint64_t bucket;
     uint64_t inserts_seen; /* the stripe's insert count when the search began */
     uint32_t tag;          /* top bits of the content hash */
     uint32_t id;           /* the new entry, once reserved */
@@ -121,10 +128,13 @@ bool dedup_is_huge(struct dedup *dedup, uint32_t id);
 
 /* The index's counters (see struct uzram_stats): bytes that references
  * past the first did not have to store, hash matches whose content
- * differed, and the memory of the index (buckets, locks, live entries). */
+ * differed, the memory the index holds (everything it allocated: entry
+ * chunks, buckets, locks, the chunk directory), and its entries (unique
+ * objects). */
 uint64_t dedup_dup_data_size(struct dedup *dedup);
 uint64_t dedup_hash_collisions(struct dedup *dedup);
 uint64_t dedup_meta_size(struct dedup *dedup);
+uint64_t dedup_entries(struct dedup *dedup);
 /* Zero the cumulative counter (hash collisions), as uzram_reset() does. */
 void dedup_reset_counters(struct dedup *dedup);
 
@@ -139,7 +149,9 @@ void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle);
 void dedup_force_collisions(struct dedup *dedup, bool on);
 #endif
 
-/* Bytes of index memory per unique object (entry size). */
+/* Bytes of one entry; and what a unique object costs the index on average (its entry
+ * and its share of a bucket), for the estimators. */
 uint64_t dedup_entry_size(void);
+uint64_t dedup_entry_cost(void);
 
 #endif

@@ -140,6 +140,9 @@ int uzram_reset(struct uzram *dev)
     for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
         atomic_store(cumulative[i], 0);
     dedup_reset_counters(device_dedup(dev));
+    /* the index's memory too, but under a reserve (see uzram_compact) */
+    if (!pool_reserve_on(dev->pool))
+        dedup_trim(device_dedup(dev));
     writeback_reset(dev);
     pool_reset_mem_used_max(dev->pool);
     pthread_mutex_unlock(&dev->settings_lock);
@@ -157,6 +160,7 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
     if (!pool_reserve_on(dev->pool)) {
         table_give_back(dev);
+        dedup_trim(device_dedup(dev));
 #ifdef __GLIBC__
         malloc_trim(0);
 #endif

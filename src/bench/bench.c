@@ -122,6 +122,16 @@ static int apply_size(struct bench_options *opt, char *arg)
     return 0;
 }
 
+static int apply_disksize(struct bench_options *opt, char *arg)
+{
+    if (uzram_parse_size(arg, &opt->disksize) != 0 || opt->disksize < BENCH_PAGE) {
+        fprintf(stderr, "uzram bench: bad disk size '%s' (at least 4K, e.g. 4G)\n", arg);
+        return -EINVAL;
+    }
+    opt->disksize -= opt->disksize % BENCH_PAGE;
+    return 0;
+}
+
 static int apply_repeat(struct bench_options *opt, char *arg)
 {
     char *end;
@@ -176,7 +186,8 @@ enum {
     OPT_REGION,
     OPT_VERIFY,
     OPT_TIMEOUT,
-    OPT_SERVER_PID
+    OPT_SERVER_PID,
+    OPT_DISKSIZE
 };
 
 /* The options that only set a flag, a section or a path: nothing to check. */
@@ -256,6 +267,10 @@ static const struct bench_option {
      "bytes of pages per measurement (default 256M; for --file/--tree\n"
      "the most to load, default all)",
      apply_size, ENGINE},
+    {"disksize", OPT_DISKSIZE, required_argument, "SIZE",
+     "--file/--tree: the device's size (default just the data; larger:\n"
+     "a disk the data fills in part, as a file system image)",
+     apply_disksize, ENGINE},
     {"repeat", 'r', required_argument, "N",
      "repetitions of each measurement, best is kept (default 3)", apply_repeat, ENGINE},
     {"budget", 'b', required_argument, "SECONDS",
@@ -433,6 +448,10 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
         return bench_nbd_settle(opt);
     if (opt->file && opt->tree_count) {
         fprintf(stderr, "uzram bench: --file and --tree exclude each other\n");
+        return -EINVAL;
+    }
+    if (opt->disksize && !opt->file && !opt->tree_count) {
+        fprintf(stderr, "uzram bench: --disksize is for --file or --tree\n");
         return -EINVAL;
     }
     settle_defaults(opt);

@@ -53,6 +53,7 @@ struct bench_options {
     bool threads_given;
     uint64_t size;
     bool size_given;
+    uint64_t disksize; /* --disksize: 0, the data's */
     unsigned repeat;
     double budget; /* seconds a timed phase may last before it stops early */
     uint64_t seed;
@@ -122,6 +123,7 @@ struct bench_measure_request {
     const struct bench_data *data;
     double budget;
     unsigned repeat;
+    uint64_t disksize; /* 0: just the data */
 };
 
 struct bench_measure_result {

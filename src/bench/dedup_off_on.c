@@ -171,7 +171,7 @@ static int print_meta_target(const struct bench_options *opt, struct bench_outpu
     if (rc)
         return rc;
     const struct uzram_stats *st = &full.stats;
-    uint64_t objects = st->pages_stored - st->same_pages;
+    uint64_t objects = st->dedup_entries;
     if (objects) {
         double per_object = (double)st->meta_data_size / (double)objects;
         print_target(out, "dedup_meta_bytes_per_object", "dedup metadata, bytes per unique object",

@@ -152,6 +152,8 @@ int bench_measure(const struct bench_measure_request *req, struct bench_measure_
         struct uzram_config config;
         uzram_config_init(&config);
         config.disksize = req->data->page_count * BENCH_PAGE;
+        if (req->disksize > config.disksize)
+            config.disksize = req->disksize;
         config.comp_algorithm = req->algorithm;
         config.use_dedup = req->dedup;
         struct uzram *dev = NULL;

@@ -28,6 +28,7 @@ int bench_real_data(const struct bench_options *opt, struct bench_output *out)
                     .data = &data,
                     .budget = 0,
                     .repeat = opt->repeat,
+                    .disksize = opt->disksize,
                 };
                 struct bench_measure_result res;
                 rc = bench_measure(&req, &res);
@@ -57,9 +58,11 @@ int bench_real_data(const struct bench_options *opt, struct bench_output *out)
                     printf(", \"orig_data_size\": %" PRIu64 ", \"compr_data_size\": %" PRIu64
                            ", \"mem_used_total\": %" PRIu64 ", \"same_pages\": %" PRIu64
                            ", \"huge_pages\": %" PRIu64 ", \"dup_data_size\": %" PRIu64
-                           ", \"meta_data_size\": %" PRIu64 ", \"mm_stat\": ",
+                           ", \"meta_data_size\": %" PRIu64 ", \"dedup_entries\": %" PRIu64
+                           ", \"mm_stat\": ",
                            st->orig_data_size, st->compr_data_size, st->mem_used_total,
-                           st->same_pages, st->huge_pages, st->dup_data_size, st->meta_data_size);
+                           st->same_pages, st->huge_pages, st->dup_data_size, st->meta_data_size,
+                           st->dedup_entries);
                     util_json_string(stdout, mm_stat);
                     printf("}");
                 } else {
@@ -73,6 +76,11 @@ int bench_real_data(const struct bench_options *opt, struct bench_output *out)
                            st->mem_used_total, overhead_text, st->dup_data_size,
                            st->meta_data_size);
                     printf("         mm_stat: %s\n", mm_stat);
+                    if (st->dedup_entries)
+                        printf("         dedup index: %" PRIu64 " B for %" PRIu64
+                               " unique objects, %.2f B each\n",
+                               st->meta_data_size, st->dedup_entries,
+                               (double)st->meta_data_size / (double)st->dedup_entries);
                 }
                 fflush(stdout);
             }

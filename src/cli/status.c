@@ -122,6 +122,8 @@ static const struct column {
     {"MIGRATED", "pages_compacted", COLUMN_COUNT, "pool pages given back by compaction"},
     {"DUP", "dup_data_size", COLUMN_SIZE, "bytes deduplication did not have to store"},
     {"META", "meta_data_size", COLUMN_SIZE, "memory of the deduplication index"},
+    {"DEDUP-ENTRIES", "dedup_entries", COLUMN_COUNT,
+     "unique objects in the deduplication index (META / DEDUP-ENTRIES: bytes per object)"},
     {"COMP-RATIO", "orig_data_size", COLUMN_RATIO, "DATA / (TOTAL + META)"},
     {"BD-DATA", "bd_data_size", COLUMN_SIZE, "data written back to the backing store, compressed"},
     {"BD-USED", "bd_count", COLUMN_PAGES, "space it takes on the backing store (bd_count)"},
