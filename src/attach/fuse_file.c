@@ -499,7 +499,7 @@ static ssize_t worker_writev(int fd, struct iovec *iov, int count, void *userdat
         fuse_uring_accept(iov, count);
     else if (iov[0].iov_len >= sizeof *out && out->unique == file->init_unique && fuse_uring_off())
         fprintf(stderr,
-                "uzram: %s: FUSE requests go through /dev/fuse; FUSE over io_uring is faster: "
+                "uzram: %s: FUSE requests go through /dev/fuse; FUSE over io_uring takes less CPU: "
                 "echo Y > %s before the attach\n",
                 file->path, FUSE_URING_PARAMETER);
     n = writev(current_worker ? current_worker->fd : fd, iov, count);
