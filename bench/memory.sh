@@ -272,7 +272,11 @@ measure() {
         SERVER_PID=$!
         wait_socket "$sock" || { echo "failed: server did not start: $(tail -1 "$WORK/server.log")" > "$res"; stop_server; return; }
         copy_in "$img" "$sock" "$res" || return
-        { echo "mm_stat $("$UZRAM" attr "$WORK/mem.ctl" mm_stat)"; echo "rss_growth $(((after - before) * 1024))"; } > "$res"
+        # the control socket is $XDG_RUNTIME_DIR/uzram/mem.ctl: asked by name, as serve placed it
+        local mm
+        mm=$(XDG_RUNTIME_DIR=$WORK "$UZRAM" attr mem mm_stat 2>&1) && [ -n "$mm" ] ||
+            { echo "failed: uzram attr mem mm_stat: $mm" > "$res"; stop_server; return; }
+        { echo "mm_stat $mm"; echo "rss_growth $(((after - before) * 1024))"; } > "$res"
         stop_server
         ;;
     nbdkit-zstd)
