@@ -47,7 +47,8 @@ else
     MODE=full
     QUICK_ARG=
 fi
-PARTS=${PARTS:-"matrix memory micro zram-compare recompress writeback attach"}
+ALL_PARTS="matrix memory micro zram-compare recompress writeback attach"
+PARTS=${PARTS:-$ALL_PARTS}
 if [ ! -x "$UZRAM" ]; then
     echo "bench/run.sh: no uzram binary at $UZRAM (run 'make programs' first)" >&2
     exit 1
@@ -146,6 +147,7 @@ image_env() { if [ -f "$SHARED_IMAGE" ]; then echo "IMAGE=$SHARED_IMAGE"; else e
 
     # What the report says about the machine and the run.
     COMMAND="bench/run.sh${ARGS:+ $ARGS}"
+    [ "$PARTS" != "$ALL_PARTS" ] && COMMAND="PARTS='$PARTS' $COMMAND"
     [ "$UZRAM" != build/uzram ] && COMMAND="UZRAM=$UZRAM${UZRAM_GIT:+ UZRAM_GIT=$UZRAM_GIT} $COMMAND"
     [ -n "${MAKELEVEL:-}" ] && COMMAND="make $([ "$QUICK" = 1 ] && echo bench-quick || echo bench) (= $COMMAND)"
     # UZRAM_GIT names the source of a binary built elsewhere (e.g. from `git archive`).
