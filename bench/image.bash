@@ -3,8 +3,10 @@
 # (-O2, ASan+UBSan, -O0 -g; quick: /usr/include/{linux,asm-generic} and the -O2 build) and, with
 # KERNEL=1, the Linux 6.1 source tree with a tinyconfig vmlinux build in it (kept as a tar in
 # $CACHE between runs): a developer's disk during a build, the kind of data the dedup seed
-# measured. build_image writes $WORK/image and $RES/image.desc, or prints why not. The caller
-# sets WORK, RES, CACHE, QUICK, KERNEL and IMAGE_FOR (its name, for messages).
+# measured. build_image writes $WORK/image and $RES/image.desc, or prints why not; get_image
+# takes an image built before instead when IMAGE names one (bench/run.sh builds it once for the
+# parts that store it). The caller sets WORK, RES, CACHE, QUICK, KERNEL and IMAGE_FOR (its name,
+# for messages), and may set IMAGE and KEEP_IMAGE.
 
 make_ext4() { # DIR IMAGE: just large enough for DIR
     local used
@@ -62,4 +64,24 @@ build_image() {
     make_ext4 "$root" "$WORK/image" || { echo "mkfs.ext4 -d failed"; return 1; }
     rm -rf "$root"
     echo "ext4 image (mkfs.ext4 -d) of $what" >"$RES/image.desc"
+}
+
+# get_image: $WORK/image and $RES/image.desc from IMAGE (and IMAGE.desc) when set, else built;
+# with KEEP_IMAGE, a copy kept there (and KEEP_IMAGE.desc) for IMAGE= in a later run. Prints why
+# not.
+get_image() {
+    if [ -n "${IMAGE:-}" ]; then
+        cp "$IMAGE" "$WORK/image" || { echo "cannot copy $IMAGE"; return 1; }
+        if [ -f "$IMAGE.desc" ]; then
+            cp "$IMAGE.desc" "$RES/image.desc"
+        else
+            echo "the image $IMAGE" >"$RES/image.desc"
+        fi
+    else
+        build_image || return 1
+    fi
+    if [ -n "${KEEP_IMAGE:-}" ]; then
+        cp "$WORK/image" "$KEEP_IMAGE" && cp "$RES/image.desc" "$KEEP_IMAGE.desc" ||
+            { echo "cannot keep the image in $KEEP_IMAGE"; return 1; }
+    fi
 }

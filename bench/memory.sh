@@ -7,7 +7,8 @@
 #   --out DIR results folder (default build/bench-results); writes DIR/memory.json
 # Environment (optional): UZRAM (default build/uzram), LIB_SIZE (bytes of the /usr/lib tar,
 # 512M; quick 64M), DUMP_SIZE (cap on the process dump, 256M; quick 64M), ZRAM (zram0),
-# DATASETS ("build-tree usr-lib process py-releases").
+# DATASETS ("build-tree usr-lib process py-releases"), and in quick mode IMAGE and KEEP_IMAGE
+# (bench/image.bash's: the build-tree image taken from, or kept for, another part).
 #
 # Data sets, built from what the machine has:
 #   build-tree   ext4 image (mkfs.ext4 -d) of a source tree and its build output: /usr/include,
@@ -102,37 +103,34 @@ page_round() { # file: pad to whole pages, so every side stores exactly the same
     truncate -s $(((size + 4095) / 4096 * 4096)) "$1"
 }
 
-# make_ext4 DIR IMAGE: an image just large enough for DIR (ext4 keeps ~5% reserve and metadata).
-make_ext4() {
-    local used size
-    used=$(du -sb "$1" | cut -f1)
-    size=$(((used / 10 * 12 + 32 * 1048576) / 1048576))M
-    mkfs.ext4 -q -F -b 4096 -m 0 -d "$1" "$2" "$size" > "$WORK/mkfs.log" 2>&1 ||
-        { cat "$WORK/mkfs.log" >&2; return 1; }
-}
+# make_ext4 DIR IMAGE (an image just large enough for DIR), and in quick mode the build-tree.
+# shellcheck source=bench/image.bash
+. bench/image.bash
 
 build_build_tree() {
     command -v mkfs.ext4 >/dev/null || { echo "mkfs.ext4 is not installed (apt-get install e2fsprogs)"; return 1; }
+    if [ "$QUICK" = 1 ]; then
+        # bench/image.bash's quick image: the same tree and build as below without the ASan build,
+        # which bench/run.sh builds once for this table and the recompression and writeback parts
+        # (IMAGE, KEEP_IMAGE).
+        RES=$WORK KERNEL=0 IMAGE_FOR=memory.sh get_image || return 1
+        mv "$WORK/image" "$WORK/build-tree.img" && mv "$WORK/image.desc" "$RES/build-tree.desc"
+        return
+    fi
     local root=$WORK/build-tree src
     mkdir -p "$root/include" || return 1
-    if [ "$QUICK" = 1 ]; then
-        cp -a /usr/include/linux /usr/include/asm-generic "$root/include/" 2>/dev/null
-    else
-        cp -a /usr/include/. "$root/include/" 2>/dev/null
-    fi
+    cp -a /usr/include/. "$root/include/" 2>/dev/null
     src=$root/uzram
     mkdir -p "$src"
     tar cf - --exclude=./build --exclude=./.git . | tar xf - -C "$src" || return 1
     # The build output: what `make` leaves in a build folder (objects, archive, programs, tests).
     (cd "$src" && make -s -j"$(nproc)" O=build all > "$WORK/make.log" 2>&1) ||
         { echo "the project did not build in $src (see make output)"; tail -5 "$WORK/make.log" >&2; return 1; }
-    if [ "$QUICK" != 1 ]; then
-        (cd "$src" && make -s -j"$(nproc)" O=build/asan SAN=address,undefined OPT=-O1 all \
-            > "$WORK/make.log" 2>&1) || echo "memory.sh: note: the ASan build failed; plain build only" >&2
-    fi
+    (cd "$src" && make -s -j"$(nproc)" O=build/asan SAN=address,undefined OPT=-O1 all \
+        > "$WORK/make.log" 2>&1) || echo "memory.sh: note: the ASan build failed; plain build only" >&2
     make_ext4 "$root" "$WORK/build-tree.img" || { echo "mkfs.ext4 -d failed"; return 1; }
     rm -rf "$root"
-    echo "ext4 image (mkfs.ext4 -d) of $([ "$QUICK" = 1 ] && echo "/usr/include/{linux,asm-generic}" || echo /usr/include), the uzram sources and their build output (make all$([ "$QUICK" = 1 ] || echo "; plus an ASan+UBSan build"))" > "$RES/build-tree.desc"
+    echo "ext4 image (mkfs.ext4 -d) of /usr/include, the uzram sources and their build output (make all; plus an ASan+UBSan build)" > "$RES/build-tree.desc"
 }
 
 build_usr_lib() {
@@ -272,7 +270,11 @@ measure() {
         SERVER_PID=$!
         wait_socket "$sock" || { echo "failed: server did not start: $(tail -1 "$WORK/server.log")" > "$res"; stop_server; return; }
         copy_in "$img" "$sock" "$res" || return
-        { echo "mm_stat $("$UZRAM" attr "$WORK/mem.ctl" mm_stat)"; echo "rss_growth $(((after - before) * 1024))"; } > "$res"
+        # the control socket is $XDG_RUNTIME_DIR/uzram/mem.ctl: asked by name, as serve placed it
+        local mm
+        mm=$(XDG_RUNTIME_DIR=$WORK "$UZRAM" attr mem mm_stat 2>&1) && [ -n "$mm" ] ||
+            { echo "failed: uzram attr mem mm_stat: $mm" > "$res"; stop_server; return; }
+        { echo "mm_stat $mm"; echo "rss_growth $(((after - before) * 1024))"; } > "$res"
         stop_server
         ;;
     nbdkit-zstd)

@@ -15,7 +15,9 @@
 # `uzram estimate -r` on the same image: how LEVEL and DICT_SIZE were chosen; quick: none),
 # RATE (recompress_rate of the throughput part; default: the library's), RATES (several
 # recompress_rate values: each round then has one busy run at each, beside its idle run; how the
-# default was chosen), STEPS ("memory throughput sweep": run only some), ZRAM (zram0).
+# default was chosen), STEPS ("memory throughput sweep": run only some), ZRAM (zram0), IMAGE (an
+# image to use instead of building bench/image.bash's), KEEP_IMAGE (a path: keep the image there,
+# with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh).
 #
 # The image ("build-tree"): /usr/include, this project's sources with three builds of them
 # (-O2, ASan+UBSan, -O0 -g), and, with KERNEL=1, the Linux 6.1 source tree with a tinyconfig
@@ -200,7 +202,11 @@ throughput() {
         done
         echo "  round $round of $ROUNDS done" >&2
     done
-    # reads of recompressed pages: let the thread finish, then read the image region
+    # reads of recompressed pages: let the thread finish, then read the image region. It may go
+    # as fast as it can (as in the memory part): what is measured next is reading the pages it
+    # recompressed, not how fast it got there, and at the busy runs' rate it would also spend
+    # minutes on the fio region's pages.
+    attr t recompress_rate 0
     settle t
     attr t recompress_idle 0
     run_fio "$RES/read-recompressed.json" 0 "$image_bytes" randread
@@ -210,7 +216,7 @@ throughput() {
 START=$(date +%s)
 GIT=$(git describe --always --dirty 2>/dev/null || echo unknown) # what was built and run
 echo "recompress: zstd level $LEVEL, dictionary $DICT_SIZE, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-if why=$(build_image); then
+if why=$(get_image); then
     echo "  image: $(($(stat -c %s "$WORK/image") >> 20)) MiB, $(cat "$RES/image.desc")"
     stat -c %s "$WORK/image" >"$RES/image.bytes"
     for side in zram lz4-dedup zstd-dedup recompress recompress-dict; do
@@ -241,7 +247,7 @@ fi
 END=$(date +%s)
 
 # What was run, on which commit (GIT, at the start): the results section names them.
-COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE; do
+COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE IMAGE KEEP_IMAGE; do
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/recompress.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 "$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" \
     "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'

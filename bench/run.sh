@@ -14,6 +14,9 @@
 # script's own variables.
 # The parts run one after another, never two at once: both the matrix and the memory table
 # reset /dev/zram0, and the machine has 2 cores. A part that fails is reported as not run.
+# The build image (bench/image.bash: the project compiled into an ext4 file system) is built
+# once, by the first part that stores it, and given to the others: the recompression and
+# writeback parts, and in quick mode the memory table's build-tree (the same tree and build).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -44,7 +47,8 @@ else
     MODE=full
     QUICK_ARG=
 fi
-PARTS=${PARTS:-"matrix memory micro zram-compare recompress writeback attach"}
+ALL_PARTS="matrix memory micro zram-compare recompress writeback attach"
+PARTS=${PARTS:-$ALL_PARTS}
 if [ ! -x "$UZRAM" ]; then
     echo "bench/run.sh: no uzram binary at $UZRAM (run 'make programs' first)" >&2
     exit 1
@@ -60,16 +64,29 @@ LOADS=""
 note_load() { LOADS="$LOADS${LOADS:+, }$1 $(cut -d' ' -f1 /proc/loadavg)"; }
 status=0
 part() { [[ " $PARTS " == *" $1 "* ]]; }
+PART_START=$START
+took() { # PART: how long it took, in the log
+    echo "### $1 took $(($(date +%s) - PART_START)) s"
+    PART_START=$(date +%s)
+}
+# The shared image: kept by the first part that builds it, then given (IMAGE=) to the others.
+SHARED_IMAGE=$RESULTS/image
+rm -f "$SHARED_IMAGE" "$SHARED_IMAGE.desc"
+image_env() { if [ -f "$SHARED_IMAGE" ]; then echo "IMAGE=$SHARED_IMAGE"; else echo "KEEP_IMAGE=$SHARED_IMAGE"; fi; }
 
 {
     echo "### uzram benchmarks, $MODE run: $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
     if part matrix; then
         note_load matrix
         bench/matrix.sh $QUICK_ARG --out "$RESULTS" || { echo "### matrix.sh failed"; status=1; }
+        took matrix
     fi
     if part memory; then
         note_load memory
-        bench/memory.sh $QUICK_ARG --out "$RESULTS" || { echo "### memory.sh failed"; status=1; }
+        MEMORY_ENV=()
+        [ "$QUICK" = 1 ] && MEMORY_ENV=("$(image_env)")
+        env "${MEMORY_ENV[@]}" bench/memory.sh $QUICK_ARG --out "$RESULTS" || { echo "### memory.sh failed"; status=1; }
+        took memory
     fi
     if part micro; then
         note_load micro
@@ -87,6 +104,7 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
         echo "### $UZRAM bench --dedup ${DEDUP[*]} --json"
         "$UZRAM" bench --dedup "${DEDUP[@]}" --json > "$RESULTS/micro-dedup.json" ||
             { echo "### uzram bench --dedup failed"; rm -f "$RESULTS/micro-dedup.json"; status=1; }
+        took micro
     fi
     if part zram-compare; then
         note_load zram-compare
@@ -99,14 +117,17 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
             bench/zram-compare.sh > "$RESULTS/zram-compare.txt" 2>&1 || status=1
         fi
         cat "$RESULTS/zram-compare.txt"
+        took zram-compare
     fi
     if part recompress; then
         note_load recompress
-        bench/recompress.sh $QUICK_ARG --out "$RESULTS" || { echo "### recompress.sh failed"; status=1; }
+        env "$(image_env)" bench/recompress.sh $QUICK_ARG --out "$RESULTS" || { echo "### recompress.sh failed"; status=1; }
+        took recompress
     fi
     if part writeback; then
         note_load writeback
-        bench/writeback.sh $QUICK_ARG --out "$RESULTS" || { echo "### writeback.sh failed"; status=1; }
+        env "$(image_env)" bench/writeback.sh $QUICK_ARG --out "$RESULTS" || { echo "### writeback.sh failed"; status=1; }
+        took writeback
     fi
     if part attach; then
         note_load attach
@@ -118,12 +139,15 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
         else
             bench/attach.sh $QUICK_ARG --out "$RESULTS" "${ATTACH_DOC[@]}" || { echo "### attach.sh failed"; status=1; }
         fi
+        took attach
     fi
     note_load end
     END=$(date +%s)
+    rm -f "$SHARED_IMAGE" "$SHARED_IMAGE.desc"
 
     # What the report says about the machine and the run.
     COMMAND="bench/run.sh${ARGS:+ $ARGS}"
+    [ "$PARTS" != "$ALL_PARTS" ] && COMMAND="PARTS='$PARTS' $COMMAND"
     [ "$UZRAM" != build/uzram ] && COMMAND="UZRAM=$UZRAM${UZRAM_GIT:+ UZRAM_GIT=$UZRAM_GIT} $COMMAND"
     [ -n "${MAKELEVEL:-}" ] && COMMAND="make $([ "$QUICK" = 1 ] && echo bench-quick || echo bench) (= $COMMAND)"
     # UZRAM_GIT names the source of a binary built elsewhere (e.g. from `git archive`).

@@ -284,18 +284,7 @@ COMMAND="$(for v in ROUNDS RUNTIME KERNEL SET STEPS SPACE_SIDES THREADS IMAGE KE
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/writeback.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 ran() { printf '%s\n%s\n%s\n' "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$RES/$1.run"; }
 echo "writeback: working set $SET, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-if [ -n "${IMAGE:-}" ]; then
-    cp "$IMAGE" "$WORK/image" || die "cannot copy $IMAGE"
-    if [ -f "$IMAGE.desc" ]; then cp "$IMAGE.desc" "$RES/image.desc"; else echo "the image $IMAGE" >"$RES/image.desc"; fi
-    why=
-elif why=$(build_image); then
-    why=
-fi
-if [ -z "$why" ]; then
-    if [ -n "${KEEP_IMAGE:-}" ]; then
-        cp "$WORK/image" "$KEEP_IMAGE" && cp "$RES/image.desc" "$KEEP_IMAGE.desc" ||
-            die "cannot keep the image in $KEEP_IMAGE"
-    fi
+if why=$(get_image); then
     echo "  image: $(($(stat -c %s "$WORK/image") >> 20)) MiB, $(cat "$RES/image.desc")"
     stat -c %s "$WORK/image" >"$RES/image.bytes"
     if step space; then
