@@ -196,10 +196,12 @@ bool bundle_mostly_dead(const struct bundle *bundle)
 
 /* ---- reads ------------------------------------------------------------------ */
 
-/* The last bundle this thread decompressed: its serial (0: none) and pages, and room for a
- * copy of a frame. Made on first use and freed at thread exit, as comp.c's contexts. */
+/* The last bundle this thread decompressed: its serial (0: none), how many of its first
+ * pages are decoded, the pages, and room for a copy of a frame. Made on first use and freed at
+ * thread exit, as comp.c's contexts. */
 struct bundle_cache {
     uint64_t serial;
+    unsigned valid;
     unsigned char pages[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE];
     unsigned char frame[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE];
 };
@@ -234,6 +236,7 @@ static struct bundle_cache *cache_get(void)
     if (!cache)
         return NULL;
     cache->serial = 0;
+    cache->valid = 0;
     pthread_once(&cache_key_once, make_cache_key);
     if (cache_key_ready)
         pthread_setspecific(cache_key, cache);
@@ -241,9 +244,10 @@ static struct bundle_cache *cache_get(void)
     return cache;
 }
 
-/* Decompress the bundle into this thread's cache: its pieces copied under the lock (a
- * compaction may move one), decoded without it. */
-static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache *cache)
+/* Decompress the first `pages` pages of the bundle into this thread's cache: its pieces
+ * copied under the lock (a compaction may move one), decoded without it. */
+static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache *cache,
+                  unsigned pages)
 {
     cache->serial = 0;
     bundle_lock(bundle);
@@ -253,9 +257,12 @@ static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache 
     bundle_unlock(bundle);
     const struct codec_config *config = codec_table_get(&dev->codecs, bundle->codec);
     int rc = comp_decompress_span(config->algorithm, config->dict, cache->frame, bundle->length,
-                                  cache->pages, (size_t)bundle->count * UZRAM_PAGE_SIZE);
-    if (rc == 0)
+                                  cache->pages, (size_t)bundle->count * UZRAM_PAGE_SIZE,
+                                  (size_t)pages * UZRAM_PAGE_SIZE);
+    if (rc == 0) {
         cache->serial = bundle->serial;
+        cache->valid = pages;
+    }
     return rc;
 }
 
@@ -265,12 +272,17 @@ int bundle_read(struct uzram *dev, uint64_t value, void *page)
     struct bundle_cache *cache = cache_get();
     if (!cache)
         return -ENOMEM;
-    if (cache->serial != bundle->serial) {
-        int rc = decode(dev, bundle, cache);
+    unsigned place = bundle_place(value);
+    if (cache->serial != bundle->serial || place >= cache->valid) {
+        /* A bundle met for the first time: up to this page (a random read pays for half the
+         * bundle on average). Met again: all of it (a sequential read, readahead, a split
+         * pay for it once). */
+        unsigned pages = cache->serial == bundle->serial ? bundle->count : place + 1;
+        int rc = decode(dev, bundle, cache, pages);
         if (rc < 0)
             return rc;
     }
-    memcpy(page, cache->pages + (size_t)bundle_place(value) * UZRAM_PAGE_SIZE, UZRAM_PAGE_SIZE);
+    memcpy(page, cache->pages + (size_t)place * UZRAM_PAGE_SIZE, UZRAM_PAGE_SIZE);
     return 0;
 }
 
