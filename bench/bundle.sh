@@ -12,7 +12,8 @@
 # Usage: bench/bundle.sh [--doc] [MIB]   (default 128 MiB of image)
 #   --doc   also write the table between the BUNDLE markers of docs/BENCHMARKS.md
 # Environment: UZRAM (default build/uzram), REQUESTS (random 4 KiB reads a run, default 40000;
-# sequential runs read the image once).
+# sequential runs read the image once), ROUNDS (read runs of each kind a form, default 3: the
+# medians are shown, as the machine may be shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
@@ -20,6 +21,7 @@ DOC=0
 [[ ${1:-} == --doc ]] && DOC=1 && shift
 MIB=${1:-128}
 REQUESTS=${REQUESTS:-40000}
+ROUNDS=${ROUNDS:-3}
 UZRAM=${UZRAM:-build/uzram}
 PY=/usr/bin/python3
 [[ -x $UZRAM ]] || { echo "bundle.sh: no uzram at $UZRAM (make programs)" >&2; exit 2; }
@@ -48,16 +50,21 @@ reads() { # PATTERN BLOCK REQUESTS: "requests-a-second server-CPU-us-a-request"
         --region ${MIB}M --requests "$3" --server-pid "$SERVER" --json |
         $PY -c 'import json,sys; d=json.load(sys.stdin); print(d["requests_per_s"], d["server_cpu_us_per_request"])'
 }
-measure() { # NAME: stat_json and read speeds into NAME.json
-    local random seq
-    random=$(reads random 4K "$REQUESTS")
-    seq=$(reads seq 32K $((MIB * 32)))
+measure() { # NAME: stat_json and the medians of ROUNDS read runs into NAME.json
+    local random=() seq=() round
+    for round in $(seq "$ROUNDS"); do
+        random+=("$(reads random 4K "$REQUESTS")")
+        seq+=("$(reads seq 32K $((MIB * 32)))")
+    done
     stats | $PY -c '
-import json, sys
+import json, statistics, sys
 d = json.load(sys.stdin)
-d["rand4k"], d["rand4k_us"] = map(float, sys.argv[1].split())
-d["seq32k"], d["seq32k_us"] = map(float, sys.argv[2].split())
-print(json.dumps(d))' "$random" "$seq" >"$WORK/$1.json"
+half = (len(sys.argv) - 1) // 2
+def medians(runs):
+    return [statistics.median(float(r.split()[i]) for r in runs) for i in (0, 1)]
+d["rand4k"], d["rand4k_us"] = medians(sys.argv[1:1 + half])
+d["seq32k"], d["seq32k_us"] = medians(sys.argv[1 + half:])
+print(json.dumps(d))' "${random[@]}" "${seq[@]}" >"$WORK/$1.json"
 }
 
 for group in 0 4 8 16; do
@@ -76,9 +83,9 @@ done
 
 text=$WORK/table.md
 $PY - "$WORK" "$MIB" "$(bench_git)" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" \
-    "$(cut -d' ' -f1-3 /proc/loadavg)" "$REQUESTS" >"$text" <<'EOF'
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "$REQUESTS" "$ROUNDS" >"$text" <<'EOF'
 import json, sys
-work, mib, git, when, cpus, load, requests = sys.argv[1:8]
+work, mib, git, when, cpus, load, requests, rounds = sys.argv[1:9]
 rows = [("lz4 (as written)", "lz4")] + [("zstd-7 + dict, one page an object", "zstd-0")] + \
     [("zstd-7 + dict, bundles of %d" % n, "zstd-%d" % n) for n in (4, 8, 16)]
 d = {key: json.load(open("%s/%s.json" % (work, key))) for _, key in rows}
@@ -88,7 +95,8 @@ print("uzram %s, %s, %s CPUs, load average %s at the end. %s MiB of /usr/include
       "/usr/lib/x86_64-linux-gnu (tar), stored with lz4, then `idle all`, `recompress type=idle` "
       "(zstd level 7, 64 KiB trained dictionary; `recompress_group` N), `compact`. Reads: "
       "`uzram bench nbd`, 16 in flight, %s random 4 KiB reads, and the image once in 32 KiB "
-      "sequential reads. Memory includes the dictionary.\n" % (git, when, cpus, load, mib, requests))
+      "sequential reads; medians of %s runs of each. Memory includes the dictionary.\n"
+      % (git, when, cpus, load, mib, requests, rounds))
 print("| form | mem_used_total | x single zstd | pages in bundles | random 4 KiB reads/s "
       "(server us/read) | x single | sequential 32 KiB reads/s (server us/read) | x single |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
