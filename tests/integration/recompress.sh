@@ -24,6 +24,19 @@ truncate -s $((24 * MiB)) "$DATA"
 
 json() { stat_json_field "$1" "$2"; }
 
+# settled NAME COUNTER: wait (at most 60 s) until the background thread has gone through the
+# pages: COUNTER above 0 and the same two looks in a row (passes run every second).
+settled() {
+    local last=x now
+    for _ in $(seq 120); do
+        sleep 0.5
+        now=$(json "$1" "$2")
+        [[ $now -gt 0 && $now == "$last" ]] && return 0
+        last=$now
+    done
+    return 1
+}
+
 # ---- on request: idle all, recompress type=idle ----------------------------------------------
 start_server rc -s 32M -a lz4 --dedup
 URI=$(uri_of rc)
@@ -84,16 +97,9 @@ URI=$(uri_of bg)
 nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the background device"
 mem_before=$(mm_stat_field bg 2)
 [[ $("$UZRAM" attr bg recompress_idle) -eq 1 ]] || fail "recompress_idle does not read 1"
-# pages unused for 1 s get recompressed, passes every second: wait (at most 60 s) until the
-# thread has gone through them
-settled=
-for _ in $(seq 120); do
-    sleep 0.5
-    done_now=$(json bg recomp_pages)
-    if [[ $done_now -gt 0 && $done_now -eq ${last:-x} ]]; then settled=1; break; fi
-    last=$done_now
-done
-[[ -n $settled ]] || fail "the background thread did not finish within 60 s (recomp_pages $(json bg recomp_pages))"
+# pages unused for 1 s get recompressed
+settled bg recomp_pages ||
+    fail "the background thread did not finish within 60 s (recomp_pages $(json bg recomp_pages))"
 "$UZRAM" attr bg algorithm_params | grep -q 'priority=1 algo=zstd level=7 dict=auto (trained' ||
     fail "no trained dictionary: $("$UZRAM" attr bg algorithm_params)"
 dict=$(json bg dict_mem)
@@ -114,15 +120,8 @@ URI=$(uri_of gb)
 [[ $("$UZRAM" attr gb recompress_group) -eq 8 ]] || fail "recompress_group does not read 8"
 nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the bundling device"
 mem_before=$(mm_stat_field gb 2)
-settled=
-last=
-for _ in $(seq 120); do
-    sleep 0.5
-    done_now=$(json gb bundled_pages)
-    if [[ $done_now -gt 0 && $done_now -eq ${last:-x} ]]; then settled=1; break; fi
-    last=$done_now
-done
-[[ -n $settled ]] || fail "the background thread did not bundle within 60 s (bundled_pages $(json gb bundled_pages))"
+settled gb bundled_pages ||
+    fail "the background thread did not bundle within 60 s (bundled_pages $(json gb bundled_pages))"
 bundles=$(json gb bundles)
 bundled=$(json gb bundled_pages)
 [[ $bundles -gt 0 && $bundled -ge $((2 * bundles)) && $bundled -le $((8 * bundles)) ]] ||
