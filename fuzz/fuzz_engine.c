@@ -17,7 +17,9 @@
  *   byte 0         device settings: bits 0..2 algorithm (mod 5), bit 3
  *                  use_dedup, bit 4 same_filled off, bit 5 force every
  *                  page into one dedup hash chain (only full comparison
- *                  tells pages apart), bit 6 start with a 256 KiB mem_limit
+ *                  tells pages apart), bit 6 start with a 256 KiB mem_limit,
+ *                  bit 7 zstd as the recompression algorithm with bundles of 4
+ *                  pages (recompress_group; the recompress opcode packs them)
  *   then repeated  one opcode byte, then its arguments (see run_op)
  * Ranges come in two forms chosen by a mode byte: aligned and inside the
  * disk (the common case, so that most operations do real work), or raw
@@ -424,6 +426,19 @@ static void op_attr(struct state *st, struct input *in)
     note_dedup(st);
 }
 
+/* Mark everything idle (or not) and recompress: pages change form (bundles among them, with
+ * bit 7 of the settings), never content. */
+static void op_recompress(struct state *st, struct input *in)
+{
+    uint8_t how = get8(in);
+    if (how & 1)
+        CHECK(uzram_mark_idle(st->dev, 0, NULL) == 0, "mark_idle");
+    int rc = uzram_recompress(st->dev, how & 2 ? UZRAM_RECOMPRESS_IDLE : 0, 0, 0, 0, NULL);
+    CHECK(rc == 0 || rc == -ENOENT || (st->mem_limit && rc == -ENOSPC), "recompress: %d", rc);
+    CHECK(uzram_read(st->dev, 0, readback, DISK) == 0, "read after recompress");
+    CHECK(memcmp(readback, model, DISK) == 0, "recompression changed the disk");
+}
+
 static void run_op(struct state *st, struct input *in)
 {
     uint8_t op = get8(in);
@@ -478,7 +493,10 @@ static void run_op(struct state *st, struct input *in)
         check_stats(st);
         break;
     default:
-        CHECK(uzram_reset_mem_used_max(st->dev) == 0, "reset_mem_used_max");
+        if (op & 0x80)
+            op_recompress(st, in);
+        else
+            CHECK(uzram_reset_mem_used_max(st->dev) == 0, "reset_mem_used_max");
         break;
     }
 }
@@ -502,6 +520,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(uzram_create(&config, &st.dev) == 0, "create");
     if ((settings & 0x20) && st.dev->dedup)
         dedup_force_collisions(st.dev->dedup, true);
+    if (settings & 0x80)
+        CHECK(uzram_set_recomp_algorithm(st.dev, 1, "zstd", 0) == 0 &&
+                  uzram_set_recompress_group(st.dev, 4) == 0,
+              "recompression settings");
     note_dedup(&st);
 
     memset(model, 0, sizeof model);

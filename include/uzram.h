@@ -294,6 +294,21 @@ UZRAM_API int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds);
 /* Pages per second the background thread may try; 0: no limit. Returns 0. */
 UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second);
 
+/* Bundles (not in zram): with `pages` 2..16, recompression passes (background and
+ * uzram_recompress() without a threshold or the huge type) pack the idle pages of each
+ * aligned window of `pages` neighbours that are stored compressed on their own (not raw, not
+ * same-filled, not deduplicated, not marked incompressible) into one object compressed with
+ * the last zstd recompression algorithm (and its dictionary), when at least two are and it
+ * takes less memory. A read of such a page decompresses its bundle up to that page (a second
+ * read of the bundle, the rest), and a thread keeps the last bundle it decompressed, so
+ * reading its neighbours next costs a copy. A write or
+ * discard of a page leaves a dead member; a pass splits a bundle more than half dead back
+ * into pages of their own; writeback takes its pages one by one, each compressed alone.
+ * 0: off (the default). Errors: -EINVAL for 1 or more than 16. The counters bundles,
+ * bundled_pages, bundle_dead_pages and bundle_saved_bytes show what they hold. */
+UZRAM_API int uzram_set_recompress_group(struct uzram *dev, unsigned pages);
+UZRAM_API unsigned uzram_recompress_group(struct uzram *dev);
+
 /* ------------------------------------------------------------------------
  * Writeback: a backing store below memory
  * ---------------------------------------------------------------------- */
@@ -576,7 +591,12 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
     X(table_mem, DEBUG, LEVEL,                                                                     \
       "bytes of memory the page table may take, 16 per 4 KiB page of the disk (not in the pool)")  \
     X(dedup_entries, DEBUG, LEVEL,                                                                 \
-      "unique objects the dedup index holds (meta_data_size / dedup_entries: bytes per entry)")
+      "unique objects the dedup index holds (meta_data_size / dedup_entries: bytes per entry)")    \
+    X(bundles, DEBUG, LEVEL, "bundles: objects holding several neighbouring pages")                \
+    X(bundled_pages, DEBUG, LEVEL, "pages stored in bundles (live members)")                       \
+    X(bundle_dead_pages, DEBUG, LEVEL, "members of bundles written or discarded since (dead)")     \
+    X(bundle_saved_bytes, DEBUG, LEVEL,                                                            \
+      "bytes the pages of the bundles took alone when packed, minus the bundles' bytes")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

@@ -56,6 +56,11 @@ static uint64_t recompressor_of(struct uzram *dev, bool rate)
     return rate ? pages_per_second : idle_seconds;
 }
 
+static int set_recompress_group(struct uzram *dev, uint64_t pages)
+{
+    return pages > UINT32_MAX ? -EINVAL : uzram_set_recompress_group(dev, (unsigned)pages);
+}
+
 /* The attributes that show one number: show_NAME() prints VALUE, an expression of `dev`. */
 #define SHOW_NUMBER(NAME, VALUE)                                                                   \
     static int show_##NAME(struct uzram *dev, char *buf, size_t size)                              \
@@ -71,6 +76,7 @@ SHOW_NUMBER(mem_limit, stats_of(dev).mem_limit)
 SHOW_NUMBER(mem_used_max, stats_of(dev).mem_used_max)
 SHOW_NUMBER(recompress_idle, recompressor_of(dev, false))
 SHOW_NUMBER(recompress_rate, recompressor_of(dev, true))
+SHOW_NUMBER(recompress_group, uzram_recompress_group(dev))
 SHOW_NUMBER(writeback_limit, writeback_of(dev).limit)
 SHOW_NUMBER(writeback_limit_enable, writeback_of(dev).limit_enable)
 SHOW_NUMBER(writeback_when_full, writeback_of(dev).when_full)
@@ -283,6 +289,8 @@ static const struct attr attrs[] = {
               "for off"},
     {"recompress_rate", .show = show_recompress_rate, .set_count = uzram_set_recompress_rate,
      .usage = "pages per second the background thread may recompress, 0 for no limit"},
+    {"recompress_group", .show = show_recompress_group, .set_count = set_recompress_group,
+     .usage = "pages of neighbours recompression packs into one object (2..16), 0 for off"},
     {"backing_dev", .show = show_backing_dev, .store = store_backing_dev,
      .usage = "the absolute path of a file or block device, or none (only while the device "
               "holds no data)"},

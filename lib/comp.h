@@ -55,6 +55,16 @@ int comp_compress_dict(int id, int level, const struct comp_dict *dict, const vo
 int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, size_t length,
                          void *page);
 
+/* Several pages in one frame (a bundle's, bundle.h): `length` bytes of `src` compressed
+ * into dst of `capacity` bytes (0: it does not fit), in blocks of one page; and a frame that
+ * gives exactly `out_length` bytes decompressed into `out`, or only its first `want`
+ * (< out_length: the blocks up to there are decoded, the rest not checked). zstd only
+ * (-EINVAL for another algorithm); errors as above. */
+int comp_compress_span(int id, int level, const struct comp_dict *dict, const void *src,
+                       size_t length, void *dst, size_t capacity);
+int comp_decompress_span(int id, const struct comp_dict *dict, const void *src, size_t length,
+                         void *out, size_t out_length, size_t want);
+
 /* Dictionaries: only zstd has them. Content is a zstd dictionary (ZDICT's
  * format, as `zstd --train` writes) or raw bytes to refer back to, of
  * COMP_DICT_MIN..COMP_DICT_MAX bytes. */

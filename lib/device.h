@@ -26,15 +26,16 @@ struct writeback;
  *
  * info bit layout (32 bits):
  *   bit  0       SLOT_LOCK: held while the slot is read or changed
- *   bits 1..3    state (enum slot_state; values 6..7 are free)
+ *   bits 1..3    state (enum slot_state; value 7 is free)
  *   bit  4       SLOT_IDLE: marked idle (the `idle` attribute) and not read
  *                or written since
  *   bit  5       SLOT_INCOMPRESSIBLE: recompression found no smaller form;
  *                later recompression passes skip the page
- *   bits 6..9    codec id of a COMPRESSED or BACKED object (the device's
+ *   bits 6..9    codec id of a COMPRESSED, BACKED or BUNDLED object (the device's
  *                codec table: the algorithm, level and dictionary that made it)
  *   bits 10..22  compressed size, 1..4096, of a COMPRESSED, HUGE or BACKED
- *                page (4096: a raw page)
+ *                page (4096: a raw page); of a BUNDLED page its share of the
+ *                bundle's bytes (an estimate for scans, never freed by it)
  *   bit  23      SLOT_REFERENCED: a written-back (BACKED) page was read from
  *                the backing store since it went there; the next read brings it
  *                back into memory when there is room (store.h,
@@ -56,6 +57,9 @@ struct writeback;
  *   DEDUP        id of a dedup entry (which owns the object)
  *   BACKED       byte offset of the object on the backing store (written
  *                back; below 2^47); a raw page when its size is 4096
+ *   BUNDLED      the address of the bundle that holds the page with several
+ *                neighbours in one object, | the page's place in it (0..15,
+ *                the low 4 bits: bundles are 16-byte aligned; bundle.h)
  *
  * `value` and `ac_time` are only read or written with SLOT_LOCK held (ac_time
  * is atomic only so that a scan may peek at it without the lock); an empty
@@ -69,6 +73,7 @@ enum slot_state {
     SLOT_HUGE = 3,
     SLOT_DEDUP = 4,
     SLOT_BACKED = 5,
+    SLOT_BUNDLED = 6,
 };
 
 #define SLOT_LOCK 1u
@@ -113,8 +118,10 @@ static inline unsigned slot_info_size(uint32_t info)
 }
 
 /* Owners of pool objects, as compaction sees them: a page slot (index + 1,
- * so that slot 0 is not owner 0) or a dedup entry (top bit set). */
+ * so that slot 0 is not owner 0), a dedup entry (top bit set) or a bundle. */
 #define OWNER_DEDUP_BIT (1ull << 63)
+/* A piece of a bundle's object (bundle.h): this bit | the bundle's address. */
+#define OWNER_BUNDLE_BIT (1ull << 62)
 
 /* A dedup entry's object that was written back: its handle is OBJECT_BACKED
  * | its offset on the backing store (pool handles and store offsets are
@@ -177,6 +184,12 @@ struct uzram {
     _Atomic uint64_t recomp_pages;
     _Atomic uint64_t recomp_bytes;
     _Atomic uint64_t recomp_saved_bytes;
+    /* bundles (bundle.c, the one place they change): live bundles, the pages in them, their
+     * dead members, and what they save */
+    _Atomic uint64_t bundles;
+    _Atomic uint64_t bundled_pages;
+    _Atomic uint64_t bundle_dead_pages;
+    _Atomic uint64_t bundle_saved_bytes;
 
     /* The backing store, or NULL (device_backing()): attached and detached by writeback.c
      * (uzram_set_backing_dev) only while no page is stored, so a page on it always finds it.

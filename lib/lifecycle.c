@@ -114,6 +114,10 @@ void uzram_destroy(struct uzram *dev)
     /* The threads first: they work on everything below. */
     recompressor_destroy(dev);
     writeback_destroy(dev);
+    /* The pool goes with its objects at once, but a bundle's header is the heap's
+     * (bundle.h): free the bundles. */
+    if (counter_get(&dev->bundles))
+        store_discard_all(dev);
     dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
     codec_table_destroy(&dev->codecs);

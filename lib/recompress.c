@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include "background.h"
+#include "bundle.h"
 #include "comp.h"
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "recompress_bundle.h"
 #include "recompress_page.h"
 #include "store.h"
 
@@ -26,16 +28,17 @@ struct recompressor {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t thread;
-    bool running;          /* the thread exists (under lock) */
-    bool in_pass;          /* it is working through the table (under lock) */
-    unsigned requests;     /* passes by request (uzram_recompress) running (under lock) */
-    _Atomic bool stop;     /* leave: recompress_idle 0 or destroy */
-    _Atomic bool paused;   /* a reset is running: no pass begins, running ones end */
-    uint64_t idle_seconds; /* under lock; 0: off */
-    unsigned idle_sets;    /* under lock: each set of recompress_idle wakes the thread */
-    uint64_t passes;       /* passes the thread finished (under lock) */
-    _Atomic uint64_t rate; /* pages per second; 0: no limit */
-    int priority_class;    /* what the thread got: 1 SCHED_IDLE, 2 nice 19, 0 none */
+    bool running;           /* the thread exists (under lock) */
+    bool in_pass;           /* it is working through the table (under lock) */
+    unsigned requests;      /* passes by request (uzram_recompress) running (under lock) */
+    _Atomic bool stop;      /* leave: recompress_idle 0 or destroy */
+    _Atomic bool paused;    /* a reset is running: no pass begins, running ones end */
+    uint64_t idle_seconds;  /* under lock; 0: off */
+    unsigned idle_sets;     /* under lock: each set of recompress_idle wakes the thread */
+    uint64_t passes;        /* passes the thread finished (under lock) */
+    _Atomic uint64_t rate;  /* pages per second; 0: no limit */
+    _Atomic unsigned group; /* pages a bundle packs at most (recompress_group); 0: off */
+    int priority_class;     /* what the thread got: 1 SCHED_IDLE, 2 nice 19, 0 none */
 };
 
 /* ---- settings ----------------------------------------------------------- */
@@ -242,7 +245,14 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
         if (max_pages && tally->tried >= max_pages)
             break;
         struct recompress_tally before = *tally;
-        rc = recompress_page(dev, index, plan, now, tally);
+        /* A window of neighbours is packed before its pages are taken one by one: those
+         * it packed are bundled then, and the pass leaves them. */
+        if (plan->group > 1 && index % plan->group == 0)
+            rc = recompress_bundle_window(dev, index, plan, now, tally);
+        if (rc == 0)
+            rc = recompress_bundle_split(dev, index, plan, tally);
+        if (rc == 0)
+            rc = recompress_page(dev, index, plan, now, tally);
         /* counted as it goes: a pass over a large disk takes minutes */
         if (tally->recompressed != before.recompressed) {
             uint64_t in = tally->bytes_before - before.bytes_before;
@@ -259,6 +269,32 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
             break;
     }
     return rc;
+}
+
+/* A pass with the device's bundle setting: its buffers are made for it (without them, no
+ * page is bundled or split by this pass; the next one tries again). */
+static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, uint64_t max_pages,
+                             struct pace *pace, struct recompress_tally *tally)
+{
+    plan->group = atomic_load(&dev->recompressor->group);
+    plan->work = bundle_work_new();
+    int rc = run_pass(dev, plan, max_pages, pace, tally);
+    bundle_work_free(plan->work);
+    plan->work = NULL;
+    return rc;
+}
+
+int uzram_set_recompress_group(struct uzram *dev, unsigned pages)
+{
+    if (pages == 1 || pages > BUNDLE_MAX_PAGES)
+        return -EINVAL;
+    atomic_store(&dev->recompressor->group, pages);
+    return 0;
+}
+
+unsigned uzram_recompress_group(struct uzram *dev)
+{
+    return atomic_load(&dev->recompressor->group);
 }
 
 static bool any_secondary(struct uzram *dev, unsigned first, unsigned last)
@@ -288,12 +324,13 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
         return -ENOENT;
     struct recompress_tally tally = {0};
     request_begin(dev->recompressor);
-    int rc = run_pass(dev, &plan, max_pages, NULL, &tally);
+    int rc = run_pass_bundling(dev, &plan, max_pages, NULL, &tally);
     request_end(dev->recompressor);
     /* At mem_limit objects may have gone past it by a span (store_put_object): the holes of
      * the ones they replaced bring the pool back under it. */
     uint64_t limit = atomic_load(&dev->mem_limit);
-    if (tally.recompressed && limit && pool_mem_used(dev->pool) > limit)
+    if ((tally.recompressed || tally.bundled || tally.split) && limit &&
+        pool_mem_used(dev->pool) > limit)
         store_compact_pool(dev);
     if (result)
         *result = (struct uzram_recompress_result){
@@ -358,12 +395,12 @@ static void *recompressor_main(void *arg)
         struct pace pace = {.rate = atomic_load(&r->rate), .started_ns = monotonic_ns()};
         struct recompress_tally tally = {0};
         if (any_secondary(dev, 1, UZRAM_RECOMPRESS_PRIORITY_MAX))
-            run_pass(dev, &plan, 0, &pace, &tally); /* a failed page waits for the next pass */
+            run_pass_bundling(dev, &plan, 0, &pace, &tally); /* a failed page waits */
         /* The replaced objects left holes in the pool's spans: the memory
          * only comes back once they are compacted. The pool only: compaction of the backing
          * store holds the lock that writers making room wait for, which a thread at this
          * priority must not (the writeback thread does it). */
-        if (tally.recompressed)
+        if (tally.recompressed || tally.bundled || tally.split)
             store_compact_pool(dev);
         pthread_mutex_lock(&r->lock);
         r->in_pass = false;

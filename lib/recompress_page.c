@@ -25,10 +25,8 @@ static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec
     return size == UZRAM_PAGE_SIZE ? 0 : codec_table_get(&dev->codecs, codec)->priority;
 }
 
-/* Whether `plan` takes a page with this info and ac_time at `now`: checked
- * once without the lock (to pass over most pages cheaply) and again with it. */
-static bool plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
-                       uint32_t now)
+bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
+                           uint32_t now)
 {
     enum slot_state state = slot_info_state(info);
     if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
@@ -178,13 +176,14 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
     struct slot *slot = &dev->slots[index];
     uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
     if (peek == 0 ||
-        !plan_takes(plan, peek, atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now))
+        !recompress_plan_takes(plan, peek,
+                               atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now))
         return 0;
     slot_lock(slot);
     struct page_object old;
     slot_get(slot, &old);
-    if (!plan_takes(plan, slot_info(slot),
-                    atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now)) {
+    if (!recompress_plan_takes(plan, slot_info(slot),
+                               atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now)) {
         slot_unlock(slot);
         return 0;
     }

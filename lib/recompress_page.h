@@ -13,6 +13,8 @@ struct uzram;
 #define RECOMPRESS_IDLE 1u
 #define RECOMPRESS_HUGE 2u
 
+struct bundle_work;
+
 /* A pass over the page table, as one page sees it. */
 struct recompress_plan {
     unsigned mode;             /* RECOMPRESS_IDLE | RECOMPRESS_HUGE, or 0 */
@@ -22,7 +24,15 @@ struct recompress_plan {
                                   below it; 0: any */
     unsigned first, last;      /* the priorities to try, in order (1..3) */
     bool marks_incompressible; /* every priority is tried: mark pages none shrinks */
+    unsigned group;            /* pack idle neighbours by this many pages (bundles,
+                                  recompress_bundle.h); 0: pages one by one */
+    struct bundle_work *work;  /* the pass's buffers for that, or NULL */
 };
+
+/* Whether `plan` takes a page with this info and ac_time at `now`: checked once without the
+ * lock (to pass over most pages cheaply) and again with it. */
+bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
+                           uint32_t now);
 
 /* What a pass did. */
 struct recompress_tally {
@@ -30,6 +40,9 @@ struct recompress_tally {
     uint64_t recompressed;              /* objects replaced by a smaller one */
     uint64_t incompressible;            /* pages marked incompressible */
     uint64_t bytes_before, bytes_after; /* sizes of the replaced and new objects */
+    uint64_t bundled;                   /* pages packed into bundles */
+    uint64_t bundles;                   /* bundles made */
+    uint64_t split;                     /* pages taken out of mostly dead bundles */
 };
 
 /* Recompress page `index` as `plan` says, at time `now` (store_now()). The

@@ -182,6 +182,10 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .bd_checksum_errors = counter_get(&dev->bd_checksum_errors),
         .table_mem = table_bytes(dev),
         .dedup_entries = dedup_entries(dedup),
+        .bundles = counter_get(&dev->bundles),
+        .bundled_pages = counter_get(&dev->bundled_pages),
+        .bundle_dead_pages = counter_get(&dev->bundle_dead_pages),
+        .bundle_saved_bytes = counter_get(&dev->bundle_saved_bytes),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

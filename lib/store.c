@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "backing.h"
+#include "bundle.h"
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
@@ -97,6 +98,18 @@ int store_compress(struct uzram *dev, unsigned priority, const void *page, void 
         codec_table_release(&dev->codecs, (unsigned)id);
     *codec = (unsigned)id;
     return length;
+}
+
+int store_compress_alone(struct uzram *dev, unsigned priority, const void *page, void *out,
+                         unsigned *codec)
+{
+    int length = store_compress(dev, priority, page, out, HUGE_THRESHOLD - 1, codec);
+    if (length == -ENOENT)
+        length = store_compress(dev, 0, page, out, HUGE_THRESHOLD - 1, codec);
+    if (length != 0)
+        return length;
+    memcpy(out, page, UZRAM_PAGE_SIZE);
+    return UZRAM_PAGE_SIZE;
 }
 
 /* Compress `page` with the device's current algorithm and put the result
@@ -263,6 +276,9 @@ static void release_old(struct uzram *dev, const struct page_object *old, bool h
     case SLOT_DEDUP:
         dedup_put(device_dedup(dev), (uint32_t)old->value);
         break;
+    case SLOT_BUNDLED:
+        bundle_leave(dev, old->value);
+        break;
     case SLOT_EMPTY:
         break;
     }
@@ -332,6 +348,8 @@ int store_load_locked(struct uzram *dev, struct slot *slot, void *page)
         return store_load_object(dev, &object, page);
     case SLOT_DEDUP:
         return dedup_read(device_dedup(dev), (uint32_t)object.value, page);
+    case SLOT_BUNDLED:
+        return bundle_read(dev, object.value, page);
     }
     return -EIO;
 }
@@ -711,6 +729,8 @@ static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
         struct dedup *dedup = device_dedup(dev);
         return dedup && dedup_try_lock_owner(dedup, (uint32_t)(owner & ~OWNER_DEDUP_BIT), handle);
     }
+    if (owner & OWNER_BUNDLE_BIT)
+        return bundle_try_lock_owner(owner, handle);
     if (owner == 0 || owner > dev->page_count)
         return false;
     struct slot *slot = &dev->slots[owner - 1];
@@ -726,9 +746,12 @@ static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
 static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
     struct uzram *dev = arg;
-    (void)old_handle;
     if (owner & OWNER_DEDUP_BIT) {
         dedup_relocate(device_dedup(dev), (uint32_t)(owner & ~OWNER_DEDUP_BIT), new_handle);
+        return;
+    }
+    if (owner & OWNER_BUNDLE_BIT) {
+        bundle_relocate(owner, old_handle, new_handle);
         return;
     }
     struct slot *slot = &dev->slots[owner - 1];

@@ -27,6 +27,12 @@ int store_put_object(struct uzram *dev, const void *data, unsigned length, unsig
 int store_compress(struct uzram *dev, unsigned priority, const void *page, void *out,
                    size_t capacity, unsigned *codec);
 
+/* A page leaving a bundle for an object of its own: `page` compressed into `out` (4096
+ * bytes) with the codec of `priority` (the primary's if that setting went). Returns the
+ * length with a user taken on *codec, or 4096 (a raw copy, no user), or a negative errno. */
+int store_compress_alone(struct uzram *dev, unsigned priority, const void *page, void *out,
+                         unsigned *codec);
+
 /* Free a COMPRESSED, HUGE or BACKED object: its memory or its place on the backing store, its
  * count and its codec user. */
 void store_free_object(struct uzram *dev, const struct page_object *object);

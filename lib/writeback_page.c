@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backing.h"
+#include "bundle.h"
 #include "pool.h"
 #include "slot.h"
 #include "store_internal.h"
@@ -24,13 +25,15 @@ static bool writeback_takes(const struct writeback_filter *filter, uint32_t info
     enum slot_state state = slot_info_state(info);
     if (filter->relocate)
         return state == SLOT_BACKED || state == SLOT_DEDUP;
-    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP)
+    if (state != SLOT_COMPRESSED && state != SLOT_HUGE && state != SLOT_DEDUP &&
+        state != SLOT_BUNDLED)
         return false;
     if ((filter->type & UZRAM_WRITEBACK_IDLE) && !(info & SLOT_IDLE))
         return false;
     if ((filter->type & UZRAM_WRITEBACK_INCOMPRESSIBLE) && !(info & SLOT_INCOMPRESSIBLE))
         return false;
-    if ((filter->type & UZRAM_WRITEBACK_HUGE) && state == SLOT_COMPRESSED)
+    if ((filter->type & UZRAM_WRITEBACK_HUGE) &&
+        (state == SLOT_COMPRESSED || state == SLOT_BUNDLED))
         return false;
     return filter->min_age == 0 || (ac_time <= now && now - ac_time >= filter->min_age);
 }
@@ -86,6 +89,66 @@ static bool slot_lock_for_writeback(struct slot *slot, bool patient)
     return true;
 }
 
+/* A page of a bundle leaves it when it is written back: the object written is the page
+ * compressed alone (store_compress_alone), and the item holds the bundle (so that its
+ * address names no other one until the item is published or dropped) and a user of that
+ * codec. The slot is locked on entry and unlocked here. */
+static int take_bundled(struct uzram *dev, struct slot *slot, struct writeback_item *item,
+                        void *bytes)
+{
+    struct bundle *bundle = bundle_of(item->value);
+    bundle_hold(bundle);
+    slot_unlock(slot);
+    static __thread unsigned char page[UZRAM_PAGE_SIZE];
+    unsigned codec = 0;
+    int length = bundle_read(dev, item->value, page);
+    if (length == 0)
+        length = store_compress_alone(dev, bundle_priority(dev, bundle), page, bytes, &codec);
+    if (length <= 0) {
+        bundle_put(dev, bundle);
+        return 0; /* the page stays in its bundle */
+    }
+    item->codec = (unsigned)length == UZRAM_PAGE_SIZE ? 0 : codec;
+    item->size = (unsigned)length;
+    return length;
+}
+
+/* Let go of what take_bundled() holds. */
+static void drop_bundled(struct uzram *dev, struct writeback_item *item)
+{
+    if (item->size != UZRAM_PAGE_SIZE)
+        codec_table_release(&dev->codecs, item->codec);
+    bundle_put(dev, bundle_of(item->value));
+}
+
+/* The written copy of a bundle's page takes its place if the slot still names the same
+ * member (held: no other bundle has its address); the page leaves the bundle. */
+static bool publish_bundled(struct uzram *dev, struct writeback_item *item, bool wait)
+{
+    struct slot *slot = &dev->slots[item->index];
+    bool same = false;
+    if (slot_lock_for_writeback(slot, wait)) {
+        same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == item->value;
+        if (same) {
+            /* The codec user passes to the written-back form. */
+            const struct page_object backed = {SLOT_BACKED, item->offset, item->codec, item->size};
+            slot_set_form(slot, &backed);
+            counter_add(&dev->bd_objects, 1);
+            counter_add(&dev->bd_data_size, item->size);
+            if (item->size == UZRAM_PAGE_SIZE)
+                counter_add(&dev->huge_pages, 1); /* a raw page on the backing store */
+        }
+        slot_unlock(slot);
+    }
+    if (same) {
+        bundle_leave(dev, item->value);
+        bundle_put(dev, bundle_of(item->value));
+    } else {
+        drop_bundled(dev, item);
+    }
+    return same;
+}
+
 int writeback_page_take(struct uzram *dev, uint64_t index, const struct writeback_filter *filter,
                         uint32_t now, bool wait, struct writeback_item *item, void *bytes)
 {
@@ -129,6 +192,8 @@ int writeback_page_take(struct uzram *dev, uint64_t index, const struct writebac
         }
         return (int)old.size;
     }
+    if (old.state == SLOT_BUNDLED)
+        return take_bundled(dev, slot, item, bytes);
     if (old.state != SLOT_DEDUP) {
         memcpy(bytes, pool_map(dev->pool, old.value), old.size);
         slot_unlock(slot);
@@ -155,7 +220,7 @@ bool writeback_page_in_memory(struct uzram *dev, uint64_t index)
     enum slot_state state =
         slot_info_state(atomic_load_explicit(&slot->info, memory_order_relaxed));
     if (state != SLOT_DEDUP)
-        return state == SLOT_COMPRESSED || state == SLOT_HUGE;
+        return state == SLOT_COMPRESSED || state == SLOT_HUGE || state == SLOT_BUNDLED;
     if (!slot_trylock(slot))
         return false;
     struct dedup_object object = {.handle = OBJECT_BACKED};
@@ -221,6 +286,8 @@ bool writeback_page_publish(struct uzram *dev, struct writeback_item *item, cons
     }
     if (item->state == SLOT_BACKED)
         return publish_moved(dev, item, wait);
+    if (item->state == SLOT_BUNDLED)
+        return publish_bundled(dev, item, wait);
     struct slot *slot = &dev->slots[item->index];
     if (!slot_lock_for_writeback(slot, wait))
         return false;
@@ -248,4 +315,6 @@ void writeback_page_drop(struct uzram *dev, struct writeback_item *item)
         dedup_put(device_dedup(dev), (uint32_t)item->value);
     else if (item->state == SLOT_BACKED)
         backing_unpin(device_backing(dev), item->value, item->size);
+    else if (item->state == SLOT_BUNDLED)
+        drop_bundled(dev, item);
 }

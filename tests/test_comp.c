@@ -584,6 +584,56 @@ static void test_concurrent_threads(void **state)
     }
 }
 
+/* Spans (a bundle's pages in one frame): every prefix of whole pages decodes to those pages,
+ * with and without a dictionary, and page frames still decode after it (the context's
+ * settings come back); a frame cut short, another algorithm or a wrong size is refused. */
+static void test_span(void **state)
+{
+    (void)state;
+    enum { PAGES = 8 };
+    static unsigned char pages[PAGES * PAGE], frame[PAGES * PAGE], out[PAGES * PAGE];
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 11);
+    for (unsigned k = 0; k < PAGES; k++)
+        datagen_fill(&rng, k % 2 ? DATAGEN_TEXT : DATAGEN_HALF, pages + k * PAGE, PAGE);
+    struct comp_dict *dict = NULL;
+    assert_int_equal(comp_dict_create(COMP_ZSTD, 7, pages, 2 * PAGE, &dict), 0);
+    unsigned char page_frame[PAGE], page_out[PAGE];
+    int page_length = comp_compress(COMP_ZSTD, 7, pages, page_frame, sizeof page_frame);
+    assert_true(page_length > 0);
+    for (int with_dict = 0; with_dict < 2; with_dict++) {
+        const struct comp_dict *d = with_dict ? dict : NULL;
+        int length = comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, sizeof frame);
+        assert_true(length > 0 && length < (int)sizeof pages);
+        for (unsigned want = 1; want <= PAGES; want++) {
+            memset(out, 0, sizeof out);
+            assert_int_equal(comp_decompress_span(COMP_ZSTD, d, frame, (size_t)length, out,
+                                                  sizeof out, (size_t)want * PAGE),
+                             0);
+            assert_memory_equal(out, pages, (size_t)want * PAGE);
+            /* a page decodes straight into its buffer again */
+            assert_int_equal(comp_decompress(COMP_ZSTD, page_frame, (size_t)page_length, page_out),
+                             0);
+            assert_memory_equal(page_out, pages, PAGE);
+        }
+        assert_int_equal(comp_decompress_span(COMP_ZSTD, d, frame, (size_t)length / 2, out,
+                                              sizeof out, sizeof out),
+                         -EIO);
+        assert_int_equal(comp_decompress_span(COMP_ZSTD, d, frame, (size_t)length, out,
+                                              sizeof out - PAGE, sizeof out - PAGE),
+                         -EIO);
+        /* too small to hold it: 0; a page after a failed span compresses as before */
+        assert_int_equal(comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, 16), 0);
+        assert_int_equal(comp_compress(COMP_ZSTD, 7, pages, out, PAGE), page_length);
+    }
+    assert_int_equal(comp_compress_span(COMP_LZ4, 1, NULL, pages, sizeof pages, frame, PAGE),
+                     -EINVAL);
+    assert_int_equal(comp_decompress_span(COMP_LZ4, NULL, frame, 10, out, PAGE, PAGE), -EINVAL);
+    assert_int_equal(comp_decompress_span(COMP_ZSTD, NULL, frame, 10, out, PAGE, 2 * PAGE),
+                     -EINVAL);
+    comp_dict_free(dict);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -601,6 +651,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_codec),
         cmocka_unit_test(test_huge_threshold_is_the_engines),
         cmocka_unit_test(test_concurrent_threads),
+        cmocka_unit_test(test_span),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,6 +74,9 @@ struct sweep_config {
      * library's thread stays off: its work would come at random moments). */
     bool backing;
     bool when_full;
+    /* Recompression packs bundles of this many pages (0: off); the workload then
+     * recompresses more often, beside writeback when `backing`. */
+    unsigned group;
 };
 
 struct run_result {
@@ -212,8 +215,11 @@ static bool absorbable(const char *site)
      * on the backing store that cannot be read is different too, and
      * compaction of the backing store leaves an object it cannot read or write
      * where it is. */
+    /* And: a pass that cannot have its bundle buffers goes on page by page; writeback
+     * leaves a bundled page it cannot decompress in its bundle (bundle.c,
+     * recompress_bundle.c). */
     return site && (strstr(site, "comp.c") != NULL || strstr(site, "recompress.c") != NULL ||
-                    strstr(site, "backing.c") != NULL);
+                    strstr(site, "backing.c") != NULL || strstr(site, "bundle.c") != NULL);
 }
 
 /* After a write-like call on [offset, offset + length): check the outcome
@@ -432,6 +438,9 @@ static void workload(struct run_state *state)
             ctx->op_name = "read";
             random_range(state, datagen_rng_below(&state->rng, 2), &offset, &length);
             op_read(state, offset, length);
+        } else if (ctx->config->group && choice < 95) {
+            ctx->op_name = "recompress";
+            op_recompress(state, (unsigned)datagen_rng_below(&state->rng, 2));
         } else if (ctx->config->backing && choice >= 96) {
             ctx->op_name = "writeback";
             op_writeback(state);
@@ -466,6 +475,7 @@ static void *run_thread(void *arg)
             CHECK(&state->ctx,
                   uzram_set_recomp_algorithm(state->dev, i + 1, config->recompress[i], 0) == 0,
                   "secondary algorithm");
+    CHECK(&state->ctx, uzram_set_recompress_group(state->dev, config->group) == 0, "group");
     if (config->backing) {
         CHECK(&state->ctx, test_attach_backing(state->dev, true) == 0, "backing store");
         writeback_test_no_thread(state->dev);
@@ -638,6 +648,19 @@ static void test_sweep_recompress_dedup_dictionary(void **unused)
                                  .seed = 17,
                                  .recompress = {"zstd", "lz4hc"},
                                  .dictionary = true});
+}
+
+/* Bundles: every allocation and compression of packing, splitting, reading and writing
+ * back bundles fails in turn; a failed packing leaves every page as it was. */
+static void test_sweep_bundle(void **unused)
+{
+    (void)unused;
+    sweep(&(struct sweep_config){.algorithm = "lz4",
+                                 .use_dedup = false,
+                                 .seed = 20,
+                                 .recompress = {"zstd"},
+                                 .backing = true,
+                                 .group = 4});
 }
 
 /* Making a device and switching dedup on allocate too: each failure must
@@ -813,6 +836,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sweep_recompress_dedup_dictionary),
         cmocka_unit_test(test_sweep_writeback_when_full),
         cmocka_unit_test(test_sweep_writeback_dedup),
+        cmocka_unit_test(test_sweep_bundle),
         cmocka_unit_test(test_sweep_attach),
         cmocka_unit_test(test_report_sites),
     };

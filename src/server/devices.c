@@ -277,9 +277,10 @@ int device_settings(const struct device_factory *factory, struct device_plan *de
     return check_settings(factory, device);
 }
 
-/* --recompress algo=NAME[,level=N][,dict=PATH|auto] and --recompress-idle: the secondary
- * algorithm of priority 1 and the background thread, set through the attributes that
- * change them at run time (recomp_algorithm, algorithm_params, recompress_idle). */
+/* --recompress algo=NAME[,level=N][,dict=PATH|auto][,group=N] and --recompress-idle: the
+ * secondary algorithm of priority 1, bundles of N pages and the background thread, set
+ * through the attributes that change them at run time (recomp_algorithm, algorithm_params,
+ * recompress_group, recompress_idle). */
 static int recompression(const struct device_factory *factory, struct uzram *dev,
                          const struct device_plan *device)
 {
@@ -289,23 +290,26 @@ static int recompression(const struct device_factory *factory, struct uzram *dev
      * output (higher levels save next to nothing more and cost more CPU). The words of
      * SPEC become the attributes' words: algo= for recomp_algorithm, the rest for
      * algorithm_params. */
-    char algorithm[96] = "algo=zstd", params[PATH_MAX + 64] = "priority=1";
+    char algorithm[96] = "algo=zstd", params[PATH_MAX + 64] = "priority=1", group[16] = "";
     const char *spec = device->recompress ? device->recompress : "";
     bool has_level = false;
     for (const char *word = spec; *word;) {
         size_t length = strcspn(word, ",");
         bool is_algo = strncmp(word, "algo=", 5) == 0 && length > 5 && length < 64;
         bool is_param = strncmp(word, "level=", 6) == 0 || strncmp(word, "dict=", 5) == 0;
+        bool is_group = strncmp(word, "group=", 6) == 0 && length > 6 && length < 6 + 8;
         if (is_algo) {
             snprintf(algorithm, sizeof algorithm, "%.*s", (int)length, word);
+        } else if (is_group) {
+            snprintf(group, sizeof group, "%.*s", (int)length - 6, word + 6);
         } else if (is_param && strlen(params) + length + 2 < sizeof params) {
             snprintf(params + strlen(params), sizeof params - strlen(params), " %.*s", (int)length,
                      word);
             has_level |= strncmp(word, "level=", 6) == 0;
         } else {
             complain(factory,
-                     "bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto], e.g. "
-                     "algo=zstd,level=7,dict=auto",
+                     "bad --recompress '%s'; use algo=NAME[,level=N][,dict=PATH|auto][,group=N], "
+                     "e.g. algo=zstd,level=7,dict=auto",
                      spec);
             return -1;
         }
@@ -322,6 +326,13 @@ static int recompression(const struct device_factory *factory, struct uzram *dev
                  "--recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] with an "
                  "algorithm, level and dictionary file this build takes (dictionaries: zstd only)",
                  spec, strerror(-rc));
+        return -1;
+    }
+    if (group[0] && uzram_attr_set(dev, "recompress_group", group) < 0) {
+        complain(factory,
+                 "--recompress '%s': group=%s is not a number of pages from 2 to 16 (or 0: no "
+                 "bundles)",
+                 spec, group);
         return -1;
     }
     rc = uzram_set_recompress_idle(dev, device->recompress_idle);

@@ -30,7 +30,8 @@ const struct serve_option serve_options[] = {
      false},
     {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
      "the algorithm that recompresses: algo=NAME[,level=N]\n"
-     "[,dict=PATH|auto] (default algo=zstd,level=7)",
+     "[,dict=PATH|auto][,group=N] (default algo=zstd,level=7);\n"
+     "group=N packs idle neighbours N (2..16) to an object",
      false},
     {"backing-file", OPT_BACKING_FILE, required_argument, "PATH",
      "write pages back to PATH, a new or empty file of\n"

@@ -24,6 +24,19 @@ truncate -s $((24 * MiB)) "$DATA"
 
 json() { stat_json_field "$1" "$2"; }
 
+# settled NAME COUNTER: wait (at most 60 s) until the background thread has gone through the
+# pages: COUNTER above 0 and the same two looks in a row (passes run every second).
+settled() {
+    local last=x now
+    for _ in $(seq 120); do
+        sleep 0.5
+        now=$(json "$1" "$2")
+        [[ $now -gt 0 && $now == "$last" ]] && return 0
+        last=$now
+    done
+    return 1
+}
+
 # ---- on request: idle all, recompress type=idle ----------------------------------------------
 start_server rc -s 32M -a lz4 --dedup
 URI=$(uri_of rc)
@@ -84,16 +97,9 @@ URI=$(uri_of bg)
 nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the background device"
 mem_before=$(mm_stat_field bg 2)
 [[ $("$UZRAM" attr bg recompress_idle) -eq 1 ]] || fail "recompress_idle does not read 1"
-# pages unused for 1 s get recompressed, passes every second: wait (at most 60 s) until the
-# thread has gone through them
-settled=
-for _ in $(seq 120); do
-    sleep 0.5
-    done_now=$(json bg recomp_pages)
-    if [[ $done_now -gt 0 && $done_now -eq ${last:-x} ]]; then settled=1; break; fi
-    last=$done_now
-done
-[[ -n $settled ]] || fail "the background thread did not finish within 60 s (recomp_pages $(json bg recomp_pages))"
+# pages unused for 1 s get recompressed
+settled bg recomp_pages ||
+    fail "the background thread did not finish within 60 s (recomp_pages $(json bg recomp_pages))"
 "$UZRAM" attr bg algorithm_params | grep -q 'priority=1 algo=zstd level=7 dict=auto (trained' ||
     fail "no trained dictionary: $("$UZRAM" attr bg algorithm_params)"
 dict=$(json bg dict_mem)
@@ -107,3 +113,37 @@ pass "background: $(json bg recomp_pages) pages recompressed with a $dict-byte d
 "$UZRAM" attr bg recompress_idle 0 || fail "recompress_idle 0"
 "$UZRAM" attr bg recompress_idle 5 || fail "recompress_idle 5"
 stop_server bg
+
+# ---- bundles: --recompress ...,group=8 (no dedup: a page with a dedup entry is never bundled) ----
+start_server gb -s 32M -a lz4 --recompress-idle 1 --recompress algo=zstd,level=7,dict=auto,group=8
+URI=$(uri_of gb)
+[[ $("$UZRAM" attr gb recompress_group) -eq 8 ]] || fail "recompress_group does not read 8"
+nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the bundling device"
+mem_before=$(mm_stat_field gb 2)
+settled gb bundled_pages ||
+    fail "the background thread did not bundle within 60 s (bundled_pages $(json gb bundled_pages))"
+bundles=$(json gb bundles)
+bundled=$(json gb bundled_pages)
+[[ $bundles -gt 0 && $bundled -ge $((2 * bundles)) && $bundled -le $((8 * bundles)) ]] ||
+    fail "$bundled pages in $bundles bundles"
+[[ $(json gb bundle_saved_bytes) -gt 0 ]] || fail "bundle_saved_bytes is 0"
+mem_after=$(mm_stat_field gb 2)
+[[ $mem_after -lt $mem_before ]] || fail "bundling left mem_used_total at $mem_after (was $mem_before)"
+"$UZRAM" status -b -o NAME,bundles,bundled_pages | grep -Eq "^ *gb +$bundles +$bundled *$" ||
+    fail "uzram status does not show the bundles: $("$UZRAM" status -b -o NAME,bundles,bundled_pages)"
+nbdcopy "$URI" "$WORK/back-gb.img" || fail "nbdcopy out of the bundling device"
+cmp -n $((24 * MiB)) "$DATA" "$WORK/back-gb.img" || fail "data read back from bundles differs"
+pass "bundles: $bundled pages in $bundles bundles, mem_used_total $mem_before -> $mem_after, read back identical, shown by uzram status"
+# a member rewritten leaves a dead one; the data stays right
+head -c 4096 /dev/urandom >"$WORK/page"
+nbdcopy "$WORK/page" "$URI" || fail "rewrite of page 0"
+[[ $(json gb bundle_dead_pages) -ge 1 ]] || fail "a rewritten bundled page left no dead member"
+"$UZRAM" attr gb recompress_group 0 || fail "recompress_group 0"
+if out=$("$UZRAM" attr gb recompress_group 17 2>&1); then fail "recompress_group 17 accepted"; fi
+grep -q "2..16" <<<"$out" || fail "no usage in the error: $out"
+stop_server gb
+if out=$(timeout 20 "$UZRAM" serve -n gbad -s 1M --recompress algo=zstd,group=1 2>&1); then
+    fail "serve took group=1"
+fi
+grep -q "group=1 is not a number of pages from 2 to 16" <<<"$out" || fail "no hint in the error: $out"
+pass "bad group values refused with what to write"

@@ -1,0 +1,317 @@
+/* bundle.c - bundles of neighbouring pages compressed as one object (bundle.h): their pieces in
+ * the pool, their members and holds, reads through a per-thread cache of the last bundle
+ * decompressed, the compaction of their pieces, and their counters. */
+#include "bundle.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comp.h"
+#include "device.h"
+#include "fault.h"
+#include "pool.h"
+
+struct bundle {
+    _Atomic uint32_t lock; /* spin lock: pieces[] against compaction's moves */
+    _Atomic uint32_t refs; /* live members + holds */
+    _Atomic uint32_t live; /* bit k: place k is a live member */
+    uint32_t length;       /* bytes of the frame */
+    uint16_t codec;        /* its codec id (the bundle holds one user of it) */
+    uint8_t count;         /* pages in the frame */
+    uint8_t piece_count;
+    uint64_t single_bytes; /* what the members' objects took before they joined */
+    uint64_t saved;        /* what this bundle counts in bundle_saved_bytes */
+    uint64_t serial;       /* names the content for the per-thread cache, never reused */
+    uint64_t first;        /* page k is page first + offsets[k] */
+    uint8_t offsets[BUNDLE_MAX_PAGES];
+    uint64_t pieces[BUNDLE_MAX_PAGES]; /* pool handles: 4096 bytes each, the last the rest */
+};
+
+static _Atomic uint64_t next_serial = 1;
+
+static void bundle_lock(struct bundle *bundle)
+{
+    unsigned spins = 0;
+    uint32_t expected = 0;
+    while (!atomic_compare_exchange_weak_explicit(&bundle->lock, &expected, 1, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+        expected = 0;
+        lock_backoff(&spins);
+    }
+}
+
+static void bundle_unlock(struct bundle *bundle)
+{
+    atomic_store_explicit(&bundle->lock, 0, memory_order_release);
+}
+
+static unsigned piece_length(const struct bundle *bundle, unsigned piece)
+{
+    return piece + 1 < bundle->piece_count ? UZRAM_PAGE_SIZE
+                                           : bundle->length - piece * UZRAM_PAGE_SIZE;
+}
+
+static uint64_t owner_of(const struct bundle *bundle)
+{
+    return OWNER_BUNDLE_BIT | (uint64_t)(uintptr_t)bundle;
+}
+
+/* Free the pieces allocated so far (the first `pieces`), then the bundle. */
+static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned pieces)
+{
+    for (unsigned piece = 0; piece < pieces; piece++) {
+        pool_free(dev->pool, bundle->pieces[piece]);
+        counter_sub(&dev->compr_data_size, piece_length(bundle, piece));
+    }
+    free(bundle);
+}
+
+int bundle_create(struct uzram *dev, const void *object, unsigned length, unsigned codec,
+                  uint64_t first, const uint8_t *offsets, unsigned count, struct bundle **out)
+{
+    void *memory = NULL;
+    if (count < 2 || count > BUNDLE_MAX_PAGES || length == 0 ||
+        length > BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE)
+        return -EINVAL;
+    if (FAULT_POINT(FAULT_ALLOC) ||
+        posix_memalign(&memory, BUNDLE_MAX_PAGES, sizeof(struct bundle)))
+        return -ENOMEM;
+    struct bundle *bundle = memory;
+    memset(bundle, 0, sizeof *bundle);
+    atomic_init(&bundle->refs, 1);
+    bundle->length = length;
+    bundle->codec = (uint16_t)codec;
+    bundle->count = (uint8_t)count;
+    bundle->piece_count = (uint8_t)((length + UZRAM_PAGE_SIZE - 1) / UZRAM_PAGE_SIZE);
+    bundle->serial = atomic_fetch_add(&next_serial, 1);
+    bundle->first = first;
+    memcpy(bundle->offsets, offsets, count);
+    for (unsigned piece = 0; piece < bundle->piece_count; piece++) {
+        uint64_t handle;
+        unsigned length = piece_length(bundle, piece);
+        int rc = pool_alloc_over(dev->pool, length, owner_of(bundle), POOL_SPAN_MAX_BYTES, &handle);
+        if (rc < 0) {
+            free_bundle(dev, bundle, piece);
+            return rc;
+        }
+        memcpy(pool_map(dev->pool, handle), (const unsigned char *)object + piece * UZRAM_PAGE_SIZE,
+               length);
+        counter_add(&dev->compr_data_size, length);
+        /* under the lock: compaction may move the piece as soon as it is named here */
+        bundle_lock(bundle);
+        bundle->pieces[piece] = handle;
+        bundle_unlock(bundle);
+    }
+    counter_add(&dev->bundles, 1);
+    counter_add(&dev->bundle_dead_pages, count); /* members join one by one */
+    *out = bundle;
+    return 0;
+}
+
+uint64_t bundle_value(const struct bundle *bundle, unsigned place)
+{
+    return (uint64_t)(uintptr_t)bundle | place;
+}
+
+void bundle_member_form(const struct bundle *bundle, unsigned place, struct page_object *form)
+{
+    unsigned share = (bundle->length + bundle->count - 1) / bundle->count;
+    *form = (struct page_object){
+        .state = SLOT_BUNDLED,
+        .value = bundle_value(bundle, place),
+        .codec = bundle->codec,
+        .size = share >= UZRAM_PAGE_SIZE ? UZRAM_PAGE_SIZE - 1 : share,
+    };
+}
+
+void bundle_join(struct uzram *dev, struct bundle *bundle, unsigned place, unsigned single_bytes)
+{
+    atomic_fetch_add(&bundle->refs, 1);
+    atomic_fetch_or(&bundle->live, 1u << place);
+    bundle->single_bytes += single_bytes; /* the maker's alone, before bundle_put */
+    counter_add(&dev->bundled_pages, 1);
+    counter_sub(&dev->bundle_dead_pages, 1);
+}
+
+void bundle_hold(struct bundle *bundle)
+{
+    atomic_fetch_add(&bundle->refs, 1);
+}
+
+void bundle_seal(struct uzram *dev, struct bundle *bundle)
+{
+    bundle->saved =
+        bundle->single_bytes > bundle->length ? bundle->single_bytes - bundle->length : 0;
+    counter_add(&dev->bundle_saved_bytes, bundle->saved);
+    bundle_put(dev, bundle);
+}
+
+void bundle_put(struct uzram *dev, struct bundle *bundle)
+{
+    uint32_t refs = atomic_fetch_sub(&bundle->refs, 1);
+    if (refs != 1)
+        return;
+    counter_sub(&dev->bundles, 1);
+    counter_sub(&dev->bundle_dead_pages, bundle->count);
+    counter_sub(&dev->bundle_saved_bytes, bundle->saved);
+    codec_table_release(&dev->codecs, bundle->codec);
+    free_bundle(dev, bundle, bundle->piece_count);
+}
+
+void bundle_leave(struct uzram *dev, uint64_t value)
+{
+    struct bundle *bundle = bundle_of(value);
+    atomic_fetch_and(&bundle->live, ~(1u << bundle_place(value)));
+    counter_sub(&dev->bundled_pages, 1);
+    counter_add(&dev->bundle_dead_pages, 1);
+    bundle_put(dev, bundle);
+}
+
+unsigned bundle_codec(const struct bundle *bundle)
+{
+    return bundle->codec;
+}
+
+unsigned bundle_count(const struct bundle *bundle)
+{
+    return bundle->count;
+}
+
+uint32_t bundle_live(const struct bundle *bundle)
+{
+    return atomic_load(&bundle->live);
+}
+
+uint64_t bundle_page_index(const struct bundle *bundle, unsigned place)
+{
+    return bundle->first + bundle->offsets[place];
+}
+
+bool bundle_mostly_dead(const struct bundle *bundle)
+{
+    return 2u * (unsigned)__builtin_popcount(bundle_live(bundle)) < bundle->count;
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+/* The last bundle this thread decompressed: its serial (0: none), how many of its first
+ * pages are decoded, the pages, and room for a copy of a frame. Made on first use and freed at
+ * thread exit, as comp.c's contexts. */
+struct bundle_cache {
+    uint64_t serial;
+    unsigned valid;
+    unsigned char pages[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE];
+    unsigned char frame[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE];
+};
+
+static __thread struct bundle_cache *thread_cache;
+static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cache_key;
+static bool cache_key_ready;
+
+static void free_cache(void *cache)
+{
+    free(cache);
+}
+
+static void make_cache_key(void)
+{
+    cache_key_ready = pthread_key_create(&cache_key, free_cache) == 0;
+}
+
+/* exit() runs no key destructor for the thread calling it. */
+__attribute__((destructor)) static void free_exiting_thread_cache(void)
+{
+    free(thread_cache);
+    thread_cache = NULL;
+}
+
+static struct bundle_cache *cache_get(void)
+{
+    if (thread_cache)
+        return thread_cache;
+    struct bundle_cache *cache = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(sizeof *cache);
+    if (!cache)
+        return NULL;
+    cache->serial = 0;
+    cache->valid = 0;
+    pthread_once(&cache_key_once, make_cache_key);
+    if (cache_key_ready)
+        pthread_setspecific(cache_key, cache);
+    thread_cache = cache;
+    return cache;
+}
+
+/* Decompress the first `pages` pages of the bundle into this thread's cache: its pieces
+ * copied under the lock (a compaction may move one), decoded without it. */
+static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache *cache,
+                  unsigned pages)
+{
+    cache->serial = 0;
+    bundle_lock(bundle);
+    for (unsigned piece = 0; piece < bundle->piece_count; piece++)
+        memcpy(cache->frame + piece * UZRAM_PAGE_SIZE, pool_map(dev->pool, bundle->pieces[piece]),
+               piece_length(bundle, piece));
+    bundle_unlock(bundle);
+    const struct codec_config *config = codec_table_get(&dev->codecs, bundle->codec);
+    int rc = comp_decompress_span(config->algorithm, config->dict, cache->frame, bundle->length,
+                                  cache->pages, (size_t)bundle->count * UZRAM_PAGE_SIZE,
+                                  (size_t)pages * UZRAM_PAGE_SIZE);
+    if (rc == 0) {
+        cache->serial = bundle->serial;
+        cache->valid = pages;
+    }
+    return rc;
+}
+
+int bundle_read(struct uzram *dev, uint64_t value, void *page)
+{
+    struct bundle *bundle = bundle_of(value);
+    struct bundle_cache *cache = cache_get();
+    if (!cache)
+        return -ENOMEM;
+    unsigned place = bundle_place(value);
+    if (cache->serial != bundle->serial || place >= cache->valid) {
+        /* A bundle met for the first time: up to this page (a random read pays for half the
+         * bundle on average). Met again: all of it (a sequential read, readahead, a split
+         * pay for it once). */
+        unsigned pages = cache->serial == bundle->serial ? bundle->count : place + 1;
+        int rc = decode(dev, bundle, cache, pages);
+        if (rc < 0)
+            return rc;
+    }
+    memcpy(page, cache->pages + (size_t)place * UZRAM_PAGE_SIZE, UZRAM_PAGE_SIZE);
+    return 0;
+}
+
+unsigned bundle_priority(struct uzram *dev, const struct bundle *bundle)
+{
+    return codec_table_get(&dev->codecs, bundle->codec)->priority;
+}
+
+/* ---- compaction --------------------------------------------------------------- */
+
+bool bundle_try_lock_owner(uint64_t owner, uint64_t handle)
+{
+    struct bundle *bundle = (struct bundle *)(uintptr_t)(owner & ~OWNER_BUNDLE_BIT);
+    uint32_t expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&bundle->lock, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return false;
+    for (unsigned piece = 0; piece < bundle->piece_count; piece++)
+        if (bundle->pieces[piece] == handle)
+            return true;
+    bundle_unlock(bundle);
+    return false;
+}
+
+void bundle_relocate(uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+{
+    struct bundle *bundle = (struct bundle *)(uintptr_t)(owner & ~OWNER_BUNDLE_BIT);
+    for (unsigned piece = 0; piece < bundle->piece_count; piece++)
+        if (bundle->pieces[piece] == old_handle)
+            bundle->pieces[piece] = new_handle;
+    bundle_unlock(bundle);
+}

@@ -1,0 +1,248 @@
+/* recompress_bundle.c - a recompression pass's work on bundles (recompress_bundle.h): packing
+ * a window of idle neighbours into one bundle, and splitting a bundle more than half dead.
+ * The bundles themselves are bundle.c's; one page's recompression is recompress_page.c's. */
+#include "recompress_bundle.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bundle.h"
+#include "comp.h"
+#include "fault.h"
+#include "pool.h"
+#include "slot.h"
+#include "store_internal.h"
+
+struct bundle_work {
+    unsigned char copies[BUNDLE_MAX_PAGES][UZRAM_PAGE_SIZE]; /* the members' objects */
+    unsigned char pages[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE]; /* their pages, in order */
+    unsigned char frame[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE]; /* the bundle's object */
+    struct page_object old[BUNDLE_MAX_PAGES];                /* the members' forms */
+    uint8_t offsets[BUNDLE_MAX_PAGES];
+};
+
+struct bundle_work *bundle_work_new(void)
+{
+    return FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(sizeof(struct bundle_work));
+}
+
+void bundle_work_free(struct bundle_work *work)
+{
+    free(work);
+}
+
+/* Whether a page may join a bundle: stored compressed on its own, and taken by the plan. */
+static bool bundle_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
+                         uint32_t now)
+{
+    return slot_info_state(info) == SLOT_COMPRESSED &&
+           recompress_plan_takes(plan, info, ac_time, now);
+}
+
+static bool slot_takes(const struct recompress_plan *plan, struct slot *slot, uint32_t info,
+                       uint32_t now)
+{
+    return bundle_takes(plan, info, atomic_load_explicit(&slot->ac_time, memory_order_relaxed),
+                        now);
+}
+
+/* Copy the objects of the window's pages that may join (each under its slot lock), and
+ * decode them into work->pages. Returns how many, or a negative errno. */
+static int gather(struct uzram *dev, uint64_t first, unsigned span,
+                  const struct recompress_plan *plan, uint32_t now, struct bundle_work *work)
+{
+    unsigned count = 0;
+    for (unsigned offset = 0; offset < span; offset++) {
+        struct slot *slot = &dev->slots[first + offset];
+        if (slot_seems_empty(slot))
+            continue;
+        slot_lock(slot);
+        if (slot_takes(plan, slot, slot_info(slot), now)) {
+            struct page_object *old = &work->old[count];
+            slot_get(slot, old);
+            memcpy(work->copies[count], pool_map(dev->pool, old->value), old->size);
+            /* keeps the dictionary alive for the decoding, whatever the page does meanwhile */
+            codec_table_hold(&dev->codecs, old->codec);
+            work->offsets[count++] = (uint8_t)offset;
+        }
+        slot_unlock(slot);
+    }
+    int rc = 0;
+    for (unsigned k = 0; k < count; k++) {
+        const struct page_object *old = &work->old[k];
+        if (rc == 0)
+            rc = store_decode(dev, work->copies[k], old->size, old->codec,
+                              work->pages + (size_t)k * UZRAM_PAGE_SIZE);
+        codec_table_release(&dev->codecs, old->codec);
+    }
+    return rc < 0 ? rc : (int)count;
+}
+
+/* The codec a bundle is made with: the plan's last priority whose algorithm is zstd (the
+ * strongest setting, as the last one tried page by page), with a user taken; -ENOENT: none. */
+static int bundle_codec_acquire(struct uzram *dev, const struct recompress_plan *plan)
+{
+    for (unsigned priority = plan->last; priority >= plan->first && priority > 0; priority--) {
+        int id = codec_table_acquire(&dev->codecs, priority);
+        if (id < 0)
+            continue;
+        if (codec_table_get(&dev->codecs, (unsigned)id)->algorithm == COMP_ZSTD)
+            return id;
+        codec_table_release(&dev->codecs, (unsigned)id);
+    }
+    return -ENOENT;
+}
+
+/* Memory a bundle of `length` bytes takes in the pool: whole pages, and the rest. */
+static double bundle_cost(unsigned length)
+{
+    unsigned whole = (length - 1) / UZRAM_PAGE_SIZE;
+    return whole * (double)UZRAM_PAGE_SIZE + pool_object_cost(length - whole * UZRAM_PAGE_SIZE);
+}
+
+/* Swap the bundle into each member's slot that still holds the bytes that were packed (as
+ * recompress_page.c's swap: a handle alone could have been freed and reused). */
+static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle, unsigned count,
+                        struct bundle_work *work)
+{
+    unsigned joined = 0;
+    for (unsigned k = 0; k < count; k++) {
+        struct slot *slot = &dev->slots[first + work->offsets[k]];
+        const struct page_object *old = &work->old[k];
+        slot_lock(slot);
+        struct page_object now;
+        slot_get(slot, &now);
+        bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
+                    memcmp(pool_map(dev->pool, now.value), work->copies[k], now.size) == 0;
+        if (same) {
+            struct page_object form;
+            bundle_member_form(bundle, k, &form);
+            slot_set_form(slot, &form);
+            bundle_join(dev, bundle, k, now.size);
+        }
+        slot_unlock(slot);
+        if (same) {
+            store_free_object(dev, &now);
+            joined++;
+        }
+    }
+    return joined;
+}
+
+int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct recompress_plan *plan,
+                             uint32_t now, struct recompress_tally *tally)
+{
+    struct bundle_work *work = plan->work;
+    if (plan->group < 2 || !work || plan->threshold || (plan->mode & RECOMPRESS_HUGE))
+        return 0;
+    unsigned span = plan->group;
+    if (span > dev->page_count - first)
+        span = (unsigned)(dev->page_count - first);
+    unsigned candidates = 0; /* a look without the locks passes over most windows */
+    for (unsigned offset = 0; offset < span; offset++) {
+        struct slot *slot = &dev->slots[first + offset];
+        uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+        candidates += peek != 0 && slot_takes(plan, slot, peek, now);
+    }
+    if (candidates < 2)
+        return 0;
+    int count = gather(dev, first, span, plan, now, work);
+    if (count < 2)
+        return count < 0 ? count : 0;
+    int codec = bundle_codec_acquire(dev, plan);
+    if (codec < 0)
+        return 0;
+    unsigned single = 0;
+    double single_cost = 0;
+    for (int k = 0; k < count; k++) {
+        single += work->old[k].size;
+        single_cost += pool_object_cost(work->old[k].size);
+    }
+    const struct codec_config *config = codec_table_get(&dev->codecs, (unsigned)codec);
+    int length = comp_compress_span(config->algorithm, config->level, config->dict, work->pages,
+                                    (size_t)count * UZRAM_PAGE_SIZE, work->frame, single - 1);
+    tally->tried += (unsigned)count;
+    struct bundle *bundle = NULL;
+    if (length > 0 && bundle_cost((unsigned)length) < single_cost) {
+        int rc = bundle_create(dev, work->frame, (unsigned)length, (unsigned)codec, first,
+                               work->offsets, (unsigned)count, &bundle);
+        length = rc < 0 ? rc : length;
+    } else if (length > 0) {
+        length = 0; /* no smaller than the pages alone */
+    }
+    if (!bundle) {
+        codec_table_release(&dev->codecs, (unsigned)codec);
+        return length < 0 ? length : 0;
+    }
+    unsigned joined = publish(dev, first, bundle, (unsigned)count, work);
+    bundle_seal(dev, bundle);
+    tally->bundled += joined;
+    tally->bundles += joined > 0;
+    return 0;
+}
+
+/* Put the member at `place` of a held bundle into an object of its own, if its slot still
+ * names it. */
+static int split_member(struct uzram *dev, struct bundle *bundle, unsigned place,
+                        struct bundle_work *work)
+{
+    uint64_t value = bundle_value(bundle, place);
+    int rc = bundle_read(dev, value, work->pages);
+    unsigned codec = 0;
+    int length = rc < 0 ? rc
+                        : store_compress_alone(dev, bundle_priority(dev, bundle), work->pages,
+                                               work->frame, &codec);
+    if (length < 0)
+        return length;
+    uint64_t index = bundle_page_index(bundle, place);
+    struct page_object made;
+    rc = store_put_object(dev, work->frame, (unsigned)length, codec, index + 1, true, &made);
+    if (rc < 0) {
+        if (length != UZRAM_PAGE_SIZE)
+            codec_table_release(&dev->codecs, codec);
+        return rc;
+    }
+    struct slot *slot = &dev->slots[index];
+    slot_lock(slot);
+    bool same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == value;
+    if (same) {
+        slot_set_form(slot, &made);
+        if (made.state == SLOT_HUGE)
+            counter_add(&dev->huge_pages, 1);
+    }
+    slot_unlock(slot);
+    if (same)
+        bundle_leave(dev, value);
+    else
+        store_free_object(dev, &made);
+    return 0;
+}
+
+int recompress_bundle_split(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
+                            struct recompress_tally *tally)
+{
+    struct slot *slot = &dev->slots[index];
+    uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+    if (slot_info_state(peek) != SLOT_BUNDLED || !plan->work)
+        return 0;
+    slot_lock(slot);
+    struct bundle *bundle = NULL;
+    if (slot_info_state(slot_info(slot)) == SLOT_BUNDLED &&
+        bundle_mostly_dead(bundle_of(slot->value))) {
+        bundle = bundle_of(slot->value);
+        bundle_hold(bundle); /* its address names no other bundle while we work */
+    }
+    slot_unlock(slot);
+    if (!bundle)
+        return 0;
+    int rc = 0;
+    uint32_t live = bundle_live(bundle);
+    for (unsigned place = 0; place < bundle_count(bundle) && rc == 0; place++)
+        if (live & (1u << place)) {
+            rc = split_member(dev, bundle, place, plan->work);
+            tally->split += rc == 0;
+        }
+    bundle_put(dev, bundle);
+    return rc;
+}
