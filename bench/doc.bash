@@ -9,6 +9,17 @@ bench_git() {
     echo "$git"
 }
 
+# doc_parse ARGS...: a leading "--doc FILE" sets DOC to FILE (empty without); the other
+# arguments are left in ARGS (the caller: doc_parse "$@"; set -- "${ARGS[@]}").
+doc_parse() {
+    DOC=
+    ARGS=("$@")
+    if [[ ${1:-} == --doc ]]; then
+        DOC=${2:?--doc FILE}
+        ARGS=("${@:3}")
+    fi
+}
+
 # doc_block FILE BEGIN END TEXT_FILE [wrap]: replace what lies between the line BEGIN and END
 # in FILE with the text of TEXT_FILE. With "wrap", the text is one paragraph, wrapped at 92
 # columns and indented as the BEGIN marker is (a list item's text, in SECURITY.md).

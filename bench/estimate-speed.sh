@@ -10,11 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/doc.bash
-DOC=
-if [[ ${1:-} == --doc ]]; then
-    DOC=${2:?--doc FILE}
-    shift 2
-fi
+doc_parse "$@"
+set -- "${ARGS[@]}"
 UZRAM=$(realpath "${1:-build/uzram}")
 SIZE=${SIZE:-1024}
 REPEAT=${REPEAT:-3}

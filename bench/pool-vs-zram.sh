@@ -13,11 +13,8 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/doc.bash
-DOC=
-if [[ ${1:-} == --doc ]]; then
-    DOC=${2:?--doc FILE}
-    shift 2
-fi
+doc_parse "$@"
+set -- "${ARGS[@]}"
 
 UZRAM=${UZRAM:-build/uzram}
 SIZE=${SIZE:-512M}

@@ -13,11 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/doc.bash
-DOC=
-if [[ ${1:-} == --doc ]]; then
-    DOC=${2:?--doc FILE}
-    shift 2
-fi
+doc_parse "$@"
+set -- "${ARGS[@]}"
 UZRAM=$(realpath "${1:-build/uzram}")
 CONNECTIONS=${CONNECTIONS:-100}
 ROUNDS=${ROUNDS:-3}
