@@ -115,7 +115,7 @@ fi
 # integration tests, which mostly wait on servers, clients and the kernel (the CPU they leave
 # is what the fuzzers take); its result comes after theirs.
 fuzz_log=build/fuzz-check.log
-make -s fuzz-check FUZZ_CHECK_SECONDS=20 >"$fuzz_log" 2>&1 &
+make -s fuzz-check FUZZ_CHECK_SECONDS=10 >"$fuzz_log" 2>&1 &
 fuzz_pid=$!
 trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; [[ -n ${fuzz_pid:-} ]] && kill "$fuzz_pid" 2>/dev/null' EXIT
 
