@@ -297,11 +297,14 @@ UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_se
 /* Bundles (not in zram): with `pages` 2..16, recompression passes (background and
  * uzram_recompress() without a threshold or the huge type) pack the idle pages of each
  * aligned window of `pages` neighbours that are stored compressed on their own (not raw, not
- * same-filled, not deduplicated, not marked incompressible) into one object compressed with
- * the last zstd recompression algorithm (and its dictionary), when at least two are and it
- * takes less memory. A read of such a page decompresses its bundle up to that page (a second
- * read of the bundle, the rest), and a thread keeps the last bundle it decompressed, so
- * reading its neighbours next costs a copy. A write or
+ * same-filled, not marked incompressible) into one object compressed with the last zstd
+ * recompression algorithm (and its dictionary), when at least two are and it takes less
+ * memory. With dedup on, a page whose content no other page shares (its dedup entry has one
+ * reference) is bundled like any other and its entry leaves the index (dedup_entries falls
+ * by one): a later write of the same content is stored anew, with an entry of its own. A
+ * page shared through dedup (two references or more) is never bundled. A read of such a page
+ * decompresses its bundle up to that page (a second read of the bundle, the rest), and a thread
+ * keeps the last bundle it decompressed, so reading its neighbours next costs a copy. A write or
  * discard of a page leaves a dead member; a pass splits a bundle more than half dead back
  * into pages of their own; writeback takes its pages one by one, each compressed alone.
  * 0: off (the default). Errors: -EINVAL for 1 or more than 16. The counters bundles,
