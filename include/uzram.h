@@ -773,6 +773,12 @@ int uzram_dict_train(void *dict, size_t capacity, const void *samples, const siz
  * compressed length, 0 when it does not fit in `capacity`, or -EIO. */
 int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst, size_t capacity);
 
+/* Compress `count` pages laid end to end into one frame, as a bundle is (zstd only; see
+ * uzram_set_recompress_group). Returns the length, 0 when it does not fit in `capacity`,
+ * -EINVAL for another algorithm, or -EIO. */
+int uzram_codec_compress_span(struct uzram_codec *codec, const void *pages, size_t count, void *dst,
+                              size_t capacity);
+
 /* Decompress `length` bytes from src into a 4096-byte page. Returns 0, or
  * -EIO when the data is corrupt or does not decompress to exactly a page. */
 int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length, void *page);
@@ -781,6 +787,10 @@ int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t le
  * averaged over a full pool page group (size-class rounding, object header
  * and tail waste included); 4096 for a page stored huge. */
 double uzram_pool_object_cost(size_t length);
+
+/* Memory the pool holds for a bundle whose frame is `length` bytes: its pieces, whole pages
+ * and the rest (as uzram_pool_object_cost counts one object). */
+double uzram_bundle_cost(size_t length);
 
 /* The compressed length from which a page is stored raw (huge): a page
  * whose compressed form is shorter is kept compressed. */

@@ -140,13 +140,6 @@ static int bundle_codec_acquire(struct uzram *dev, const struct recompress_plan 
     return -ENOENT;
 }
 
-/* Memory a bundle of `length` bytes takes in the pool: whole pages, and the rest. */
-static double bundle_cost(unsigned length)
-{
-    unsigned whole = (length - 1) / UZRAM_PAGE_SIZE;
-    return whole * (double)UZRAM_PAGE_SIZE + pool_object_cost(length - whole * UZRAM_PAGE_SIZE);
-}
-
 /* Whether a locked slot still holds the bytes gather() copied for member k; a dedup
  * reference's entry is then taken out of the index (dedup_take_sole: its object is freed,
  * and *freed set), if it is still the entry's only reference. */
@@ -226,7 +219,7 @@ int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct rec
                                     (size_t)count * UZRAM_PAGE_SIZE, work->frame, single - 1);
     tally->tried += (unsigned)count;
     struct bundle *bundle = NULL;
-    if (length > 0 && bundle_cost((unsigned)length) < single_cost) {
+    if (length > 0 && bundle_pool_cost((unsigned)length) < single_cost) {
         int rc = bundle_create(dev, work->frame, (unsigned)length, (unsigned)codec, first,
                                work->offsets, (unsigned)count, &bundle);
         length = rc < 0 ? rc : length;
