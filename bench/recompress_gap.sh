@@ -43,7 +43,6 @@ trap 'exit 130' INT TERM
 
 attr() { "$UZRAM" attr "$@"; }
 stat_json() { attr g stat_json; }
-field() { stat_json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 spec="algo=zstd,level=$LEVEL,dict=auto"
 [ "$GROUP" != 0 ] && spec+=",group=$GROUP"
 
@@ -56,13 +55,24 @@ serve() { # OPTIONS...
     done
     die "server did not start: $(tail -1 "$WORK/server.log")"
 }
-# memory and recompression counters unchanged for 3 s: the thread has nothing left to do
+# the thread has started (something recompressed or bundled: a dictionary is trained first,
+# for seconds in which nothing moves) and its counters and memory stayed the same for 5 s
+settled_state() {
+    stat_json | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting",
+      d["recomp_pages"], d["bundled_pages"], d["dict_mem"], d["mem_used_total"])'
+}
 settle() {
     local last="" now
     for _ in $(seq 900); do
         sleep 1
-        now="$(field recomp_pages) $(field mem_used_total) $(field bundled_pages)"
-        [ "$now" = "$last" ] && { sleep 2; [ "$now" = "$(field recomp_pages) $(field mem_used_total) $(field bundled_pages)" ] && return; }
+        now=$(settled_state)
+        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
+            sleep 4
+            [ "$now" = "$(settled_state)" ] && return
+        fi
         last=$now
     done
     echo "recompress_gap.sh: still moving after 15 minutes" >&2
