@@ -135,21 +135,6 @@ settle() { # NAME
     echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
 }
 
-# The background thread runs at SCHED_IDLE (lib/background.c): on a machine loaded by other work
-# it gets almost no CPU, and memory stops moving long before its work is done. What the memory
-# part measures is where the thread ends, so there it runs at the normal priority (chrt, as root).
-thread_full_speed() { # PID
-    local task
-    for _ in $(seq 50); do
-        for task in /proc/"$1"/task/*; do
-            [ "$(cat "$task/comm" 2>/dev/null)" = uzram-recomp ] || continue
-            chrt -o -p 0 "${task##*/}" >/dev/null 2>&1 && renice -n 0 -p "${task##*/}" >/dev/null 2>&1
-            return 0
-        done
-        sleep 0.1
-    done
-    echo "recompress.sh: warning: no uzram-recomp thread in $1 to run at full speed" >&2
-}
 
 # memory SIDE: store the image, then record stat_json (and seconds to store / to settle).
 memory() {
@@ -177,7 +162,7 @@ memory() {
         ;;
     esac
     # memory only: the thread may go as fast as it can (the throughput part keeps the default rate)
-    case $side in recompress*) attr m recompress_rate 0; thread_full_speed "$SERVER_PID" ;; esac
+    case $side in recompress*) attr m recompress_rate 0; recomp_thread_full_speed "$SERVER_PID" ;; esac
     start=$(date +%s%N)
     nbdcopy --no-extents -S 0 "$WORK/image" "$(uri m)" || die "nbdcopy into $side failed"
     mid=$(date +%s%N)

@@ -77,20 +77,6 @@ settle() {
     done
     echo "recompress_gap.sh: still moving after 15 minutes" >&2
 }
-# The thread runs at SCHED_IDLE: on a loaded machine it gets almost no CPU. What is measured is
-# where it ends, so here it runs at the normal priority (as bench/recompress.sh's memory part).
-thread_full_speed() {
-    local task
-    for _ in $(seq 50); do
-        for task in /proc/"$SERVER_PID"/task/*; do
-            [ "$(cat "$task/comm" 2>/dev/null)" = uzram-recomp ] || continue
-            chrt -o -p 0 "${task##*/}" >/dev/null 2>&1 && renice -n 0 -p "${task##*/}" >/dev/null 2>&1
-            return 0
-        done
-        sleep 0.1
-    done
-    echo "recompress_gap.sh: warning: no uzram-recomp thread to run at full speed" >&2
-}
 record() { # SIDE WHEN
     { stat_json; attr g algorithm_params; } >"$WORK/$1-$2.txt"
 }
@@ -101,13 +87,13 @@ for side in auto auto-late hand; do
     auto-late) serve --recompress-idle 0 --recompress "$spec" ;;
     hand) serve ;;
     esac
-    [ "$side" = auto ] && thread_full_speed
+    [ "$side" = auto ] && recomp_thread_full_speed "$SERVER_PID"
     [ "$side" != hand ] && attr g recompress_rate 0
     [ "$side" != hand ] && attr g algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"
     nbdcopy --no-extents -S 0 "$IMAGE" "nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/g.sock" || die "nbdcopy failed"
     case $side in
     auto) settle ;;
-    auto-late) sleep 1.1; attr g recompress_idle 1; thread_full_speed; settle ;;
+    auto-late) sleep 1.1; attr g recompress_idle 1; recomp_thread_full_speed "$SERVER_PID"; settle ;;
     hand)
         attr g recomp_algorithm "algo=zstd priority=1"
         attr g algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"
