@@ -1,8 +1,9 @@
 #!/bin/bash
-# recompress.sh - recompression benchmark (issue 12): build output in an ext4 image, stored by
-# kernel zram lz4 and by uzram lz4 + dedup with background recompression to zstd (without and
-# with a trained dictionary), against zstd + dedup written directly; then foreground fio 4 KiB
-# randwrite over NBD with the background thread idle and busy, and reads of recompressed pages.
+# recompress.sh - recompression benchmark (issues 12, 27): build output in an ext4 image, stored
+# by kernel zram lz4 and by uzram lz4 + dedup with background recompression to zstd (without and
+# with a trained dictionary, and with the dictionary and bundles of GROUP pages), against zstd +
+# dedup written directly; then foreground fio 4 KiB randwrite over NBD with the background thread
+# idle and busy (recompressing with the dictionary and bundles), and reads of recompressed pages.
 #
 # Usage: bench/recompress.sh [--quick] [--out DIR]
 #   --quick   a small image (/usr/include/linux and this project's build), 1 round of 3 s
@@ -13,7 +14,8 @@
 # linux-source-6.1 package is installed; default 1, quick 0), SWEEP ("3 5 7 9" zstd levels at
 # DICT_SIZE and, at LEVEL, the dictionary sizes of DICT_SWEEP "32K 64K 112K", projected by
 # `uzram estimate -r` on the same image: how LEVEL and DICT_SIZE were chosen; quick: none),
-# RATE (recompress_rate of the throughput part; default: the library's), RATES (several
+# GROUP (pages a bundle packs, `group=`, in the bundled memory side and the throughput part;
+# default 8), RATE (recompress_rate of the throughput part; default: the library's), RATES (several
 # recompress_rate values: each round then has one busy run at each, beside its idle run; how the
 # default was chosen), STEPS ("memory throughput sweep": run only some), ZRAM (zram0), IMAGE (an
 # image to use instead of building bench/image.bash's), KEEP_IMAGE (a path: keep the image there,
@@ -30,6 +32,7 @@ cd "$(dirname "$0")/.." || exit 2
 . bench/common.bash
 LEVEL=${LEVEL:-7}
 DICT_SIZE=${DICT_SIZE:-64K}
+GROUP=${GROUP:-8}
 if [ "$QUICK" = 1 ]; then
     ROUNDS=${ROUNDS:-1}
     RUNTIME=${RUNTIME:-3}
@@ -107,21 +110,31 @@ attr() { "$UZRAM" attr "$@"; }
 uri() { echo "nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/$1.sock"; }
 json_field() { attr "$1" stat_json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"; }
 
-# Wait until the background thread has nothing left to do: recomp_pages and mem_used_total
-# unchanged for 3 s (passes run every second). At most 10 minutes.
+# Wait until the background thread has nothing left to do: it has started (something
+# recompressed or bundled: training a dictionary first takes seconds, during which nothing
+# moves) and recomp_pages, bundled_pages, dict_mem and mem_used_total stayed the same for 5 s
+# (passes run every second). At most 10 minutes.
+settled_state() { # NAME
+    attr "$1" stat_json | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting",
+      d["recomp_pages"], d["bundled_pages"], d["dict_mem"], d["mem_used_total"])'
+}
 settle() { # NAME
     local last="" now
     for _ in $(seq 600); do
         sleep 1
-        now="$(json_field "$1" recomp_pages) $(json_field "$1" mem_used_total)"
-        if [ "$now" = "$last" ]; then
-            sleep 2
-            [ "$now" = "$(json_field "$1" recomp_pages) $(json_field "$1" mem_used_total)" ] && return 0
+        now=$(settled_state "$1")
+        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
+            sleep 4
+            [ "$now" = "$(settled_state "$1")" ] && return 0
         fi
         last=$now
     done
     echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
 }
+
 
 # memory SIDE: store the image, then record stat_json (and seconds to store / to settle).
 memory() {
@@ -141,14 +154,15 @@ memory() {
     lz4-dedup) serve m "$size" -a lz4 -d ;;
     zstd-dedup) serve m "$size" -a zstd -l "$LEVEL" -d ;;
     recompress) serve m "$size" -a lz4 -d --recompress-idle 1 --recompress "algo=zstd,level=$LEVEL" ;;
-    recompress-dict)
-        serve m "$size" -a lz4 -d --recompress-idle 1 \
-            --recompress "algo=zstd,level=$LEVEL,dict=auto"
+    recompress-dict | recompress-dict-group)
+        local spec="algo=zstd,level=$LEVEL,dict=auto"
+        [ "$side" = recompress-dict-group ] && spec+=",group=$GROUP"
+        serve m "$size" -a lz4 -d --recompress-idle 1 --recompress "$spec"
         attr m algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"
         ;;
     esac
     # memory only: the thread may go as fast as it can (the throughput part keeps the default rate)
-    case $side in recompress*) attr m recompress_rate 0 ;; esac
+    case $side in recompress*) attr m recompress_rate 0; recomp_thread_full_speed "$SERVER_PID" ;; esac
     start=$(date +%s%N)
     nbdcopy --no-extents -S 0 "$WORK/image" "$(uri m)" || die "nbdcopy into $side failed"
     mid=$(date +%s%N)
@@ -177,7 +191,7 @@ throughput() {
     image_bytes=$(stat -c %s "$WORK/image")
     region_offset=$(((image_bytes + 1048575) / 1048576 * 1048576))
     size=$((region_offset + $(numfmt --from=iec "$FIO_REGION")))
-    serve t "$size" -a lz4 -d --recompress "algo=zstd,level=$LEVEL"
+    serve t "$size" -a lz4 -d --recompress "algo=zstd,level=$LEVEL,dict=auto,group=$GROUP"
     attr t recompress_rate >"$RES/rate" # the library's default
     [ -n "$RATE" ] && attr t recompress_rate "$RATE"
     rates=${RATES:-$(attr t recompress_rate)}
@@ -214,12 +228,13 @@ throughput() {
 }
 
 START=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 GIT=$(git describe --always --dirty 2>/dev/null || echo unknown) # what was built and run
 echo "recompress: zstd level $LEVEL, dictionary $DICT_SIZE, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if why=$(get_image); then
     echo "  image: $(($(stat -c %s "$WORK/image") >> 20)) MiB, $(cat "$RES/image.desc")"
     stat -c %s "$WORK/image" >"$RES/image.bytes"
-    for side in zram lz4-dedup zstd-dedup recompress recompress-dict; do
+    for side in zram lz4-dedup zstd-dedup recompress recompress-dict recompress-dict-group; do
         step memory || { echo '{"skipped": "not in STEPS"}' >"$RES/$side.json"; continue; }
         if [ "$side" = zram ] && { [ ! -b "$ZDEV" ] || [ "$(cat "$ZSYS/initstate" 2>/dev/null)" != 0 ]; }; then
             echo '{"skipped": "'"$ZDEV"' missing or in use"}' >"$RES/$side.json"
@@ -247,22 +262,24 @@ fi
 END=$(date +%s)
 
 # What was run, on which commit (GIT, at the start): the results section names them.
-COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE IMAGE KEEP_IMAGE; do
+COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE GROUP IMAGE KEEP_IMAGE; do
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/recompress.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 "$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" \
-    "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+    "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" "$LOAD_START" "$GROUP" <<'EOF'
 import glob, json, os, statistics, sys
-res, out, level, dict_size, rounds, runtime, seconds, quick, git, command, load = sys.argv[1:12]
+res, out, level, dict_size, rounds, runtime, seconds, quick, git, command, load, load_start, \
+    group = sys.argv[1:14]
 doc = {"level": int(level), "dict_size": dict_size, "rounds": int(rounds), "runtime": int(runtime),
        "seconds": int(seconds), "quick": quick == "1", "git": git, "command": command,
-       "load_at_end": load}
+       "load_at_end": load, "load_at_start": load_start, "group": int(group)}
 if os.path.exists(os.path.join(res, "skipped")):
     doc["skipped"] = open(os.path.join(res, "skipped")).read().strip()
 else:
     doc["image"] = open(os.path.join(res, "image.desc")).read().strip()
     doc["image_bytes"] = int(open(os.path.join(res, "image.bytes")).read())
     doc["sides"] = {}
-    for side in ("zram", "lz4-dedup", "zstd-dedup", "recompress", "recompress-dict"):
+    for side in ("zram", "lz4-dedup", "zstd-dedup", "recompress", "recompress-dict",
+                 "recompress-dict-group"):
         doc["sides"][side] = json.load(open(os.path.join(res, side + ".json")))
     def iops(path):
         job = json.load(open(path))["jobs"][0]

@@ -226,6 +226,14 @@ def targets_section(machine, matrix, memory, micro, dedup, zc_text, rc=None, wb=
               rc.get("randwrite_busy_vs_idle"), 0.9, text=ratio_text(rc.get("randwrite_busy_vs_idle"), 3),
               note="medians of %d interleaved rounds, recompress_rate %s" % (
                   rc["rounds"], rc.get("busy_rate") or rc.get("rate", "-")))
+        total = recompress_total(rc, "recompress-dict-group")
+        t.add("27 cold memory", "lz4 + dedup + background recompression, dictionary and bundles of %s "
+              "<= 0.45x kernel zram lz4 (index and dictionary counted)" % rc.get("group", "-"),
+              total / zram if total and zram else None, 0.45, at_most=True,
+              text=ratio_text(total / zram, 3) if total and zram else "-",
+              note="without bundles: %s" % (
+                  ratio_text(recompress_total(rc, "recompress-dict") / zram, 3)
+                  if recompress_total(rc, "recompress-dict") and zram else "-"))
     else:
         t.add("12 recompression", "recompression memory and foreground throughput", None, 0,
               note=(rc or {}).get("skipped", "recompress part not run"))
@@ -380,7 +388,16 @@ RECOMPRESS_SIDES = (
     ("zstd-dedup", "uzram zstd + dedup, written directly"),
     ("recompress", "uzram lz4 + dedup, recompressed to zstd in the background"),
     ("recompress-dict", "... and with a trained dictionary"),
+    ("recompress-dict-group", "... with the dictionary and bundles (`group=`)"),
 )
+
+
+def recompress_total(rc, side):
+    """mem_used_total + meta_data_size (the pool, the dictionary and the dedup index) of a side."""
+    row = rc.get("sides", {}).get(side, {})
+    if "mem_used_total" not in row:
+        return None
+    return row["mem_used_total"] + row.get("meta_data_size", 0)
 
 
 def recompress_numbers(rc):
@@ -400,15 +417,19 @@ def recompress_section(rc):
     mem, zram, direct = recompress_numbers(rc)
     out = []
     if rc.get("command"):
-        out += ["Run: `%s` at git %s (load average at the end: %s)." % (
-            rc["command"], rc.get("git", "?"), rc.get("load_at_end", "?")), ""]
-    out += ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`); background thread "
-           "`--recompress-idle 1`, run until it had nothing left to do, then `compact`. "
-           "Memory is mm_stat's mem_used_total (uzram: the pool and the dictionary; the dedup "
-           "index, meta_data_size, is listed apart). Took %d s." % (
-               rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"], rc["seconds"]), "",
-           "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | recompressed pages | dict_mem | time to store / to settle |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        out += ["Run: `%s` at git %s (load average at the start: %s; at the end: %s; a "
+                "machine shared with other work, so take the throughput figures as rough)." % (
+                    rc["command"], rc.get("git", "?"), rc.get("load_at_start", "?"),
+                    rc.get("load_at_end", "?")), ""]
+    out += ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`), bundles of %s "
+           "pages where named; background thread `--recompress-idle 1`, `recompress_rate 0`, run "
+           "until it had nothing left to do, then `compact`. Memory is mm_stat's mem_used_total "
+           "(uzram: the pool and the dictionary); total adds the dedup index (meta_data_size). "
+           "Took %d s." % (
+               rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"],
+               rc.get("group", "-"), rc["seconds"]), "",
+           "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | total vs kernel zram lz4 | recompressed pages | bundled pages | dict_mem | time to store / to settle |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     if all(v.get("skipped") == "not in STEPS" for v in rc["sides"].values()):
         out = out[:-3] + ["The memory step did not run (STEPS)."]
     for key, name in RECOMPRESS_SIDES:
@@ -416,14 +437,17 @@ def recompress_section(rc):
         if row.get("skipped") == "not in STEPS":
             continue
         if "mem_used_total" not in row:
-            out.append("| %s | %s | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
+            out.append("| %s | %s | | | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
             continue
         m = row["mem_used_total"]
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        total = recompress_total(rc, key)
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, size(m), ratio_text(m / zram, 3) if zram else "-",
             ratio_text(m / direct, 3) if direct else "-",
             size(row.get("meta_data_size")) if "meta_data_size" in row else "-",
-            row.get("recomp_pages", "-"), size(row.get("dict_mem")) if "dict_mem" in row else "-",
+            ratio_text(total / zram, 3) if zram and total else "-",
+            row.get("recomp_pages", "-"), row.get("bundled_pages", "-"),
+            size(row.get("dict_mem")) if "dict_mem" in row else "-",
             "%.1f s / %.1f s" % (row["store_seconds"], row["settle_seconds"]) if "store_seconds" in row else "-"))
     out += [""] + recompress_throughput(rc)
     if rc.get("sweep"):
@@ -451,9 +475,11 @@ def recompress_throughput(rc):
                 "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
-                "meanwhile at the `recompress_rate` in the first column, pages/s (pages it "
+                "meanwhile%s at the `recompress_rate` in the first column, pages/s (pages it "
                 "recompressed during the run in brackets; the library's default is %s):" % (
-                    rc["runtime"], rc.get("rate", "-")), ""]
+                    rc["runtime"],
+                    " (zstd level %d, `dict=auto`, bundles of %d pages)" % (rc["level"], rc["group"])
+                    if rc.get("group") else "", rc.get("rate", "-")), ""]
         out.append("| thread | IOPS per round | median | busy / idle |")
         out.append("| --- | --- | --- | --- |")
         import statistics
@@ -673,7 +699,7 @@ PART_END = "<!-- END RECOMPRESS RESULTS -->"
 def part_recompress(rc, d, doc_path):
     """bench/recompress.sh run alone: its targets and section, between markers of their own."""
     t = targets_section({}, None, None, None, None, None, rc)
-    rows = [r for r in t if r.startswith("| 12 ") or r.startswith("| issue") or r.startswith("| ---")]
+    rows = [r for r in t if r.startswith(("| 12 ", "| 27 ", "| issue", "| ---"))]
     text = "\n".join(rows + [""] + recompress_section(rc)) + "\n"
     write_results(text, os.path.join(d, "recompress.md"), doc_path, PART_BEGIN, PART_END)
     return 0

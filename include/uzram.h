@@ -297,11 +297,14 @@ UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_se
 /* Bundles (not in zram): with `pages` 2..16, recompression passes (background and
  * uzram_recompress() without a threshold or the huge type) pack the idle pages of each
  * aligned window of `pages` neighbours that are stored compressed on their own (not raw, not
- * same-filled, not deduplicated, not marked incompressible) into one object compressed with
- * the last zstd recompression algorithm (and its dictionary), when at least two are and it
- * takes less memory. A read of such a page decompresses its bundle up to that page (a second
- * read of the bundle, the rest), and a thread keeps the last bundle it decompressed, so
- * reading its neighbours next costs a copy. A write or
+ * same-filled, not marked incompressible) into one object compressed with the last zstd
+ * recompression algorithm (and its dictionary), when at least two are and it takes less
+ * memory. With dedup on, a page whose content no other page shares (its dedup entry has one
+ * reference) is bundled like any other and its entry leaves the index (dedup_entries falls
+ * by one): a later write of the same content is stored anew, with an entry of its own. A
+ * page shared through dedup (two references or more) is never bundled. A read of such a page
+ * decompresses its bundle up to that page (a second read of the bundle, the rest), and a thread
+ * keeps the last bundle it decompressed, so reading its neighbours next costs a copy. A write or
  * discard of a page leaves a dead member; a pass splits a bundle more than half dead back
  * into pages of their own; writeback takes its pages one by one, each compressed alone.
  * 0: off (the default). Errors: -EINVAL for 1 or more than 16. The counters bundles,
@@ -770,6 +773,12 @@ int uzram_dict_train(void *dict, size_t capacity, const void *samples, const siz
  * compressed length, 0 when it does not fit in `capacity`, or -EIO. */
 int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst, size_t capacity);
 
+/* Compress `count` pages laid end to end into one frame, as a bundle is (zstd only; see
+ * uzram_set_recompress_group). Returns the length, 0 when it does not fit in `capacity`,
+ * -EINVAL for another algorithm, or -EIO. */
+int uzram_codec_compress_span(struct uzram_codec *codec, const void *pages, size_t count, void *dst,
+                              size_t capacity);
+
 /* Decompress `length` bytes from src into a 4096-byte page. Returns 0, or
  * -EIO when the data is corrupt or does not decompress to exactly a page. */
 int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length, void *page);
@@ -778,6 +787,10 @@ int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t le
  * averaged over a full pool page group (size-class rounding, object header
  * and tail waste included); 4096 for a page stored huge. */
 double uzram_pool_object_cost(size_t length);
+
+/* Memory the pool holds for a bundle whose frame is `length` bytes: its pieces, whole pages
+ * and the rest (as uzram_pool_object_cost counts one object). */
+double uzram_bundle_cost(size_t length);
 
 /* The compressed length from which a page is stored raw (huge): a page
  * whose compressed form is shorter is kept compressed. */

@@ -110,6 +110,12 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
     return 0;
 }
 
+double bundle_pool_cost(unsigned length)
+{
+    unsigned whole = (length - 1) / UZRAM_PAGE_SIZE;
+    return whole * (double)UZRAM_PAGE_SIZE + pool_object_cost(length - whole * UZRAM_PAGE_SIZE);
+}
+
 uint64_t bundle_value(const struct bundle *bundle, unsigned place)
 {
     return (uint64_t)(uintptr_t)bundle | place;

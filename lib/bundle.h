@@ -43,6 +43,10 @@ struct bundle;
 int bundle_create(struct uzram *dev, const void *object, unsigned length, unsigned codec,
                   uint64_t first, const uint8_t *offsets, unsigned count, struct bundle **out);
 
+/* Memory the pool holds for a bundle of a `length`-byte frame: its whole-page pieces, and
+ * the last as one object (what packing weighs against the members' objects). */
+double bundle_pool_cost(unsigned length);
+
 /* The slot value of place `place`, and a slot value's bundle and place. */
 uint64_t bundle_value(const struct bundle *bundle, unsigned place);
 static inline struct bundle *bundle_of(uint64_t value)

@@ -116,6 +116,15 @@ int uzram_codec_compress(struct uzram_codec *codec, const void *page, void *dst,
     return comp_compress_dict(codec->algorithm, codec->level, codec->dict, page, dst, capacity);
 }
 
+int uzram_codec_compress_span(struct uzram_codec *codec, const void *pages, size_t count, void *dst,
+                              size_t capacity)
+{
+    if (!codec || !pages || count == 0 || (!dst && capacity))
+        return -EINVAL;
+    return comp_compress_span(codec->algorithm, codec->level, codec->dict, pages,
+                              count * UZRAM_PAGE_SIZE, dst, capacity);
+}
+
 int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t length, void *page)
 {
     if (!codec || !page || (!src && length))

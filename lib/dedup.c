@@ -668,14 +668,11 @@ uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_
     }
 }
 
-void dedup_put(struct dedup *dedup, uint32_t id)
+/* Unlink entry `id`, whose references are gone (0 set by the caller), and give back its id.
+ * Waits for a compaction that may still be moving its object. Returns the object. */
+static void entry_unlink(struct dedup *dedup, uint32_t id, struct dedup_object *object)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
-    if (entry_change_refs(dedup, entry, -1) > 1)
-        return;
-
-    /* Last reference: nobody can take a new one (refs is 0), so unlink,
-     * wait for a compaction that may be moving the object, and free. */
     struct dedup_stripe *stripe = tag_stripe(dedup, entry->hash_tag);
     pthread_mutex_lock(&stripe->lock);
     uint32_t *link = &stripe->buckets[tag_bucket(stripe, entry->hash_tag)];
@@ -690,8 +687,52 @@ void dedup_put(struct dedup *dedup, uint32_t id)
     unsigned spins = 0;
     while (state_moving(atomic_load_explicit(&entry->state, memory_order_acquire)))
         lock_backoff(&spins);
+    entry_get_object(entry, object);
+}
+
+bool dedup_sole(struct dedup *dedup, uint32_t id)
+{
+    uint32_t state = atomic_load_explicit(&entry_at(dedup, id)->state, memory_order_relaxed);
+    return state_refs(state) == 1;
+}
+
+bool dedup_take_sole(struct dedup *dedup, uint32_t id,
+                     bool (*accept)(void *arg, const struct dedup_object *object), void *arg)
+{
+    struct dedup_entry *entry = entry_at(dedup, id);
+    /* Exactly the caller's reference, no reader, no move: MOVING then keeps every other
+     * user out (a writer's candidate reference, a pin, compaction, a replacement) while
+     * `accept` looks at the object. */
+    uint32_t state = 1;
+    if (!atomic_compare_exchange_strong_explicit(&entry->state, &state, 1 | MOVING,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return false;
     struct dedup_object object;
     entry_get_object(entry, &object);
+    if (!accept(arg, &object)) {
+        atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
+        return false;
+    }
+    /* No reference left: no writer can take one (entry_get_ref refuses 0), so it goes
+     * the way of a last dedup_put, its page now the caller's. */
+    atomic_store_explicit(&entry->state, 0, memory_order_release);
+    entry_unlink(dedup, id, &object);
+    dedup->ops.free(dedup->ops.arg, &object);
+    atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
+    id_free(dedup, id);
+    return true;
+}
+
+void dedup_put(struct dedup *dedup, uint32_t id)
+{
+    struct dedup_entry *entry = entry_at(dedup, id);
+    if (entry_change_refs(dedup, entry, -1) > 1)
+        return;
+
+    /* Last reference: nobody can take a new one (refs is 0), so unlink,
+     * wait for a compaction that may be moving the object, and free. */
+    struct dedup_object object;
+    entry_unlink(dedup, id, &object);
     dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
     id_free(dedup, id);

@@ -94,6 +94,20 @@ uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_
 /* Drop one reference; the last one unlinks the entry and frees its object. */
 void dedup_put(struct dedup *dedup, uint32_t id);
 
+/* Bundling (recompress_bundle.c): true if the caller's reference (a locked page slot's) is
+ * entry `id`'s only one, at this instant. */
+bool dedup_sole(struct dedup *dedup, uint32_t id);
+
+/* Take entry `id` out of the index if the caller's reference (a locked page slot's, which
+ * names it) is its only one, no reader is decoding it, and accept(arg, object) agrees (it
+ * runs with the object held still: compare it there). The entry is unlinked, its object
+ * freed (through ops->free) and its id given back: the caller has put the page elsewhere,
+ * and a later write of the same content makes a new entry. False (nothing changed) if
+ * another reference, a reader, a move or `accept` stands in the way. A shared entry is
+ * never taken. */
+bool dedup_take_sole(struct dedup *dedup, uint32_t id,
+                     bool (*accept)(void *arg, const struct dedup_object *object), void *arg);
+
 /* Read entry `id` into `page` (through ops->load). The caller holds a
  * reference. */
 int dedup_read(struct dedup *dedup, uint32_t id, void *page);

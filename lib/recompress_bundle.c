@@ -9,6 +9,7 @@
 
 #include "bundle.h"
 #include "comp.h"
+#include "dedup.h"
 #include "fault.h"
 #include "pool.h"
 #include "slot.h"
@@ -32,11 +33,13 @@ void bundle_work_free(struct bundle_work *work)
     free(work);
 }
 
-/* Whether a page may join a bundle: stored compressed on its own, and taken by the plan. */
+/* Whether a page may join a bundle: stored compressed on its own, or through a dedup entry
+ * (which gather() takes only if no other page shares it), and taken by the plan. */
 static bool bundle_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
                          uint32_t now)
 {
-    return slot_info_state(info) == SLOT_COMPRESSED &&
+    enum slot_state state = slot_info_state(info);
+    return (state == SLOT_COMPRESSED || state == SLOT_DEDUP) &&
            recompress_plan_takes(plan, info, ac_time, now);
 }
 
@@ -45,6 +48,51 @@ static bool slot_takes(const struct recompress_plan *plan, struct slot *slot, ui
 {
     return bundle_takes(plan, info, atomic_load_explicit(&slot->ac_time, memory_order_relaxed),
                         now);
+}
+
+/* A dedup entry's object as gather() copied it, or as publish() compares it. */
+struct entry_copy {
+    struct uzram *dev;
+    unsigned char *bytes;
+    struct page_object *form; /* SLOT_DEDUP, the entry's id, its object's size and codec */
+};
+
+/* (dedup_with_object) Copy an entry's object if it is compressed in the pool. */
+static int copy_entry_object(void *arg, const struct dedup_object *object)
+{
+    struct entry_copy *copy = arg;
+    if ((object->handle & OBJECT_BACKED) || object->size >= UZRAM_PAGE_SIZE)
+        return -1; /* written back, or raw: never bundled */
+    copy->form->size = object->size;
+    copy->form->codec = object->codec;
+    memcpy(copy->bytes, pool_map(copy->dev->pool, object->handle), object->size);
+    return 0;
+}
+
+/* (dedup_take_sole) The entry still holds the bytes gather() copied. */
+static bool entry_object_same(void *arg, const struct dedup_object *object)
+{
+    const struct entry_copy *copy = arg;
+    return !(object->handle & OBJECT_BACKED) && object->size == copy->form->size &&
+           object->codec == copy->form->codec &&
+           memcmp(pool_map(copy->dev->pool, object->handle), copy->bytes, object->size) == 0;
+}
+
+/* Copy the object of a locked slot that may join into `bytes`, its form into *old. A dedup
+ * reference may join only if it is its entry's one reference (a shared page is never
+ * bundled). False: it does not join. */
+static bool copy_member(struct uzram *dev, struct slot *slot, struct page_object *old,
+                        unsigned char *bytes)
+{
+    slot_get(slot, old);
+    if (old->state != SLOT_DEDUP) {
+        memcpy(bytes, pool_map(dev->pool, old->value), old->size);
+        return true;
+    }
+    struct dedup *dedup = device_dedup(dev);
+    struct entry_copy copy = {dev, bytes, old};
+    return dedup_sole(dedup, (uint32_t)old->value) &&
+           dedup_with_object(dedup, (uint32_t)old->value, copy_entry_object, &copy) == 0;
 }
 
 /* Copy the objects of the window's pages that may join (each under its slot lock), and
@@ -58,12 +106,10 @@ static int gather(struct uzram *dev, uint64_t first, unsigned span,
         if (slot_seems_empty(slot))
             continue;
         slot_lock(slot);
-        if (slot_takes(plan, slot, slot_info(slot), now)) {
-            struct page_object *old = &work->old[count];
-            slot_get(slot, old);
-            memcpy(work->copies[count], pool_map(dev->pool, old->value), old->size);
+        if (slot_takes(plan, slot, slot_info(slot), now) &&
+            copy_member(dev, slot, &work->old[count], work->copies[count])) {
             /* keeps the dictionary alive for the decoding, whatever the page does meanwhile */
-            codec_table_hold(&dev->codecs, old->codec);
+            codec_table_hold(&dev->codecs, work->old[count].codec);
             work->offsets[count++] = (uint8_t)offset;
         }
         slot_unlock(slot);
@@ -94,11 +140,21 @@ static int bundle_codec_acquire(struct uzram *dev, const struct recompress_plan 
     return -ENOENT;
 }
 
-/* Memory a bundle of `length` bytes takes in the pool: whole pages, and the rest. */
-static double bundle_cost(unsigned length)
+/* Whether a locked slot still holds the bytes gather() copied for member k; a dedup
+ * reference's entry is then taken out of the index (dedup_take_sole: its object is freed,
+ * and *freed set), if it is still the entry's only reference. */
+static bool still_same(struct uzram *dev, const struct page_object *now,
+                       const struct page_object *old, unsigned char *copied, bool *freed)
 {
-    unsigned whole = (length - 1) / UZRAM_PAGE_SIZE;
-    return whole * (double)UZRAM_PAGE_SIZE + pool_object_cost(length - whole * UZRAM_PAGE_SIZE);
+    *freed = false;
+    if (old->state == SLOT_DEDUP) {
+        struct entry_copy copy = {dev, copied, (struct page_object *)old};
+        *freed = now->state == SLOT_DEDUP && now->value == old->value &&
+                 dedup_take_sole(device_dedup(dev), (uint32_t)old->value, entry_object_same, &copy);
+        return *freed;
+    }
+    return now->state == old->state && now->size == old->size && now->codec == old->codec &&
+           memcmp(pool_map(dev->pool, now->value), copied, now->size) == 0;
 }
 
 /* Swap the bundle into each member's slot that still holds the bytes that were packed (as
@@ -113,19 +169,18 @@ static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle
         slot_lock(slot);
         struct page_object now;
         slot_get(slot, &now);
-        bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
-                    memcmp(pool_map(dev->pool, now.value), work->copies[k], now.size) == 0;
+        bool freed;
+        bool same = still_same(dev, &now, old, work->copies[k], &freed);
         if (same) {
             struct page_object form;
             bundle_member_form(bundle, k, &form);
             slot_set_form(slot, &form);
-            bundle_join(dev, bundle, k, now.size);
+            bundle_join(dev, bundle, k, old->size);
         }
         slot_unlock(slot);
-        if (same) {
+        if (same && !freed)
             store_free_object(dev, &now);
-            joined++;
-        }
+        joined += same;
     }
     return joined;
 }
@@ -164,7 +219,7 @@ int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct rec
                                     (size_t)count * UZRAM_PAGE_SIZE, work->frame, single - 1);
     tally->tried += (unsigned)count;
     struct bundle *bundle = NULL;
-    if (length > 0 && bundle_cost((unsigned)length) < single_cost) {
+    if (length > 0 && bundle_pool_cost((unsigned)length) < single_cost) {
         int rc = bundle_create(dev, work->frame, (unsigned)length, (unsigned)codec, first,
                                work->offsets, (unsigned)count, &bundle);
         length = rc < 0 ? rc : length;

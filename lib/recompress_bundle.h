@@ -16,12 +16,13 @@ struct bundle_work *bundle_work_new(void);
 void bundle_work_free(struct bundle_work *work);
 
 /* Pack the pages of the window of plan->group pages that starts at `first` (a multiple of
- * it) that the plan takes, are stored compressed on their own (not raw, not same-filled, not
- * a dedup reference: a shared page is never bundled, nor one with a dedup entry; nor one
- * marked incompressible) into one bundle, compressed with the plan's last zstd codec, if at
- * least two are and the bundle takes less memory than their objects. Each page's slot is
- * locked only to copy its object and, later, to swap in the bundle if it still holds those
- * bytes. Any failure leaves every page as it was. Returns 0 or a negative errno. */
+ * it) that the plan takes and are stored compressed on their own (not raw, not same-filled,
+ * not marked incompressible; a dedup reference only if it is its entry's one reference: its
+ * entry then leaves the index as the page joins, dedup_take_sole(); a shared page is never
+ * bundled) into one bundle, compressed with the plan's last zstd codec, if at least two are
+ * and the bundle takes less memory than their objects. Each page's slot is locked only to
+ * copy its object and, later, to swap in the bundle if it still holds those bytes. Any
+ * failure leaves every page as it was. Returns 0 or a negative errno. */
 int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct recompress_plan *plan,
                              uint32_t now, struct recompress_tally *tally);
 

@@ -1,6 +1,7 @@
 /* test_bundle.c - unit and concurrency tests of bundles (lib/bundle.h): idle neighbours packed
  * by recompression into one object read back intact; writes and discards of members; a
- * bundle more than half dead split; dedup, same-filled and raw pages never bundled;
+ * bundle more than half dead split; shared dedup pages, same-filled and raw pages never
+ * bundled, a dedup page no other shares bundled (its entry leaving the index);
  * writeback, compaction, reset and destroy with bundles; the counters; the setting; and
  * readers, writers and discarders racing a recompressor that bundles (the TSan run). */
 #include <errno.h>
@@ -254,19 +255,54 @@ static void test_bundle_members(void **state)
     free(model);
 }
 
-/* With dedup on every page has a dedup entry (shared or not): none is bundled. */
+/* With dedup on, a page whose dedup entry no other page shares is bundled, its entry leaving
+ * the index (dedup_entries falls by one a page bundled); a shared page is never bundled. A
+ * later write of a bundled page's content makes a new entry, which the next write of it
+ * shares. */
 static void test_bundle_dedup(void **state)
 {
     (void)state;
     struct model *model = calloc(1, sizeof *model);
     struct uzram *dev = bundling_device(8, 1);
+    /* pages 0..31 unique; from 32 to 63 the even ones share 4 contents (4 pages each), the
+     * odd ones unique: each of those windows holds 4 unique pages and 4 shared ones */
     for (uint64_t i = 0; i < 64; i++)
-        put(dev, model, i, DATAGEN_TEXT, i % 40);
+        put(dev, model, i, DATAGEN_TEXT, i >= 32 && i % 2 == 0 ? 5000 + (i / 2) % 4 : 1000 + i);
+    struct uzram_stats before = test_stats(dev);
+    assert_int_equal(before.dedup_entries, 48 + 4);
     recompress_all(dev);
-    struct uzram_stats stats = test_stats(dev);
-    assert_int_equal(stats.bundles, 0);
-    assert_int_equal(stats.bundled_pages, 0);
-    assert_true(stats.recomp_pages > 0);
+    struct uzram_stats after = test_stats(dev);
+    assert_int_equal(after.bundled_pages, 48);
+    assert_int_equal(after.bundles, 8);
+    assert_int_equal(after.dedup_entries, 4); /* the shared ones alone */
+    assert_int_equal(after.pages_stored, before.pages_stored);
+    assert_true(after.dup_data_size > 0 && after.dup_data_size <= before.dup_data_size);
+    assert_true(after.recomp_pages > 0); /* the shared entries, recompressed once each */
+    assert_true(after.compr_data_size < before.compr_data_size);
+    check_all(dev, model);
+
+    /* page 3's content written again elsewhere: stored anew (a new entry), read back */
+    memcpy(model->pages[100], model->pages[3], PAGE);
+    assert_int_equal(uzram_write(dev, 100 * PAGE, model->pages[100], PAGE), 0);
+    struct uzram_stats again = test_stats(dev);
+    assert_int_equal(again.dedup_entries, 5);
+    assert_int_equal(again.dup_data_size, after.dup_data_size);
+    /* a second write of it shares that entry; page 5, bundled, rewritten with it too: a
+     * dead member */
+    memcpy(model->pages[101], model->pages[3], PAGE);
+    memcpy(model->pages[5], model->pages[3], PAGE);
+    assert_int_equal(uzram_write(dev, 101 * PAGE, model->pages[101], PAGE), 0);
+    assert_int_equal(uzram_write(dev, 5 * PAGE, model->pages[5], PAGE), 0);
+    again = test_stats(dev);
+    assert_int_equal(again.dedup_entries, 5);
+    assert_true(again.dup_data_size > after.dup_data_size);
+    assert_int_equal(again.bundled_pages, 47);
+    assert_int_equal(again.bundle_dead_pages, 1);
+    assert_int_equal(again.pages_stored, before.pages_stored + 2);
+    check_all(dev, model);
+    /* another pass bundles nothing more: the shared pages stay out */
+    recompress_all(dev);
+    assert_int_equal(test_stats(dev).bundled_pages, 47);
     check_all(dev, model);
     uzram_destroy(dev);
     free(model);
@@ -341,6 +377,7 @@ struct race {
     struct model *model;
     _Atomic bool stop;
     unsigned id;
+    bool dedup; /* half the writes then pick one of 16 contents: some pages share */
 };
 
 static void *writer(void *arg)
@@ -357,7 +394,10 @@ static void *writer(void *arg)
             memset(race->model->pages[index], 0, PAGE);
             assert_int_equal(uzram_discard(dev, index * PAGE, PAGE), 0);
         } else if (what < 3) {
-            fill(race->model->pages[index], datagen_rng_next(&rng), DATAGEN_TEXT);
+            uint64_t seed = datagen_rng_next(&rng);
+            if (race->dedup && seed % 2)
+                seed = 7000 + seed % 16;
+            fill(race->model->pages[index], seed, DATAGEN_TEXT);
             assert_int_equal(uzram_write(dev, index * PAGE, race->model->pages[index], PAGE), 0);
         } else {
             assert_int_equal(uzram_read(dev, index * PAGE, page, PAGE), 0);
@@ -379,18 +419,19 @@ static void *scanner(void *arg)
     return NULL;
 }
 
-static void test_concurrent_bundle(void **state)
+/* With `dedup`, entries leave the index as their pages are bundled while writers take and
+ * drop references on them (the dedup_take_sole race). */
+static void race_bundles(bool dedup)
 {
-    (void)state;
     struct model *model = calloc(1, sizeof *model);
-    struct uzram *dev = bundling_device(8, 0);
+    struct uzram *dev = bundling_device(8, dedup);
     assert_int_equal(test_attach_backing(dev, 1), 0);
     for (uint64_t i = 0; i < PAGES; i++)
-        put(dev, model, i, DATAGEN_TEXT, i);
+        put(dev, model, i, DATAGEN_TEXT, dedup && i % 3 == 0 ? 7000 + i % 16 : i);
     struct race races[WRITERS + 1];
     pthread_t threads[WRITERS + 1];
     for (unsigned t = 0; t <= WRITERS; t++) {
-        races[t] = (struct race){.dev = dev, .model = model, .id = t};
+        races[t] = (struct race){.dev = dev, .model = model, .id = t, .dedup = dedup};
         assert_int_equal(
             pthread_create(&threads[t], NULL, t < WRITERS ? writer : scanner, &races[t]), 0);
     }
@@ -414,18 +455,36 @@ static void test_concurrent_bundle(void **state)
     stats = test_stats(dev);
     assert_int_equal(stats.bundles, 0);
     assert_int_equal(stats.compr_data_size, 0);
+    assert_int_equal(stats.dedup_entries, 0);
     uzram_destroy(dev);
     free(model);
+}
+
+static void test_concurrent_bundle(void **state)
+{
+    (void)state;
+    race_bundles(false);
+}
+
+static void test_concurrent_bundle_dedup(void **state)
+{
+    (void)state;
+    race_bundles(true);
 }
 
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bundle_reads),   cmocka_unit_test(test_bundle_sizes),
-        cmocka_unit_test(test_bundle_setting), cmocka_unit_test(test_bundle_members),
-        cmocka_unit_test(test_bundle_dedup),   cmocka_unit_test(test_bundle_writeback),
-        cmocka_unit_test(test_bundle_compact), cmocka_unit_test(test_concurrent_bundle),
+        cmocka_unit_test(test_bundle_reads),
+        cmocka_unit_test(test_bundle_sizes),
+        cmocka_unit_test(test_bundle_setting),
+        cmocka_unit_test(test_bundle_members),
+        cmocka_unit_test(test_bundle_dedup),
+        cmocka_unit_test(test_bundle_writeback),
+        cmocka_unit_test(test_bundle_compact),
+        cmocka_unit_test(test_concurrent_bundle),
+        cmocka_unit_test(test_concurrent_bundle_dedup),
     };
     return cmocka_run_group_tests_name("bundle", tests, NULL, NULL);
 }

@@ -85,6 +85,7 @@ struct run_result {
     uint64_t calls;      /* fault points reached */
     const char *site;    /* where it was injected */
     unsigned failed_ops; /* calls that returned an error */
+    uint64_t bundled;    /* the most pages seen bundled after a recompression */
 };
 
 /* Failures print the run and operation, then abort: the workload runs in
@@ -354,6 +355,11 @@ static void op_recompress(struct run_state *state, unsigned priority)
     if (rc == -ENOENT) /* nothing at that priority */
         rc = 0;
     settle(state, rc, hits, 0, 0, false);
+    fault_pause(true);
+    uint64_t bundled = stats_of(state).bundled_pages;
+    if (bundled > state->result.bundled)
+        state->result.bundled = bundled;
+    fault_pause(false);
 }
 
 /* dict=auto for priority 1: trained now if the pages allow, else by a
@@ -562,11 +568,12 @@ static void sweep(const struct sweep_config *config)
         skip();
     uint64_t nth;
     unsigned absorbed = 0, failed = 0;
-    uint64_t reached = 0;
+    uint64_t reached = 0, bundled = 0;
     for (nth = 1; nth < MAX_RUNS; nth++) {
         struct run_result result = run_once(config, nth);
         if (!result.hit) {
             reached = result.calls;
+            bundled = result.bundled;
             break;
         }
         failed += result.failed_ops > 0;
@@ -578,8 +585,15 @@ static void sweep(const struct sweep_config *config)
     assert_true(nth < MAX_RUNS);
     assert_int_equal(reached, nth - 1);
     total_swept += nth - 1;
-    printf("%s dedup=%d: %llu fault points swept (%u calls failed, %u absorbed)\n",
-           config->algorithm, config->use_dedup, (unsigned long long)(nth - 1), failed, absorbed);
+    printf("%s dedup=%d: %llu fault points swept (%u calls failed, %u absorbed)", config->algorithm,
+           config->use_dedup, (unsigned long long)(nth - 1), failed, absorbed);
+    if (config->group)
+        printf("; at most %llu pages bundled in the run without a fault",
+               (unsigned long long)bundled);
+    printf("\n");
+    /* the run without a fault did bundle: the sweep went through packing */
+    if (config->group)
+        assert_true(bundled > 0);
 }
 
 static void test_sweep_lz4(void **unused)
@@ -658,6 +672,19 @@ static void test_sweep_bundle(void **unused)
     sweep(&(struct sweep_config){.algorithm = "lz4",
                                  .use_dedup = false,
                                  .seed = 20,
+                                 .recompress = {"zstd"},
+                                 .backing = true,
+                                 .group = 4});
+}
+
+/* Bundles under dedup: pages whose dedup entry no other page shares leave the index as they
+ * are bundled (dedup_take_sole); each failure leaves every page, and the index, as it was. */
+static void test_sweep_bundle_dedup(void **unused)
+{
+    (void)unused;
+    sweep(&(struct sweep_config){.algorithm = "lz4",
+                                 .use_dedup = true,
+                                 .seed = 22,
                                  .recompress = {"zstd"},
                                  .backing = true,
                                  .group = 4});
@@ -837,6 +864,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sweep_writeback_when_full),
         cmocka_unit_test(test_sweep_writeback_dedup),
         cmocka_unit_test(test_sweep_bundle),
+        cmocka_unit_test(test_sweep_bundle_dedup),
         cmocka_unit_test(test_sweep_attach),
         cmocka_unit_test(test_report_sites),
     };

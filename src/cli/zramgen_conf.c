@@ -415,7 +415,8 @@ static const char *uzram_algorithm(const char *name, const struct zramgen_settin
 
 /* compression-algorithm = ALGO[(PARAMS)] [ALGO[(PARAMS)]...] [(PARAMS)]: the first is the
  * device's algorithm, the second its recompression algorithm (serve takes one); PARAMS are
- * comma-separated KEY=VALUE, of which uzram takes level (and dict for recompression). */
+ * comma-separated KEY=VALUE, of which uzram takes level (and, for recompression, dict and
+ * group: serve --recompress's keys, which serve checks). */
 static void resolve_compression(struct zramgen_device *device)
 {
     const struct zramgen_setting *where = &device->set[ZG_COMPRESSION];
@@ -453,7 +454,8 @@ static void resolve_compression(struct zramgen_device *device)
             param = trim(param);
             if (strncmp(param, "level=", 6) == 0 && priority == 0)
                 snprintf(device->level, sizeof device->level, "%s", param + 6);
-            else if ((strncmp(param, "level=", 6) == 0 || strncmp(param, "dict=", 5) == 0) &&
+            else if ((strncmp(param, "level=", 6) == 0 || strncmp(param, "dict=", 5) == 0 ||
+                      strncmp(param, "group=", 6) == 0) &&
                      priority == 1 && strlen(spec) + strlen(param) + 2 < sizeof spec)
                 snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",%s", param);
             else

@@ -52,11 +52,22 @@ struct chunk {
     struct chunk *next;
 };
 
+/* The window of --group pages being filled: the pages that could join a bundle and what
+ * each takes recompressed alone. */
+struct bundle_window {
+    const unsigned char *pages[16];
+    unsigned cold[16];
+    unsigned count;
+    unsigned char *span;  /* the members laid end to end */
+    unsigned char *frame; /* their frame */
+};
+
 struct worker {
     pthread_t thread;
     struct estimate_analyzer *analyzer;
     struct uzram_codec *codecs[ESTIMATE_MAX_ALGORITHMS];
     unsigned char *scratch;
+    struct bundle_window window;
     struct estimate_counts counts; /* of the current source, merged at its end */
     bool started;
 };
@@ -131,6 +142,10 @@ void estimate_counts_add(struct estimate_counts *to, const struct estimate_count
     to->scan_forward += from->scan_forward;
     to->scan_backward += from->scan_backward;
     to->scan_precheck += from->scan_precheck;
+    to->bundles += from->bundles;
+    to->bundled_pages += from->bundled_pages;
+    to->bundle_cost += from->bundle_cost;
+    to->bundle_single_cost += from->bundle_single_cost;
     if (!to->lengths || !from->lengths)
         return;
     for (unsigned a = 0; a < algorithm_count; a++)
@@ -265,7 +280,9 @@ static void set_error(struct estimate_analyzer *analyzer, int rc)
     pthread_mutex_unlock(&analyzer->lock);
 }
 
-static void analyze_page(struct worker *worker, const unsigned char *page)
+/* Returns, for --group, what the page takes in what recompression keeps if it could join a
+ * bundle (the first copy of its content, not same-filled, not raw); else 0. */
+static unsigned analyze_page(struct worker *worker, const unsigned char *page)
 {
     struct estimate_analyzer *analyzer = worker->analyzer;
     struct dedup_index *index = &analyzer->index;
@@ -289,7 +306,7 @@ static void analyze_page(struct worker *worker, const unsigned char *page)
             counts->zero_pages++;
         else
             counts->same_pages++;
-        return;
+        return 0;
     }
 
     uint64_t hash = XXH3_64bits(page, page_size);
@@ -334,6 +351,61 @@ static void analyze_page(struct worker *worker, const unsigned char *page)
         }
         counts->lengths[a].all[length]++;
     }
+    const struct estimate_recompression *r = &analyzer->options.recompression;
+    if (!r->group || !is_new ||
+        atomic_load_explicit(&index->lengths[slot * algorithms + r->primary],
+                             memory_order_relaxed) == ESTIMATE_RAW)
+        return 0;
+    return atomic_load_explicit(&index->lengths[slot * algorithms + r->recompressed_dict],
+                                memory_order_relaxed);
+}
+
+/* Pack the window's pages, as recompress_bundle.c does: at least two, compressed as one
+ * frame with the dictionary codec, kept where the bundle takes less pool memory than the
+ * pages alone. */
+static void bundle_flush(struct worker *worker)
+{
+    struct bundle_window *window = &worker->window;
+    unsigned count = window->count;
+    window->count = 0;
+    if (count < 2)
+        return;
+    const struct estimate_recompression *r = &worker->analyzer->options.recompression;
+    double single = 0;
+    for (unsigned k = 0; k < count; k++) {
+        memcpy(window->span + (size_t)k * UZRAM_PAGE_SIZE, window->pages[k], UZRAM_PAGE_SIZE);
+        single += uzram_pool_object_cost(window->cold[k]);
+    }
+    int length = uzram_codec_compress_span(worker->codecs[r->secondary_dict], window->span, count,
+                                           window->frame, (size_t)count * UZRAM_PAGE_SIZE);
+    if (length < 0) {
+        set_error(worker->analyzer, length);
+        return;
+    }
+    double cost = length > 0 ? uzram_bundle_cost((size_t)length) : single;
+    if (cost >= single)
+        return;
+    worker->counts.bundles++;
+    worker->counts.bundled_pages += count;
+    worker->counts.bundle_cost += cost;
+    worker->counts.bundle_single_cost += single;
+}
+
+/* Page `index` of a chunk (chunks start at a multiple of every power of two up to 16 pages:
+ * windows of other sizes restart at each chunk) was analysed: `cold` as analyze_page says. */
+static void bundle_add(struct worker *worker, size_t index, const unsigned char *page,
+                       unsigned cold)
+{
+    unsigned group = worker->analyzer->options.recompression.group;
+    if (!group)
+        return;
+    if (index % group == 0)
+        bundle_flush(worker);
+    if (cold) {
+        struct bundle_window *window = &worker->window;
+        window->pages[window->count] = page;
+        window->cold[window->count++] = cold;
+    }
 }
 
 static int analyze_chunk(struct worker *worker, struct chunk *chunk)
@@ -346,12 +418,16 @@ static int analyze_chunk(struct worker *worker, struct chunk *chunk)
         int rc = index_reserve(analyzer);
         if (rc < 0)
             return rc;
-        for (size_t i = first; i < last; i++)
-            analyze_page(worker, chunk->data + i * page_size);
+        for (size_t i = first; i < last; i++) {
+            const unsigned char *page = chunk->data + i * page_size;
+            bundle_add(worker, i, page, analyze_page(worker, page));
+        }
         pthread_rwlock_unlock(&analyzer->index.lock);
         atomic_fetch_add_explicit(&analyzer->bytes_done, (last - first) * page_size,
                                   memory_order_relaxed);
     }
+    if (analyzer->options.recompression.group)
+        bundle_flush(worker);
     return 0;
 }
 
@@ -395,6 +471,13 @@ static int worker_open(struct worker *worker, const struct estimate_options *opt
     worker->scratch = malloc(2 * UZRAM_PAGE_SIZE);
     if (!worker->scratch)
         return -ENOMEM;
+    if (options->recompression.group) {
+        size_t bytes = (size_t)options->recompression.group * UZRAM_PAGE_SIZE;
+        worker->window.span = malloc(bytes);
+        worker->window.frame = malloc(bytes);
+        if (!worker->window.span || !worker->window.frame)
+            return -ENOMEM;
+    }
     if (options->algorithm_count) {
         worker->counts.lengths = calloc(options->algorithm_count, sizeof(struct estimate_lengths));
         if (!worker->counts.lengths)
@@ -582,6 +665,8 @@ void estimate_analyzer_stop(struct estimate_analyzer *analyzer)
             for (unsigned a = 0; a < ESTIMATE_MAX_ALGORITHMS; a++)
                 uzram_codec_close(worker->codecs[a]);
             free(worker->scratch);
+            free(worker->window.span);
+            free(worker->window.frame);
             free(worker->counts.lengths);
         }
         free(analyzer->workers);

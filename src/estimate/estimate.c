@@ -35,6 +35,8 @@ static void usage(FILE *out)
           "                         dictionary trained on the first pages read\n"
           "      --hot PERCENT      with -r: share of pages taken as hot (default 20)\n"
           "      --dict-size SIZE   with -r: dictionary size (default 64K)\n"
+          "      --group N          with -r zstd: also bundles of N (2 to 16) neighbouring\n"
+          "                         cold pages compressed together (serve's group=N)\n"
           "      --page-size SIZE   page size (default 4096; compression only at 4096)\n"
           "  -j, --jobs N           worker threads (default: number of CPUs)\n"
           "      --json             print JSON instead of tables\n"
@@ -49,7 +51,7 @@ static void usage(FILE *out)
           out);
 }
 
-enum { OPT_PAGE_SIZE = 256, OPT_ALL_MAPPINGS, OPT_JSON, OPT_HOT, OPT_DICT_SIZE };
+enum { OPT_PAGE_SIZE = 256, OPT_ALL_MAPPINGS, OPT_JSON, OPT_HOT, OPT_DICT_SIZE, OPT_GROUP };
 
 /* Split `list` (commas or spaces) into options->algorithms, checked against
  * the engine. `storage` keeps the strings. Returns 0, or -1 after a message. */
@@ -216,6 +218,15 @@ static int parse_number_option(int c, const char *arg, struct estimate_command *
         options->recompression.hot_percent = (unsigned)hot;
         return 0;
     }
+    case OPT_GROUP: {
+        long group = strtol(arg, &end, 10);
+        if (end == arg || *end || group < 2 || group > 16) {
+            fprintf(stderr, "uzram estimate: --group wants 2 to 16 pages, not '%s'\n", arg);
+            return -1;
+        }
+        options->recompression.group = (unsigned)group;
+        return 0;
+    }
     default: /* OPT_DICT_SIZE */
         if (uzram_parse_size(arg, &cmd->dict_size) < 0 || cmd->dict_size < 256 ||
             cmd->dict_size > 1024 * 1024) {
@@ -241,6 +252,7 @@ static int parse_command_line(int argc, char **argv, struct estimate_command *cm
         {"recompress", required_argument, NULL, 'r'},
         {"hot", required_argument, NULL, OPT_HOT},
         {"dict-size", required_argument, NULL, OPT_DICT_SIZE},
+        {"group", required_argument, NULL, OPT_GROUP},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -268,6 +280,7 @@ static int parse_command_line(int argc, char **argv, struct estimate_command *cm
         case 'j':
         case OPT_HOT:
         case OPT_DICT_SIZE:
+        case OPT_GROUP:
             if (parse_number_option(c, optarg, cmd) < 0)
                 return 2;
             break;
@@ -342,6 +355,13 @@ static int choose_algorithms(struct estimate_command *cmd)
     }
     if (cmd->recompress && !options->algorithm_count) {
         fputs("uzram estimate: --recompress needs compression; drop -a none\n", stderr);
+        return -1;
+    }
+    if (options->recompression.group &&
+        (!cmd->recompress || strncmp(cmd->recompress, "zstd", 4) != 0 ||
+         (cmd->recompress[4] != '\0' && cmd->recompress[4] != ':'))) {
+        fputs("uzram estimate: --group projects bundles, which zstd makes: add -r zstd[:LEVEL]\n",
+              stderr);
         return -1;
     }
     if (cmd->recompress && add_recompression(options, cmd->recompress, (size_t)cmd->dict_size) < 0)

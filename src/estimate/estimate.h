@@ -55,6 +55,12 @@ struct estimate_counts {
     uint64_t scan_forward;
     uint64_t scan_backward;
     uint64_t scan_precheck;
+    /* Bundles (-r zstd --group N): windows packed, their pages, the pool memory of the
+     * bundles and of the same pages recompressed one by one */
+    uint64_t bundles;
+    uint64_t bundled_pages;
+    double bundle_cost;
+    double bundle_single_cost;
     struct estimate_lengths *lengths; /* [algorithm_count], NULL without compression */
 };
 
@@ -164,6 +170,11 @@ struct estimate_recompression {
     bool on;
     unsigned primary, secondary, secondary_dict, recompressed, recompressed_dict;
     unsigned hot_percent;
+    /* --group N (2..16; 0: off): also project bundles of N neighbouring pages, as
+     * recompress_group packs them (zstd only): in each aligned window, the pages whose content
+     * is seen there first and not kept raw, compressed as one frame with the dictionary,
+     * where that takes less memory than their recompressed forms */
+    unsigned group;
 };
 
 struct estimate_options {

@@ -178,6 +178,15 @@ static double recompressed_memory(const struct estimate_options *options,
            first.uzram_dedup_meta + (double)options->specs[from].dict_memory;
 }
 
+/* recompressed_memory() with the dictionary, less what bundles save on the cold share. */
+static double bundled_memory(const struct estimate_options *options,
+                             const struct estimate_counts *counts, double hot)
+{
+    double saved = counts->bundle_single_cost - counts->bundle_cost;
+    return recompressed_memory(options, counts, options->recompression.recompressed_dict, hot) -
+           (1 - hot) * saved;
+}
+
 static void recompression_row(FILE *out, const char *label, double memory, double input)
 {
     char size[16];
@@ -217,6 +226,11 @@ static void recompression_table(FILE *out, const struct estimate_options *option
             snprintf(label, sizeof label, "(too few pages to train a dictionary)");
         recompression_row(out, label,
                           recompressed_memory(options, counts, r->recompressed_dict, hot), input);
+    }
+    if (r->group) {
+        snprintf(label, sizeof label, "... and bundles of %u (%" PRIu64 " pages in %" PRIu64 ")",
+                 r->group, counts->bundled_pages, counts->bundles);
+        recompression_row(out, label, bundled_memory(options, counts, hot), input);
     }
     fputs("  (uzram+dedup memory: the hot share in the first form, the rest in what\n"
           "   recompression keeps, the index, and the dictionary trained on 2048 pages\n"
@@ -497,6 +511,12 @@ void estimate_report_json(FILE *out, const struct estimate_options *options,
                     dict->dict_trained ? "true" : "false", dict->dict_memory,
                     recompressed_memory(options, total, r->recompressed_dict, hot));
         }
+        if (r->group)
+            fprintf(out,
+                    ", \"group\": %u, \"bundles\": %" PRIu64 ", \"bundled_pages\": %" PRIu64
+                    ", \"recompressed_bundled_bytes\": %.0f",
+                    r->group, total->bundles, total->bundled_pages,
+                    bundled_memory(options, total, hot));
         fputc('}', out);
     }
     fputs("\n}\n", out);

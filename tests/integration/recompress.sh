@@ -114,12 +114,14 @@ pass "background: $(json bg recomp_pages) pages recompressed with a $dict-byte d
 "$UZRAM" attr bg recompress_idle 5 || fail "recompress_idle 5"
 stop_server bg
 
-# ---- bundles: --recompress ...,group=8 (no dedup: a page with a dedup entry is never bundled) ----
-start_server gb -s 32M -a lz4 --recompress-idle 1 --recompress algo=zstd,level=7,dict=auto,group=8
+# ---- bundles: --dedup --recompress ...,group=8 (the issue 27 configuration): a page no other
+# shares leaves the dedup index as it is bundled; the tree twice in DATA gives shared pages ----
+start_server gb -s 32M -a lz4 --dedup --recompress-idle 1 --recompress algo=zstd,level=7,dict=auto,group=8
 URI=$(uri_of gb)
 [[ $("$UZRAM" attr gb recompress_group) -eq 8 ]] || fail "recompress_group does not read 8"
 nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the bundling device"
 mem_before=$(mm_stat_field gb 2)
+entries_before=$(json gb dedup_entries)
 settled gb bundled_pages ||
     fail "the background thread did not bundle within 60 s (bundled_pages $(json gb bundled_pages))"
 bundles=$(json gb bundles)
@@ -127,13 +129,16 @@ bundled=$(json gb bundled_pages)
 [[ $bundles -gt 0 && $bundled -ge $((2 * bundles)) && $bundled -le $((8 * bundles)) ]] ||
     fail "$bundled pages in $bundles bundles"
 [[ $(json gb bundle_saved_bytes) -gt 0 ]] || fail "bundle_saved_bytes is 0"
+entries_after=$(json gb dedup_entries)
+[[ $entries_after -lt $entries_before && $entries_after -gt 0 ]] ||
+    fail "dedup_entries $entries_before -> $entries_after: bundled pages did not leave the index, or shared ones did"
 mem_after=$(mm_stat_field gb 2)
 [[ $mem_after -lt $mem_before ]] || fail "bundling left mem_used_total at $mem_after (was $mem_before)"
 "$UZRAM" status -b -o NAME,bundles,bundled_pages | grep -Eq "^ *gb +$bundles +$bundled *$" ||
     fail "uzram status does not show the bundles: $("$UZRAM" status -b -o NAME,bundles,bundled_pages)"
 nbdcopy "$URI" "$WORK/back-gb.img" || fail "nbdcopy out of the bundling device"
 cmp -n $((24 * MiB)) "$DATA" "$WORK/back-gb.img" || fail "data read back from bundles differs"
-pass "bundles: $bundled pages in $bundles bundles, mem_used_total $mem_before -> $mem_after, read back identical, shown by uzram status"
+pass "bundles under dedup: $bundled pages in $bundles bundles, dedup_entries $entries_before -> $entries_after, mem_used_total $mem_before -> $mem_after, read back identical, shown by uzram status"
 # a member rewritten leaves a dead one; the data stays right
 head -c 4096 /dev/urandom >"$WORK/page"
 nbdcopy "$WORK/page" "$URI" || fail "rewrite of page 0"
@@ -147,3 +152,21 @@ if out=$(timeout 20 "$UZRAM" serve -n gbad -s 1M --recompress algo=zstd,group=1 
 fi
 grep -q "group=1 is not a number of pages from 2 to 16" <<<"$out" || fail "no hint in the error: $out"
 pass "bad group values refused with what to write"
+
+# uzram estimate --group projects bundles (with -r zstd only)
+"$UZRAM" estimate -q --json -r zstd:7 --hot 0 --group 8 "$DATA" >"$WORK/group.json" ||
+    fail "estimate --group 8"
+$PY - "$WORK/group.json" <<'EOF' || fail "estimate --group: $(cat "$WORK/group.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["recompression"]
+pages = d["total"]["pages"]
+sys.exit(not (r["group"] == 8 and 0 < r["bundled_pages"] <= pages and
+              2 * r["bundles"] <= r["bundled_pages"] <= 8 * r["bundles"] and
+              0 < r["recompressed_bundled_bytes"] < r["recompressed_dict_bytes"]))
+EOF
+if out=$("$UZRAM" estimate -q --group 8 "$DATA" 2>&1); then fail "estimate --group without -r accepted"; fi
+grep -q "add -r zstd" <<<"$out" || fail "no hint in the error: $out"
+if out=$("$UZRAM" estimate -q -r zstd --group 17 "$DATA" 2>&1); then fail "estimate --group 17 accepted"; fi
+grep -q "2 to 16" <<<"$out" || fail "no hint in the error: $out"
+pass "estimate --group 8 projects bundles below the dictionary's single pages; bad uses refused with what to write"

@@ -158,7 +158,7 @@ cat >"$WORK/zram.conf" <<'EOF'
 [zram7]
 zram-size = min(ram / 64, 48)
 zram-resident-limit = 16
-compression-algorithm = zstd(level=4) lz4hc(level=9) deflate
+compression-algorithm = zstd(level=4) lz4hc(level=9,group=4) deflate
 fs-type = ext2
 EOF
 "$UZRAM" zram-generator --config "$WORK/zram.conf" --serve zram7 >"$WORK/server-zram7.out" 2>"$WORK/server-zram7.err" &
@@ -171,6 +171,8 @@ want_size=$(( (ram_mb / 64 < 48 ? ram_mb * 1048576 / 64 : 48 * 1048576) / 4096 *
 grep -q '\[zstd\]' <<<"$("$UZRAM" attr zram7 comp_algorithm)" || fail "algorithm: $("$UZRAM" attr zram7 comp_algorithm)"
 grep -q 'level=4' <<<"$("$UZRAM" attr zram7 algorithm_params)" || fail "level: $("$UZRAM" attr zram7 algorithm_params)"
 grep -q 'lz4hc' <<<"$("$UZRAM" attr zram7 recomp_algorithm)" || fail "recompression: $("$UZRAM" attr zram7 recomp_algorithm)"
+[[ $("$UZRAM" attr zram7 recompress_group) -eq 4 ]] || fail "group=: recompress_group $("$UZRAM" attr zram7 recompress_group)"
+! grep -q "group=4" "$WORK/server-zram7.err" || fail "group= warned about: $(cat "$WORK/server-zram7.err")"
 # The third algorithm, which serve does not take: the warning's command adds it, run as printed.
 hint=$(sed -n "s/.*add it at run time: \(uzram attr zram7 recomp_algorithm 'algo=deflate priority=2'\)$/\1/p" "$WORK/server-zram7.err")
 [[ -n $hint ]] || fail "no run-time hint for the third algorithm: $(cat "$WORK/server-zram7.err")"
@@ -178,7 +180,7 @@ PATH=$(dirname "$UZRAM"):$PATH bash -c "$hint" || fail "'$hint' failed"
 grep -q '^#2: .*\[deflate\]' <<<"$("$UZRAM" attr zram7 recomp_algorithm)" ||
     fail "'$hint' did not add deflate: $("$UZRAM" attr zram7 recomp_algorithm)"
 stop_server zram7
-pass "--serve: size, zram-resident-limit, algorithm and level, recompression algorithm in effect; the third algorithm's hint run as printed"
+pass "--serve: size, zram-resident-limit, algorithm and level, recompression algorithm and group= in effect; the third algorithm's hint run as printed"
 
 # --- setup and reset: a swap and an ext2 mount (root, FUSE, loop devices; swap: serve --swap,
 # which needs CAP_SYS_RESOURCE) ---
