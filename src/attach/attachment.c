@@ -199,7 +199,8 @@ static int attach_ublk(struct attachment *attachment, bool swap, char *reply, si
     struct uzram_config config;
     uzram_get_config(attachment->settings.dev, &config);
     int rc = ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
-                        attachment->settings.threads, &attachment->ublk, message, message_size);
+                        attachment->settings.threads, attachment->settings.persistent,
+                        &attachment->ublk, message, message_size);
     if (rc < 0)
         return rc;
     if (swap)
@@ -352,6 +353,48 @@ void attachment_stop(struct attachment *attachment)
         }
     }
     pthread_mutex_unlock(&attachment->operation_lock);
+}
+
+int attachment_recover_ublk(struct attachment *attachment, int dev_id, char *message,
+                            size_t message_size)
+{
+    struct uzram_config config;
+    uzram_get_config(attachment->settings.dev, &config);
+    int rc;
+    pthread_mutex_lock(&attachment->operation_lock);
+    if (attachment->stopped) {
+        snprintf(message, message_size, "the server is stopping");
+        rc = -ESHUTDOWN;
+    } else if (attachment->method != NONE) {
+        snprintf(message, message_size, "%s is already attached as %s", attachment->settings.name,
+                 attachment->device);
+        rc = -EEXIST;
+    } else {
+        rc = ublk_recover(attachment->settings.dev, dev_id, config.disksize,
+                          attachment->settings.read_only, &attachment->ublk, message, message_size);
+    }
+    if (rc == 0) {
+        attachment->method = UBLK;
+        set_device(attachment, ublk_path(attachment->ublk));
+    }
+    pthread_mutex_unlock(&attachment->operation_lock);
+    return rc;
+}
+
+void attachment_hand_over(struct attachment *attachment)
+{
+    if (attachment == NULL)
+        return;
+    pthread_mutex_lock(&attachment->operation_lock);
+    if (attachment->method == UBLK) {
+        attachment->stopped = true;
+        ublk_leave(attachment->ublk);
+        attachment->ublk = NULL;
+        attachment->method = NONE;
+        set_device(attachment, "");
+    }
+    pthread_mutex_unlock(&attachment->operation_lock);
+    attachment_stop(attachment);
 }
 
 void attachment_destroy(struct attachment *attachment)
