@@ -634,26 +634,48 @@ static int fits(const struct ublk_recoverable *found, uint64_t size, bool read_o
     return -EINVAL;
 }
 
+/* Why recoverable_device() said `rc`, in words. */
+static const char *refusal(int rc)
+{
+    switch (rc) {
+    case -ENODEV:
+        return "there is no such device";
+    case -EPERM:
+        return "it is not uzram's";
+    case -EOPNOTSUPP:
+        return "it was made without user recovery (or is stopped)";
+    case -EBUSY:
+        return "its server is running";
+    default:
+        return strerror(-rc);
+    }
+}
+
+/* A server for device `dev_id`, and what the driver says of it: recoverable_device()'s
+ * result with *out made, or server_new()'s error with *out NULL. */
+static int server_for(struct uzram *dev, bool read_only, int dev_id, struct ublk_server **out,
+                      struct ublk_recoverable *found, char *message, size_t message_size)
+{
+    *out = NULL;
+    int rc = server_new(dev, read_only, out, message, message_size);
+    if (rc < 0)
+        return rc;
+    (*out)->dev_id = dev_id;
+    return recoverable_device(*out, dev_id, found);
+}
+
 int ublk_recover(struct uzram *dev, int dev_id, uint64_t size, bool read_only,
                  struct ublk_server **out, char *message, size_t message_size)
 {
-    static const char *const why[] = {
-        [ENODEV] = "there is no such device",
-        [EPERM] = "it is not uzram's",
-        [EOPNOTSUPP] = "it was made without user recovery (or is stopped)",
-        [EBUSY] = "its server is running",
-    };
     struct ublk_server *s;
     struct ublk_recoverable found;
-    int rc = server_new(dev, read_only, &s, message, message_size);
-    if (rc < 0)
+    int rc = server_for(dev, read_only, dev_id, &s, &found, message, message_size);
+    if (s == NULL)
         return rc;
-    s->dev_id = dev_id;
     s->recoverable = true;
-    rc = recoverable_device(s, dev_id, &found);
     if (rc < 0)
         snprintf(message, message_size, "ublk: cannot recover /dev/ublkb%d: %s", dev_id,
-                 -rc < (int)(sizeof why / sizeof why[0]) && why[-rc] ? why[-rc] : strerror(-rc));
+                 refusal(rc));
     if (rc == 0)
         rc = fits(&found, size, read_only, message, message_size);
     if (rc == 0) {
@@ -683,16 +705,12 @@ int ublk_delete(int dev_id, char *message, size_t message_size)
 {
     struct ublk_server *s;
     struct ublk_recoverable found;
-    int rc = server_new(NULL, false, &s, message, message_size);
-    if (rc < 0)
+    int rc = server_for(NULL, false, dev_id, &s, &found, message, message_size);
+    if (s == NULL)
         return rc;
-    s->dev_id = dev_id;
-    rc = recoverable_device(s, dev_id, &found);
     if (rc == -ENODEV || rc == -EPERM || rc == -EBUSY)
         snprintf(message, message_size, "ublk: will not delete /dev/ublkb%d: %s", dev_id,
-                 rc == -ENODEV  ? "there is no such device"
-                 : rc == -EPERM ? "it is not uzram's"
-                                : "its server is running");
+                 refusal(rc));
     else
         rc = control_command(s, UBLK_CMD_STOP_DEV, NULL, 0, 0);
     if (rc == 0 && (rc = delete_device(s, dev_id)) < 0)
