@@ -216,6 +216,8 @@ int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues
                struct ublk_server **out, char *message, size_t message_size);
 /* "/dev/ublkbN". */
 const char *ublk_path(const struct ublk_server *server);
+/* N of /dev/ublkbN: what a successor gives ublk_recover(). */
+int ublk_id(const struct ublk_server *server);
 /* Stop and delete the device (whatever still uses it gets I/O errors), end the threads. */
 void ublk_stop(struct ublk_server *server);
 /* A planned handover: end the threads (the requests they served are completed first) and let
@@ -322,6 +324,9 @@ uint64_t attachment_uring_requests(struct attachment *attachment);
  * errno with a message (-EEXIST: something is attached already; ublk_recover()'s). */
 int attachment_recover_ublk(struct attachment *attachment, int dev_id, char *message,
                             size_t message_size);
+/* The number N of the attached /dev/ublkbN (what the server records in the state for its
+ * successor), or -1 when no ublk device is attached. */
+int attachment_ublk_id(struct attachment *attachment);
 /* A planned restart: a ublk device is left to the successor (ublk_leave: its I/O waits); any
  * other attachment is ended as by attachment_stop(). Refuses attaches after. */
 void attachment_hand_over(struct attachment *attachment);

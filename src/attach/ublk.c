@@ -497,6 +497,11 @@ const char *ublk_path(const struct ublk_server *s)
     return s->path;
 }
 
+int ublk_id(const struct ublk_server *s)
+{
+    return s->dev_id;
+}
+
 void ublk_stop(struct ublk_server *s)
 {
     if (s != NULL)

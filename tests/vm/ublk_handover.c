@@ -38,8 +38,7 @@ static int serve_until_signal(struct uzram *dev, struct ublk_server *server, con
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGUSR1);
-    const char *path = ublk_path(server);
-    printf("%s\n", path + strlen("/dev/ublkb"));
+    printf("%d\n", ublk_id(server));
     fflush(stdout);
     int signal = 0;
     sigwait(&set, &signal);
@@ -49,7 +48,7 @@ static int serve_until_signal(struct uzram *dev, struct ublk_server *server, con
         return 0;
     }
     char id[16];
-    snprintf(id, sizeof id, "%s", path + strlen("/dev/ublkb"));
+    snprintf(id, sizeof id, "%d", ublk_id(server));
     ublk_leave(server);
     uzram_destroy(dev);
     sigprocmask(SIG_UNBLOCK, &set, NULL);
