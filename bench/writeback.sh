@@ -280,7 +280,10 @@ START=$(date +%s)
 # What each step ran, on which commit, and the load: a step run alone keeps the other's
 # results, so each names its own (STEP.run: git, command, load at its end).
 GIT=$(git describe --always --dirty 2>/dev/null || echo unknown)
+# KERNEL only shapes an image built here: with IMAGE= given it changes nothing, so it is left
+# out of the command rather than recorded as if it had chosen the image.
 COMMAND="$(for v in ROUNDS RUNTIME KERNEL SET STEPS SPACE_SIDES THREADS IMAGE KEEP_IMAGE; do
+    [ "$v" = KERNEL ] && [ -n "${IMAGE:-}" ] && continue
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/writeback.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 ran() { printf '%s\n%s\n%s\n' "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$RES/$1.run"; }
 echo "writeback: working set $SET, $ROUNDS rounds of ${RUNTIME}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -52,8 +52,6 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
  * ENOTCONN from then on) and remove the file if it was created. NULL is accepted. */
 void fuse_file_stop(struct fuse_file *file, bool wait_for_users);
 const char *fuse_file_path(const struct fuse_file *file);
-/* TRIM requests (punched holes) that reached the engine. */
-uint64_t fuse_file_discards(const struct fuse_file *file);
 
 /* ------------------------------------------------------------------------
  * Block devices: loop devices, users of a device (blockdev.c)

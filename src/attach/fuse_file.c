@@ -72,8 +72,6 @@ struct fuse_file {
     pthread_mutex_t uring_lock;
     bool uring_closed;
     struct fuse_uring *uring;
-    /* Counted for `uzram status` and for the tests: what reached the engine. */
-    atomic_uint_least64_t discards;
     struct worker workers[];
 };
 
@@ -312,8 +310,6 @@ static void file_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, 
     if (rc == 0 && middle > 0) {
         rc = punch ? uzram_discard(file->dev, offset + head, middle)
                    : uzram_write_zeroes(file->dev, offset + head, middle, true);
-        if (rc == 0 && punch)
-            atomic_fetch_add_explicit(&file->discards, 1, memory_order_relaxed);
     }
     if (rc == 0 && tail > 0)
         rc = zero_unaligned(file, offset + head + middle, (size_t)tail);
@@ -726,11 +722,6 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
 const char *fuse_file_path(const struct fuse_file *file)
 {
     return file->path;
-}
-
-uint64_t fuse_file_discards(const struct fuse_file *file)
-{
-    return atomic_load_explicit(&file->discards, memory_order_relaxed);
 }
 
 /* Unmount while the workers still answer: the kernel may have a RELEASE to send, and an
