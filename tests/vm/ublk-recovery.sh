@@ -25,7 +25,7 @@ need_module ublk_drv
 need_tools fio dd cmp
 HANDOVER=$(dirname "$UZRAM")/tests/vm/ublk_handover
 [[ -x $HANDOVER ]] || fail "no $HANDOVER (make $HANDOVER)"
-HPID= FIO= DEV_ID=
+HPID="" FIO="" DEV_ID=""
 # start_handover ARGS...: the stand-in in the background; waits for the device number it prints
 # (a new line of $WORK/handover.out) and sets DEV_ID, HPID.
 start_handover() {

@@ -37,7 +37,7 @@ MNT=$WORK/mnt
 mkdir -p "$MNT"
 at_exit "umount -l $MNT"
 STOP=$WORK/stop-load
-LOAD_PID=
+LOAD_PID=""
 
 # restart_after_kill NAME STATE DEV ARGS...: SIGKILL the server NAME, start it again on the same
 # state; it must serve DEV again (recovered, not a new node) within 30 s.
@@ -81,7 +81,7 @@ stop_load() {
     touch "$STOP"
     timeout 300 tail --pid="$LOAD_PID" -f /dev/null || fail "the fio rounds did not end within 300 s"
     wait "$LOAD_PID" || fail "a fio round failed: $(grep -m 5 -iE 'error|bad|verify|err=' "$WORK/load.failed")"
-    LOAD_PID=
+    LOAD_PID=""
 }
 load_alive() { kill -0 "$LOAD_PID" 2>/dev/null || fail "$1: the fio rounds ended: $(grep -m 5 -iE 'error|bad|verify|err=' "$WORK/load.failed" 2>/dev/null)"; }
 
