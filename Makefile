@@ -61,7 +61,7 @@ SRC_OBJS := $(SRC_SRCS:%.c=$(O)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 UZRAM := $(O)/uzram
 # Programs the VM tests run inside the guest (tests/vm/).
-VM_TOOLS := $(O)/tests/vm/memtouch
+VM_TOOLS := $(O)/tests/vm/memtouch $(O)/tests/vm/ublk_handover
 
 .PHONY: all lib programs tests check check-exports run deps tsan asan valgrind format format-check bench clean
 all: lib $(UZRAM) $(TEST_BINS) $(VM_TOOLS)
@@ -123,6 +123,10 @@ $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
 $(O)/tests/test_config: $(O)/src/server/config.o
+# The stand-in server of the ublk recovery scenarios: the program's ublk code on the engine.
+$(O)/tests/vm/ublk_handover: tests/vm/ublk_handover.c $(O)/src/attach/ublk.o $(O)/src/common/util.o $(LIBUZRAM) $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/attach/ublk.o $(O)/src/common/util.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) $(URING_LIBS) -lm
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
@@ -321,8 +325,13 @@ soak: deps
 # vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
 # vm-bench:     the /dev node paths (ublk, nbd-client) against the guest's zram, fio in the VM,
 #               into docs/BENCHMARKS.md (bench/vm-block.sh)
+# vm-recovery:  ublk user recovery's handshake, VM_KILLS (20) SIGKILLs of a stand-in server
+#               under fio (tests/vm/ublk-recovery.sh; make check runs it with 3)
+# vm-restart:   issue 29's scenarios through `serve --persist` (tests/vm/ublk-restart.sh):
+#               ext4 + fio verify with VM_KILLS SIGKILLs, swap with a restart, `uzram restart`
 VM_SOAK_RUNS ?= 10
-.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench
+VM_KILLS ?= 20
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart
 vm-check: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --check
@@ -338,4 +347,10 @@ vm-docs: deps
 vm-bench: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./bench/vm-block.sh
+vm-recovery: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --mem 512 --deadline $$(( 60 + $(VM_KILLS) * 20 )) ublk-recovery:$(VM_KILLS)
+vm-restart: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./tests/vm/vm.sh --mem 512 --deadline $$(( 900 + $(VM_KILLS) * 30 )) ublk-restart:ext4,$(VM_KILLS),swap,planned
 # ---- end of VM tests block ----

@@ -205,14 +205,56 @@ int run_program(const char *const argv[], int timeout_seconds, char *message, si
 struct ublk_server;
 
 /* Add /dev/ublkbN of `size` bytes served from `dev` by `queues` queues (at most one per
- * CPU), each a thread of this process, and start it. Returns 0, or a negative errno with a
- * message (-ENOENT: no ublk driver). */
-int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues,
+ * CPU), each a thread of this process, and start it. `recoverable` (a server whose device state
+ * outlives it): made with UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE, so that when
+ * this process dies the node stays and its I/O waits for ublk_recover() in a successor (the
+ * requests this one had taken are sent again). Returns 0, or a negative errno with a message
+ * (-ENOENT: no ublk driver). */
+int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues, bool recoverable,
                struct ublk_server **out, char *message, size_t message_size);
 /* "/dev/ublkbN". */
 const char *ublk_path(const struct ublk_server *server);
+/* N of /dev/ublkbN: what a successor gives ublk_recover(). */
+int ublk_id(const struct ublk_server *server);
 /* Stop and delete the device (whatever still uses it gets I/O errors), end the threads. */
 void ublk_stop(struct ublk_server *server);
+/* A planned handover: end the threads (the requests they served are completed first) and let
+ * go of the device without stopping it. A recoverable device then waits, quiesced, its I/O
+ * held, for ublk_recover() in the successor (this process after an execve, or another);
+ * one made without recovery is stopped and deleted as by ublk_stop(). NULL is accepted. */
+void ublk_leave(struct ublk_server *server);
+
+/* A uzram ublk device whose server is gone and that a successor may take over. */
+struct ublk_recoverable {
+    int dev_id;            /* /dev/ublkbN */
+    uint64_t size;         /* bytes */
+    unsigned queues;       /* hardware queues, as made */
+    unsigned depth;        /* requests per queue */
+    unsigned max_io_bytes; /* the largest request */
+    bool read_only;
+    bool quiesced; /* the driver has seen its server go (else it will, within moments) */
+    pid_t owner;   /* the last server's pid */
+};
+
+/* The recoverable devices (made by ublk_start() with `recoverable`) whose server is gone, at
+ * most `max` into `list`: how many, or a negative errno with a message (no driver). The caller
+ * matches them with the state it adopted (device ids it recorded) and recovers those. */
+int ublk_list_recoverable(struct ublk_recoverable *list, size_t max, char *message,
+                          size_t message_size);
+/* Take over /dev/ublkbN (`dev_id`) whose server died or left (ublk_leave), serving it from
+ * `dev` of `size` bytes as ublk_start() does: waits (at most 30 s) until the driver has let go
+ * of the old server (START_USER_RECOVERY), opens /dev/ublkcN, maps the queues, fetches every
+ * request, ends the recovery with this pid: the I/O held since resumes, the requests in flight
+ * at the death are re-issued. Refused, with the device left as it is: -ENODEV no such device,
+ * -EPERM not uzram's, -EBUSY its server runs, -EOPNOTSUPP made without recovery or stopped,
+ * -EINVAL another size, mode or queue layout, -ETIMEDOUT the driver did not let go. The
+ * result is ended by ublk_stop() (for good) or ublk_leave() (another handover). */
+int ublk_recover(struct uzram *dev, int dev_id, uint64_t size, bool read_only,
+                 struct ublk_server **out, char *message, size_t message_size);
+/* Stop and delete /dev/ublkbN (`dev_id`) of a uzram server that is gone, quiesced or not (a
+ * stop for good of a device no successor will take: its held I/O fails). 0, or a negative
+ * errno with a message (-EBUSY: its server runs; -EPERM: not uzram's; -ENODEV). */
+int ublk_delete(int dev_id, char *message, size_t message_size);
 
 /* ------------------------------------------------------------------------
  * Swap safety (swap.c)
@@ -250,6 +292,9 @@ struct attach_settings {
     unsigned threads;        /* serve --threads: FUSE workers, ublk queues (at most one per CPU) */
     bool read_only;
     bool swap; /* the server runs with swap safety (serve --swap) */
+    /* The device's state outlives the server (serve --persist): a ublk device is made
+     * recoverable (ublk_start), for attachment_recover_ublk() in a successor. */
+    bool persistent;
 };
 
 struct attachment;
@@ -271,6 +316,18 @@ int attachment_detach(struct attachment *attachment, char *reply, size_t reply_s
 void attachment_device(struct attachment *attachment, char *device, size_t size);
 /* Requests the FUSE file of `--via loop` served over io_uring since the server started. */
 uint64_t attachment_uring_requests(struct attachment *attachment);
+/* A successor server that adopted the device's state takes over the ublk device `dev_id` its
+ * predecessor had attached (ublk_list_recoverable() lists them; the state records which was
+ * its): ublk_recover(), then it is this attachment's, as if attached here. 0, or a negative
+ * errno with a message (-EEXIST: something is attached already; ublk_recover()'s). */
+int attachment_recover_ublk(struct attachment *attachment, int dev_id, char *message,
+                            size_t message_size);
+/* The number N of the attached /dev/ublkbN (what the server records in the state for its
+ * successor), or -1 when no ublk device is attached. */
+int attachment_ublk_id(struct attachment *attachment);
+/* A planned restart: a ublk device is left to the successor (ublk_leave: its I/O waits); any
+ * other attachment is ended as by attachment_stop(). Refuses attaches after. */
+void attachment_hand_over(struct attachment *attachment);
 /* The server stops: detach what nothing uses; what is still used stays, failing its I/O (a
  * loop device then goes away with its last user). Logs what it did. Refuses attaches after. */
 void attachment_stop(struct attachment *attachment);

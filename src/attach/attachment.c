@@ -199,7 +199,8 @@ static int attach_ublk(struct attachment *attachment, bool swap, char *reply, si
     struct uzram_config config;
     uzram_get_config(attachment->settings.dev, &config);
     int rc = ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
-                        attachment->settings.threads, &attachment->ublk, message, message_size);
+                        attachment->settings.threads, attachment->settings.persistent,
+                        &attachment->ublk, message, message_size);
     if (rc < 0)
         return rc;
     if (swap)
@@ -210,18 +211,29 @@ static int attach_ublk(struct attachment *attachment, bool swap, char *reply, si
     return 0;
 }
 
+/* Whether a device may be attached now (under operation_lock): 0, or a negative errno with a
+ * message. */
+static int attach_allowed(struct attachment *attachment, char *message, size_t message_size)
+{
+    if (attachment->stopped) {
+        snprintf(message, message_size, "the server is stopping");
+        return -ESHUTDOWN;
+    }
+    if (attachment->method != NONE) {
+        snprintf(message, message_size, "%s is already attached as %s; uzram detach %s first",
+                 attachment->settings.name, attachment->device, attachment->settings.name);
+        return -EEXIST;
+    }
+    return 0;
+}
+
 int attachment_attach(struct attachment *attachment, const char *via, bool swap, const char *file,
                       char *reply, size_t reply_size, char *message, size_t message_size)
 {
     int rc;
     pthread_mutex_lock(&attachment->operation_lock);
-    if (attachment->stopped) {
-        snprintf(message, message_size, "the server is stopping");
-        rc = -ESHUTDOWN;
-    } else if (attachment->method != NONE) {
-        snprintf(message, message_size, "%s is already attached as %s; uzram detach %s first",
-                 attachment->settings.name, attachment->device, attachment->settings.name);
-        rc = -EEXIST;
+    if ((rc = attach_allowed(attachment, message, message_size)) < 0) {
+        /* said */
     } else if (swap && !attachment->settings.swap) {
         snprintf(message, message_size,
                  "%s was not started with --swap (memory locked, I/O flusher, no OOM kill); "
@@ -352,6 +364,49 @@ void attachment_stop(struct attachment *attachment)
         }
     }
     pthread_mutex_unlock(&attachment->operation_lock);
+}
+
+int attachment_recover_ublk(struct attachment *attachment, int dev_id, char *message,
+                            size_t message_size)
+{
+    struct uzram_config config;
+    uzram_get_config(attachment->settings.dev, &config);
+    pthread_mutex_lock(&attachment->operation_lock);
+    int rc = attach_allowed(attachment, message, message_size);
+    if (rc == 0) {
+        rc = ublk_recover(attachment->settings.dev, dev_id, config.disksize,
+                          attachment->settings.read_only, &attachment->ublk, message, message_size);
+    }
+    if (rc == 0) {
+        attachment->method = UBLK;
+        set_device(attachment, ublk_path(attachment->ublk));
+    }
+    pthread_mutex_unlock(&attachment->operation_lock);
+    return rc;
+}
+
+int attachment_ublk_id(struct attachment *attachment)
+{
+    pthread_mutex_lock(&attachment->operation_lock);
+    int id = attachment->method == UBLK ? ublk_id(attachment->ublk) : -1;
+    pthread_mutex_unlock(&attachment->operation_lock);
+    return id;
+}
+
+void attachment_hand_over(struct attachment *attachment)
+{
+    if (attachment == NULL)
+        return;
+    pthread_mutex_lock(&attachment->operation_lock);
+    if (attachment->method == UBLK) {
+        attachment->stopped = true;
+        ublk_leave(attachment->ublk);
+        attachment->ublk = NULL;
+        attachment->method = NONE;
+        set_device(attachment, "");
+    }
+    pthread_mutex_unlock(&attachment->operation_lock);
+    attachment_stop(attachment);
 }
 
 void attachment_destroy(struct attachment *attachment)

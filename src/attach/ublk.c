@@ -43,6 +43,8 @@
 #define UBLK_IO_BYTES (128u << 10)
 /* Queues, at most (one per CPU up to the server's --threads). */
 #define UBLK_QUEUES_MAX 32u
+/* A recovery waits this long for the driver to let go of the dead server's device. */
+#define UBLK_RECOVERY_WAIT_S 30
 /* The queue threads look whether they should stop this often. */
 #define QUEUE_POLL_MS 100
 /* Each queue's request descriptors are mapped from the character device at this stride. */
@@ -68,6 +70,7 @@ struct ublk_queue {
 struct ublk_server {
     struct uzram *dev;
     bool read_only;
+    bool recoverable; /* UBLK_F_USER_RECOVERY: a successor may take the device over */
     int dev_id;
     int control_fd, char_fd;
     struct io_uring control;
@@ -80,7 +83,13 @@ struct ublk_server {
     unsigned ready;
     int ready_rc;
     char path[BLOCKDEV_PATH_MAX];
+    struct ublk_server *next_served; /* served_list */
 };
+
+/* The devices this process serves: a recoverable device whose server pid is ours is another
+ * image's (before an execve) only when it is not in this list. */
+static pthread_mutex_t served_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ublk_server *served_list;
 
 /* One control command about device `dev_id` (legacy opcodes: the kernel's
  * CONFIG_BLKDEV_UBLK_LEGACY_OPCODES, but for the ones that only exist encoded). */
@@ -131,9 +140,11 @@ static int delete_device(struct ublk_server *s, int dev_id)
 }
 
 /* Take away the devices a uzram server killed before it could delete them left behind: stopped
- * (the driver stops a device whose server died, unless it asked for user recovery), marked as
- * uzram's, of a process that no longer exists. Nothing can ever use them again; they hold a
- * device number and /dev/ublkcN. */
+ * (the driver stops a device whose server died, unless it asked for user recovery; a recoverable
+ * one is stopped when its server died before starting it), marked as uzram's, of a process that
+ * no longer exists. Nothing can ever use them again; they hold a device number and /dev/ublkcN.
+ * A recoverable device whose server died is QUIESCED, not DEAD: it waits for a successor
+ * (ublk_recover) and is left alone. */
 static void delete_leftovers(struct ublk_server *s)
 {
     DIR *dir = opendir("/sys/class/ublk-char");
@@ -144,8 +155,7 @@ static void delete_leftovers(struct ublk_server *s)
             continue;
         struct ublksrv_ctrl_dev_info info = {0};
         if (control_command_of(s, id, UBLK_CMD_GET_DEV_INFO, &info, sizeof info, 0) < 0 ||
-            info.ublksrv_flags >> 32 != UBLK_UZRAM_MARK || info.state != UBLK_S_DEV_DEAD ||
-            (info.flags & (UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE)) != 0)
+            info.ublksrv_flags >> 32 != UBLK_UZRAM_MARK || info.state != UBLK_S_DEV_DEAD)
             continue;
         pid_t owner = (pid_t)(uint32_t)info.ublksrv_flags;
         if (owner <= 0 || kill(owner, 0) == 0 || errno != ESRCH)
@@ -250,6 +260,9 @@ static void *queue_main(void *arg)
         }
         io_uring_cq_advance(&q->ring, seen);
     }
+    /* The requests served since the last submission: their results go to the driver now, so
+     * that a device left to a successor (ublk_leave) has only the unserved ones re-issued. */
+    io_uring_submit(&q->ring);
     return NULL;
 }
 
@@ -302,6 +315,9 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
         .dev_id = (uint32_t)-1,
         .ublksrv_pid = getpid(),
         .ublksrv_flags = UBLK_OWNER(getpid()),
+        /* Re-issue: the requests the dead server had taken are sent again to the next one;
+         * uzram's are all idempotent (a write of the same bytes, a discard). */
+        .flags = s->recoverable ? UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE : 0,
     };
     int rc = control_command(s, UBLK_CMD_ADD_DEV, &info, sizeof info, 0);
     if (rc < 0) {
@@ -338,9 +354,9 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
     return rc;
 }
 
-/* Start the queue threads, wait until each has fetched its requests (the driver's START_DEV
- * waits for that), then start the device. */
-static int start_device(struct ublk_server *s, char *message, size_t message_size)
+/* Start the queue threads and wait until each has fetched its requests (START_DEV and
+ * END_USER_RECOVERY wait for that in the driver). */
+static int start_queues(struct ublk_server *s, char *message, size_t message_size)
 {
     int rc = 0;
     unsigned started = 0;
@@ -359,27 +375,18 @@ static int start_device(struct ublk_server *s, char *message, size_t message_siz
     if (rc == 0)
         rc = s->ready_rc;
     pthread_mutex_unlock(&s->lock);
-    if (rc < 0)
-        return rc; /* a thread that fetched leaves when ublk_stop() says so */
-    rc = control_command(s, UBLK_CMD_START_DEV, NULL, 0, (uint64_t)getpid());
-    if (rc < 0)
-        snprintf(message, message_size, "ublk: starting /dev/ublkb%d failed: %s", s->dev_id,
-                 strerror(-rc));
-    return rc;
+    return rc; /* a thread that fetched leaves when server_free() says so */
 }
 
-int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues,
-               struct ublk_server **out, char *message, size_t message_size)
+/* A server with its control ring, serving nothing yet. */
+static int server_new(struct uzram *dev, bool read_only, struct ublk_server **out, char *message,
+                      size_t message_size)
 {
     struct ublk_server *s = calloc(1, sizeof *s);
     if (s == NULL)
         return -ENOMEM;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus > 0 && queues > (unsigned long)cpus)
-        queues = (unsigned)cpus;
     s->dev = dev;
     s->read_only = read_only;
-    s->nr_queues = queues < 1 ? 1 : queues > UBLK_QUEUES_MAX ? UBLK_QUEUES_MAX : queues;
     s->dev_id = -1;
     s->control_fd = s->char_fd = -1;
     for (unsigned id = 0; id < UBLK_QUEUES_MAX; id++)
@@ -404,29 +411,33 @@ int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues
         free(s);
         return rc;
     }
-    delete_leftovers(s);
-    rc = add_device(s, size, message, message_size);
-    if (rc == 0)
-        rc = start_device(s, message, message_size);
-    if (rc < 0) {
-        ublk_stop(s);
-        return rc;
-    }
-    snprintf(s->path, sizeof s->path, "/dev/ublkb%d", s->dev_id);
     *out = s;
     return 0;
 }
 
-const char *ublk_path(const struct ublk_server *s)
+/* The device is served: list it, name it. */
+static void server_serves(struct ublk_server *s)
 {
-    return s->path;
+    snprintf(s->path, sizeof s->path, "/dev/ublkb%d", s->dev_id);
+    pthread_mutex_lock(&served_lock);
+    s->next_served = served_list;
+    served_list = s;
+    pthread_mutex_unlock(&served_lock);
 }
 
-void ublk_stop(struct ublk_server *s)
+/* End the threads and let go of everything; with `delete`, stop and delete the device first
+ * (its users get errors), else leave it to the driver as it is (a recoverable device waits,
+ * quiesced, for a successor). */
+static void server_free(struct ublk_server *s, bool delete)
 {
-    if (s == NULL)
-        return;
-    if (s->dev_id >= 0)
+    pthread_mutex_lock(&served_lock);
+    for (struct ublk_server **link = &served_list; *link != NULL; link = &(*link)->next_served)
+        if (*link == s) {
+            *link = s->next_served;
+            break;
+        }
+    pthread_mutex_unlock(&served_lock);
+    if (delete &&s->dev_id >= 0)
         control_command(s, UBLK_CMD_STOP_DEV, NULL, 0, 0);
     atomic_store(&s->stopping, true);
     for (unsigned id = 0; id < s->nr_queues; id++) {
@@ -441,11 +452,274 @@ void ublk_stop(struct ublk_server *s)
     }
     if (s->char_fd >= 0)
         close(s->char_fd);
-    if (s->dev_id >= 0)
+    if (delete &&s->dev_id >= 0)
         delete_device(s, s->dev_id);
     io_uring_queue_exit(&s->control);
     close(s->control_fd);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->ready_cond);
     free(s);
+}
+
+int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues, bool recoverable,
+               struct ublk_server **out, char *message, size_t message_size)
+{
+    struct ublk_server *s;
+    int rc = server_new(dev, read_only, &s, message, message_size);
+    if (rc < 0)
+        return rc;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && queues > (unsigned long)cpus)
+        queues = (unsigned)cpus;
+    s->nr_queues = queues < 1 ? 1 : queues > UBLK_QUEUES_MAX ? UBLK_QUEUES_MAX : queues;
+    s->recoverable = recoverable;
+    delete_leftovers(s);
+    rc = add_device(s, size, message, message_size);
+    if (rc == 0)
+        rc = start_queues(s, message, message_size);
+    if (rc == 0) {
+        rc = control_command(s, UBLK_CMD_START_DEV, NULL, 0, (uint64_t)getpid());
+        if (rc < 0)
+            snprintf(message, message_size, "ublk: starting /dev/ublkb%d failed: %s", s->dev_id,
+                     strerror(-rc));
+    }
+    if (rc < 0) {
+        server_free(s, true);
+        return rc;
+    }
+    server_serves(s);
+    *out = s;
+    return 0;
+}
+
+const char *ublk_path(const struct ublk_server *s)
+{
+    return s->path;
+}
+
+int ublk_id(const struct ublk_server *s)
+{
+    return s->dev_id;
+}
+
+void ublk_stop(struct ublk_server *s)
+{
+    if (s != NULL)
+        server_free(s, true);
+}
+
+void ublk_leave(struct ublk_server *s)
+{
+    if (s != NULL)
+        server_free(s, !s->recoverable);
+}
+
+/* ---- recovery: a successor takes over a device whose server died or left ---- */
+
+/* Whether process `pid` is gone; our own pid counts as gone for a device this process does not
+ * serve (an execve of the server keeps its pid: the device was the previous image's). */
+static bool owner_gone(pid_t pid, int dev_id)
+{
+    if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+        return true;
+    if (pid != getpid())
+        return false;
+    bool served = false;
+    pthread_mutex_lock(&served_lock);
+    for (struct ublk_server *s = served_list; s != NULL && !served; s = s->next_served)
+        served = s->dev_id == dev_id;
+    pthread_mutex_unlock(&served_lock);
+    return !served;
+}
+
+/* What the driver says of device `id`: 0 and *out filled when it is a recoverable uzram device
+ * whose server is gone (quiesced, or still live for the moment the driver takes to notice);
+ * -ENODEV no such device, -EPERM not uzram's, -EBUSY its server runs, -EOPNOTSUPP made without
+ * user recovery or stopped (its server is gone all the same). */
+static int recoverable_device(struct ublk_server *s, int id, struct ublk_recoverable *out)
+{
+    struct ublksrv_ctrl_dev_info info = {0};
+    int rc = control_command_of(s, id, UBLK_CMD_GET_DEV_INFO, &info, sizeof info, 0);
+    if (rc < 0)
+        return rc == -ENOENT || rc == -EINVAL ? -ENODEV : rc;
+    if (info.ublksrv_flags >> 32 != UBLK_UZRAM_MARK)
+        return -EPERM;
+    pid_t pid = info.ublksrv_pid > 0 ? info.ublksrv_pid : (pid_t)(uint32_t)info.ublksrv_flags;
+    if (!owner_gone(pid, id))
+        return -EBUSY;
+    if (!(info.flags & UBLK_F_USER_RECOVERY) || info.state == UBLK_S_DEV_DEAD)
+        return -EOPNOTSUPP;
+    struct ublk_params params = {.len = sizeof params, .types = UBLK_PARAM_TYPE_BASIC};
+    rc = control_command_of(s, id, UBLK_CMD_GET_PARAMS, &params, sizeof params, 0);
+    if (rc < 0)
+        return rc;
+    *out = (struct ublk_recoverable){
+        .dev_id = id,
+        .size = (uint64_t)params.basic.dev_sectors << 9,
+        .queues = info.nr_hw_queues,
+        .depth = info.queue_depth,
+        .max_io_bytes = info.max_io_buf_bytes,
+        .read_only = (params.basic.attrs & UBLK_ATTR_READ_ONLY) != 0,
+        .quiesced = info.state == UBLK_S_DEV_QUIESCED,
+        .owner = pid,
+    };
+    return 0;
+}
+
+int ublk_list_recoverable(struct ublk_recoverable *list, size_t max, char *message,
+                          size_t message_size)
+{
+    struct ublk_server *s;
+    int rc = server_new(NULL, false, &s, message, message_size);
+    if (rc < 0)
+        return rc;
+    DIR *dir = opendir("/sys/class/ublk-char");
+    struct dirent *entry;
+    size_t found = 0;
+    while (dir != NULL && (entry = readdir(dir)) != NULL && found < max) {
+        int id;
+        if (sscanf(entry->d_name, "ublkc%d", &id) == 1 &&
+            recoverable_device(s, id, &list[found]) == 0)
+            found++;
+    }
+    if (dir != NULL)
+        closedir(dir);
+    server_free(s, false);
+    return (int)found;
+}
+
+/* Wait until the driver has let go of the dead server (its /dev/ublkcN closed, the device
+ * quiesced: START_USER_RECOVERY says EBUSY until then), and start the recovery. */
+static int start_recovery(struct ublk_server *s, char *message, size_t message_size)
+{
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        int rc = control_command(s, UBLK_CMD_START_USER_RECOVERY, NULL, 0, 0);
+        if (rc == 0)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (rc != -EBUSY) {
+            snprintf(message, message_size, "ublk: the driver refused to recover /dev/ublkb%d: %s",
+                     s->dev_id, strerror(-rc));
+            return rc;
+        }
+        if (now.tv_sec - start.tv_sec >= UBLK_RECOVERY_WAIT_S) {
+            snprintf(message, message_size,
+                     "ublk: /dev/ublkb%d is still held by its last server after %d s", s->dev_id,
+                     UBLK_RECOVERY_WAIT_S);
+            return -ETIMEDOUT;
+        }
+        struct timespec pause = {0, 100000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* Whether device `found` is one this build can serve as `size` bytes: its queues were set up
+ * as ublk_start() does. 0, or -EINVAL with a message. */
+static int fits(const struct ublk_recoverable *found, uint64_t size, bool read_only, char *message,
+                size_t message_size)
+{
+    if (found->size != size)
+        snprintf(message, message_size,
+                 "ublk: /dev/ublkb%d has %llu bytes, the device to serve it from %llu",
+                 found->dev_id, (unsigned long long)found->size, (unsigned long long)size);
+    else if (found->depth != UBLK_DEPTH || found->max_io_bytes != UBLK_IO_BYTES ||
+             found->queues < 1 || found->queues > UBLK_QUEUES_MAX)
+        snprintf(message, message_size,
+                 "ublk: /dev/ublkb%d has %u queues of %u requests of %u bytes; this uzram serves "
+                 "at most %u queues of %u requests of %u bytes",
+                 found->dev_id, found->queues, found->depth, found->max_io_bytes, UBLK_QUEUES_MAX,
+                 UBLK_DEPTH, UBLK_IO_BYTES);
+    else if (found->read_only != read_only)
+        snprintf(message, message_size, "ublk: /dev/ublkb%d is %s, the device to serve it not",
+                 found->dev_id, found->read_only ? "read-only" : "writable");
+    else
+        return 0;
+    return -EINVAL;
+}
+
+/* Why recoverable_device() said `rc`, in words. */
+static const char *refusal(int rc)
+{
+    switch (rc) {
+    case -ENODEV:
+        return "there is no such device";
+    case -EPERM:
+        return "it is not uzram's";
+    case -EOPNOTSUPP:
+        return "it was made without user recovery (or is stopped)";
+    case -EBUSY:
+        return "its server is running";
+    default:
+        return strerror(-rc);
+    }
+}
+
+/* A server for device `dev_id`, and what the driver says of it: recoverable_device()'s
+ * result with *out made, or server_new()'s error with *out NULL. */
+static int server_for(struct uzram *dev, bool read_only, int dev_id, struct ublk_server **out,
+                      struct ublk_recoverable *found, char *message, size_t message_size)
+{
+    *out = NULL;
+    int rc = server_new(dev, read_only, out, message, message_size);
+    if (rc < 0)
+        return rc;
+    (*out)->dev_id = dev_id;
+    return recoverable_device(*out, dev_id, found);
+}
+
+int ublk_recover(struct uzram *dev, int dev_id, uint64_t size, bool read_only,
+                 struct ublk_server **out, char *message, size_t message_size)
+{
+    struct ublk_server *s;
+    struct ublk_recoverable found;
+    int rc = server_for(dev, read_only, dev_id, &s, &found, message, message_size);
+    if (s == NULL)
+        return rc;
+    s->recoverable = true;
+    if (rc < 0)
+        snprintf(message, message_size, "ublk: cannot recover /dev/ublkb%d: %s", dev_id,
+                 refusal(rc));
+    if (rc == 0)
+        rc = fits(&found, size, read_only, message, message_size);
+    if (rc == 0) {
+        s->nr_queues = found.queues;
+        rc = start_recovery(s, message, message_size);
+    }
+    if (rc == 0 && (rc = open_char_device(s)) < 0)
+        snprintf(message, message_size, "ublk: opening /dev/ublkc%d: %s", dev_id, strerror(-rc));
+    for (unsigned id = 0; id < s->nr_queues && rc == 0; id++)
+        rc = setup_queue(s, id, message, message_size);
+    if (rc == 0)
+        rc = start_queues(s, message, message_size);
+    if (rc == 0 &&
+        (rc = control_command(s, UBLK_CMD_END_USER_RECOVERY, NULL, 0, (uint64_t)getpid())) < 0)
+        snprintf(message, message_size, "ublk: ending the recovery of /dev/ublkb%d: %s", dev_id,
+                 strerror(-rc));
+    if (rc < 0) {
+        server_free(s, false); /* the device stays as it was, for another try or ublk_delete */
+        return rc;
+    }
+    server_serves(s);
+    *out = s;
+    return 0;
+}
+
+int ublk_delete(int dev_id, char *message, size_t message_size)
+{
+    struct ublk_server *s;
+    struct ublk_recoverable found;
+    int rc = server_for(NULL, false, dev_id, &s, &found, message, message_size);
+    if (s == NULL)
+        return rc;
+    if (rc == -ENODEV || rc == -EPERM || rc == -EBUSY)
+        snprintf(message, message_size, "ublk: will not delete /dev/ublkb%d: %s", dev_id,
+                 refusal(rc));
+    else
+        rc = control_command(s, UBLK_CMD_STOP_DEV, NULL, 0, 0);
+    if (rc == 0 && (rc = delete_device(s, dev_id)) < 0)
+        snprintf(message, message_size, "ublk: deleting /dev/ublkb%d: %s", dev_id, strerror(-rc));
+    server_free(s, false);
+    return rc;
 }

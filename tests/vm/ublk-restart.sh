@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# ublk-restart.sh - VM scenario of issue 29: the data of a ublk device outlive its server.
+# Needs `uzram serve --persist=PATH` (the device's state in a file that a new server adopts) and
+# `uzram restart` (a planned restart in place); without them it FAILS, saying so (it is not in
+# make check's VM stage: `make vm-restart` runs it).
+#
+#   ublk-restart.sh [ext4 [KILLS]] [swap] [planned]     (default: all three, 20 kills)
+#
+# ext4:    ext4 on the device, a tree copied on it; fio random writes verified (crc32c) in rounds
+#          in a file on it while the server is SIGKILLed KILLS times at random moments and started
+#          again with the same state each time (it adopts the state and recovers the device);
+#          every fio round verifies, the tree reads back equal after dropping caches, e2fsck
+#          finds nothing.
+# swap:    swap on the device under memory pressure (memtouch, 6/5 of the guest's memory, every
+#          page verified) with the server SIGKILLed and started again in the middle.
+# planned: `uzram restart` under fio's verified random writes: no I/O error, every round verifies.
+set -euo pipefail
+source "$(dirname "$0")/lib.bash"
+
+PARTS=()
+KILLS=20
+while (($#)); do
+    case $1 in
+    ext4 | swap | planned) PARTS+=("$1") ;;
+    [0-9]*) KILLS=$1 ;;
+    *) fail "unknown argument $1 (ext4 [KILLS], swap, planned)" ;;
+    esac
+    shift
+done
+((${#PARTS[@]})) || PARTS=(ext4 swap planned)
+vm_init
+need_module ublk_drv
+need_tools mkfs.ext4 e2fsck fio
+"$UZRAM" serve --help 2>&1 | grep -q -- "--persist" ||
+    fail "this uzram's serve has no --persist: the state file (i29-state) and serve --persist (i29-serve) are not in this build; this scenario cannot run without them"
+MNT=$WORK/mnt
+mkdir -p "$MNT"
+at_exit "umount -l $MNT"
+STOP=$WORK/stop-load
+LOAD_PID=""
+
+# restart_after_kill NAME STATE DEV ARGS...: SIGKILL the server NAME, start it again on the same
+# state; it must serve DEV again (recovered, not a new node) within 30 s.
+restart_after_kill() {
+    local name=$1 state=$2 dev=$3 pid
+    shift 3
+    pid=${SERVER_PID[$name]}
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null || true
+    unset "SERVER_PID[$name]"
+    [[ -b $dev ]] || fail "$dev went with its server"
+    # The dead server's sockets: a crash leaves them (the new server's own cleanup is not what
+    # is tested here, and start_server waits for them to appear).
+    rm -f "$(sock_of "$name")" "$(ctl_of "$name")"
+    start_server "$name" --persist="$state" "$@"
+    wait_for 30 "$name serving $dev again" bash -c "'$UZRAM' status | grep -qE '^$name .*$dev( |\$)'"
+}
+
+# load_rounds DIR SEED: fio rounds of verified random writes in DIR until $STOP exists; the
+# first failure's output in $WORK/load.failed.
+load_rounds() {
+    local dir=$1 seed=$2 round=0
+    while [[ ! -e $STOP ]]; do
+        round=$((round + 1))
+        if ! fio --name=v --directory="$dir" --size=32M --ioengine=libaio --direct=1 \
+            --rw=randwrite --bsrange=4k-64k --iodepth=16 --verify=crc32c --do_verify=1 \
+            --verify_fatal=1 --randseed=$((seed + round)) --output="$WORK/load.out" >/dev/null 2>&1; then
+            cp "$WORK/load.out" "$WORK/load.failed"
+            return 1
+        fi
+        echo "$round" >"$WORK/load.rounds"
+    done
+}
+start_load() { # DIR
+    rm -f "$STOP" "$WORK/load.failed" "$WORK/load.rounds"
+    load_rounds "$1" "$RANDOM" &
+    LOAD_PID=$!
+    at_exit "touch $STOP; kill \$LOAD_PID"
+}
+stop_load() {
+    touch "$STOP"
+    timeout 300 tail --pid="$LOAD_PID" -f /dev/null || fail "the fio rounds did not end within 300 s"
+    wait "$LOAD_PID" || fail "a fio round failed: $(grep -m 5 -iE 'error|bad|verify|err=' "$WORK/load.failed")"
+    LOAD_PID=""
+}
+load_alive() { kill -0 "$LOAD_PID" 2>/dev/null || fail "$1: the fio rounds ended: $(grep -m 5 -iE 'error|bad|verify|err=' "$WORK/load.failed" 2>/dev/null)"; }
+
+part_ext4() {
+    local state=/dev/shm/rx.state dev
+    make_tree
+    start_server rx -s 512M --persist="$state"
+    at_exit "rm -f $state"
+    dev=$("$UZRAM" attach --via ublk rx) || fail "attach rx"
+    mkfs.ext4 -q "$dev" && mount "$dev" "$MNT" || fail "mkfs/mount $dev"
+    cp -a "$TREE" "$MNT/tree"
+    mkdir "$MNT/load"
+    sync
+    start_load "$MNT/load"
+    local kill
+    for ((kill = 1; kill <= KILLS; kill++)); do
+        sleep "$((1 + RANDOM % 4)).$((RANDOM % 10))"
+        load_alive "before kill $kill"
+        restart_after_kill rx "$state" "$dev" -s 512M
+        load_alive "after kill $kill"
+    done
+    stop_load
+    echo 3 >/proc/sys/vm/drop_caches
+    diff -r "$TREE" "$MNT/tree" >"$WORK/diff" || fail "the tree differs after $KILLS kills: $(head -n 5 "$WORK/diff")"
+    umount "$MNT"
+    e2fsck -fn "$dev" >"$WORK/fsck" 2>&1 || fail "e2fsck after $KILLS kills: $(tail -n 5 "$WORK/fsck")"
+    ! kernel_log_has "I/O error, dev ${dev#/dev/}" || fail "the kernel logged I/O errors on $dev"
+    pass "ext4 on $dev: $KILLS SIGKILLs, each time a new server took the state and the device over; $(cat "$WORK/load.rounds" 2>/dev/null) fio rounds verified, the tree equal, e2fsck clean"
+    result ublk_restart_kills "$KILLS"
+    "$UZRAM" detach rx
+    stop_server rx
+}
+
+part_swap() {
+    [[ -x $MEMTOUCH ]] || fail "no $MEMTOUCH (make all builds it)"
+    local state=/dev/shm/rs.state dev touch_mib pid
+    touch_mib=$(($(meminfo_kib MemTotal) * 6 / 5 / 1024))
+    start_server rs -s 2G --swap --mem-limit 320M --persist="$state"
+    at_exit "swapoff -a; rm -f $state"
+    dev=$("$UZRAM" attach --via ublk --swap rs) || fail "attach --swap rs"
+    mkswap "$dev" >/dev/null && swapon -p 100 "$dev" || fail "mkswap/swapon $dev"
+    "$MEMTOUCH" "$touch_mib" 2 "$RANDOM" >"$WORK/memtouch.out" 2>&1 &
+    pid=$!
+    # The middle: once a quarter of the touched size went out to swap.
+    wait_for 300 "$((touch_mib / 4)) MiB swapped out" bash -c "(( \$(awk '\$1 == \"pswpout\" {print \$2}' /proc/vmstat) * 4096 > $touch_mib * 262144 ))"
+    restart_after_kill rs "$state" "$dev" -s 2G --swap --mem-limit 320M
+    timeout 600 tail --pid=$pid -f /dev/null || fail "memtouch still runs 600 s after the restart"
+    wait $pid || fail "memtouch: $(tail -n 5 "$WORK/memtouch.out")"
+    grep -q " 0 pages differed" "$WORK/memtouch.out" || fail "memtouch: $(tail -n 3 "$WORK/memtouch.out")"
+    swapoff "$dev" || fail "swapoff $dev after the restart"
+    pass "swap on $dev under pressure ($touch_mib MiB touched twice), the server SIGKILLed and started again in the middle: every page verified, swapoff read everything back"
+    "$UZRAM" detach rs
+    stop_server rs
+}
+
+part_planned() {
+    local state=/dev/shm/rp.state dev pid
+    start_server rp -s 512M --persist="$state"
+    at_exit "rm -f $state"
+    dev=$("$UZRAM" attach --via ublk rp) || fail "attach rp"
+    mkfs.ext4 -q "$dev" && mount "$dev" "$MNT" || fail "mkfs/mount $dev"
+    start_load "$MNT"
+    sleep 3
+    pid=${SERVER_PID[rp]}
+    "$UZRAM" restart rp >"$WORK/restart.out" 2>&1 || fail "uzram restart rp: $(cat "$WORK/restart.out")"
+    sleep 3
+    kill -0 "$pid" || fail "the server's pid $pid is gone after a planned restart"
+    "$UZRAM" status | grep -qE "^rp .*$dev( |$)" || fail "rp does not serve $dev after the restart: $("$UZRAM" status)"
+    load_alive "after the planned restart"
+    stop_load
+    umount "$MNT"
+    e2fsck -fn "$dev" >"$WORK/fsck" 2>&1 || fail "e2fsck after the planned restart: $(tail -n 5 "$WORK/fsck")"
+    ! kernel_log_has "I/O error, dev ${dev#/dev/}" || fail "the kernel logged I/O errors on $dev"
+    pass "uzram restart under fio: pid $pid kept, $dev served again, $(cat "$WORK/load.rounds" 2>/dev/null) fio rounds verified, e2fsck clean"
+    "$UZRAM" detach rp
+    stop_server rp
+}
+
+for part in "${PARTS[@]}"; do
+    "part_$part"
+done
+echo "PASS: ublk-restart.sh"
