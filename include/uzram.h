@@ -557,14 +557,16 @@ UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, s
 /* Take over the state in `state_fd`, left by a process that ended (uzram_destroy, or
  * uzram_state_quiesce and exit) or was killed. Changes that process had half done are
  * undone, its locks let go, the pool's accounting and the counters made again from the page
- * table (about 2 ms a GiB of table data scanned; see docs/BENCHMARKS.md). The settings the
- * state keeps come back (disksize, codecs, same_filled, mem_limit); others (mem_reserve,
- * idle ages, writeback...) are the caller's to set again. The descriptor must stay open
- * while the device lives. Errors: -EINVAL not a uzram state (or a damaged one; the file is
- * left as it was found, bar slot locks), -EPROTONOSUPPORT another format version or an
- * algorithm this build lacks (nothing changed), -EBUSY its owner process is alive (and is
- * not this process: a process that re-executes itself keeps its pid and may adopt),
- * -ENOMEM. */
+ * table's data, without reading its holes or any pool page (bench/state-ab.sh measures the
+ * time). The settings the state keeps come back (disksize, the codec table: algorithm and
+ * recompression algorithms, same_filled, mem_limit); others (mem_reserve, idle ages,
+ * recompress_idle...) are the caller's to set again. The descriptor must stay open while
+ * the device lives. Errors: -EINVAL not a uzram state, or a damaged one (a slot naming no
+ * span of the directory: nothing is punched or freed then; undone changes and unlocked
+ * slots stay so), -EPROTONOSUPPORT another format version or an algorithm this build lacks
+ * (nothing changed), -EBUSY its owner process is alive (and is not this process: a process
+ * that re-executes itself keeps its pid and may adopt; a dead owner's pid reused by another
+ * process also reads as alive: a PID namespace or systemd unit avoids that), -ENOMEM. */
 UZRAM_API int uzram_adopt(int state_fd, struct uzram **out);
 
 /* What a state file holds, read without taking it. */

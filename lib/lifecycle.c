@@ -96,7 +96,7 @@ static int codecs_start(struct uzram *dev, int algo, int level, bool adopted)
 
 /* A device in anonymous memory (`state` NULL) or in a state file, new or `adopted`. */
 static int device_build(const struct uzram_config *config, struct state_file *state, bool adopted,
-                       struct uzram **out)
+                        struct uzram **out)
 {
     if (!config || !out || !config_reserved_zero(config))
         return -EINVAL;

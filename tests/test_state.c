@@ -109,6 +109,7 @@ static void test_state_round_trip(void **unused)
     assert_non_null(area);
     assert_int_equal(area_size, 4096);
     strcpy(area, "export=x ublk=3");
+    assert_int_equal(uzram_set_mem_limit(dev, 512 * MIB), 0);
     struct uzram_stats before = test_stats(dev);
     uzram_destroy(dev);
 
@@ -132,6 +133,7 @@ static void test_state_round_trip(void **unused)
     struct uzram_config now;
     assert_int_equal(uzram_get_config(dev, &now), 0);
     assert_string_equal(now.comp_algorithm, "lz4");
+    assert_int_equal(now.mem_limit, 512 * MIB);
     assert_int_equal(uzram_state_info(fd, &info), 0);
     assert_int_equal(info.owner_pid, getpid());
 
