@@ -114,11 +114,14 @@ static int punch_unused(void *arg, uint64_t from, uint64_t to)
     for (uint64_t window = first; window <= last; window++) {
         unsigned pages = 0;
         window_live(pool, window, &pages);
-        if (pages < MAX_SPAN_PAGES)
-            (void)fallocate(
-                pool->file_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                (off_t)(pool->file_offset + window * WINDOW_BYTES + (uint64_t)pages * PAGE_BYTES),
-                (off_t)((MAX_SPAN_PAGES - pages) * PAGE_BYTES));
+        /* what the extent holds of the window past its span's pages (all of it: no span) */
+        uint64_t unused = pool->file_offset + window * WINDOW_BYTES + (uint64_t)pages * PAGE_BYTES;
+        uint64_t end = pool->file_offset + (window + 1) * WINDOW_BYTES;
+        unused = unused > from ? unused : from;
+        end = end < to ? end : to;
+        if (unused < end)
+            (void)fallocate(pool->file_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                            (off_t)unused, (off_t)(end - unused));
     }
     return 0;
 }

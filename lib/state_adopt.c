@@ -4,6 +4,7 @@
  * users and the level counters made again. Nothing else needs a log: see state.h. */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comp.h"
 #include "file_extents.h"
@@ -58,12 +59,11 @@ static void undo_intents(struct uzram *dev)
 }
 
 /* One slot found in the table: unlocked, and counted with its object. */
-static int adopt_slot(struct uzram *dev, uint64_t index)
+static int adopt_slot(struct uzram *dev, uint64_t index, struct slot *slot)
 {
-    struct slot *slot = &dev->slots[index];
     uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
     if (info & SLOT_LOCK)
-        atomic_store_explicit(&slot->info, info &= ~SLOT_LOCK, memory_order_relaxed);
+        atomic_store_explicit(&dev->slots[index].info, info &= ~SLOT_LOCK, memory_order_relaxed);
     if (info == 0)
         return 0;
     enum slot_state state = slot_info_state(info);
@@ -104,17 +104,22 @@ static int adopt_slot(struct uzram *dev, uint64_t index)
 }
 
 /* The slots of one extent of the table's data (its other pages are holes: empty slots),
- * and their pages marked written. */
+ * and their pages marked written. Read with pread, a page of slots at a time: through the
+ * mapping, each page would cost a fault now, besides the one its first access costs later. */
 static int adopt_extent(void *arg, uint64_t from, uint64_t to)
 {
     struct uzram *dev = arg;
     uint64_t base = dev->state->header->table_offset;
     uint64_t first = (from - base) / 4096, last = (to - base + 4095) / 4096;
+    struct slot slots[STATE_SLOTS_PER_PAGE];
     for (uint64_t page = first; page < last; page++) {
         atomic_fetch_or(&dev->state->written[page / 64], 1ull << (page % 64));
-        for (uint64_t index = page * STATE_SLOTS_PER_PAGE;
-             index < (page + 1) * STATE_SLOTS_PER_PAGE && index < dev->page_count; index++) {
-            int rc = adopt_slot(dev, index);
+        if (pread(dev->state->fd, slots, sizeof slots, (off_t)(base + page * 4096)) !=
+            (ssize_t)sizeof slots)
+            return -EIO;
+        for (uint64_t i = 0; i < STATE_SLOTS_PER_PAGE; i++) {
+            uint64_t index = page * STATE_SLOTS_PER_PAGE + i;
+            int rc = index < dev->page_count ? adopt_slot(dev, index, &slots[i]) : 0;
             if (rc < 0)
                 return rc;
         }
