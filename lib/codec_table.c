@@ -67,6 +67,10 @@ int codec_table_set(struct codec_table *table, const struct codec_config *config
     /* An add, not a store: a writer that took a user on this id while it
      * was free is still to drop it (codec_table_acquire). */
     atomic_fetch_add_explicit(&entry->users, 1, memory_order_relaxed);
+    /* In a state file the new entry is saved before a writer can find it through the setting
+     * and publish an object naming it, and the setting after. */
+    if (table->saved)
+        table->saved(table->saved_arg, table);
     setting_swap(table, config->priority, id);
     if (table->saved)
         table->saved(table->saved_arg, table);

@@ -52,8 +52,9 @@ struct codec_table {
     _Atomic int setting[CODEC_TABLE_PRIORITY_MAX + 1];
     /* Memory of the dictionaries held now, and of entries in use. */
     _Atomic uint64_t dict_mem;
-    /* A device with a state file (state.h): called with the lock held after each change of
-     * the settings, before any object can name a new entry; and dictionaries refused. */
+    /* A device with a state file (state.h): called with the lock held when the settings
+     * change, first with a new entry made but not yet named by its setting (so it is in the
+     * file before any object can name it), then with the setting; dictionaries refused. */
     void (*saved)(void *arg, const struct codec_table *table);
     void *saved_arg;
 };
