@@ -18,6 +18,7 @@ DISK=${1:-4096}
 STORED=${2:-1024}
 ROUNDS=${3:-5}
 BIN=build/bench/state_ab
+GIT=$(bench_git) # the commit the binary is built from
 make -s -j2 lib build/src/common/datagen.o >/dev/null
 mkdir -p build/bench
 # shellcheck disable=SC2046
@@ -29,7 +30,7 @@ OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 "$BIN" "$DISK" "$STORED" "$ROUNDS" | tee "$OUT" >&2
 
-TABLE=$(/usr/bin/python3 - "$OUT" "$DISK" "$STORED" "$ROUNDS" "$(bench_git)" <<'PY'
+TABLE=$(/usr/bin/python3 - "$OUT" "$DISK" "$STORED" "$ROUNDS" "$GIT" <<'PY'
 import statistics, sys
 path, disk, stored, rounds, git = sys.argv[1:6]
 values = {}
