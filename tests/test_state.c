@@ -328,8 +328,8 @@ static void test_state_sparse_reads(void **unused)
 
 /* ---- SIGKILL at random moments ------------------------------------------------ */
 
-#define KILL_PAGES 2048u
-#define KILL_ROUNDS 220u
+#define KILL_PAGES 1024u
+#define KILL_ROUNDS 200u
 #define NONE UINT32_MAX
 
 /* What the child is doing, in memory it shares with the parent: per page the generation of
