@@ -164,7 +164,8 @@ int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzra
     rc = device_build(config, state, false, out);
     if (rc < 0) {
         state_close(state, false);
-        (void)ftruncate(state_fd, 0);
+        /* back to empty, as given (a failure leaves only the size; (void)! for fortify) */
+        (void)!ftruncate(state_fd, 0);
         return rc;
     }
     state_publish(state);

@@ -101,7 +101,8 @@ int state_make(int fd, uint64_t disksize, struct state_file **out)
         return -errno;
     int rc = state_map(fd, disksize, out);
     if (rc < 0) {
-        (void)ftruncate(fd, 0);
+        /* back to empty, as given (a failure leaves only the size; (void)! for fortify) */
+        (void)!ftruncate(fd, 0);
         return rc;
     }
     memcpy((*out)->header, &layout, sizeof layout);
