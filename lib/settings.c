@@ -12,6 +12,7 @@
 #include "group.h"
 #include "pool.h"
 #include "pool_reserve.h"
+#include "state.h"
 #include "store.h"
 #include "table.h"
 #include "writeback.h"
@@ -49,12 +50,16 @@ int uzram_set_same_filled(struct uzram *dev, bool on)
         rc = -EBUSY;
     else
         atomic_store(&dev->same_filled, on);
+    if (rc == 0 && dev->state)
+        dev->state->header->same_filled = on;
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
 
 int uzram_set_dedup(struct uzram *dev, bool on)
 {
+    if (on && dev->state)
+        return -EOPNOTSUPP; /* not kept in a state file (uzram.h) */
     int rc = 0;
     pthread_mutex_lock(&dev->settings_lock);
     if (device_holds_data(dev)) {
@@ -81,6 +86,8 @@ int uzram_set_dedup(struct uzram *dev, bool on)
 int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes)
 {
     atomic_store(&dev->mem_limit, bytes);
+    if (dev->state)
+        dev->state->header->mem_limit = bytes; /* kept for a successor */
     pool_set_limit(dev->pool, bytes);
     return 0;
 }
