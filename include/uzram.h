@@ -526,6 +526,76 @@ UZRAM_API int uzram_set_group(struct uzram *dev, struct uzram_group *group);
 UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
 
 /* ------------------------------------------------------------------------
+ * State in a shareable file: restart without losing a page
+ * ---------------------------------------------------------------------- */
+
+/* A device made with uzram_create_in() keeps everything a read needs (page table, pool,
+ * codec table, span directory, the intent records of slot changes, a 4 KiB area for the
+ * application) in ONE file: a memfd (memfd_create) or a file on tmpfs (/dev/shm, /run).
+ * Whoever holds the descriptor keeps the data: a process started after this one ended,
+ * cleanly or killed (SIGKILL, a crash), takes it over with uzram_adopt() and reads every
+ * page back. A page whose write, discard, recompression or compaction was under way when
+ * its process was killed reads as its old or its new contents, never anything else.
+ *
+ * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
+ * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
+ * dedup (use_dedup, uzram_set_dedup), a backing store (uzram_set_backing_dev), bundles
+ * (uzram_set_recompress_group above 0) and zstd dictionaries (recomp_algorithm dict=).
+ * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
+ * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
+ * incompressible pages, memory used) are counted again from the table. A group limit
+ * (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
+
+/* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
+ * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the
+ * caller's, and must stay open while the device lives; uzram_destroy() unmaps the state and
+ * leaves the file as it is, for a successor (close or truncate it to drop the data).
+ * Errors: as uzram_create(), -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs or
+ * config->use_dedup, -errno of ftruncate. */
+UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzram **out);
+
+/* Take over the state in `state_fd`, left by a process that ended (uzram_destroy, or
+ * uzram_state_quiesce and exit) or was killed. Changes that process had half done are
+ * undone, its locks let go, the pool's accounting and the counters made again from the page
+ * table (about 2 ms a GiB of table data scanned; see docs/BENCHMARKS.md). The settings the
+ * state keeps come back (disksize, codecs, same_filled, mem_limit); others (mem_reserve,
+ * idle ages, writeback...) are the caller's to set again. The descriptor must stay open
+ * while the device lives. Errors: -EINVAL not a uzram state (or a damaged one; the file is
+ * left as it was found, bar slot locks), -EPROTONOSUPPORT another format version or an
+ * algorithm this build lacks (nothing changed), -EBUSY its owner process is alive (and is
+ * not this process: a process that re-executes itself keeps its pid and may adopt),
+ * -ENOMEM. */
+UZRAM_API int uzram_adopt(int state_fd, struct uzram **out);
+
+/* What a state file holds, read without taking it. */
+struct uzram_state_info {
+    uint32_t version;           /* the state's format version */
+    uint32_t supported_version; /* the one this library reads */
+    uint64_t disksize;
+    int32_t owner_pid;       /* the process that has it, 0 for none */
+    bool owner_alive;        /* that process runs (uzram_adopt() would say -EBUSY, bar itself) */
+    bool clean;              /* left by uzram_destroy() or uzram_state_quiesce(), not killed */
+    char comp_algorithm[20]; /* the primary algorithm */
+    uint64_t reserved[8];
+};
+
+/* Fill `info` from the state in `state_fd` without changing it: 0 when this library can
+ * adopt its format (whether its owner still runs is info->owner_alive), -EPROTONOSUPPORT
+ * another format version (info->version says which), -EINVAL not a uzram state. */
+UZRAM_API int uzram_state_info(int state_fd, struct uzram_state_info *info);
+
+/* The application's area in the state (4 KiB, in *size; zero in a new state), kept across
+ * adoptions, e.g. a server's export name and ublk device ids. NULL (and 0) for a device
+ * without a state file. Writes to it are the application's to order and make whole. */
+UZRAM_API void *uzram_state_area(struct uzram *dev, size_t *size);
+
+/* Before a planned handover: stops the background work (recompression and writeback
+ * passes), marks the state clean. The caller first ends its own calls on the device and
+ * starts none after; the device may then only be destroyed (uzram_destroy() leaves the file
+ * as it is) or the process end. -EINVAL for a device without a state file. */
+UZRAM_API int uzram_state_quiesce(struct uzram *dev);
+
+/* ------------------------------------------------------------------------
  * Statistics
  * ---------------------------------------------------------------------- */
 

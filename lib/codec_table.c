@@ -44,6 +44,10 @@ static void setting_swap(struct codec_table *table, unsigned priority, int id)
 
 int codec_table_set(struct codec_table *table, const struct codec_config *config)
 {
+    if (table->saved && (config->dict || config->dict_auto)) {
+        comp_dict_free(config->dict);
+        return -EOPNOTSUPP;
+    }
     pthread_mutex_lock(&table->lock);
     int id = -1;
     for (unsigned i = 0; i < CODEC_TABLE_MAX && id < 0; i++)
@@ -64,6 +68,8 @@ int codec_table_set(struct codec_table *table, const struct codec_config *config
      * was free is still to drop it (codec_table_acquire). */
     atomic_fetch_add_explicit(&entry->users, 1, memory_order_relaxed);
     setting_swap(table, config->priority, id);
+    if (table->saved)
+        table->saved(table->saved_arg, table);
     pthread_mutex_unlock(&table->lock);
     return 0;
 }
@@ -72,6 +78,29 @@ void codec_table_clear(struct codec_table *table, unsigned priority)
 {
     pthread_mutex_lock(&table->lock);
     setting_swap(table, priority, -1);
+    if (table->saved)
+        table->saved(table->saved_arg, table);
+    pthread_mutex_unlock(&table->lock);
+}
+
+void codec_table_restore(struct codec_table *table, unsigned id, const struct codec_config *config)
+{
+    table->entries[id].config = *config;
+    table->entries[id].used = true;
+}
+
+void codec_table_restore_setting(struct codec_table *table, unsigned priority, unsigned id)
+{
+    atomic_store(&table->setting[priority], (int)id);
+    atomic_fetch_add(&table->entries[id].users, 1);
+}
+
+void codec_table_restore_done(struct codec_table *table)
+{
+    pthread_mutex_lock(&table->lock);
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++)
+        if (table->entries[id].used && atomic_load(&table->entries[id].users) == 0)
+            entry_free(table, &table->entries[id]);
     pthread_mutex_unlock(&table->lock);
 }
 

@@ -52,6 +52,10 @@ struct codec_table {
     _Atomic int setting[CODEC_TABLE_PRIORITY_MAX + 1];
     /* Memory of the dictionaries held now, and of entries in use. */
     _Atomic uint64_t dict_mem;
+    /* A device with a state file (state.h): called with the lock held after each change of
+     * the settings, before any object can name a new entry; and dictionaries refused. */
+    void (*saved)(void *arg, const struct codec_table *table);
+    void *saved_arg;
 };
 
 void codec_table_init(struct codec_table *table);
@@ -60,8 +64,16 @@ void codec_table_destroy(struct codec_table *table);
 
 /* Make `config` (its dict owned by the table from now on, also on failure)
  * the setting of config->priority; the entry the setting named before loses
- * that user. Errors: -ENOSPC every id is in use. */
+ * that user. Errors: -ENOSPC every id is in use, -EOPNOTSUPP a dictionary (dict or
+ * dict_auto) for a device with a state file (not kept there yet). */
 int codec_table_set(struct codec_table *table, const struct codec_config *config);
+
+/* Adoption of a state (state_adopt.c): entry `id` made again, with no user yet; the setting
+ * of `priority` naming it again (one user); then, once every stored object took its user
+ * (codec_table_hold()), the entries no one uses freed by codec_table_restore_done(). */
+void codec_table_restore(struct codec_table *table, unsigned id, const struct codec_config *config);
+void codec_table_restore_setting(struct codec_table *table, unsigned priority, unsigned id);
+void codec_table_restore_done(struct codec_table *table);
 
 /* Drop the setting of `priority` (a secondary algorithm). */
 void codec_table_clear(struct codec_table *table, unsigned priority);

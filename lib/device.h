@@ -18,6 +18,7 @@ struct backing;
 struct dedup;
 struct pool;
 struct recompressor;
+struct state_file;
 struct store_tier;
 struct writeback;
 
@@ -209,6 +210,8 @@ struct uzram {
      * create, private to them. */
     struct recompressor *recompressor;
     struct writeback *writeback;
+    /* The state file the page table and pool live in (state.h), or NULL: anonymous memory. */
+    struct state_file *state;
 };
 
 static inline struct dedup *device_dedup(struct uzram *dev)

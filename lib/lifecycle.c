@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "comp.h"
 #include "dedup.h"
@@ -14,6 +15,7 @@
 #include "pool.h"
 #include "pool_reserve.h"
 #include "recompress.h"
+#include "state.h"
 #include "store.h"
 #include "table.h"
 #include "writeback.h"
@@ -45,6 +47,9 @@ static int create_parts(struct uzram *dev, bool use_dedup)
     rc = pool_create(&dev->pool);
     if (rc < 0)
         goto fail_pool;
+    if (dev->state)
+        pool_set_file(dev->pool, dev->state->fd, dev->state->header->pool_offset,
+                      dev->state->span_dir, dev->state->header->dir_offset);
     rc = recompressor_create(dev);
     if (rc < 0)
         goto fail_recompressor;
@@ -71,7 +76,27 @@ fail_pool:
     return rc;
 }
 
-int uzram_create(const struct uzram_config *config, struct uzram **out)
+/* The codec table of a new device: its primary algorithm; or, adopted, the state's table. */
+static int codecs_start(struct uzram *dev, int algo, int level, bool adopted)
+{
+    codec_table_init(&dev->codecs);
+    if (dev->state && !adopted) {
+        dev->codecs.saved = state_save_codecs;
+        dev->codecs.saved_arg = dev->state;
+    }
+    if (!adopted)
+        /* The first entry of an empty table: nothing to allocate, cannot fail. */
+        return codec_table_set(&dev->codecs,
+                               &(struct codec_config){.algorithm = algo, .level = level});
+    int rc = state_rebuild(dev);
+    dev->codecs.saved = state_save_codecs;
+    dev->codecs.saved_arg = dev->state;
+    return rc;
+}
+
+/* A device in anonymous memory (`state` NULL) or in a state file, new or `adopted`. */
+static int device_build(const struct uzram_config *config, struct state_file *state, bool adopted,
+                       struct uzram **out)
 {
     if (!config || !out || !config_reserved_zero(config))
         return -EINVAL;
@@ -88,23 +113,82 @@ int uzram_create(const struct uzram_config *config, struct uzram **out)
         return -ENOMEM;
     dev->disksize = config->disksize;
     dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
+    dev->state = state;
     rc = create_parts(dev, config->use_dedup);
     if (rc < 0) {
         free(dev);
         return rc;
     }
     pthread_mutex_init(&dev->settings_lock, NULL);
-    codec_table_init(&dev->codecs);
-    /* The first entry of an empty table: nothing to allocate, cannot fail. */
-    codec_table_set(&dev->codecs, &(struct codec_config){.algorithm = algo, .level = level});
     store_clock_start(dev);
     dev->tier = &writeback_tier;
     atomic_init(&dev->same_filled, config->same_filled);
     atomic_init(&dev->use_dedup, config->use_dedup);
     atomic_init(&dev->mem_limit, config->mem_limit);
     pool_set_limit(dev->pool, config->mem_limit);
+    if (state && adopted)
+        dev->clock_base = state->header->clock_base;
+    else if (state) {
+        state->header->clock_base = dev->clock_base;
+        state->header->same_filled = config->same_filled;
+        state->header->mem_limit = config->mem_limit;
+    }
+    rc = codecs_start(dev, algo, level, adopted);
+    if (rc < 0) {
+        dev->state = NULL; /* destroyed without touching the state further */
+        uzram_destroy(dev);
+        return rc;
+    }
     *out = dev;
     return 0;
+}
+
+int uzram_create(const struct uzram_config *config, struct uzram **out)
+{
+    return device_build(config, NULL, false, out);
+}
+
+int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzram **out)
+{
+    if (!config || !out || state_fd < 0)
+        return -EINVAL;
+    if (config->use_dedup)
+        return -EOPNOTSUPP;
+    int rc = disksize_check(config->disksize);
+    if (rc < 0)
+        return rc;
+    struct state_file *state;
+    rc = state_make(state_fd, config->disksize, &state);
+    if (rc < 0)
+        return rc;
+    rc = device_build(config, state, false, out);
+    if (rc < 0) {
+        state_close(state, false);
+        (void)ftruncate(state_fd, 0);
+        return rc;
+    }
+    state_publish(state);
+    return 0;
+}
+
+int uzram_adopt(int state_fd, struct uzram **out)
+{
+    if (state_fd < 0 || !out)
+        return -EINVAL;
+    struct state_file *state;
+    int rc = state_open(state_fd, &state);
+    if (rc < 0)
+        return rc;
+    const struct state_header *header = state->header;
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = header->disksize;
+    config.same_filled = header->same_filled;
+    config.mem_limit = header->mem_limit;
+    rc = device_build(&config, state, true, out);
+    if (rc < 0)
+        state_close(state, false);
+    return rc;
 }
 
 void uzram_destroy(struct uzram *dev)
@@ -122,8 +206,21 @@ void uzram_destroy(struct uzram *dev)
     pool_destroy(dev->pool);
     codec_table_destroy(&dev->codecs);
     table_unmap(dev);
+    /* The state file keeps everything for a successor. */
+    if (dev->state)
+        state_close(dev->state, true);
     pthread_mutex_destroy(&dev->settings_lock);
     free(dev);
+}
+
+int uzram_state_quiesce(struct uzram *dev)
+{
+    if (!dev || !dev->state)
+        return -EINVAL;
+    recompressor_pause(dev);
+    writeback_pause(dev);
+    state_mark_clean(dev->state);
+    return 0;
 }
 
 int uzram_reset(struct uzram *dev)

@@ -3,6 +3,7 @@
 #include "pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,34 +32,6 @@
  * the first k pages of its window. One mapping per chunk (not per span) keeps
  * the process far below vm.max_map_count.
  */
-#define OBJECT_INDEX_BITS 12u
-#define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
-_Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_BITS) <=
-                   1ull << POOL_HANDLE_BITS,
-               "every handle is below 2^POOL_HANDLE_BITS");
-
-/* Values of span->next_free[] besides the index of the next free object. */
-#define OBJECT_ALLOCATED 0xffffu
-#define FREE_LIST_END 0xfffeu
-
-struct pool_span {
-    struct pool_span *prev; /* fullness group list, under the class lock */
-    struct pool_span *next;
-    unsigned char *base;  /* first byte of the span's window; immutable */
-    uint64_t huge_owner;  /* owner of the single object of a huge span */
-    uint64_t compact_gen; /* last compaction round that tried to empty it */
-    uint32_t window;      /* span id; immutable */
-    uint16_t class_index; /* immutable */
-    uint16_t pages;       /* immutable: the class's long or short span length */
-    uint16_t objects;     /* immutable */
-    uint16_t in_use;
-    uint16_t free_head;
-    uint8_t group;
-    bool isolated; /* taken off the lists while compaction empties it */
-    /* Per object: OBJECT_ALLOCATED or the next free object's index. */
-    uint16_t next_free[];
-};
-
 static uint64_t make_handle(const struct pool_span *span, unsigned index)
 {
     return ((uint64_t)span->window + 1) << OBJECT_INDEX_BITS | index;
@@ -83,34 +56,6 @@ static unsigned char *object_start(const struct class_shape *shape, const struct
                                    unsigned index)
 {
     return span->base + (size_t)index * shape->footprint;
-}
-
-static unsigned group_of(const struct pool_span *span)
-{
-    if (span->in_use >= span->objects)
-        return GROUP_FULL;
-    return span->in_use * 4u / span->objects;
-}
-
-static void list_unlink(struct pool_class *class, struct pool_span *span)
-{
-    if (span->prev)
-        span->prev->next = span->next;
-    else
-        class->groups[span->group] = span->next;
-    if (span->next)
-        span->next->prev = span->prev;
-    span->prev = span->next = NULL;
-}
-
-static void list_push(struct pool_class *class, struct pool_span *span, unsigned group)
-{
-    span->group = (uint8_t)group;
-    span->prev = NULL;
-    span->next = class->groups[group];
-    if (span->next)
-        span->next->prev = span;
-    class->groups[group] = span;
 }
 
 /* Move a span to the list matching its fill after in_use changed. */
@@ -223,10 +168,16 @@ int pool_map_chunk(struct pool *pool)
     struct pool_chunk *chunk = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *chunk);
     if (!chunk)
         return -ENOMEM;
-    void *base = FAULT_POINT(FAULT_ALLOC)
-                     ? MAP_FAILED
-                     : mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *base = MAP_FAILED;
+    if (FAULT_POINT(FAULT_ALLOC))
+        ;
+    else if (pool->file_fd >= 0)
+        base = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                    pool->file_fd,
+                    (off_t)(pool->file_offset + (uint64_t)pool->chunk_count * CHUNK_BYTES));
+    else
+        base = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
         free(chunk);
         return -ENOMEM;
@@ -337,14 +288,24 @@ unsigned char *pool_window_base(struct pool *pool, uint32_t window)
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
-/* Give the pages of [base, base + bytes) back to the OS. MADV_DONTNEED refuses locked memory
- * (EINVAL): in a process that called mlockall() (uzram serve --swap) MADV_DONTNEED_LOCKED
- * (Linux 5.18) empties the range and leaves the mapping alone; before it, the range is
- * unlocked, emptied and locked again as it is touched (MLOCK_ONFAULT), which also lets the
- * kernel merge it back into one mapping with its neighbours. If even that failed, the pages
- * would merely stay resident. */
-static void give_pages_back(unsigned char *base, size_t bytes)
+/* Give `pages` pages of `window` from its page `first` back to the OS. MADV_DONTNEED refuses
+ * locked memory (EINVAL): in a process that called mlockall() (uzram serve --swap)
+ * MADV_DONTNEED_LOCKED (Linux 5.18) empties the range and leaves the mapping alone; before it,
+ * the range is unlocked, emptied and locked again as it is touched (MLOCK_ONFAULT), which also
+ * lets the kernel merge it back into one mapping with its neighbours. If even that failed, the
+ * pages would merely stay resident. A pool in a state file punches a hole in the file instead:
+ * MADV_DONTNEED would only drop this process's view of shared memory. */
+void pool_give_pages_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages)
 {
+    unsigned char *base = pool_window_base(pool, window) + (size_t)first * PAGE_BYTES;
+    size_t bytes = (size_t)pages * PAGE_BYTES;
+    if (pool->file_fd >= 0) {
+        (void)fallocate(pool->file_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        (off_t)(pool->file_offset + (uint64_t)window * WINDOW_BYTES +
+                                (uint64_t)first * PAGE_BYTES),
+                        (off_t)bytes);
+        return;
+    }
     if (madvise(base, bytes, MADV_DONTNEED) == 0 || errno != EINVAL ||
         madvise(base, bytes, MADV_DONTNEED_LOCKED) == 0)
         return;
@@ -401,8 +362,7 @@ uint64_t pool_drain_cache(struct pool *pool, uint64_t keep)
         if (n == 0)
             return pages_given;
         for (size_t i = 0; i < n; i++) {
-            give_pages_back(pool_window_base(pool, batch[i].window),
-                            (size_t)batch[i].pages * PAGE_BYTES);
+            pool_give_pages_back(pool, batch[i].window, 0, batch[i].pages);
             give_back_window(pool, batch[i].window);
             pages_given += batch[i].pages;
         }
@@ -453,8 +413,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
     /* A cached window longer than the span: its tail would be resident and
      * counted nowhere. */
     if (resident > pages)
-        give_pages_back(span->base + (size_t)pages * PAGE_BYTES,
-                        (size_t)(resident - pages) * PAGE_BYTES);
+        pool_give_pages_back(pool, window, pages, resident - pages);
     span->window = window;
     span->class_index = (uint16_t)class_index;
     span->pages = (uint16_t)pages;
@@ -462,6 +421,10 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
     span->free_head = 0;
     for (unsigned i = 0; i < objects; i++)
         span->next_free[i] = (uint16_t)(i + 1 < objects ? i + 1 : FREE_LIST_END);
+    /* In a state file: the directory names the span before any object of it is handed out. */
+    if (pool->span_dir)
+        atomic_store_explicit(&pool->span_dir[window], POOL_SPAN_DIR_ENTRY(class_index, pages),
+                              memory_order_release);
     atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], span,
                           memory_order_release);
     *out = span;
@@ -477,15 +440,17 @@ static void release_span(struct pool *pool, struct pool_span *span, bool cache)
     size_t bytes = (size_t)span->pages * PAGE_BYTES;
     uint32_t window = span->window;
     unsigned pages = span->pages;
-    unsigned char *base = span->base;
     struct pool_chunk *chunk = chunk_of_window(pool, window);
     atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], NULL,
                           memory_order_release);
+    /* After its last object went, before the window is used again. */
+    if (pool->span_dir)
+        atomic_store_explicit(&pool->span_dir[window], 0, memory_order_release);
     free(span);
     unreserve_memory(pool, bytes);
     if (cache && cache_window(pool, window, pages))
         return;
-    give_pages_back(base, bytes);
+    pool_give_pages_back(pool, window, 0, pages);
     give_back_window(pool, window);
 }
 
@@ -501,6 +466,7 @@ int pool_create(struct pool **out)
     if (!pool)
         return -ENOMEM;
     memset(pool, 0, sizeof *pool);
+    pool->file_fd = -1;
     pool->chunks = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(MAX_CHUNKS, sizeof *pool->chunks);
     if (!pool->chunks) {
         free(pool);

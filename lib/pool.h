@@ -35,6 +35,22 @@ struct pool;
 int pool_create(struct pool **out);
 void pool_destroy(struct pool *pool);
 
+/* ---- a pool in a state file (state.c) ----
+ * Put the pool's memory in the file `fd` from byte `offset` (POOL_FILE_BYTES of it), and
+ * keep the span directory `span_dir` (POOL_WINDOWS entries, in the file too from byte
+ * `dir_offset`) up to date:
+ * before any allocation. Windows of emptied spans are punched out of the file. */
+#define POOL_WINDOWS ((uint64_t)1 << 26)
+#define POOL_FILE_BYTES (POOL_WINDOWS * POOL_SPAN_MAX_BYTES)
+void pool_set_file(struct pool *pool, int fd, uint64_t offset, _Atomic uint32_t *span_dir,
+                   uint64_t dir_offset);
+/* Adoption of a pool left in a state file (pool_adopt.c): each live object named once, by
+ * handle, owner and size (-EINVAL: the directory knows no such object, or it was named
+ * already; -ENOMEM), then pool_adopt_finish() makes the spans' free lists, the accounting and the
+ * free windows, and punches every window with no live object out of the file. */
+int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size);
+int pool_adopt_finish(struct pool *pool);
+
 /* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero), taking the pool
  * at most `grace` bytes past its limit (and its group's): 0, or more for an object that
  * replaces a larger one, freed right after. POOL_SPAN_MAX_BYTES, the largest span, lets any

@@ -18,6 +18,7 @@ _Static_assert(WINDOW_BYTES == POOL_SPAN_MAX_BYTES, "pool.h says what a span is 
 #define WINDOWS_PER_CHUNK (1u << WINDOWS_PER_CHUNK_SHIFT)
 #define CHUNK_BYTES ((size_t)WINDOWS_PER_CHUNK * WINDOW_BYTES) /* 64 MiB */
 #define MAX_CHUNKS (1u << 16) /* 4 TiB of address space, 2^26 spans */
+_Static_assert((uint64_t)MAX_CHUNKS *WINDOWS_PER_CHUNK == POOL_WINDOWS, "pool.h says the windows");
 
 /* Fullness groups: spans less than 1/4, 2/4, 3/4 used, not full, full. */
 #define GROUP_COUNT 5
@@ -94,13 +95,81 @@ struct pool {
     uint64_t group_fixed;
     _Atomic uint64_t pages_compacted;
     _Atomic uint64_t compact_gen;
+    /* A pool in a state file (pool_set_file()): chunk k is the file's bytes from
+     * file_offset + k * CHUNK_BYTES, mapped shared, and span_dir[window] says what span a
+     * window holds (POOL_SPAN_DIR_ENTRY; 0 none), so that another process can adopt the
+     * spans (pool_adopt.c). file_fd is -1 for a pool in anonymous memory. */
+    int file_fd;
+    uint64_t file_offset;
+    _Atomic uint32_t *span_dir;
+    uint64_t dir_offset;
 };
+
+#define OBJECT_INDEX_BITS 12u
+#define OBJECT_INDEX_MASK ((1u << OBJECT_INDEX_BITS) - 1)
+_Static_assert((((uint64_t)MAX_CHUNKS * WINDOWS_PER_CHUNK + 1) << OBJECT_INDEX_BITS) <=
+                   1ull << POOL_HANDLE_BITS,
+               "every handle is below 2^POOL_HANDLE_BITS");
+
+/* Values of span->next_free[] besides the index of the next free object. */
+#define OBJECT_ALLOCATED 0xffffu
+#define FREE_LIST_END 0xfffeu
+
+struct pool_span {
+    struct pool_span *prev; /* fullness group list, under the class lock */
+    struct pool_span *next;
+    unsigned char *base;  /* first byte of the span's window; immutable */
+    uint64_t huge_owner;  /* owner of the single object of a huge span */
+    uint64_t compact_gen; /* last compaction round that tried to empty it */
+    uint32_t window;      /* span id; immutable */
+    uint16_t class_index; /* immutable */
+    uint16_t pages;       /* immutable: the class's long or short span length */
+    uint16_t objects;     /* immutable */
+    uint16_t in_use;
+    uint16_t free_head;
+    uint8_t group;
+    bool isolated; /* taken off the lists while compaction empties it */
+    /* Per object: OBJECT_ALLOCATED or the next free object's index. */
+    uint16_t next_free[];
+};
+
+static inline unsigned group_of(const struct pool_span *span)
+{
+    if (span->in_use >= span->objects)
+        return GROUP_FULL;
+    return span->in_use * 4u / span->objects;
+}
+
+static inline void list_unlink(struct pool_class *class, struct pool_span *span)
+{
+    if (span->prev)
+        span->prev->next = span->next;
+    else
+        class->groups[span->group] = span->next;
+    if (span->next)
+        span->next->prev = span->prev;
+    span->prev = span->next = NULL;
+}
+
+static inline void list_push(struct pool_class *class, struct pool_span *span, unsigned group)
+{
+    span->group = (uint8_t)group;
+    span->prev = NULL;
+    span->next = class->groups[group];
+    if (span->next)
+        span->next->prev = span;
+    class->groups[group] = span;
+}
 
 /* Reserve one more chunk of address space. Called with window_lock held. */
 int pool_map_chunk(struct pool *pool);
 /* Give cached windows back to the OS until at most `keep` bytes stay cached. Returns the
  * pages given back. */
 uint64_t pool_drain_cache(struct pool *pool, uint64_t keep);
+/* Give `pages` pages of `window`, from its page `first`, back to the system. */
+void pool_give_pages_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages);
+/* A span directory entry: the span's class + 1 and its pages (never 0). */
+#define POOL_SPAN_DIR_ENTRY(class_index, pages) (((uint32_t)(class_index) + 1) << 16 | (pages))
 /* The first byte of a window. */
 unsigned char *pool_window_base(struct pool *pool, uint32_t window);
 /* A span that finds the reserve short waits this long for the refiller (pool_reserve.c),

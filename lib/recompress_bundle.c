@@ -118,7 +118,7 @@ static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle
         if (same) {
             struct page_object form;
             bundle_member_form(bundle, k, &form);
-            slot_set_form(slot, &form);
+            slot_set_form(dev, slot, &form);
             bundle_join(dev, bundle, k, now.size);
         }
         slot_unlock(slot);
@@ -207,7 +207,7 @@ static int split_member(struct uzram *dev, struct bundle *bundle, unsigned place
     slot_lock(slot);
     bool same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == value;
     if (same) {
-        slot_set_form(slot, &made);
+        slot_set_form(dev, slot, &made);
         if (made.state == SLOT_HUGE)
             counter_add(&dev->huge_pages, 1);
     }

@@ -103,7 +103,7 @@ static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct
     bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
                 memcmp(pool_map(dev->pool, now.value), old_copy, now.size) == 0;
     if (same) {
-        slot_set_form(slot, made);
+        slot_set_form(dev, slot, made);
         if (now.state == SLOT_HUGE)
             counter_sub(&dev->huge_pages, 1);
     }
@@ -173,6 +173,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
 int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
                     uint32_t now, struct recompress_tally *tally)
 {
+    if (state_slot_unwritten(dev, index))
+        return 0;
     struct slot *slot = &dev->slots[index];
     uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
     if (peek == 0 ||
@@ -238,7 +240,7 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
 int recompress_sample_page(struct uzram *dev, uint64_t index, void *page)
 {
     struct slot *slot = &dev->slots[index];
-    if (slot_seems_empty(slot))
+    if (slot_empty_at(dev, index))
         return 0;
     slot_lock(slot);
     enum slot_state state = slot_info_state(slot_info(slot));

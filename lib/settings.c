@@ -55,6 +55,8 @@ int uzram_set_same_filled(struct uzram *dev, bool on)
 
 int uzram_set_dedup(struct uzram *dev, bool on)
 {
+    if (on && dev->state)
+        return -EOPNOTSUPP; /* not kept in a state file (uzram.h) */
     int rc = 0;
     pthread_mutex_lock(&dev->settings_lock);
     if (device_holds_data(dev)) {

@@ -5,6 +5,7 @@
 #define UZRAM_SLOT_H
 
 #include "device.h"
+#include "state.h"
 
 /* ---- slot lock ---------------------------------------------------------- */
 
@@ -41,33 +42,58 @@ static inline bool slot_seems_empty(struct slot *slot)
     return atomic_load_explicit(&slot->info, memory_order_acquire) == 0;
 }
 
+/* Slot `index` is empty, known without reading a table page never written (state.h). */
+static inline bool slot_empty_at(struct uzram *dev, uint64_t index)
+{
+    return state_slot_unwritten(dev, index) || slot_seems_empty(&dev->slots[index]);
+}
+
 /* Only with the lock held. */
 static inline uint32_t slot_info(struct slot *slot)
 {
     return atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
 }
 
+/* Write a locked slot: the one place a slot's form changes. With a state file through an
+ * intent record (state.h), so that a process killed in the middle leaves it restorable. */
+static inline void slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                              uint64_t value)
+{
+    if (dev->state) {
+        state_slot_write(dev, slot, info, ac_time, value);
+        return;
+    }
+    slot->value = value;
+    atomic_store_explicit(&slot->ac_time, ac_time, memory_order_relaxed);
+    atomic_store_explicit(&slot->info, info, memory_order_relaxed);
+}
+
 /* Publish a new form, accessed at `now`, with no marks (IDLE,
  * INCOMPRESSIBLE): they belong to the form the slot held before. */
-static inline void slot_set(struct slot *slot, const struct page_object *object, uint32_t now)
+static inline void slot_set(struct uzram *dev, struct slot *slot, const struct page_object *object,
+                            uint32_t now)
 {
-    slot->value = object->value;
-    atomic_store_explicit(&slot->ac_time, now, memory_order_relaxed);
-    atomic_store_explicit(&slot->info,
-                          slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
-                          memory_order_relaxed);
+    slot_write(dev, slot, slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
+               now, object->value);
 }
 
 /* Put another form of the page a locked slot holds in its place (moved to or from the
  * backing store, or recompressed): not an access, so the marks IDLE and INCOMPRESSIBLE and
  * ac_time stay. */
-static inline void slot_set_form(struct slot *slot, const struct page_object *object)
+static inline void slot_set_form(struct uzram *dev, struct slot *slot,
+                                 const struct page_object *object)
 {
     uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-    slot->value = object->value;
-    atomic_store_explicit(
-        &slot->info, slot_info_make(object->state, object->codec, object->size) | marks | SLOT_LOCK,
-        memory_order_relaxed);
+    slot_write(dev, slot,
+               slot_info_make(object->state, object->codec, object->size) | marks | SLOT_LOCK,
+               atomic_load_explicit(&slot->ac_time, memory_order_relaxed), object->value);
+}
+
+/* The same object somewhere else (compaction moved it, or writeback placed it). */
+static inline void slot_set_value(struct uzram *dev, struct slot *slot, uint64_t value)
+{
+    slot_write(dev, slot, atomic_load_explicit(&slot->info, memory_order_relaxed),
+               atomic_load_explicit(&slot->ac_time, memory_order_relaxed), value);
 }
 
 static inline void slot_get(struct slot *slot, struct page_object *object)

@@ -401,7 +401,7 @@ static void promote(struct uzram *dev, uint64_t index, const struct page_object 
     bool same = now.state == SLOT_BACKED && now.value == held->value && now.size == held->size &&
                 now.codec == held->codec;
     if (same) {
-        slot_set_form(slot, &made);
+        slot_set_form(dev, slot, &made);
         backing_free(device_backing(dev), held->value, held->size);
         counter_sub(&dev->bd_data_size, held->size);
         counter_sub(&dev->bd_objects, 1);
@@ -450,7 +450,7 @@ static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
     /* dedup_is_huge needs the reference the slot still holds */
     bool old_huge = store_object_is_huge(dev, &old);
     slot_set_marks(dev, slot, 0, SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-    slot_set(slot, object, now);
+    slot_set(dev, slot, object, now);
     account_new(dev, object, huge);
     slot_unlock(slot);
     release_old(dev, &old, old_huge);
@@ -507,7 +507,7 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
 static void discard_page(struct uzram *dev, uint64_t index)
 {
     struct slot *slot = &dev->slots[index];
-    if (slot_seems_empty(slot))
+    if (slot_empty_at(dev, index))
         return;
     const struct page_object empty = {.state = SLOT_EMPTY};
     if (slot_replace(dev, slot, &empty, false, false, 0) != SLOT_EMPTY)
@@ -559,7 +559,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         struct page_part part = page_part_at(offset, length);
         unsigned chunk = part.length;
         struct slot *slot = &dev->slots[part.index];
-        if (slot_seems_empty(slot)) {
+        if (slot_empty_at(dev, part.index)) {
             memset(out, 0, chunk);
             offset += chunk;
             out += chunk;
@@ -662,7 +662,7 @@ int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length, bool
 static unsigned extent_flags(struct uzram *dev, uint64_t index)
 {
     struct slot *slot = &dev->slots[index];
-    if (slot_seems_empty(slot))
+    if (slot_empty_at(dev, index))
         return UZRAM_EXTENT_HOLE | UZRAM_EXTENT_ZERO;
     slot_lock(slot);
     uint32_t info = slot_info(slot);
@@ -701,7 +701,7 @@ int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
     uint64_t count = 0;
     for (uint64_t index = 0; index < dev->page_count; index++) {
         struct slot *slot = &dev->slots[index];
-        if (slot_seems_empty(slot))
+        if (slot_empty_at(dev, index))
             continue;
         slot_lock(slot);
         uint32_t info = slot_info(slot);
@@ -755,7 +755,7 @@ static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
         return;
     }
     struct slot *slot = &dev->slots[owner - 1];
-    slot->value = new_handle;
+    slot_set_value(dev, slot, new_handle);
     slot_unlock(slot);
 }
 

@@ -13,6 +13,7 @@
 
 #include "fault.h"
 #include "slot.h"
+#include "state.h"
 
 /* ThreadSanitizer does not see the kernel put a page of zeros, that is empty and unlocked
  * slots, in place of one whose locks this thread held (and never let go): a lock taken there
@@ -46,10 +47,15 @@ uint64_t table_bytes(const struct uzram *dev)
  * have been written. */
 int table_map(struct uzram *dev)
 {
-    void *table = FAULT_POINT(FAULT_ALLOC)
-                      ? MAP_FAILED
-                      : mmap(NULL, table_bytes(dev), PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *table = MAP_FAILED;
+    if (FAULT_POINT(FAULT_ALLOC))
+        ;
+    else if (dev->state) /* the state file's table, shared */
+        table = mmap(NULL, table_bytes(dev), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                     dev->state->fd, (off_t)dev->state->header->table_offset);
+    else
+        table = mmap(NULL, table_bytes(dev), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (table == MAP_FAILED)
         return -ENOMEM;
     dev->slots = table;
@@ -81,10 +87,24 @@ static bool page_empty(struct slot *slots)
     return true;
 }
 
+/* Give a table page back: a state file's is punched out of the file (its bit in the written
+ * bitmap cleared first: a slot is changed with its lock held, which is ours), anonymous
+ * memory's dropped. */
+static bool drop_page(struct uzram *dev, struct slot *slots)
+{
+    if (!dev->state)
+        return madvise(slots, TABLE_PAGE, MADV_DONTNEED) == 0;
+    uint64_t page = (uint64_t)(slots - dev->slots) / SLOTS_PER_PAGE;
+    state_table_page_gone(dev->state, page);
+    return fallocate(dev->state->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                     (off_t)(dev->state->header->table_offset + page * TABLE_PAGE),
+                     TABLE_PAGE) == 0;
+}
+
 /* Give back the table page at `slots` if all its slots are empty: with all their locks held,
  * no one changes them, and the page the kernel maps in its place is all zero bytes: every
  * slot empty and unlocked. Else every lock taken is let go. */
-static bool give_back(struct slot *slots)
+static bool give_back(struct uzram *dev, struct slot *slots)
 {
     unsigned locked = 0;
     while (locked < SLOTS_PER_PAGE && slot_trylock(&slots[locked]))
@@ -98,7 +118,7 @@ static bool give_back(struct slot *slots)
     for (unsigned i = 0; empty && i < SLOTS_PER_PAGE; i++)
         __tsan_release(&slots[i].info); /* before: another thread may lock a slot at once */
 #endif
-    if (empty && madvise(slots, TABLE_PAGE, MADV_DONTNEED) == 0)
+    if (empty && drop_page(dev, slots))
         return true;
     while (locked > 0)
         slot_unlock(&slots[--locked]);
@@ -125,7 +145,7 @@ uint64_t table_give_back(struct uzram *dev)
             struct slot *slots = &dev->slots[(page + i) * SLOTS_PER_PAGE];
             if ((entries[i] & (PAGEMAP_PRESENT | PAGEMAP_EXCLUSIVE)) ==
                     (PAGEMAP_PRESENT | PAGEMAP_EXCLUSIVE) &&
-                page_empty(slots) && give_back(slots))
+                page_empty(slots) && give_back(dev, slots))
                 given++;
         }
     }

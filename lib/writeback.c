@@ -705,6 +705,8 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
         size = dev->disksize > BACKING_MAX_BYTES / 2 ? BACKING_MAX_BYTES : 2 * dev->disksize;
         /* a block device is used whole (size 0) */
     }
+    if (!detach && dev->state)
+        return -EOPNOTSUPP; /* not kept in a state file (uzram.h) */
     struct backing *opened = NULL;
     struct batch_buffers buffers = {0};
     int rc = 0;

@@ -132,7 +132,7 @@ static bool publish_bundled(struct uzram *dev, struct writeback_item *item, bool
         if (same) {
             /* The codec user passes to the written-back form. */
             const struct page_object backed = {SLOT_BACKED, item->offset, item->codec, item->size};
-            slot_set_form(slot, &backed);
+            slot_set_form(dev, slot, &backed);
             counter_add(&dev->bd_objects, 1);
             counter_add(&dev->bd_data_size, item->size);
             if (item->size == UZRAM_PAGE_SIZE)
@@ -253,7 +253,7 @@ static bool publish_moved(struct uzram *dev, struct writeback_item *item, bool w
         same = now.state == SLOT_BACKED && now.value == item->value && now.size == item->size &&
                now.codec == item->codec;
         if (same)
-            slot->value = item->offset;
+            slot_set_value(dev, slot, item->offset);
         slot_unlock(slot);
     }
     if (same)
@@ -300,7 +300,7 @@ bool writeback_page_publish(struct uzram *dev, struct writeback_item *item, cons
     if (same) {
         /* The codec user passes to the written-back form. */
         const struct page_object backed = {SLOT_BACKED, item->offset, now.codec, now.size};
-        slot_set_form(slot, &backed);
+        slot_set_form(dev, slot, &backed);
         account_written_back(dev, now.size);
     }
     slot_unlock(slot);

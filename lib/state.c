@@ -1,0 +1,270 @@
+/* state.c - a device's state in a shareable file: its layout and header, made, opened for
+ * adoption and let go; the slot-change helper (intent records); the application's area and
+ * quiesce. The rebuild at adoption is state_adopt.c's. */
+#include "state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "comp.h"
+#include "fault.h"
+#include "pool.h"
+
+#define STATE_MAGIC "UZRAMST"
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+static uint64_t round_up(uint64_t value, uint64_t to)
+{
+    return (value + to - 1) / to * to;
+}
+
+void state_layout(struct state_header *header, uint64_t disksize)
+{
+    memset(header, 0, sizeof *header);
+    header->version = STATE_VERSION;
+    header->page_size = UZRAM_PAGE_SIZE;
+    header->disksize = disksize;
+    header->intents = STATE_INTENTS;
+    header->dir_offset = STATE_DIR_OFFSET;
+    header->dir_bytes = POOL_WINDOWS * sizeof(uint32_t);
+    header->table_offset = header->dir_offset + header->dir_bytes;
+    header->table_bytes = round_up(disksize / UZRAM_PAGE_SIZE * sizeof(struct slot), 4096);
+    header->pool_offset = round_up(header->table_offset + header->table_bytes, 2u << 20);
+    header->pool_bytes = POOL_FILE_BYTES;
+    header->file_bytes = header->pool_offset + header->pool_bytes;
+}
+
+/* Map the header, area, intents and directory of `fd`, and the private bitmap. */
+static int state_map(int fd, uint64_t disksize, struct state_file **out)
+{
+    struct state_file *state = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *state);
+    if (!state)
+        return -ENOMEM;
+    uint64_t table_pages =
+        (disksize / UZRAM_PAGE_SIZE + STATE_SLOTS_PER_PAGE - 1) / STATE_SLOTS_PER_PAGE;
+    state->written =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc((table_pages + 63) / 64, sizeof(uint64_t));
+    state->fd = fd;
+    state->map_bytes = STATE_DIR_OFFSET + POOL_WINDOWS * sizeof(uint32_t);
+    void *map = !state->written || FAULT_POINT(FAULT_ALLOC)
+                    ? MAP_FAILED
+                    : mmap(NULL, state->map_bytes, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (map == MAP_FAILED) {
+        free(state->written);
+        free(state);
+        return -ENOMEM;
+    }
+    state->map = map;
+    state->header = map;
+    state->intents = (struct state_intent *)(state->map + STATE_INTENTS_OFFSET);
+    state->span_dir = (_Atomic uint32_t *)(state->map + STATE_DIR_OFFSET);
+    *out = state;
+    return 0;
+}
+
+static void state_unmap(struct state_file *state)
+{
+    munmap(state->map, state->map_bytes);
+    free(state->written);
+    free(state);
+}
+
+/* Shared memory, that is tmpfs (a memfd too): a file elsewhere would be written to disk. */
+static bool on_tmpfs(int fd)
+{
+    struct statfs fs;
+    return fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
+int state_make(int fd, uint64_t disksize, struct state_file **out)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || !on_tmpfs(fd))
+        return -EOPNOTSUPP;
+    if (st.st_size != 0)
+        return -EEXIST;
+    struct state_header layout;
+    state_layout(&layout, disksize);
+    if (ftruncate(fd, (off_t)layout.file_bytes) < 0)
+        return -errno;
+    int rc = state_map(fd, disksize, out);
+    if (rc < 0) {
+        (void)ftruncate(fd, 0);
+        return rc;
+    }
+    memcpy((*out)->header, &layout, sizeof layout);
+    return 0;
+}
+
+void state_publish(struct state_file *state)
+{
+    atomic_store(&state->header->owner_pid, (int32_t)getpid());
+    atomic_thread_fence(memory_order_seq_cst);
+    memcpy(state->header->magic, STATE_MAGIC, sizeof STATE_MAGIC);
+}
+
+/* Read and check the header of `fd` (not mapped: a file that is no state stays untouched):
+ * -EINVAL not a state of this layout, -EPROTONOSUPPORT another version. */
+static int header_read(int fd, struct state_header *header)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (pread(fd, header, sizeof *header, 0) != (ssize_t)sizeof *header ||
+        memcmp(header->magic, STATE_MAGIC, sizeof STATE_MAGIC) != 0)
+        return -EINVAL;
+    if (header->version != STATE_VERSION)
+        return -EPROTONOSUPPORT;
+    struct state_header layout;
+    state_layout(&layout, header->disksize);
+    if (header->page_size != UZRAM_PAGE_SIZE || header->disksize == 0 ||
+        header->disksize % UZRAM_PAGE_SIZE || header->intents != layout.intents ||
+        header->dir_offset != layout.dir_offset || header->dir_bytes != layout.dir_bytes ||
+        header->table_offset != layout.table_offset || header->table_bytes != layout.table_bytes ||
+        header->pool_offset != layout.pool_offset || header->pool_bytes != layout.pool_bytes ||
+        header->file_bytes != layout.file_bytes || (uint64_t)st.st_size < layout.file_bytes)
+        return -EINVAL;
+    return 0;
+}
+
+static bool process_alive(int32_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+int state_open(int fd, struct state_file **out)
+{
+    struct state_header header;
+    int rc = header_read(fd, &header);
+    if (rc < 0)
+        return rc;
+    int32_t self = (int32_t)getpid(), owner = header.owner_pid;
+    if (owner != self && process_alive(owner))
+        return -EBUSY;
+    rc = state_map(fd, header.disksize, out);
+    if (rc < 0)
+        return rc;
+    /* Two successors may race: one takes it. */
+    if (!atomic_compare_exchange_strong(&(*out)->header->owner_pid, &owner, self)) {
+        state_unmap(*out);
+        return -EBUSY;
+    }
+    atomic_store(&(*out)->header->clean, 0);
+    return 0;
+}
+
+void state_close(struct state_file *state, bool clean)
+{
+    atomic_store(&state->header->clean, clean ? 1 : 0);
+    atomic_store(&state->header->owner_pid, 0);
+    state_unmap(state);
+}
+
+void state_save_codecs(void *arg, const struct codec_table *codecs)
+{
+    struct state_header *header = ((struct state_file *)arg)->header;
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++) {
+        const struct codec_entry *entry = &codecs->entries[id];
+        header->codecs[id] = (struct state_codec){
+            .used = entry->used,
+            .level = entry->config.level,
+            .priority = entry->config.priority,
+        };
+        if (entry->used)
+            strncpy(header->codecs[id].algorithm, comp_name(entry->config.algorithm),
+                    sizeof header->codecs[id].algorithm - 1);
+    }
+    for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++)
+        header->setting[p] = atomic_load(&codecs->setting[p]);
+    atomic_thread_fence(memory_order_release);
+}
+
+void state_table_page_gone(struct state_file *state, uint64_t page)
+{
+    atomic_fetch_and_explicit(&state->written[page / 64], ~(1ull << (page % 64)),
+                              memory_order_release);
+}
+
+/*
+ * The one way a slot changes in a device with a state file. Crash consistency: the record
+ * {slot, old info, old ac_time, old value} is written and made visible (a full fence: not
+ * even the compiler may move the slot's stores before it) before the slot is touched, and
+ * cleared (release) only after the slot holds its new form; the caller frees the old object
+ * after that. A process killed at any instant so leaves each slot either whole, or with a
+ * record from which adoption restores its old form, whose object is still allocated.
+ */
+void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                      uint64_t value)
+{
+    struct state_file *state = dev->state;
+    uint64_t index = (uint64_t)(slot - dev->slots);
+    uint64_t page = index / STATE_SLOTS_PER_PAGE;
+    if (!(atomic_load_explicit(&state->written[page / 64], memory_order_relaxed) &
+          (1ull << (page % 64))))
+        atomic_fetch_or_explicit(&state->written[page / 64], 1ull << (page % 64),
+                                 memory_order_release);
+    struct state_intent *intent = &state->intents[index % STATE_INTENTS];
+    unsigned spins = 0;
+    for (uint32_t free_lock = 0; !atomic_compare_exchange_weak_explicit(
+             &intent->lock, &free_lock, 1, memory_order_acquire, memory_order_relaxed);
+         free_lock = 0)
+        lock_backoff(&spins);
+    intent->info = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
+    intent->ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
+    intent->value = slot->value;
+    atomic_store_explicit(&intent->slot, index + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    slot->value = value;
+    atomic_store_explicit(&slot->ac_time, ac_time, memory_order_relaxed);
+    atomic_store_explicit(&slot->info, info, memory_order_relaxed);
+    atomic_store_explicit(&intent->slot, 0, memory_order_release);
+    atomic_store_explicit(&intent->lock, 0, memory_order_release);
+}
+
+int uzram_state_info(int state_fd, struct uzram_state_info *info)
+{
+    if (state_fd < 0 || !info)
+        return -EINVAL;
+    struct state_header header;
+    memset(info, 0, sizeof *info);
+    info->supported_version = STATE_VERSION;
+    int rc = header_read(state_fd, &header);
+    if (rc == -EPROTONOSUPPORT)
+        info->version = header.version;
+    if (rc < 0)
+        return rc;
+    info->version = header.version;
+    info->disksize = header.disksize;
+    info->owner_pid = header.owner_pid;
+    info->owner_alive = process_alive(header.owner_pid);
+    info->clean = header.clean != 0;
+    int primary = header.setting[0];
+    if (primary >= 0 && primary < CODEC_TABLE_MAX)
+        memcpy(info->comp_algorithm, header.codecs[primary].algorithm,
+               sizeof info->comp_algorithm - 1);
+    return 0;
+}
+
+void *uzram_state_area(struct uzram *dev, size_t *size)
+{
+    if (size)
+        *size = dev && dev->state ? STATE_AREA_BYTES : 0;
+    return dev && dev->state ? dev->state->map + STATE_AREA_OFFSET : NULL;
+}
+
+void state_mark_clean(struct state_file *state)
+{
+    atomic_store(&state->header->clean, 1);
+}

@@ -1,0 +1,131 @@
+/* state.h - a device's state in a shareable file (internal; state.c, state_adopt.c): the
+ * file's layout and header, the slot-change helper every slot change goes through (intent
+ * records), and the private bitmap of the page table's pages ever written. */
+#ifndef UZRAM_STATE_H
+#define UZRAM_STATE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "device.h"
+
+/*
+ * The file, at fixed offsets recorded in its header (a later version refuses a layout it
+ * does not know):
+ *   0          header (struct state_header)
+ *   4 KiB      the application's area (uzram_state_area(), STATE_AREA_BYTES)
+ *   8 KiB      intent records (STATE_INTENTS of struct state_intent)
+ *   64 KiB     span directory (POOL_WINDOWS x 4 bytes, pool.h)
+ *   then       page table (page_count x 16 bytes, rounded up to 4 KiB)
+ *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
+ * The file is sparse: only what was written is memory.
+ */
+#define STATE_VERSION 1
+#define STATE_AREA_OFFSET 4096u
+#define STATE_AREA_BYTES 4096u
+#define STATE_INTENTS_OFFSET 8192u
+#define STATE_INTENTS 1024u
+#define STATE_DIR_OFFSET 65536u
+
+/* A slot being changed: the slot (its index + 1; 0 for a free record) and what it held, so
+ * that adoption can put it back when the change may be half done. Records are striped by
+ * slot index; `lock` makes a record one change's at a time. */
+struct state_intent {
+    _Atomic uint32_t lock;
+    uint32_t info;
+    _Atomic uint64_t slot;
+    uint64_t value;
+    uint32_t ac_time;
+    uint32_t unused;
+};
+_Static_assert(sizeof(struct state_intent) == 32, "an intent record is 32 bytes");
+
+/* A codec entry by the algorithm's name: ids are this build's. */
+struct state_codec {
+    uint32_t used;
+    int32_t level;
+    uint32_t priority;
+    char algorithm[20];
+};
+
+struct state_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t page_size;
+    uint64_t disksize;
+    uint64_t dir_offset, dir_bytes;
+    uint64_t table_offset, table_bytes;
+    uint64_t pool_offset, pool_bytes;
+    uint64_t file_bytes;
+    _Atomic int32_t owner_pid; /* 0: none */
+    _Atomic uint32_t clean;    /* 1: quiesced or destroyed, no change half done */
+    int64_t clock_base;
+    uint64_t mem_limit;
+    uint32_t same_filled;
+    uint32_t intents;
+    /* The codec table (codec_table.h): every entry ever used (adoption frees those no page
+     * uses), and the id each priority's setting names (-1: none). */
+    struct state_codec codecs[CODEC_TABLE_MAX];
+    int32_t setting[CODEC_TABLE_PRIORITY_MAX + 1];
+};
+_Static_assert(sizeof(struct state_header) <= STATE_AREA_OFFSET, "the header fits its page");
+
+/* A device's open state file. */
+struct state_file {
+    int fd;
+    unsigned char *map; /* header, area, intents and span directory: map_bytes */
+    uint64_t map_bytes;
+    struct state_header *header;
+    struct state_intent *intents;
+    _Atomic uint32_t *span_dir;
+    /* 1 bit per 4 KiB page of the table: set once a slot in it was changed (with its lock
+     * held), cleared when table_give_back() punches it. A slot in a page whose bit is clear
+     * is empty, and is not read: a read of a hole of shared memory allocates a page. */
+    _Atomic uint64_t *written;
+};
+
+#define STATE_SLOTS_PER_PAGE (4096u / sizeof(struct slot))
+
+/* Whether slot `index` is certainly empty without reading it: its table page was never
+ * written (only for a device with a state file; without, reading never-written anonymous
+ * memory costs nothing). */
+static inline bool state_slot_unwritten(const struct uzram *dev, uint64_t index)
+{
+    if (!dev->state)
+        return false;
+    uint64_t page = index / STATE_SLOTS_PER_PAGE;
+    return !(atomic_load_explicit(&dev->state->written[page / 64], memory_order_acquire) &
+             (1ull << (page % 64)));
+}
+
+/* Change a locked slot to `info` (SLOT_LOCK included), `ac_time`, `value` with an intent
+ * record around the change, so that a process killed in the middle leaves it restorable.
+ * The caller frees the slot's old object only after this returns. */
+void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                      uint64_t value);
+
+/* The layout for a disk of `disksize` bytes in a new header (magic last: state_publish()). */
+void state_layout(struct state_header *header, uint64_t disksize);
+
+/* Make a new state file in the empty tmpfs file `fd` for a disk of `disksize` bytes: sized,
+ * its header, intents and directory mapped, the header filled but not yet valid. */
+int state_make(int fd, uint64_t disksize, struct state_file **out);
+/* Open the state in `fd` for adoption: -EINVAL not a state, -EPROTONOSUPPORT another
+ * version, -EBUSY a live owner; its owner becomes this process. */
+int state_open(int fd, struct state_file **out);
+/* The device's settings and codec table, to the header (the codec table calls it). */
+void state_save_codecs(void *state, const struct codec_table *codecs);
+/* Mark the header valid (create), its owner this process. */
+void state_publish(struct state_file *state);
+/* Let the state go: owner none, clean when `clean`; unmapped, the file left as it is. */
+void state_close(struct state_file *state, bool clean);
+/* Bring the device adopted with state `dev->state` back: intents undone, locks cleared,
+ * pool, codec table and counters made again from the page table (state_adopt.c). */
+int state_rebuild(struct uzram *dev);
+/* Mark the state clean (quiesce). */
+void state_mark_clean(struct state_file *state);
+/* After table_give_back() emptied table page `page`. */
+void state_table_page_gone(struct state_file *state, uint64_t page);
+
+#endif

@@ -1,0 +1,138 @@
+/* state_adopt.c - a device taken over from a state file left by a process that ended or was
+ * killed: the changes that process had half done undone (intent records), every slot lock it
+ * held let go, and from the page table the pool's spans and accounting, the codec table's
+ * users and the level counters made again. Nothing else needs a log: see state.h. */
+#include <errno.h>
+#include <string.h>
+
+#include "comp.h"
+#include "file_extents.h"
+#include "pool.h"
+#include "state.h"
+
+/* The codec table as the header has it, each entry with no user yet but its settings'. */
+static int restore_codecs(struct uzram *dev)
+{
+    const struct state_header *header = dev->state->header;
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++) {
+        const struct state_codec *saved = &header->codecs[id];
+        if (!saved->used)
+            continue;
+        char name[sizeof saved->algorithm + 1] = {0};
+        memcpy(name, saved->algorithm, sizeof saved->algorithm);
+        int algorithm = comp_find(name);
+        if (algorithm < 0 || saved->priority > CODEC_TABLE_PRIORITY_MAX)
+            return -EPROTONOSUPPORT; /* an algorithm this build does not have */
+        codec_table_restore(&dev->codecs, id,
+                            &(struct codec_config){.algorithm = algorithm,
+                                                   .level = saved->level,
+                                                   .priority = saved->priority});
+    }
+    for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++) {
+        int id = header->setting[p];
+        if (id >= CODEC_TABLE_MAX || (id >= 0 && !header->codecs[id].used) || (p == 0 && id < 0))
+            return -EINVAL;
+        if (id >= 0)
+            codec_table_restore_setting(&dev->codecs, p, (unsigned)id);
+    }
+    return 0;
+}
+
+/* Each change a killed process left half done: the slot's old form back (its object was not
+ * freed: that comes after the record is cleared). */
+static void undo_intents(struct uzram *dev)
+{
+    struct state_file *state = dev->state;
+    for (unsigned i = 0; i < STATE_INTENTS; i++) {
+        struct state_intent *intent = &state->intents[i];
+        uint64_t slot_number = atomic_load(&intent->slot);
+        if (slot_number != 0 && slot_number <= dev->page_count) {
+            struct slot *slot = &dev->slots[slot_number - 1];
+            slot->value = intent->value;
+            atomic_store(&slot->ac_time, intent->ac_time);
+            atomic_store(&slot->info, intent->info);
+        }
+        atomic_store(&intent->slot, 0);
+        atomic_store(&intent->lock, 0);
+    }
+}
+
+/* One slot found in the table: unlocked, and counted with its object. */
+static int adopt_slot(struct uzram *dev, uint64_t index)
+{
+    struct slot *slot = &dev->slots[index];
+    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+    if (info & SLOT_LOCK)
+        atomic_store_explicit(&slot->info, info &= ~SLOT_LOCK, memory_order_relaxed);
+    if (info == 0)
+        return 0;
+    enum slot_state state = slot_info_state(info);
+    unsigned size = slot_info_size(info), codec = slot_info_codec(info);
+    switch (state) {
+    case SLOT_SAME:
+        counter_add(&dev->same_pages, 1);
+        if (slot->value == 0)
+            counter_add(&dev->zero_pages, 1);
+        break;
+    case SLOT_COMPRESSED:
+    case SLOT_HUGE:
+        if (size == 0 || size > UZRAM_PAGE_SIZE ||
+            (state == SLOT_HUGE) != (size == UZRAM_PAGE_SIZE))
+            return -EINVAL;
+        if (size != UZRAM_PAGE_SIZE) {
+            if (!dev->codecs.entries[codec].used)
+                return -EINVAL;
+            codec_table_hold(&dev->codecs, codec);
+        } else
+            counter_add(&dev->huge_pages, 1);
+        int rc = pool_adopt_object(dev->pool, slot->value, index + 1, size);
+        if (rc < 0)
+            return rc;
+        counter_add(&dev->compr_data_size, size);
+        break;
+    case SLOT_EMPTY:
+        return slot->value == 0 ? 0 : -EINVAL;
+    default: /* dedup, backing store, bundles: not in a state file (uzram.h) */
+        return -EINVAL;
+    }
+    counter_add(&dev->pages_stored, 1);
+    if (info & SLOT_IDLE)
+        counter_add(&dev->idle_pages, 1);
+    if (info & SLOT_INCOMPRESSIBLE)
+        counter_add(&dev->incompressible_pages, 1);
+    return 0;
+}
+
+/* The slots of one extent of the table's data (its other pages are holes: empty slots),
+ * and their pages marked written. */
+static int adopt_extent(void *arg, uint64_t from, uint64_t to)
+{
+    struct uzram *dev = arg;
+    uint64_t base = dev->state->header->table_offset;
+    uint64_t first = (from - base) / 4096, last = (to - base + 4095) / 4096;
+    for (uint64_t page = first; page < last; page++) {
+        atomic_fetch_or(&dev->state->written[page / 64], 1ull << (page % 64));
+        for (uint64_t index = page * STATE_SLOTS_PER_PAGE;
+             index < (page + 1) * STATE_SLOTS_PER_PAGE && index < dev->page_count; index++) {
+            int rc = adopt_slot(dev, index);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int state_rebuild(struct uzram *dev)
+{
+    int rc = restore_codecs(dev);
+    if (rc < 0)
+        return rc;
+    undo_intents(dev);
+    const struct state_header *header = dev->state->header;
+    rc = file_each_data(dev->state->fd, header->table_offset,
+                        header->table_offset + header->table_bytes, adopt_extent, dev);
+    if (rc == 0)
+        rc = pool_adopt_finish(dev->pool);
+    codec_table_restore_done(&dev->codecs);
+    return rc;
+}

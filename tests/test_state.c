@@ -1,0 +1,638 @@
+/* test_state.c - a device's state in a shareable file (lib/state.c, state_adopt.c,
+ * pool_adopt.c): made, left and adopted with every page read back; format versions and live
+ * owners refused with the file unchanged; reads of a fresh disk that cost the file nothing;
+ * features the file cannot keep refused; and a process SIGKILLed hundreds of times in the
+ * middle of writes, discards, recompression and compaction, whose successor finds every page
+ * old or new and the accounting exact. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fault.h"
+#include "state.h" /* the header's layout, to damage it */
+#include "test_util.h"
+
+#define PAGE 4096u
+#define MIB (1ull << 20)
+/* the span directory: a 4-byte entry per 64 KiB window of the pool (pool.h) */
+#define POOL_DIR_BYTES ((1ull << 26) * 4)
+
+static int state_memfd(void)
+{
+    int fd = memfd_create("uzram-test-state", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+static struct uzram_config config_of(uint64_t disksize)
+{
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = disksize;
+    return config;
+}
+
+/* The contents of page `index` at generation `gen`: 0 is a page of zeros, the others cycle
+ * through the kinds (a same-filled word, text, half-compressible, random: stored huge). */
+static enum datagen_kind kind_of(uint32_t gen)
+{
+    static const enum datagen_kind kinds[] = {DATAGEN_SAME, DATAGEN_TEXT, DATAGEN_HALF,
+                                              DATAGEN_RANDOM, DATAGEN_TEXT};
+    return kinds[gen % 5];
+}
+
+static void page_of(uint64_t index, uint32_t gen, unsigned char *page)
+{
+    if (gen == 0)
+        memset(page, 0, PAGE);
+    else
+        datagen_page(gen, kind_of(gen), index, page);
+}
+
+/* ---- made, destroyed, adopted ------------------------------------------------ */
+
+static void write_gen(struct uzram *dev, uint64_t index, uint32_t gen)
+{
+    unsigned char page[PAGE];
+    page_of(index, gen, page);
+    assert_int_equal(uzram_write(dev, index * PAGE, page, PAGE), 0);
+}
+
+static void check_pages(struct uzram *dev, const uint32_t *gens, uint64_t pages)
+{
+    unsigned char want[PAGE], got[PAGE];
+    for (uint64_t i = 0; i < pages; i++) {
+        page_of(i, gens[i], want);
+        assert_int_equal(uzram_read(dev, i * PAGE, got, PAGE), 0);
+        assert_memory_equal(got, want, PAGE);
+    }
+}
+
+static void test_state_round_trip(void **unused)
+{
+    (void)unused;
+    const uint64_t pages = 4096;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(pages * PAGE);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
+    uint32_t *gens = calloc(pages, sizeof *gens);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, 29);
+    for (unsigned n = 0; n < 6000; n++) {
+        uint64_t index = datagen_rng_below(&rng, pages);
+        gens[index] = n % 7 == 0 ? 0 : (uint32_t)datagen_rng_below(&rng, 1000) + 1;
+        if (gens[index] == 0 && n % 2)
+            assert_int_equal(uzram_discard(dev, index * PAGE, PAGE), 0);
+        else
+            write_gen(dev, index, gens[index]);
+    }
+    assert_int_equal(uzram_recompress(dev, 0, 0, 0, 0, NULL), 0);
+    size_t area_size;
+    char *area = uzram_state_area(dev, &area_size);
+    assert_non_null(area);
+    assert_int_equal(area_size, 4096);
+    strcpy(area, "export=x ublk=3");
+    struct uzram_stats before = test_stats(dev);
+    uzram_destroy(dev);
+
+    struct uzram_state_info info;
+    assert_int_equal(uzram_state_info(fd, &info), 0);
+    assert_int_equal(info.disksize, pages * PAGE);
+    assert_int_equal(info.owner_pid, 0);
+    assert_true(info.clean);
+    assert_string_equal(info.comp_algorithm, "lz4");
+
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    check_pages(dev, gens, pages);
+    struct uzram_stats after = test_stats(dev);
+    assert_int_equal(after.pages_stored, before.pages_stored);
+    assert_int_equal(after.compr_data_size, before.compr_data_size);
+    assert_int_equal(after.same_pages, before.same_pages);
+    assert_int_equal(after.zero_pages, before.zero_pages);
+    assert_int_equal(after.huge_pages, before.huge_pages);
+    assert_int_equal(after.mem_used_total, before.mem_used_total);
+    assert_string_equal(uzram_state_area(dev, &area_size), "export=x ublk=3");
+    struct uzram_config now;
+    assert_int_equal(uzram_get_config(dev, &now), 0);
+    assert_string_equal(now.comp_algorithm, "lz4");
+    assert_int_equal(uzram_state_info(fd, &info), 0);
+    assert_int_equal(info.owner_pid, getpid());
+
+    /* The adopted device goes on: writes, and everything discarded leaves nothing. */
+    for (uint64_t i = 0; i < 64; i++)
+        write_gen(dev, i, gens[i] = (uint32_t)i + 3);
+    check_pages(dev, gens, pages);
+    assert_int_equal(uzram_discard(dev, 0, pages * PAGE), 0);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    struct uzram_stats empty = test_stats(dev);
+    assert_int_equal(empty.pages_stored, 0);
+    assert_int_equal(empty.compr_data_size, 0);
+    assert_int_equal(empty.mem_used_total, 0);
+    uzram_destroy(dev);
+    free(gens);
+    close(fd);
+}
+
+/* ---- refusals ------------------------------------------------------------------ */
+
+static void read_header(int fd, unsigned char *copy, size_t size)
+{
+    assert_int_equal(pread(fd, copy, size, 0), (ssize_t)size);
+}
+
+static void test_state_version_refused(void **unused)
+{
+    (void)unused;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(16 * MIB);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    write_gen(dev, 5, 11);
+    uzram_destroy(dev);
+    uint32_t version;
+    const off_t at = offsetof(struct state_header, version);
+    assert_int_equal(pread(fd, &version, sizeof version, at), sizeof version);
+    uint32_t later = version + 1;
+    assert_int_equal(pwrite(fd, &later, sizeof later, at), sizeof later);
+    static unsigned char before[65536], after[65536];
+    read_header(fd, before, sizeof before);
+    assert_int_equal(uzram_adopt(fd, &dev), -EPROTONOSUPPORT);
+    struct uzram_state_info info;
+    assert_int_equal(uzram_state_info(fd, &info), -EPROTONOSUPPORT);
+    assert_int_equal(info.version, later);
+    assert_int_equal(info.supported_version, version);
+    read_header(fd, after, sizeof after);
+    assert_memory_equal(before, after, sizeof before);
+
+    /* Put back, it adopts. */
+    assert_int_equal(pwrite(fd, &version, sizeof version, at), sizeof version);
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    uint32_t gens[8] = {0, 0, 0, 0, 0, 11, 0, 0};
+    check_pages(dev, gens, 8);
+    uzram_destroy(dev);
+    close(fd);
+
+    /* Not a state at all; and a file not empty for a new one. */
+    fd = state_memfd();
+    assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
+    assert_int_equal(write(fd, "not a state", 11), 11);
+    assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
+    assert_int_equal(uzram_state_info(fd, &info), -EINVAL);
+    assert_int_equal(uzram_create_in(&config, fd, &dev), -EEXIST);
+    close(fd);
+}
+
+static void set_owner(int fd, int32_t pid)
+{
+    assert_int_equal(pwrite(fd, &pid, sizeof pid, offsetof(struct state_header, owner_pid)),
+                     sizeof pid);
+}
+
+static void test_state_owner_alive_refused(void **unused)
+{
+    (void)unused;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(16 * MIB);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    write_gen(dev, 1, 2);
+    uzram_destroy(dev);
+    /* A live process (the parent of this one) has it: refused. */
+    set_owner(fd, (int32_t)getppid());
+    struct uzram_state_info info;
+    assert_int_equal(uzram_state_info(fd, &info), 0);
+    assert_true(info.owner_alive);
+    assert_int_equal(uzram_adopt(fd, &dev), -EBUSY);
+    /* A child that adopted it and lives: refused; killed, taken. */
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    set_owner(fd, 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        struct uzram *mine;
+        char byte = uzram_adopt(fd, &mine) == 0 ? 'y' : 'n';
+        if (write(ready[1], &byte, 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    char byte = 0;
+    assert_int_equal(read(ready[0], &byte, 1), 1);
+    assert_int_equal(byte, 'y');
+    assert_int_equal(uzram_adopt(fd, &dev), -EBUSY);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    /* This process itself (a server that re-executed itself keeps its pid): taken. */
+    set_owner(fd, (int32_t)getpid());
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    uint32_t gens[2] = {0, 2};
+    check_pages(dev, gens, 2);
+    uzram_destroy(dev);
+    close(ready[0]);
+    close(ready[1]);
+    close(fd);
+}
+
+static void test_state_refuses_what_it_cannot_keep(void **unused)
+{
+    (void)unused;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(16 * MIB);
+    config.use_dedup = true;
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), -EOPNOTSUPP);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_size, 0);
+    config.use_dedup = false;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    assert_int_equal(uzram_set_dedup(dev, true), -EOPNOTSUPP);
+    assert_int_equal(uzram_set_backing_dev(dev, "/dev/null", 0), -EOPNOTSUPP);
+    assert_int_equal(uzram_set_recompress_group(dev, 4), -EOPNOTSUPP);
+    static unsigned char dict[4096];
+    memset(dict, 'a', sizeof dict);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
+    assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, dict, sizeof dict), -EOPNOTSUPP);
+    uzram_destroy(dev);
+    close(fd);
+    /* Without a state file, no area. */
+    dev = test_device(16 * MIB, NULL, 0);
+    size_t size = 1;
+    assert_null(uzram_state_area(dev, &size));
+    assert_int_equal(size, 0);
+    assert_int_equal(uzram_state_quiesce(dev), -EINVAL);
+    uzram_destroy(dev);
+}
+
+/* ---- a fresh disk read whole costs the file nothing -------------------------- */
+
+static uint64_t file_blocks(int fd)
+{
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    return (uint64_t)st.st_blocks;
+}
+
+static void test_state_sparse_reads(void **unused)
+{
+    (void)unused;
+    int fd = state_memfd();
+    const uint64_t disksize = 1024 * MIB;
+    struct uzram_config config = config_of(disksize);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    uint64_t fresh = file_blocks(fd);
+    unsigned char *buf = malloc(MIB);
+    for (uint64_t at = 0; at < disksize; at += MIB)
+        assert_int_equal(uzram_read(dev, at, buf, MIB), 0);
+    uint64_t run;
+    unsigned flags;
+    assert_int_equal(uzram_extent(dev, 0, disksize, &run, &flags), 0);
+    assert_int_equal(run, disksize);
+    assert_int_equal(uzram_mark_idle(dev, 0, NULL), 0);
+    assert_int_equal(uzram_discard(dev, 0, disksize), 0);
+    assert_int_equal(file_blocks(fd), fresh);
+    /* A page written takes a table page and a span; discarded and compacted, both go back. */
+    write_gen(dev, 100000, 3);
+    assert_true(file_blocks(fd) >= fresh + 2 * PAGE / 512);
+    assert_int_equal(uzram_discard(dev, 100000 * (uint64_t)PAGE, PAGE), 0);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    /* (what stays is an intent record's page and the span directory's: bounded, 36 KiB
+     * and 4 KiB a 64 MiB of pool) */
+    assert_int_equal(lseek(fd, STATE_DIR_OFFSET + POOL_DIR_BYTES, SEEK_DATA), -1);
+    assert_int_equal(errno, ENXIO);
+    free(buf);
+    uzram_destroy(dev);
+    close(fd);
+}
+
+/* ---- SIGKILL at random moments ------------------------------------------------ */
+
+#define KILL_PAGES 2048u
+#define KILL_ROUNDS 220u
+#define NONE UINT32_MAX
+
+/* What the child is doing, in memory it shares with the parent: per page the generation of
+ * its last finished change and the one under way (NONE). */
+struct kill_log {
+    _Atomic uint32_t done[KILL_PAGES];
+    _Atomic uint32_t pending[KILL_PAGES];
+    _Atomic uint32_t next_gen;
+    _Atomic uint32_t adopted; /* the child has taken the state over */
+    _Atomic uint32_t op;      /* what it does: an OP_ */
+};
+
+enum { OP_BETWEEN, OP_CHANGE, OP_RECOMPRESS, OP_COMPACT, OP_COUNT };
+
+static void log_begin(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen)
+{
+    for (unsigned i = 0; i < count; i++)
+        atomic_store(&log->pending[first + i], gen);
+}
+
+static void log_end(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen)
+{
+    for (unsigned i = 0; i < count; i++) {
+        atomic_store(&log->done[first + i], gen);
+        atomic_store(&log->pending[first + i], NONE);
+    }
+}
+
+/* The child: adopt, then change pages until killed. Exits 2 on a failure. */
+static void kill_child(int fd, struct kill_log *log, uint64_t seed)
+{
+    struct uzram *dev;
+    if (uzram_adopt(fd, &dev) != 0)
+        _exit(2);
+    atomic_store(&log->adopted, 1);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, seed);
+    unsigned char page[PAGE];
+    for (;;) {
+        unsigned op = (unsigned)datagen_rng_below(&rng, 100);
+        uint64_t first = datagen_rng_below(&rng, KILL_PAGES);
+        unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
+        if (first + count > KILL_PAGES)
+            count = (unsigned)(KILL_PAGES - first);
+        uint32_t gen = atomic_fetch_add(&log->next_gen, 1);
+        int rc = 0;
+        atomic_store(&log->op, op < 85 ? OP_CHANGE : op < 90 ? OP_RECOMPRESS : OP_COMPACT);
+        if (op < 70) {
+            log_begin(log, first, 1, gen);
+            page_of(first, gen, page);
+            rc = uzram_write(dev, first * PAGE, page, PAGE);
+            log_end(log, first, 1, gen);
+        } else if (op < 85) {
+            log_begin(log, first, count, 0);
+            rc = op < 80 ? uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE)
+                         : uzram_write_zeroes(dev, first * PAGE, count * (uint64_t)PAGE, true);
+            log_end(log, first, count, 0);
+        } else if (op < 90) {
+            rc = uzram_recompress(dev, 0, 0, 8, 0, NULL);
+        } else {
+            rc = uzram_compact(dev, NULL);
+        }
+        atomic_store(&log->op, OP_BETWEEN);
+        if (rc != 0)
+            _exit(2);
+    }
+}
+
+/* The parent after a kill: every page old or new, the levels exactly what the pages are.
+ * Returns whether a change was under way. */
+static bool kill_check(struct uzram *dev, struct kill_log *log)
+{
+    bool underway = false;
+    unsigned char got[PAGE], want[PAGE];
+    uint64_t stored = 0, same = 0, huge = 0;
+    for (uint64_t i = 0; i < KILL_PAGES; i++) {
+        assert_int_equal(uzram_read(dev, i * PAGE, got, PAGE), 0);
+        uint32_t done = atomic_load(&log->done[i]), pending = atomic_load(&log->pending[i]);
+        page_of(i, done, want);
+        uint32_t gen = done;
+        underway |= pending != NONE;
+        if (memcmp(got, want, PAGE) != 0) {
+            assert_true(pending != NONE);
+            page_of(i, pending, want);
+            assert_memory_equal(got, want, PAGE);
+            gen = pending;
+        }
+        /* the child's change is over, one way or the other */
+        atomic_store(&log->done[i], gen);
+        atomic_store(&log->pending[i], NONE);
+        uint64_t run;
+        unsigned flags;
+        assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
+        if (!(flags & UZRAM_EXTENT_HOLE)) {
+            stored++;
+            same += gen == 0 || kind_of(gen) == DATAGEN_SAME;
+            huge += gen != 0 && kind_of(gen) == DATAGEN_RANDOM;
+        }
+    }
+    struct uzram_stats stats = test_stats(dev);
+    assert_int_equal(stats.pages_stored, stored);
+    assert_int_equal(stats.same_pages, same);
+    assert_int_equal(stats.huge_pages, huge);
+    assert_true(stats.mem_used_total >= stats.compr_data_size);
+    return underway;
+}
+
+static void test_state_survives_kills(void **unused)
+{
+    (void)unused;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(KILL_PAGES * (uint64_t)PAGE);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
+    uzram_destroy(dev);
+    struct kill_log *log =
+        mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(log != MAP_FAILED);
+    for (unsigned i = 0; i < KILL_PAGES; i++)
+        atomic_init(&log->pending[i], NONE);
+    atomic_init(&log->next_gen, 1);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, (uint64_t)time(NULL));
+    unsigned underway = 0, during[OP_COUNT] = {0};
+    for (unsigned round = 0; round < KILL_ROUNDS; round++) {
+        atomic_store(&log->adopted, 0);
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0)
+            kill_child(fd, log, datagen_rng_next(&rng));
+        while (!atomic_load(&log->adopted) && waitpid(child, NULL, WNOHANG) == 0)
+            sched_yield();
+        struct timespec pause = {0, (long)datagen_rng_below(&rng, 5000) * 1000};
+        nanosleep(&pause, NULL);
+        kill(child, SIGKILL);
+        int status;
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        assert_int_equal(uzram_adopt(fd, &dev), 0);
+        during[atomic_load(&log->op)]++;
+        underway += kill_check(dev, log);
+        if (round % 50 == 49 || round == KILL_ROUNDS - 1) {
+            /* Nothing leaks: every page discarded, the pool gives everything back. */
+            assert_int_equal(uzram_discard(dev, 0, config.disksize), 0);
+            assert_int_equal(uzram_compact(dev, NULL), 0);
+            struct uzram_stats stats = test_stats(dev);
+            assert_int_equal(stats.pages_stored, 0);
+            assert_int_equal(stats.compr_data_size, 0);
+            assert_int_equal(stats.mem_used_total, 0);
+            for (unsigned i = 0; i < KILL_PAGES; i++)
+                atomic_store(&log->done[i], 0);
+        }
+        uzram_destroy(dev);
+    }
+    /* The kills came in the middle of changes (not all between them). */
+    printf("%u kills: %u in writes or discards (%u with a page changing), %u in recompression, "
+           "%u in compaction, %u between calls\n",
+           KILL_ROUNDS, during[OP_CHANGE], underway, during[OP_RECOMPRESS], during[OP_COMPACT],
+           during[OP_BETWEEN]);
+    assert_true(underway >= KILL_ROUNDS / 10);
+    assert_true(during[OP_RECOMPRESS] > 0 && during[OP_COMPACT] > 0);
+    munmap(log, sizeof *log);
+    close(fd);
+}
+
+/* ---- writers in parallel ---------------------------------------------------------- */
+
+#define CONCURRENT_THREADS 4u
+#define CONCURRENT_PAGES 1024u /* per thread, interleaved: threads share intent records */
+
+struct writer {
+    struct uzram *dev;
+    unsigned id;
+    uint32_t gens[CONCURRENT_PAGES];
+};
+
+static void *concurrent_writer(void *arg)
+{
+    struct writer *w = arg;
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, w->id + 1);
+    unsigned char page[PAGE];
+    for (unsigned n = 0; n < 3000; n++) {
+        unsigned slot = (unsigned)datagen_rng_below(&rng, CONCURRENT_PAGES);
+        uint64_t index = (uint64_t)slot * CONCURRENT_THREADS + w->id;
+        uint32_t gen = n % 9 == 0 ? 0 : (uint32_t)datagen_rng_below(&rng, 500) + 1;
+        int rc;
+        if (gen == 0) {
+            rc = uzram_discard(w->dev, index * PAGE, PAGE);
+        } else {
+            page_of(index, gen, page);
+            rc = uzram_write(w->dev, index * PAGE, page, PAGE);
+        }
+        if (rc != 0)
+            return "write failed";
+        w->gens[slot] = gen;
+        if (w->id == 0 && n % 500 == 0 && uzram_compact(w->dev, NULL) != 0)
+            return "compact failed";
+    }
+    return NULL;
+}
+
+static void test_state_concurrent_writers(void **unused)
+{
+    (void)unused;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(CONCURRENT_THREADS * CONCURRENT_PAGES * (uint64_t)PAGE);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    static struct writer writers[CONCURRENT_THREADS];
+    pthread_t threads[CONCURRENT_THREADS];
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
+        writers[t] = (struct writer){.dev = dev, .id = t};
+        assert_int_equal(pthread_create(&threads[t], NULL, concurrent_writer, &writers[t]), 0);
+    }
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
+        void *failed;
+        assert_int_equal(pthread_join(threads[t], &failed), 0);
+        assert_null(failed);
+    }
+    struct uzram_stats before = test_stats(dev);
+    assert_int_equal(uzram_state_quiesce(dev), 0);
+    uzram_destroy(dev);
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    unsigned char want[PAGE], got[PAGE];
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
+        for (unsigned slot = 0; slot < CONCURRENT_PAGES; slot++) {
+            uint64_t index = (uint64_t)slot * CONCURRENT_THREADS + t;
+            page_of(index, writers[t].gens[slot], want);
+            assert_int_equal(uzram_read(dev, index * PAGE, got, PAGE), 0);
+            assert_memory_equal(got, want, PAGE);
+        }
+    struct uzram_stats after = test_stats(dev);
+    assert_int_equal(after.pages_stored, before.pages_stored);
+    assert_int_equal(after.compr_data_size, before.compr_data_size);
+    uzram_destroy(dev);
+    close(fd);
+}
+
+/* ---- allocation failures ------------------------------------------------------------ */
+
+/* Each allocation of making a state and of adopting one fails once: the call says -ENOMEM,
+ * and the state stays as it was: made again from nothing, or adopted the next time with every
+ * page. Only in the fault build (make fault-check). */
+static void test_state_fault_sweep(void **unused)
+{
+    (void)unused;
+    if (!fault_enabled())
+        skip();
+    uint32_t gens[64];
+    for (unsigned i = 0; i < 64; i++)
+        gens[i] = i % 3 ? i + 1 : 0;
+    uint64_t swept = 0;
+    for (uint64_t nth = 1;; nth++) {
+        int fd = state_memfd();
+        struct uzram_config config = config_of(64 * PAGE);
+        struct uzram *dev = NULL;
+        fault_arm(nth);
+        int rc = uzram_create_in(&config, fd, &dev);
+        uint64_t made_hits = fault_hits();
+        fault_disarm();
+        if (made_hits) {
+            assert_int_equal(rc, -ENOMEM);
+            struct stat st;
+            assert_int_equal(fstat(fd, &st), 0);
+            assert_int_equal(st.st_size, 0);
+            assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+        } else
+            assert_int_equal(rc, 0);
+        for (unsigned i = 0; i < 64; i++)
+            write_gen(dev, i, gens[i]);
+        uzram_destroy(dev);
+        fault_arm(nth);
+        rc = uzram_adopt(fd, &dev);
+        uint64_t adopt_hits = fault_hits();
+        fault_disarm();
+        if (adopt_hits) {
+            assert_int_equal(rc, -ENOMEM);
+            assert_int_equal(uzram_adopt(fd, &dev), 0);
+        } else
+            assert_int_equal(rc, 0);
+        check_pages(dev, gens, 64);
+        uzram_destroy(dev);
+        close(fd);
+        if (!made_hits && !adopt_hits)
+            break;
+        swept++;
+    }
+    printf("state create and adopt: %llu fault points swept\n", (unsigned long long)swept);
+    assert_true(swept > 0);
+}
+
+int main(int argc, char **argv)
+{
+    test_apply_filter(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_state_version_refused),
+        cmocka_unit_test(test_state_owner_alive_refused),
+        cmocka_unit_test(test_state_refuses_what_it_cannot_keep),
+        cmocka_unit_test(test_state_sparse_reads),
+        cmocka_unit_test(test_state_survives_kills),
+        cmocka_unit_test(test_state_concurrent_writers),
+        cmocka_unit_test(test_state_fault_sweep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
