@@ -80,15 +80,16 @@ static int state_check(char *message, size_t size)
     static char names[SYSTEMD_MAX_STATES][128], words[SYSTEMD_MAX_STATES][160];
     char *argv[SYSTEMD_MAX_STATES * 2 + 3] = {program, "state-check"};
     size_t count = persist_list(fds, names, SYSTEMD_MAX_STATES), argc = 2;
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) < 0) {
+        int err = errno;
+        snprintf(message, size, "pipe: %s", strerror(err));
+        return -err;
+    }
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
     posix_spawn_file_actions_init(&actions);
     posix_spawnattr_init(&attributes);
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) < 0) {
-        snprintf(message, size, "pipe: %s", strerror(errno));
-        return -errno;
-    }
     for (size_t i = 0; i < count; i++) {
         snprintf(words[i], sizeof words[i], "%d=%s", fds[i], names[i]);
         argv[argc++] = "--fd";
@@ -125,8 +126,8 @@ static int state_check(char *message, size_t size)
             break;
         }
         ssize_t n = read(out[0], output + used, sizeof output - 1 - used);
-        if (n <= 0 && errno != EINTR)
-            break;
+        if (n == 0 || (n < 0 && errno != EINTR))
+            break; /* its end (or a broken pipe): it has exited or is about to */
         used += n > 0 ? (size_t)n : 0;
         if (used == sizeof output - 1)
             break;
