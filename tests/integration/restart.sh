@@ -26,6 +26,9 @@ kill9() { # NAME: SIGKILL the server and wait for it
     kill -KILL "$pid"
     wait "$pid" 2>/dev/null || true
     unset "SERVER_PID[$1]"
+    # Its socket files stay; start_server waits for them to appear, so they go first (the next
+    # server replaces stale ones itself).
+    rm -f "$(sock_of "$1")" "$(ctl_of "$1")"
 }
 # set_version FILE N: write the state header's format version (4 bytes, little endian, at 8).
 set_version() {
