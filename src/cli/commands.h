@@ -13,5 +13,7 @@ int cmd_hot_remove(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 int cmd_zram_generator(int argc, char **argv);
+int cmd_restart(int argc, char **argv);
+int cmd_state_check(int argc, char **argv);
 
 #endif

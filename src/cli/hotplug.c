@@ -103,59 +103,6 @@ static void hot_remove_usage(FILE *out)
           out);
 }
 
-/* The control socket of the server hot-add talks to: -u's, --server's, or the only one of
- * the runtime directory. */
-static int choose_server(const char *given_place, const char *server, char *ctl, size_t size)
-{
-    char message[PATH_MAX + 512];
-    struct control_place place;
-    if (control_place(given_place, &place, message, sizeof message) < 0) {
-        fprintf(stderr, "uzram: %s\n", message);
-        return -1;
-    }
-    if (place.ctl[0]) {
-        if (server != NULL) {
-            fputs("uzram hot-add: -u names a server already; drop --server\n", stderr);
-            return -1;
-        }
-        snprintf(ctl, size, "%s", place.ctl);
-        return 0;
-    }
-    if (server != NULL) {
-        if (!util_valid_name(server)) {
-            fprintf(stderr, "uzram: '%s' is not a server name\n", server);
-            return -1;
-        }
-        int n = snprintf(ctl, size, "%.*s/%s.ctl", PATH_MAX - 80, place.dir, server);
-        if (n < 0 || (size_t)n >= size) {
-            fprintf(stderr, "uzram: %s: path too long\n", place.dir);
-            return -1;
-        }
-        return 0;
-    }
-    char **servers;
-    size_t count;
-    int rc = control_servers(place.dir, &servers, &count);
-    if (rc < 0) {
-        fprintf(stderr, "uzram: cannot list the servers in %s: %s\n", place.dir, strerror(-rc));
-        return -1;
-    }
-    if (count == 1)
-        snprintf(ctl, size, "%s", servers[0]);
-    else if (count == 0)
-        fprintf(stderr,
-                "uzram: no server is running in %s; start one with: uzram serve --device "
-                "NAME:SIZE\n",
-                place.dir);
-    else
-        fprintf(stderr,
-                "uzram: %zu servers run in %s (%s, %s%s); say which with --server NAME (its "
-                "control socket NAME.ctl)\n",
-                count, place.dir, servers[0], servers[1], count > 2 ? ", ..." : "");
-    control_free_names(servers, count);
-    return count == 1 ? 0 : -1;
-}
-
 int cmd_hot_add(int argc, char **argv)
 {
     static const struct option long_options[] = {
@@ -213,7 +160,7 @@ int cmd_hot_add(int argc, char **argv)
         return status;
 
     char ctl[PATH_MAX], request[1100], message[1024], *body;
-    if (choose_server(given_place, server, ctl, sizeof ctl) < 0)
+    if (control_choose_server(given_place, server, "hot-add", ctl, sizeof ctl) < 0)
         return 1;
     snprintf(request, sizeof request, "hot-add %s", spec);
     int rc = control_request(ctl, request, &body, message, sizeof message);

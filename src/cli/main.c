@@ -19,6 +19,8 @@ static const struct {
     {"detach", cmd_detach, "take the /dev node of a running device away again"},
     {"hot-add", cmd_hot_add, "add a device to a running server (zram's hot_add)"},
     {"hot-remove", cmd_hot_remove, "remove a device from its server (zram's hot_remove)"},
+    {"restart", cmd_restart, "restart a server in place (an upgrade) without losing a page"},
+    {"state-check", cmd_state_check, "say whether this uzram can take over a device's state"},
     {"estimate", cmd_estimate,
      "estimate what same-filled pages, compression and dedup save on data"},
     {"bench", cmd_bench, "measure the engine on generated data, or an NBD server (bench nbd)"},

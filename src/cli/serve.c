@@ -26,6 +26,9 @@
 #include "server/config.h"
 #include "server/devices.h"
 #include "server/options.h"
+#include "server/persist.h"
+#include "server/recover.h"
+#include "server/restart.h"
 
 static void serve_usage(FILE *out)
 {
@@ -61,7 +64,8 @@ static void serve_usage(FILE *out)
           "options given alone apply to each (a --device's own keys win). The control socket\n"
           "NAME.ctl is created in the runtime directory (only you can write there); see uzram\n"
           "status, uzram attr, uzram hot-add and hot-remove. The disks live only in this\n"
-          "process, like zram and tmpfs: they are lost when the server stops. Examples:\n"
+          "process, like zram and tmpfs: they are lost when the server stops, unless\n"
+          "--persist keeps their state for the next server (uzram restart). Examples:\n"
           "  uzram serve -s 4G -a zstd --dedup &\n"
           "  nbdcopy disk.img \"$(uzram status -n -o uri uzram0)\"\n"
           "  uzram serve --name pool --device db:4G:dedup --device tmp:1G:algorithm=zstd &\n"
@@ -517,6 +521,18 @@ static int plan_devices(struct serve_plan *plan)
         }
         if (device_settings(&plan->factory, device, name, spec, &from) < 0)
             return 1;
+        for (size_t j = 0; device->persist != NULL && device->persist[0] && j < i; j++) {
+            const char *other = plan->devices[j].persist;
+            if (other != NULL && strcmp(other, device->persist) == 0) {
+                fprintf(stderr,
+                        "uzram: devices %s and %s both keep their state in %s; give each its "
+                        "own: --device NAME:SIZE:persist=PATH\n",
+                        plan->devices[j].name, name, other);
+                return 1;
+            }
+        }
+        /* Said of the whole server (banner, stop line) when every device persists. */
+        plan->options.persistent = device->persist != NULL && (i == 0 || plan->options.persistent);
     }
     /* The server is named after its first device unless --name (or its section) says. */
     if (plan->several && plan->server == NULL && !plan->name_given)
@@ -694,9 +710,11 @@ static int activation(struct serve_plan *plan)
     }
     if (count == 0)
         return GO_ON;
+    /* After a planned restart the sockets are the ones this command line made. */
+    options->inherited_owned = restart_sockets_owned();
     static const int listening[] = {'u', 't', OPT_NO_UNIX, OPT_SOCKET_MODE, OPT_SOCKET_GROUP};
     for (size_t i = 0; i < sizeof listening / sizeof listening[0]; i++) {
-        if (!option_given(plan->from, listening[i]))
+        if (options->inherited_owned || !option_given(plan->from, listening[i]))
             continue;
         struct label label;
         option_label_of(plan->from, listening[i], &label);
@@ -727,6 +745,7 @@ static int activation(struct serve_plan *plan)
         }
         options->inherited_ctl = sockets[i].fd;
         snprintf(plan->ctl_path, sizeof plan->ctl_path, "%s", address.sun_path);
+        options->ctl_path = plan->ctl_path;
     }
     if (options->inherited_count == 0) {
         fputs("uzram: the service manager handed over only a control socket; add a "
@@ -779,6 +798,7 @@ static int create_and_serve(struct serve_plan *plan)
         made[i] = (struct nbd_new_device){.dev = device.dev, .read_only = device.read_only};
         snprintf(made[i].name, sizeof made[i].name, "%s", device.name);
     }
+    persist_leftovers();
     plan->options.devices = made;
     plan->options.device_count = plan->device_count;
     plan->options.make_device = hot_add;
@@ -786,7 +806,12 @@ static int create_and_serve(struct serve_plan *plan)
     /* The server owns the devices from here, even when it fails. */
     struct nbd_server *server;
     int status = 1;
+    int handed_fds[SYSTEMD_MAX_LISTEN_FDS + 1];
+    const char *handed_names[SYSTEMD_MAX_LISTEN_FDS + 1];
+    size_t handed = 0;
+    bool restarting = false;
     if (nbd_server_create(&plan->options, &server) == 0) {
+        recover_ublk_devices(nbd_server_exports(server));
         struct control_service *control;
         int rc = control_start(nbd_server_control_fd(server), server, &control);
         if (rc < 0) {
@@ -795,9 +820,18 @@ static int create_and_serve(struct serve_plan *plan)
             status = nbd_server_serve(server);
             control_stop(control);
         }
-        nbd_server_destroy(server);
+        restarting = nbd_server_restarting(server);
+        if (restarting)
+            handed =
+                nbd_server_hand_over(server, handed_fds, handed_names, SYSTEMD_MAX_LISTEN_FDS + 1);
+        nbd_server_destroy(server); /* the states stay, quiesced */
     }
     free(made);
+    if (restarting) {
+        restart_exec(handed_fds, handed_names, handed,
+                     plan->options.inherited_count == 0 || plan->options.inherited_owned);
+        status = 1; /* exec failed: said why */
+    }
     return status;
 }
 
@@ -809,6 +843,7 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     struct config *config = NULL; /* its strings stay in use until the end */
+    restart_init();
     int status = parse_options(argc, argv, plan, &config);
     if (status == GO_ON)
         status = activation(plan);

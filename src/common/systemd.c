@@ -1,7 +1,9 @@
 /* systemd.c - the service manager's protocols: readiness notification (one datagram of
- * "KEY=VALUE" lines to the Unix socket named by $NOTIFY_SOCKET) and socket activation
- * (listening sockets from descriptor 3 on, for the process named by $LISTEN_PID). */
+ * "KEY=VALUE" lines to the Unix socket named by $NOTIFY_SOCKET), the descriptor store
+ * (FDSTORE=1 with the descriptor attached) and socket activation (descriptors from 3 on, for
+ * the process named by $LISTEN_PID: listening sockets, and the store's descriptors back). */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,6 +21,8 @@ static socklen_t notify_length; /* 0: no manager to tell */
 
 static struct systemd_socket sockets[SYSTEMD_MAX_LISTEN_FDS];
 static size_t socket_count;
+static struct systemd_socket states[SYSTEMD_MAX_STATES];
+static size_t state_count;
 
 static void take_notify_socket(void)
 {
@@ -64,7 +68,16 @@ static const char *not_a_listener(int fd, int *family)
     return NULL;
 }
 
-/* The sockets handed over to this process, as sd_listen_fds(3) defines them: LISTEN_PID is
+/* Is `fd` something a state can live in: a regular file (a memfd is one)? */
+static const char *not_a_state(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return "is not open";
+    return S_ISREG(st.st_mode) ? NULL : "is not a file (a device's state is a memfd or a file)";
+}
+
+/* The descriptors handed over to this process, as sd_listen_fds(3) defines them: LISTEN_PID is
  * our pid, LISTEN_FDS their number from descriptor 3 on, LISTEN_FDNAMES their names. */
 static int take_listen_fds(char *error, size_t error_size)
 {
@@ -79,35 +92,48 @@ static int take_listen_fds(char *error, size_t error_size)
     if (errno || *end != '\0' || pid != (unsigned long)getpid())
         goto out; /* meant for another process: inherited by mistake */
     unsigned long count = strtoul(fds_text, &end, 10);
-    if (errno || *end != '\0' || count == 0 || count > SYSTEMD_MAX_LISTEN_FDS) {
+    if (errno || *end != '\0' || count == 0 ||
+        count > SYSTEMD_MAX_LISTEN_FDS + SYSTEMD_MAX_STATES) {
         snprintf(error, error_size,
-                 "LISTEN_FDS=%s: the service manager handed over no usable number of sockets "
-                 "(1 to %d)",
-                 fds_text, SYSTEMD_MAX_LISTEN_FDS);
+                 "LISTEN_FDS=%s: the service manager handed over no usable number of "
+                 "descriptors (1 to %d sockets and %d states)",
+                 fds_text, SYSTEMD_MAX_LISTEN_FDS, SYSTEMD_MAX_STATES);
         rc = -EINVAL;
         goto out;
     }
     for (unsigned long i = 0; i < count; i++) {
-        struct systemd_socket *socket = &sockets[i];
-        socket->fd = SYSTEMD_LISTEN_FDS_START + (int)i;
+        struct systemd_socket handed = {.fd = SYSTEMD_LISTEN_FDS_START + (int)i};
         /* LISTEN_FDNAMES: colon-separated, in descriptor order. */
         if (names != NULL) {
             size_t length = strcspn(names, ":");
-            snprintf(socket->name, sizeof socket->name, "%.*s", (int)length, names);
+            snprintf(handed.name, sizeof handed.name, "%.*s", (int)length, names);
             names = names[length] == ':' ? names + length + 1 : NULL;
         }
-        const char *why = not_a_listener(socket->fd, &socket->family);
+        bool state = strncmp(handed.name, SYSTEMD_STATE_PREFIX, strlen(SYSTEMD_STATE_PREFIX)) == 0;
+        const char *why =
+            state ? not_a_state(handed.fd) : not_a_listener(handed.fd, &handed.family);
         if (why != NULL) {
-            snprintf(error, error_size,
-                     "socket activation: descriptor %d%s%s%s %s; check the socket unit", socket->fd,
-                     socket->name[0] ? " (" : "", socket->name, socket->name[0] ? ")" : "", why);
+            snprintf(error, error_size, "%s: descriptor %d%s%s%s %s; check the %s",
+                     state ? "descriptor store" : "socket activation", handed.fd,
+                     handed.name[0] ? " (" : "", handed.name, handed.name[0] ? ")" : "", why,
+                     state ? "service's FileDescriptorStoreMax=" : "socket unit");
             rc = -EINVAL;
             goto out;
         }
-        fcntl(socket->fd, F_SETFD, FD_CLOEXEC);
+        if ((state ? state_count == SYSTEMD_MAX_STATES : socket_count == SYSTEMD_MAX_LISTEN_FDS)) {
+            snprintf(error, error_size, "more than %d %s handed over",
+                     state ? SYSTEMD_MAX_STATES : SYSTEMD_MAX_LISTEN_FDS,
+                     state ? "states" : "sockets");
+            rc = -EINVAL;
+            goto out;
+        }
+        fcntl(handed.fd, F_SETFD, FD_CLOEXEC);
+        if (state)
+            states[state_count++] = handed;
+        else
+            sockets[socket_count++] = handed;
     }
-    socket_count = count;
-    rc = (int)count;
+    rc = (int)socket_count;
 out:
     unsetenv("LISTEN_PID");
     unsetenv("LISTEN_FDS");
@@ -125,6 +151,61 @@ const struct systemd_socket *systemd_sockets(size_t *count)
 {
     *count = socket_count;
     return sockets;
+}
+
+const struct systemd_socket *systemd_states(size_t *count)
+{
+    *count = state_count;
+    return states;
+}
+
+bool systemd_can_store(void)
+{
+    return notify_length != 0;
+}
+
+/* One notification with descriptor `fd` attached (SCM_RIGHTS); the manager takes its own copy. */
+static int notify_with_fd(const char *state, int fd)
+{
+    int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        return -errno;
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = {(void *)state, strlen(state)};
+    struct msghdr message = {.msg_name = &notify_address,
+                             .msg_namelen = notify_length,
+                             .msg_iov = &iov,
+                             .msg_iovlen = 1,
+                             .msg_control = control.buffer,
+                             .msg_controllen = sizeof control.buffer};
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &fd, sizeof fd);
+    int rc = sendmsg(sock, &message, MSG_NOSIGNAL) < 0 ? -errno : 1;
+    close(sock);
+    return rc;
+}
+
+int systemd_store(int fd, const char *name)
+{
+    if (notify_length == 0)
+        return 0;
+    char state[128];
+    snprintf(state, sizeof state, "FDSTORE=1\nFDNAME=%s%s", SYSTEMD_STATE_PREFIX, name);
+    return notify_with_fd(state, fd);
+}
+
+int systemd_unstore(const char *name)
+{
+    char state[128];
+    snprintf(state, sizeof state, "FDSTOREREMOVE=1\nFDNAME=%s%s", SYSTEMD_STATE_PREFIX, name);
+    return systemd_notify(state);
 }
 
 int systemd_notify(const char *state)

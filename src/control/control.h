@@ -95,6 +95,12 @@ int control_locate_in(const struct control_place *place, const char *device,
 int control_locate(const char *given, const char *device, struct control_place *place,
                    struct control_target *target, char *message, size_t message_size);
 
+/* The control socket of the server a server-wide subcommand (hot-add, restart: `command`)
+ * talks to, into `ctl`: the one -u names (`given_place`), SERVER.ctl (`server`, --server), or
+ * the only one of the runtime directory. Returns 0, or -1 after a line on stderr. */
+int control_choose_server(const char *given_place, const char *server, const char *command,
+                          char *ctl, size_t size);
+
 /* One "key value" line of a reply body, as "stats", "server" and "attach" send them. */
 struct control_line {
     const char *key, *value;

@@ -1,8 +1,9 @@
 /* find.c - where the clients look for a device's server, the same way for every subcommand:
  * -u's place (control_place(), client.c) or the runtime directory, and, for root under sudo,
  * the runtime directory of the user who ran sudo, so that `sudo uzram attach NAME` finds the
- * server that user started. */
+ * server that user started; and the server a server-wide subcommand (hot-add, restart) asks. */
 #include <errno.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,4 +75,56 @@ int control_locate(const char *given, const char *device, struct control_place *
         place = &own;
     int rc = control_place(given, place, message, message_size);
     return rc < 0 ? rc : control_locate_in(place, device, target, message, message_size);
+}
+
+int control_choose_server(const char *given_place, const char *server, const char *command,
+                          char *ctl, size_t size)
+{
+    char message[PATH_MAX + 512];
+    struct control_place place;
+    if (control_place(given_place, &place, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: %s\n", message);
+        return -1;
+    }
+    if (place.ctl[0]) {
+        if (server != NULL) {
+            fprintf(stderr, "uzram %s: -u names a server already; drop --server\n", command);
+            return -1;
+        }
+        snprintf(ctl, size, "%s", place.ctl);
+        return 0;
+    }
+    if (server != NULL) {
+        if (!util_valid_name(server)) {
+            fprintf(stderr, "uzram: '%s' is not a server name\n", server);
+            return -1;
+        }
+        int n = snprintf(ctl, size, "%.*s/%s.ctl", PATH_MAX - 80, place.dir, server);
+        if (n < 0 || (size_t)n >= size) {
+            fprintf(stderr, "uzram: %s: path too long\n", place.dir);
+            return -1;
+        }
+        return 0;
+    }
+    char **servers;
+    size_t count;
+    int rc = control_servers(place.dir, &servers, &count);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: cannot list the servers in %s: %s\n", place.dir, strerror(-rc));
+        return -1;
+    }
+    if (count == 1)
+        snprintf(ctl, size, "%s", servers[0]);
+    else if (count == 0)
+        fprintf(stderr,
+                "uzram: no server is running in %s; start one with: uzram serve --device "
+                "NAME:SIZE\n",
+                place.dir);
+    else
+        fprintf(stderr,
+                "uzram: %zu servers run in %s (%s, %s%s); say which with --server NAME (its "
+                "control socket NAME.ctl)\n",
+                count, place.dir, servers[0], servers[1], count > 2 ? ", ..." : "");
+    control_free_names(servers, count);
+    return count == 1 ? 0 : -1;
 }

@@ -1,6 +1,6 @@
 /* service.c - the server end of a uzram control socket (NAME.ctl): a tiny line protocol.
  * Requests: "[device DEV] get NAME|set NAME VALUE|clients|stats|attach ...|detach", "devices",
- * "server", "hot-add SPEC", "hot-remove DEV"; replies "ok\n..." or "error E: msg".
+ * "server", "hot-add SPEC", "hot-remove DEV", "restart"; replies "ok\n..." or "error E: msg".
  * The client end is client.c. */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +23,9 @@
 #include "nbd/exports.h"
 #include "nbd/server.h"
 #include "common/util.h"
+#include "server/persist.h"
+#include "server/recover.h"
+#include "server/restart.h"
 
 #define REQUEST_MAX CONTROL_REQUEST_MAX
 #define REPLY_MAX 8192
@@ -201,10 +204,14 @@ static void handle_attach(const struct peer *peer, struct nbd_server *server,
     }
     int rc = nbd_export_attach(nbd_server_exports(server), export, via, swap, rest, reply,
                                sizeof reply, message, sizeof message);
-    if (rc < 0)
+    if (rc < 0) {
         reply_error(peer, -rc, "%s", message);
-    else
-        reply_ok(peer, reply);
+        return;
+    }
+    char device[PATH_MAX];
+    attachment_device(nbd_export_attachment(export), device, sizeof device);
+    recover_note_attachment(export->dev, device); /* a ublk device: the next server's */
+    reply_ok(peer, reply);
 }
 
 static void handle_detach(const struct peer *peer, struct nbd_server *server,
@@ -213,6 +220,8 @@ static void handle_detach(const struct peer *peer, struct nbd_server *server,
     char reply[1024], message[1024];
     int rc = nbd_export_detach(nbd_server_exports(server), export, reply, sizeof reply, message,
                                sizeof message);
+    if (rc == 0)
+        recover_note_attachment(export->dev, "");
     if (rc < 0)
         reply_error(peer, -rc, "%s", message);
     else
@@ -269,7 +278,38 @@ static void drain(const struct peer *peer)
 #define REQUESTS                                                                                   \
     "get NAME, set NAME VALUE, clients, stats, attach, detach (each may start with device "        \
     "DEVICE), "                                                                                    \
-    "devices, server, hot-add SPEC, hot-remove DEVICE"
+    "devices, server, hot-add SPEC, hot-remove DEVICE, restart"
+
+/* "restart": check that the program can take every state over (server/restart.c), then end
+ * the accept loop for the handover; the answer says how many restarts there were before, so
+ * the client sees when the next process answers. Refused (and the server keeps serving)
+ * when a device has no state or the program cannot read one. */
+static void handle_restart(const struct peer *given, struct nbd_server *server)
+{
+    struct peer peer = *given;
+    peer.deadline_ms += RESTART_CHECK_MS; /* the check's deadline comes on top */
+    struct nbd_export_entry *entries = malloc(NBD_SERVER_MAX_EXPORTS * sizeof *entries);
+    const char **names = malloc(NBD_SERVER_MAX_EXPORTS * sizeof *names);
+    char message[1400], body[64];
+    if (entries == NULL || names == NULL) {
+        reply_error(&peer, ENOMEM, "out of memory");
+    } else {
+        size_t count = nbd_export_list(nbd_server_exports(server), entries, NBD_SERVER_MAX_EXPORTS);
+        for (size_t i = 0; i < count; i++)
+            names[i] = entries[i].name;
+        int rc = restart_check(names, count, message, sizeof message);
+        if (rc < 0) {
+            fprintf(stderr, "uzram: restart refused, still serving: %s\n", message);
+            reply_error(&peer, -rc, "%s", message);
+        } else {
+            snprintf(body, sizeof body, "restarts %u\n", restart_count());
+            reply_ok(&peer, body);
+            nbd_server_restart_soon(server);
+        }
+    }
+    free(entries);
+    free(names);
+}
 
 /* "devices": the server's devices, one name a line, the default export first. */
 static void handle_devices(const struct peer *peer, struct nbd_server *server)
@@ -298,11 +338,11 @@ static void handle_server(const struct peer *peer, struct nbd_server *server)
     uzram_group_get_stats(nbd_exports_group(nbd_server_exports(server)), &group);
     snprintf(body, sizeof body,
              "name %s\nsocket %s\ntcp %s\ndevices %llu\nclients %u\nserver_mem_limit %llu\n"
-             "server_mem_used %llu\nserver_mem_used_max %llu\n",
+             "server_mem_used %llu\nserver_mem_used_max %llu\npid %d\nrestarts %u\n",
              nbd_server_name(server), nbd_server_unix_path(server), nbd_server_tcp_address(server),
              (unsigned long long)group.devices, nbd_server_clients(server),
              (unsigned long long)group.mem_limit, (unsigned long long)group.mem_used,
-             (unsigned long long)group.mem_used_max);
+             (unsigned long long)group.mem_used_max, (int)getpid(), restart_count());
     reply_ok(peer, body);
 }
 
@@ -326,6 +366,8 @@ static void handle_hotplug(const struct peer *peer, struct nbd_server *server, c
         reply_error(peer, -rc, "%s", message);
         return;
     }
+    if (strcmp(verb, "hot-remove") == 0)
+        persist_forget(argument, false); /* its data is dropped: the state goes too */
     strcat(message, "\n");
     reply_ok(peer, message);
 }
@@ -413,6 +455,10 @@ static void serve_peer(const struct peer *peer, struct nbd_server *server)
     }
     if (strcmp(verb, "server") == 0) {
         handle_server(peer, server);
+        return;
+    }
+    if (strcmp(verb, "restart") == 0) {
+        handle_restart(peer, server);
         return;
     }
     if (strcmp(verb, "hot-add") == 0 || strcmp(verb, "hot-remove") == 0) {

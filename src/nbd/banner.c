@@ -110,7 +110,7 @@ void nbd_banner_print(const struct nbd_server_options *options, const struct nbd
         printf("unix:%s%s", banner->unix_path, banner->tcp_address[0] ? ", " : "");
     if (banner->tcp_address[0])
         printf("tcp:%s", banner->tcp_address);
-    if (options->inherited_count > 0)
+    if (options->inherited_count > 0 && !options->inherited_owned)
         printf(" (%zu socket%s from the service manager)", options->inherited_count,
                options->inherited_count == 1 ? "" : "s");
     printf("; control: %s\n", options->ctl_path);
@@ -129,7 +129,11 @@ void nbd_banner_print(const struct nbd_server_options *options, const struct nbd
     if (options->tls.verify_peer)
         printf("  clients show a certificate: tls-certificates=DIR with ca-cert.pem, "
                "client-cert.pem and client-key.pem\n");
-    printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
-           "the server stops (SIGTERM, SIGINT)\n");
+    if (options->persistent)
+        printf("  the data outlives this process (--persist): the next server takes it over; "
+               "uzram restart restarts in place\n");
+    else
+        printf("  the data lives only in this process (like zram and tmpfs): it is lost when "
+               "the server stops (SIGTERM, SIGINT)\n");
     fflush(stdout);
 }

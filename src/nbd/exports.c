@@ -100,10 +100,12 @@ void nbd_exports_set_attach(struct nbd_exports *exports, const struct attach_set
     exports->attach.runtime_dir = exports->runtime_dir;
 }
 
-void nbd_exports_detach_all(struct nbd_exports *exports)
+void nbd_exports_detach_all(struct nbd_exports *exports, bool hand_over)
 {
     pthread_mutex_lock(&exports->lock);
     for (struct device *d = exports->devices; d != NULL; d = d->next) {
+        if (hand_over)
+            attachment_hand_over(d->attachment);
         attachment_destroy(d->attachment);
         d->attachment = NULL;
     }
@@ -159,6 +161,27 @@ static void group_refusal(struct nbd_exports *exports, struct uzram *dev, const 
                  strerror(-rc));
 }
 
+/* Put `dev` in the server's group. A device taken over from its state (serve --persist)
+ * holds data already, and the library lets only an empty device join a group (include/
+ * uzram.h, uzram_adopt): with no server memory limit to keep, it is served outside the group
+ * (server_mem_used does not count it), said once; under a limit that is refused (serve refuses
+ * --persist with --server-mem-limit before this). */
+static int join_group(struct nbd_exports *exports, struct uzram *dev, const char *name)
+{
+    int rc = uzram_set_group(dev, exports->group);
+    struct uzram_group_stats group = {0};
+    size_t area;
+    uzram_group_get_stats(exports->group, &group);
+    if (rc == -EBUSY && group.mem_limit == 0 && uzram_state_area(dev, &area) != NULL) {
+        fprintf(stderr,
+                "uzram: %s: taken over with its data: served outside the server's memory group "
+                "(server_mem_used does not count it)\n",
+                name);
+        rc = 0;
+    }
+    return rc;
+}
+
 /* Put a device made for the server in the list (and in the group, before anything is
  * stored in it). On failure the device is not taken: the caller destroys it. */
 int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *made, char *message,
@@ -175,6 +198,8 @@ int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *ma
     attach.dev = made->dev;
     attach.name = d->name;
     attach.read_only = made->read_only;
+    size_t area;
+    attach.persistent = uzram_state_area(made->dev, &area) != NULL; /* a successor recovers it */
     if (attachment_create(&attach, &d->attachment) < 0) {
         free(d);
         snprintf(message, size, "out of memory");
@@ -191,7 +216,7 @@ int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *ma
         snprintf(message, size, "this server serves %u devices already, the most it can",
                  NBD_SERVER_MAX_EXPORTS);
         rc = -ENOSPC;
-    } else if ((rc = uzram_set_group(made->dev, exports->group)) < 0) {
+    } else if ((rc = join_group(exports, made->dev, d->name)) < 0) {
         group_refusal(exports, made->dev, d->name, rc, message, size);
     }
     if (rc < 0) {

@@ -112,8 +112,9 @@ void nbd_exports_watch(struct nbd_exports *exports, nbd_watch_fn *watch);
  * swap; the rest is the device's): call before the first nbd_exports_add(). */
 struct attach_settings;
 void nbd_exports_set_attach(struct nbd_exports *exports, const struct attach_settings *settings);
-/* The server stops: every device's attachment ends (attachment_destroy). */
-void nbd_exports_detach_all(struct nbd_exports *exports);
+/* The server stops: every device's attachment ends (attachment_destroy); with `hand_over` (a
+ * planned restart) a ublk device is left to the next process first (attachment_hand_over). */
+void nbd_exports_detach_all(struct nbd_exports *exports, bool hand_over);
 /* The data held by all devices (orig_data_size), and how many there are. */
 uint64_t nbd_exports_data(struct nbd_exports *exports, size_t *count);
 /* "NAME (4294967296 bytes, lz4), NAME2 (...)" (`detailed`) or "NAME, NAME2" into `text`;

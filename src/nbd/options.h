@@ -28,6 +28,8 @@ struct nbd_server_options {
     const int *inherited;
     size_t inherited_count;
     int inherited_ctl;
+    bool inherited_owned; /* the inherited sockets are ours, from before a planned restart */
+    bool persistent;      /* every device's state outlives the process (--persist) */
     unsigned socket_mode;
     long socket_gid;  /* -1: leave the group alone */
     unsigned threads; /* worker threads per connection */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -55,6 +56,8 @@ struct nbd_server {
     struct listener listeners[LISTENERS_MAX];
     size_t listener_count;
     int ctl_fd, signal_fd; /* -1: none */
+    int restart_fd;        /* an eventfd: nbd_server_restart_soon() wakes the accept loop */
+    bool restarting;       /* the loop ended for a planned restart: the sockets are kept */
     const char *ctl_owned; /* the control socket's path, when bound here */
     bool devices_taken;    /* the exports hold the options' devices (or destroyed them) */
 
@@ -423,10 +426,11 @@ static void log_stop(struct nbd_server *server, uint32_t signo)
         snprintf(devices, sizeof devices, " in %zu devices", count);
     unsigned clients = nbd_server_clients(server);
     fprintf(stderr,
-            "uzram: %s received: stopping; discarding %llu bytes of data (%s)%s with %u client%s "
+            "uzram: %s received: stopping; %s %llu bytes of data (%s)%s with %u client%s "
             "connected\n",
-            signo == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)data, human, devices,
-            clients, clients == 1 ? "" : "s");
+            signo == SIGINT ? "SIGINT" : "SIGTERM",
+            server->options->persistent ? "keeping in the states (--persist)" : "discarding",
+            (unsigned long long)data, human, devices, clients, clients == 1 ? "" : "s");
 }
 
 /* ------------------------------------------------------------------------
@@ -579,7 +583,9 @@ static int listen_all(struct nbd_server *server, const struct nbd_server_options
             socklen_t length = sizeof address;
             getsockname(fd, (struct sockaddr *)&address, &length);
             bool tcp = address.ss_family != AF_UNIX;
-            server->listeners[server->listener_count++] = (struct listener){fd, tcp, NULL};
+            /* Sockets of our own from before a planned restart: their names are ours. */
+            const char *owned = options->inherited_owned && !tcp ? server->unix_path : NULL;
+            server->listeners[server->listener_count++] = (struct listener){fd, tcp, owned};
             if (tcp && server->tcp_address[0] == '\0')
                 describe_tcp(fd, server->tcp_address, sizeof server->tcp_address,
                              options->tls.mode);
@@ -607,6 +613,7 @@ static int listen_all(struct nbd_server *server, const struct nbd_server_options
     }
     if (options->inherited_ctl >= 0) {
         server->ctl_fd = options->inherited_ctl;
+        server->ctl_owned = options->inherited_owned ? options->ctl_path : NULL;
     } else {
         server->ctl_fd = listen_unix(options->ctl_path, 0600, -1);
         if (server->ctl_fd < 0)
@@ -642,6 +649,7 @@ int nbd_server_create(const struct nbd_server_options *options, struct nbd_serve
     server->options = options;
     server->timeout = options->timeout ? options->timeout : NBD_SERVER_TIMEOUT;
     server->ctl_fd = server->signal_fd = -1;
+    server->restart_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     unsigned threads = options->threads < 1 ? 1 : options->threads;
     unsigned helpers = threads * NBD_SERVER_HELPERS_PER_THREAD;
     server->transmission = (struct nbd_transmission_settings){
@@ -664,6 +672,11 @@ int nbd_server_create(const struct nbd_server_options *options, struct nbd_serve
     pthread_condattr_destroy(&monotonic);
 
     /* Credentials that cannot be loaded stop the server before it listens. */
+    if (server->restart_fd < 0) {
+        fprintf(stderr, "uzram: eventfd: %s\n", strerror(errno));
+        nbd_server_destroy(server);
+        return -1;
+    }
     if (take_signals(server) < 0 || nbd_tls_create(&options->tls, &server->tls) < 0 ||
         listen_all(server, options) < 0) {
         nbd_server_destroy(server);
@@ -730,11 +743,12 @@ int nbd_server_serve(struct nbd_server *server)
     int status = 1;
     say_ready(server);
     for (;;) {
-        struct pollfd fds[1 + LISTENERS_MAX] = {{server->signal_fd, POLLIN, 0}};
+        struct pollfd fds[2 + LISTENERS_MAX] = {{server->signal_fd, POLLIN, 0},
+                                                {server->restart_fd, POLLIN, 0}};
         for (size_t i = 0; i < server->listener_count; i++)
-            fds[1 + i] = (struct pollfd){server->listeners[i].fd, POLLIN, 0};
+            fds[2 + i] = (struct pollfd){server->listeners[i].fd, POLLIN, 0};
         nbd_exports_watch(server->exports, watch_device);
-        if (poll(fds, 1 + server->listener_count, 1000) < 0) {
+        if (poll(fds, 2 + server->listener_count, 1000) < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "uzram: poll: %s\n", strerror(errno));
@@ -744,12 +758,63 @@ int nbd_server_serve(struct nbd_server *server)
             status = 0;
             break;
         }
+        if (fds[1].revents) {
+            /* Planned restart: no new client is accepted; those connecting now wait in the
+             * sockets' backlog for the next process, which gets the sockets. */
+            systemd_notify("RELOADING=1\nSTATUS=restarting: finishing requests in flight");
+            server->restarting = true;
+            return 0;
+        }
         for (size_t i = 0; i < server->listener_count; i++)
-            if (fds[1 + i].revents & POLLIN)
+            if (fds[2 + i].revents & POLLIN)
                 accept_client(server, server->listeners[i].fd, server->listeners[i].tcp);
     }
     close_listeners(server);
     return status;
+}
+
+void nbd_server_restart_soon(struct nbd_server *server)
+{
+    uint64_t one = 1;
+    if (write(server->restart_fd, &one, sizeof one) < 0)
+        return; /* the counter is already set: the loop wakes anyway */
+}
+
+bool nbd_server_restarting(const struct nbd_server *server)
+{
+    return server->restarting;
+}
+
+size_t nbd_server_hand_over(struct nbd_server *server, int *fds, const char **names, size_t max)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < server->listener_count && count < max; i++, count++) {
+        fds[count] = server->listeners[i].fd;
+        names[count] = "nbd";
+    }
+    if (server->ctl_fd >= 0 && count < max) {
+        fds[count] = server->ctl_fd;
+        names[count++] = "control";
+    }
+    /* They are the next process's now: not closed, their names not removed. */
+    server->listener_count = 0;
+    server->ctl_fd = -1;
+    return count;
+}
+
+/* Before a device goes: a device whose state outlives the process is left clean (quiesced). */
+static void quiesce_device(struct uzram *dev, const char *name, struct nbd_device_watch *watch)
+{
+    (void)watch;
+    size_t size;
+    if (uzram_state_area(dev, &size) == NULL)
+        return;
+    int rc = uzram_state_quiesce(dev);
+    if (rc < 0)
+        fprintf(stderr,
+                "uzram: %s: cannot leave the state clean: %s (the next server recovers it "
+                "as after a crash)\n",
+                name, strerror(-rc));
 }
 
 void nbd_server_destroy(struct nbd_server *server)
@@ -764,11 +829,15 @@ void nbd_server_destroy(struct nbd_server *server)
     }
     /* Before the connections end: nbd-client -d still talks to us. */
     if (server->exports != NULL)
-        nbd_exports_detach_all(server->exports);
+        nbd_exports_detach_all(server->exports, server->restarting);
     stop_connections(server);
+    if (server->exports != NULL)
+        nbd_exports_watch(server->exports, quiesce_device);
 
     if (server->signal_fd >= 0)
         close(server->signal_fd);
+    if (server->restart_fd >= 0)
+        close(server->restart_fd);
     nbd_tls_free(server->tls);
     pthread_mutex_destroy(&server->connections_lock);
     pthread_cond_destroy(&server->connections_gone);

@@ -4,6 +4,7 @@
 #ifndef UZRAM_NBD_SERVER_H
 #define UZRAM_NBD_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "nbd/limits.h"
@@ -22,10 +23,21 @@ struct nbd_server;
  * until SIGINT/SIGTERM, then stop listening. Returns the exit status.
  *
  * nbd_server_destroy: end every /dev node of `uzram attach`, let the connections finish
- * (NBD_SERVER_STOP_GRACE), destroy the devices and remove the socket names made. NULL: nothing. */
+ * (NBD_SERVER_STOP_GRACE), quiesce the devices whose state outlives the process (--persist),
+ * destroy the devices and remove the socket names made. NULL: nothing. */
 int nbd_server_create(const struct nbd_server_options *options, struct nbd_server **out);
 int nbd_server_serve(struct nbd_server *server);
 void nbd_server_destroy(struct nbd_server *server);
+
+/* Planned restart (server/restart.c). nbd_server_restart_soon(), from any thread, ends
+ * nbd_server_serve() without closing the sockets, and then nbd_server_restarting() is true;
+ * nbd_server_hand_over() gives the listening sockets into `fds`, with their names in `names`
+ * (NBD ones "nbd", the control socket "control"; at most `max`; returns how many) for the
+ * next process: nbd_server_destroy() neither closes them nor removes their names, and hands
+ * ublk devices over (attachment_hand_over) instead of deleting them. */
+void nbd_server_restart_soon(struct nbd_server *server);
+bool nbd_server_restarting(const struct nbd_server *server);
+size_t nbd_server_hand_over(struct nbd_server *server, int *fds, const char **names, size_t max);
 
 /* The listening control socket, for control_start(). */
 int nbd_server_control_fd(struct nbd_server *server);

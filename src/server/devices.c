@@ -10,6 +10,7 @@
 #include "attach/attach.h"
 #include "common/util.h"
 #include "server/devices.h"
+#include "server/persist.h"
 
 #define complain(factory, ...) option_complain(&(factory)->to, __VA_ARGS__)
 
@@ -71,6 +72,9 @@ int device_apply_option(const struct device_factory *factory, struct device_plan
         return option_parse_size(&factory->to, &label, arg, &config->mem_limit);
     case 'r':
         device->read_only = flag;
+        break;
+    case OPT_PERSIST:
+        device->persist = !flag ? NULL : arg != NULL && !option_is_flag_word(arg) ? arg : "";
         break;
     case OPT_RECOMPRESS_IDLE:
     case OPT_WRITEBACK_IDLE:
@@ -225,6 +229,25 @@ static int check_level(const struct device_factory *factory, struct device_plan 
     return 0;
 }
 
+/* The setting of `device` whose data a state file cannot keep yet (include/uzram.h,
+ * uzram_create_in), as a message names it, or NULL. */
+static const char *persist_conflict(const struct device_factory *factory,
+                                    const struct device_plan *device)
+{
+    const char *recompress = device->recompress ? device->recompress : "";
+    if (device->config.use_dedup)
+        return "a dedup index (--dedup)";
+    if (device->backing_file != NULL)
+        return "a backing file (--backing-file)";
+    if (strstr(recompress, "dict=") != NULL)
+        return "a zstd dictionary (dict= of --recompress)";
+    if (strstr(recompress, "group=") != NULL && strstr(recompress, "group=0") == NULL)
+        return "bundles (group= of --recompress)";
+    if (factory->server_mem_limit != 0)
+        return "a device in a --server-mem-limit group";
+    return NULL;
+}
+
 /* Size, algorithm and level, checked before the device is made so that each
  * mistake gets its own message. */
 static int check_settings(const struct device_factory *factory, struct device_plan *device)
@@ -253,6 +276,12 @@ static int check_settings(const struct device_factory *factory, struct device_pl
     }
     if (check_level(factory, device, min_level, max_level, default_level) < 0)
         return -1;
+    if (device->persist != NULL) {
+        option_label_of(device->from, OPT_PERSIST, &label);
+        if (persist_check(&factory->to, &label, device->name, device->persist,
+                          factory->to.message != NULL, persist_conflict(factory, device)) < 0)
+            return -1;
+    }
     /* A swap device that needs memory to store what is swapped out must not grow without
      * bound: the limit is where writes start failing instead of the machine. */
     if (factory->swap && config->mem_limit == 0 && factory->server_mem_limit == 0) {
@@ -387,7 +416,14 @@ int device_make(const struct device_factory *factory, const struct device_plan *
                 struct device_made *out)
 {
     struct uzram *dev;
-    int rc = uzram_create(&device->config, &dev);
+    if (device->persist != NULL) {
+        struct label label;
+        option_label_of(device->from, OPT_PERSIST, &label);
+        if (persist_make(&factory->to, &label, device->name, device->persist, &device->config,
+                         &dev) < 0)
+            return -1;
+    }
+    int rc = device->persist != NULL ? 0 : uzram_create(&device->config, &dev);
     if (rc < 0) {
         char why[200];
         util_table_figures(device->config.disksize, why, sizeof why);
@@ -401,6 +437,8 @@ int device_make(const struct device_factory *factory, const struct device_plan *
     }
     if (recompression(factory, dev, device) < 0 || writeback(factory, dev, device) < 0) {
         uzram_destroy(dev);
+        if (device->persist != NULL)
+            persist_forget(device->name, true);
         return -1;
     }
     *out = (struct device_made){.dev = dev, .read_only = device->read_only};

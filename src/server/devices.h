@@ -26,6 +26,8 @@ struct device_plan {
     uint64_t backing_size, writeback_idle, writeback_rate;
     bool writeback_when_full, backing_overwrite;
     bool read_only;
+    /* --persist: NULL none, "" systemd's descriptor store, else the state file's path. */
+    const char *persist;
     /* Where each option was last set, for the messages of checks made later. */
     struct origin from[SERVE_OPTION_COUNT];
 };

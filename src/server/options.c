@@ -57,6 +57,12 @@ const struct serve_option serve_options[] = {
      "(default 4096; 0: no limit)",
      false},
     {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
+    {"persist", OPT_PERSIST, optional_argument, "[=PATH]",
+     "keep the device's state (its pages) where it outlives\n"
+     "the server: in PATH, a file on tmpfs (created, or\n"
+     "taken over if it holds a state), or alone, in systemd's\n"
+     "file descriptor store; for uzram restart and crashes",
+     false},
     {NULL, SETS_SERVER, 0, NULL, "Server:", false},
     {"name", 'n', required_argument, "NAME",
      "device and export name (default uzram0); with --device\n"
@@ -174,7 +180,8 @@ void option_left_column(const struct serve_option *o, char *left, size_t size)
 {
     bool letter = o->code < 256;
     snprintf(left, size, "  %c%c%c --%s%s%s", letter ? '-' : ' ', letter ? o->code : ' ',
-             letter ? ',' : ' ', o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+             letter ? ',' : ' ', o->name, o->arg && o->arg[0] != '[' ? " " : "",
+             o->arg ? o->arg : "");
 }
 
 const struct label *option_label(const struct serve_option *option, const struct origin *from,
@@ -213,6 +220,11 @@ int option_note(const struct complaints *to, struct origin *origins,
     *where = *from;
     where->given = true;
     *flag = false;
+    bool takes_value = option->has_arg == optional_argument && option->arg != NULL;
+    if (takes_value && arg != NULL && !option_is_flag_word(arg)) {
+        *flag = true; /* a value: the option is on, with it */
+        return 0;
+    }
     return option->has_arg == optional_argument ? option_parse_flag(to, label, arg, flag) : 0;
 }
 
@@ -257,11 +269,20 @@ int option_parse_size(const struct complaints *to, const struct label *label, co
     return rc < 0 ? -1 : 0;
 }
 
+static const char *const yes[] = {"yes", "y", "true", "on", "1"};
+static const char *const no[] = {"no", "n", "false", "off", "0"};
+
+bool option_is_flag_word(const char *text)
+{
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        if (strcasecmp(text, yes[i]) == 0 || strcasecmp(text, no[i]) == 0)
+            return true;
+    return false;
+}
+
 int option_parse_flag(const struct complaints *to, const struct label *label, const char *text,
                       bool *value)
 {
-    static const char *const yes[] = {"yes", "y", "true", "on", "1"};
-    static const char *const no[] = {"no", "n", "false", "off", "0"};
     if (text == NULL) {
         *value = true;
         return 0;

@@ -34,6 +34,7 @@ enum {
     OPT_TLS_VERIFY_PEER,
     OPT_DEVICE,
     OPT_SERVER_MEM_LIMIT,
+    OPT_PERSIST,
 };
 
 /* The `code` of a row that starts a group of --help: what the options below it set. */
@@ -47,13 +48,15 @@ struct serve_option {
     const char *name; /* long option and configuration key */
     int code;         /* short option letter, or OPT_* */
     int has_arg;      /* required_argument, optional_argument (a flag), no_argument */
-    const char *arg;  /* what --help calls the argument */
+    /* What --help calls the argument. A flag with one ("[=PATH]": --persist) takes a value
+     * besides yes and no: a yes/no word is the flag's value, any other the option's. */
+    const char *arg;
     const char *help; /* lines after the first are indented under it */
     bool command_line_only;
 };
 
 /* The rows of the table (options.c checks the count). */
-#define SERVE_OPTION_COUNT 37
+#define SERVE_OPTION_COUNT 38
 extern const struct serve_option serve_options[SERVE_OPTION_COUNT];
 
 /* The column where --help's descriptions start. */
@@ -127,6 +130,8 @@ int option_parse_uint(const char *text, unsigned long max, int base, unsigned lo
 /* A size (512M, or 50% of RAM); 0, or -1 after a complaint. */
 int option_parse_size(const struct complaints *to, const struct label *label, const char *text,
                       uint64_t *bytes);
+/* Is `text` one of the words a flag's value is spelled with (yes, no, on, off...)? */
+bool option_is_flag_word(const char *text);
 /* A flag's value: none (the flag alone: yes), or yes/no as systemd spells them; 0, or -1
  * after a complaint. */
 int option_parse_flag(const struct complaints *to, const struct label *label, const char *text,

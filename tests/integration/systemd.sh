@@ -105,7 +105,7 @@ manager.bind(f"{work}/notify2.sock")
 manager.settimeout(10)
 server = subprocess.Popen([sys.executable, activate, "--unix", f"{rundir}/both.sock=nbd",
                            "--unix", f"{rundir}/both.ctl=control", "--", uzram, "serve", "-n",
-                           "both", "-s", "16M"], stdout=subprocess.DEVNULL,
+                           "both", "-s", "16M"], stdout=open(f"{work}/server-both.out", "w"),
                           stderr=open(f"{work}/server-both.err", "w"),
                           env=dict(os.environ, NOTIFY_SOCKET=f"{work}/notify2.sock"))
 try:
@@ -118,12 +118,14 @@ try:
     assert server.wait(timeout=20) == 0
     for name in ("both.sock", "both.ctl"):  # both belong to the manager
         assert os.path.exists(f"{rundir}/{name}"), name + " removed"
+    banner = open(f"{work}/server-both.out").read()
+    assert f"; control: {rundir}/both.ctl\n" in banner, banner  # not "(null)"
 finally:
     if server.poll() is None:
         server.kill()
 EOF
 rm -f "$XDG_RUNTIME_DIR/uzram/both.sock" "$XDG_RUNTIME_DIR/uzram/both.ctl"
-pass "LISTEN_FDNAMES control: the handed-over control socket serves attr; READY=1 under activation"
+pass "LISTEN_FDNAMES control: the handed-over control socket serves attr and is the banner's; READY=1 under activation"
 
 # Refusals: one line, exit 1, nothing left listening.
 activate_fails() { # PATTERN ACTIVATE-OPTIONS... -- SERVE-OPTIONS...

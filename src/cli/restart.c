@@ -1,0 +1,191 @@
+/* restart.c - `uzram restart`: a planned restart of a running `uzram serve` in place (the
+ * control request "restart", server/restart.c), waiting until the new program answers; and
+ * `uzram state-check`, which the server runs with the program now installed to learn whether
+ * it can take every state over before it stops (a user may run it on a state file too). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include "cli/commands.h"
+#include "common/util.h"
+#include "control/control.h"
+#include "uzram.h"
+
+/* How long `uzram restart` waits for the new program to answer (it takes the states over:
+ * about 2 ms a GiB of page table, include/uzram.h; the rest is starting up). */
+#define RESTART_WAIT_MS 60000u
+
+static void restart_usage(FILE *out)
+{
+    fputs("Usage: uzram restart [-S SERVER | -u PLACE] [DEVICE]\n"
+          "Restart a running `uzram serve` in place, with the uzram program installed now (an\n"
+          "upgrade), without losing a page: its devices must keep their state (serve\n"
+          "--persist). The program first checks that it can read every state; if it cannot,\n"
+          "nothing happens and the server keeps serving. Else the server stops accepting,\n"
+          "answers the requests in flight, and runs the program again in the same process\n"
+          "with the states and the listening sockets: NBD clients reconnect (nbd-client\n"
+          "-persist, qemu's reconnect-delay), ublk devices recover, FUSE attachments end.\n"
+          "Waits until the new program answers. `systemctl reload uzram@NAME` runs this.\n"
+          "DEVICE names the server that serves it.\n"
+          "\n"
+          "  -S, --server SERVER     the server whose control socket is SERVER.ctl in the\n"
+          "                          runtime directory (needed when several "
+          "run)\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
+          out);
+}
+
+/* The number in reply line `key` of the server at `ctl`; -1 when it cannot be asked. */
+static long server_number(const char *ctl, const char *key)
+{
+    char *body, message[512], value[32];
+    if (control_request(ctl, "server", &body, message, sizeof message) < 0)
+        return -1;
+    long number = control_field(body, key, value, sizeof value) ? strtol(value, NULL, 10) : -1;
+    free(body);
+    return number;
+}
+
+int cmd_restart(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"server", required_argument, NULL, 'S'},
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *given_place = NULL, *server = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "S:u:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'S':
+            server = optarg;
+            break;
+        case 'u':
+            given_place = optarg;
+            break;
+        case 'h':
+            restart_usage(stdout);
+            return 0;
+        default:
+            fputs("Try 'uzram restart --help' for more information.\n", stderr);
+            return 2;
+        }
+    }
+    if (argc - optind > 1 || (optind < argc && server != NULL)) {
+        fputs("uzram restart: expected one DEVICE, or -S SERVER\n"
+              "Try 'uzram restart --help' for more information.\n",
+              stderr);
+        return 2;
+    }
+    char ctl[PATH_MAX], message[2048], value[32], *body;
+    struct control_target target;
+    if (optind < argc) {
+        if (control_locate(given_place, argv[optind], NULL, &target, message, sizeof message) < 0) {
+            fprintf(stderr, "uzram: %s\n", message);
+            return 1;
+        }
+        snprintf(ctl, sizeof ctl, "%s", target.ctl);
+    } else if (control_choose_server(given_place, server, "restart", ctl, sizeof ctl) < 0) {
+        return 1;
+    }
+    int rc = control_request(ctl, "restart", &body, message, sizeof message);
+    if (rc < 0) {
+        fprintf(stderr, "uzram: restart refused: %s\n", message);
+        return 1;
+    }
+    long before =
+        control_field(body, "restarts", value, sizeof value) ? strtol(value, NULL, 10) : -1;
+    free(body);
+    /* The control socket is handed over: a request waits in its backlog until the new
+     * program answers; the old one answers with the old count until it stops. */
+    uint64_t deadline = util_now_ms() + RESTART_WAIT_MS;
+    long now = -1;
+    while (util_now_ms() < deadline && (now = server_number(ctl, "restarts")) <= before)
+        usleep(50 * 1000);
+    if (now <= before) {
+        fprintf(stderr,
+                "uzram: the server did not answer within %u s of its restart; see its log "
+                "(journalctl -u uzram@NAME)\n",
+                RESTART_WAIT_MS / 1000);
+        return 1;
+    }
+    printf("uzram: restarted %s (pid %ld)\n", ctl, server_number(ctl, "pid"));
+    return 0;
+}
+
+/* One state: "NAME: ..." on stdout, 0 when this program can take it over. */
+static int check_one(int fd, const char *name)
+{
+    struct uzram_state_info info;
+    int rc = uzram_state_info(fd, &info);
+    char size[16];
+    if (rc == -EPROTONOSUPPORT) {
+        printf("%s: state format version %u; this uzram reads version %u\n", name, info.version,
+               info.supported_version);
+        return 1;
+    }
+    if (rc < 0) {
+        printf("%s: not a uzram state (%s)\n", name, strerror(-rc));
+        return 1;
+    }
+    util_human_size(info.disksize, size, sizeof size);
+    printf("%s: state format version %u, %s, %s%s; this uzram can take it over\n", name,
+           info.version, size, info.comp_algorithm,
+           info.clean ? ", left cleanly" : ", left by a process that was killed");
+    return 0;
+}
+
+int cmd_state_check(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"fd", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c, failed = 0, checked = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+        if (c == 'h') {
+            fputs("Usage: uzram state-check [--fd N[=NAME]]... [PATH]...\n"
+                  "Say whether this uzram can take over each device state (serve --persist):\n"
+                  "its format version, size and algorithm. Exit status 0 when it can take\n"
+                  "every one. `uzram restart` runs it first, with the program installed now.\n",
+                  stdout);
+            return 0;
+        }
+        if (c != 'f') {
+            fputs("Try 'uzram state-check --help' for more information.\n", stderr);
+            return 2;
+        }
+        char *end;
+        long fd = strtol(optarg, &end, 10);
+        if (end == optarg || fd < 0 || fd > INT_MAX || (*end != '\0' && *end != '=')) {
+            fprintf(stderr, "uzram state-check: bad --fd '%s'; use N or N=NAME\n", optarg);
+            return 2;
+        }
+        failed |= check_one((int)fd, *end == '=' ? end + 1 : optarg);
+        checked++;
+    }
+    for (; optind < argc; optind++, checked++) {
+        int fd = open(argv[optind], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            printf("%s: %s\n", argv[optind], strerror(errno));
+            failed = 1;
+            continue;
+        }
+        failed |= check_one(fd, argv[optind]);
+        close(fd);
+    }
+    if (checked == 0) {
+        fputs("uzram state-check: expected a state: --fd N or PATH\n", stderr);
+        return 2;
+    }
+    return failed;
+}

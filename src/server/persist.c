@@ -1,0 +1,291 @@
+/* persist.c - `serve --persist[=PATH]` (persist.h): where each device's state lives so that it
+ * outlives the server, a file on tmpfs or a memfd in systemd's descriptor store, the states
+ * handed over at start (LISTEN_FDNAMES "state-NAME": the store's, or the previous process's
+ * after a planned restart), and the list of them a planned restart hands on. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "common/systemd.h"
+#include "common/util.h"
+#include "server/persist.h"
+
+#define complain(to, ...) option_complain(to, __VA_ARGS__)
+
+/* A device's state, while the device lives. */
+struct state {
+    char name[65];
+    int fd;
+    bool stored;       /* a memfd in the descriptor store */
+    bool created_file; /* PATH was made by this process and nothing was stored in it yet */
+    char path[PATH_MAX];
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct state states[SYSTEMD_MAX_STATES];
+static size_t state_count;
+/* The handed-over states taken by a device so far (systemd_states()' order). */
+static bool claimed[SYSTEMD_MAX_STATES];
+
+/* The state handed over for device `name` ("state-NAME"), its index, or -1. */
+static int handed_over(const char *name)
+{
+    size_t count;
+    const struct systemd_socket *handed = systemd_states(&count);
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(handed[i].name + strlen(SYSTEMD_STATE_PREFIX), name) == 0)
+            return (int)i;
+    return -1;
+}
+
+int persist_check(const struct complaints *to, const struct label *label, const char *name,
+                  const char *persist, bool hot_add, const char *conflict)
+{
+    if (hot_add) {
+        complain(to,
+                 "%s%s: a hot-added device cannot persist (the next server would not know its "
+                 "settings): add it with persist=no (uzram hot-add %s SIZE --persist=no), or "
+                 "serve it from the configuration with persist = PATH",
+                 label->where, label->name, name);
+        return -1;
+    }
+    if (conflict != NULL) {
+        complain(to, "%s%s cannot keep %s yet: drop one of them", label->where, label->name,
+                 conflict);
+        return -1;
+    }
+    if (persist[0] != '\0' && persist[0] != '/') {
+        complain(to,
+                 "%s%s '%s': give an absolute path (the next server finds the state by it), "
+                 "e.g. /dev/shm/%s.uzram",
+                 label->where, label->name, persist, name);
+        return -1;
+    }
+    if (persist[0] == '\0' && !systemd_can_store() && handed_over(name) < 0) {
+        complain(to,
+                 "%s%s without PATH keeps the state in systemd's file descriptor store, and no "
+                 "service manager runs this server (NOTIFY_SOCKET is unset): give %s=PATH, a "
+                 "file on tmpfs such as /dev/shm/%s.uzram",
+                 label->where, label->name, label->name, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Open (or create) the state file PATH for device `name`: a regular file on tmpfs (a disk
+ * file system would write every page out), locked for this server. Returns the descriptor,
+ * or -1 after a complaint. */
+static int open_file(const struct complaints *to, const struct label *label, const char *path,
+                     bool *created)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    *created = false;
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_CREAT | O_EXCL, 0600);
+        *created = fd >= 0;
+    }
+    if (fd < 0) {
+        complain(to, "%scannot open %s '%s': %s", label->where, label->name, path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    struct statfs fs;
+    const char *why = NULL;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        why = "is not a regular file";
+    else if (fstatfs(fd, &fs) < 0 || (fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC))
+        why = "is not on tmpfs (every page would go to disk): put it in /dev/shm or /run";
+    else if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+        why = errno == EWOULDBLOCK ? "is the state of a server that runs: stop it, or give this "
+                                     "device a PATH of its own"
+                                   : strerror(errno);
+    if (why != NULL) {
+        complain(to, "%s%s '%s' %s", label->where, label->name, path, why);
+        if (*created)
+            unlink(path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The descriptor of device `name`'s state: handed over, PATH, or a new memfd. */
+static int state_fd(const struct complaints *to, const struct label *label, const char *name,
+                    struct state *state)
+{
+    int handed = handed_over(name);
+    if (handed >= 0) {
+        size_t count;
+        claimed[handed] = true;
+        state->stored = systemd_can_store() && state->path[0] == '\0';
+        return systemd_states(&count)[handed].fd;
+    }
+    if (state->path[0] != '\0')
+        return open_file(to, label, state->path, &state->created_file);
+    char memfd_name[80];
+    snprintf(memfd_name, sizeof memfd_name, "uzram-state-%s", name);
+    int fd = memfd_create(memfd_name, MFD_CLOEXEC);
+    if (fd < 0)
+        complain(to, "cannot make the state of %s: memfd_create: %s", name, strerror(errno));
+    state->stored = true;
+    return fd;
+}
+
+/* Take over the state in `fd` (it holds one): the same size and algorithm as `config`, or
+ * refused, so that a changed configuration does not silently serve other settings. */
+static int adopt(const struct complaints *to, const char *where, const struct uzram_config *config,
+                 int fd, struct uzram **dev)
+{
+    struct uzram_state_info info;
+    int rc = uzram_state_info(fd, &info);
+    char size[16], wanted[16];
+    if (rc == -EPROTONOSUPPORT) {
+        complain(to,
+                 "%s holds a state of format version %u, and this uzram reads version %u: run "
+                 "the uzram that wrote it, or remove the state to start empty",
+                 where, info.version, info.supported_version);
+        return -1;
+    }
+    if (rc < 0) {
+        complain(to, "%s is not a uzram state (%s): give another, or remove it to start empty",
+                 where, strerror(-rc));
+        return -1;
+    }
+    if (info.owner_alive && info.owner_pid != getpid()) {
+        complain(to, "%s is the state of process %d, which runs: stop it first", where,
+                 (int)info.owner_pid);
+        return -1;
+    }
+    if (info.disksize != config->disksize ||
+        strcmp(info.comp_algorithm, config->comp_algorithm) != 0) {
+        util_human_size(info.disksize, size, sizeof size);
+        util_human_size(config->disksize, wanted, sizeof wanted);
+        complain(to,
+                 "%s holds a %s %s device, not %s %s as asked: give its size and algorithm "
+                 "(--size %s --algorithm %s), or remove the state to start empty",
+                 where, size, info.comp_algorithm, wanted, config->comp_algorithm, size,
+                 info.comp_algorithm);
+        return -1;
+    }
+    rc = uzram_adopt(fd, dev);
+    if (rc < 0)
+        complain(to, "cannot take over %s: %s", where, strerror(-rc));
+    return rc < 0 ? -1 : 0;
+}
+
+int persist_make(const struct complaints *to, const struct label *label, const char *name,
+                 const char *persist, const struct uzram_config *config, struct uzram **dev)
+{
+    struct state state = {.fd = -1};
+    snprintf(state.name, sizeof state.name, "%s", name);
+    snprintf(state.path, sizeof state.path, "%s", persist);
+    pthread_mutex_lock(&lock);
+    int rc = state_count == SYSTEMD_MAX_STATES ? -1 : 0;
+    if (rc < 0)
+        complain(to, "more than %d devices with a state", SYSTEMD_MAX_STATES);
+    if (rc == 0)
+        rc = state.fd = state_fd(to, label, name, &state);
+    struct stat st;
+    if (rc >= 0 && fstat(state.fd, &st) < 0) {
+        complain(to, "cannot read the state of %s: %s", name, strerror(errno));
+        rc = -1;
+    }
+    if (rc >= 0 && st.st_size > 0) {
+        char where[2 * PATH_MAX + 160];
+        if (state.path[0] != '\0')
+            snprintf(where, sizeof where, "%s%s '%.*s'", label->where, label->name, PATH_MAX,
+                     state.path);
+        else
+            snprintf(where, sizeof where, "the state of %s (descriptor store)", name);
+        rc = adopt(to, where, config, state.fd, dev);
+    } else if (rc >= 0) {
+        rc = uzram_create_in(config, state.fd, dev);
+        if (rc < 0)
+            complain(to, "cannot make device %s in its state: %s", name, strerror(-rc));
+    }
+    if (rc >= 0 && state.stored) {
+        int sent = systemd_store(state.fd, name);
+        if (sent < 0)
+            fprintf(stderr, "uzram: %s: cannot put the state in the descriptor store: %s\n", name,
+                    strerror(-sent));
+    }
+    if (rc >= 0) {
+        states[state_count++] = state;
+        rc = 0;
+    } else if (state.fd >= 0) {
+        if (state.created_file)
+            unlink(state.path);
+        if (handed_over(name) < 0)
+            close(state.fd);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void persist_forget(const char *name, bool undo)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < state_count; i++) {
+        struct state *state = &states[i];
+        if (strcmp(state->name, name) != 0)
+            continue;
+        if (state->stored)
+            systemd_unstore(name);
+        if (undo && state->created_file)
+            unlink(state->path);
+        close(state->fd);
+        states[i] = states[--state_count];
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void persist_leftovers(void)
+{
+    size_t count;
+    const struct systemd_socket *handed = systemd_states(&count);
+    for (size_t i = 0; i < count; i++) {
+        if (claimed[i])
+            continue;
+        fprintf(stderr,
+                "uzram: a state named %s was handed over, and this server has no device %s with "
+                "persist: left as it is (in the descriptor store until the unit stops); serve "
+                "%s again with persist to take it over\n",
+                handed[i].name, handed[i].name + strlen(SYSTEMD_STATE_PREFIX),
+                handed[i].name + strlen(SYSTEMD_STATE_PREFIX));
+        close(handed[i].fd);
+        claimed[i] = true;
+    }
+}
+
+bool persist_has(const char *name)
+{
+    pthread_mutex_lock(&lock);
+    bool found = false;
+    for (size_t i = 0; i < state_count && !found; i++)
+        found = strcmp(states[i].name, name) == 0;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+size_t persist_list(int *fds, char (*names)[128], size_t max)
+{
+    pthread_mutex_lock(&lock);
+    size_t count = 0;
+    for (; count < state_count && count < max; count++) {
+        fds[count] = states[count].fd;
+        snprintf(names[count], 128, "%s%.64s", SYSTEMD_STATE_PREFIX, states[count].name);
+    }
+    pthread_mutex_unlock(&lock);
+    return count;
+}

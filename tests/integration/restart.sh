@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# restart.sh - the data outlives the server (issue 29, serve --persist): a planned restart in
+# place (`uzram restart`: same pid, the sockets kept) with an NBD client writing, every byte
+# read back after it reconnects, and every write it was told was done among them; SIGKILL and
+# a new server on the same --persist=PATH: every byte back; a state of another format version
+# refused, by a planned restart (the old server keeps serving) and at start (the file
+# unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
+# the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
+# combinations refused with what to write.
+# Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
+set -euo pipefail
+
+. "$(dirname "$0")/lib.bash"
+need_tools nbdcopy nbdinfo
+need_python_nbd
+[[ -d /dev/shm && $(stat -f -c %T /dev/shm) == tmpfs ]] || skip "/dev/shm is not tmpfs"
+lib_init
+
+SHM=/dev/shm/uzram-restart-$$
+mkdir -m 700 "$SHM"
+at_exit 'rm -rf "$SHM"'
+MiB=$((1 << 20))
+
+kill9() { # NAME: SIGKILL the server and wait for it
+    local pid=${SERVER_PID[$1]}
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null || true
+    unset "SERVER_PID[$1]"
+    # Its socket files stay; start_server waits for them to appear, so they go first (the next
+    # server replaces stale ones itself).
+    rm -f "$(sock_of "$1")" "$(ctl_of "$1")"
+}
+# set_version FILE N: write the state header's format version (4 bytes, little endian, at 8).
+set_version() {
+    $PY -c 'import struct,sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(8); f.write(struct.pack("<I", int(sys.argv[2])))' "$1" "$2"
+}
+get_version() { $PY -c 'import struct,sys; f=open(sys.argv[1],"rb"); f.seek(8); print(struct.unpack("<I", f.read(4))[0])' "$1"; }
+# same_back NAME FILE: the device's first bytes equal FILE.
+same_back() {
+    rm -f "$WORK/back"
+    nbdcopy "$(uri_of "$1")" "$WORK/back" || return 1
+    cmp -s -n "$(stat -c %s "$2")" "$2" "$WORK/back"
+}
+# refused WHAT EXPECTED ARGS...: `uzram serve ARGS` must exit non-zero at once saying EXPECTED.
+refused() {
+    local what=$1 expected=$2
+    shift 2
+    if timeout 20 "$UZRAM" serve "$@" >"$WORK/refused.out" 2>"$WORK/refused.err"; then
+        fail "$what: serve started"
+    fi
+    grep -qF -- "$expected" "$WORK/refused.err" || fail "$what: said '$(cat "$WORK/refused.err")', not '$expected'"
+}
+
+# --- a planned restart with a client writing ---
+head -c $((16 * MiB)) /dev/urandom >"$WORK/data"
+start_server r -s 64M --persist="$SHM/r.uzram"
+grep -q "the data outlives this process" "$WORK/server-r.out" || fail "banner: $(cat "$WORK/server-r.out")"
+nbdcopy "$WORK/data" "$(uri_of r)" || fail "nbdcopy in"
+pid=${SERVER_PID[r]}
+# A client keeps writing 4 KiB pages (in the second half of the disk) while the server restarts:
+# its connection ends; every write it was told was done reads back after it reconnects.
+$PY - "$UZRAM" "$(sock_of r)" "$WORK" <<'EOF' || fail "client across the restart"
+import os, subprocess, sys, time, nbd
+uzram, sock, work = sys.argv[1:]
+h = nbd.NBD()
+h.connect_unix(sock)
+base, done, failed = 32 << 20, {}, None
+restart = None
+for i in range(100000):
+    page = os.urandom(4096)
+    try:
+        h.pwrite(page, base + (i % 4096) * 4096)
+        done[i % 4096] = page
+    except nbd.Error as e:
+        failed = e
+        break
+    if i == 200:
+        restart = subprocess.Popen([uzram, "restart", "-u", sock], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT)
+assert restart is not None and failed is not None, "the connection outlived the restart"
+out = restart.communicate(timeout=120)[0].decode()
+assert restart.returncode == 0, f"uzram restart: {out}"
+assert "restarted" in out, out
+h2 = nbd.NBD()
+h2.connect_unix(sock)  # the same socket, kept across the exec
+for index, page in done.items():
+    assert h2.pread(4096, base + index * 4096) == page, f"page {index} written before the restart differs"
+print(f"{len(done)} pages written before the restart read back", file=sys.stderr)
+EOF
+[[ ${SERVER_PID[r]} == "$pid" ]] && kill -0 "$pid" || fail "the server's process is gone"
+same_back r "$WORK/data" || fail "data written before the restart differs after it"
+"$UZRAM" restart r >/dev/null || fail "a second restart (named by its device)"
+same_back r "$WORK/data" || fail "data after a second restart"
+pass "uzram restart: same pid, the client reconnects, every byte and every acknowledged write back (twice)"
+
+# --- the new program cannot read the state: refused, the old server keeps serving ---
+set_version "$SHM/r.uzram" 99
+if "$UZRAM" restart -S r >"$WORK/restart.out" 2>&1; then fail "restart with a state of version 99"; fi
+grep -q "format version 99" "$WORK/restart.out" || fail "restart refusal says: $(cat "$WORK/restart.out")"
+grep -q "restart refused, still serving" "$WORK/server-r.err" || fail "the server's log says nothing of the refusal"
+kill -0 "$pid" || fail "the server stopped after a refused restart"
+same_back r "$WORK/data" || fail "data after a refused restart"
+set_version "$SHM/r.uzram" 1
+pass "a state the program cannot read: restart refused with its version, the old server still serves every byte"
+
+# --- a device without a state: restart refused ---
+"$UZRAM" hot-add -S r scratch 16M --persist=no >/dev/null || fail "hot-add scratch"
+if "$UZRAM" restart -S r >"$WORK/restart.out" 2>&1; then fail "restart with a device that has no state"; fi
+grep -q "device scratch has no state" "$WORK/restart.out" || fail "says: $(cat "$WORK/restart.out")"
+"$UZRAM" hot-remove scratch >/dev/null || fail "hot-remove scratch"
+pass "a device without a state (hot-added): restart refused, naming it"
+
+# --- a second server on the same PATH ---
+refused "second server on one PATH" "is the state of a server that runs" -n r2 -s 64M --persist="$SHM/r.uzram"
+pass "a second server on the same --persist PATH is refused"
+
+# --- SIGKILL, then a new server on the same PATH ---
+kill9 r
+start_server r -s 64M --persist="$SHM/r.uzram"
+same_back r "$WORK/data" || fail "data after SIGKILL and a new server"
+pass "SIGKILL, then serve --persist=PATH again: every byte back"
+
+# --- SIGTERM keeps the state too ---
+stop_server r
+grep -q "keeping in the states" "$WORK/server-r.err" || fail "the stop line: $(cat "$WORK/server-r.err")"
+[[ -s $SHM/r.uzram ]] || fail "SIGTERM removed the state file"
+start_server r -s 64M --persist="$SHM/r.uzram"
+same_back r "$WORK/data" || fail "data after SIGTERM and a new server"
+pass "SIGTERM stops and keeps the state; the next server serves every byte"
+
+# --- a state of another version at start: refused, the file unchanged ---
+kill9 r
+set_version "$SHM/r.uzram" 99
+head -c 65536 "$SHM/r.uzram" | sha256sum >"$WORK/before"
+refused "version 99 at start" "format version 99" -n r -s 64M --persist="$SHM/r.uzram"
+head -c 65536 "$SHM/r.uzram" | sha256sum | cmp -s - "$WORK/before" || fail "a refused start changed the state's header"
+[[ $(get_version "$SHM/r.uzram") == 99 ]] || fail "version changed"
+set_version "$SHM/r.uzram" 1
+start_server r -s 64M --persist="$SHM/r.uzram"
+same_back r "$WORK/data" || fail "data after a refused start"
+pass "a state of another version at start: refused with the versions, nothing changed"
+
+# --- other settings than the state's, and a file that is not a state ---
+kill9 r
+refused "another size" "holds a 64M lz4 device, not 128M lz4" -n r -s 128M --persist="$SHM/r.uzram"
+refused "another algorithm" "--size 64M --algorithm lz4" -n r -s 64M -a zstd --persist="$SHM/r.uzram"
+head -c 8192 /dev/urandom >"$SHM/junk"
+cp "$SHM/junk" "$WORK/junk"
+refused "not a state" "is not a uzram state" -n j -s 64M --persist="$SHM/junk"
+cmp -s "$SHM/junk" "$WORK/junk" || fail "a refused start changed a file that is not a state"
+pass "another size or algorithm than the state's, or a file that is not a state: refused, untouched"
+
+# --- bad combinations ---
+refused "no PATH, no manager" "give --persist=PATH" -n b -s 16M --persist
+refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
+refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
+refused "with a backing file" "cannot keep a backing file" -n b -s 16M --persist="$SHM/b.uzram" --backing-file "$WORK/bf"
+refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
+refused "two devices, one PATH" "both keep their state in" --device x:16M --device y:16M --persist="$SHM/b.uzram"
+if [[ $(stat -f -c %T "$WORK") != tmpfs ]]; then
+    refused "not on tmpfs" "is not on tmpfs" -n b -s 16M --persist="$WORK/b.uzram"
+    [[ ! -e $WORK/b.uzram ]] || fail "a refused PATH was left behind"
+else
+    skip_check "$WORK is on tmpfs: no file system to refuse here"
+fi
+[[ ! -e $SHM/b.uzram ]] || fail "a refused start left $SHM/b.uzram"
+pass "bad combinations refused with what to write, nothing left behind"
+
+# --- systemd's descriptor store: the memfd goes to the manager, comes back in LISTEN_FDS ---
+$PY - "$UZRAM" "$WORK" "$XDG_RUNTIME_DIR/uzram" <<'EOF' || fail "descriptor store"
+import array, os, signal, socket, subprocess, sys, time, nbd
+uzram, work, rundir = sys.argv[1:]
+manager = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+address = f"{work}/notify.sock"
+manager.bind(address)
+manager.settimeout(20)
+data = os.urandom(4 << 20)
+
+def messages(until):
+    """Datagrams until one holds the line `until`; the descriptors sent with them."""
+    seen, fds = [], []
+    while True:
+        msg, ancillary, _, _ = manager.recvmsg(4096, socket.CMSG_SPACE(4 * 16))
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += array.array("i", payload[:len(payload) - len(payload) % 4]).tolist()
+        lines = msg.decode().split("\n")
+        seen.append((lines, list(fds)))
+        if until in lines:
+            return seen, fds
+
+def serve(extra_env, state=None):
+    """The server, as a manager starts it: with `state` on descriptor 3 (LISTEN_PID its pid)."""
+    err = open(f"{work}/server-fs.err", "a")
+    script = f'exec 3<&{state} {state}<&-; LISTEN_PID=$$ exec "$0" "$@"' if state else 'exec "$0" "$@"'
+    return subprocess.Popen(["sh", "-c", script, uzram, "serve", "-n", "fs", "-s", "32M", "--persist"],
+                            env=dict(os.environ, NOTIFY_SOCKET=address, **extra_env),
+                            stdout=subprocess.DEVNULL, stderr=err, pass_fds=(state,) if state else ())
+
+server = serve({})
+seen, fds = messages("READY=1")
+stored = [(lines, f) for lines, f in seen if "FDSTORE=1" in lines]
+assert len(stored) == 1 and "FDNAME=state-fs" in stored[0][0] and len(fds) == 1, seen
+state = fds[0]
+h = nbd.NBD()
+h.connect_unix(f"{rundir}/fs.sock")
+h.pwrite(data, 0)
+h.flush()
+h.shutdown()
+server.kill()  # a crash: only the manager's copy of the state is left
+server.wait()
+server = serve({"LISTEN_FDS": "1", "LISTEN_FDNAMES": "state-fs"}, state)
+messages("READY=1")
+h = nbd.NBD()
+h.connect_unix(f"{rundir}/fs.sock")
+assert h.pread(len(data), 0) == data, "data after a crash, from the descriptor store"
+h.shutdown()
+# A planned restart under the manager: RELOADING=1, then the new program stores the state again
+# (the manager keeps one copy of a descriptor) and says READY=1.
+out = subprocess.run([uzram, "restart", "-S", "fs"], capture_output=True, text=True, timeout=120)
+assert out.returncode == 0, out.stderr
+seen, fds = messages("READY=1")
+lines = [l for batch, _ in seen for l in batch]
+assert "RELOADING=1" in lines and "FDSTORE=1" in lines and "FDNAME=state-fs" in lines, seen
+h = nbd.NBD()
+h.connect_unix(f"{rundir}/fs.sock")
+assert h.pread(len(data), 0) == data, "data after a planned restart under a service manager"
+h.shutdown()
+server.send_signal(signal.SIGTERM)
+assert server.wait(timeout=30) == 0
+EOF
+pass "descriptor store: FDSTORE=1 FDNAME=state-NAME with the memfd; handed back after SIGKILL: every byte; planned restart under the manager"
