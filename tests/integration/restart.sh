@@ -158,6 +158,7 @@ refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
 refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
 refused "with a backing file" "cannot keep a backing file" -n b -s 16M --persist="$SHM/b.uzram" --backing-file "$WORK/bf"
 refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
+refused "for swap" "cannot keep a swap device (--swap) yet" -n b -s 16M --swap --mem-limit 8M --persist="$SHM/b.uzram"
 refused "two devices, one PATH" "both keep their state in" --device x:16M --device y:16M --persist="$SHM/b.uzram"
 if [[ $(stat -f -c %T "$WORK") != tmpfs ]]; then
     refused "not on tmpfs" "is not on tmpfs" -n b -s 16M --persist="$WORK/b.uzram"

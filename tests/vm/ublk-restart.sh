@@ -4,7 +4,7 @@
 # `uzram restart` (a planned restart in place); without them it FAILS, saying so (it is not in
 # make check's VM stage: `make vm-restart` runs it).
 #
-#   ublk-restart.sh [ext4 [KILLS]] [swap] [planned]     (default: all three, 20 kills)
+#   ublk-restart.sh [ext4 [KILLS]] [swap] [planned]     (default: ext4 with 20 kills, planned)
 #
 # ext4:    ext4 on the device, a tree copied on it; fio random writes verified (crc32c) in rounds
 #          in a file on it while the server is SIGKILLed KILLS times at random moments and started
@@ -12,7 +12,8 @@
 #          every fio round verifies, the tree reads back equal after dropping caches, e2fsck
 #          finds nothing.
 # swap:    swap on the device under memory pressure (memtouch, 6/5 of the guest's memory, every
-#          page verified) with the server SIGKILLed and started again in the middle.
+#          page verified) with the server SIGKILLed and started again in the middle; serve
+#          refuses --persist with --swap for now, so this part fails at its start.
 # planned: `uzram restart` under fio's verified random writes: no I/O error, every round verifies.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
@@ -27,7 +28,9 @@ while (($#)); do
     esac
     shift
 done
-((${#PARTS[@]})) || PARTS=(ext4 swap planned)
+# swap is refused with --persist for now (it hung the guest right after swapon: issue 29's
+# note); its part stays to be run by name once that is fixed.
+((${#PARTS[@]})) || PARTS=(ext4 planned)
 vm_init
 need_module ublk_drv
 need_tools mkfs.ext4 e2fsck fio
