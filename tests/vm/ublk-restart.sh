@@ -34,7 +34,9 @@ done
 vm_init
 need_module ublk_drv
 need_tools mkfs.ext4 e2fsck fio
-"$UZRAM" serve --help 2>&1 | grep -q -- "--persist" ||
+# The help read whole first: grep -q ends at the first match, and under pipefail the writer's
+# SIGPIPE would fail the pipeline.
+[[ $("$UZRAM" serve --help 2>&1) == *--persist* ]] ||
     fail "this uzram's serve has no --persist: the state file (i29-state) and serve --persist (i29-serve) are not in this build; this scenario cannot run without them"
 MNT=$WORK/mnt
 mkdir -p "$MNT"
