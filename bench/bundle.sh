@@ -25,7 +25,7 @@ ROUNDS=${ROUNDS:-3}
 UZRAM=${UZRAM:-build/uzram}
 PY=/usr/bin/python3
 [[ -x $UZRAM ]] || { echo "bundle.sh: no uzram at $UZRAM (make programs)" >&2; exit 2; }
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-bundle.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-bundle.XXXXXX") || { echo "bundle.sh: mktemp failed" >&2; exit 1; }
 export XDG_RUNTIME_DIR=$WORK
 SERVER=
 trap '[[ -n $SERVER ]] && { kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }; rm -rf "$WORK"' EXIT
