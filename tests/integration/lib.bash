@@ -43,7 +43,12 @@ fail() {
     exit 1
 }
 
-pass() { echo "ok - $*"; }
+# Each check's line ends with the seconds since the one before (or the start): where a test's
+# time goes, for keeping make check within its budget.
+pass() {
+    echo "ok - $* [$((SECONDS - ${PASS_MARK:-0})) s]"
+    PASS_MARK=$SECONDS
+}
 
 need_tools() {
     local tool
