@@ -63,10 +63,11 @@ UZRAM := $(O)/uzram
 # Programs the VM tests run inside the guest (tests/vm/).
 VM_TOOLS := $(O)/tests/vm/memtouch $(O)/tests/vm/ublk_handover
 
-.PHONY: all lib programs tests check check-exports run deps tsan asan valgrind format format-check bench clean
+.PHONY: all lib programs vm-tools tests check check-exports run deps tsan asan valgrind format format-check bench clean
 all: lib $(UZRAM) $(TEST_BINS) $(VM_TOOLS)
 lib: $(LIBUZRAM) $(LIBUZRAM_SO)
 programs: $(UZRAM)
+vm-tools: $(VM_TOOLS)
 tests: $(TEST_BINS)
 
 $(O)/%.o: %.c $(HEADERS) Makefile
