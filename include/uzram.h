@@ -542,8 +542,13 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  *
  * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
  * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
- * dedup (use_dedup, uzram_set_dedup), a backing store (uzram_set_backing_dev), bundles
- * (uzram_set_recompress_group above 0) and zstd dictionaries (recomp_algorithm dict=).
+ * dedup (use_dedup, uzram_set_dedup), a backing store (uzram_set_backing_dev) and bundles
+ * (uzram_set_recompress_group above 0). zstd dictionaries (uzram_set_algorithm_params,
+ * given or trained) are kept: their bytes are in the file (up to 1 MiB each; they count in
+ * dict_mem besides their digested forms) before any page can use them, and adoption makes
+ * them again; a dictionary trained for dict=auto is kept, not trained again (one still to
+ * be trained is trained by the next recompression, as before). Format version 2 (the one
+ * with dictionaries); a version 1 state is refused as another version.
  * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
  * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
  * incompressible pages, memory used) are counted again from the table. A group limit

@@ -11,7 +11,8 @@
 #include "pool.h"
 #include "state.h"
 
-/* The codec table as the header has it, each entry with no user yet but its settings'. */
+/* The codec table as the header has it, each entry with no user yet but its settings', its
+ * dictionary made again from the file (dict=auto: the one trained before, not retrained). */
 static int restore_codecs(struct uzram *dev)
 {
     const struct state_header *header = dev->state->header;
@@ -24,10 +25,15 @@ static int restore_codecs(struct uzram *dev)
         int algorithm = comp_find(name);
         if (algorithm < 0 || saved->priority > CODEC_TABLE_PRIORITY_MAX)
             return -EPROTONOSUPPORT; /* an algorithm this build does not have */
-        codec_table_restore(&dev->codecs, id,
-                            &(struct codec_config){.algorithm = algorithm,
-                                                   .level = saved->level,
-                                                   .priority = saved->priority});
+        struct codec_config config = {.algorithm = algorithm,
+                                      .level = saved->level,
+                                      .priority = saved->priority,
+                                      .dict_auto = saved->dict_auto != 0,
+                                      .dict_size = saved->dict_size};
+        int rc = state_load_dict(dev->state, id, algorithm, saved->level, &config.dict);
+        if (rc < 0)
+            return rc;
+        codec_table_restore(&dev->codecs, id, &config, config.dict ? saved->dict_bytes : 0);
     }
     for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++) {
         int id = header->setting[p];

@@ -269,10 +269,6 @@ static void test_state_refuses_what_it_cannot_keep(void **unused)
     assert_int_equal(uzram_set_dedup(dev, true), -EOPNOTSUPP);
     assert_int_equal(uzram_set_backing_dev(dev, "/dev/null", 0), -EOPNOTSUPP);
     assert_int_equal(uzram_set_recompress_group(dev, 4), -EOPNOTSUPP);
-    static unsigned char dict[4096];
-    memset(dict, 'a', sizeof dict);
-    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
-    assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, dict, sizeof dict), -EOPNOTSUPP);
     uzram_destroy(dev);
     close(fd);
     /* Without a state file, no area. */

@@ -11,6 +11,7 @@
 #include "common/util.h"
 #include "server/devices.h"
 #include "server/persist.h"
+#include "server/recover.h"
 
 #define complain(factory, ...) option_complain(&(factory)->to, __VA_ARGS__)
 
@@ -239,8 +240,6 @@ static const char *persist_conflict(const struct device_factory *factory,
         return "a dedup index (--dedup)";
     if (device->backing_file != NULL)
         return "a backing file (--backing-file)";
-    if (strstr(recompress, "dict=") != NULL)
-        return "a zstd dictionary (dict= of --recompress)";
     if (strstr(recompress, "group=") != NULL && strstr(recompress, "group=0") == NULL)
         return "bundles (group= of --recompress)";
     if (factory->server_mem_limit != 0)
@@ -353,9 +352,13 @@ static int recompression(const struct device_factory *factory, struct uzram *dev
     if (!has_level && strcmp(algorithm, "algo=zstd") == 0)
         strcat(params, " level=7");
     strcat(algorithm, " priority=1");
-    int rc = uzram_attr_set(dev, "recomp_algorithm", algorithm);
-    if (rc == 0)
+    /* A state made with the same spec has it already (recover.h says why it is kept). */
+    bool kept = recover_same_recompress(dev, spec);
+    int rc = kept ? 0 : uzram_attr_set(dev, "recomp_algorithm", algorithm);
+    if (rc == 0 && !kept)
         rc = uzram_attr_set(dev, "algorithm_params", params);
+    if (rc == 0 && !kept)
+        recover_note_recompress(dev, spec);
     if (rc < 0) {
         complain(factory,
                  "--recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] with an "

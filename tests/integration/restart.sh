@@ -96,13 +96,14 @@ same_back r "$WORK/data" || fail "data after a second restart"
 pass "uzram restart: same pid, the client reconnects, every byte and every acknowledged write back (twice)"
 
 # --- the new program cannot read the state: refused, the old server keeps serving ---
+version=$(get_version "$SHM/r.uzram")
 set_version "$SHM/r.uzram" 99
 if "$UZRAM" restart -S r >"$WORK/restart.out" 2>&1; then fail "restart with a state of version 99"; fi
 grep -q "format version 99" "$WORK/restart.out" || fail "restart refusal says: $(cat "$WORK/restart.out")"
 grep -q "restart refused, still serving" "$WORK/server-r.err" || fail "the server's log says nothing of the refusal"
 kill -0 "$pid" || fail "the server stopped after a refused restart"
 same_back r "$WORK/data" || fail "data after a refused restart"
-set_version "$SHM/r.uzram" 1
+set_version "$SHM/r.uzram" "$version"
 pass "a state the program cannot read: restart refused with its version, the old server still serves every byte"
 
 # --- a device without a state: restart refused ---
@@ -137,10 +138,32 @@ head -c 65536 "$SHM/r.uzram" | sha256sum >"$WORK/before"
 refused "version 99 at start" "format version 99" -n r -s 64M --persist="$SHM/r.uzram"
 head -c 65536 "$SHM/r.uzram" | sha256sum | cmp -s - "$WORK/before" || fail "a refused start changed the state's header"
 [[ $(get_version "$SHM/r.uzram") == 99 ]] || fail "version changed"
-set_version "$SHM/r.uzram" 1
+set_version "$SHM/r.uzram" "$version"
 start_server r -s 64M --persist="$SHM/r.uzram"
 same_back r "$WORK/data" || fail "data after a refused start"
 pass "a state of another version at start: refused with the versions, nothing changed"
+
+# --- a zstd dictionary trained from the pages (dict=auto), kept across SIGKILL ---
+# (C headers: text ZDICT learns from; made-up word salad is too uniform for it)
+find /usr/include -name '*.h' -exec cat {} + 2>/dev/null | head -c $((16 * MiB)) >"$WORK/text" || true
+[[ $(stat -c %s "$WORK/text") == $((16 * MiB)) ]] || fail "16 MiB of C headers from /usr/include"
+dict_args=(-s 16M --persist="$SHM/d.uzram" --recompress algo=zstd,dict=auto)
+start_server d "${dict_args[@]}"
+nbdcopy "$WORK/text" "$(uri_of d)" || fail "nbdcopy text"
+"$UZRAM" attr d idle all >/dev/null || fail "idle all"
+"$UZRAM" attr d recompress type=idle >/dev/null || fail "recompress pass"
+[[ $(stat_json_field d recomp_pages) -gt 0 ]] || fail "the pass recompressed nothing"
+"$UZRAM" attr d algorithm_params >"$WORK/params" || fail "algorithm_params"
+grep -q "dict=auto (trained" "$WORK/params" || fail "no trained dictionary: $(cat "$WORK/params")"
+dict_mem=$(stat_json_field d dict_mem)
+kill9 d
+start_server d "${dict_args[@]}"
+same_back d "$WORK/text" || fail "pages recompressed with a trained dictionary, after SIGKILL"
+"$UZRAM" attr d algorithm_params | cmp -s - "$WORK/params" ||
+    fail "algorithm_params after SIGKILL: $("$UZRAM" attr d algorithm_params), was $(cat "$WORK/params")"
+[[ $(stat_json_field d dict_mem) == "$dict_mem" ]] || fail "dict_mem $(stat_json_field d dict_mem), was $dict_mem"
+stop_server d
+pass "--recompress algo=zstd,dict=auto: pages recompressed with the trained dictionary read back after SIGKILL; the dictionary kept, not trained again"
 
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
