@@ -90,6 +90,8 @@ static int codecs_start(struct uzram *dev, int algo, int level, bool adopted)
         return codec_table_set(&dev->codecs,
                                &(struct codec_config){.algorithm = algo, .level = level});
     int rc = state_rebuild(dev);
+    if (rc == 0)
+        rc = writeback_adopted(dev);
     dev->codecs.saved = state_save_codecs;
     dev->codecs.save_dict = state_save_dict;
     dev->codecs.saved_arg = dev->state;

@@ -21,6 +21,8 @@
  *   then       dictionaries (CODEC_TABLE_MAX x STATE_DICT_BYTES: codec entry id's dictionary
  *              at id x STATE_DICT_BYTES, version 2 on)
  *   then       page table (page_count x 16 bytes, rounded up to 4 KiB)
+ *   then       the backing store's checksum words (8 bytes a 4 KiB block, for the largest
+ *              store, BACKING_MAX_BYTES: 256 GiB of address, only what is used is memory)
  *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
  * The file is sparse: only what was written is memory.
  */
@@ -32,6 +34,8 @@
 #define STATE_INTENTS 1024u
 #define STATE_DIR_OFFSET 65536u
 #define STATE_DICT_BYTES COMP_DICT_MAX
+/* The backing store's path in the header (a longer one: -ENAMETOOLONG). */
+#define STATE_BACKING_PATH 2048u
 
 /* A slot being changed: the slot (its index + 1; 0 for a free record) and what it held, so
  * that adoption can put it back when the change may be half done. Records are striped by
@@ -67,6 +71,7 @@ struct state_header {
     uint64_t dir_offset, dir_bytes;
     uint64_t dict_offset, dict_bytes;
     uint64_t table_offset, table_bytes;
+    uint64_t sums_offset, sums_bytes;
     uint64_t pool_offset, pool_bytes;
     uint64_t file_bytes;
     _Atomic int32_t owner_pid; /* 0: none */
@@ -79,6 +84,12 @@ struct state_header {
      * uses), and the id each priority's setting names (-1: none). */
     struct state_codec codecs[CODEC_TABLE_MAX];
     int32_t setting[CODEC_TABLE_PRIORITY_MAX + 1];
+    /* The backing store (state_backing.c): its size (0: none; written last), the flags it
+     * was opened with (UZRAM_BACKING_*) and its absolute path. */
+    _Atomic uint64_t backing_bytes;
+    uint32_t backing_flags;
+    uint32_t unused;
+    char backing_path[STATE_BACKING_PATH];
 };
 _Static_assert(sizeof(struct state_header) <= STATE_AREA_OFFSET, "the header fits its page");
 
@@ -144,6 +155,16 @@ void state_close(struct state_file *state, bool clean);
 /* Bring the device adopted with state `dev->state` back: intents undone, locks cleared,
  * pool, codec table and counters made again from the page table (state_adopt.c). */
 int state_rebuild(struct uzram *dev);
+/* The backing store of a device with a state file (state_backing.c): opened with its checksum
+ * words in the state and recorded in the header (`dev`'s settings and writeback locks held,
+ * no page stored); forgotten when detached; opened again at adoption. */
+struct backing;
+int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
+                       struct backing **out);
+void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags);
+void state_backing_forget(struct state_file *state);
+int state_backing_adopt(struct uzram *dev);
+
 /* Mark the state clean (quiesce). */
 void state_mark_clean(struct state_file *state);
 /* After table_give_back() emptied table page `page`. */

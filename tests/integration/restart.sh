@@ -165,6 +165,30 @@ same_back d "$WORK/text" || fail "pages recompressed with a trained dictionary, 
 stop_server d
 pass "--recompress algo=zstd,dict=auto: pages recompressed with the trained dictionary read back after SIGKILL; the dictionary kept, not trained again"
 
+# --- a backing store: pages written back read back after SIGKILL; its file is the state's ---
+back_args=(-s 16M --persist="$SHM/w.uzram" --backing-file "$WORK/w.back")
+start_server w "${back_args[@]}"
+nbdcopy "$WORK/text" "$(uri_of w)" || fail "nbdcopy text to w"
+"$UZRAM" attr w idle all >/dev/null || fail "idle all (w)"
+"$UZRAM" attr w writeback idle >/dev/null || fail "writeback pass"
+bd_objects=$(stat_json_field w bd_objects)
+[[ $bd_objects -gt 0 ]] || fail "the writeback pass wrote nothing back"
+kill9 w
+[[ $(stat -c %b "$WORK/w.back") -gt 0 ]] || fail "SIGKILL left an empty backing file"
+start_server w "${back_args[@]}"
+same_back w "$WORK/text" || fail "pages written back, after SIGKILL"
+[[ $(stat_json_field w bd_objects) == "$bd_objects" ]] || fail "bd_objects $(stat_json_field w bd_objects), was $bd_objects"
+[[ $(stat_json_field w bd_checksum_errors) == 0 ]] || fail "checksum errors after SIGKILL"
+kill9 w
+head -c 0 /dev/null >"$WORK/other.back"
+chmod 600 "$WORK/other.back"
+refused "another backing file" "give --backing-file" -n w -s 16M --persist="$SHM/w.uzram" --backing-file "$WORK/other.back"
+refused "no backing file" "pages written back to" -n w -s 16M --persist="$SHM/w.uzram"
+start_server w "${back_args[@]}"
+same_back w "$WORK/text" || fail "pages written back, after refused starts"
+stop_server w
+pass "--backing-file: pages written back read back after SIGKILL (the state names its file; another file or none refused)"
+
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
 refused "another size" "holds a 64M lz4 device, not 128M lz4" -n r -s 128M --persist="$SHM/r.uzram"
@@ -179,7 +203,6 @@ pass "another size or algorithm than the state's, or a file that is not a state:
 refused "no PATH, no manager" "give --persist=PATH" -n b -s 16M --persist
 refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
 refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
-refused "with a backing file" "cannot keep a backing file" -n b -s 16M --persist="$SHM/b.uzram" --backing-file "$WORK/bf"
 refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
 refused "for swap" "cannot keep a swap device (--swap) yet" -n b -s 16M --swap --mem-limit 8M --persist="$SHM/b.uzram"
 refused "two devices, one PATH" "both keep their state in" --device x:16M --device y:16M --persist="$SHM/b.uzram"
