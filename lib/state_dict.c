@@ -38,8 +38,11 @@ int state_save_dict(void *arg, unsigned id, const void *bytes, size_t size)
         ssize_t n = pwrite(state->fd, from + done, size - done, dict_at(state, id) + (off_t)done);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
+        if (n <= 0) {
+            int rc = n < 0 ? -errno : -EIO;
+            state_forget_dict(state, id); /* what was written of it, which nothing names */
+            return rc;
+        }
         done += (size_t)n;
     }
     return 0;

@@ -179,6 +179,8 @@ start_server w "${back_args[@]}"
 same_back w "$WORK/text" || fail "pages written back, after SIGKILL"
 [[ $(stat_json_field w bd_objects) == "$bd_objects" ]] || fail "bd_objects $(stat_json_field w bd_objects), was $bd_objects"
 [[ $(stat_json_field w bd_checksum_errors) == 0 ]] || fail "checksum errors after SIGKILL"
+"$UZRAM" restart w >/dev/null || fail "a planned restart with a backing store"
+same_back w "$WORK/text" || fail "pages written back, after a planned restart"
 kill9 w
 head -c 0 /dev/null >"$WORK/other.back"
 chmod 600 "$WORK/other.back"
@@ -187,7 +189,7 @@ refused "no backing file" "pages written back to" -n w -s 16M --persist="$SHM/w.
 start_server w "${back_args[@]}"
 same_back w "$WORK/text" || fail "pages written back, after refused starts"
 stop_server w
-pass "--backing-file: pages written back read back after SIGKILL (the state names its file; another file or none refused)"
+pass "--backing-file: pages written back read back after SIGKILL and a planned restart (the state names its file; another file or none refused)"
 
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
