@@ -622,21 +622,32 @@ bool backing_adopt_fits(const struct backing *backing, uint64_t offset, unsigned
            offset + length <= backing->blocks * BACKING_BLOCK;
 }
 
+/* The first block at or after `from` whose bit is `used`, by whole words where it can;
+ * `backing->blocks` if none (bits past the capacity are set). */
+static uint64_t next_with_bit(const struct backing *backing, uint64_t from, bool used)
+{
+    while (from < backing->blocks) {
+        uint64_t word = backing->bitmap[from / 64] ^ (used ? 0 : ~0ull);
+        word &= ~0ull << (from % 64);
+        if (word)
+            return from / 64 * 64 + (uint64_t)__builtin_ctzll(word);
+        from = (from / 64 + 1) * 64;
+    }
+    return backing->blocks;
+}
+
 void backing_adopt_finish(struct backing *backing)
 {
     /* What no page names (written by a process killed before it published it, or released
      * and not yet punched) is free: its hole punched, as a release would have. */
-    for (uint64_t block = 0; block < backing->blocks && atomic_load(&backing->punching);) {
-        if (bit_test(backing->bitmap, block)) {
-            block++;
-            continue;
-        }
-        uint64_t run = 1;
-        while (block + run < backing->blocks && !bit_test(backing->bitmap, block + run))
-            run++;
-        if (punch(backing, block, run) < 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
+    for (uint64_t block = next_with_bit(backing, 0, false);
+         block < backing->blocks && atomic_load(&backing->punching);) {
+        uint64_t end = next_with_bit(backing, block, true);
+        if (end > backing->blocks)
+            end = backing->blocks;
+        if (punch(backing, block, end - block) < 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
             atomic_store(&backing->punching, false);
-        block += run;
+        block = next_with_bit(backing, end, false);
     }
 }
 
