@@ -2,7 +2,9 @@
 # restart.sh - the data outlives the server (issue 29, serve --persist): a planned restart in
 # place (`uzram restart`: same pid, the sockets kept) with an NBD client writing, every byte
 # read back after it reconnects, and every write it was told was done among them; SIGKILL and
-# a new server on the same --persist=PATH: every byte back; a state of another format version
+# a new server on the same --persist=PATH: every byte back; with a zstd dictionary trained
+# (dict=auto) and with a backing store (pages written back), every byte back after SIGKILL,
+# the dictionary kept and the store's file required again; a state of another format version
 # refused, by a planned restart (the old server keeps serving) and at start (the file
 # unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
 # the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
