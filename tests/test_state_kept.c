@@ -190,7 +190,7 @@ static void test_kept_dictionary_pending(void **unused)
 /* ---- SIGKILL at random moments ------------------------------------------------ */
 
 #define KILL_PAGES 512u
-#define KILL_ROUNDS 40u
+#define KILL_ROUNDS 30u
 
 /* What the child is doing, in memory shared with the parent: per page the generation of its
  * last finished change and the one under way (NONE). */
@@ -345,7 +345,7 @@ static unsigned kill_rounds(int fd, enum kill_mode mode, unsigned *during)
             kill_child(fd, log, datagen_rng_next(&rng), mode);
         while (!atomic_load(&log->adopted) && waitpid(child, NULL, WNOHANG) == 0)
             sched_yield();
-        struct timespec pause = {0, (long)(2000 + datagen_rng_below(&rng, 20000)) * 1000};
+        struct timespec pause = {0, (long)(1000 + datagen_rng_below(&rng, 12000)) * 1000};
         nanosleep(&pause, NULL);
         kill(child, SIGKILL);
         int status;
