@@ -147,9 +147,9 @@ pass "a state of another version at start: refused with the versions, nothing ch
 
 # --- a zstd dictionary trained from the pages (dict=auto), kept across SIGKILL ---
 # (C headers: text ZDICT learns from; made-up word salad is too uniform for it)
-find /usr/include -name '*.h' -exec cat {} + 2>/dev/null | head -c $((16 * MiB)) >"$WORK/text" || true
-[[ $(stat -c %s "$WORK/text") == $((16 * MiB)) ]] || fail "16 MiB of C headers from /usr/include"
-dict_args=(-s 16M --persist="$SHM/d.uzram" --recompress algo=zstd,dict=auto)
+find /usr/include -name '*.h' -exec cat {} + 2>/dev/null | head -c $((8 * MiB)) >"$WORK/text" || true
+[[ $(stat -c %s "$WORK/text") == $((8 * MiB)) ]] || fail "8 MiB of C headers from /usr/include"
+dict_args=(-s 8M --persist="$SHM/d.uzram" --recompress algo=zstd,dict=auto)
 start_server d "${dict_args[@]}"
 nbdcopy "$WORK/text" "$(uri_of d)" || fail "nbdcopy text"
 "$UZRAM" attr d idle all >/dev/null || fail "idle all"
@@ -168,7 +168,7 @@ stop_server d
 pass "--recompress algo=zstd,dict=auto: pages recompressed with the trained dictionary read back after SIGKILL; the dictionary kept, not trained again"
 
 # --- a backing store: pages written back read back after SIGKILL; its file is the state's ---
-back_args=(-s 16M --persist="$SHM/w.uzram" --backing-file "$WORK/w.back")
+back_args=(-s 8M --persist="$SHM/w.uzram" --backing-file "$WORK/w.back")
 start_server w "${back_args[@]}"
 nbdcopy "$WORK/text" "$(uri_of w)" || fail "nbdcopy text to w"
 "$UZRAM" attr w idle all >/dev/null || fail "idle all (w)"
@@ -186,12 +186,16 @@ same_back w "$WORK/text" || fail "pages written back, after a planned restart"
 kill9 w
 head -c 0 /dev/null >"$WORK/other.back"
 chmod 600 "$WORK/other.back"
-refused "another backing file" "give --backing-file" -n w -s 16M --persist="$SHM/w.uzram" --backing-file "$WORK/other.back"
-refused "no backing file" "pages written back to" -n w -s 16M --persist="$SHM/w.uzram"
+refused "another backing file" "give --backing-file" -n w -s 8M --persist="$SHM/w.uzram" --backing-file "$WORK/other.back"
+refused "no backing file" "pages written back to" -n w -s 8M --persist="$SHM/w.uzram"
+mv "$WORK/w.back" "$WORK/w.moved"
+refused "backing file gone" "the backing file its pages were written back to is missing" "${back_args[@]}"
+[[ ! -e $WORK/w.back ]] || fail "a refused start made the backing file again"
+mv "$WORK/w.moved" "$WORK/w.back"
 start_server w "${back_args[@]}"
 same_back w "$WORK/text" || fail "pages written back, after refused starts"
 stop_server w
-pass "--backing-file: pages written back read back after SIGKILL and a planned restart (the state names its file; another file or none refused)"
+pass "--backing-file: pages written back read back after SIGKILL and a planned restart (the state names its file; another file, none or a missing one refused)"
 
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
