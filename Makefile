@@ -269,7 +269,7 @@ deb-check: deps
 # fault:       build/fault, where every allocation and compression call can
 #              be made to fail (-DUZRAM_FAULT_INJECTION, ASan+UBSan)
 # fault-check: the fault injection sweeps (tests/test_fault.c, and the dedup index's own
-#              allocations in tests/test_dedup_index.c, a state file's in tests/test_state.c)
+#              allocations in tests/test_dedup_index.c, a state file's in tests/test_state.c and test_state_kept.c)
 #              in build/fault
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 10
@@ -288,10 +288,11 @@ fuzz-check: deps
 fault: deps
 	$(MAKE) O=build/fault SAN=address,undefined OPT=-O1 \
 		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault \
-		build/fault/tests/test_dedup_index build/fault/tests/test_state
+		build/fault/tests/test_dedup_index build/fault/tests/test_state \
+		build/fault/tests/test_state_kept
 
 fault-check: fault
-	./scripts/run-tests.sh build/fault all test_fault test_dedup_index test_state
+	./scripts/run-tests.sh build/fault all test_fault test_dedup_index test_state test_state_kept
 	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/fault/tests/test_fault.log
 # ---- end of reliability block ----
 

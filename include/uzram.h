@@ -542,8 +542,17 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  *
  * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
  * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
- * dedup (use_dedup, uzram_set_dedup), a backing store (uzram_set_backing_dev), bundles
- * (uzram_set_recompress_group above 0) and zstd dictionaries (recomp_algorithm dict=).
+ * dedup (use_dedup, uzram_set_dedup) and bundles (uzram_set_recompress_group above 0).
+ * A backing store (uzram_set_backing_dev) is kept: its file stays the user's file, recorded
+ * by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of its blocks
+ * are in the state, and uzram_destroy() leaves its contents for the successor (detaching it
+ * with "none" empties it as before); adoption opens the same file again as it is and reads
+ * every page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries
+ * (uzram_set_algorithm_params, given or trained) are kept: their bytes are in the file (up to 1 MiB
+ * each; they count in dict_mem besides their digested forms) before any page can use them, and
+ * adoption makes them again; a dictionary trained for dict=auto is kept, not trained again (one
+ * still to be trained is trained by the next recompression, as before). Format version 2 (the one
+ * with dictionaries); a version 1 state is refused as another version.
  * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
  * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
  * incompressible pages, memory used) are counted again from the table. A group limit
@@ -569,7 +578,9 @@ UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, s
  * slots stay so), -EPROTONOSUPPORT another format version or an algorithm this build lacks
  * (nothing changed), -EBUSY its owner process is alive (and is not this process: a process
  * that re-executes itself keeps its pid and may adopt; a dead owner's pid reused by another
- * process also reads as alive: a PID namespace or systemd unit avoids that), -ENOMEM. */
+ * process also reads as alive: a PID namespace or systemd unit avoids that), -ENOMEM; with a
+ * backing store: the errors of opening its file again (backing_dev's rules; -ENOENT it is
+ * gone, -ESTALE it is not the size recorded: another file; nothing changed then). */
 UZRAM_API int uzram_adopt(int state_fd, struct uzram **out);
 
 /* What a state file holds, read without taking it. */

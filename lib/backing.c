@@ -46,6 +46,8 @@ struct backing {
     _Atomic uint64_t *meta;
     _Atomic uint64_t *sums;
     size_t meta_bytes;
+    size_t sums_bytes; /* a mapping of their own: in a state file (backing_open_kept) */
+    bool kept;         /* kept in a state: the file is not emptied at close */
     _Atomic uint64_t *checksum_errors; /* the device's counter */
 
     /* Space: under `lock`. A set bit is a block in use, or released and
@@ -501,14 +503,68 @@ static int size_backing(int fd, const struct stat *st, uint64_t *size)
     return 0;
 }
 
+/* The store's metadata: live bytes and pins in memory; checksum words after them, or shared
+ * from a state file at `kept->sums_offset`. */
+static int map_meta(struct backing *backing, const struct backing_kept *kept)
+{
+    uint64_t words = (backing->blocks + 63) / 64;
+    size_t sums = backing->blocks * sizeof *backing->sums;
+    backing->meta_bytes = backing->blocks * sizeof *backing->meta + (kept ? 0 : sums);
+    backing->bitmap_bytes = words * sizeof *backing->bitmap;
+    backing->meta = map_zeroed(backing->meta_bytes);
+    backing->sums = backing->meta == MAP_FAILED ? NULL : backing->meta + backing->blocks;
+    if (kept && backing->meta != MAP_FAILED) {
+        void *map = FAULT_POINT(FAULT_ALLOC)
+                        ? MAP_FAILED
+                        : mmap(NULL, sums, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                               kept->fd, (off_t)kept->sums_offset);
+        backing->sums = map == MAP_FAILED ? NULL : map;
+        backing->sums_bytes = map == MAP_FAILED ? 0 : sums;
+    }
+    backing->bitmap = map_zeroed(backing->bitmap_bytes);
+    backing->buffer = NULL;
+    if (FAULT_POINT(FAULT_ALLOC) ||
+        posix_memalign((void **)&backing->buffer, BACKING_BLOCK,
+                       (size_t)BACKING_BATCH_BLOCKS * BACKING_BLOCK) != 0)
+        backing->buffer = NULL;
+    if (backing->meta == MAP_FAILED || !backing->sums || backing->bitmap == MAP_FAILED ||
+        !backing->buffer)
+        return -ENOMEM;
+    /* Blocks past the capacity look used, so the search can take whole words. */
+    for (uint64_t block = backing->blocks; block < words * 64; block++)
+        bit_set(backing->bitmap, block);
+    return 0;
+}
+
+/* A store taken over (`adopt`): its file as it is, which must be the size recorded. */
+static int size_kept(const struct backing_file *file, uint64_t *size)
+{
+    if (file->created)
+        return -ENOENT; /* gone, and with it the pages written back */
+    if (!S_ISBLK(file->st.st_mode))
+        return (uint64_t)file->st.st_size == *size ? 0 : -ESTALE;
+    uint64_t device_bytes;
+    if (ioctl(file->fd, BLKGETSIZE64, &device_bytes) < 0)
+        return -errno;
+    return device_bytes >= *size ? 0 : -ESTALE;
+}
+
 int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64_t *checksum_errors,
                  struct backing **out)
 {
+    return backing_open_kept(path, size, flags, checksum_errors, NULL, out);
+}
+
+int backing_open_kept(const char *path, uint64_t size, unsigned flags,
+                      _Atomic uint64_t *checksum_errors, const struct backing_kept *kept,
+                      struct backing **out)
+{
+    bool adopt = kept && kept->adopt;
     struct backing_file file;
-    int rc = backing_file_open(path, flags, &file);
+    int rc = backing_file_open(path, adopt ? flags | UZRAM_BACKING_OVERWRITE : flags, &file);
     if (rc < 0)
         return rc;
-    rc = size_backing(file.fd, &file.st, &size);
+    rc = adopt ? size_kept(&file, &size) : size_backing(file.fd, &file.st, &size);
     size -= size % BACKING_BLOCK;
     if (rc == 0 && (size < 2 * BACKING_BLOCK || size > BACKING_MAX_BYTES))
         rc = -EINVAL;
@@ -523,33 +579,20 @@ int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64
     }
     backing->fd = file.fd;
     backing->file = file.regular;
+    backing->kept = kept != NULL;
     atomic_init(&backing->direct, file.direct);
     atomic_init(&backing->punching, backing->file);
     backing->checksum_errors = checksum_errors;
     backing->blocks = size / BACKING_BLOCK;
     backing->first = NO_BLOCK;
     pthread_mutex_init(&backing->lock, NULL);
-    uint64_t words = (backing->blocks + 63) / 64;
-    backing->meta_bytes = backing->blocks * (sizeof *backing->meta + sizeof *backing->sums);
-    backing->bitmap_bytes = words * sizeof *backing->bitmap;
-    backing->meta = map_zeroed(backing->meta_bytes);
-    backing->sums = backing->meta == MAP_FAILED ? NULL : backing->meta + backing->blocks;
-    backing->bitmap = map_zeroed(backing->bitmap_bytes);
     backing->path = FAULT_POINT(FAULT_ALLOC) ? NULL : strdup(path);
-    if (FAULT_POINT(FAULT_ALLOC) ||
-        posix_memalign((void **)&backing->buffer, BACKING_BLOCK,
-                       (size_t)BACKING_BATCH_BLOCKS * BACKING_BLOCK) != 0)
-        backing->buffer = NULL;
-    if (backing->meta == MAP_FAILED || backing->bitmap == MAP_FAILED || !backing->path ||
-        !backing->buffer) {
+    if (map_meta(backing, kept) < 0 || !backing->path) {
         backing->fd = -1; /* the file is closed (and removed if made here) below */
         backing_close(backing);
         backing_file_abandon(path, &file);
         return -ENOMEM;
     }
-    /* Blocks past the capacity look used, so the search can take whole words. */
-    for (uint64_t block = backing->blocks; block < words * 64; block++)
-        bit_set(backing->bitmap, block);
     /* Room for compaction to write a batch, or an eighth of a small store. */
     backing->reserve =
         backing->blocks / 8 < BACKING_BATCH_BLOCKS ? backing->blocks / 8 : BACKING_BATCH_BLOCKS;
@@ -557,24 +600,85 @@ int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64
     return 0;
 }
 
+void backing_adopt_object(struct backing *backing, uint64_t offset, unsigned length)
+{
+    uint64_t first = offset / BACKING_BLOCK, last = (offset + length - 1) / BACKING_BLOCK;
+    for (uint64_t block = first; block <= last; block++)
+        if (!bit_test(backing->bitmap, block)) {
+            bit_set(backing->bitmap, block);
+            backing->blocks_taken++;
+            atomic_fetch_add_explicit(&backing->blocks_used, 1, memory_order_relaxed);
+        }
+    uint64_t block = first;
+    unsigned in_first = BACKING_BLOCK - (unsigned)(offset % BACKING_BLOCK);
+    atomic_fetch_add(&backing->meta[block], in_first >= length ? length : in_first);
+    if (in_first < length)
+        atomic_fetch_add(&backing->meta[block + 1], length - in_first);
+}
+
+bool backing_adopt_fits(const struct backing *backing, uint64_t offset, unsigned length)
+{
+    return length >= 1 && length <= BACKING_BLOCK &&
+           offset + length <= backing->blocks * BACKING_BLOCK;
+}
+
+/* The first block at or after `from` whose bit is `used`, by whole words where it can;
+ * `backing->blocks` if none (bits past the capacity are set). */
+static uint64_t next_with_bit(const struct backing *backing, uint64_t from, bool used)
+{
+    while (from < backing->blocks) {
+        uint64_t word = backing->bitmap[from / 64] ^ (used ? 0 : ~0ull);
+        word &= ~0ull << (from % 64);
+        if (word)
+            return from / 64 * 64 + (uint64_t)__builtin_ctzll(word);
+        from = (from / 64 + 1) * 64;
+    }
+    return backing->blocks;
+}
+
+void backing_adopt_finish(struct backing *backing)
+{
+    /* What no page names (written by a process killed before it published it, or released
+     * and not yet punched) is free: its hole punched, as a release would have. */
+    for (uint64_t block = next_with_bit(backing, 0, false);
+         block < backing->blocks && atomic_load(&backing->punching);) {
+        uint64_t end = next_with_bit(backing, block, true);
+        if (end > backing->blocks)
+            end = backing->blocks;
+        if (punch(backing, block, end - block) < 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
+            atomic_store(&backing->punching, false);
+        block = next_with_bit(backing, end, false);
+    }
+}
+
 void backing_close(struct backing *backing)
 {
     if (!backing)
         return;
-    /* Nothing of value is left: an empty file, which the next server takes as it is. */
-    if (backing->fd >= 0 && backing->file && ftruncate(backing->fd, 0) < 0 &&
+    /* Nothing of value is left: an empty file, which the next server takes as it is. A store
+     * kept in a state is the successor's (backing_close_kept). */
+    if (backing->fd >= 0 && backing->file && !backing->kept && ftruncate(backing->fd, 0) < 0 &&
         atomic_load(&backing->punching))
         punch(backing, 0, backing->blocks);
     if (backing->fd >= 0)
         close(backing->fd);
     if (backing->meta && backing->meta != MAP_FAILED)
         munmap(backing->meta, backing->meta_bytes);
+    if (backing->sums_bytes)
+        munmap((void *)backing->sums, backing->sums_bytes);
     if (backing->bitmap && backing->bitmap != MAP_FAILED)
         munmap(backing->bitmap, backing->bitmap_bytes);
     pthread_mutex_destroy(&backing->lock);
     free(backing->buffer);
     free(backing->path);
     free(backing);
+}
+
+void backing_close_emptied(struct backing *backing)
+{
+    if (backing)
+        backing->kept = false;
+    backing_close(backing);
 }
 
 const char *backing_path(const struct backing *backing)

@@ -80,9 +80,34 @@ struct backing;
 int backing_open(const char *path, uint64_t size, unsigned flags, _Atomic uint64_t *checksum_errors,
                  struct backing **out);
 
-/* Empty the file (it holds nothing of value once no page refers to it: the next server
- * takes an empty file as it is) and free everything. */
+/* A store of a device with a state file (issue 29): its checksum words live in the state
+ * (`fd`, from `sums_offset`: 8 bytes a block of the capacity) instead of memory, so that they
+ * outlive the process; `adopt`: the store of a state taken over, opened as it is (no
+ * emptying: the size must be the one recorded, -ESTALE else; a missing file -ENOENT), its
+ * live blocks then made known with backing_adopt_object() for each object a page names, and
+ * the rest punched out by backing_adopt_finish(). Nothing else of the store needs keeping:
+ * the live bytes of a block are what the page table names in it, and a block written but not
+ * yet published holds nothing any page names. */
+struct backing_kept {
+    int fd;
+    uint64_t sums_offset;
+    bool adopt;
+};
+int backing_open_kept(const char *path, uint64_t size, unsigned flags,
+                      _Atomic uint64_t *checksum_errors, const struct backing_kept *kept,
+                      struct backing **out);
+/* Whether an object of `length` bytes at `offset` lies within the store (adoption's check of
+ * a slot before it counts it). */
+bool backing_adopt_fits(const struct backing *backing, uint64_t offset, unsigned length);
+void backing_adopt_object(struct backing *backing, uint64_t offset, unsigned length);
+void backing_adopt_finish(struct backing *backing);
+
+/* Free everything; empty the file (it holds nothing of value once no page refers to it: the
+ * next server takes an empty file as it is), unless the store is kept in a state
+ * (backing_open_kept): then it is the successor's. backing_close_emptied() empties it in
+ * any case (a store replaced while no page is stored). */
 void backing_close(struct backing *backing);
+void backing_close_emptied(struct backing *backing);
 
 const char *backing_path(const struct backing *backing);
 uint64_t backing_capacity(const struct backing *backing); /* bytes */

@@ -20,6 +20,8 @@ static void entry_free(struct codec_table *table, struct codec_entry *entry)
                                   memory_order_relaxed);
         comp_dict_free(entry->config.dict);
     }
+    atomic_fetch_sub_explicit(&table->dict_mem, entry->dict_saved, memory_order_relaxed);
+    entry->dict_saved = 0;
     memset(&entry->config, 0, sizeof entry->config);
     entry->used = false;
 }
@@ -42,12 +44,29 @@ static void setting_swap(struct codec_table *table, unsigned priority, int id)
         entry_free(table, &table->entries[old]);
 }
 
+/* Under the lock, with a state file: entry `id`'s dictionary bytes into the file. */
+static int entry_save_dict(struct codec_table *table, unsigned id, const void *bytes, size_t size)
+{
+    if (!table->saved || !table->entries[id].config.dict)
+        return 0;
+    if (!bytes || !size)
+        return -EINVAL;
+    int rc = table->save_dict(table->saved_arg, id, bytes, size);
+    if (rc == 0) {
+        table->entries[id].dict_saved = (uint32_t)size;
+        atomic_fetch_add_explicit(&table->dict_mem, size, memory_order_relaxed);
+    }
+    return rc;
+}
+
 int codec_table_set(struct codec_table *table, const struct codec_config *config)
 {
-    if (table->saved && (config->dict || config->dict_auto)) {
-        comp_dict_free(config->dict);
-        return -EOPNOTSUPP;
-    }
+    return codec_table_set_dict(table, config, NULL, 0);
+}
+
+int codec_table_set_dict(struct codec_table *table, const struct codec_config *config,
+                         const void *bytes, size_t size)
+{
     pthread_mutex_lock(&table->lock);
     int id = -1;
     for (unsigned i = 0; i < CODEC_TABLE_MAX && id < 0; i++)
@@ -64,6 +83,12 @@ int codec_table_set(struct codec_table *table, const struct codec_config *config
     if (config->dict)
         atomic_fetch_add_explicit(&table->dict_mem, comp_dict_memory(config->dict),
                                   memory_order_relaxed);
+    int rc = entry_save_dict(table, (unsigned)id, bytes, size);
+    if (rc < 0) {
+        entry_free(table, entry); /* no one saw it: not in the file either */
+        pthread_mutex_unlock(&table->lock);
+        return rc;
+    }
     /* An add, not a store: a writer that took a user on this id while it
      * was free is still to drop it (codec_table_acquire). */
     atomic_fetch_add_explicit(&entry->users, 1, memory_order_relaxed);
@@ -87,10 +112,14 @@ void codec_table_clear(struct codec_table *table, unsigned priority)
     pthread_mutex_unlock(&table->lock);
 }
 
-void codec_table_restore(struct codec_table *table, unsigned id, const struct codec_config *config)
+void codec_table_restore(struct codec_table *table, unsigned id, const struct codec_config *config,
+                         uint32_t dict_saved)
 {
     table->entries[id].config = *config;
     table->entries[id].used = true;
+    table->entries[id].dict_saved = dict_saved;
+    atomic_fetch_add(&table->dict_mem,
+                     dict_saved + (config->dict ? comp_dict_memory(config->dict) : 0));
 }
 
 void codec_table_restore_setting(struct codec_table *table, unsigned priority, unsigned id)
@@ -116,8 +145,11 @@ void codec_table_release(struct codec_table *table, unsigned id)
     if (atomic_fetch_sub_explicit(&entry->users, 1, memory_order_acq_rel) != 1)
         return;
     pthread_mutex_lock(&table->lock);
-    if (entry->used && atomic_load_explicit(&entry->users, memory_order_acquire) == 0)
+    if (entry->used && atomic_load_explicit(&entry->users, memory_order_acquire) == 0) {
         entry_free(table, entry);
+        if (table->saved) /* before the id can be made again (state_dict.c) */
+            table->saved(table->saved_arg, table);
+    }
     pthread_mutex_unlock(&table->lock);
 }
 

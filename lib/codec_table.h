@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comp.h"
@@ -47,15 +48,19 @@ struct codec_table {
         _Atomic uint64_t users;
         struct codec_config config; /* written under lock while the entry is unused */
         bool used;                  /* under lock */
+        uint32_t dict_saved;        /* bytes of its dictionary in the state file (0: none) */
     } __attribute__((aligned(64))) entries[CODEC_TABLE_MAX];
     /* The id each priority's setting names, -1 for none. */
     _Atomic int setting[CODEC_TABLE_PRIORITY_MAX + 1];
-    /* Memory of the dictionaries held now, and of entries in use. */
+    /* Memory of the dictionaries held now (with a state file, their bytes there too). */
     _Atomic uint64_t dict_mem;
     /* A device with a state file (state.h): called with the lock held when the settings
      * change, first with a new entry made but not yet named by its setting (so it is in the
-     * file before any object can name it), then with the setting; dictionaries refused. */
+     * file before any object can name it), then with the setting; and when an entry is
+     * freed, before its id can be made again. save_dict() puts a new entry's dictionary
+     * bytes in the file before the first of those (state_dict.c says why). */
     void (*saved)(void *arg, const struct codec_table *table);
+    int (*save_dict)(void *arg, unsigned id, const void *bytes, size_t size);
     void *saved_arg;
 };
 
@@ -65,14 +70,19 @@ void codec_table_destroy(struct codec_table *table);
 
 /* Make `config` (its dict owned by the table from now on, also on failure)
  * the setting of config->priority; the entry the setting named before loses
- * that user. Errors: -ENOSPC every id is in use, -EOPNOTSUPP a dictionary (dict or
- * dict_auto) for a device with a state file (not kept there yet). */
+ * that user. Errors: -ENOSPC every id is in use; with a state file, what save_dict()
+ * says. codec_table_set_dict() also gives the dictionary's content (`size` bytes), which a
+ * state file keeps: with a state file, a config with a dict needs it (-EINVAL without). */
 int codec_table_set(struct codec_table *table, const struct codec_config *config);
+int codec_table_set_dict(struct codec_table *table, const struct codec_config *config,
+                         const void *bytes, size_t size);
 
-/* Adoption of a state (state_adopt.c): entry `id` made again, with no user yet; the setting
+/* Adoption of a state (state_adopt.c): entry `id` made again (its dictionary, if any, owned
+ * by the table; `dict_saved` bytes of it in the state file), with no user yet; the setting
  * of `priority` naming it again (one user); then, once every stored object took its user
  * (codec_table_hold()), the entries no one uses freed by codec_table_restore_done(). */
-void codec_table_restore(struct codec_table *table, unsigned id, const struct codec_config *config);
+void codec_table_restore(struct codec_table *table, unsigned id, const struct codec_config *config,
+                         uint32_t dict_saved);
 void codec_table_restore_setting(struct codec_table *table, unsigned priority, unsigned id);
 void codec_table_restore_done(struct codec_table *table);
 

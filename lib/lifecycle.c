@@ -82,6 +82,7 @@ static int codecs_start(struct uzram *dev, int algo, int level, bool adopted)
     codec_table_init(&dev->codecs);
     if (dev->state && !adopted) {
         dev->codecs.saved = state_save_codecs;
+        dev->codecs.save_dict = state_save_dict;
         dev->codecs.saved_arg = dev->state;
     }
     if (!adopted)
@@ -89,8 +90,15 @@ static int codecs_start(struct uzram *dev, int algo, int level, bool adopted)
         return codec_table_set(&dev->codecs,
                                &(struct codec_config){.algorithm = algo, .level = level});
     int rc = state_rebuild(dev);
+    if (rc == 0)
+        rc = writeback_adopted(dev);
     dev->codecs.saved = state_save_codecs;
+    dev->codecs.save_dict = state_save_dict;
     dev->codecs.saved_arg = dev->state;
+    /* The entries no page used any more are freed: so in the file too (only after a whole
+     * rebuild: a partial one has not counted every page's entry). */
+    if (rc == 0)
+        state_save_codecs(dev->state, &dev->codecs);
     return rc;
 }
 

@@ -71,9 +71,10 @@ int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, const char 
 #define TRAIN_MIN_PAGES 16u
 
 /* Train a dictionary of at most `size` bytes from pages spread over the
- * whole disk. -EAGAIN: too few pages stored (or too alike) yet. */
+ * whole disk; its content in `*content` (`*content_size` bytes, the caller frees it), which
+ * a state file keeps. -EAGAIN: too few pages stored (or too alike) yet. */
 static int train_dictionary(struct uzram *dev, const struct codec_config *setting, size_t size,
-                            struct comp_dict **out)
+                            struct comp_dict **out, void **content, size_t *content_size)
 {
     unsigned char *samples =
         FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * UZRAM_PAGE_SIZE);
@@ -97,12 +98,19 @@ static int train_dictionary(struct uzram *dev, const struct codec_config *settin
     if (count < TRAIN_MIN_PAGES)
         goto out;
     rc = comp_dict_train(dict, size, samples, sizes, count);
-    if (rc > 0)
+    if (rc == 0)
+        rc = -EAGAIN; /* nothing learnt */
+    if (rc > 0) {
+        *content_size = (size_t)rc;
         rc = comp_dict_create(setting->algorithm, setting->level, dict, (size_t)rc, out);
+    }
 out:
     free(samples);
     free(sizes);
-    free(dict);
+    if (rc == 0)
+        *content = dict;
+    else
+        free(dict);
     return rc;
 }
 
@@ -129,10 +137,12 @@ int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level, 
         .dict_size = (uint32_t)dict_size,
     };
     int rc = 0;
+    void *trained = NULL;
+    size_t content_size = dict_size;
     if (dict)
         rc = comp_dict_create(config.algorithm, resolved, dict, dict_size, &config.dict);
     else if (config.dict_auto)
-        rc = train_dictionary(dev, &config, dict_size, &config.dict);
+        rc = train_dictionary(dev, &config, dict_size, &config.dict, &trained, &content_size);
     if (rc == -EAGAIN)
         rc = 0; /* trained later, by the first pass that finds enough pages */
     if (rc < 0)
@@ -142,9 +152,10 @@ int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level, 
         comp_dict_free(config.dict);
         rc = -EBUSY;
     } else {
-        rc = codec_table_set(&dev->codecs, &config);
+        rc = codec_table_set_dict(&dev->codecs, &config, dict ? dict : trained, content_size);
     }
     pthread_mutex_unlock(&dev->settings_lock);
+    free(trained);
     return rc;
 }
 
@@ -157,7 +168,10 @@ static void train_pending(struct uzram *dev)
         if (!codec_table_setting(&dev->codecs, priority, &config) || !config.dict_auto ||
             config.dict)
             continue;
-        if (train_dictionary(dev, &config, config.dict_size, &config.dict) < 0)
+        void *content = NULL;
+        size_t content_size = 0;
+        if (train_dictionary(dev, &config, config.dict_size, &config.dict, &content,
+                             &content_size) < 0)
             continue;
         pthread_mutex_lock(&dev->settings_lock);
         struct codec_config now;
@@ -165,10 +179,11 @@ static void train_pending(struct uzram *dev)
         if (codec_table_setting(&dev->codecs, priority, &now) && now.dict_auto && !now.dict &&
             now.algorithm == config.algorithm && now.level == config.level &&
             now.dict_size == config.dict_size)
-            codec_table_set(&dev->codecs, &config);
+            codec_table_set_dict(&dev->codecs, &config, content, content_size);
         else
             comp_dict_free(config.dict);
         pthread_mutex_unlock(&dev->settings_lock);
+        free(content);
     }
 }
 

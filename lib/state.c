@@ -13,6 +13,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "backing.h"
 #include "comp.h"
 #include "fault.h"
 #include "pool.h"
@@ -36,9 +37,13 @@ void state_layout(struct state_header *header, uint64_t disksize)
     header->intents = STATE_INTENTS;
     header->dir_offset = STATE_DIR_OFFSET;
     header->dir_bytes = POOL_WINDOWS * sizeof(uint32_t);
-    header->table_offset = header->dir_offset + header->dir_bytes;
+    header->dict_offset = round_up(header->dir_offset + header->dir_bytes, 4096);
+    header->dict_bytes = (uint64_t)CODEC_TABLE_MAX * STATE_DICT_BYTES;
+    header->table_offset = header->dict_offset + header->dict_bytes;
     header->table_bytes = round_up(disksize / UZRAM_PAGE_SIZE * sizeof(struct slot), 4096);
-    header->pool_offset = round_up(header->table_offset + header->table_bytes, 2u << 20);
+    header->sums_offset = header->table_offset + header->table_bytes;
+    header->sums_bytes = BACKING_MAX_BYTES / BACKING_BLOCK * sizeof(uint64_t);
+    header->pool_offset = round_up(header->sums_offset + header->sums_bytes, 2u << 20);
     header->pool_bytes = POOL_FILE_BYTES;
     header->file_bytes = header->pool_offset + header->pool_bytes;
 }
@@ -133,7 +138,9 @@ static int header_read(int fd, struct state_header *header)
     if (header->page_size != UZRAM_PAGE_SIZE || header->disksize == 0 ||
         header->disksize % UZRAM_PAGE_SIZE || header->intents != layout.intents ||
         header->dir_offset != layout.dir_offset || header->dir_bytes != layout.dir_bytes ||
+        header->dict_offset != layout.dict_offset || header->dict_bytes != layout.dict_bytes ||
         header->table_offset != layout.table_offset || header->table_bytes != layout.table_bytes ||
+        header->sums_offset != layout.sums_offset || header->sums_bytes != layout.sums_bytes ||
         header->pool_offset != layout.pool_offset || header->pool_bytes != layout.pool_bytes ||
         header->file_bytes != layout.file_bytes || (uint64_t)st.st_size < layout.file_bytes)
         return -EINVAL;
@@ -173,22 +180,40 @@ void state_close(struct state_file *state, bool clean)
     state_unmap(state);
 }
 
+/* A process killed while an entry's record is written must not leave it half made and
+ * marked used: `used` is cleared first when an entry goes, set last when one comes. An entry
+ * used in both never changes (every free is saved before its id can be made again). */
+static void save_codec(struct state_file *state, unsigned id, const struct codec_entry *entry)
+{
+    struct state_codec *saved = &state->header->codecs[id];
+    if (saved->used && entry->used)
+        return;
+    bool had_dict = saved->dict_bytes != 0;
+    struct state_codec next = {
+        .level = entry->config.level,
+        .priority = entry->config.priority,
+        .dict_auto = entry->config.dict_auto,
+        .dict_size = entry->config.dict_size,
+        .dict_bytes = entry->dict_saved,
+    };
+    if (entry->used)
+        strncpy(next.algorithm, comp_name(entry->config.algorithm), sizeof next.algorithm - 1);
+    saved->used = 0;
+    atomic_thread_fence(memory_order_seq_cst);
+    *saved = next;
+    atomic_thread_fence(memory_order_seq_cst);
+    saved->used = entry->used;
+    if (!entry->used && had_dict)
+        state_forget_dict(state, id); /* after the header no longer names it */
+}
+
 void state_save_codecs(void *arg, const struct codec_table *codecs)
 {
-    struct state_header *header = ((struct state_file *)arg)->header;
-    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++) {
-        const struct codec_entry *entry = &codecs->entries[id];
-        header->codecs[id] = (struct state_codec){
-            .used = entry->used,
-            .level = entry->config.level,
-            .priority = entry->config.priority,
-        };
-        if (entry->used)
-            strncpy(header->codecs[id].algorithm, comp_name(entry->config.algorithm),
-                    sizeof header->codecs[id].algorithm - 1);
-    }
+    struct state_file *state = arg;
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++)
+        save_codec(state, id, &codecs->entries[id]);
     for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++)
-        header->setting[p] = atomic_load(&codecs->setting[p]);
+        state->header->setting[p] = atomic_load(&codecs->setting[p]);
     atomic_thread_fence(memory_order_release);
 }
 

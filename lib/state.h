@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comp.h"
 #include "device.h"
 
 /*
@@ -17,16 +18,24 @@
  *   4 KiB      the application's area (uzram_state_area(), STATE_AREA_BYTES)
  *   8 KiB      intent records (STATE_INTENTS of struct state_intent)
  *   64 KiB     span directory (POOL_WINDOWS x 4 bytes, pool.h)
+ *   then       dictionaries (CODEC_TABLE_MAX x STATE_DICT_BYTES: codec entry id's dictionary
+ *              at id x STATE_DICT_BYTES, version 2 on)
  *   then       page table (page_count x 16 bytes, rounded up to 4 KiB)
+ *   then       the backing store's checksum words (8 bytes a 4 KiB block, for the largest
+ *              store, BACKING_MAX_BYTES: 256 GiB of address, only what is used is memory)
  *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
  * The file is sparse: only what was written is memory.
  */
-#define STATE_VERSION 1
+/* 1: session 5's, without dictionaries (refused: -EPROTONOSUPPORT). */
+#define STATE_VERSION 2
 #define STATE_AREA_OFFSET 4096u
 #define STATE_AREA_BYTES 4096u
 #define STATE_INTENTS_OFFSET 8192u
 #define STATE_INTENTS 1024u
 #define STATE_DIR_OFFSET 65536u
+#define STATE_DICT_BYTES COMP_DICT_MAX
+/* The backing store's path in the header (a longer one: -ENAMETOOLONG). */
+#define STATE_BACKING_PATH 2048u
 
 /* A slot being changed: the slot (its index + 1; 0 for a free record) and what it held, so
  * that adoption can put it back when the change may be half done. Records are striped by
@@ -41,12 +50,17 @@ struct state_intent {
 };
 _Static_assert(sizeof(struct state_intent) == 32, "an intent record is 32 bytes");
 
-/* A codec entry by the algorithm's name: ids are this build's. */
+/* A codec entry by the algorithm's name: ids are this build's. Its dictionary's bytes
+ * (dict_bytes of them; 0: none, or dict=auto not trained yet) are in the dictionary region. */
 struct state_codec {
     uint32_t used;
     int32_t level;
     uint32_t priority;
     char algorithm[20];
+    uint32_t dict_auto; /* 1: dict=auto (trained from stored pages, or to be) */
+    uint32_t dict_size; /* the setting's dict_size (dict=auto: at most that) */
+    uint32_t dict_bytes;
+    uint32_t unused;
 };
 
 struct state_header {
@@ -55,7 +69,9 @@ struct state_header {
     uint32_t page_size;
     uint64_t disksize;
     uint64_t dir_offset, dir_bytes;
+    uint64_t dict_offset, dict_bytes;
     uint64_t table_offset, table_bytes;
+    uint64_t sums_offset, sums_bytes;
     uint64_t pool_offset, pool_bytes;
     uint64_t file_bytes;
     _Atomic int32_t owner_pid; /* 0: none */
@@ -68,6 +84,12 @@ struct state_header {
      * uses), and the id each priority's setting names (-1: none). */
     struct state_codec codecs[CODEC_TABLE_MAX];
     int32_t setting[CODEC_TABLE_PRIORITY_MAX + 1];
+    /* The backing store (state_backing.c): its size (0: none; written last), the flags it
+     * was opened with (UZRAM_BACKING_*) and its absolute path. */
+    _Atomic uint64_t backing_bytes;
+    uint32_t backing_flags;
+    uint32_t unused;
+    char backing_path[STATE_BACKING_PATH];
 };
 _Static_assert(sizeof(struct state_header) <= STATE_AREA_OFFSET, "the header fits its page");
 
@@ -114,8 +136,18 @@ int state_make(int fd, uint64_t disksize, struct state_file **out);
 /* Open the state in `fd` for adoption: -EINVAL not a state, -EPROTONOSUPPORT another
  * version, -EBUSY a live owner; its owner becomes this process. */
 int state_open(int fd, struct state_file **out);
-/* The device's settings and codec table, to the header (the codec table calls it). */
+/* The device's settings and codec table, to the header (the codec table calls it); the
+ * dictionary of an entry no longer used let go (state_dict.c). */
 void state_save_codecs(void *state, const struct codec_table *codecs);
+/* Entry `id`'s dictionary, `size` bytes, to the state's dictionary region, before the entry
+ * is saved as used (the codec table calls it; state_dict.c). 0 or a negative errno. */
+int state_save_dict(void *state, unsigned id, const void *bytes, size_t size);
+/* Entry `id`'s dictionary made again from the state (adoption): `*out` NULL when the entry
+ * has none. -EINVAL the bytes are no dictionary, -ENOMEM. */
+int state_load_dict(struct state_file *state, unsigned id, int algorithm, int level,
+                    struct comp_dict **out);
+/* The dictionary region of entry `id` emptied (its memory given back). */
+void state_forget_dict(struct state_file *state, unsigned id);
 /* Mark the header valid (create), its owner this process. */
 void state_publish(struct state_file *state);
 /* Let the state go: owner none, clean when `clean`; unmapped, the file left as it is. */
@@ -123,6 +155,16 @@ void state_close(struct state_file *state, bool clean);
 /* Bring the device adopted with state `dev->state` back: intents undone, locks cleared,
  * pool, codec table and counters made again from the page table (state_adopt.c). */
 int state_rebuild(struct uzram *dev);
+/* The backing store of a device with a state file (state_backing.c): opened with its checksum
+ * words in the state and recorded in the header (`dev`'s settings and writeback locks held,
+ * no page stored); forgotten when detached; opened again at adoption. */
+struct backing;
+int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
+                       struct backing **out);
+void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags);
+void state_backing_forget(struct state_file *state);
+int state_backing_adopt(struct uzram *dev);
+
 /* Mark the state clean (quiesce). */
 void state_mark_clean(struct state_file *state);
 /* After table_give_back() emptied table page `page`. */

@@ -6,12 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backing.h"
 #include "comp.h"
 #include "file_extents.h"
 #include "pool.h"
 #include "state.h"
 
-/* The codec table as the header has it, each entry with no user yet but its settings'. */
+/* The codec table as the header has it, each entry with no user yet but its settings', its
+ * dictionary made again from the file (dict=auto: the one trained before, not retrained). */
 static int restore_codecs(struct uzram *dev)
 {
     const struct state_header *header = dev->state->header;
@@ -24,10 +26,15 @@ static int restore_codecs(struct uzram *dev)
         int algorithm = comp_find(name);
         if (algorithm < 0 || saved->priority > CODEC_TABLE_PRIORITY_MAX)
             return -EPROTONOSUPPORT; /* an algorithm this build does not have */
-        codec_table_restore(&dev->codecs, id,
-                            &(struct codec_config){.algorithm = algorithm,
-                                                   .level = saved->level,
-                                                   .priority = saved->priority});
+        struct codec_config config = {.algorithm = algorithm,
+                                      .level = saved->level,
+                                      .priority = saved->priority,
+                                      .dict_auto = saved->dict_auto != 0,
+                                      .dict_size = saved->dict_size};
+        int rc = state_load_dict(dev->state, id, algorithm, saved->level, &config.dict);
+        if (rc < 0)
+            return rc;
+        codec_table_restore(&dev->codecs, id, &config, config.dict ? saved->dict_bytes : 0);
     }
     for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++) {
         int id = header->setting[p];
@@ -90,9 +97,23 @@ static int adopt_slot(struct uzram *dev, uint64_t index, struct slot *slot)
             return rc;
         counter_add(&dev->compr_data_size, size);
         break;
+    case SLOT_BACKED: {
+        struct backing *backing = device_backing(dev);
+        if (!backing || !backing_adopt_fits(backing, slot->value, size) ||
+            (size != UZRAM_PAGE_SIZE && !dev->codecs.entries[codec].used))
+            return -EINVAL;
+        if (size != UZRAM_PAGE_SIZE)
+            codec_table_hold(&dev->codecs, codec);
+        else
+            counter_add(&dev->huge_pages, 1);
+        backing_adopt_object(backing, slot->value, size);
+        counter_add(&dev->bd_objects, 1);
+        counter_add(&dev->bd_data_size, size);
+        break;
+    }
     case SLOT_EMPTY:
         return slot->value == 0 ? 0 : -EINVAL;
-    default: /* dedup, backing store, bundles: not in a state file (uzram.h) */
+    default: /* dedup, bundles: not in a state file (uzram.h) */
         return -EINVAL;
     }
     counter_add(&dev->pages_stored, 1);
@@ -133,11 +154,16 @@ int state_rebuild(struct uzram *dev)
     if (rc < 0)
         return rc;
     undo_intents(dev);
+    /* The backing store first: the slots that name it make its map. */
+    rc = state_backing_adopt(dev);
     const struct state_header *header = dev->state->header;
-    rc = file_each_data(dev->state->fd, header->table_offset,
-                        header->table_offset + header->table_bytes, adopt_extent, dev);
+    if (rc == 0)
+        rc = file_each_data(dev->state->fd, header->table_offset,
+                            header->table_offset + header->table_bytes, adopt_extent, dev);
     if (rc == 0)
         rc = pool_adopt_finish(dev->pool);
+    if (rc == 0 && device_backing(dev))
+        backing_adopt_finish(device_backing(dev));
     codec_table_restore_done(&dev->codecs);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "state.h"
 #include "store.h"
 #include "writeback_batch.h"
 #include "writeback_page.h"
@@ -705,8 +706,6 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
         size = dev->disksize > BACKING_MAX_BYTES / 2 ? BACKING_MAX_BYTES : 2 * dev->disksize;
         /* a block device is used whole (size 0) */
     }
-    if (!detach && dev->state)
-        return -EOPNOTSUPP; /* not kept in a state file (uzram.h) */
     struct backing *opened = NULL;
     struct batch_buffers buffers = {0};
     int rc = 0;
@@ -719,12 +718,18 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
     } else if (!detach) {
         rc = batch_buffers_make(&buffers);
         if (rc == 0)
-            rc = backing_open(path, size, flags, &dev->bd_checksum_errors, &opened);
+            rc = dev->state ? state_backing_open(dev, path, size, flags, &opened)
+                            : backing_open(path, size, flags, &dev->bd_checksum_errors, &opened);
     }
     if (rc == 0) {
         struct backing *old = device_backing(dev);
+        /* In the state before any page can go there (state_backing.c) */
+        if (dev->state && opened)
+            state_backing_record(dev->state, opened, flags);
+        else if (dev->state)
+            state_backing_forget(dev->state);
         atomic_store_explicit(&dev->backing, opened, memory_order_release);
-        backing_close(old);
+        backing_close_emptied(old);
         batch_buffers_free(&writeback->buffers);
         writeback->buffers = buffers; /* none to detach */
         buffers = (struct batch_buffers){0};
@@ -735,6 +740,11 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
     pthread_mutex_unlock(&writeback->lock);
     batch_buffers_free(&buffers);
     return rc;
+}
+
+int writeback_adopted(struct uzram *dev)
+{
+    return device_backing(dev) ? batch_buffers_make(&dev->writeback->buffers) : 0;
 }
 
 int uzram_get_backing_dev(struct uzram *dev, char *buf, size_t size)

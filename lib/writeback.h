@@ -18,6 +18,9 @@ int writeback_create(struct uzram *dev);
 void writeback_destroy(struct uzram *dev);
 /* uzram_reset(): zero writeback_limit; give back space. */
 void writeback_reset(struct uzram *dev);
+/* After adoption of a state whose backing store was opened again (state_backing.c): what
+ * writeback needs for it. 0 or -ENOMEM. */
+int writeback_adopted(struct uzram *dev);
 /* uzram_reset(), before and after: stop the passes other than writers' own (uzram_writeback,
  * the thread's, compaction) and wait until none runs; let them run again. */
 void writeback_pause(struct uzram *dev);

@@ -11,6 +11,7 @@
 #include "common/util.h"
 #include "server/devices.h"
 #include "server/persist.h"
+#include "server/recover.h"
 
 #define complain(factory, ...) option_complain(&(factory)->to, __VA_ARGS__)
 
@@ -237,10 +238,6 @@ static const char *persist_conflict(const struct device_factory *factory,
     const char *recompress = device->recompress ? device->recompress : "";
     if (device->config.use_dedup)
         return "a dedup index (--dedup)";
-    if (device->backing_file != NULL)
-        return "a backing file (--backing-file)";
-    if (strstr(recompress, "dict=") != NULL)
-        return "a zstd dictionary (dict= of --recompress)";
     if (strstr(recompress, "group=") != NULL && strstr(recompress, "group=0") == NULL)
         return "bundles (group= of --recompress)";
     if (factory->server_mem_limit != 0)
@@ -353,9 +350,13 @@ static int recompression(const struct device_factory *factory, struct uzram *dev
     if (!has_level && strcmp(algorithm, "algo=zstd") == 0)
         strcat(params, " level=7");
     strcat(algorithm, " priority=1");
-    int rc = uzram_attr_set(dev, "recomp_algorithm", algorithm);
-    if (rc == 0)
+    /* A state made with the same spec has it already (recover.h says why it is kept). */
+    bool kept = recover_same_recompress(dev, spec);
+    int rc = kept ? 0 : uzram_attr_set(dev, "recomp_algorithm", algorithm);
+    if (rc == 0 && !kept)
         rc = uzram_attr_set(dev, "algorithm_params", params);
+    if (rc == 0 && !kept)
+        recover_note_recompress(dev, spec);
     if (rc < 0) {
         complain(factory,
                  "--recompress '%s': %s; use algo=NAME[,level=N][,dict=PATH|auto] with an "
@@ -378,6 +379,27 @@ static int recompression(const struct device_factory *factory, struct uzram *dev
     return 0;
 }
 
+/* A device taken over from its state with a backing store (the library opened it again by
+ * the path the state records): 1 when --backing-file names that file, -1 (said) when it names
+ * another or none, 0 for a device without one. */
+static int kept_backing(const struct device_factory *factory, struct uzram *dev,
+                        const struct device_plan *device)
+{
+    char kept[PATH_MAX + 1];
+    if (device->persist == NULL || uzram_get_backing_dev(dev, kept, sizeof kept) < 0 ||
+        strcmp(kept, "none") == 0)
+        return 0;
+    char *given = device->backing_file ? realpath(device->backing_file, NULL) : NULL;
+    bool same = given != NULL && strcmp(given, kept) == 0;
+    free(given);
+    if (!same)
+        complain(factory,
+                 "device %s was taken over from its state with pages written back to %s: give "
+                 "--backing-file %s (not %s), or remove the state to start empty",
+                 device->name, kept, kept, device->backing_file ? device->backing_file : "none");
+    return same ? 1 : -1;
+}
+
 /* --backing-file, --backing-size, --writeback-when-full, --writeback-idle, --writeback-rate:
  * the backing store and writeback, through the library calls behind the attributes that
  * change them at run time (backing_dev, writeback_when_full, writeback_idle, writeback_rate). */
@@ -385,6 +407,9 @@ static int writeback(const struct device_factory *factory, struct uzram *dev,
                      const struct device_plan *device)
 {
     struct label label;
+    int kept = kept_backing(factory, dev, device);
+    if (kept < 0)
+        return -1;
     const char *needs = device->writeback_when_full ? "--writeback-when-full"
                         : device->writeback_idle    ? "--writeback-idle"
                         : device->backing_size      ? "--backing-size"
@@ -398,9 +423,10 @@ static int writeback(const struct device_factory *factory, struct uzram *dev,
     }
     option_label_of(device->from, OPT_BACKING_FILE, &label);
     char why[PATH_MAX + 256]; /* hot-add: from another process, so an absolute path only */
-    int rc =
-        backing_dev_open(dev, device->backing_file, device->backing_size, device->backing_overwrite,
-                         factory->to.message != NULL, why, sizeof why);
+    int rc = kept ? 0
+                  : backing_dev_open(dev, device->backing_file, device->backing_size,
+                                     device->backing_overwrite, factory->to.message != NULL, why,
+                                     sizeof why);
     if (rc < 0) {
         complain(factory, "%scannot use %s '%s' to write back to: %s", label.where, label.name,
                  device->backing_file, why);

@@ -177,7 +177,12 @@ static int adopt(const struct complaints *to, const char *where, const struct uz
         return -1;
     }
     rc = uzram_adopt(fd, dev);
-    if (rc < 0)
+    if (rc == -ENOENT || rc == -ESTALE) /* the state is there: its backing store is not */
+        complain(to,
+                 "cannot take over %s: the backing file its pages were written back to is %s: "
+                 "put it back as it was, or remove the state to start empty",
+                 where, rc == -ENOENT ? "missing" : "another file now (not the size it had)");
+    else if (rc < 0)
         complain(to, "cannot take over %s: %s", where, strerror(-rc));
     return rc < 0 ? -1 : 0;
 }

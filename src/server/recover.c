@@ -20,6 +20,10 @@ struct area_record {
     char magic[8];
     _Atomic int32_t ublk_id; /* /dev/ublkbN attached to the device, or -1 */
     _Atomic int32_t owner;   /* the process that served it */
+    /* "=" and the --recompress its codec settings were made from ("" none: a state of a
+     * server before this field, or a spec too long): a process killed while writing it
+     * leaves one that matches nothing, and the next server sets the algorithm again. */
+    char recompress[1024];
 };
 
 static struct area_record *record_of(struct uzram *dev, bool create)
@@ -47,6 +51,25 @@ void recover_note_attachment(struct uzram *dev, const char *device)
         id = atoi(device + 10);
     atomic_store(&record->owner, (int32_t)getpid());
     atomic_store(&record->ublk_id, id);
+}
+
+bool recover_same_recompress(struct uzram *dev, const char *spec)
+{
+    struct area_record *record = record_of(dev, false);
+    return record != NULL && record->recompress[0] == '=' &&
+           strncmp(record->recompress + 1, spec, sizeof record->recompress - 1) == 0;
+}
+
+void recover_note_recompress(struct uzram *dev, const char *spec)
+{
+    struct area_record *record = record_of(dev, true);
+    if (record == NULL)
+        return;
+    record->recompress[0] = '\0';
+    if (strlen(spec) + 1 < sizeof record->recompress) {
+        snprintf(record->recompress + 1, sizeof record->recompress - 1, "%s", spec);
+        record->recompress[0] = '='; /* last: whole before it counts */
+    }
 }
 
 /* The recoverable ublk device `id` of process `owner`, as the driver lists it? */

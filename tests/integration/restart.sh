@@ -2,7 +2,9 @@
 # restart.sh - the data outlives the server (issue 29, serve --persist): a planned restart in
 # place (`uzram restart`: same pid, the sockets kept) with an NBD client writing, every byte
 # read back after it reconnects, and every write it was told was done among them; SIGKILL and
-# a new server on the same --persist=PATH: every byte back; a state of another format version
+# a new server on the same --persist=PATH: every byte back; with a zstd dictionary trained
+# (dict=auto) and with a backing store (pages written back), every byte back after SIGKILL,
+# the dictionary kept and the store's file required again; a state of another format version
 # refused, by a planned restart (the old server keeps serving) and at start (the file
 # unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
 # the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
@@ -96,13 +98,14 @@ same_back r "$WORK/data" || fail "data after a second restart"
 pass "uzram restart: same pid, the client reconnects, every byte and every acknowledged write back (twice)"
 
 # --- the new program cannot read the state: refused, the old server keeps serving ---
+version=$(get_version "$SHM/r.uzram")
 set_version "$SHM/r.uzram" 99
 if "$UZRAM" restart -S r >"$WORK/restart.out" 2>&1; then fail "restart with a state of version 99"; fi
 grep -q "format version 99" "$WORK/restart.out" || fail "restart refusal says: $(cat "$WORK/restart.out")"
 grep -q "restart refused, still serving" "$WORK/server-r.err" || fail "the server's log says nothing of the refusal"
 kill -0 "$pid" || fail "the server stopped after a refused restart"
 same_back r "$WORK/data" || fail "data after a refused restart"
-set_version "$SHM/r.uzram" 1
+set_version "$SHM/r.uzram" "$version"
 pass "a state the program cannot read: restart refused with its version, the old server still serves every byte"
 
 # --- a device without a state: restart refused ---
@@ -137,10 +140,62 @@ head -c 65536 "$SHM/r.uzram" | sha256sum >"$WORK/before"
 refused "version 99 at start" "format version 99" -n r -s 64M --persist="$SHM/r.uzram"
 head -c 65536 "$SHM/r.uzram" | sha256sum | cmp -s - "$WORK/before" || fail "a refused start changed the state's header"
 [[ $(get_version "$SHM/r.uzram") == 99 ]] || fail "version changed"
-set_version "$SHM/r.uzram" 1
+set_version "$SHM/r.uzram" "$version"
 start_server r -s 64M --persist="$SHM/r.uzram"
 same_back r "$WORK/data" || fail "data after a refused start"
 pass "a state of another version at start: refused with the versions, nothing changed"
+
+# --- a zstd dictionary trained from the pages (dict=auto), kept across SIGKILL ---
+# (C headers: text ZDICT learns from; made-up word salad is too uniform for it)
+find /usr/include -name '*.h' -exec cat {} + 2>/dev/null | head -c $((8 * MiB)) >"$WORK/text" || true
+[[ $(stat -c %s "$WORK/text") == $((8 * MiB)) ]] || fail "8 MiB of C headers from /usr/include"
+dict_args=(-s 8M --persist="$SHM/d.uzram" --recompress algo=zstd,dict=auto)
+start_server d "${dict_args[@]}"
+nbdcopy "$WORK/text" "$(uri_of d)" || fail "nbdcopy text"
+"$UZRAM" attr d idle all >/dev/null || fail "idle all"
+"$UZRAM" attr d recompress type=idle >/dev/null || fail "recompress pass"
+[[ $(stat_json_field d recomp_pages) -gt 0 ]] || fail "the pass recompressed nothing"
+"$UZRAM" attr d algorithm_params >"$WORK/params" || fail "algorithm_params"
+grep -q "dict=auto (trained" "$WORK/params" || fail "no trained dictionary: $(cat "$WORK/params")"
+dict_mem=$(stat_json_field d dict_mem)
+kill9 d
+start_server d "${dict_args[@]}"
+same_back d "$WORK/text" || fail "pages recompressed with a trained dictionary, after SIGKILL"
+"$UZRAM" attr d algorithm_params | cmp -s - "$WORK/params" ||
+    fail "algorithm_params after SIGKILL: $("$UZRAM" attr d algorithm_params), was $(cat "$WORK/params")"
+[[ $(stat_json_field d dict_mem) == "$dict_mem" ]] || fail "dict_mem $(stat_json_field d dict_mem), was $dict_mem"
+stop_server d
+pass "--recompress algo=zstd,dict=auto: pages recompressed with the trained dictionary read back after SIGKILL; the dictionary kept, not trained again"
+
+# --- a backing store: pages written back read back after SIGKILL; its file is the state's ---
+back_args=(-s 8M --persist="$SHM/w.uzram" --backing-file "$WORK/w.back")
+start_server w "${back_args[@]}"
+nbdcopy "$WORK/text" "$(uri_of w)" || fail "nbdcopy text to w"
+"$UZRAM" attr w idle all >/dev/null || fail "idle all (w)"
+"$UZRAM" attr w writeback idle >/dev/null || fail "writeback pass"
+bd_objects=$(stat_json_field w bd_objects)
+[[ $bd_objects -gt 0 ]] || fail "the writeback pass wrote nothing back"
+kill9 w
+[[ $(stat -c %b "$WORK/w.back") -gt 0 ]] || fail "SIGKILL left an empty backing file"
+start_server w "${back_args[@]}"
+same_back w "$WORK/text" || fail "pages written back, after SIGKILL"
+[[ $(stat_json_field w bd_objects) == "$bd_objects" ]] || fail "bd_objects $(stat_json_field w bd_objects), was $bd_objects"
+[[ $(stat_json_field w bd_checksum_errors) == 0 ]] || fail "checksum errors after SIGKILL"
+"$UZRAM" restart w >/dev/null || fail "a planned restart with a backing store"
+same_back w "$WORK/text" || fail "pages written back, after a planned restart"
+kill9 w
+head -c 0 /dev/null >"$WORK/other.back"
+chmod 600 "$WORK/other.back"
+refused "another backing file" "give --backing-file" -n w -s 8M --persist="$SHM/w.uzram" --backing-file "$WORK/other.back"
+refused "no backing file" "pages written back to" -n w -s 8M --persist="$SHM/w.uzram"
+mv "$WORK/w.back" "$WORK/w.moved"
+refused "backing file gone" "the backing file its pages were written back to is missing" "${back_args[@]}"
+[[ ! -e $WORK/w.back ]] || fail "a refused start made the backing file again"
+mv "$WORK/w.moved" "$WORK/w.back"
+start_server w "${back_args[@]}"
+same_back w "$WORK/text" || fail "pages written back, after refused starts"
+stop_server w
+pass "--backing-file: pages written back read back after SIGKILL and a planned restart (the state names its file; another file, none or a missing one refused)"
 
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
@@ -156,7 +211,6 @@ pass "another size or algorithm than the state's, or a file that is not a state:
 refused "no PATH, no manager" "give --persist=PATH" -n b -s 16M --persist
 refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
 refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
-refused "with a backing file" "cannot keep a backing file" -n b -s 16M --persist="$SHM/b.uzram" --backing-file "$WORK/bf"
 refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
 refused "for swap" "cannot keep a swap device (--swap) yet" -n b -s 16M --swap --mem-limit 8M --persist="$SHM/b.uzram"
 refused "two devices, one PATH" "both keep their state in" --device x:16M --device y:16M --persist="$SHM/b.uzram"
