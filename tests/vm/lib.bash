@@ -51,13 +51,12 @@ result() { # KEY VALUE...
     echo "$*" >>"$VM_OUT/$TEST_NAME.results"
 }
 
-# make_tree: $WORK/tree, a few MiB of sources, headers and random bytes to copy onto a device.
+# make_tree: sets TREE, a few MiB of sources, headers and random bytes to copy onto a device.
+# vm.sh makes it on the host (VM_TREE, read-only here); it must hold the 4 MiB random file,
+# which fs_round_trip removes to see fstrim reach the engine.
 make_tree() {
-    TREE=$WORK/tree
-    mkdir -p "$TREE"
-    cp -a "$REPO/src" "$REPO/lib" "$REPO/docs" "$TREE/"
-    cp -a /usr/include/linux "$TREE/include-linux"
-    head -c $((4 << 20)) /dev/urandom >"$TREE/random"
+    TREE=${VM_TREE:-}
+    [[ -d $TREE && -f $TREE/random ]] || fail "no tree to copy at '$TREE' (vm.sh makes it: VM_TREE)"
 }
 
 # fs_round_trip DEV NAME MNT: ext4 on DEV (of device NAME), $TREE copied, caches dropped, compared
