@@ -155,13 +155,21 @@ sequence zram
 sequence uzram
 
 # --- the comparison ---
-explain() { # KEY: the first line of the notes whose pattern matches
-    local pattern text
-    while IFS=$'\t' read -r pattern text; do
-        [[ -z $pattern || $pattern == \#* ]] && continue
+# Read once into arrays: a program run per field (awk, a loop over the notes file) took tens
+# of seconds under emulation.
+patterns=() texts=()
+while IFS=$'\t' read -r pattern text; do
+    [[ -z $pattern || $pattern == \#* ]] && continue
+    patterns+=("$pattern") texts+=("$text")
+done <"$NOTES"
+declare -A uzram_value=()
+while read -r key value; do uzram_value[$key]=$value; done <"$WORK/uzram.txt"
+explain() { # KEY: sets why to the text of the first note whose pattern matches
+    local i
+    for i in "${!patterns[@]}"; do
         # shellcheck disable=SC2053
-        [[ $1 == $pattern ]] && { echo "$text"; return 0; }
-    done <"$NOTES"
+        [[ $1 == ${patterns[i]} ]] && { why=${texts[i]}; return 0; }
+    done
     return 1
 }
 table=$VM_OUT/oracle.md
@@ -172,13 +180,13 @@ differ=0 same=0
     echo "| --- | --- | --- | --- |"
 } >"$table"
 while read -r key zval; do
-    uval=$(awk -v k="$key" '$1 == k {$1 = ""; sub(/^ /, ""); print}' "$WORK/uzram.txt")
+    uval=${uzram_value[$key]-}
     if [[ $zval == "$uval" ]]; then
         same=$((same + 1))
         continue
     fi
     differ=$((differ + 1))
-    if why=$(explain "$key"); then
+    if explain "$key"; then
         echo "| \`$key\` | ${zval//|/\\|} | ${uval//|/\\|} | $why |" >>"$table"
     else
         unexplained+=("$key: zram '$zval', uzram '$uval'")
