@@ -25,6 +25,21 @@ static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec
     return size == UZRAM_PAGE_SIZE ? 0 : codec_table_get(&dev->codecs, codec)->priority;
 }
 
+/* Whether an object made with `codec` (slot info `info`) is tried again at its own priority:
+ * a retraining replaced its dictionary since, and the newer one was not tried on it yet. */
+static bool dict_stale(const struct recompress_plan *plan, unsigned size, unsigned codec,
+                       uint32_t info)
+{
+    return size != UZRAM_PAGE_SIZE && (plan->stale_dicts >> codec & 1u) && !(info & SLOT_DICT_KEPT);
+}
+
+/* The priority below which recompression does not go for such an object. */
+static unsigned tried_from(struct uzram *dev, unsigned size, unsigned codec, bool stale)
+{
+    unsigned priority = object_priority(dev, size, codec);
+    return stale && priority > 0 ? priority - 1 : priority;
+}
+
 bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
                            uint32_t now)
 {
@@ -76,17 +91,23 @@ static int recompress_smaller(struct uzram *dev, const struct recompress_plan *p
     return 0;
 }
 
-/* Mark a page whose every secondary algorithm failed to shrink it, if the
- * slot still holds the form that was tried. */
-static void mark_incompressible(struct uzram *dev, struct slot *slot, const struct page_object *old)
+/* Mark a page whose every secondary algorithm failed to shrink it (SLOT_INCOMPRESSIBLE), or
+ * whose older dictionary's object the newer one did not shrink (SLOT_DICT_KEPT), if the slot
+ * still holds the form that was tried. */
+static void mark_unshrunk(struct uzram *dev, struct slot *slot, const struct page_object *old,
+                          bool stale, struct recompress_tally *tally)
 {
     slot_lock(slot);
     struct page_object now;
     slot_get(slot, &now);
     if (now.state == old->state && now.value == old->value && now.size == old->size &&
         now.codec == old->codec)
-        slot_set_marks(dev, slot, SLOT_INCOMPRESSIBLE, 0);
+        slot_set_marks(dev, slot, stale ? SLOT_DICT_KEPT : SLOT_INCOMPRESSIBLE, 0);
     slot_unlock(slot);
+    if (stale)
+        tally->dict_kept++;
+    else
+        tally->incompressible++;
 }
 
 /* Swap the slot's object for `made` if the slot still holds the same bytes
@@ -118,6 +139,7 @@ static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct
 static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct page_object *old,
                             const struct recompress_plan *plan, struct recompress_tally *tally)
 {
+    uint32_t info = slot_info(slot);
     struct dedup *dedup = device_dedup(dev);
     uint32_t id = (uint32_t)old->value;
     /* A raw entry stays raw: the huge count of every page sharing it
@@ -134,7 +156,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         return 0;
     }
     int rc = dedup_read_object(dedup, id, old_page, &expected);
-    unsigned current = object_priority(dev, expected.size, expected.codec);
+    bool stale = dict_stale(plan, expected.size, expected.codec, info);
+    unsigned current = tried_from(dev, expected.size, expected.codec, stale);
     if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
         dedup_put(dedup, id);
         return rc;
@@ -161,9 +184,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
                 store_free_object(dev, &made);
             }
         }
-    } else if (length == 0 && tried > 0 && plan->marks_incompressible) {
-        mark_incompressible(dev, slot, old);
-        tally->incompressible++;
+    } else if (length == 0 && tried > 0 && (plan->marks_incompressible || stale)) {
+        mark_unshrunk(dev, slot, old, stale, tally);
     }
     dedup_put(dedup, id);
     tally->tried += tried > 0;
@@ -191,7 +213,8 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
     }
     if (old.state == SLOT_DEDUP)
         return recompress_dedup(dev, slot, &old, plan, tally);
-    unsigned current = object_priority(dev, old.size, old.codec);
+    bool stale = dict_stale(plan, old.size, old.codec, slot_info(slot));
+    unsigned current = tried_from(dev, old.size, old.codec, stale);
     if (current >= plan->last) {
         slot_unlock(slot);
         return 0;
@@ -215,10 +238,8 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
     if (length < 0)
         return length;
     if (length == 0) {
-        if (tried > 0 && plan->marks_incompressible) {
-            mark_incompressible(dev, slot, &old);
-            tally->incompressible++;
-        }
+        if (tried > 0 && (plan->marks_incompressible || stale))
+            mark_unshrunk(dev, slot, &old, stale, tally);
         return 0;
     }
     struct page_object made;

@@ -27,6 +27,9 @@ struct recompress_plan {
     unsigned group;            /* pack idle neighbours by this many pages (bundles,
                                   recompress_bundle.h); 0: pages one by one */
     struct bundle_work *work;  /* the pass's buffers for that, or NULL */
+    uint32_t stale_dicts;      /* codec ids whose dictionary a retraining replaced
+                                  (codec_table_stale_dicts()): their objects are tried
+                                  again at their own priority */
 };
 
 /* Whether `plan` takes a page with this info and ac_time at `now`: checked once without the
@@ -39,6 +42,7 @@ struct recompress_tally {
     uint64_t tried;                     /* pages compressed again with at least one algorithm */
     uint64_t recompressed;              /* objects replaced by a smaller one */
     uint64_t incompressible;            /* pages marked incompressible */
+    uint64_t dict_kept;                 /* pages the newer dictionary did not shrink */
     uint64_t bytes_before, bytes_after; /* sizes of the replaced and new objects */
     uint64_t bundled;                   /* pages packed into bundles */
     uint64_t bundles;                   /* bundles made */
