@@ -117,8 +117,9 @@ json_field() { attr "$1" stat_json | "$PY" -c 'import json,sys; print(json.load(
 
 # Wait until the background thread has nothing left to do: it has started (something
 # recompressed or bundled: training a dictionary first takes seconds, during which nothing
-# moves) and recomp_pages, bundled_pages, dict_mem and mem_used_total stayed the same for 5 s
-# (passes run every second). At most 10 minutes.
+# moves) and recomp_pages, bundled_pages, dict_mem and mem_used_total stayed the same for 16 s
+# (passes run every second; a retraining of the dictionary once the write ended is seconds in
+# which nothing moves too). At most 10 minutes.
 settled_state() { # NAME
     attr "$1" stat_json | "$PY" -c '
 import json, sys
@@ -132,7 +133,7 @@ settle() { # NAME
         sleep 1
         now=$(settled_state "$1")
         if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
-            sleep 4
+            sleep 15
             [ "$now" = "$(settled_state "$1")" ] && return 0
         fi
         last=$now

@@ -61,7 +61,8 @@ serve() { # OPTIONS...
     die "server did not start: $(tail -1 "$WORK/server.log")"
 }
 # the thread has started (something recompressed or bundled: a dictionary is trained first,
-# for seconds in which nothing moves) and its counters and memory stayed the same for 5 s
+# for seconds in which nothing moves) and its counters and memory stayed the same for 16 s
+# (a retraining, once the write ended, is seconds in which nothing moves too)
 settled_state() {
     stat_json | "$PY" -c '
 import json, sys
@@ -75,7 +76,7 @@ settle() {
         sleep 1
         now=$(settled_state)
         if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
-            sleep 4
+            sleep 15
             [ "$now" = "$(settled_state)" ] && return
         fi
         last=$now
