@@ -115,30 +115,9 @@ attr() { "$UZRAM" attr "$@"; }
 uri() { echo "nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/$1.sock"; }
 json_field() { attr "$1" stat_json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"; }
 
-# Wait until the background thread has nothing left to do: it has started (something
-# recompressed or bundled: training a dictionary first takes seconds, during which nothing
-# moves) and recomp_pages, bundled_pages, dict_mem and mem_used_total stayed the same for 16 s
-# (passes run every second; a retraining of the dictionary once the write ended is seconds in
-# which nothing moves too). At most 10 minutes.
-settled_state() { # NAME
-    attr "$1" stat_json | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)
-print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting",
-      d["recomp_pages"], d["bundled_pages"], d["dict_mem"], d["mem_used_total"])'
-}
+# Wait until the background thread has nothing left to do (bench/common.bash), at most 10 minutes.
 settle() { # NAME
-    local last="" now
-    for _ in $(seq 600); do
-        sleep 1
-        now=$(settled_state "$1")
-        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
-            sleep 15
-            [ "$now" = "$(settled_state "$1")" ] && return 0
-        fi
-        last=$now
-    done
-    echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
+    recomp_settle 600 "$1" || echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
 }
 
 

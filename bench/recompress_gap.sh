@@ -60,29 +60,8 @@ serve() { # OPTIONS...
     done
     die "server did not start: $(tail -1 "$WORK/server.log")"
 }
-# the thread has started (something recompressed or bundled: a dictionary is trained first,
-# for seconds in which nothing moves) and its counters and memory stayed the same for 16 s
-# (a retraining, once the write ended, is seconds in which nothing moves too)
-settled_state() {
-    stat_json | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)
-print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting",
-      d["recomp_pages"], d["bundled_pages"], d["dict_mem"], d["mem_used_total"])'
-}
-settle() {
-    local last="" now
-    for _ in $(seq 900); do
-        sleep 1
-        now=$(settled_state)
-        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
-            sleep 15
-            [ "$now" = "$(settled_state)" ] && return
-        fi
-        last=$now
-    done
-    echo "recompress_gap.sh: still moving after 15 minutes" >&2
-}
+# the thread has nothing left to do (bench/common.bash)
+settle() { recomp_settle 900 g || echo "recompress_gap.sh: still moving after 15 minutes" >&2; }
 write_image() {
     local uri="nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/g.sock"
     if [ "$WRITE_SECONDS" = 0 ]; then

@@ -673,7 +673,8 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(bundle_dead_pages, DEBUG, LEVEL, "members of bundles written or discarded since (dead)")     \
     X(bundle_saved_bytes, DEBUG, LEVEL,                                                            \
       "bytes the pages of the bundles took alone when packed, minus the bundles' bytes")           \
-    X(dict_trainings, DEBUG, EVENTS, "dict=auto dictionaries trained (the first and retrainings)")
+    X(dict_trainings, DEBUG, EVENTS, "dict=auto dictionaries trained (the first and retrainings)") \
+    X(recomp_passes, DEBUG, EVENTS, "passes over the page table the background recompressor ended")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

@@ -190,6 +190,7 @@ struct uzram {
     _Atomic uint64_t recomp_bytes;
     _Atomic uint64_t recomp_saved_bytes;
     _Atomic uint64_t dict_trainings; /* recompress_dict.c */
+    _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
     /* bundles (bundle.c, the one place they change): live bundles, the pages in them, their
      * dead members, and what they save */
     _Atomic uint64_t bundles;

@@ -315,6 +315,7 @@ static void *recompressor_main(void *arg)
             store_compact_pool(dev);
         seen[0] = counter_get(&dev->pages_stored);
         seen[1] = counter_get(&dev->compr_data_size);
+        counter_add(&dev->recomp_passes, 1);
         pthread_mutex_lock(&r->lock);
         r->in_pass = false;
         r->passes++;
