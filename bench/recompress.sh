@@ -198,9 +198,12 @@ throughput() {
                 attr t recompress_idle 1 # a new thread, at SCHED_IDLE
                 [ "$state" = "$normal" ] && recomp_thread_full_speed "$SERVER_PID"
             fi
-            before=$(json_field t recomp_pages)
+            # the thread's work during the run: pages recompressed, and pages bundled (with
+            # GROUP, most of its work, which recomp_pages does not count)
+            before=$(($(json_field t recomp_pages) + $(json_field t bundled_pages)))
             run_fio "$RES/randwrite-$state-$round.json" "$region_offset" "$FIO_REGION" randwrite
-            echo "$(($(json_field t recomp_pages) - before))" >"$RES/randwrite-$state-$round.recompressed"
+            echo "$(($(json_field t recomp_pages) + $(json_field t bundled_pages) - before))" \
+                >"$RES/randwrite-$state-$round.recompressed"
         done
         echo "  round $round of $ROUNDS done" >&2
     done

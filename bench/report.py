@@ -476,8 +476,8 @@ def recompress_throughput(rc):
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
                 "meanwhile%s at the `recompress_rate` in the first column, pages/s, at its own "
-                "SCHED_IDLE priority unless the row says normal priority (pages it "
-                "recompressed during the run in brackets; the library's default is %s):" % (
+                "SCHED_IDLE priority unless the row says normal priority (pages it recompressed or "
+                "bundled during the run in brackets; the library's default is %s):" % (
                     rc["runtime"],
                     " (zstd level %d, `dict=auto`, bundles of %d pages)" % (rc["level"], rc["group"])
                     if rc.get("group") else "", rc.get("rate", "-")), ""]
