@@ -105,8 +105,9 @@ bool codec_table_setting(struct codec_table *table, unsigned priority, struct co
 
 /* The entries a retraining made obsolete: a bit per id whose dict=auto dictionary is older than
  * the one its priority's setting has now (same algorithm, a later training). Objects made with
- * them are recompressed with the newer one when that is smaller (recompress_page.c). */
-uint32_t codec_table_stale_dicts(struct codec_table *table);
+ * them are recompressed with the newer one when that saves memory (recompress_page.c): in
+ * share[id], each user's share of that older dictionary's memory now. */
+uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX]);
 
 /* Bytes the dictionaries in use take. */
 uint64_t codec_table_dict_mem(struct codec_table *table);

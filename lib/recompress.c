@@ -162,13 +162,17 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
     return rc;
 }
 
+_Static_assert(sizeof((struct recompress_plan *)0)->stale_share / sizeof(uint64_t) ==
+                   CODEC_TABLE_MAX,
+               "a share for each codec id");
+
 /* A pass with the device's bundle setting: its buffers are made for it (without them, no
  * page is bundled or split by this pass; the next one tries again). */
 static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, uint64_t max_pages,
                              struct pace *pace, bool quiet, struct recompress_tally *tally)
 {
     recompress_dict_train_due(dev, quiet);
-    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs);
+    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share);
     /* Priorities above the last one set have nothing to try: without this every page at
      * the last one set would be decoded by every pass for nothing. */
     struct codec_config config;

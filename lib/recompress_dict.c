@@ -29,8 +29,11 @@
  *     training, or
  *   - pages_stored grew RETRAIN_GROWTH (4) times since it, quiet or not,
  * at most TRAININGS_MAX times in all (the first training included): the work is bounded, and
- * each retraining's recompression of the pages made with the older dictionary is too (only
- * those the newer one shrinks are replaced; the others are marked SLOT_DICT_KEPT and keep it).
+ * each retraining's recompression of the pages made with the older dictionary is too: each is
+ * tried once, and replaced when the newer one's object is smaller than the old one plus the
+ * page's share of the older dictionary's memory (which goes with its last page: a handful of
+ * pages kept on it would keep hundreds of KiB of dictionary); the others are marked
+ * SLOT_DICT_KEPT and keep it.
  * The older dictionary stays in memory as long as a page or bundle still uses it
  * (codec_table.h).
  */

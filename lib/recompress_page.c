@@ -33,6 +33,14 @@ static bool dict_stale(const struct recompress_plan *plan, unsigned size, unsign
     return size != UZRAM_PAGE_SIZE && (plan->stale_dicts >> codec & 1u) && !(info & SLOT_DICT_KEPT);
 }
 
+/* What an object on a replaced dictionary may grow by when it moves to the newer one: its
+ * share of the older dictionary's memory, which goes once every object has moved (a page
+ * kept on it keeps all of it). */
+static uint64_t stale_allowance(const struct recompress_plan *plan, unsigned codec, bool stale)
+{
+    return stale ? plan->stale_share[codec] : 0;
+}
+
 /* The priority below which recompression does not go for such an object. */
 static unsigned tried_from(struct uzram *dev, unsigned size, unsigned codec, bool stale)
 {
@@ -61,17 +69,20 @@ bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, ui
 
 /* Compress `page` again with the plan's priorities above `current`, in
  * order, until one gives an object that takes less pool memory than
- * `old_size` (and is below the threshold). Returns its length (in
+ * `old_size` plus `allowance` bytes (and is below the threshold). Returns its length (in
  * new_object, with a user on *codec), 0 when none did, or a negative
  * errno. *tried counts the algorithms tried. */
 static int recompress_smaller(struct uzram *dev, const struct recompress_plan *plan,
                               const void *page, unsigned old_size, unsigned current,
-                              unsigned *codec, unsigned *tried)
+                              uint64_t allowance, unsigned *codec, unsigned *tried)
 {
     size_t capacity = old_size == UZRAM_PAGE_SIZE ? HUGE_THRESHOLD - 1 : old_size - 1;
+    if (allowance && old_size != UZRAM_PAGE_SIZE)
+        capacity =
+            old_size + allowance < HUGE_THRESHOLD ? old_size + allowance - 1 : HUGE_THRESHOLD - 1;
     if (plan->threshold && plan->threshold - 1 < capacity)
         capacity = plan->threshold - 1;
-    double old_cost = pool_object_cost(old_size);
+    double old_cost = pool_object_cost(old_size) + (double)allowance;
     for (unsigned priority = plan->first; priority <= plan->last; priority++) {
         if (priority <= current)
             continue;
@@ -163,7 +174,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         return rc;
     }
     unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, old_page, expected.size, current, &codec, &tried);
+    int length = recompress_smaller(dev, plan, old_page, expected.size, current,
+                                    stale_allowance(plan, expected.codec, stale), &codec, &tried);
     if (length > 0) {
         struct page_object made;
         rc = store_put_object(dev, new_object, (unsigned)length, codec, OWNER_DEDUP_BIT | id, true,
@@ -227,13 +239,15 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
         codec_table_hold(&dev->codecs, old.codec);
     slot_unlock(slot);
     int rc = store_decode(dev, old_copy, old.size, old.codec, old_page);
+    uint64_t allowance = stale_allowance(plan, old.codec, stale);
     if (old.state == SLOT_COMPRESSED)
         codec_table_release(&dev->codecs, old.codec);
     if (rc < 0)
         return rc;
 
     unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, old_page, old.size, current, &codec, &tried);
+    int length =
+        recompress_smaller(dev, plan, old_page, old.size, current, allowance, &codec, &tried);
     tally->tried += tried > 0;
     if (length < 0)
         return length;

@@ -30,6 +30,8 @@ struct recompress_plan {
     uint32_t stale_dicts;      /* codec ids whose dictionary a retraining replaced
                                   (codec_table_stale_dicts()): their objects are tried
                                   again at their own priority */
+    uint64_t stale_share[16];  /* of each: what one object may grow by moving off it (its
+                                  share of that dictionary's memory at the pass's start) */
 };
 
 /* Whether `plan` takes a page with this info and ac_time at `now`: checked once without the
