@@ -280,7 +280,9 @@ int recompress_sample_page(struct uzram *dev, uint64_t index, void *page)
     slot_lock(slot);
     enum slot_state state = slot_info_state(slot_info(slot));
     int rc = 0;
-    if (state == SLOT_COMPRESSED ||
+    /* bundled pages too: with recompress_group most idle pages are, and a retraining that
+     * left them out would learn from the newest pages only */
+    if (state == SLOT_COMPRESSED || state == SLOT_BUNDLED ||
         (state == SLOT_DEDUP && !dedup_is_huge(device_dedup(dev), (uint32_t)slot->value)))
         rc = store_load_locked(dev, slot, page) < 0 ? 0 : 1;
     slot_unlock(slot);

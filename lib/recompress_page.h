@@ -60,7 +60,7 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
                     uint32_t now, struct recompress_tally *tally);
 
 /* For training a dictionary: the content of page `index` if it is stored
- * compressed (not raw, not same-filled), without counting as an access.
+ * compressed (not raw, not same-filled; alone, shared or bundled), without counting as an access.
  * Returns 1 with `page` filled, else 0. */
 int recompress_sample_page(struct uzram *dev, uint64_t index, void *page);
 
