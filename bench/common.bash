@@ -38,3 +38,37 @@ recomp_thread_full_speed() {
     done
     echo "$(basename "$0"): warning: no uzram-recomp thread in $1 to run at full speed" >&2
 }
+
+# recomp_settle LIMIT NAME: wait until the background recompressor of device NAME has nothing
+# left to do: it has started (something recompressed or bundled: a dictionary is trained
+# first, for seconds in which nothing moves) and recomp_pages, bundled_pages, dict_mem and
+# mem_used_total stayed the same for 5 s while the thread ended 3 passes (recomp_passes: a pass
+# that trains a dictionary again spends seconds on it in which nothing moves, so a time alone
+# can end the wait too soon); a library without that counter, 16 s. At most LIMIT seconds:
+# returns 1 then.
+recomp_settle() {
+    local last="" now since=0 still=0 passes
+    for _ in $(seq "$1"); do
+        sleep 1
+        now=$("$UZRAM" attr "$2" stat_json | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting", d["recomp_pages"],
+      d["bundled_pages"], d["dict_mem"], d["mem_used_total"], d.get("recomp_passes", -1))')
+        passes=${now##* }
+        now=${now% *}
+        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
+            still=$((still + 1))
+            if [ "$passes" -ge 0 ]; then
+                [ $((passes - since)) -ge 3 ] && [ "$still" -ge 5 ] && return 0
+            elif [ "$still" -ge 16 ]; then
+                return 0
+            fi
+        else
+            still=0
+            since=$passes
+        fi
+        last=$now
+    done
+    return 1
+}

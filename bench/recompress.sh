@@ -17,7 +17,11 @@
 # GROUP (pages a bundle packs, `group=`, in the bundled memory side and the throughput part;
 # default 8), RATE (recompress_rate of the throughput part; default: the library's), RATES (several
 # recompress_rate values: each round then has one busy run at each, beside its idle run; how the
-# default was chosen), STEPS ("memory throughput sweep": run only some), ZRAM (zram0), IMAGE (an
+# default was chosen), NORMAL (1, the default: each round also has a busy run with the thread at
+# the normal CPU priority (chrt) instead of its own SCHED_IDLE, at the library's rate or RATE: what
+# the foreground pays when the thread gets its share; 0: none), STEPS ("memory throughput
+# sweep": run only some), SIDES (the memory part's sides, default all: zram lz4-dedup zstd-dedup
+# recompress recompress-dict recompress-dict-group), ZRAM (zram0), IMAGE (an
 # image to use instead of building bench/image.bash's), KEEP_IMAGE (a path: keep the image there,
 # with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh).
 #
@@ -50,6 +54,7 @@ FIO_REGION=256M
 STEPS=${STEPS:-memory throughput sweep}
 RATE=${RATE:-}
 RATES=${RATES:-}
+NORMAL=${NORMAL:-1}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 die() { echo "recompress.sh: $*" >&2; exit 2; }
@@ -110,29 +115,9 @@ attr() { "$UZRAM" attr "$@"; }
 uri() { echo "nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/$1.sock"; }
 json_field() { attr "$1" stat_json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"; }
 
-# Wait until the background thread has nothing left to do: it has started (something
-# recompressed or bundled: training a dictionary first takes seconds, during which nothing
-# moves) and recomp_pages, bundled_pages, dict_mem and mem_used_total stayed the same for 5 s
-# (passes run every second). At most 10 minutes.
-settled_state() { # NAME
-    attr "$1" stat_json | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)
-print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting",
-      d["recomp_pages"], d["bundled_pages"], d["dict_mem"], d["mem_used_total"])'
-}
+# Wait until the background thread has nothing left to do (bench/common.bash), at most 10 minutes.
 settle() { # NAME
-    local last="" now
-    for _ in $(seq 600); do
-        sleep 1
-        now=$(settled_state "$1")
-        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
-            sleep 4
-            [ "$now" = "$(settled_state "$1")" ] && return 0
-        fi
-        last=$now
-    done
-    echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
+    recomp_settle 600 "$1" || echo "recompress.sh: warning: $1 still recompressing after 10 minutes" >&2
 }
 
 
@@ -196,9 +181,11 @@ throughput() {
     [ -n "$RATE" ] && attr t recompress_rate "$RATE"
     rates=${RATES:-$(attr t recompress_rate)}
     echo "$rates" >"$RES/rates"
+    local normal=
+    [ "$NORMAL" = 1 ] && normal=busy-normal-$(attr t recompress_rate)
     run_fio "$WORK/warm.json" "$region_offset" "$FIO_REGION" write
     for round in $(seq "$ROUNDS"); do
-        for state in idle $(printf 'busy-%s ' $rates); do
+        for state in idle $(printf 'busy-%s ' $rates) $normal; do
             # the image in lz4 form again: the thread has all of it to do
             attr t recompress_idle 0
             nbdcopy --no-extents -S 0 "$WORK/image" "$(uri t)" || die "nbdcopy failed"
@@ -206,13 +193,17 @@ throughput() {
                 run_fio "$RES/read-lz4.json" 0 "$image_bytes" randread
             sleep 1.1 # so every page is unused for a second
             if [ "$state" != idle ]; then
-                rate=${state#busy-}
+                rate=${state##*-}
                 attr t recompress_rate "$rate"
-                attr t recompress_idle 1
+                attr t recompress_idle 1 # a new thread, at SCHED_IDLE
+                [ "$state" = "$normal" ] && recomp_thread_full_speed "$SERVER_PID"
             fi
-            before=$(json_field t recomp_pages)
+            # the thread's work during the run: pages recompressed, and pages bundled (with
+            # GROUP, most of its work, which recomp_pages does not count)
+            before=$(($(json_field t recomp_pages) + $(json_field t bundled_pages)))
             run_fio "$RES/randwrite-$state-$round.json" "$region_offset" "$FIO_REGION" randwrite
-            echo "$(($(json_field t recomp_pages) - before))" >"$RES/randwrite-$state-$round.recompressed"
+            echo "$(($(json_field t recomp_pages) + $(json_field t bundled_pages) - before))" \
+                >"$RES/randwrite-$state-$round.recompressed"
         done
         echo "  round $round of $ROUNDS done" >&2
     done
@@ -236,6 +227,8 @@ if why=$(get_image); then
     stat -c %s "$WORK/image" >"$RES/image.bytes"
     for side in zram lz4-dedup zstd-dedup recompress recompress-dict recompress-dict-group; do
         step memory || { echo '{"skipped": "not in STEPS"}' >"$RES/$side.json"; continue; }
+        [[ " ${SIDES:-$side} " == *" $side "* ]] ||
+            { echo '{"skipped": "not in SIDES"}' >"$RES/$side.json"; continue; }
         if [ "$side" = zram ] && { [ ! -b "$ZDEV" ] || [ "$(cat "$ZSYS/initstate" 2>/dev/null)" != 0 ]; }; then
             echo '{"skipped": "'"$ZDEV"' missing or in use"}' >"$RES/$side.json"
             continue
@@ -304,6 +297,15 @@ else:
     # the library's default rate, when it was measured (else the first rate)
     main = str(doc.get("rate")) if str(doc.get("rate")) in doc["by_rate"] else \
         next(iter(doc["by_rate"]), None)
+    # the same busy runs with the thread at the normal priority (NORMAL=1)
+    normal = sorted(glob.glob(os.path.join(res, "randwrite-busy-normal-*-1.json")))
+    if normal and doc["randwrite_idle"]:
+        state = os.path.basename(normal[0])[len("randwrite-"):-len("-1.json")]
+        busy, done = runs_of(state)
+        doc["normal_priority"] = {
+            "rate": int(state.rsplit("-", 1)[1]), "randwrite_busy": busy,
+            "recompressed_during_busy": done,
+            "busy_vs_idle": statistics.median(busy) / statistics.median(doc["randwrite_idle"])}
     doc["randwrite_busy"] = doc["by_rate"][main]["randwrite_busy"] if main else []
     doc["recompressed_during_busy"] = doc["by_rate"][main]["recompressed_during_busy"] if main else []
     doc["busy_rate"] = int(main) if main else None

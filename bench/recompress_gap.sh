@@ -16,7 +16,11 @@
 #
 # Usage: IMAGE=PATH bench/recompress_gap.sh [--out DIR]   (writes DIR/recompress-gap.json)
 # Environment: IMAGE (required: an image, e.g. bench/recompress.sh's KEEP_IMAGE), UZRAM
-# (build/uzram), LEVEL (7), DICT_SIZE (64K), GROUP (0: none; N: group=N on every side).
+# (build/uzram), LEVEL (7), DICT_SIZE (64K), GROUP (0: none; N: group=N on every side),
+# WRITE_SECONDS (0: nbdcopy writes the image as fast as it can, which on a quiet machine is done
+# before the thread's first pass with pages; N: the image is written in 1 MiB requests paced to
+# take about N seconds, as a disk filled during a build is, so that the thread's first
+# dictionary is trained while the write goes on: the case retraining is for).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=bench/common.bash
@@ -24,6 +28,7 @@ cd "$(dirname "$0")/.." || exit 2
 LEVEL=${LEVEL:-7}
 DICT_SIZE=${DICT_SIZE:-64K}
 GROUP=${GROUP:-0}
+WRITE_SECONDS=${WRITE_SECONDS:-0}
 die() { echo "recompress_gap.sh: $*" >&2; exit 2; }
 [ -n "${IMAGE:-}" ] && [ -f "$IMAGE" ] || die "set IMAGE to an image file"
 [ -x "$UZRAM" ] || die "no uzram binary at $UZRAM (run 'make programs' or set UZRAM)"
@@ -55,27 +60,31 @@ serve() { # OPTIONS...
     done
     die "server did not start: $(tail -1 "$WORK/server.log")"
 }
-# the thread has started (something recompressed or bundled: a dictionary is trained first,
-# for seconds in which nothing moves) and its counters and memory stayed the same for 5 s
-settled_state() {
-    stat_json | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)
-print("started" if d["recomp_pages"] + d["bundled_pages"] else "waiting",
-      d["recomp_pages"], d["bundled_pages"], d["dict_mem"], d["mem_used_total"])'
-}
-settle() {
-    local last="" now
-    for _ in $(seq 900); do
-        sleep 1
-        now=$(settled_state)
-        if [ "$now" = "$last" ] && [ "${now%% *}" = started ]; then
-            sleep 4
-            [ "$now" = "$(settled_state)" ] && return
-        fi
-        last=$now
-    done
-    echo "recompress_gap.sh: still moving after 15 minutes" >&2
+# the thread has nothing left to do (bench/common.bash)
+settle() { recomp_settle 900 g || echo "recompress_gap.sh: still moving after 15 minutes" >&2; }
+write_image() {
+    local uri="nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/g.sock"
+    if [ "$WRITE_SECONDS" = 0 ]; then
+        nbdcopy --no-extents -S 0 "$IMAGE" "$uri"
+        return
+    fi
+    "$PY" - "$IMAGE" "$uri" "$WRITE_SECONDS" <<'EOF'
+import nbd, os, sys, time
+path, uri, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+h = nbd.NBD()
+h.connect_uri(uri)
+size, done, start = os.path.getsize(path), 0, time.monotonic()
+with open(path, "rb") as f:
+    while done < size:
+        data = f.read(1 << 20)
+        h.pwrite(data, done)
+        done += len(data)
+        delay = start + seconds * done / size - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+h.flush()
+h.shutdown()
+EOF
 }
 record() { # SIDE WHEN
     { stat_json; attr g algorithm_params; } >"$WORK/$1-$2.txt"
@@ -90,7 +99,7 @@ for side in auto auto-late hand; do
     [ "$side" = auto ] && recomp_thread_full_speed "$SERVER_PID"
     [ "$side" != hand ] && attr g recompress_rate 0
     [ "$side" != hand ] && attr g algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"
-    nbdcopy --no-extents -S 0 "$IMAGE" "nbd+unix:///?socket=$XDG_RUNTIME_DIR/uzram/g.sock" || die "nbdcopy failed"
+    write_image || die "writing the image failed"
     case $side in
     auto) settle ;;
     auto-late) sleep 1.1; attr g recompress_idle 1; recomp_thread_full_speed "$SERVER_PID"; settle ;;
@@ -111,11 +120,12 @@ done
 
 GIT=$(git describe --always --dirty 2>/dev/null || echo unknown)
 "$PY" - "$WORK" "$OUT/recompress-gap.json" "$IMAGE" "$GIT" "$LEVEL" "$DICT_SIZE" "$GROUP" \
-    "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "$WRITE_SECONDS" <<'EOF'
 import json, sys
-work, out, image, git, level, dict_size, group, load = sys.argv[1:9]
+work, out, image, git, level, dict_size, group, load, write_seconds = sys.argv[1:10]
 doc = {"image": image, "git": git, "level": int(level), "dict_size": dict_size,
-       "group": int(group), "load_at_end": load, "sides": {}}
+       "group": int(group), "load_at_end": load, "write_seconds": float(write_seconds),
+       "sides": {}}
 for side in ("auto", "auto-late", "hand"):
     row = {}
     for when in ("settled", "compacted"):
@@ -127,7 +137,8 @@ for side in ("auto", "auto-late", "hand"):
         if when == "compacted":
             row.update({k: s.get(k) for k in ("mem_used_total", "meta_data_size", "dict_mem",
                                                "recomp_pages", "pages_stored", "same_pages",
-                                               "dedup_entries", "bundled_pages", "compr_data_size")})
+                                               "dedup_entries", "bundled_pages", "compr_data_size",
+                                               "dict_trainings")})
     doc["sides"][side] = row
 hand = doc["sides"]["hand"]["compacted"]
 for side, row in doc["sides"].items():
@@ -136,7 +147,8 @@ for side, row in doc["sides"].items():
 json.dump(doc, open(out, "w"), indent=1)
 for side, row in doc["sides"].items():
     print("%-10s settled %.1f MiB (%.3fx hand), compacted %.1f MiB (%.3fx), dict_mem %s, "
-          "recomp_pages %s, bundled %s" % (side, row["settled"] / 2**20, row["settled_vs_hand"],
-          row["compacted"] / 2**20, row["compacted_vs_hand"], row["dict_mem"],
-          row["recomp_pages"], row["bundled_pages"]))
+          "recomp_pages %s, bundled %s, dictionaries trained %s" % (
+          side, row["settled"] / 2**20, row["settled_vs_hand"], row["compacted"] / 2**20,
+          row["compacted_vs_hand"], row["dict_mem"], row["recomp_pages"], row["bundled_pages"],
+          row["dict_trainings"] if row["dict_trainings"] is not None else "-"))
 EOF

@@ -475,8 +475,9 @@ def recompress_throughput(rc):
                 "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
-                "meanwhile%s at the `recompress_rate` in the first column, pages/s (pages it "
-                "recompressed during the run in brackets; the library's default is %s):" % (
+                "meanwhile%s at the `recompress_rate` in the first column, pages/s, at its own "
+                "SCHED_IDLE priority unless the row says normal priority (pages it recompressed or "
+                "bundled during the run in brackets; the library's default is %s):" % (
                     rc["runtime"],
                     " (zstd level %d, `dict=auto`, bundles of %d pages)" % (rc["level"], rc["group"])
                     if rc.get("group") else "", rc.get("rate", "-")), ""]
@@ -491,6 +492,10 @@ def recompress_throughput(rc):
         for rate, r in by_rate.items():
             rows.append(("busy, %s pages/s" % rate, r["randwrite_busy"], r["recompressed_during_busy"],
                          r["busy_vs_idle"]))
+        normal = rc.get("normal_priority")  # the thread at the normal priority, not SCHED_IDLE
+        if normal:
+            rows.append(("busy, %s pages/s, normal priority" % normal["rate"], normal["randwrite_busy"],
+                         normal["recompressed_during_busy"], normal["busy_vs_idle"]))
         for name, runs, done, ratio in rows:
             cells = ", ".join("%.0f%s" % (v, " (%d)" % d if done else "")
                               for v, d in zip(runs, done or [0] * len(runs)))

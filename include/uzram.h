@@ -236,7 +236,8 @@ UZRAM_API int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, c
  * 256 bytes to 1 MiB. `dict` NULL with `dict_size` > 0: train a dictionary
  * of at most that many bytes (256 .. 1 MiB) from a sample of the stored
  * pages (zstd's ZDICT), now if enough are stored, else at the start of the
- * next recompression that finds enough. Only zstd takes dictionaries.
+ * next recompression that finds enough; trained again as the stored data grows
+ * (4 trainings at most: docs/uzram.1, lib/recompress_dict.c). Only zstd takes dictionaries.
  * Errors: -EINVAL bad priority, level or size, a dictionary for another
  * algorithm, content zstd cannot use; -ENOENT no algorithm at that priority;
  * -EBUSY (priority 0 with data stored); -ENOSPC as above; -ENOMEM. */
@@ -682,7 +683,9 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(bundled_pages, DEBUG, LEVEL, "pages stored in bundles (live members)")                       \
     X(bundle_dead_pages, DEBUG, LEVEL, "members of bundles written or discarded since (dead)")     \
     X(bundle_saved_bytes, DEBUG, LEVEL,                                                            \
-      "bytes the pages of the bundles took alone when packed, minus the bundles' bytes")
+      "bytes the pages of the bundles took alone when packed, minus the bundles' bytes")           \
+    X(dict_trainings, DEBUG, EVENTS, "dict=auto dictionaries trained (the first and retrainings)") \
+    X(recomp_passes, DEBUG, EVENTS, "passes over the page table the background recompressor ended")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

@@ -121,8 +121,11 @@ static int show_algorithm_params(struct uzram *dev, char *buf, size_t size)
                              config.level);
         if (rc == 0 && config.dict_auto)
             rc = config.dict
-                     ? text_append(buf, size, &used, " dict=auto (trained, %zu bytes in memory)",
-                                   comp_dict_memory(config.dict))
+                     ? text_append(buf, size, &used,
+                                   " dict=auto (trained, %zu bytes in memory, training %u, "
+                                   "from %llu pages stored)",
+                                   comp_dict_memory(config.dict), (unsigned)config.trainings,
+                                   (unsigned long long)config.trained_pages)
                      : text_append(buf, size, &used, " dict=auto (to be trained, up to %u bytes)",
                                    (unsigned)config.dict_size);
         else if (rc == 0 && config.dict)

@@ -184,6 +184,29 @@ bool codec_table_setting(struct codec_table *table, unsigned priority, struct co
     return id >= 0;
 }
 
+uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX])
+{
+    uint32_t stale = 0;
+    pthread_mutex_lock(&table->lock);
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++) {
+        const struct codec_config *old = &table->entries[id].config;
+        if (!table->entries[id].used || !old->dict_auto || !old->dict)
+            continue;
+        int now = atomic_load_explicit(&table->setting[old->priority], memory_order_relaxed);
+        if (now < 0 || (unsigned)now == id)
+            continue;
+        const struct codec_config *newer = &table->entries[now].config;
+        uint64_t users = atomic_load_explicit(&table->entries[id].users, memory_order_relaxed);
+        if (newer->dict_auto && newer->dict && newer->algorithm == old->algorithm &&
+            newer->trainings > old->trainings && users > 0) {
+            stale |= 1u << id;
+            share[id] = comp_dict_memory(old->dict) / users;
+        }
+    }
+    pthread_mutex_unlock(&table->lock);
+    return stale;
+}
+
 uint64_t codec_table_dict_mem(struct codec_table *table)
 {
     return atomic_load_explicit(&table->dict_mem, memory_order_relaxed);

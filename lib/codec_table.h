@@ -40,6 +40,10 @@ struct codec_config {
     struct comp_dict *dict; /* NULL: none */
     bool dict_auto;         /* dict=auto: trained from stored pages (or to be) */
     uint32_t dict_size;     /* bytes of dictionary content (0: none) */
+    /* dict=auto: the how-manyth training of the setting made `dict` (1 the first; 0 not yet
+     * trained), and pages_stored when it was trained (recompress_dict.c's retraining rule). */
+    uint32_t trainings;
+    uint64_t trained_pages;
 };
 
 struct codec_table {
@@ -108,6 +112,12 @@ static inline const struct codec_config *codec_table_get(struct codec_table *tab
 
 /* A copy of the setting of `priority`; false when there is none. */
 bool codec_table_setting(struct codec_table *table, unsigned priority, struct codec_config *config);
+
+/* The entries a retraining made obsolete: a bit per id whose dict=auto dictionary is older than
+ * the one its priority's setting has now (same algorithm, a later training). Objects made with
+ * them are recompressed with the newer one when that saves memory (recompress_page.c): in
+ * share[id], each user's share of that older dictionary's memory now. */
+uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX]);
 
 /* Bytes the dictionaries in use take. */
 uint64_t codec_table_dict_mem(struct codec_table *table);

@@ -41,8 +41,11 @@ struct writeback;
  *                the backing store since it went there; the next read brings it
  *                back into memory when there is room (store.h,
  *                struct store_tier)
- *   bits 24..31  free (8 bits)
- * A new form published in a slot starts with IDLE, INCOMPRESSIBLE and
+ *   bit  24      SLOT_DICT_KEPT: its object was made with a dictionary a retraining
+ *                replaced, and the newer one did not shrink it: passes leave it
+ *                (recompress_dict.c)
+ *   bits 25..31  free (7 bits)
+ * A new form published in a slot starts with IDLE, INCOMPRESSIBLE, DICT_KEPT and
  * REFERENCED clear.
  *
  * ac_time: when the page was last read or written, in ticks of 1/8 s since
@@ -88,7 +91,8 @@ enum slot_state {
 #define SLOT_SIZE_SHIFT 10
 #define SLOT_SIZE_MASK (0x1fffu << SLOT_SIZE_SHIFT)
 #define SLOT_REFERENCED (1u << 23)
-#define SLOT_FREE_BITS (0xffu << 24)
+#define SLOT_DICT_KEPT (1u << 24)
+#define SLOT_FREE_BITS (0x7fu << 25)
 
 struct slot {
     _Atomic uint32_t info;
@@ -97,7 +101,7 @@ struct slot {
 };
 _Static_assert(sizeof(struct slot) == UZRAM_TABLE_BYTES_PER_PAGE, "a page slot is 16 bytes");
 _Static_assert((SLOT_LOCK | SLOT_STATE_MASK | SLOT_IDLE | SLOT_INCOMPRESSIBLE | SLOT_CODEC_MASK |
-                SLOT_SIZE_MASK | SLOT_REFERENCED) == (uint32_t)~SLOT_FREE_BITS,
+                SLOT_SIZE_MASK | SLOT_REFERENCED | SLOT_DICT_KEPT) == (uint32_t)~SLOT_FREE_BITS,
                "the info fields and the free bits cover the word exactly once");
 
 static inline uint32_t slot_info_make(enum slot_state state, unsigned codec, unsigned size)
@@ -185,6 +189,8 @@ struct uzram {
     _Atomic uint64_t recomp_pages;
     _Atomic uint64_t recomp_bytes;
     _Atomic uint64_t recomp_saved_bytes;
+    _Atomic uint64_t dict_trainings; /* recompress_dict.c */
+    _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
     /* bundles (bundle.c, the one place they change): live bundles, the pages in them, their
      * dead members, and what they save */
     _Atomic uint64_t bundles;

@@ -245,7 +245,8 @@ int uzram_reset(struct uzram *dev)
         &dev->failed_writes,    &dev->invalid_io,         &dev->notify_free,
         &dev->recomp_pages,     &dev->recomp_bytes,       &dev->recomp_saved_bytes,
         &dev->bd_reads,         &dev->bd_writes,          &dev->bd_write_errors,
-        &dev->bd_nospace,       &dev->bd_checksum_errors,
+        &dev->bd_nospace,       &dev->bd_checksum_errors, &dev->dict_trainings,
+        &dev->recomp_passes,
     };
     for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
         atomic_store(cumulative[i], 0);

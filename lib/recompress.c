@@ -15,6 +15,7 @@
 #include "fault.h"
 #include "pool.h"
 #include "recompress_bundle.h"
+#include "recompress_dict.h"
 #include "recompress_page.h"
 #include "store.h"
 
@@ -61,130 +62,6 @@ int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, const char 
         &(struct codec_config){.algorithm = algo, .level = resolved, .priority = priority});
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
-}
-
-/* Pages of sample a dictionary is trained on: ZDICT wants about a hundred
- * times the dictionary's size; 2048 pages (8 MiB) serve up to 80 KiB, and
- * take a second or two to learn from. Fewer than TRAIN_MIN_PAGES stored
- * compressed pages are too few to learn anything. */
-#define TRAIN_PAGES 2048u
-#define TRAIN_MIN_PAGES 16u
-
-/* Train a dictionary of at most `size` bytes from pages spread over the
- * whole disk; its content in `*content` (`*content_size` bytes, the caller frees it), which
- * a state file keeps. -EAGAIN: too few pages stored (or too alike) yet. */
-static int train_dictionary(struct uzram *dev, const struct codec_config *setting, size_t size,
-                            struct comp_dict **out, void **content, size_t *content_size)
-{
-    unsigned char *samples =
-        FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * UZRAM_PAGE_SIZE);
-    size_t *sizes = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * sizeof *sizes);
-    void *dict = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(size);
-    int rc = -ENOMEM;
-    if (!samples || !sizes || !dict)
-        goto out;
-    /* One page from each stretch of the disk, the first stored one in it. */
-    uint64_t stride = dev->page_count / TRAIN_PAGES;
-    if (stride == 0)
-        stride = 1;
-    unsigned count = 0;
-    for (uint64_t start = 0; start < dev->page_count && count < TRAIN_PAGES; start += stride)
-        for (uint64_t index = start; index < start + stride && index < dev->page_count; index++)
-            if (recompress_sample_page(dev, index, samples + (size_t)count * UZRAM_PAGE_SIZE)) {
-                sizes[count++] = UZRAM_PAGE_SIZE;
-                break;
-            }
-    rc = -EAGAIN;
-    if (count < TRAIN_MIN_PAGES)
-        goto out;
-    rc = comp_dict_train(dict, size, samples, sizes, count);
-    if (rc == 0)
-        rc = -EAGAIN; /* nothing learnt */
-    if (rc > 0) {
-        *content_size = (size_t)rc;
-        rc = comp_dict_create(setting->algorithm, setting->level, dict, (size_t)rc, out);
-    }
-out:
-    free(samples);
-    free(sizes);
-    if (rc == 0)
-        *content = dict;
-    else
-        free(dict);
-    return rc;
-}
-
-int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level, const void *dict,
-                               size_t dict_size)
-{
-    if (priority > UZRAM_RECOMPRESS_PRIORITY_MAX ||
-        (dict_size && (dict_size < COMP_DICT_MIN || dict_size > COMP_DICT_MAX)) ||
-        (dict && !dict_size))
-        return -EINVAL;
-    struct codec_config config;
-    if (!codec_table_setting(&dev->codecs, priority, &config))
-        return -ENOENT;
-    int resolved = comp_resolve_level(config.algorithm, level);
-    if (resolved < 0)
-        return resolved;
-    if (dict_size && !comp_has_dict(config.algorithm))
-        return -EINVAL;
-    config = (struct codec_config){
-        .algorithm = config.algorithm,
-        .level = resolved,
-        .priority = priority,
-        .dict_auto = dict == NULL && dict_size > 0,
-        .dict_size = (uint32_t)dict_size,
-    };
-    int rc = 0;
-    void *trained = NULL;
-    size_t content_size = dict_size;
-    if (dict)
-        rc = comp_dict_create(config.algorithm, resolved, dict, dict_size, &config.dict);
-    else if (config.dict_auto)
-        rc = train_dictionary(dev, &config, dict_size, &config.dict, &trained, &content_size);
-    if (rc == -EAGAIN)
-        rc = 0; /* trained later, by the first pass that finds enough pages */
-    if (rc < 0)
-        return rc;
-    pthread_mutex_lock(&dev->settings_lock);
-    if (priority == 0 && counter_get(&dev->pages_stored) != 0) {
-        comp_dict_free(config.dict);
-        rc = -EBUSY;
-    } else {
-        rc = codec_table_set_dict(&dev->codecs, &config, dict ? dict : trained, content_size);
-    }
-    pthread_mutex_unlock(&dev->settings_lock);
-    free(trained);
-    return rc;
-}
-
-/* dict=auto settings still waiting for enough pages: try to train them now.
- * A failure leaves the setting waiting (and working without a dictionary). */
-static void train_pending(struct uzram *dev)
-{
-    for (unsigned priority = 1; priority <= UZRAM_RECOMPRESS_PRIORITY_MAX; priority++) {
-        struct codec_config config;
-        if (!codec_table_setting(&dev->codecs, priority, &config) || !config.dict_auto ||
-            config.dict)
-            continue;
-        void *content = NULL;
-        size_t content_size = 0;
-        if (train_dictionary(dev, &config, config.dict_size, &config.dict, &content,
-                             &content_size) < 0)
-            continue;
-        pthread_mutex_lock(&dev->settings_lock);
-        struct codec_config now;
-        /* unless the setting changed meanwhile */
-        if (codec_table_setting(&dev->codecs, priority, &now) && now.dict_auto && !now.dict &&
-            now.algorithm == config.algorithm && now.level == config.level &&
-            now.dict_size == config.dict_size)
-            codec_table_set_dict(&dev->codecs, &config, content, content_size);
-        else
-            comp_dict_free(config.dict);
-        pthread_mutex_unlock(&dev->settings_lock);
-        free(content);
-    }
 }
 
 /* ---- passes --------------------------------------------------------------- */
@@ -253,7 +130,6 @@ static void pace_wait(struct uzram *dev, struct pace *pace)
 static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint64_t max_pages,
                     struct pace *pace, struct recompress_tally *tally)
 {
-    train_pending(dev);
     uint32_t now = store_now(dev);
     int rc = 0;
     for (uint64_t index = 0; index < dev->page_count && rc == 0; index++) {
@@ -286,11 +162,22 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
     return rc;
 }
 
+_Static_assert(sizeof((struct recompress_plan *)0)->stale_share / sizeof(uint64_t) ==
+                   CODEC_TABLE_MAX,
+               "a share for each codec id");
+
 /* A pass with the device's bundle setting: its buffers are made for it (without them, no
  * page is bundled or split by this pass; the next one tries again). */
 static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, uint64_t max_pages,
-                             struct pace *pace, struct recompress_tally *tally)
+                             struct pace *pace, bool quiet, struct recompress_tally *tally)
 {
+    recompress_dict_train_due(dev, quiet);
+    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share);
+    /* Priorities above the last one set have nothing to try: without this every page at
+     * the last one set would be decoded by every pass for nothing. */
+    struct codec_config config;
+    while (plan->last > plan->first && !codec_table_setting(&dev->codecs, plan->last, &config))
+        plan->last--;
     plan->group = atomic_load(&dev->recompressor->group);
     plan->work = bundle_work_new();
     int rc = run_pass(dev, plan, max_pages, pace, tally);
@@ -341,7 +228,7 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
         return -ENOENT;
     struct recompress_tally tally = {0};
     request_begin(dev->recompressor);
-    int rc = run_pass_bundling(dev, &plan, max_pages, NULL, &tally);
+    int rc = run_pass_bundling(dev, &plan, max_pages, NULL, true, &tally);
     request_end(dev->recompressor);
     /* At mem_limit objects may have gone past it by a span (store_put_object): the holes of
      * the ones they replaced bring the pool back under it. */
@@ -388,10 +275,20 @@ static uint64_t pass_interval(uint64_t idle_seconds)
     return interval < 1 ? 1 : interval > 60 ? 60 : interval;
 }
 
+/* What stays the same while nothing is written or discarded: the pages stored and the bytes of
+ * their objects (an overwrite changes the second). A pass changes the second too, so it is
+ * taken after one pass and compared before the next: the device was quiet in between. */
+static bool quiet_since(struct uzram *dev, const uint64_t seen[2])
+{
+    return counter_get(&dev->pages_stored) == seen[0] &&
+           counter_get(&dev->compr_data_size) == seen[1];
+}
+
 static void *recompressor_main(void *arg)
 {
     struct uzram *dev = arg;
     struct recompressor *r = dev->recompressor;
+    uint64_t seen[2] = {UINT64_MAX, UINT64_MAX};
     int priority_class = background_lower_priority();
     pthread_mutex_lock(&r->lock);
     r->priority_class = priority_class;
@@ -412,13 +309,17 @@ static void *recompressor_main(void *arg)
         struct pace pace = {.rate = atomic_load(&r->rate), .started_ns = monotonic_ns()};
         struct recompress_tally tally = {0};
         if (any_secondary(dev, 1, UZRAM_RECOMPRESS_PRIORITY_MAX))
-            run_pass_bundling(dev, &plan, 0, &pace, &tally); /* a failed page waits */
+            run_pass_bundling(dev, &plan, 0, &pace, quiet_since(dev, seen),
+                              &tally); /* a failed page waits */
         /* The replaced objects left holes in the pool's spans: the memory
          * only comes back once they are compacted. The pool only: compaction of the backing
          * store holds the lock that writers making room wait for, which a thread at this
          * priority must not (the writeback thread does it). */
         if (tally.recompressed || tally.bundled || tally.split)
             store_compact_pool(dev);
+        seen[0] = counter_get(&dev->pages_stored);
+        seen[1] = counter_get(&dev->compr_data_size);
+        counter_add(&dev->recomp_passes, 1);
         pthread_mutex_lock(&r->lock);
         r->in_pass = false;
         r->passes++;

@@ -283,8 +283,11 @@ int recompress_bundle_split(struct uzram *dev, uint64_t index, const struct reco
         return 0;
     slot_lock(slot);
     struct bundle *bundle = NULL;
+    /* A bundle made with a dictionary a retraining replaced is split too: its pages are
+     * packed again with the newer one by the next pass (recompress_dict.c). */
     if (slot_info_state(slot_info(slot)) == SLOT_BUNDLED &&
-        bundle_mostly_dead(bundle_of(slot->value))) {
+        (bundle_mostly_dead(bundle_of(slot->value)) ||
+         (plan->stale_dicts >> bundle_codec(bundle_of(slot->value)) & 1u))) {
         bundle = bundle_of(slot->value);
         bundle_hold(bundle); /* its address names no other bundle while we work */
     }

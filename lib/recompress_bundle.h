@@ -26,7 +26,8 @@ void bundle_work_free(struct bundle_work *work);
 int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct recompress_plan *plan,
                              uint32_t now, struct recompress_tally *tally);
 
-/* If page `index` is a member of a bundle more than half of whose members are dead, put
+/* If page `index` is a member of a bundle more than half of whose members are dead, or made
+ * with a dictionary a retraining replaced (plan->stale_dicts), put
  * each live member back into an object of its own (the bundle's codec priority, or the
  * primary algorithm), freeing the bundle. Returns 0 or a negative errno (members not moved
  * stay in the bundle). */

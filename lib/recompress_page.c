@@ -25,6 +25,29 @@ static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec
     return size == UZRAM_PAGE_SIZE ? 0 : codec_table_get(&dev->codecs, codec)->priority;
 }
 
+/* Whether an object made with `codec` (slot info `info`) is tried again at its own priority:
+ * a retraining replaced its dictionary since, and the newer one was not tried on it yet. */
+static bool dict_stale(const struct recompress_plan *plan, unsigned size, unsigned codec,
+                       uint32_t info)
+{
+    return size != UZRAM_PAGE_SIZE && (plan->stale_dicts >> codec & 1u) && !(info & SLOT_DICT_KEPT);
+}
+
+/* What an object on a replaced dictionary may grow by when it moves to the newer one: its
+ * share of the older dictionary's memory, which goes once every object has moved (a page
+ * kept on it keeps all of it). */
+static uint64_t stale_allowance(const struct recompress_plan *plan, unsigned codec, bool stale)
+{
+    return stale ? plan->stale_share[codec] : 0;
+}
+
+/* The priority below which recompression does not go for such an object. */
+static unsigned tried_from(struct uzram *dev, unsigned size, unsigned codec, bool stale)
+{
+    unsigned priority = object_priority(dev, size, codec);
+    return stale && priority > 0 ? priority - 1 : priority;
+}
+
 bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, uint32_t ac_time,
                            uint32_t now)
 {
@@ -46,17 +69,20 @@ bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, ui
 
 /* Compress `page` again with the plan's priorities above `current`, in
  * order, until one gives an object that takes less pool memory than
- * `old_size` (and is below the threshold). Returns its length (in
+ * `old_size` plus `allowance` bytes (and is below the threshold). Returns its length (in
  * new_object, with a user on *codec), 0 when none did, or a negative
  * errno. *tried counts the algorithms tried. */
 static int recompress_smaller(struct uzram *dev, const struct recompress_plan *plan,
                               const void *page, unsigned old_size, unsigned current,
-                              unsigned *codec, unsigned *tried)
+                              uint64_t allowance, unsigned *codec, unsigned *tried)
 {
     size_t capacity = old_size == UZRAM_PAGE_SIZE ? HUGE_THRESHOLD - 1 : old_size - 1;
+    if (allowance && old_size != UZRAM_PAGE_SIZE)
+        capacity =
+            old_size + allowance < HUGE_THRESHOLD ? old_size + allowance - 1 : HUGE_THRESHOLD - 1;
     if (plan->threshold && plan->threshold - 1 < capacity)
         capacity = plan->threshold - 1;
-    double old_cost = pool_object_cost(old_size);
+    double old_cost = pool_object_cost(old_size) + (double)allowance;
     for (unsigned priority = plan->first; priority <= plan->last; priority++) {
         if (priority <= current)
             continue;
@@ -76,17 +102,23 @@ static int recompress_smaller(struct uzram *dev, const struct recompress_plan *p
     return 0;
 }
 
-/* Mark a page whose every secondary algorithm failed to shrink it, if the
- * slot still holds the form that was tried. */
-static void mark_incompressible(struct uzram *dev, struct slot *slot, const struct page_object *old)
+/* Mark a page whose every secondary algorithm failed to shrink it (SLOT_INCOMPRESSIBLE), or
+ * whose older dictionary's object the newer one did not shrink (SLOT_DICT_KEPT), if the slot
+ * still holds the form that was tried. */
+static void mark_unshrunk(struct uzram *dev, struct slot *slot, const struct page_object *old,
+                          bool stale, struct recompress_tally *tally)
 {
     slot_lock(slot);
     struct page_object now;
     slot_get(slot, &now);
     if (now.state == old->state && now.value == old->value && now.size == old->size &&
         now.codec == old->codec)
-        slot_set_marks(dev, slot, SLOT_INCOMPRESSIBLE, 0);
+        slot_set_marks(dev, slot, stale ? SLOT_DICT_KEPT : SLOT_INCOMPRESSIBLE, 0);
     slot_unlock(slot);
+    if (stale)
+        tally->dict_kept++;
+    else
+        tally->incompressible++;
 }
 
 /* Swap the slot's object for `made` if the slot still holds the same bytes
@@ -118,6 +150,7 @@ static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct
 static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct page_object *old,
                             const struct recompress_plan *plan, struct recompress_tally *tally)
 {
+    uint32_t info = slot_info(slot);
     struct dedup *dedup = device_dedup(dev);
     uint32_t id = (uint32_t)old->value;
     /* A raw entry stays raw: the huge count of every page sharing it
@@ -134,13 +167,15 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         return 0;
     }
     int rc = dedup_read_object(dedup, id, old_page, &expected);
-    unsigned current = object_priority(dev, expected.size, expected.codec);
+    bool stale = dict_stale(plan, expected.size, expected.codec, info);
+    unsigned current = tried_from(dev, expected.size, expected.codec, stale);
     if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
         dedup_put(dedup, id);
         return rc;
     }
     unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, old_page, expected.size, current, &codec, &tried);
+    int length = recompress_smaller(dev, plan, old_page, expected.size, current,
+                                    stale_allowance(plan, expected.codec, stale), &codec, &tried);
     if (length > 0) {
         struct page_object made;
         rc = store_put_object(dev, new_object, (unsigned)length, codec, OWNER_DEDUP_BIT | id, true,
@@ -161,9 +196,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
                 store_free_object(dev, &made);
             }
         }
-    } else if (length == 0 && tried > 0 && plan->marks_incompressible) {
-        mark_incompressible(dev, slot, old);
-        tally->incompressible++;
+    } else if (length == 0 && tried > 0 && (plan->marks_incompressible || stale)) {
+        mark_unshrunk(dev, slot, old, stale, tally);
     }
     dedup_put(dedup, id);
     tally->tried += tried > 0;
@@ -191,7 +225,8 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
     }
     if (old.state == SLOT_DEDUP)
         return recompress_dedup(dev, slot, &old, plan, tally);
-    unsigned current = object_priority(dev, old.size, old.codec);
+    bool stale = dict_stale(plan, old.size, old.codec, slot_info(slot));
+    unsigned current = tried_from(dev, old.size, old.codec, stale);
     if (current >= plan->last) {
         slot_unlock(slot);
         return 0;
@@ -204,21 +239,21 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
         codec_table_hold(&dev->codecs, old.codec);
     slot_unlock(slot);
     int rc = store_decode(dev, old_copy, old.size, old.codec, old_page);
+    uint64_t allowance = stale_allowance(plan, old.codec, stale);
     if (old.state == SLOT_COMPRESSED)
         codec_table_release(&dev->codecs, old.codec);
     if (rc < 0)
         return rc;
 
     unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, old_page, old.size, current, &codec, &tried);
+    int length =
+        recompress_smaller(dev, plan, old_page, old.size, current, allowance, &codec, &tried);
     tally->tried += tried > 0;
     if (length < 0)
         return length;
     if (length == 0) {
-        if (tried > 0 && plan->marks_incompressible) {
-            mark_incompressible(dev, slot, &old);
-            tally->incompressible++;
-        }
+        if (tried > 0 && (plan->marks_incompressible || stale))
+            mark_unshrunk(dev, slot, &old, stale, tally);
         return 0;
     }
     struct page_object made;
@@ -245,7 +280,9 @@ int recompress_sample_page(struct uzram *dev, uint64_t index, void *page)
     slot_lock(slot);
     enum slot_state state = slot_info_state(slot_info(slot));
     int rc = 0;
-    if (state == SLOT_COMPRESSED ||
+    /* bundled pages too: with recompress_group most idle pages are, and a retraining that
+     * left them out would learn from the newest pages only */
+    if (state == SLOT_COMPRESSED || state == SLOT_BUNDLED ||
         (state == SLOT_DEDUP && !dedup_is_huge(device_dedup(dev), (uint32_t)slot->value)))
         rc = store_load_locked(dev, slot, page) < 0 ? 0 : 1;
     slot_unlock(slot);

@@ -27,6 +27,11 @@ struct recompress_plan {
     unsigned group;            /* pack idle neighbours by this many pages (bundles,
                                   recompress_bundle.h); 0: pages one by one */
     struct bundle_work *work;  /* the pass's buffers for that, or NULL */
+    uint32_t stale_dicts;      /* codec ids whose dictionary a retraining replaced
+                                  (codec_table_stale_dicts()): their objects are tried
+                                  again at their own priority */
+    uint64_t stale_share[16];  /* of each: what one object may grow by moving off it (its
+                                  share of that dictionary's memory at the pass's start) */
 };
 
 /* Whether `plan` takes a page with this info and ac_time at `now`: checked once without the
@@ -39,6 +44,7 @@ struct recompress_tally {
     uint64_t tried;                     /* pages compressed again with at least one algorithm */
     uint64_t recompressed;              /* objects replaced by a smaller one */
     uint64_t incompressible;            /* pages marked incompressible */
+    uint64_t dict_kept;                 /* pages the newer dictionary did not shrink */
     uint64_t bytes_before, bytes_after; /* sizes of the replaced and new objects */
     uint64_t bundled;                   /* pages packed into bundles */
     uint64_t bundles;                   /* bundles made */
@@ -54,7 +60,7 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
                     uint32_t now, struct recompress_tally *tally);
 
 /* For training a dictionary: the content of page `index` if it is stored
- * compressed (not raw, not same-filled), without counting as an access.
+ * compressed (not raw, not same-filled; alone, shared or bundled), without counting as an access.
  * Returns 1 with `page` filled, else 0. */
 int recompress_sample_page(struct uzram *dev, uint64_t index, void *page);
 

@@ -193,6 +193,8 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .bundled_pages = counter_get(&dev->bundled_pages),
         .bundle_dead_pages = counter_get(&dev->bundle_dead_pages),
         .bundle_saved_bytes = counter_get(&dev->bundle_saved_bytes),
+        .dict_trainings = counter_get(&dev->dict_trainings),
+        .recomp_passes = counter_get(&dev->recomp_passes),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

@@ -195,6 +195,8 @@ static void save_codec(struct state_file *state, unsigned id, const struct codec
         .dict_auto = entry->config.dict_auto,
         .dict_size = entry->config.dict_size,
         .dict_bytes = entry->dict_saved,
+        .trainings = entry->config.trainings,
+        .trained_pages = entry->config.trained_pages,
     };
     if (entry->used)
         strncpy(next.algorithm, comp_name(entry->config.algorithm), sizeof next.algorithm - 1);

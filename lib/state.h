@@ -60,7 +60,8 @@ struct state_codec {
     uint32_t dict_auto; /* 1: dict=auto (trained from stored pages, or to be) */
     uint32_t dict_size; /* the setting's dict_size (dict=auto: at most that) */
     uint32_t dict_bytes;
-    uint32_t unused;
+    uint32_t trainings;     /* dict=auto: trainings so far (recompress_dict.c bounds them) */
+    uint64_t trained_pages; /* dict=auto: pages stored at the last training */
 };
 
 struct state_header {

@@ -30,7 +30,9 @@ static int restore_codecs(struct uzram *dev)
                                       .level = saved->level,
                                       .priority = saved->priority,
                                       .dict_auto = saved->dict_auto != 0,
-                                      .dict_size = saved->dict_size};
+                                      .dict_size = saved->dict_size,
+                                      .trainings = saved->trainings,
+                                      .trained_pages = saved->trained_pages};
         int rc = state_load_dict(dev->state, id, algorithm, saved->level, &config.dict);
         if (rc < 0)
             return rc;

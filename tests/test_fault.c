@@ -211,8 +211,8 @@ static void check_stats(struct run_state *state)
  * and stores the page anew, which is correct (just less shared). */
 static bool absorbable(const char *site)
 {
-    /* Also: a dictionary that a recompression pass fails to train stays
-     * to be trained, and the pass goes on without it (uzram.h); a candidate
+    /* Also: a dictionary that a recompression pass fails to train (or retrain) stays
+     * as it was, and the pass goes on without the new one (uzram.h); a candidate
      * on the backing store that cannot be read is different too, and
      * compaction of the backing store leaves an object it cannot read or write
      * where it is. */
@@ -220,6 +220,7 @@ static bool absorbable(const char *site)
      * leaves a bundled page it cannot decompress in its bundle (bundle.c,
      * recompress_bundle.c). */
     return site && (strstr(site, "comp.c") != NULL || strstr(site, "recompress.c") != NULL ||
+                    strstr(site, "recompress_dict.c") != NULL ||
                     strstr(site, "backing.c") != NULL || strstr(site, "bundle.c") != NULL);
 }
 

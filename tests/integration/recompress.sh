@@ -24,14 +24,21 @@ truncate -s $((24 * MiB)) "$DATA"
 
 json() { stat_json_field "$1" "$2"; }
 
-# settled NAME COUNTER: wait (at most 60 s) until the background thread has gone through the
-# pages: COUNTER above 0 and the same two looks in a row (passes run every second).
+# settled NAME COUNTER: wait (at most 120 s) until the background thread has gone through the
+# pages: COUNTER above 0 and the same while the thread ended 2 passes (recomp_passes).
 settled() {
-    local last=x now
-    for _ in $(seq 120); do
+    local last=x now passes since=0
+    for _ in $(seq 240); do
         sleep 0.5
         now=$(json "$1" "$2")
-        [[ $now -gt 0 && $now == "$last" ]] && return 0
+        passes=$(json "$1" recomp_passes)
+        # unchanged while the thread ended 2 passes: a pass that trains the dictionary again
+        # (once the write ended) spends seconds on it before it moves anything
+        if [[ $now -gt 0 && $now == "$last" ]]; then
+            ((passes - since >= 2)) && return 0
+        else
+            since=$passes
+        fi
         last=$now
     done
     return 1
@@ -99,7 +106,7 @@ mem_before=$(mm_stat_field bg 2)
 [[ $("$UZRAM" attr bg recompress_idle) -eq 1 ]] || fail "recompress_idle does not read 1"
 # pages unused for 1 s get recompressed
 settled bg recomp_pages ||
-    fail "the background thread did not finish within 60 s (recomp_pages $(json bg recomp_pages))"
+    fail "the background thread did not finish within 120 s (recomp_pages $(json bg recomp_pages))"
 "$UZRAM" attr bg algorithm_params | grep -q 'priority=1 algo=zstd level=7 dict=auto (trained' ||
     fail "no trained dictionary: $("$UZRAM" attr bg algorithm_params)"
 dict=$(json bg dict_mem)
@@ -123,7 +130,7 @@ nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the bundling device"
 mem_before=$(mm_stat_field gb 2)
 entries_before=$(json gb dedup_entries)
 settled gb bundled_pages ||
-    fail "the background thread did not bundle within 60 s (bundled_pages $(json gb bundled_pages))"
+    fail "the background thread did not bundle within 120 s (bundled_pages $(json gb bundled_pages))"
 bundles=$(json gb bundles)
 bundled=$(json gb bundled_pages)
 [[ $bundles -gt 0 && $bundled -ge $((2 * bundles)) && $bundled -le $((8 * bundles)) ]] ||
