@@ -179,6 +179,9 @@ part_swap() {
     pass "swap on $dev under pressure ($touch_mib MiB touched twice, $(($(swapped_out_mib) - start)) MiB swapped out): the server SIGKILLed at $((touch_mib / 4)) MiB and started again on its state, \`uzram restart\` at $((touch_mib / 2)) MiB; every page verified, swapoff read everything back"
     "$UZRAM" detach rs
     stop_server rs
+    # Now, not at exit: the state kept what swap stored (up to --mem-limit), and on a noswap
+    # tmpfs that memory is unevictable; the next part starved without it (jbd2 hung).
+    umount "$dir" || fail "umount $dir (the state of rs)"
 }
 
 part_planned() {
