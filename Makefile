@@ -61,7 +61,7 @@ SRC_OBJS := $(SRC_SRCS:%.c=$(O)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 UZRAM := $(O)/uzram
 # Programs the VM tests run inside the guest (tests/vm/).
-VM_TOOLS := $(O)/tests/vm/memtouch $(O)/tests/vm/ublk_handover
+VM_TOOLS := $(O)/tests/vm/memtouch $(O)/tests/vm/ublk_handover $(O)/tests/vm/locked_restart
 
 .PHONY: all lib programs vm-tools tests check check-exports run deps tsan asan valgrind format format-check bench clean
 all: lib $(UZRAM) $(TEST_BINS) $(VM_TOOLS)
@@ -124,6 +124,10 @@ $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
 $(O)/tests/test_config: $(O)/src/server/config.o
+# The locked killer and starter of a swap device's server (tests/vm/ublk-restart.sh swap).
+$(O)/tests/vm/locked_restart: tests/vm/locked_restart.c $(O)/src/common/util.o $(LIBUZRAM) $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/util.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) -lm
 # The stand-in server of the ublk recovery scenarios: the program's ublk code on the engine.
 $(O)/tests/vm/ublk_handover: tests/vm/ublk_handover.c $(O)/src/attach/ublk.o $(O)/src/common/util.o $(LIBUZRAM) $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
@@ -332,7 +336,7 @@ soak: deps
 #               under fio (tests/vm/ublk-recovery.sh; not in make check: ~54 s a kill under TCG)
 # vm-restart:   issue 29's scenarios through `serve --persist` (tests/vm/ublk-restart.sh):
 #               ext4 + fio verify with VM_KILLS SIGKILLs and `uzram restart` under fio (swap with
-#               a restart: `ublk-restart:swap` by hand; serve refuses --persist with --swap now)
+#               a restart: `ublk-restart:swap`, not yet in the default parts)
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
 .PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -147,9 +148,24 @@ static int header_read(int fd, struct state_header *header)
     return 0;
 }
 
+/* A zombie is gone: a server SIGKILLed under memory pressure may stay one for as long as its
+ * parent cannot run, e.g. a shell whose pages were swapped out onto the very device the dead
+ * server served (its successor must not wait for that). */
 static bool process_alive(int32_t pid)
 {
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))
+        return false;
+    char path[32], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, stat, sizeof stat - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return true;
+    stat[n] = '\0';
+    const char *end = strrchr(stat, ')'); /* "PID (COMM) STATE ...": COMM may hold ')' */
+    return end == NULL || (end[1] != ' ' || (end[2] != 'Z' && end[2] != 'X'));
 }
 
 int state_open(int fd, struct state_file **out)

@@ -158,7 +158,7 @@ static void delete_leftovers(struct ublk_server *s)
             info.ublksrv_flags >> 32 != UBLK_UZRAM_MARK || info.state != UBLK_S_DEV_DEAD)
             continue;
         pid_t owner = (pid_t)(uint32_t)info.ublksrv_flags;
-        if (owner <= 0 || kill(owner, 0) == 0 || errno != ESRCH)
+        if (owner <= 0 || util_process_alive(owner))
             continue;
         delete_device(s, id);
     }
@@ -520,7 +520,7 @@ void ublk_leave(struct ublk_server *s)
  * serve (an execve of the server keeps its pid: the device was the previous image's). */
 static bool owner_gone(pid_t pid, int dev_id)
 {
-    if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+    if (!util_process_alive(pid))
         return true;
     if (pid != getpid())
         return false;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 /* Read exactly `length` bytes. Returns 1 when done, 0 on end of file before
@@ -74,6 +75,10 @@ int util_runtime_dir(char *buf, size_t size);
  * server. 0, or -ENOENT when this is not root under sudo. The clients trust that user's
  * sockets as their own then (util_private_dir). */
 int util_sudo_runtime_dir(char *buf, size_t size);
+
+/* Whether process `pid` runs: a zombie does not (a server killed under memory pressure may
+ * stay one while its parent cannot run; its successor must not wait for that). */
+bool util_process_alive(pid_t pid);
 
 /* Create `path` (one level) with mode 0700 if it does not exist. */
 int util_make_dir(const char *path);

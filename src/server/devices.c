@@ -242,12 +242,6 @@ static const char *persist_conflict(const struct device_factory *factory,
         return "bundles (group= of --recompress)";
     if (factory->server_mem_limit != 0)
         return "a device in a --server-mem-limit group";
-    /* Swap on ublk over a state file hung the VM's guest under memory pressure right after
-     * swapon (tests/vm/ublk-restart.sh swap, issue 29): the pool is then shared memory, which
-     * the kernel reclaims and faults differently from the anonymous memory --swap locks and
-     * reserves. Refused until that is understood. */
-    if (factory->swap)
-        return "a swap device (--swap)";
     return NULL;
 }
 
@@ -279,12 +273,6 @@ static int check_settings(const struct device_factory *factory, struct device_pl
     }
     if (check_level(factory, device, min_level, max_level, default_level) < 0)
         return -1;
-    if (device->persist != NULL) {
-        option_label_of(device->from, OPT_PERSIST, &label);
-        if (persist_check(&factory->to, &label, device->name, device->persist,
-                          factory->to.message != NULL, persist_conflict(factory, device)) < 0)
-            return -1;
-    }
     /* A swap device that needs memory to store what is swapped out must not grow without
      * bound: the limit is where writes start failing instead of the machine. */
     if (factory->swap && config->mem_limit == 0 && factory->server_mem_limit == 0) {
@@ -297,6 +285,17 @@ static int check_settings(const struct device_factory *factory, struct device_pl
                  factory->several ? "; or --server-mem-limit; device " : "",
                  factory->several ? device->name : "");
         return -1;
+    }
+    if (device->persist != NULL) {
+        uint64_t swap_bytes = !factory->swap
+                                  ? 0
+                                  : config->mem_limit + config->disksize / UZRAM_PAGE_SIZE *
+                                                            UZRAM_TABLE_BYTES_PER_PAGE;
+        option_label_of(device->from, OPT_PERSIST, &label);
+        if (persist_check(&factory->to, &label, device->name, device->persist,
+                          factory->to.message != NULL, persist_conflict(factory, device),
+                          swap_bytes) < 0)
+            return -1;
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -47,8 +48,86 @@ static int handed_over(const char *name)
     return -1;
 }
 
+/* Whether the super options of the mount whose device is `dev` (/proc/self/mountinfo: the
+ * options after " - FSTYPE SOURCE ") include `option`. */
+static bool mount_has_option(dev_t dev, const char *option)
+{
+    FILE *mounts = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    bool found = false;
+    while (mounts != NULL && !found && fgets(line, sizeof line, mounts)) {
+        unsigned major_number, minor_number;
+        char *dash = strstr(line, " - ");
+        if (dash == NULL || sscanf(line, "%*u %*u %u:%u", &major_number, &minor_number) != 2 ||
+            makedev(major_number, minor_number) != dev)
+            continue;
+        char fstype[64], source[PATH_MAX], options[2048];
+        if (sscanf(dash, " - %63s %4095s %2047s", fstype, source, options) != 3)
+            continue;
+        for (char *save = NULL, *word = strtok_r(options, ",", &save); word && !found;
+             word = strtok_r(NULL, ",", &save))
+            found = strcmp(word, option) == 0;
+    }
+    if (mounts != NULL)
+        fclose(mounts);
+    return found;
+}
+
+/* The state of a swap device (`swap_bytes`: what it may grow to, its --mem-limit and page
+ * table) in PATH: on a file system whose pages are never swapped out, since between a server's
+ * death and its successor's start nothing keeps them locked, and the kernel would swap them
+ * onto the device itself, which only a server can read back (a hang); and with room for it,
+ * since a write fault into a full tmpfs kills the server (SIGBUS). 0, or -1 after a complaint. */
+static int check_swap_state(const struct complaints *to, const struct label *label,
+                            const char *name, const char *persist, uint64_t swap_bytes)
+{
+    static const char mount_hint[] =
+        "mount -t tmpfs -o noswap,size=SIZE,mode=0700 uzram-state /run/uzram-state";
+    if (persist[0] == '\0') {
+        complain(to,
+                 "%s%s without PATH keeps the state of swap device %s in a memfd, which the "
+                 "kernel may swap out onto that device while no server runs: give %s=PATH on "
+                 "a tmpfs mounted with noswap (Linux 6.4+): %s",
+                 label->where, label->name, name, label->name, mount_hint);
+        return -1;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", persist);
+    char *slash = strrchr(dir, '/');
+    slash[slash == dir ? 1 : 0] = '\0';
+    struct stat st;
+    struct statfs fs;
+    if (stat(dir, &st) < 0 || statfs(dir, &fs) < 0) {
+        complain(to, "%s%s '%s': %s: %s", label->where, label->name, persist, dir, strerror(errno));
+        return -1;
+    }
+    if (fs.f_type == TMPFS_MAGIC && !mount_has_option(st.st_dev, "noswap")) {
+        complain(to,
+                 "%s%s '%s': the state of swap device %s must be on a file system that never "
+                 "swaps it out, or while no server runs the kernel may swap it onto the device "
+                 "itself, which only a server can read back; %s is a tmpfs without noswap: "
+                 "put the state on one with it (Linux 6.4+): %s",
+                 label->where, label->name, persist, name, dir, mount_hint);
+        return -1;
+    }
+    struct stat file;
+    uint64_t held = stat(persist, &file) == 0 ? (uint64_t)file.st_blocks * 512 : 0;
+    uint64_t room = (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize + held;
+    if (fs.f_type == TMPFS_MAGIC && fs.f_blocks != 0 && room < swap_bytes) {
+        complain(to,
+                 "%s%s '%s': %s has %llu MiB for the state, and that of swap device %s may "
+                 "grow to %llu MiB (--mem-limit and the page table); a full tmpfs kills the "
+                 "server (SIGBUS): give the tmpfs size=%lluM or more",
+                 label->where, label->name, persist, dir, (unsigned long long)(room >> 20), name,
+                 (unsigned long long)((swap_bytes + (1u << 20) - 1) >> 20),
+                 (unsigned long long)((swap_bytes + (1u << 20) - 1) >> 20));
+        return -1;
+    }
+    return 0;
+}
+
 int persist_check(const struct complaints *to, const struct label *label, const char *name,
-                  const char *persist, bool hot_add, const char *conflict)
+                  const char *persist, bool hot_add, const char *conflict, uint64_t swap_bytes)
 {
     if (hot_add) {
         complain(to,
@@ -78,7 +157,7 @@ int persist_check(const struct complaints *to, const struct label *label, const 
                  label->where, label->name, label->name, name);
         return -1;
     }
-    return 0;
+    return swap_bytes != 0 ? check_swap_state(to, label, name, persist, swap_bytes) : 0;
 }
 
 /* Open (or create) the state file PATH for device `name`: a regular file on tmpfs (a disk

@@ -14,10 +14,12 @@
 /* Check --persist's value `persist` ("" for systemd's descriptor store, else a PATH) for
  * device `name` before anything is made: a PATH is absolute; the store needs a service
  * manager (NOTIFY_SOCKET) unless the state was handed back; a hot-added device (`hot_add`)
- * cannot persist; `conflict` (NULL: none) names a setting whose data a state cannot keep.
+ * cannot persist; `conflict` (NULL: none) names a setting whose data a state cannot keep;
+ * a swap device (`swap_bytes`, what its state may grow to; 0 for any other device) needs PATH
+ * on a file system that never swaps (ramfs, tmpfs with noswap) with room for it.
  * Returns 0, or -1 after one line saying what to write. */
 int persist_check(const struct complaints *to, const struct label *label, const char *name,
-                  const char *persist, bool hot_add, const char *conflict);
+                  const char *persist, bool hot_add, const char *conflict, uint64_t swap_bytes);
 
 /* Make device `name` in its state: the one handed over as "state-NAME" (descriptor store or
  * planned restart), else PATH (created 0600 on tmpfs, taken over if it holds a state; locked,

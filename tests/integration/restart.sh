@@ -212,7 +212,26 @@ refused "no PATH, no manager" "give --persist=PATH" -n b -s 16M --persist
 refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
 refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
 refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
-refused "for swap" "cannot keep a swap device (--swap) yet" -n b -s 16M --swap --mem-limit 8M --persist="$SHM/b.uzram"
+# A swap device's state must be where its pages are never swapped out (onto the device itself,
+# while no server runs: tests/vm/ublk-restart.sh swap) and have room to grow to its limit.
+if grep -qE '^[^ ]+ /dev/shm tmpfs [^ ]*noswap' /proc/mounts; then
+    skip_check "/dev/shm is mounted noswap here: no swappable tmpfs to refuse"
+else
+    refused "swap state on a swappable tmpfs" "is a tmpfs without noswap: put the state on one with it" \
+        -n b -s 16M --swap --mem-limit 8M --persist="$SHM/b.uzram"
+fi
+NOTIFY_SOCKET=$WORK/no-manager refused "swap state in a memfd" "keeps the state of swap device b in a memfd" \
+    -n b -s 16M --swap --mem-limit 8M --persist
+SMALL=$WORK/noswap-small
+mkdir -p "$SMALL"
+if mount -t tmpfs -o noswap,size=8M,mode=0700 uzram-test "$SMALL" 2>/dev/null; then
+    at_exit "umount -l '$SMALL'"
+    refused "swap state on too small a tmpfs" "give the tmpfs size=9M or more" \
+        -n b -s 16M --swap --mem-limit 8M --persist="$SMALL/b.uzram"
+    [[ ! -e $SMALL/b.uzram ]] || fail "a refused start left $SMALL/b.uzram"
+else
+    skip_check "no noswap tmpfs can be mounted here (not root, or Linux before 6.4): its size check untested"
+fi
 refused "two devices, one PATH" "both keep their state in" --device x:16M --device y:16M --persist="$SHM/b.uzram"
 if [[ $(stat -f -c %T "$WORK") != tmpfs ]]; then
     refused "not on tmpfs" "is not on tmpfs" -n b -s 16M --persist="$WORK/b.uzram"
