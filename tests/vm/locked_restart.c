@@ -1,22 +1,23 @@
 /* locked_restart.c - the VM tests' crash of a swap device's server and its new start
  * (tests/vm/ublk-restart.sh swap): SIGKILLs PID, waits until it is gone, then becomes
  * COMMAND (execvp in its own process, so the new server is the caller's child as the old one
- * was). It locks itself in memory first: once the server is dead, any page swapped out onto
- * its device waits for a new server, and a shell that kills and starts servers may have had
- * its own pages swapped out there (the scenario hung that way). Systemd or a supervisor of a
- * swap device's server needs the same: whatever starts the successor must not fault in a
- * page from the device (uzram(1), --persist).
+ * was), as an I/O flusher (PR_SET_IO_FLUSHER). It locks itself in memory first: once the server is
+ * dead, any page swapped out onto its device waits for a new server, and a shell that kills and
+ * starts servers may have had its own pages swapped out there (the scenario hung that way). Systemd
+ * or a supervisor of a swap device's server needs the same: whatever starts the successor must not
+ * fault in a page from the device (uzram(1), --persist).
  *
  *   locked_restart PID COMMAND [ARG]...
  *
  * A zombie counts as gone: its parent (that shell) reaps it once it can run again. Exit
- * status 2: usage, mlockall, or PID still there after 30 s; else COMMAND's. */
+ * status 2: usage, mlockall, PR_SET_IO_FLUSHER, or PID still there after 30 s; else COMMAND's. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +49,13 @@ int main(int argc, char **argv)
             return 2;
         }
         nanosleep(&tick, NULL);
+    }
+    /* The new server faults in memory as it starts, before it makes itself an I/O flusher
+     * (serve --swap): direct reclaim would then write to swap on the very device that waits
+     * for it (the scenario hung once in bio_alloc_bioset). The flag is kept across execve. */
+    if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0) {
+        fprintf(stderr, "locked_restart: PR_SET_IO_FLUSHER: %s\n", strerror(errno));
+        return 2;
     }
     execvp(argv[2], argv + 2);
     fprintf(stderr, "locked_restart: %s: %s\n", argv[2], strerror(errno));

@@ -15,7 +15,10 @@
 #          page verified), its state on a tmpfs mounted noswap; in the middle the server is
 #          SIGKILLed and started again (by locked_restart, which is locked in memory: this
 #          shell's own pages may be on the device), later `uzram restart`; every page verified,
-#          no OOM kill, swapoff reads everything back.
+#          no OOM kill, swapoff reads everything back. serve refuses --persist with --swap
+#          for now (this part hung the guest in 2 of 7 runs, once before any kill: the server's
+#          own page fault throttled in direct reclaim), so it fails at its start; it stays to
+#          be run by name once that is fixed.
 # planned: `uzram restart` under fio's verified random writes: no I/O error, every round verifies.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
