@@ -63,7 +63,7 @@ UZRAM := $(O)/uzram
 # Programs the VM tests run inside the guest (tests/vm/).
 VM_TOOLS := $(O)/tests/vm/memtouch $(O)/tests/vm/ublk_handover $(O)/tests/vm/locked_restart
 
-.PHONY: all lib programs vm-tools tests check check-exports run deps tsan asan valgrind format format-check bench clean
+.PHONY: all lib programs vm-tools tests check check-exports run deps tsan asan asan-tests asan-test-lib valgrind format format-check bench clean
 all: lib $(UZRAM) $(TEST_BINS) $(VM_TOOLS)
 lib: $(LIBUZRAM) $(LIBUZRAM_SO)
 programs: $(UZRAM)
@@ -146,8 +146,16 @@ run: deps
 deps:
 	./scripts/deps.sh
 
+# The ASan+UBSan build in build/asan: `asan` makes everything there; `asan-tests` only the
+# unit tests (what make check runs them from) and `asan-test-lib` only the engine with its test
+# hooks (the fuzz corpus replay links it: scripts/fuzz.sh).
+ASAN_MAKE = $(MAKE) O=build/asan SAN=address,undefined OPT=-O1
 asan:
-	$(MAKE) O=build/asan SAN=address,undefined OPT=-O1 all
+	+$(ASAN_MAKE) all
+asan-tests:
+	+$(ASAN_MAKE) tests
+asan-test-lib:
+	+$(ASAN_MAKE) build/asan/libuzram-test.a
 
 # ThreadSanitizer run of the concurrent tests: only the test binaries that have
 # concurrent cases (scripts/run-tests.sh finds them) are built and run.

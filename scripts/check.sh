@@ -56,7 +56,7 @@ vm_pid=$!
 # group, QEMU included.
 trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null' EXIT
 
-make -s -j"$jobs" all asan || { echo "check: 0 passed, 1 failed"; exit 1; }
+make -s -j"$jobs" all asan-tests || { echo "check: 0 passed, 1 failed"; exit 1; }
 
 # The shared library exports the public API and nothing else.
 echo "== exports of libuzram.so"

@@ -45,13 +45,15 @@ directive() { # source, key
 }
 
 build_replay() {
-    make -s -j"$jobs" O=build/fuzz-replay SAN=address,undefined OPT=-O1 build/fuzz-replay/libuzram-test.a
+    # The engine as the ASan+UBSan unit tests have it (make check has built it by then).
+    make -s -j"$jobs" asan-test-lib
+    mkdir -p build/fuzz-replay
     for name in "${targets[@]}"; do
         local source=fuzz/fuzz_$name.c
         # shellcheck disable=SC2046
         ${REPLAY_CC:-gcc} $common -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=all fuzz/replay.c "$source" $(directive "$source" fuzz-link) \
-            build/fuzz-replay/libuzram-test.a $dep_libs -o "build/fuzz-replay/fuzz_$name"
+            build/asan/libuzram-test.a $dep_libs -o "build/fuzz-replay/fuzz_$name"
     done
 }
 
