@@ -109,8 +109,12 @@ check-exports: $(LIBUZRAM_SO)
 $(O)/src/%.o: ALL_CFLAGS += -Isrc $(TLS_CFLAGS)
 $(O)/src/attach/%.o: ALL_CFLAGS += $(FUSE_CFLAGS)
 
-$(UZRAM): $(SRC_OBJS) $(LIBUZRAM)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(LIBUZRAM) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) $(URING_LIBS) -lm
+# A sanitizer build's program links the engine the unit tests link (the same code plus test
+# hooks that do nothing unless a test calls them), so that its engine is compiled once there:
+# make check's ASan build makes only the tests and this program (config.sh runs it).
+UZRAM_ENGINE := $(if $(SAN),$(LIBUZRAM_TEST),$(LIBUZRAM))
+$(UZRAM): $(SRC_OBJS) $(UZRAM_ENGINE)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(SRC_OBJS) $(UZRAM_ENGINE) $(DEP_LIBS) $(FUSE_LIBS) $(TLS_LIBS) $(URING_LIBS) -lm
 
 # Tests draw page contents from the programs' generator, src/common/datagen.c, and
 # link the engine with its test hooks.
@@ -146,14 +150,14 @@ run: deps
 deps:
 	./scripts/deps.sh
 
-# The ASan+UBSan build in build/asan: `asan` makes everything there; `asan-tests` only the
-# unit tests (what make check runs them from) and `asan-test-lib` only the engine with its test
-# hooks (the fuzz corpus replay links it: scripts/fuzz.sh).
+# The ASan+UBSan build in build/asan: `asan` makes everything there; `asan-tests` the unit
+# tests and the program (what make check runs) and `asan-test-lib` only the engine with its
+# test hooks (the fuzz corpus replay links it: scripts/fuzz.sh).
 ASAN_MAKE = $(MAKE) O=build/asan SAN=address,undefined OPT=-O1
 asan:
 	+$(ASAN_MAKE) all
 asan-tests:
-	+$(ASAN_MAKE) tests
+	+$(ASAN_MAKE) tests build/asan/uzram
 asan-test-lib:
 	+$(ASAN_MAKE) build/asan/libuzram-test.a
 
