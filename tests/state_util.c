@@ -1,0 +1,87 @@
+/* state_util.c - helpers shared by the tests of a device's state file (see state_util.h). */
+#include "state_util.h"
+
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+int state_test_memfd(void)
+{
+    int fd = memfd_create("uzram-test-state", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+struct uzram *state_test_device(int fd, uint64_t pages)
+{
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = pages * STATE_TEST_PAGE;
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    return dev;
+}
+
+void state_test_page(uint64_t index, uint32_t gen, unsigned char *page)
+{
+    if (gen == 0)
+        memset(page, 0, STATE_TEST_PAGE);
+    else
+        datagen_page(gen, state_test_kind(gen), index, page);
+}
+
+void state_test_write(struct uzram *dev, uint64_t index, uint32_t gen)
+{
+    unsigned char page[STATE_TEST_PAGE];
+    state_test_page(index, gen, page);
+    assert_int_equal(uzram_write(dev, index * STATE_TEST_PAGE, page, STATE_TEST_PAGE), 0);
+}
+
+void state_test_check(struct uzram *dev, const uint32_t *gens, uint64_t pages)
+{
+    unsigned char want[STATE_TEST_PAGE], got[STATE_TEST_PAGE];
+    for (uint64_t i = 0; i < pages; i++) {
+        state_test_page(i, gens[i], want);
+        assert_int_equal(uzram_read(dev, i * STATE_TEST_PAGE, got, STATE_TEST_PAGE), 0);
+        assert_memory_equal(got, want, STATE_TEST_PAGE);
+    }
+}
+
+uint32_t state_test_settle(struct uzram *dev, uint64_t index, _Atomic uint32_t *done,
+                           _Atomic uint32_t *pending)
+{
+    unsigned char got[STATE_TEST_PAGE], want[STATE_TEST_PAGE];
+    assert_int_equal(uzram_read(dev, index * STATE_TEST_PAGE, got, STATE_TEST_PAGE), 0);
+    uint32_t gen = atomic_load(done), under_way = atomic_load(pending);
+    state_test_page(index, gen, want);
+    if (memcmp(got, want, STATE_TEST_PAGE) != 0) {
+        assert_true(under_way != STATE_TEST_NONE);
+        state_test_page(index, under_way, want);
+        assert_memory_equal(got, want, STATE_TEST_PAGE);
+        gen = under_way;
+    }
+    /* the child's change is over, one way or the other */
+    atomic_store(done, gen);
+    atomic_store(pending, STATE_TEST_NONE);
+    return gen;
+}
+
+void state_test_kill(pid_t child, _Atomic uint32_t *adopted, long pause_us)
+{
+    while (!atomic_load(adopted) && waitpid(child, NULL, WNOHANG) == 0)
+        sched_yield();
+    struct timespec pause = {0, pause_us * 1000};
+    nanosleep(&pause, NULL);
+    kill(child, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
