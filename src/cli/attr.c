@@ -110,16 +110,17 @@ static int list_attributes(const struct control_target *target)
 int cmd_attr(int argc, char **argv)
 {
     /* options first, so that VALUE may start with '-' */
-    static const struct server_command command = {"attr", attr_usage, false, true};
+    static const struct server_command command = {.name = "attr",
+                                                  .usage = attr_usage,
+                                                  .operands = "DEVICE [NAME [VALUE]]",
+                                                  .min_operands = 1,
+                                                  .max_operands = 3,
+                                                  .options_first = true};
     struct server_choice choice;
     int status = server_options(argc, argv, &command, &choice);
     if (status >= 0)
         return status;
     int operands = argc - optind;
-    if (operands < 1 || operands > 3) {
-        fputs("uzram attr: expected DEVICE [NAME [VALUE]]\n", stderr);
-        return server_options_try_help(command.name);
-    }
     const char *device = argv[optind], *name = operands >= 2 ? argv[optind + 1] : NULL;
     const char *value = operands == 3 ? argv[optind + 2] : NULL;
     if ((name != NULL && strpbrk(name, " \n") != NULL) ||

@@ -104,15 +104,17 @@ static void hot_remove_usage(FILE *out)
 int cmd_hot_add(int argc, char **argv)
 {
     /* options first: the device options after NAME are serve's, read by device_spec() */
-    static const struct server_command command = {"hot-add", hot_add_usage, true, true};
+    static const struct server_command command = {.name = "hot-add",
+                                                  .usage = hot_add_usage,
+                                                  .operands = "NAME [SIZE] [DEVICE OPTION]...",
+                                                  .min_operands = 1,
+                                                  .max_operands = INT_MAX,
+                                                  .takes_server = true,
+                                                  .options_first = true};
     struct server_choice choice;
     int status = server_options(argc, argv, &command, &choice);
     if (status >= 0)
         return status;
-    if (optind >= argc) {
-        fputs("uzram hot-add: expected NAME [SIZE] [DEVICE OPTION]...\n", stderr);
-        return server_options_try_help(command.name);
-    }
     const char *name = argv[optind++];
     if (!util_valid_name(name)) {
         fprintf(stderr,
@@ -151,15 +153,15 @@ int cmd_hot_add(int argc, char **argv)
 
 int cmd_hot_remove(int argc, char **argv)
 {
-    static const struct server_command command = {"hot-remove", hot_remove_usage, false, false};
+    static const struct server_command command = {.name = "hot-remove",
+                                                  .usage = hot_remove_usage,
+                                                  .operands = "NAME",
+                                                  .min_operands = 1,
+                                                  .max_operands = 1};
     struct server_choice choice;
     int status = server_options(argc, argv, &command, &choice);
     if (status >= 0)
         return status;
-    if (argc - optind != 1) {
-        fputs("uzram hot-remove: expected NAME\n", stderr);
-        return server_options_try_help(command.name);
-    }
     const char *name = argv[optind];
     if (!util_valid_name(name)) {
         fprintf(stderr, "uzram: '%s' is not a device name\n", name);

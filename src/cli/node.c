@@ -270,16 +270,16 @@ int attached_node(const char *device, char *node, size_t node_size, char *messag
 
 int cmd_detach(int argc, char **argv)
 {
-    static const struct server_command command = {"detach", detach_usage, false, false};
+    static const struct server_command command = {.name = "detach",
+                                                  .usage = detach_usage,
+                                                  .operands = "one DEVICE",
+                                                  .min_operands = 1,
+                                                  .max_operands = 1};
     struct server_choice choice;
     int status = server_options(argc, argv, &command, &choice);
     if (status >= 0)
         return status;
     const char *place = choice.place;
-    if (argc - optind != 1) {
-        fputs("uzram detach: expected one DEVICE\n", stderr);
-        return server_options_try_help(command.name);
-    }
     const char *device = argv[optind];
     char message[2 * PATH_MAX + 512];
     int rc = detach_node(device, place, message, sizeof message);

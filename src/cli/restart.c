@@ -51,15 +51,17 @@ static long server_number(const char *ctl, const char *key)
 
 int cmd_restart(int argc, char **argv)
 {
-    static const struct server_command command = {"restart", restart_usage, true, false};
+    static const struct server_command command = {.name = "restart",
+                                                  .usage = restart_usage,
+                                                  .operands = "one DEVICE, or -S SERVER",
+                                                  .max_operands = 1,
+                                                  .takes_server = true};
     struct server_choice choice;
     int status = server_options(argc, argv, &command, &choice);
     if (status >= 0)
         return status;
-    if (argc - optind > 1 || (optind < argc && choice.server != NULL)) {
-        fputs("uzram restart: expected one DEVICE, or -S SERVER\n", stderr);
-        return server_options_try_help(command.name);
-    }
+    if (optind < argc && choice.server != NULL)
+        return server_options_misused(&command);
     char ctl[PATH_MAX], message[2048], value[32], *body;
     struct control_target target;
     if (optind < argc) {

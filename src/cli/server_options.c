@@ -6,10 +6,16 @@
 #include <stddef.h>
 #include <stdio.h>
 
-int server_options_try_help(const char *name)
+static int try_help(const struct server_command *command)
 {
-    fprintf(stderr, "Try 'uzram %s --help' for more information.\n", name);
+    fprintf(stderr, "Try 'uzram %s --help' for more information.\n", command->name);
     return 2;
+}
+
+int server_options_misused(const struct server_command *command)
+{
+    fprintf(stderr, "uzram %s: expected %s\n", command->name, command->operands);
+    return try_help(command);
 }
 
 int server_options(int argc, char **argv, const struct server_command *command,
@@ -41,8 +47,11 @@ int server_options(int argc, char **argv, const struct server_command *command,
             command->usage(stdout);
             return 0;
         default:
-            return server_options_try_help(command->name);
+            return try_help(command);
         }
     }
+    int operands = argc - optind;
+    if (operands < command->min_operands || operands > command->max_operands)
+        return server_options_misused(command);
     return -1;
 }

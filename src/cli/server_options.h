@@ -16,9 +16,11 @@
 struct server_command {
     const char *name;         /* "hot-add": its messages say "uzram hot-add" */
     void (*usage)(FILE *out); /* --help */
-    bool takes_server;        /* -S, --server SERVER (the server-wide ones) */
-    bool options_first;       /* the options stop at the first operand (getopt's "+"): what
-                                 follows it is the subcommand's own (VALUE, device options) */
+    const char *operands;     /* what it expects after the options, "NAME [SIZE]" */
+    int min_operands, max_operands;
+    bool takes_server;  /* -S, --server SERVER (the server-wide ones) */
+    bool options_first; /* the options stop at the first operand (getopt's "+"): what
+                           follows it is the subcommand's own (VALUE, device options) */
 };
 
 /* What the options said: NULL where one was not given. */
@@ -27,14 +29,15 @@ struct server_choice {
     const char *server; /* -S, --server */
 };
 
-/* Read `command`'s options in argv; optind is then at the first operand. Returns -1 to go on,
- * or the exit status to stop with: 0 after --help (on stdout), 2 after a bad option
- * (getopt's line, then where to get help, on stderr). */
+/* Read `command`'s options in argv, and count its operands; optind is then at the first
+ * operand. Returns -1 to go on, or the exit status to stop with: 0 after --help (on stdout),
+ * 2 after a bad option (getopt's line) or too few or too many operands
+ * (server_options_misused()). */
 int server_options(int argc, char **argv, const struct server_command *command,
                    struct server_choice *choice);
 
-/* "Try 'uzram NAME --help' for more information." on stderr; returns 2, the status of a bad
- * command line. */
-int server_options_try_help(const char *name);
+/* "uzram NAME: expected OPERANDS", then where to get help, on stderr; returns 2, the status
+ * of a bad command line. */
+int server_options_misused(const struct server_command *command);
 
 #endif
