@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -55,28 +56,44 @@ void state_test_check(struct uzram *dev, const uint32_t *gens, uint64_t pages)
     }
 }
 
-uint32_t state_test_settle(struct uzram *dev, uint64_t index, _Atomic uint32_t *done,
-                           _Atomic uint32_t *pending)
+void *state_test_log_new(size_t size)
 {
-    unsigned char got[STATE_TEST_PAGE], want[STATE_TEST_PAGE];
-    assert_int_equal(uzram_read(dev, index * STATE_TEST_PAGE, got, STATE_TEST_PAGE), 0);
-    uint32_t gen = atomic_load(done), under_way = atomic_load(pending);
-    state_test_page(index, gen, want);
-    if (memcmp(got, want, STATE_TEST_PAGE) != 0) {
-        assert_true(under_way != STATE_TEST_NONE);
-        state_test_page(index, under_way, want);
-        assert_memory_equal(got, want, STATE_TEST_PAGE);
-        gen = under_way;
-    }
-    /* the child's change is over, one way or the other */
-    atomic_store(done, gen);
-    atomic_store(pending, STATE_TEST_NONE);
-    return gen;
+    struct state_test_log *log =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(log != MAP_FAILED);
+    for (unsigned i = 0; i < STATE_TEST_LOG_PAGES; i++)
+        atomic_init(&log->pending[i], STATE_TEST_NONE);
+    atomic_init(&log->next_gen, 1);
+    return log;
 }
 
-void state_test_kill(pid_t child, _Atomic uint32_t *adopted, long pause_us)
+void state_test_log_mark(struct state_test_log *log, uint64_t first, unsigned count, uint32_t gen,
+                         bool end)
 {
-    while (!atomic_load(adopted) && waitpid(child, NULL, WNOHANG) == 0)
+    for (unsigned i = 0; i < count; i++) {
+        if (end)
+            atomic_store(&log->done[first + i], gen);
+        atomic_store(&log->pending[first + i], end ? STATE_TEST_NONE : gen);
+    }
+}
+
+void state_test_log_zeros(struct state_test_log *log)
+{
+    for (unsigned i = 0; i < STATE_TEST_LOG_PAGES; i++)
+        atomic_store(&log->done[i], 0);
+}
+
+pid_t state_test_fork(struct state_test_log *log)
+{
+    atomic_store(&log->adopted, 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    return child;
+}
+
+void state_test_kill(pid_t child, struct state_test_log *log, long pause_us)
+{
+    while (!atomic_load(&log->adopted) && waitpid(child, NULL, WNOHANG) == 0)
         sched_yield();
     struct timespec pause = {0, pause_us * 1000};
     nanosleep(&pause, NULL);
@@ -84,4 +101,22 @@ void state_test_kill(pid_t child, _Atomic uint32_t *adopted, long pause_us)
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+uint32_t state_test_settle(struct uzram *dev, struct state_test_log *log, uint64_t index)
+{
+    unsigned char got[STATE_TEST_PAGE], want[STATE_TEST_PAGE];
+    assert_int_equal(uzram_read(dev, index * STATE_TEST_PAGE, got, STATE_TEST_PAGE), 0);
+    uint32_t gen = atomic_load(&log->done[index]), pending = atomic_load(&log->pending[index]);
+    state_test_page(index, gen, want);
+    if (memcmp(got, want, STATE_TEST_PAGE) != 0) {
+        assert_true(pending != STATE_TEST_NONE);
+        state_test_page(index, pending, want);
+        assert_memory_equal(got, want, STATE_TEST_PAGE);
+        gen = pending;
+    }
+    /* the child's change is over, one way or the other */
+    atomic_store(&log->done[index], gen);
+    atomic_store(&log->pending[index], STATE_TEST_NONE);
+    return gen;
 }

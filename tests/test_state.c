@@ -300,33 +300,16 @@ static void test_state_sparse_reads(void **unused)
 
 #define KILL_PAGES 1024u
 #define KILL_ROUNDS 200u
-#define NONE STATE_TEST_NONE
 
-/* What the child is doing, in memory it shares with the parent: per page the generation of
- * its last finished change and the one under way (NONE). */
+_Static_assert(KILL_PAGES <= STATE_TEST_LOG_PAGES, "the log follows every page");
+
+/* What the child is doing, in memory it shares with the parent. */
 struct kill_log {
-    _Atomic uint32_t done[KILL_PAGES];
-    _Atomic uint32_t pending[KILL_PAGES];
-    _Atomic uint32_t next_gen;
-    _Atomic uint32_t adopted; /* the child has taken the state over */
-    _Atomic uint32_t op;      /* what it does: an OP_ */
+    struct state_test_log pages;
+    _Atomic uint32_t op; /* what it does: an OP_ */
 };
 
 enum { OP_BETWEEN, OP_CHANGE, OP_RECOMPRESS, OP_COMPACT, OP_COUNT };
-
-static void log_begin(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen)
-{
-    for (unsigned i = 0; i < count; i++)
-        atomic_store(&log->pending[first + i], gen);
-}
-
-static void log_end(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen)
-{
-    for (unsigned i = 0; i < count; i++) {
-        atomic_store(&log->done[first + i], gen);
-        atomic_store(&log->pending[first + i], NONE);
-    }
-}
 
 /* The child: adopt, then change pages until killed. Exits 2 on a failure. */
 static void kill_child(int fd, struct kill_log *log, uint64_t seed)
@@ -334,7 +317,7 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed)
     struct uzram *dev;
     if (uzram_adopt(fd, &dev) != 0)
         _exit(2);
-    atomic_store(&log->adopted, 1);
+    atomic_store(&log->pages.adopted, 1);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, seed);
     unsigned char page[PAGE];
@@ -344,19 +327,19 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed)
         unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
         if (first + count > KILL_PAGES)
             count = (unsigned)(KILL_PAGES - first);
-        uint32_t gen = atomic_fetch_add(&log->next_gen, 1);
+        uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
         int rc = 0;
         atomic_store(&log->op, op < 85 ? OP_CHANGE : op < 90 ? OP_RECOMPRESS : OP_COMPACT);
         if (op < 70) {
-            log_begin(log, first, 1, gen);
+            state_test_log_mark(&log->pages, first, 1, gen, false);
             state_test_page(first, gen, page);
             rc = uzram_write(dev, first * PAGE, page, PAGE);
-            log_end(log, first, 1, gen);
+            state_test_log_mark(&log->pages, first, 1, gen, true);
         } else if (op < 85) {
-            log_begin(log, first, count, 0);
+            state_test_log_mark(&log->pages, first, count, 0, false);
             rc = op < 80 ? uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE)
                          : uzram_write_zeroes(dev, first * PAGE, count * (uint64_t)PAGE, true);
-            log_end(log, first, count, 0);
+            state_test_log_mark(&log->pages, first, count, 0, true);
         } else if (op < 90) {
             rc = uzram_recompress(dev, 0, 0, 8, 0, NULL);
         } else {
@@ -375,8 +358,8 @@ static bool kill_check(struct uzram *dev, struct kill_log *log)
     bool underway = false;
     uint64_t stored = 0, same = 0, huge = 0;
     for (uint64_t i = 0; i < KILL_PAGES; i++) {
-        underway |= atomic_load(&log->pending[i]) != NONE;
-        uint32_t gen = state_test_settle(dev, i, &log->done[i], &log->pending[i]);
+        underway |= atomic_load(&log->pages.pending[i]) != STATE_TEST_NONE;
+        uint32_t gen = state_test_settle(dev, &log->pages, i);
         uint64_t run;
         unsigned flags;
         assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
@@ -403,22 +386,15 @@ static void test_state_survives_kills(void **unused)
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     uzram_destroy(dev);
-    struct kill_log *log =
-        mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(log != MAP_FAILED);
-    for (unsigned i = 0; i < KILL_PAGES; i++)
-        atomic_init(&log->pending[i], NONE);
-    atomic_init(&log->next_gen, 1);
+    struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, (uint64_t)time(NULL));
     unsigned underway = 0, during[OP_COUNT] = {0};
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
-        atomic_store(&log->adopted, 0);
-        pid_t child = fork();
-        assert_true(child >= 0);
+        pid_t child = state_test_fork(&log->pages);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng));
-        state_test_kill(child, &log->adopted, (long)datagen_rng_below(&rng, 5000));
+        state_test_kill(child, &log->pages, (long)datagen_rng_below(&rng, 5000));
         assert_int_equal(uzram_adopt(fd, &dev), 0);
         during[atomic_load(&log->op)]++;
         underway += kill_check(dev, log);
@@ -430,8 +406,7 @@ static void test_state_survives_kills(void **unused)
             assert_int_equal(stats.pages_stored, 0);
             assert_int_equal(stats.compr_data_size, 0);
             assert_int_equal(stats.mem_used_total, 0);
-            for (unsigned i = 0; i < KILL_PAGES; i++)
-                atomic_store(&log->done[i], 0);
+            state_test_log_zeros(&log->pages);
         }
         uzram_destroy(dev);
     }

@@ -30,7 +30,6 @@
 #include "state_util.h"
 
 #define PAGE STATE_TEST_PAGE
-#define NONE STATE_TEST_NONE
 
 /* Every page not zeros is text (what dictionaries are for). */
 enum datagen_kind state_test_kind(uint32_t gen)
@@ -156,25 +155,14 @@ static void test_kept_dictionary_pending(void **unused)
 #define KILL_PAGES 512u
 #define KILL_ROUNDS 30u
 
-/* What the child is doing, in memory shared with the parent: per page the generation of its
- * last finished change and the one under way (NONE). */
+_Static_assert(KILL_PAGES <= STATE_TEST_LOG_PAGES, "the log follows every page");
+
+/* What the child is doing, in memory shared with the parent. */
 struct kill_log {
-    _Atomic uint32_t done[KILL_PAGES];
-    _Atomic uint32_t pending[KILL_PAGES];
-    _Atomic uint32_t next_gen;
-    _Atomic uint32_t adopted;
+    struct state_test_log pages;
     _Atomic uint32_t dict_changes;
     _Atomic uint32_t in_special; /* the child is in a recompression or writeback pass */
 };
-
-static void log_mark(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen, bool end)
-{
-    for (unsigned i = 0; i < count; i++) {
-        if (end)
-            atomic_store(&log->done[first + i], gen);
-        atomic_store(&log->pending[first + i], end ? NONE : gen);
-    }
-}
 
 /* What the child does besides writes, discards and compaction: recompress with dictionaries
  * and change them, or write pages back to the backing store and read them in again. */
@@ -196,7 +184,7 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed, enum kill_mo
     struct uzram *dev;
     if (uzram_adopt(fd, &dev) != 0)
         _exit(2);
-    atomic_store(&log->adopted, 1);
+    atomic_store(&log->pages.adopted, 1);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, seed);
     unsigned char page[PAGE];
@@ -211,17 +199,17 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed, enum kill_mo
         unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
         if (first + count > KILL_PAGES)
             count = (unsigned)(KILL_PAGES - first);
-        uint32_t gen = atomic_fetch_add(&log->next_gen, 1);
+        uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
         int rc = 0;
         if (op < 60) {
-            log_mark(log, first, 1, gen, false);
+            state_test_log_mark(&log->pages, first, 1, gen, false);
             state_test_page(first, gen, page);
             rc = uzram_write(dev, first * PAGE, page, PAGE);
-            log_mark(log, first, 1, gen, true);
+            state_test_log_mark(&log->pages, first, 1, gen, true);
         } else if (op < 70) {
-            log_mark(log, first, count, 0, false);
+            state_test_log_mark(&log->pages, first, count, 0, false);
             rc = uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE);
-            log_mark(log, first, count, 0, true);
+            state_test_log_mark(&log->pages, first, count, 0, true);
         } else if (op < 90 && mode == KILL_DICTIONARIES) {
             atomic_store(&log->in_special, 1);
             rc = uzram_recompress(dev, 0, 0, 32, 0, NULL);
@@ -251,7 +239,7 @@ static void kill_check(struct uzram *dev, struct kill_log *log)
 {
     uint64_t stored = 0;
     for (uint64_t i = 0; i < KILL_PAGES; i++) {
-        state_test_settle(dev, i, &log->done[i], &log->pending[i]);
+        state_test_settle(dev, &log->pages, i);
         uint64_t run;
         unsigned flags;
         assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
@@ -277,8 +265,7 @@ static void kill_drain(struct uzram *dev, int fd, struct kill_log *log)
     assert_false(dict_region_has_data(fd));
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, NULL, 4096), 0);
-    for (unsigned i = 0; i < KILL_PAGES; i++)
-        atomic_store(&log->done[i], 0);
+    state_test_log_zeros(&log->pages);
 }
 
 /* KILL_ROUNDS SIGKILLs of a child adopting the state in `fd` and working in `mode`; the
@@ -287,21 +274,14 @@ static void kill_drain(struct uzram *dev, int fd, struct kill_log *log)
 static unsigned kill_rounds(int fd, enum kill_mode mode, unsigned *during)
 {
     *during = 0;
-    struct kill_log *log =
-        mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(log != MAP_FAILED);
-    for (unsigned i = 0; i < KILL_PAGES; i++)
-        atomic_init(&log->pending[i], NONE);
-    atomic_init(&log->next_gen, 1);
+    struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, (uint64_t)time(NULL));
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
-        atomic_store(&log->adopted, 0);
-        pid_t child = fork();
-        assert_true(child >= 0);
+        pid_t child = state_test_fork(&log->pages);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng), mode);
-        state_test_kill(child, &log->adopted, (long)(1000 + datagen_rng_below(&rng, 12000)));
+        state_test_kill(child, &log->pages, (long)(1000 + datagen_rng_below(&rng, 12000)));
         *during += atomic_exchange(&log->in_special, 0);
         struct uzram *dev;
         assert_int_equal(uzram_adopt(fd, &dev), 0);
