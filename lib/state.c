@@ -150,7 +150,9 @@ static int header_read(int fd, struct state_header *header)
 
 /* A zombie is gone: a server SIGKILLed under memory pressure may stay one for as long as its
  * parent cannot run, e.g. a shell whose pages were swapped out onto the very device the dead
- * server served (its successor must not wait for that). */
+ * server served (its successor must not wait for that). The program has the same check for
+ * the other processes it waits on (src/common/util.c's util_process_alive; the engine cannot
+ * call the program): change both together. */
 static bool process_alive(int32_t pid)
 {
     if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))

@@ -25,19 +25,12 @@
 
 #include "fault.h"
 #include "state.h" /* the header's layout, to damage it */
-#include "test_util.h"
+#include "state_util.h"
 
-#define PAGE 4096u
+#define PAGE STATE_TEST_PAGE
 #define MIB (1ull << 20)
 /* the span directory: a 4-byte entry per 64 KiB window of the pool (pool.h) */
 #define POOL_DIR_BYTES ((1ull << 26) * 4)
-
-static int state_memfd(void)
-{
-    int fd = memfd_create("uzram-test-state", MFD_CLOEXEC);
-    assert_true(fd >= 0);
-    return fd;
-}
 
 static struct uzram_config config_of(uint64_t disksize)
 {
@@ -47,47 +40,22 @@ static struct uzram_config config_of(uint64_t disksize)
     return config;
 }
 
-/* The contents of page `index` at generation `gen`: 0 is a page of zeros, the others cycle
- * through the kinds (a same-filled word, text, half-compressible, random: stored huge). */
-static enum datagen_kind kind_of(uint32_t gen)
+/* Generations cycle through the kinds of page (a same-filled word, text, half-compressible,
+ * random: stored huge). */
+enum datagen_kind state_test_kind(uint32_t gen)
 {
     static const enum datagen_kind kinds[] = {DATAGEN_SAME, DATAGEN_TEXT, DATAGEN_HALF,
                                               DATAGEN_RANDOM, DATAGEN_TEXT};
     return kinds[gen % 5];
 }
 
-static void page_of(uint64_t index, uint32_t gen, unsigned char *page)
-{
-    if (gen == 0)
-        memset(page, 0, PAGE);
-    else
-        datagen_page(gen, kind_of(gen), index, page);
-}
-
 /* ---- made, destroyed, adopted ------------------------------------------------ */
-
-static void write_gen(struct uzram *dev, uint64_t index, uint32_t gen)
-{
-    unsigned char page[PAGE];
-    page_of(index, gen, page);
-    assert_int_equal(uzram_write(dev, index * PAGE, page, PAGE), 0);
-}
-
-static void check_pages(struct uzram *dev, const uint32_t *gens, uint64_t pages)
-{
-    unsigned char want[PAGE], got[PAGE];
-    for (uint64_t i = 0; i < pages; i++) {
-        page_of(i, gens[i], want);
-        assert_int_equal(uzram_read(dev, i * PAGE, got, PAGE), 0);
-        assert_memory_equal(got, want, PAGE);
-    }
-}
 
 static void test_state_round_trip(void **unused)
 {
     (void)unused;
     const uint64_t pages = 4096;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(pages * PAGE);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
@@ -101,7 +69,7 @@ static void test_state_round_trip(void **unused)
         if (gens[index] == 0 && n % 2)
             assert_int_equal(uzram_discard(dev, index * PAGE, PAGE), 0);
         else
-            write_gen(dev, index, gens[index]);
+            state_test_write(dev, index, gens[index]);
     }
     assert_int_equal(uzram_recompress(dev, 0, 0, 0, 0, NULL), 0);
     size_t area_size;
@@ -121,7 +89,7 @@ static void test_state_round_trip(void **unused)
     assert_string_equal(info.comp_algorithm, "lz4");
 
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.pages_stored, before.pages_stored);
     assert_int_equal(after.compr_data_size, before.compr_data_size);
@@ -139,8 +107,8 @@ static void test_state_round_trip(void **unused)
 
     /* The adopted device goes on: writes, and everything discarded leaves nothing. */
     for (uint64_t i = 0; i < 64; i++)
-        write_gen(dev, i, gens[i] = (uint32_t)i + 3);
-    check_pages(dev, gens, pages);
+        state_test_write(dev, i, gens[i] = (uint32_t)i + 3);
+    state_test_check(dev, gens, pages);
     assert_int_equal(uzram_discard(dev, 0, pages * PAGE), 0);
     assert_int_equal(uzram_compact(dev, NULL), 0);
     struct uzram_stats empty = test_stats(dev);
@@ -162,11 +130,11 @@ static void read_header(int fd, unsigned char *copy, size_t size)
 static void test_state_version_refused(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(16 * MIB);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-    write_gen(dev, 5, 11);
+    state_test_write(dev, 5, 11);
     uzram_destroy(dev);
     uint32_t version;
     const off_t at = offsetof(struct state_header, version);
@@ -194,12 +162,12 @@ static void test_state_version_refused(void **unused)
     assert_int_equal(pwrite(fd, &version, sizeof version, at), sizeof version);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
     uint32_t gens[8] = {0, 0, 0, 0, 0, 11, 0, 0};
-    check_pages(dev, gens, 8);
+    state_test_check(dev, gens, 8);
     uzram_destroy(dev);
     close(fd);
 
     /* Not a state at all; and a file not empty for a new one. */
-    fd = state_memfd();
+    fd = state_test_memfd();
     assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
     assert_int_equal(write(fd, "not a state", 11), 11);
     assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
@@ -217,11 +185,11 @@ static void set_owner(int fd, int32_t pid)
 static void test_state_owner_alive_refused(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(16 * MIB);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-    write_gen(dev, 1, 2);
+    state_test_write(dev, 1, 2);
     uzram_destroy(dev);
     /* A live process (the parent of this one) has it: refused. */
     set_owner(fd, (int32_t)getppid());
@@ -253,7 +221,7 @@ static void test_state_owner_alive_refused(void **unused)
     set_owner(fd, (int32_t)getpid());
     assert_int_equal(uzram_adopt(fd, &dev), 0);
     uint32_t gens[2] = {0, 2};
-    check_pages(dev, gens, 2);
+    state_test_check(dev, gens, 2);
     uzram_destroy(dev);
     close(ready[0]);
     close(ready[1]);
@@ -263,7 +231,7 @@ static void test_state_owner_alive_refused(void **unused)
 static void test_state_refuses_what_it_cannot_keep(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(16 * MIB);
     config.use_dedup = true;
     struct uzram *dev;
@@ -298,7 +266,7 @@ static uint64_t file_blocks(int fd)
 static void test_state_sparse_reads(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     const uint64_t disksize = 1024 * MIB;
     struct uzram_config config = config_of(disksize);
     struct uzram *dev;
@@ -315,7 +283,7 @@ static void test_state_sparse_reads(void **unused)
     assert_int_equal(uzram_discard(dev, 0, disksize), 0);
     assert_int_equal(file_blocks(fd), fresh);
     /* A page written takes a table page and a span; discarded and compacted, both go back. */
-    write_gen(dev, 100000, 3);
+    state_test_write(dev, 100000, 3);
     assert_true(file_blocks(fd) >= fresh + 2 * PAGE / 512);
     assert_int_equal(uzram_discard(dev, 100000 * (uint64_t)PAGE, PAGE), 0);
     assert_int_equal(uzram_compact(dev, NULL), 0);
@@ -332,33 +300,16 @@ static void test_state_sparse_reads(void **unused)
 
 #define KILL_PAGES 1024u
 #define KILL_ROUNDS 200u
-#define NONE UINT32_MAX
 
-/* What the child is doing, in memory it shares with the parent: per page the generation of
- * its last finished change and the one under way (NONE). */
+_Static_assert(KILL_PAGES <= STATE_TEST_LOG_PAGES, "the log follows every page");
+
+/* What the child is doing, in memory it shares with the parent. */
 struct kill_log {
-    _Atomic uint32_t done[KILL_PAGES];
-    _Atomic uint32_t pending[KILL_PAGES];
-    _Atomic uint32_t next_gen;
-    _Atomic uint32_t adopted; /* the child has taken the state over */
-    _Atomic uint32_t op;      /* what it does: an OP_ */
+    struct state_test_log pages;
+    _Atomic uint32_t op; /* what it does: an OP_ */
 };
 
 enum { OP_BETWEEN, OP_CHANGE, OP_RECOMPRESS, OP_COMPACT, OP_COUNT };
-
-static void log_begin(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen)
-{
-    for (unsigned i = 0; i < count; i++)
-        atomic_store(&log->pending[first + i], gen);
-}
-
-static void log_end(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen)
-{
-    for (unsigned i = 0; i < count; i++) {
-        atomic_store(&log->done[first + i], gen);
-        atomic_store(&log->pending[first + i], NONE);
-    }
-}
 
 /* The child: adopt, then change pages until killed. Exits 2 on a failure. */
 static void kill_child(int fd, struct kill_log *log, uint64_t seed)
@@ -366,7 +317,7 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed)
     struct uzram *dev;
     if (uzram_adopt(fd, &dev) != 0)
         _exit(2);
-    atomic_store(&log->adopted, 1);
+    atomic_store(&log->pages.adopted, 1);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, seed);
     unsigned char page[PAGE];
@@ -376,19 +327,19 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed)
         unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
         if (first + count > KILL_PAGES)
             count = (unsigned)(KILL_PAGES - first);
-        uint32_t gen = atomic_fetch_add(&log->next_gen, 1);
+        uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
         int rc = 0;
         atomic_store(&log->op, op < 85 ? OP_CHANGE : op < 90 ? OP_RECOMPRESS : OP_COMPACT);
         if (op < 70) {
-            log_begin(log, first, 1, gen);
-            page_of(first, gen, page);
+            state_test_log_mark(&log->pages, first, 1, gen, false);
+            state_test_page(first, gen, page);
             rc = uzram_write(dev, first * PAGE, page, PAGE);
-            log_end(log, first, 1, gen);
+            state_test_log_mark(&log->pages, first, 1, gen, true);
         } else if (op < 85) {
-            log_begin(log, first, count, 0);
+            state_test_log_mark(&log->pages, first, count, 0, false);
             rc = op < 80 ? uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE)
                          : uzram_write_zeroes(dev, first * PAGE, count * (uint64_t)PAGE, true);
-            log_end(log, first, count, 0);
+            state_test_log_mark(&log->pages, first, count, 0, true);
         } else if (op < 90) {
             rc = uzram_recompress(dev, 0, 0, 8, 0, NULL);
         } else {
@@ -405,30 +356,17 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed)
 static bool kill_check(struct uzram *dev, struct kill_log *log)
 {
     bool underway = false;
-    unsigned char got[PAGE], want[PAGE];
     uint64_t stored = 0, same = 0, huge = 0;
     for (uint64_t i = 0; i < KILL_PAGES; i++) {
-        assert_int_equal(uzram_read(dev, i * PAGE, got, PAGE), 0);
-        uint32_t done = atomic_load(&log->done[i]), pending = atomic_load(&log->pending[i]);
-        page_of(i, done, want);
-        uint32_t gen = done;
-        underway |= pending != NONE;
-        if (memcmp(got, want, PAGE) != 0) {
-            assert_true(pending != NONE);
-            page_of(i, pending, want);
-            assert_memory_equal(got, want, PAGE);
-            gen = pending;
-        }
-        /* the child's change is over, one way or the other */
-        atomic_store(&log->done[i], gen);
-        atomic_store(&log->pending[i], NONE);
+        underway |= atomic_load(&log->pages.pending[i]) != STATE_TEST_NONE;
+        uint32_t gen = state_test_settle(dev, &log->pages, i);
         uint64_t run;
         unsigned flags;
         assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
         if (!(flags & UZRAM_EXTENT_HOLE)) {
             stored++;
-            same += gen == 0 || kind_of(gen) == DATAGEN_SAME;
-            huge += gen != 0 && kind_of(gen) == DATAGEN_RANDOM;
+            same += gen == 0 || state_test_kind(gen) == DATAGEN_SAME;
+            huge += gen != 0 && state_test_kind(gen) == DATAGEN_RANDOM;
         }
     }
     struct uzram_stats stats = test_stats(dev);
@@ -442,35 +380,21 @@ static bool kill_check(struct uzram *dev, struct kill_log *log)
 static void test_state_survives_kills(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(KILL_PAGES * (uint64_t)PAGE);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     uzram_destroy(dev);
-    struct kill_log *log =
-        mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(log != MAP_FAILED);
-    for (unsigned i = 0; i < KILL_PAGES; i++)
-        atomic_init(&log->pending[i], NONE);
-    atomic_init(&log->next_gen, 1);
+    struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, (uint64_t)time(NULL));
     unsigned underway = 0, during[OP_COUNT] = {0};
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
-        atomic_store(&log->adopted, 0);
-        pid_t child = fork();
-        assert_true(child >= 0);
+        pid_t child = state_test_fork(&log->pages);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng));
-        while (!atomic_load(&log->adopted) && waitpid(child, NULL, WNOHANG) == 0)
-            sched_yield();
-        struct timespec pause = {0, (long)datagen_rng_below(&rng, 5000) * 1000};
-        nanosleep(&pause, NULL);
-        kill(child, SIGKILL);
-        int status;
-        assert_int_equal(waitpid(child, &status, 0), child);
-        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        state_test_kill(child, &log->pages, (long)datagen_rng_below(&rng, 5000));
         assert_int_equal(uzram_adopt(fd, &dev), 0);
         during[atomic_load(&log->op)]++;
         underway += kill_check(dev, log);
@@ -482,8 +406,7 @@ static void test_state_survives_kills(void **unused)
             assert_int_equal(stats.pages_stored, 0);
             assert_int_equal(stats.compr_data_size, 0);
             assert_int_equal(stats.mem_used_total, 0);
-            for (unsigned i = 0; i < KILL_PAGES; i++)
-                atomic_store(&log->done[i], 0);
+            state_test_log_zeros(&log->pages);
         }
         uzram_destroy(dev);
     }
@@ -523,7 +446,7 @@ static void *concurrent_writer(void *arg)
         if (gen == 0) {
             rc = uzram_discard(w->dev, index * PAGE, PAGE);
         } else {
-            page_of(index, gen, page);
+            state_test_page(index, gen, page);
             rc = uzram_write(w->dev, index * PAGE, page, PAGE);
         }
         if (rc != 0)
@@ -538,7 +461,7 @@ static void *concurrent_writer(void *arg)
 static void test_state_concurrent_writers(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(CONCURRENT_THREADS * CONCURRENT_PAGES * (uint64_t)PAGE);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
@@ -561,7 +484,7 @@ static void test_state_concurrent_writers(void **unused)
     for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
         for (unsigned slot = 0; slot < CONCURRENT_PAGES; slot++) {
             uint64_t index = (uint64_t)slot * CONCURRENT_THREADS + t;
-            page_of(index, writers[t].gens[slot], want);
+            state_test_page(index, writers[t].gens[slot], want);
             assert_int_equal(uzram_read(dev, index * PAGE, got, PAGE), 0);
             assert_memory_equal(got, want, PAGE);
         }
@@ -587,7 +510,7 @@ static void test_state_fault_sweep(void **unused)
         gens[i] = i % 3 ? i + 1 : 0;
     uint64_t swept = 0;
     for (uint64_t nth = 1;; nth++) {
-        int fd = state_memfd();
+        int fd = state_test_memfd();
         struct uzram_config config = config_of(64 * PAGE);
         struct uzram *dev = NULL;
         fault_arm(nth);
@@ -603,7 +526,7 @@ static void test_state_fault_sweep(void **unused)
         } else
             assert_int_equal(rc, 0);
         for (unsigned i = 0; i < 64; i++)
-            write_gen(dev, i, gens[i]);
+            state_test_write(dev, i, gens[i]);
         uzram_destroy(dev);
         fault_arm(nth);
         rc = uzram_adopt(fd, &dev);
@@ -614,7 +537,7 @@ static void test_state_fault_sweep(void **unused)
             assert_int_equal(uzram_adopt(fd, &dev), 0);
         } else
             assert_int_equal(rc, 0);
-        check_pages(dev, gens, 64);
+        state_test_check(dev, gens, 64);
         uzram_destroy(dev);
         close(fd);
         if (!made_hits && !adopt_hits)

@@ -27,52 +27,15 @@
 
 #include "fault.h"
 #include "state.h" /* the layout, to look at the dictionary region */
-#include "test_util.h"
+#include "state_util.h"
 
-#define PAGE 4096u
-#define NONE UINT32_MAX
+#define PAGE STATE_TEST_PAGE
 
-static int state_memfd(void)
+/* Every page not zeros is text (what dictionaries are for). */
+enum datagen_kind state_test_kind(uint32_t gen)
 {
-    int fd = memfd_create("uzram-test-kept", MFD_CLOEXEC);
-    assert_true(fd >= 0);
-    return fd;
-}
-
-static struct uzram *make_in(int fd, uint64_t pages)
-{
-    struct uzram_config config;
-    uzram_config_init(&config);
-    config.disksize = pages * PAGE;
-    struct uzram *dev;
-    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-    return dev;
-}
-
-/* Page `index` at generation `gen`: 0 zeros, else text (what dictionaries are for). */
-static void page_of(uint64_t index, uint32_t gen, unsigned char *page)
-{
-    if (gen == 0)
-        memset(page, 0, PAGE);
-    else
-        datagen_page(gen, DATAGEN_TEXT, index, page);
-}
-
-static void write_gen(struct uzram *dev, uint64_t index, uint32_t gen)
-{
-    unsigned char page[PAGE];
-    page_of(index, gen, page);
-    assert_int_equal(uzram_write(dev, index * PAGE, page, PAGE), 0);
-}
-
-static void check_pages(struct uzram *dev, const uint32_t *gens, uint64_t pages)
-{
-    unsigned char want[PAGE], got[PAGE];
-    for (uint64_t i = 0; i < pages; i++) {
-        page_of(i, gens[i], want);
-        assert_int_equal(uzram_read(dev, i * PAGE, got, PAGE), 0);
-        assert_memory_equal(got, want, PAGE);
-    }
+    (void)gen;
+    return DATAGEN_TEXT;
 }
 
 /* Whether the state's dictionary region holds any data. */
@@ -94,11 +57,11 @@ static void test_kept_dictionaries_round_trip(void **unused)
 {
     (void)unused;
     const uint64_t pages = 1024;
-    int fd = state_memfd();
-    struct uzram *dev = make_in(fd, pages);
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, pages);
     uint32_t *gens = calloc(pages, sizeof *gens);
     for (uint64_t i = 0; i < pages; i++)
-        write_gen(dev, i, gens[i] = i % 9 == 0 ? 0 : 1 + (uint32_t)(i % 3));
+        state_test_write(dev, i, gens[i] = i % 9 == 0 ? 0 : 1 + (uint32_t)(i % 3));
     /* priority 1: trained from the pages now; priority 2: given */
     static unsigned char dict[PAGE];
     raw_dict(99, dict);
@@ -119,7 +82,7 @@ static void test_kept_dictionaries_round_trip(void **unused)
     uzram_destroy(dev);
 
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.pages_stored, before.pages_stored);
     assert_int_equal(after.compr_data_size, before.compr_data_size);
@@ -132,7 +95,7 @@ static void test_kept_dictionaries_round_trip(void **unused)
     raw_dict(98, dict);
     assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, dict, sizeof dict), 0);
     for (uint64_t i = 0; i < pages; i++)
-        write_gen(dev, i, gens[i] = 4);
+        state_test_write(dev, i, gens[i] = 4);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, NULL, 0), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 2, NULL, 0), 0);
     assert_int_equal(test_stats(dev).dict_mem, 0);
@@ -147,7 +110,7 @@ static void test_kept_dictionaries_round_trip(void **unused)
     before = test_stats(dev);
     uzram_destroy(dev);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     assert_int_equal(test_stats(dev).dict_mem, before.dict_mem);
     uzram_destroy(dev);
     free(gens);
@@ -160,8 +123,8 @@ static void test_kept_dictionary_pending(void **unused)
 {
     (void)unused;
     const uint64_t pages = 512;
-    int fd = state_memfd();
-    struct uzram *dev = make_in(fd, pages);
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, pages);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, NULL, 4096), 0);
     uzram_destroy(dev);
@@ -171,7 +134,7 @@ static void test_kept_dictionary_pending(void **unused)
     assert_non_null(strstr(attr, "dict=auto (to be trained, up to 4096 bytes)"));
     uint32_t gens[512];
     for (uint64_t i = 0; i < pages; i++)
-        write_gen(dev, i, gens[i] = 5);
+        state_test_write(dev, i, gens[i] = 5);
     struct uzram_recompress_result result;
     assert_int_equal(uzram_recompress(dev, 0, 0, 0, 0, &result), 0);
     assert_true(result.pages_recompressed > 0);
@@ -179,7 +142,7 @@ static void test_kept_dictionary_pending(void **unused)
     assert_true(before.dict_mem > 0);
     uzram_destroy(dev);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     assert_true(uzram_attr_get(dev, "algorithm_params", attr, sizeof attr) > 0);
     assert_non_null(strstr(attr, "dict=auto (trained"));
     assert_int_equal(test_stats(dev).dict_mem, before.dict_mem);
@@ -192,25 +155,14 @@ static void test_kept_dictionary_pending(void **unused)
 #define KILL_PAGES 512u
 #define KILL_ROUNDS 30u
 
-/* What the child is doing, in memory shared with the parent: per page the generation of its
- * last finished change and the one under way (NONE). */
+_Static_assert(KILL_PAGES <= STATE_TEST_LOG_PAGES, "the log follows every page");
+
+/* What the child is doing, in memory shared with the parent. */
 struct kill_log {
-    _Atomic uint32_t done[KILL_PAGES];
-    _Atomic uint32_t pending[KILL_PAGES];
-    _Atomic uint32_t next_gen;
-    _Atomic uint32_t adopted;
+    struct state_test_log pages;
     _Atomic uint32_t dict_changes;
     _Atomic uint32_t in_special; /* the child is in a recompression or writeback pass */
 };
-
-static void log_mark(struct kill_log *log, uint64_t first, unsigned count, uint32_t gen, bool end)
-{
-    for (unsigned i = 0; i < count; i++) {
-        if (end)
-            atomic_store(&log->done[first + i], gen);
-        atomic_store(&log->pending[first + i], end ? NONE : gen);
-    }
-}
 
 /* What the child does besides writes, discards and compaction: recompress with dictionaries
  * and change them, or write pages back to the backing store and read them in again. */
@@ -232,7 +184,7 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed, enum kill_mo
     struct uzram *dev;
     if (uzram_adopt(fd, &dev) != 0)
         _exit(2);
-    atomic_store(&log->adopted, 1);
+    atomic_store(&log->pages.adopted, 1);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, seed);
     unsigned char page[PAGE];
@@ -247,17 +199,17 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed, enum kill_mo
         unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
         if (first + count > KILL_PAGES)
             count = (unsigned)(KILL_PAGES - first);
-        uint32_t gen = atomic_fetch_add(&log->next_gen, 1);
+        uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
         int rc = 0;
         if (op < 60) {
-            log_mark(log, first, 1, gen, false);
-            page_of(first, gen, page);
+            state_test_log_mark(&log->pages, first, 1, gen, false);
+            state_test_page(first, gen, page);
             rc = uzram_write(dev, first * PAGE, page, PAGE);
-            log_mark(log, first, 1, gen, true);
+            state_test_log_mark(&log->pages, first, 1, gen, true);
         } else if (op < 70) {
-            log_mark(log, first, count, 0, false);
+            state_test_log_mark(&log->pages, first, count, 0, false);
             rc = uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE);
-            log_mark(log, first, count, 0, true);
+            state_test_log_mark(&log->pages, first, count, 0, true);
         } else if (op < 90 && mode == KILL_DICTIONARIES) {
             atomic_store(&log->in_special, 1);
             rc = uzram_recompress(dev, 0, 0, 32, 0, NULL);
@@ -285,20 +237,9 @@ static void kill_child(int fd, struct kill_log *log, uint64_t seed, enum kill_mo
 /* The parent after a kill: every page old or new, pages_stored exactly the pages stored. */
 static void kill_check(struct uzram *dev, struct kill_log *log)
 {
-    unsigned char got[PAGE], want[PAGE];
     uint64_t stored = 0;
     for (uint64_t i = 0; i < KILL_PAGES; i++) {
-        assert_int_equal(uzram_read(dev, i * PAGE, got, PAGE), 0);
-        uint32_t gen = atomic_load(&log->done[i]), pending = atomic_load(&log->pending[i]);
-        page_of(i, gen, want);
-        if (memcmp(got, want, PAGE) != 0) {
-            assert_true(pending != NONE);
-            page_of(i, pending, want);
-            assert_memory_equal(got, want, PAGE);
-            gen = pending;
-        }
-        atomic_store(&log->done[i], gen);
-        atomic_store(&log->pending[i], NONE);
+        state_test_settle(dev, &log->pages, i);
         uint64_t run;
         unsigned flags;
         assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
@@ -324,8 +265,7 @@ static void kill_drain(struct uzram *dev, int fd, struct kill_log *log)
     assert_false(dict_region_has_data(fd));
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, NULL, 4096), 0);
-    for (unsigned i = 0; i < KILL_PAGES; i++)
-        atomic_store(&log->done[i], 0);
+    state_test_log_zeros(&log->pages);
 }
 
 /* KILL_ROUNDS SIGKILLs of a child adopting the state in `fd` and working in `mode`; the
@@ -334,28 +274,14 @@ static void kill_drain(struct uzram *dev, int fd, struct kill_log *log)
 static unsigned kill_rounds(int fd, enum kill_mode mode, unsigned *during)
 {
     *during = 0;
-    struct kill_log *log =
-        mmap(NULL, sizeof *log, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(log != MAP_FAILED);
-    for (unsigned i = 0; i < KILL_PAGES; i++)
-        atomic_init(&log->pending[i], NONE);
-    atomic_init(&log->next_gen, 1);
+    struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, (uint64_t)time(NULL));
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
-        atomic_store(&log->adopted, 0);
-        pid_t child = fork();
-        assert_true(child >= 0);
+        pid_t child = state_test_fork(&log->pages);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng), mode);
-        while (!atomic_load(&log->adopted) && waitpid(child, NULL, WNOHANG) == 0)
-            sched_yield();
-        struct timespec pause = {0, (long)(1000 + datagen_rng_below(&rng, 12000)) * 1000};
-        nanosleep(&pause, NULL);
-        kill(child, SIGKILL);
-        int status;
-        assert_int_equal(waitpid(child, &status, 0), child);
-        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        state_test_kill(child, &log->pages, (long)(1000 + datagen_rng_below(&rng, 12000)));
         *during += atomic_exchange(&log->in_special, 0);
         struct uzram *dev;
         assert_int_equal(uzram_adopt(fd, &dev), 0);
@@ -372,8 +298,8 @@ static unsigned kill_rounds(int fd, enum kill_mode mode, unsigned *during)
 static void test_kept_dictionaries_survive_kills(void **unused)
 {
     (void)unused;
-    int fd = state_memfd();
-    struct uzram *dev = make_in(fd, KILL_PAGES);
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, KILL_PAGES);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     assert_int_equal(uzram_set_algorithm_params(dev, 1, 0, NULL, 4096), 0);
     uzram_destroy(dev);
@@ -404,17 +330,17 @@ static void test_kept_backing_round_trip(void **unused)
     const uint64_t pages = 1024;
     char folder[512], path[600], got[700];
     backing_path_make(folder, sizeof folder, path, sizeof path);
-    int fd = state_memfd();
-    struct uzram *dev = make_in(fd, pages);
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, pages);
     assert_int_equal(uzram_set_backing_dev(dev, path, 0), 0);
     uint32_t *gens = calloc(pages, sizeof *gens);
     for (uint64_t i = 0; i < pages; i++)
-        write_gen(dev, i, gens[i] = i % 7 == 0 ? 0 : 1 + (uint32_t)(i % 4));
+        state_test_write(dev, i, gens[i] = i % 7 == 0 ? 0 : 1 + (uint32_t)(i % 4));
     uint64_t written;
     assert_int_equal(uzram_writeback(dev, 0, 0, UINT64_MAX, &written), 0);
     assert_true(written > pages / 2);
     for (uint64_t i = 0; i < pages; i += 10) /* some back in memory, some new */
-        write_gen(dev, i, gens[i] = 9);
+        state_test_write(dev, i, gens[i] = 9);
     struct uzram_stats before = test_stats(dev);
     assert_true(before.bd_objects > 0 && before.bd_count > 0);
     uzram_destroy(dev);
@@ -423,7 +349,7 @@ static void test_kept_backing_round_trip(void **unused)
     assert_true(st.st_blocks > 0); /* the destroyed device left its pages on the store */
 
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.pages_stored, before.pages_stored);
     assert_int_equal(after.compr_data_size, before.compr_data_size);
@@ -438,12 +364,12 @@ static void test_kept_backing_round_trip(void **unused)
     free(absolute);
     /* Writes, writeback and discards go on; all discarded, the store holds nothing. */
     for (uint64_t i = 1; i < pages; i += 10)
-        write_gen(dev, i, gens[i] = 11);
+        state_test_write(dev, i, gens[i] = 11);
     assert_int_equal(uzram_writeback(dev, 0, 0, UINT64_MAX, NULL), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     uzram_destroy(dev);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     assert_int_equal(uzram_discard(dev, 0, pages * PAGE), 0);
     struct uzram_stats empty = test_stats(dev);
     assert_int_equal(empty.bd_objects, 0);
@@ -465,8 +391,8 @@ static void test_kept_backing_survives_kills(void **unused)
     (void)unused;
     char folder[512], path[600];
     backing_path_make(folder, sizeof folder, path, sizeof path);
-    int fd = state_memfd();
-    struct uzram *dev = make_in(fd, KILL_PAGES);
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, KILL_PAGES);
     assert_int_equal(uzram_set_backing_dev(dev, path, 0), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     uzram_destroy(dev);
@@ -499,7 +425,7 @@ static void *parallel_worker(void *arg)
         int rc = 0;
         if (w->id < 2) {
             uint32_t gen = 1 + (uint32_t)datagen_rng_below(&rng, 300);
-            page_of(index, gen, page);
+            state_test_page(index, gen, page);
             rc = uzram_write(w->dev, index * PAGE, page, PAGE);
             w->gens[index] = gen;
         } else if (w->id == 2) {
@@ -523,8 +449,8 @@ static void test_kept_concurrent(void **unused)
     (void)unused;
     char folder[512], path[600];
     backing_path_make(folder, sizeof folder, path, sizeof path);
-    int fd = state_memfd();
-    struct uzram *dev = make_in(fd, PARALLEL_PAGES);
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, PARALLEL_PAGES);
     assert_int_equal(uzram_set_backing_dev(dev, path, 0), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     static struct parallel workers[4];
@@ -545,7 +471,7 @@ static void test_kept_concurrent(void **unused)
     assert_int_equal(uzram_state_quiesce(dev), 0);
     uzram_destroy(dev);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    check_pages(dev, gens, PARALLEL_PAGES);
+    state_test_check(dev, gens, PARALLEL_PAGES);
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.pages_stored, before.pages_stored);
     assert_int_equal(after.bd_objects, before.bd_objects);
@@ -588,14 +514,14 @@ static void test_kept_fault_sweep(void **unused)
     uint64_t swept = 0;
     for (uint64_t nth = 1;; nth++) {
         unlink(path);
-        int fd = state_memfd();
-        struct uzram *dev = make_in(fd, 64);
+        int fd = state_test_memfd();
+        struct uzram *dev = state_test_device(fd, 64);
         fault_arm(nth);
         uint64_t hits = armed_hits(uzram_set_backing_dev(dev, path, 0));
         if (hits)
             assert_int_equal(uzram_set_backing_dev(dev, path, 0), 0);
         for (unsigned i = 0; i < 64; i++)
-            write_gen(dev, i, gens[i]);
+            state_test_write(dev, i, gens[i]);
         assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
         fault_arm(nth);
         uint64_t set_hits = armed_hits(uzram_set_algorithm_params(dev, 1, 0, dict, sizeof dict));
@@ -608,7 +534,7 @@ static void test_kept_fault_sweep(void **unused)
         uint64_t adopt_hits = armed_hits(uzram_adopt(fd, &dev));
         if (adopt_hits)
             assert_int_equal(uzram_adopt(fd, &dev), 0);
-        check_pages(dev, gens, 64);
+        state_test_check(dev, gens, 64);
         uzram_destroy(dev);
         close(fd);
         if (!hits && !set_hits && !adopt_hits)

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/pass.h"
+#include "cli/server_options.h"
 #include "control/control.h"
 #include "common/util.h"
 #include "uzram.h"
@@ -108,36 +109,18 @@ static int list_attributes(const struct control_target *target)
 
 int cmd_attr(int argc, char **argv)
 {
-    static const struct option long_options[] = {
-        {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *given_place = NULL;
-    int c;
-
-    optind = 1;
-    /* "+": stop at the first operand so VALUE may start with '-'. */
-    while ((c = getopt_long(argc, argv, "+u:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            given_place = optarg;
-            break;
-        case 'h':
-            attr_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram attr --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
+    /* options first, so that VALUE may start with '-' */
+    static const struct server_command command = {.name = "attr",
+                                                  .usage = attr_usage,
+                                                  .operands = "DEVICE [NAME [VALUE]]",
+                                                  .min_operands = 1,
+                                                  .max_operands = 3,
+                                                  .options_first = true};
+    struct server_choice choice;
+    int status = server_options(argc, argv, &command, &choice);
+    if (status >= 0)
+        return status;
     int operands = argc - optind;
-    if (operands < 1 || operands > 3) {
-        fputs("uzram attr: expected DEVICE [NAME [VALUE]]\n"
-              "Try 'uzram attr --help' for more information.\n",
-              stderr);
-        return 2;
-    }
     const char *device = argv[optind], *name = operands >= 2 ? argv[optind + 1] : NULL;
     const char *value = operands == 3 ? argv[optind + 2] : NULL;
     if ((name != NULL && strpbrk(name, " \n") != NULL) ||
@@ -148,7 +131,7 @@ int cmd_attr(int argc, char **argv)
 
     char message[2 * PATH_MAX + 256], request[PATH_MAX + 64], *body;
     struct control_target target;
-    int rc = control_locate(given_place, device, NULL, &target, message, sizeof message);
+    int rc = control_locate(choice.place, device, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

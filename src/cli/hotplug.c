@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/server_options.h"
 #include "control/control.h"
 #include "common/util.h"
 #include "server/options.h"
@@ -79,10 +80,7 @@ static void hot_add_usage(FILE *out)
     fputs("Usage: uzram hot-add [-S SERVER | -u PLACE] NAME [SIZE] [DEVICE OPTION]...\n"
           "Add device NAME of SIZE (default: the server's) to a running `uzram serve`, as\n"
           "zram's hot_add does: a new NBD export of that server, at once.\n"
-          "\n"
-          "  -S, --server SERVER     the server whose control socket is SERVER.ctl in the\n"
-          "                          runtime directory (needed when several "
-          "run)\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
+          "\n" SERVER_OPTION_USAGE CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
           "\n"
           "Device options (as uzram serve takes them; the server's own defaults apply to\n"
           "what is not given):\n",
@@ -105,38 +103,18 @@ static void hot_remove_usage(FILE *out)
 
 int cmd_hot_add(int argc, char **argv)
 {
-    static const struct option long_options[] = {
-        {"server", required_argument, NULL, 'S'},
-        {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *given_place = NULL, *server = NULL;
-    int c;
-    optind = 1;
-    /* "+": the device options after NAME are serve's, read by device_spec(). */
-    while ((c = getopt_long(argc, argv, "+S:u:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case 'S':
-            server = optarg;
-            break;
-        case 'u':
-            given_place = optarg;
-            break;
-        case 'h':
-            hot_add_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram hot-add --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
-    if (optind >= argc) {
-        fputs("uzram hot-add: expected NAME [SIZE] [DEVICE OPTION]...\n"
-              "Try 'uzram hot-add --help' for more information.\n",
-              stderr);
-        return 2;
-    }
+    /* options first: the device options after NAME are serve's, read by device_spec() */
+    static const struct server_command command = {.name = "hot-add",
+                                                  .usage = hot_add_usage,
+                                                  .operands = "NAME [SIZE] [DEVICE OPTION]...",
+                                                  .min_operands = 1,
+                                                  .max_operands = INT_MAX,
+                                                  .takes_server = true,
+                                                  .options_first = true};
+    struct server_choice choice;
+    int status = server_options(argc, argv, &command, &choice);
+    if (status >= 0)
+        return status;
     const char *name = argv[optind++];
     if (!util_valid_name(name)) {
         fprintf(stderr,
@@ -155,12 +133,12 @@ int cmd_hot_add(int argc, char **argv)
     /* The device options, as serve's getopt reads them: argv[0] stays the program. */
     char spec[1024];
     argv[optind - 1] = argv[0];
-    int status = device_spec(name, size, argc - optind + 1, argv + optind - 1, spec, sizeof spec);
+    status = device_spec(name, size, argc - optind + 1, argv + optind - 1, spec, sizeof spec);
     if (status != 0)
         return status;
 
     char ctl[PATH_MAX], request[1100], message[1024], *body;
-    if (control_choose_server(given_place, server, "hot-add", ctl, sizeof ctl) < 0)
+    if (control_choose_server(choice.place, choice.server, command.name, ctl, sizeof ctl) < 0)
         return 1;
     snprintf(request, sizeof request, "hot-add %s", spec);
     int rc = control_request(ctl, request, &body, message, sizeof message);
@@ -175,33 +153,15 @@ int cmd_hot_add(int argc, char **argv)
 
 int cmd_hot_remove(int argc, char **argv)
 {
-    static const struct option long_options[] = {
-        {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *given_place = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            given_place = optarg;
-            break;
-        case 'h':
-            hot_remove_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram hot-remove --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fputs("uzram hot-remove: expected NAME\n"
-              "Try 'uzram hot-remove --help' for more information.\n",
-              stderr);
-        return 2;
-    }
+    static const struct server_command command = {.name = "hot-remove",
+                                                  .usage = hot_remove_usage,
+                                                  .operands = "NAME",
+                                                  .min_operands = 1,
+                                                  .max_operands = 1};
+    struct server_choice choice;
+    int status = server_options(argc, argv, &command, &choice);
+    if (status >= 0)
+        return status;
     const char *name = argv[optind];
     if (!util_valid_name(name)) {
         fprintf(stderr, "uzram: '%s' is not a device name\n", name);
@@ -209,7 +169,7 @@ int cmd_hot_remove(int argc, char **argv)
     }
     char message[2 * PATH_MAX + 256], request[128], *body;
     struct control_target target;
-    int rc = control_locate(given_place, name, NULL, &target, message, sizeof message);
+    int rc = control_locate(choice.place, name, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

@@ -12,6 +12,7 @@
 #include "attach/attach.h"
 #include "cli/commands.h"
 #include "cli/node.h"
+#include "cli/server_options.h"
 #include "control/control.h"
 #include "common/progress.h"
 #include "common/util.h"
@@ -269,33 +270,16 @@ int attached_node(const char *device, char *node, size_t node_size, char *messag
 
 int cmd_detach(int argc, char **argv)
 {
-    static const struct option long_options[] = {
-        {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *place = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            place = optarg;
-            break;
-        case 'h':
-            detach_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram detach --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fputs("uzram detach: expected one DEVICE\n"
-              "Try 'uzram detach --help' for more information.\n",
-              stderr);
-        return 2;
-    }
+    static const struct server_command command = {.name = "detach",
+                                                  .usage = detach_usage,
+                                                  .operands = "one DEVICE",
+                                                  .min_operands = 1,
+                                                  .max_operands = 1};
+    struct server_choice choice;
+    int status = server_options(argc, argv, &command, &choice);
+    if (status >= 0)
+        return status;
+    const char *place = choice.place;
     const char *device = argv[optind];
     char message[2 * PATH_MAX + 512];
     int rc = detach_node(device, place, message, sizeof message);

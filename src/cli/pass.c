@@ -12,7 +12,7 @@
 #include "control/control.h"
 
 /* The slowest a pass is taken to go (zstd at its highest level on a slow machine), for the
- * request's deadline: a pass over the whole device has this long, and 30 s more. */
+ * request's deadline: a pass over the whole device has this long, and CONTROL_REPLY_MS more. */
 #define PASS_SLOWEST_PAGES_PER_SECOND 500u
 
 bool pass_attribute(const char *name)
@@ -31,7 +31,8 @@ struct pass {
     const struct control_target *target;
     const char *request;
     bool writeback;
-    uint64_t start; /* the counter of pages done, before the pass */
+    uint64_t start;              /* the counter of pages done, before the pass */
+    unsigned long long reply_ms; /* how long the pass's request waits for its reply */
     char **body;
     char *message;
     size_t message_size;
@@ -47,7 +48,8 @@ static uint64_t pages_done(const struct pass *pass, const char *body)
 static int ask(void *context)
 {
     struct pass *pass = context;
-    return control_ask(pass->target, pass->request, pass->body, pass->message, pass->message_size);
+    return control_ask_within(pass->target, pass->request, pass->reply_ms, pass->body,
+                              pass->message, pass->message_size);
 }
 
 static void tick(void *context, struct progress *progress)
@@ -78,15 +80,19 @@ int pass_run(const struct control_target *target, const char *device, const char
              const char *value, const char *request, char **body, char *message,
              size_t message_size)
 {
-    struct pass pass = {target,  request,     strcmp(name, "writeback") == 0, 0, body,
-                        message, message_size};
+    struct pass pass = {.target = target,
+                        .request = request,
+                        .writeback = strcmp(name, "writeback") == 0,
+                        .reply_ms = CONTROL_REPLY_MS,
+                        .body = body,
+                        .message = message,
+                        .message_size = message_size};
     char *stats, why[256];
     uint64_t total = 0;
     if (control_ask(target, "stats", &stats, why, sizeof why) == 0) {
         pass.start = pages_done(&pass, stats);
         total = pages_to_do(value, pass.writeback, stats);
-        control_reply_ms =
-            30000 + counter(stats, "disksize") / 4096 / PASS_SLOWEST_PAGES_PER_SECOND * 1000;
+        pass.reply_ms += counter(stats, "disksize") / 4096 / PASS_SLOWEST_PAGES_PER_SECOND * 1000;
         free(stats);
     }
     char what[160];

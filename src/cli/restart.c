@@ -13,6 +13,7 @@
 #include <fcntl.h>
 
 #include "cli/commands.h"
+#include "cli/server_options.h"
 #include "common/util.h"
 #include "control/control.h"
 #include "uzram.h"
@@ -33,10 +34,7 @@ static void restart_usage(FILE *out)
           "-persist, qemu's reconnect-delay), ublk devices recover, FUSE attachments end.\n"
           "Waits until the new program answers. `systemctl reload uzram@NAME` runs this.\n"
           "DEVICE names the server that serves it.\n"
-          "\n"
-          "  -S, --server SERVER     the server whose control socket is SERVER.ctl in the\n"
-          "                          runtime directory (needed when several "
-          "run)\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
+          "\n" SERVER_OPTION_USAGE CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
           out);
 }
 
@@ -53,46 +51,28 @@ static long server_number(const char *ctl, const char *key)
 
 int cmd_restart(int argc, char **argv)
 {
-    static const struct option long_options[] = {
-        {"server", required_argument, NULL, 'S'},
-        {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *given_place = NULL, *server = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "S:u:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case 'S':
-            server = optarg;
-            break;
-        case 'u':
-            given_place = optarg;
-            break;
-        case 'h':
-            restart_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram restart --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
-    if (argc - optind > 1 || (optind < argc && server != NULL)) {
-        fputs("uzram restart: expected one DEVICE, or -S SERVER\n"
-              "Try 'uzram restart --help' for more information.\n",
-              stderr);
-        return 2;
-    }
+    static const struct server_command command = {.name = "restart",
+                                                  .usage = restart_usage,
+                                                  .operands = "one DEVICE, or -S SERVER",
+                                                  .max_operands = 1,
+                                                  .takes_server = true};
+    struct server_choice choice;
+    int status = server_options(argc, argv, &command, &choice);
+    if (status >= 0)
+        return status;
+    if (optind < argc && choice.server != NULL)
+        return server_options_misused(&command);
     char ctl[PATH_MAX], message[2048], value[32], *body;
     struct control_target target;
     if (optind < argc) {
-        if (control_locate(given_place, argv[optind], NULL, &target, message, sizeof message) < 0) {
+        if (control_locate(choice.place, argv[optind], NULL, &target, message, sizeof message) <
+            0) {
             fprintf(stderr, "uzram: %s\n", message);
             return 1;
         }
         snprintf(ctl, sizeof ctl, "%s", target.ctl);
-    } else if (control_choose_server(given_place, server, "restart", ctl, sizeof ctl) < 0) {
+    } else if (control_choose_server(choice.place, choice.server, command.name, ctl, sizeof ctl) <
+               0) {
         return 1;
     }
     int rc = control_request(ctl, "restart", &body, message, sizeof message);

@@ -19,17 +19,17 @@
 #include "common/util.h"
 
 /* The client reads at most this much of a reply (the longest, `devices` of 256 devices, is
- * 17 KiB), within control_reply_ms. */
+ * 17 KiB), within its deadline (CONTROL_REPLY_MS, or a pass's). */
 #define CONTROL_REPLY_MAX (1u << 20)
-unsigned long long control_reply_ms = 30000;
 
 static int compare_strings(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int control_request(const char *path, const char *request, char **body, char *message,
-                    size_t message_size)
+/* control_request() that waits `reply_ms` for the whole reply. */
+static int request_within(const char *path, const char *request, unsigned long long reply_ms,
+                          char **body, char *message, size_t message_size)
 {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     char *reply = NULL;
@@ -64,8 +64,7 @@ int control_request(const char *path, const char *request, char **body, char *me
     /* A reply has a size and a time limit: a server (or whatever listens there) that sends
      * without end must not take this process's memory, nor keep it waiting. */
     if (rc == 0)
-        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + control_reply_ms, &reply,
-                              &length);
+        rc = util_read_to_end(fd, CONTROL_REPLY_MAX, util_now_ms() + reply_ms, &reply, &length);
     close(fd);
     if (rc == -EFBIG) {
         snprintf(message, message_size, "%s sent more than %u bytes: no uzram server reply", path,
@@ -109,11 +108,23 @@ int control_request(const char *path, const char *request, char **body, char *me
     return -EPROTO;
 }
 
+int control_request(const char *path, const char *request, char **body, char *message,
+                    size_t message_size)
+{
+    return request_within(path, request, CONTROL_REPLY_MS, body, message, message_size);
+}
+
 int control_ask(const struct control_target *target, const char *request, char **body,
                 char *message, size_t message_size)
 {
+    return control_ask_within(target, request, CONTROL_REPLY_MS, body, message, message_size);
+}
+
+int control_ask_within(const struct control_target *target, const char *request,
+                       unsigned long long reply_ms, char **body, char *message, size_t message_size)
+{
     if (target->device[0] == '\0')
-        return control_request(target->ctl, request, body, message, message_size);
+        return request_within(target->ctl, request, reply_ms, body, message, message_size);
     char line[CONTROL_REQUEST_MAX];
     int n = snprintf(line, sizeof line, "device %s %s", target->device, request);
     if (n < 0 || (size_t)n >= sizeof line) {
@@ -121,7 +132,7 @@ int control_ask(const struct control_target *target, const char *request, char *
         snprintf(message, message_size, "request too long");
         return -E2BIG;
     }
-    return control_request(target->ctl, line, body, message, message_size);
+    return request_within(target->ctl, line, reply_ms, body, message, message_size);
 }
 
 int control_devices(const char *ctl, char ***names, size_t *count, char *message,

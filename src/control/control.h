@@ -18,9 +18,9 @@
  * message too. */
 int control_request(const char *path, const char *request, char **body, char *message,
                     size_t message_size);
-/* How long control_request() waits for a whole reply, in milliseconds (30 s; a pass over a
- * device's pages waits longer, cli/pass.c). */
-extern unsigned long long control_reply_ms;
+/* How long control_request() waits for a whole reply, in milliseconds (a pass over a
+ * device's pages waits longer: control_ask_within(), cli/pass.c). */
+#define CONTROL_REPLY_MS 30000ull
 
 /* A device on a server: the server's control socket, and the device's name on it. */
 struct control_target {
@@ -46,6 +46,10 @@ int control_find(const char *device, const char *runtime_dir, bool also_sudo,
 /* control_request() about the target's device ("device NAME REQUEST"). */
 int control_ask(const struct control_target *target, const char *request, char **body,
                 char *message, size_t message_size);
+/* control_ask() that waits `reply_ms` milliseconds for the reply, not CONTROL_REPLY_MS. */
+int control_ask_within(const struct control_target *target, const char *request,
+                       unsigned long long reply_ms, char **body, char *message,
+                       size_t message_size);
 
 /* The devices of the server of `ctl`, the default first, as an array of `count` strings
  * (free with control_free_names()). Returns 0 or -errno with a message. */

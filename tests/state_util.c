@@ -1,0 +1,122 @@
+/* state_util.c - helpers shared by the tests of a device's state file (see state_util.h). */
+#include "state_util.h"
+
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+int state_test_memfd(void)
+{
+    int fd = memfd_create("uzram-test-state", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+struct uzram *state_test_device(int fd, uint64_t pages)
+{
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = pages * STATE_TEST_PAGE;
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    return dev;
+}
+
+void state_test_page(uint64_t index, uint32_t gen, unsigned char *page)
+{
+    if (gen == 0)
+        memset(page, 0, STATE_TEST_PAGE);
+    else
+        datagen_page(gen, state_test_kind(gen), index, page);
+}
+
+void state_test_write(struct uzram *dev, uint64_t index, uint32_t gen)
+{
+    unsigned char page[STATE_TEST_PAGE];
+    state_test_page(index, gen, page);
+    assert_int_equal(uzram_write(dev, index * STATE_TEST_PAGE, page, STATE_TEST_PAGE), 0);
+}
+
+void state_test_check(struct uzram *dev, const uint32_t *gens, uint64_t pages)
+{
+    unsigned char want[STATE_TEST_PAGE], got[STATE_TEST_PAGE];
+    for (uint64_t i = 0; i < pages; i++) {
+        state_test_page(i, gens[i], want);
+        assert_int_equal(uzram_read(dev, i * STATE_TEST_PAGE, got, STATE_TEST_PAGE), 0);
+        assert_memory_equal(got, want, STATE_TEST_PAGE);
+    }
+}
+
+void *state_test_log_new(size_t size)
+{
+    struct state_test_log *log =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(log != MAP_FAILED);
+    for (unsigned i = 0; i < STATE_TEST_LOG_PAGES; i++)
+        atomic_init(&log->pending[i], STATE_TEST_NONE);
+    atomic_init(&log->next_gen, 1);
+    return log;
+}
+
+void state_test_log_mark(struct state_test_log *log, uint64_t first, unsigned count, uint32_t gen,
+                         bool end)
+{
+    for (unsigned i = 0; i < count; i++) {
+        if (end)
+            atomic_store(&log->done[first + i], gen);
+        atomic_store(&log->pending[first + i], end ? STATE_TEST_NONE : gen);
+    }
+}
+
+void state_test_log_zeros(struct state_test_log *log)
+{
+    for (unsigned i = 0; i < STATE_TEST_LOG_PAGES; i++)
+        atomic_store(&log->done[i], 0);
+}
+
+pid_t state_test_fork(struct state_test_log *log)
+{
+    atomic_store(&log->adopted, 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    return child;
+}
+
+void state_test_kill(pid_t child, struct state_test_log *log, long pause_us)
+{
+    while (!atomic_load(&log->adopted) && waitpid(child, NULL, WNOHANG) == 0)
+        sched_yield();
+    struct timespec pause = {0, pause_us * 1000};
+    nanosleep(&pause, NULL);
+    kill(child, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+uint32_t state_test_settle(struct uzram *dev, struct state_test_log *log, uint64_t index)
+{
+    unsigned char got[STATE_TEST_PAGE], want[STATE_TEST_PAGE];
+    assert_int_equal(uzram_read(dev, index * STATE_TEST_PAGE, got, STATE_TEST_PAGE), 0);
+    uint32_t gen = atomic_load(&log->done[index]), pending = atomic_load(&log->pending[index]);
+    state_test_page(index, gen, want);
+    if (memcmp(got, want, STATE_TEST_PAGE) != 0) {
+        assert_true(pending != STATE_TEST_NONE);
+        state_test_page(index, pending, want);
+        assert_memory_equal(got, want, STATE_TEST_PAGE);
+        gen = pending;
+    }
+    /* the child's change is over, one way or the other */
+    atomic_store(&log->done[index], gen);
+    atomic_store(&log->pending[index], STATE_TEST_NONE);
+    return gen;
+}

@@ -1,0 +1,77 @@
+/* state_util.h - helpers shared by the tests of a device's state file (test_state.c,
+ * test_state_kept.c): the file, pages by generation written and read back, and the part of
+ * the SIGKILL harness both run. */
+#ifndef UZRAM_TEST_STATE_UTIL_H
+#define UZRAM_TEST_STATE_UTIL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "test_util.h"
+
+#define STATE_TEST_PAGE 4096u
+/* A generation not under way (a kill log's pending entry). */
+#define STATE_TEST_NONE UINT32_MAX
+
+/* The kind of page generation `gen` (not 0) holds. Each test that links state_util.o
+ * defines it: which kinds of page its devices store is the test's choice. */
+enum datagen_kind state_test_kind(uint32_t gen);
+
+/* An empty memfd for a state; aborts the test on failure. */
+int state_test_memfd(void);
+
+/* A device of `pages` pages made in the state file `fd`, defaults otherwise. */
+struct uzram *state_test_device(int fd, uint64_t pages);
+
+/* The contents of page `index` at generation `gen`: 0 is a page of zeros, the others
+ * datagen pages of state_test_kind(gen). */
+void state_test_page(uint64_t index, uint32_t gen, unsigned char *page);
+
+/* Write page `index` at generation `gen`. */
+void state_test_write(struct uzram *dev, uint64_t index, uint32_t gen);
+
+/* Pages 0 to `pages` - 1 read back as generations `gens`. */
+void state_test_check(struct uzram *dev, const uint32_t *gens, uint64_t pages);
+
+/* ---- a child SIGKILLed at a random moment ---- */
+
+/* The most pages a kill test follows. */
+#define STATE_TEST_LOG_PAGES 1024u
+
+/* What the child was doing, in memory it shares with the parent: per page the generation of
+ * its last finished change and the one under way (STATE_TEST_NONE). A test's own log starts
+ * with one and adds what else it counts. */
+struct state_test_log {
+    _Atomic uint32_t done[STATE_TEST_LOG_PAGES];
+    _Atomic uint32_t pending[STATE_TEST_LOG_PAGES];
+    _Atomic uint32_t next_gen; /* the generation of the next change */
+    _Atomic uint32_t adopted;  /* the child has taken the state over */
+};
+
+/* A log of `size` bytes (a struct that starts with a struct state_test_log, zeroed) shared
+ * with the children: every page zeros, none changing, the first change generation 1. Free it
+ * with munmap(log, size). */
+void *state_test_log_new(size_t size);
+
+/* Pages `first` to `first` + `count` - 1 begin (`end` false) or end a change to `gen`. */
+void state_test_log_mark(struct state_test_log *log, uint64_t first, unsigned count, uint32_t gen,
+                         bool end);
+
+/* Every page is zeros again (the parent discarded them all). */
+void state_test_log_zeros(struct state_test_log *log);
+
+/* A child for the next round: 0 in the child, its pid in the parent. */
+pid_t state_test_fork(struct state_test_log *log);
+
+/* Let `child` run until it has adopted the state (or died), `pause_us` microseconds more,
+ * then SIGKILL it and reap it, asserting that the kill is what ended it. */
+void state_test_kill(pid_t child, struct state_test_log *log, long pause_us);
+
+/* After a kill: page `index` reads as its last finished generation or, when a change was
+ * under way, as the one pending; the log settled to what it holds, which is returned. */
+uint32_t state_test_settle(struct uzram *dev, struct state_test_log *log, uint64_t index);
+
+#endif
