@@ -84,21 +84,29 @@ for part in lib src; do
     fi
 done
 
-for dir in build build/asan; do
-    echo "== unit and model tests: $dir"
-    ./scripts/run-tests.sh "$dir"
-    collect_unit "$dir" "unit tests in $dir"
-done
-
-# Only the binaries that have concurrent cases are built and run under TSan.
-echo "== ThreadSanitizer: concurrent tests"
-mapfile -t tsan_bins < <(./scripts/run-tests.sh --concurrent-binaries build/tsan)
-if make -s -j"$jobs" O=build/tsan SAN=thread CC=clang OPT=-O1 "${tsan_bins[@]}"; then
-    ./scripts/run-tests.sh build/tsan concurrent
-    collect_unit build/tsan "concurrent tests under TSan"
-else
-    failed=$((failed + 1)); failures+=("TSan build")
-fi
+# The unit tests (plain, ASan+UBSan, then the concurrent ones under TSan) run beside the
+# integration tests, which mostly wait on servers, clients and the kernel: one after the other
+# they left a CPU idle for minutes. Their lines come after the integration tests'. This lane,
+# the fault sweep and the fuzzers are CPU work that may wait: they run at a lower priority
+# than the VM and the integration tests, whose deadlines are in wall-clock time.
+unit_log=build/unit-lane.log
+rm -f build/tests/summary build/asan/tests/summary build/tsan/tests/summary build/tsan-build-failed
+(
+    renice -n 5 -p "$BASHPID" >/dev/null 2>&1
+    for dir in build build/asan; do
+        echo "== unit and model tests: $dir"
+        ./scripts/run-tests.sh "$dir"
+    done
+    # Only the binaries that have concurrent cases are built and run under TSan.
+    echo "== ThreadSanitizer: concurrent tests"
+    mapfile -t tsan_bins < <(./scripts/run-tests.sh --concurrent-binaries build/tsan)
+    if make -s -j"$jobs" O=build/tsan SAN=thread CC=clang OPT=-O1 "${tsan_bins[@]}"; then
+        ./scripts/run-tests.sh build/tsan concurrent
+    else
+        : >build/tsan-build-failed
+    fi
+) >"$unit_log" 2>&1 &
+unit_pid=$!
 
 # Fault injection sweeps every allocation and compression site; test_fault skips
 # all its cases in a build without it, which counts as SKIP here, never as PASS. Its build and
@@ -106,6 +114,7 @@ fi
 # comes after theirs.
 rm -f build/fault/tests/summary
 (
+    renice -n 10 -p "$BASHPID" >/dev/null 2>&1
     make -s fault >build/fault-check.log 2>&1 || exit 3
     ./scripts/run-tests.sh build/fault all test_fault >build/fault-run.log 2>&1
     exit 0
@@ -116,9 +125,9 @@ fault_pid=$!
 # integration tests, which mostly wait on servers, clients and the kernel (the CPU they leave
 # is what the fuzzers take); its result comes after theirs.
 fuzz_log=build/fuzz-check.log
-make -s fuzz-check FUZZ_CHECK_SECONDS=10 >"$fuzz_log" 2>&1 &
+nice -n 10 make -s fuzz-check FUZZ_CHECK_SECONDS=10 >"$fuzz_log" 2>&1 &
 fuzz_pid=$!
-trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; [[ -n ${fuzz_pid:-} ]] && kill "$fuzz_pid" 2>/dev/null; [[ -n ${fault_pid:-} ]] && kill "$fault_pid" 2>/dev/null' EXIT
+trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; [[ -n ${unit_pid:-} ]] && kill "$unit_pid" 2>/dev/null; [[ -n ${fuzz_pid:-} ]] && kill "$fuzz_pid" 2>/dev/null; [[ -n ${fault_pid:-} ]] && kill "$fault_pid" 2>/dev/null' EXIT
 
 # A script exits 77 to skip as a whole; a check inside it that cannot run prints
 # "SKIPPED CHECK: reason" (tests/integration/lib.bash, skip_check) and is listed below.
@@ -145,6 +154,24 @@ for test in tests/integration/*.sh; do
        tail -n 40 "$log" | sed 's/^/    /' ;;
     esac
 done
+
+wait "$unit_pid"
+unit_pid=
+cat "$unit_log"
+for dir in build build/asan; do
+    if [[ -s $dir/tests/summary ]]; then
+        collect_unit "$dir" "unit tests in $dir"
+    else
+        failed=$((failed + 1)); failures+=("unit tests in $dir (no summary: see $unit_log)")
+    fi
+done
+if [[ -f build/tsan-build-failed ]]; then
+    failed=$((failed + 1)); failures+=("TSan build")
+elif [[ -s build/tsan/tests/summary ]]; then
+    collect_unit build/tsan "concurrent tests under TSan"
+else
+    failed=$((failed + 1)); failures+=("concurrent tests under TSan (no summary: see $unit_log)")
+fi
 
 echo "== fault-check"
 wait "$fault_pid"
