@@ -144,6 +144,63 @@ static void test_growth(void **unused)
     dedup_destroy(dedup);
 }
 
+/* Bundling takes most entries out of the index, all over it: trim gives back each chunk none of
+ * whose ids is in use, not only those past the last one; new entries fill those holes first
+ * (ids stay dense), and a reserve made afterwards can still hand out every id. */
+#define HOLE_PAGES 20000u
+#define CHUNK_ENTRIES 1024u /* the smallest chunk, which a disk of HOLE_PAGES gets */
+static void test_trim_holes(void **unused)
+{
+    (void)unused;
+    reset_fake();
+    static uint32_t ids[MAX_KEYS];
+    const uint64_t kept[] = {0, 1, 10500, HOLE_PAGES - 1}; /* chunks 0, 10 and the last */
+    struct dedup *dedup;
+    assert_int_equal(dedup_create(HOLE_PAGES, &fake_ops, &dedup), 0);
+    uint64_t empty = dedup_meta_size(dedup);
+    bool made;
+    for (uint64_t key = 0; key < HOLE_PAGES; key++) {
+        ids[key] = take(dedup, key, &made);
+        assert_true(made);
+    }
+    for (uint64_t key = 0; key < HOLE_PAGES; key++)
+        if (key != kept[0] && key != kept[1] && key != kept[2] && key != kept[3])
+            dedup_put(dedup, ids[key]);
+    dedup_trim(dedup);
+    /* chunk 0 is always there: the two others alone stay */
+    assert_int_equal(dedup_meta_size(dedup), empty + 2 * CHUNK_ENTRIES * dedup_entry_size());
+    for (unsigned k = 0; k < 4; k++)
+        expect_key(dedup, ids[kept[k]], kept[k]);
+    /* new keys take the free ids of the chunks still there, then the holes, lowest first */
+    uint64_t next = HOLE_PAGES;
+    for (; next < 2 * HOLE_PAGES - 4; next++) {
+        ids[next] = take(dedup, next, &made);
+        assert_true(made);
+        assert_true(ids[next] < HOLE_PAGES);
+    }
+    for (uint64_t key = HOLE_PAGES; key < next; key++)
+        expect_key(dedup, ids[key], key);
+    for (unsigned k = 0; k < 4; k++)
+        expect_key(dedup, ids[kept[k]], kept[k]);
+    /* holes again, then a reserve: every id up to the capacity can still be had */
+    for (uint64_t key = HOLE_PAGES; key < next; key++)
+        if (key % CHUNK_ENTRIES != 7)
+            dedup_put(dedup, ids[key]);
+    dedup_trim(dedup);
+    uint64_t holed = dedup_meta_size(dedup);
+    dedup_prefault(dedup);
+    assert_true(dedup_meta_size(dedup) > holed);
+    uint64_t live = dedup_entries(dedup);
+    for (uint64_t key = next; live < HOLE_PAGES + 4096; key++, live++) {
+        assert_true(key < MAX_KEYS);
+        ids[key] = take(dedup, key, &made);
+        assert_int_not_equal(ids[key], UINT32_MAX);
+        assert_true(made);
+        expect_key(dedup, ids[key], key);
+    }
+    dedup_destroy(dedup);
+}
+
 /* Under a reserve the index is whole from the start: writes change none of its memory, and
  * trim gives none back. */
 static void test_reserve_fixed_size(void **unused)
@@ -335,6 +392,7 @@ int main(int argc, char **argv)
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_trim_holes),
         cmocka_unit_test(test_reserve_fixed_size),
         cmocka_unit_test(test_concurrent_growth),
         cmocka_unit_test(test_fault_every_allocation),
