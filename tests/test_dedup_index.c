@@ -387,6 +387,63 @@ static void test_fault_every_allocation(void **unused)
     assert_int_equal(write_site_count, 3);
 }
 
+/* The same while a hole is mapped again (test_trim_holes): a failed id leaves the index as it
+ * was, and every entry reads back. */
+#define HOLE_FAULT_PAGES (3 * CHUNK_ENTRIES)
+#define HOLE_FAULT_KEYS 64u /* the first maps the hole again */
+static bool hole_fault_run(uint64_t nth)
+{
+    static uint32_t ids[HOLE_FAULT_PAGES + HOLE_FAULT_KEYS];
+    reset_fake();
+    struct dedup *dedup;
+    assert_int_equal(dedup_create(HOLE_FAULT_PAGES, &fake_ops, &dedup), 0);
+    bool made;
+    uint64_t made_count = 0;
+    for (uint64_t key = 0; key < HOLE_FAULT_PAGES; key++) {
+        ids[key] = take(dedup, key, &made);
+        made_count += made;
+    }
+    for (uint64_t key = 0; key < HOLE_FAULT_PAGES; key++)
+        if (ids[key] / CHUNK_ENTRIES == 1) { /* chunk 1 empties: a hole */
+            dedup_put(dedup, ids[key]);
+            ids[key] = UINT32_MAX;
+        }
+    dedup_trim(dedup);
+    fault_arm_kinds(nth, FAULT_ALLOC);
+    for (uint64_t key = HOLE_FAULT_PAGES; key < HOLE_FAULT_PAGES + HOLE_FAULT_KEYS; key++) {
+        ids[key] = take(dedup, key, &made);
+        made_count += made;
+    }
+    fault_disarm();
+    bool hit = fault_hits() != 0;
+    unsigned missing = 0;
+    for (uint64_t key = 0; key < HOLE_FAULT_PAGES + HOLE_FAULT_KEYS; key++) {
+        if (ids[key] == UINT32_MAX) {
+            missing += key >= HOLE_FAULT_PAGES;
+            continue;
+        }
+        expect_key(dedup, ids[key], key);
+        dedup_put(dedup, ids[key]);
+    }
+    assert_true(missing <= 1);
+    assert_int_equal(dedup_entries(dedup), 0);
+    assert_int_equal(atomic_load(&frees_total), made_count);
+    dedup_destroy(dedup);
+    return hit;
+}
+
+static void test_fault_hole_fill(void **unused)
+{
+    (void)unused;
+    if (!fault_enabled())
+        skip();
+    uint64_t nth = 1;
+    while (hole_fault_run(nth))
+        nth++;
+    printf("%llu fault points swept while a hole was mapped again\n", (unsigned long long)nth - 1);
+    assert_true(nth > 2); /* the id, the hole's chunk */
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -396,6 +453,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reserve_fixed_size),
         cmocka_unit_test(test_concurrent_growth),
         cmocka_unit_test(test_fault_every_allocation),
+        cmocka_unit_test(test_fault_hole_fill),
     };
     return cmocka_run_group_tests_name("dedup_index", tests, NULL, NULL);
 }
