@@ -255,7 +255,7 @@ fi
 END=$(date +%s)
 
 # What was run, on which commit (GIT, at the start): the results section names them.
-COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SWEEP DICT_SWEEP LEVEL DICT_SIZE GROUP IMAGE KEEP_IMAGE; do
+COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SIDES SWEEP DICT_SWEEP LEVEL DICT_SIZE GROUP IMAGE KEEP_IMAGE; do
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/recompress.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 "$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" \
     "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" "$LOAD_START" "$GROUP" <<'EOF'

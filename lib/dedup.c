@@ -118,8 +118,10 @@ static inline bool state_moving(uint32_t state)
  *    A bucket costs 4 bytes for 1.5 to 3 entries.
  * Under a pool reserve (dedup_prefault) the index is made as large as the disk needs at once
  * and faulted in, and then neither grows nor gives back: a write never faults memory in.
- * dedup_trim (compaction, reset) gives back the chunks past the last id in use and shrinks
- * the bucket arrays of stripes that emptied.
+ * dedup_trim (compaction, reset) gives back every chunk none of whose ids is handed out (past
+ * the last id in use, and holes below it: bundling takes most entries out of the index, all
+ * over it) and shrinks the bucket arrays of stripes that emptied. A new id comes from the free
+ * list, else from a hole mapped again (ids stay dense), else from the high water mark.
  */
 #define STRIPE_BITS 8
 #define STRIPE_COUNT (1u << STRIPE_BITS)
@@ -153,6 +155,7 @@ struct dedup {
     uint32_t *chunk_used; /* ids handed out in each chunk */
     uint32_t free_head;   /* id + 1 of a free entry, linked through next */
     uint64_t high_water;  /* ids below this have been handed out */
+    uint64_t holes;       /* chunks below the last one in use that dedup_trim unmapped */
 
     _Atomic bool reserved; /* made full size and faulted in: no growth, no giveback */
     _Atomic uint64_t mem_bytes;
@@ -331,6 +334,8 @@ void dedup_destroy(struct dedup *dedup)
         index_free(dedup);
 }
 
+static int hole_fill(struct dedup *dedup);
+
 /* Make the index as large as the disk can need and its pages present (MADV_POPULATE_WRITE,
  * Linux 5.14; an older kernel faults them in as used), then stop it growing or giving back.
  * Writers may be running: each part changes under its own lock, and pages are made present
@@ -340,6 +345,8 @@ void dedup_prefault(struct dedup *dedup)
     /* set under id_lock, which dedup_trim() reads it under: no trim undoes this */
     pthread_mutex_lock(&dedup->id_lock);
     atomic_store(&dedup->reserved, true);
+    while (dedup->holes && hole_fill(dedup) == 0) /* their ids back on the free list */
+        ;
     for (size_t c = 0; c < dedup->chunk_count; c++)
         if (chunk_map(dedup, c) == 0)
             (void)madvise(atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed),
@@ -356,6 +363,54 @@ void dedup_prefault(struct dedup *dedup)
     }
 }
 
+/* Map the lowest hole again, its ids on the free list (the lowest first). id_lock held. */
+static int hole_fill(struct dedup *dedup)
+{
+    size_t c = 1;
+    while (c < dedup->chunk_count && atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed))
+        c++;
+    int rc = c < dedup->chunk_count ? chunk_map(dedup, c) : -ENOENT;
+    if (rc < 0)
+        return rc;
+    uint32_t first = (uint32_t)(c << dedup->chunk_shift);
+    for (uint32_t id = first + (1u << dedup->chunk_shift); id-- > first;) {
+        entry_at(dedup, id)->next = dedup->free_head;
+        dedup->free_head = id + 1;
+    }
+    dedup->holes--;
+    return 0;
+}
+
+/* Whether dedup_trim unmaps chunk `c` below the last chunk in use, `last`: none of its ids is
+ * handed out (the first chunk stays). id_lock held. */
+static bool chunk_idle(const struct dedup *dedup, size_t c, size_t last)
+{
+    return c > 0 && c < last && dedup->chunk_used[c] == 0 &&
+           atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed);
+}
+
+/* Unmap the idle chunks below the last one in use, their ids dropped from the free list.
+ * id_lock held. */
+static void holes_cut(struct dedup *dedup)
+{
+    if (dedup->high_water == 0)
+        return;
+    size_t last = (size_t)((dedup->high_water - 1) >> dedup->chunk_shift);
+    uint32_t *link = &dedup->free_head;
+    while (*link) {
+        struct dedup_entry *entry = entry_at(dedup, *link - 1);
+        if (chunk_idle(dedup, (size_t)((*link - 1) >> dedup->chunk_shift), last))
+            *link = entry->next;
+        else
+            link = &entry->next;
+    }
+    for (size_t c = 1; c < last; c++)
+        if (chunk_idle(dedup, c, last)) {
+            chunk_unmap(dedup, c);
+            dedup->holes++;
+        }
+}
+
 /* Drop ids at and past `keep` from the free list, and unmap their chunks. id_lock held. */
 static void ids_cut(struct dedup *dedup, uint64_t keep)
 {
@@ -367,8 +422,13 @@ static void ids_cut(struct dedup *dedup, uint64_t keep)
         else
             link = &entry->next;
     }
-    for (size_t c = (size_t)(keep >> dedup->chunk_shift); c < dedup->chunk_count; c++)
+    for (size_t c = (size_t)(keep >> dedup->chunk_shift); c < dedup->chunk_count; c++) {
+        if (c < (size_t)((dedup->high_water + (1u << dedup->chunk_shift) - 1) >>
+                         dedup->chunk_shift) &&
+            !atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed))
+            dedup->holes--; /* a hole below the old high water mark, now past the new one */
         chunk_unmap(dedup, c);
+    }
     dedup->high_water = keep;
 }
 
@@ -390,6 +450,7 @@ void dedup_trim(struct dedup *dedup)
     }
     if (keep < dedup->high_water)
         ids_cut(dedup, keep);
+    holes_cut(dedup);
     pthread_mutex_unlock(&dedup->id_lock);
     for (unsigned i = 0; i < STRIPE_COUNT; i++) {
         struct dedup_stripe *stripe = &dedup->stripes[i];
@@ -526,6 +587,8 @@ static uint32_t id_alloc(struct dedup *dedup)
 {
     uint32_t id = UINT32_MAX;
     pthread_mutex_lock(&dedup->id_lock);
+    if (!dedup->free_head && dedup->holes)
+        (void)hole_fill(dedup);
     if (dedup->free_head) {
         id = dedup->free_head - 1;
         dedup->free_head = entry_at(dedup, id)->next;

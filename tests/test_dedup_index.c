@@ -144,6 +144,63 @@ static void test_growth(void **unused)
     dedup_destroy(dedup);
 }
 
+/* Bundling takes most entries out of the index, all over it: trim gives back each chunk none of
+ * whose ids is in use, not only those past the last one; new entries fill those holes first
+ * (ids stay dense), and a reserve made afterwards can still hand out every id. */
+#define HOLE_PAGES 20000u
+#define CHUNK_ENTRIES 1024u /* the smallest chunk, which a disk of HOLE_PAGES gets */
+static void test_trim_holes(void **unused)
+{
+    (void)unused;
+    reset_fake();
+    static uint32_t ids[MAX_KEYS];
+    const uint64_t kept[] = {0, 1, 10500, HOLE_PAGES - 1}; /* chunks 0, 10 and the last */
+    struct dedup *dedup;
+    assert_int_equal(dedup_create(HOLE_PAGES, &fake_ops, &dedup), 0);
+    uint64_t empty = dedup_meta_size(dedup);
+    bool made;
+    for (uint64_t key = 0; key < HOLE_PAGES; key++) {
+        ids[key] = take(dedup, key, &made);
+        assert_true(made);
+    }
+    for (uint64_t key = 0; key < HOLE_PAGES; key++)
+        if (key != kept[0] && key != kept[1] && key != kept[2] && key != kept[3])
+            dedup_put(dedup, ids[key]);
+    dedup_trim(dedup);
+    /* chunk 0 is always there: the two others alone stay */
+    assert_int_equal(dedup_meta_size(dedup), empty + 2 * CHUNK_ENTRIES * dedup_entry_size());
+    for (unsigned k = 0; k < 4; k++)
+        expect_key(dedup, ids[kept[k]], kept[k]);
+    /* new keys take the free ids of the chunks still there, then the holes, lowest first */
+    uint64_t next = HOLE_PAGES;
+    for (; next < 2 * HOLE_PAGES - 4; next++) {
+        ids[next] = take(dedup, next, &made);
+        assert_true(made);
+        assert_true(ids[next] < HOLE_PAGES);
+    }
+    for (uint64_t key = HOLE_PAGES; key < next; key++)
+        expect_key(dedup, ids[key], key);
+    for (unsigned k = 0; k < 4; k++)
+        expect_key(dedup, ids[kept[k]], kept[k]);
+    /* holes again, then a reserve: every id up to the capacity can still be had */
+    for (uint64_t key = HOLE_PAGES; key < next; key++)
+        if (key % CHUNK_ENTRIES != 7)
+            dedup_put(dedup, ids[key]);
+    dedup_trim(dedup);
+    uint64_t holed = dedup_meta_size(dedup);
+    dedup_prefault(dedup);
+    assert_true(dedup_meta_size(dedup) > holed);
+    uint64_t live = dedup_entries(dedup);
+    for (uint64_t key = next; live < HOLE_PAGES + 4096; key++, live++) {
+        assert_true(key < MAX_KEYS);
+        ids[key] = take(dedup, key, &made);
+        assert_int_not_equal(ids[key], UINT32_MAX);
+        assert_true(made);
+        expect_key(dedup, ids[key], key);
+    }
+    dedup_destroy(dedup);
+}
+
 /* Under a reserve the index is whole from the start: writes change none of its memory, and
  * trim gives none back. */
 static void test_reserve_fixed_size(void **unused)
@@ -263,6 +320,16 @@ static void note_write_site(const char *site)
         write_sites[write_site_count++] = site;
 }
 
+/* The end of a fault run: at most one entry failed, every entry is gone, each object was freed
+ * once. */
+static void fault_run_end(struct dedup *dedup, unsigned missing, uint64_t made_count)
+{
+    assert_true(missing <= 1);
+    assert_int_equal(dedup_entries(dedup), 0);
+    assert_int_equal(atomic_load(&frees_total), made_count);
+    dedup_destroy(dedup);
+}
+
 static bool fault_run(uint64_t nth)
 {
     static uint32_t ids[FAULT_KEYS];
@@ -298,10 +365,7 @@ static bool fault_run(uint64_t nth)
         dedup_put(dedup, again);
         dedup_put(dedup, ids[key]);
     }
-    assert_true(missing <= 1);
-    assert_int_equal(dedup_entries(dedup), 0);
-    assert_int_equal(atomic_load(&frees_total), made_count);
-    dedup_destroy(dedup);
+    fault_run_end(dedup, missing, made_count);
     return hit;
 }
 
@@ -330,14 +394,69 @@ static void test_fault_every_allocation(void **unused)
     assert_int_equal(write_site_count, 3);
 }
 
+/* The same while a hole is mapped again (test_trim_holes): a failed id leaves the index as it
+ * was, and every entry reads back. */
+#define HOLE_FAULT_PAGES (3 * CHUNK_ENTRIES)
+#define HOLE_FAULT_KEYS 64u /* the first maps the hole again */
+static bool hole_fault_run(uint64_t nth)
+{
+    static uint32_t ids[HOLE_FAULT_PAGES + HOLE_FAULT_KEYS];
+    reset_fake();
+    struct dedup *dedup;
+    assert_int_equal(dedup_create(HOLE_FAULT_PAGES, &fake_ops, &dedup), 0);
+    bool made;
+    uint64_t made_count = 0;
+    for (uint64_t key = 0; key < HOLE_FAULT_PAGES; key++) {
+        ids[key] = take(dedup, key, &made);
+        made_count += made;
+    }
+    for (uint64_t key = 0; key < HOLE_FAULT_PAGES; key++)
+        if (ids[key] / CHUNK_ENTRIES == 1) { /* chunk 1 empties: a hole */
+            dedup_put(dedup, ids[key]);
+            ids[key] = UINT32_MAX;
+        }
+    dedup_trim(dedup);
+    fault_arm_kinds(nth, FAULT_ALLOC);
+    for (uint64_t key = HOLE_FAULT_PAGES; key < HOLE_FAULT_PAGES + HOLE_FAULT_KEYS; key++) {
+        ids[key] = take(dedup, key, &made);
+        made_count += made;
+    }
+    fault_disarm();
+    bool hit = fault_hits() != 0;
+    unsigned missing = 0;
+    for (uint64_t key = 0; key < HOLE_FAULT_PAGES + HOLE_FAULT_KEYS; key++)
+        if (ids[key] != UINT32_MAX) {
+            expect_key(dedup, ids[key], key);
+            dedup_put(dedup, ids[key]);
+        } else {
+            missing += key >= HOLE_FAULT_PAGES; /* chunk 1's old keys are gone on purpose */
+        }
+    fault_run_end(dedup, missing, made_count);
+    return hit;
+}
+
+static void test_fault_hole_fill(void **unused)
+{
+    (void)unused;
+    if (!fault_enabled())
+        skip();
+    uint64_t nth = 1;
+    while (hole_fault_run(nth))
+        nth++;
+    printf("%llu fault points swept while a hole was mapped again\n", (unsigned long long)nth - 1);
+    assert_true(nth > 2); /* the id, the hole's chunk */
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_trim_holes),
         cmocka_unit_test(test_reserve_fixed_size),
         cmocka_unit_test(test_concurrent_growth),
         cmocka_unit_test(test_fault_every_allocation),
+        cmocka_unit_test(test_fault_hole_fill),
     };
     return cmocka_run_group_tests_name("dedup_index", tests, NULL, NULL);
 }
