@@ -115,7 +115,11 @@ start_server() {
         [[ $previous == --unix || $previous == -u ]] && sock=$arg
         previous=$arg
     done
-    "$UZRAM" serve -n "$name" "$@" >"$WORK/server-$name.out" 2>"$WORK/server-$name.err" &
+    # SERVER_OWN_SESSION=1 (tests/vm/swap.sh): the server in a session of its own, so that a
+    # deadline's signal to the scenario's process group does not stop a server whose device is
+    # still swap; the scenario's cleanup turns swap off first, then stops it.
+    ${SERVER_OWN_SESSION:+setsid} "$UZRAM" serve -n "$name" "$@" >"$WORK/server-$name.out" \
+        2>"$WORK/server-$name.err" &
     pid=$!
     SERVER_PID[$name]=$pid
     for _ in $(seq 100); do
