@@ -276,7 +276,8 @@ static unsigned kill_rounds(int fd, enum kill_mode mode, unsigned *during)
     *during = 0;
     struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
-    datagen_rng_seed(&rng, (uint64_t)time(NULL));
+    datagen_rng_seed(&rng, test_random_seed(mode == KILL_DICTIONARIES ? "dictionaries_survive"
+                                                                      : "backing_survives"));
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
         pid_t child = state_test_fork(&log->pages);
         if (child == 0)
