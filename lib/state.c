@@ -200,11 +200,14 @@ void state_close(struct state_file *state, bool clean)
 
 /* A process killed while an entry's record is written must not leave it half made and
  * marked used: `used` is cleared first when an entry goes, set last when one comes. An entry
- * used in both never changes (every free is saved before its id can be made again). */
-static void save_codec(struct state_file *state, unsigned id, const struct codec_entry *entry)
+ * used in both never changes (every free is saved before its id can be made again). `made`:
+ * this pass writes the records of entries made since the last save, else of those freed. */
+static void save_codec(struct state_file *state, unsigned id, const struct codec_entry *entry,
+                       bool made)
 {
     struct state_codec *saved = &state->header->codecs[id];
-    if (saved->used && entry->used)
+    bool was_used = atomic_load_explicit(&saved->used, memory_order_relaxed) != 0;
+    if (entry->used != made || was_used == entry->used)
         return;
     bool had_dict = saved->dict_bytes != 0;
     struct state_codec next = {
@@ -218,23 +221,38 @@ static void save_codec(struct state_file *state, unsigned id, const struct codec
     };
     if (entry->used)
         strncpy(next.algorithm, comp_name(entry->config.algorithm), sizeof next.algorithm - 1);
-    saved->used = 0;
+    atomic_store_explicit(&saved->used, 0, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst); /* no field's store before that */
+    /* the other fields one by one (`used` is atomic: no struct copy over it) */
+    saved->level = next.level;
+    saved->priority = next.priority;
+    memcpy(saved->algorithm, next.algorithm, sizeof saved->algorithm);
+    saved->dict_auto = next.dict_auto;
+    saved->dict_size = next.dict_size;
+    saved->dict_bytes = next.dict_bytes;
+    saved->trainings = next.trainings;
+    saved->trained_pages = next.trained_pages;
     atomic_thread_fence(memory_order_seq_cst);
-    *saved = next;
-    atomic_thread_fence(memory_order_seq_cst);
-    saved->used = entry->used;
+    atomic_store_explicit(&saved->used, entry->used ? 1 : 0, memory_order_seq_cst);
     if (!entry->used && had_dict)
         state_forget_dict(state, id); /* after the header no longer names it */
 }
 
+/* In three passes, so that at every instant a setting names a record that says used: the
+ * entries made are saved first, then the settings (which may name them now), and only then
+ * the entries freed (which a setting may have named until the pass before). Saving a freed
+ * entry before the setting that named it moved on leaves, to a process killed in between, a
+ * setting naming an unused record: a state adoption refuses (-EINVAL). */
 void state_save_codecs(void *arg, const struct codec_table *codecs)
 {
     struct state_file *state = arg;
     for (unsigned id = 0; id < CODEC_TABLE_MAX; id++)
-        save_codec(state, id, &codecs->entries[id]);
+        save_codec(state, id, &codecs->entries[id], true);
     for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++)
-        state->header->setting[p] = atomic_load(&codecs->setting[p]);
-    atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&state->header->setting[p], atomic_load(&codecs->setting[p]),
+                              memory_order_seq_cst);
+    for (unsigned id = 0; id < CODEC_TABLE_MAX; id++)
+        save_codec(state, id, &codecs->entries[id], false);
 }
 
 void state_table_page_gone(struct state_file *state, uint64_t page)
@@ -270,7 +288,8 @@ void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint3
     intent->info = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
     intent->ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
     intent->value = slot->value;
-    atomic_store_explicit(&intent->slot, index + 1, memory_order_relaxed);
+    /* release: the old form's fields before the slot number that makes them a record */
+    atomic_store_explicit(&intent->slot, index + 1, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
     slot->value = value;
     atomic_store_explicit(&slot->ac_time, ac_time, memory_order_relaxed);

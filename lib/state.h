@@ -53,7 +53,7 @@ _Static_assert(sizeof(struct state_intent) == 32, "an intent record is 32 bytes"
 /* A codec entry by the algorithm's name: ids are this build's. Its dictionary's bytes
  * (dict_bytes of them; 0: none, or dict=auto not trained yet) are in the dictionary region. */
 struct state_codec {
-    uint32_t used;
+    _Atomic uint32_t used; /* cleared first, set last (state.c's save_codec) */
     int32_t level;
     uint32_t priority;
     char algorithm[20];
@@ -84,7 +84,7 @@ struct state_header {
     /* The codec table (codec_table.h): every entry ever used (adoption frees those no page
      * uses), and the id each priority's setting names (-1: none). */
     struct state_codec codecs[CODEC_TABLE_MAX];
-    int32_t setting[CODEC_TABLE_PRIORITY_MAX + 1];
+    _Atomic int32_t setting[CODEC_TABLE_PRIORITY_MAX + 1]; /* each names a used record */
     /* The backing store (state_backing.c): its size (0: none; written last), the flags it
      * was opened with (UZRAM_BACKING_*) and its absolute path. */
     _Atomic uint64_t backing_bytes;

@@ -19,8 +19,12 @@ static int restore_codecs(struct uzram *dev)
     const struct state_header *header = dev->state->header;
     for (unsigned id = 0; id < CODEC_TABLE_MAX; id++) {
         const struct state_codec *saved = &header->codecs[id];
-        if (!saved->used)
+        if (!saved->used) {
+            /* Bytes a killed process wrote for an entry it never saved as used, or left of
+             * one it had saved as freed: nothing names them, and nothing else would free. */
+            state_forget_dict(dev->state, id);
             continue;
+        }
         char name[sizeof saved->algorithm + 1] = {0};
         memcpy(name, saved->algorithm, sizeof saved->algorithm);
         int algorithm = comp_find(name);

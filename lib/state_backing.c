@@ -57,6 +57,7 @@ void state_backing_record(struct state_file *state, const struct backing *backin
 {
     struct state_header *header = state->header;
     atomic_store(&header->backing_bytes, 0);
+    atomic_thread_fence(memory_order_seq_cst); /* the other fields only after */
     header->backing_flags = flags;
     memset(header->backing_path, 0, sizeof header->backing_path);
     strncpy(header->backing_path, backing_path(backing), sizeof header->backing_path - 1);

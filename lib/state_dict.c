@@ -11,7 +11,10 @@
  *   form: no record that adoption could restore names a freed entry.
  * - The free is saved at once (under the table's lock: the record says unused, then the
  *   region is emptied); only then can the id be made again with other bytes. A process killed
- *   while it writes new bytes leaves a record that says unused: adoption ignores them.
+ *   while it writes new bytes, or between a free's record and its emptying, leaves a record
+ *   that says unused: adoption ignores its bytes and empties its region.
+ * - A setting names only a record that says used: state_save_codecs() saves the entries
+ *   made, then the settings, then the entries freed.
  */
 #include <errno.h>
 #include <fcntl.h>

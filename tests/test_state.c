@@ -388,7 +388,7 @@ static void test_state_survives_kills(void **unused)
     uzram_destroy(dev);
     struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
-    datagen_rng_seed(&rng, (uint64_t)time(NULL));
+    datagen_rng_seed(&rng, test_random_seed("state_survives_kills"));
     unsigned underway = 0, during[OP_COUNT] = {0};
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
         pid_t child = state_test_fork(&log->pages);

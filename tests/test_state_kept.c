@@ -150,6 +150,34 @@ static void test_kept_dictionary_pending(void **unused)
     close(fd);
 }
 
+/* Bytes in the dictionary region of an id whose record says unused: what a process killed
+ * after it wrote a dictionary's bytes but before it saved the entry as used leaves (or
+ * between a free's record and the region's emptying). Nothing names them: adoption empties
+ * the region, else nothing would and they would stay for the file's life. */
+static void test_kept_dictionary_orphan_emptied(void **unused)
+{
+    (void)unused;
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, 64);
+    state_test_write(dev, 0, 3);
+    uzram_destroy(dev);
+    struct state_header header;
+    assert_int_equal(pread(fd, &header, sizeof header, 0), (ssize_t)sizeof header);
+    const unsigned id = CODEC_TABLE_MAX - 1;
+    assert_int_equal(header.codecs[id].used, 0);
+    static unsigned char dict[PAGE];
+    raw_dict(96, dict);
+    off_t at = (off_t)(header.dict_offset + (uint64_t)id * STATE_DICT_BYTES);
+    assert_int_equal(pwrite(fd, dict, sizeof dict, at), (ssize_t)sizeof dict);
+    assert_true(dict_region_has_data(fd));
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    assert_false(dict_region_has_data(fd));
+    uint32_t gens[64] = {3};
+    state_test_check(dev, gens, 64);
+    uzram_destroy(dev);
+    close(fd);
+}
+
 /* ---- SIGKILL at random moments ------------------------------------------------ */
 
 #define KILL_PAGES 512u
@@ -248,6 +276,21 @@ static void kill_check(struct uzram *dev, struct kill_log *log)
     assert_int_equal(test_stats(dev).pages_stored, stored);
 }
 
+/* The file as the killed child left it: each setting names a record that says used (else
+ * adoption refuses the state with -EINVAL). */
+static void kill_settings_check(int fd)
+{
+    struct state_header header;
+    assert_int_equal(pread(fd, &header, sizeof header, 0), (ssize_t)sizeof header);
+    for (unsigned p = 0; p <= CODEC_TABLE_PRIORITY_MAX; p++) {
+        int id = header.setting[p];
+        if (id >= 0) {
+            assert_in_range(id, 0, CODEC_TABLE_MAX - 1);
+            assert_int_equal(header.codecs[id].used, 1);
+        }
+    }
+}
+
 /* Everything discarded and the dictionaries' setting dropped: no byte left, in memory, in
  * the file's dictionary region or on the backing store; then the setting back. */
 static void kill_drain(struct uzram *dev, int fd, struct kill_log *log)
@@ -276,13 +319,15 @@ static unsigned kill_rounds(int fd, enum kill_mode mode, unsigned *during)
     *during = 0;
     struct kill_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
-    datagen_rng_seed(&rng, (uint64_t)time(NULL));
+    datagen_rng_seed(&rng, test_random_seed(mode == KILL_DICTIONARIES ? "dictionaries_survive"
+                                                                      : "backing_survives"));
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
         pid_t child = state_test_fork(&log->pages);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng), mode);
         state_test_kill(child, &log->pages, (long)(1000 + datagen_rng_below(&rng, 12000)));
         *during += atomic_exchange(&log->in_special, 0);
+        kill_settings_check(fd);
         struct uzram *dev;
         assert_int_equal(uzram_adopt(fd, &dev), 0);
         kill_check(dev, log);
@@ -553,6 +598,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kept_dictionaries_round_trip),
         cmocka_unit_test(test_kept_dictionary_pending),
+        cmocka_unit_test(test_kept_dictionary_orphan_emptied),
         cmocka_unit_test(test_kept_dictionaries_survive_kills),
         cmocka_unit_test(test_kept_backing_round_trip),
         cmocka_unit_test(test_kept_backing_survives_kills),

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -52,4 +53,21 @@ int test_attach_backing(struct uzram *dev, int memory)
     int rc = uzram_set_backing_dev(dev, path, 0);
     unlink(path);
     return rc;
+}
+
+uint64_t test_random_seed(const char *what)
+{
+    const char *text = getenv("UZRAM_TEST_SEED");
+    uint64_t seed;
+    if (text && *text) {
+        seed = strtoull(text, NULL, 0);
+    } else {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        seed = ((uint64_t)now.tv_sec * 1000000007u) ^ (uint64_t)now.tv_nsec ^
+               ((uint64_t)getpid() << 32);
+    }
+    fprintf(stderr, "%s: seed %llu (UZRAM_TEST_SEED=%llu replays it)\n", what,
+            (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
 }

@@ -52,6 +52,11 @@ int test_make_folder(char *folder, size_t size, const char *name);
  * returned, or -errno of making the file. */
 int test_attach_backing(struct uzram *dev, int memory);
 
+/* The seed of a test's random choices: $UZRAM_TEST_SEED when set (a failure replayed),
+ * else one from the clock and the pid; printed on stderr with `what` either way, so that a
+ * failure's output names the seed that replays it. */
+uint64_t test_random_seed(const char *what);
+
 /* Statistics snapshot; aborts on failure. */
 static inline struct uzram_stats test_stats(struct uzram *dev)
 {
