@@ -482,7 +482,9 @@ UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
  * a write then never waits for the kernel to find a free page, as a swap device's server
  * must not (the kernel may be waiting for that very write to free one; `uzram serve --swap`
  * sets it). A write that finds the reserve empty waits up to 2 s for the thread, then fails
- * with -ENOMEM; at mem_limit it fails with -ENOSPC (or makes room with writeback_when_full)
+ * with -ENOMEM, and so does every write that finds it empty after, at once, until the thread
+ * has put memory in again (counted in reserve_empty); at mem_limit it fails with -ENOSPC (or
+ * makes room with writeback_when_full)
  * as without a reserve. The reserve is pool memory that no page uses yet: it stays within
  * mem_limit, is not counted in mem_used_total, and compaction keeps it. Returns 0, -EINVAL
  * (too large), or -errno when the thread cannot start. */
@@ -685,7 +687,11 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(bundle_saved_bytes, DEBUG, LEVEL,                                                            \
       "bytes the pages of the bundles took alone when packed, minus the bundles' bytes")           \
     X(dict_trainings, DEBUG, EVENTS, "dict=auto dictionaries trained (the first and retrainings)") \
-    X(recomp_passes, DEBUG, EVENTS, "passes over the page table the background recompressor ended")
+    X(recomp_passes, DEBUG, EVENTS,                                                                \
+      "passes over the page table the background recompressor ended")                              \
+    X(reserve_empty, DEBUG, EVENTS,                                                                \
+      "objects not stored as the memory reserve (serve --swap) had no pool memory ready "          \
+      "(writes among them failed: failed_writes)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */
