@@ -486,8 +486,10 @@ UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
  * has put memory in again (counted in reserve_empty); at mem_limit it fails with -ENOSPC (or
  * makes room with writeback_when_full)
  * as without a reserve. The reserve is pool memory that no page uses yet: it stays within
- * mem_limit, is not counted in mem_used_total, and compaction keeps it. Returns 0, -EINVAL
- * (too large), or -errno when the thread cannot start. */
+ * mem_limit, is not counted in mem_used_total, and compaction keeps it. Cached pool memory
+ * beyond `bytes` is given back at once: a device taken over from its state (uzram_adopt())
+ * starts with its predecessor's reserve and cache kept, and gives back what exceeds the
+ * reserve it sets. Returns 0, -EINVAL (too large), or -errno when the thread cannot start. */
 UZRAM_API int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes);
 
 /* A memory limit shared by several devices (what `uzram serve

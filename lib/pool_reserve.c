@@ -133,8 +133,10 @@ int pool_set_reserve(struct pool *pool, uint64_t bytes)
         pthread_cond_signal(&pool->reserve_wanted);
     }
     pthread_mutex_unlock(&pool->window_lock);
-    if (rc == 0 && bytes == 0)
-        pool_drain_cache(pool, POOL_SPAN_CACHE_BYTES);
+    /* What the cache holds beyond the new reserve goes back (beyond a span cache when there
+     * is none): e.g. the larger reserve a predecessor left in a state file (pool_adopt.c). */
+    if (rc == 0)
+        pool_drain_cache(pool, bytes == 0 ? POOL_SPAN_CACHE_BYTES : bytes);
     return rc;
 }
 

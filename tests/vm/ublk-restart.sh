@@ -15,10 +15,12 @@
 #          page verified), its state on a tmpfs mounted noswap; in the middle the server is
 #          SIGKILLed and started again (by locked_restart, which is locked in memory: this
 #          shell's own pages may be on the device), later `uzram restart`; every page verified,
-#          no OOM kill, swapoff reads everything back. serve refuses --persist with --swap
-#          for now (this part hung the guest in 2 of 7 runs, once before any kill: the server's
-#          own page fault throttled in direct reclaim), so it fails at its start; it stays to
-#          be run by name once that is fixed.
+#          no OOM kill, swapoff reads everything back. It hung the guest before: after the
+#          SIGKILL the successor filled its heap (serve --swap's 24 MiB memset) from free memory
+#          that memtouch had taken, and waited in reclaim for swap-out to its own device (sysrq-t:
+#          one single-threaded uzram, after memtouch's pid, RAX=RSI=0x5a, 1.7 MiB short). Now the
+#          state keeps 32 MiB for the successor besides the reserve (uzram(1), SWAP). Run by
+#          name (ublk-restart:swap), not among make vm-restart's default parts (minutes more).
 # planned: `uzram restart` under fio's verified random writes: no I/O error, every round verifies.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
