@@ -181,7 +181,13 @@ part_swap() {
     server_alive rs || fail "the server rs is gone after the planned restart"
     timeout 600 swapoff "$dev" || fail "swapoff $dev after the restarts"
     ! kernel_log_has "I/O error, dev ${dev#/dev/}" || fail "the kernel logged I/O errors on $dev"
-    pass "swap on $dev under pressure ($touch_mib MiB touched twice, $(($(swapped_out_mib) - start)) MiB swapped out): the server SIGKILLed at $((touch_mib / 4)) MiB and started again on its state, \`uzram restart\` at $((touch_mib / 2)) MiB; every page verified, swapoff read everything back"
+    # Swap-outs the server refused for want of memory (ENOMEM: "kernel resource error"; the
+    # kernel kept those pages), as the kernel logged them (rate-limited) and as the last
+    # server counted them since its start.
+    local refused empty
+    refused=$(dmesg | grep -c "kernel resource error, dev ${dev#/dev/}" || true)
+    empty=$("$UZRAM" attr rs debug_stat | sed -n 's/^reserve_empty: //p')
+    pass "swap on $dev under pressure ($touch_mib MiB touched twice, $(($(swapped_out_mib) - start)) MiB swapped out): the server SIGKILLed at $((touch_mib / 4)) MiB and started again on its state, \`uzram restart\` at $((touch_mib / 2)) MiB; every page verified, swapoff read everything back; $refused refused writes logged, reserve_empty $empty since the last start"
     "$UZRAM" detach rs
     stop_server rs
     # Now, not at exit: the state kept what swap stored (up to --mem-limit), and on a noswap
