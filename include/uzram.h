@@ -481,15 +481,13 @@ UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
  * ahead of need by a thread of the library, and make every new span of the pool from it:
  * a write then never waits for the kernel to find a free page, as a swap device's server
  * must not (the kernel may be waiting for that very write to free one; `uzram serve --swap`
- * sets it). A write that finds the reserve empty waits up to 2 s for the thread, then fails
- * with -ENOMEM, and so does every write that finds it empty after, at once, until the thread
- * has put memory in again (counted in reserve_empty); at mem_limit it fails with -ENOSPC (or
- * makes room with writeback_when_full)
- * as without a reserve. The reserve is pool memory that no page uses yet: it stays within
- * mem_limit, is not counted in mem_used_total, and compaction keeps it. Cached pool memory
- * beyond `bytes` is given back at once: a device taken over from its state (uzram_adopt())
- * starts with its predecessor's reserve and cache kept, and gives back what exceeds the
- * reserve it sets. Returns 0, -EINVAL (too large), or -errno when the thread cannot start. */
+ * sets it). A write that finds it empty waits up to 2 s for the thread, then fails with
+ * -ENOMEM, and so does every such write after at once until the thread has put memory in
+ * (reserve_empty counts them); at mem_limit -ENOSPC (or room made by writeback_when_full) as
+ * without a reserve. It is pool memory no page uses yet: within mem_limit, not in
+ * mem_used_total, kept by compaction. Cached pool memory beyond `bytes` is given back (an
+ * adopted device starts with its predecessor's reserve). Returns 0, -EINVAL (too large), or
+ * -errno when the thread cannot start. */
 UZRAM_API int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes);
 
 /* A memory limit shared by several devices (what `uzram serve
