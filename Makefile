@@ -349,7 +349,7 @@ soak: deps
 #               under fio (tests/vm/ublk-recovery.sh; not in make check: ~54 s a kill under TCG)
 # vm-restart:   issue 29's scenarios through `serve --persist` (tests/vm/ublk-restart.sh):
 #               ext4 + fio verify with VM_KILLS SIGKILLs and `uzram restart` under fio (swap with
-#               a restart: `ublk-restart:swap`, not yet in the default parts)
+#               a restart: `ublk-restart:swap`, by name: minutes more under TCG)
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
 .PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart

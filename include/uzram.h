@@ -481,11 +481,13 @@ UZRAM_API int uzram_reset_mem_used_max(struct uzram *dev);
  * ahead of need by a thread of the library, and make every new span of the pool from it:
  * a write then never waits for the kernel to find a free page, as a swap device's server
  * must not (the kernel may be waiting for that very write to free one; `uzram serve --swap`
- * sets it). A write that finds the reserve empty waits up to 2 s for the thread, then fails
- * with -ENOMEM; at mem_limit it fails with -ENOSPC (or makes room with writeback_when_full)
- * as without a reserve. The reserve is pool memory that no page uses yet: it stays within
- * mem_limit, is not counted in mem_used_total, and compaction keeps it. Returns 0, -EINVAL
- * (too large), or -errno when the thread cannot start. */
+ * sets it). A write that finds it empty waits up to 2 s for the thread, then fails with
+ * -ENOMEM, and so does every such write after at once until the thread has put memory in
+ * (reserve_empty counts them); at mem_limit -ENOSPC (or room made by writeback_when_full) as
+ * without a reserve. It is pool memory no page uses yet: within mem_limit, not in
+ * mem_used_total, kept by compaction. Cached pool memory beyond `bytes` is given back (an
+ * adopted device starts with its predecessor's reserve). Returns 0, -EINVAL (too large), or
+ * -errno when the thread cannot start. */
 UZRAM_API int uzram_set_mem_reserve(struct uzram *dev, uint64_t bytes);
 
 /* A memory limit shared by several devices (what `uzram serve
@@ -685,7 +687,11 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(bundle_saved_bytes, DEBUG, LEVEL,                                                            \
       "bytes the pages of the bundles took alone when packed, minus the bundles' bytes")           \
     X(dict_trainings, DEBUG, EVENTS, "dict=auto dictionaries trained (the first and retrainings)") \
-    X(recomp_passes, DEBUG, EVENTS, "passes over the page table the background recompressor ended")
+    X(recomp_passes, DEBUG, EVENTS,                                                                \
+      "passes over the page table the background recompressor ended")                              \
+    X(reserve_empty, DEBUG, EVENTS,                                                                \
+      "objects not stored as the memory reserve (serve --swap) had no pool memory ready "          \
+      "(writes among them failed: failed_writes)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

@@ -256,6 +256,7 @@ int uzram_reset(struct uzram *dev)
         dedup_trim(device_dedup(dev));
     writeback_reset(dev);
     pool_reset_mem_used_max(dev->pool);
+    pool_reserve_reset_counts(dev->pool);
     pthread_mutex_unlock(&dev->settings_lock);
     writeback_resume(dev);
     recompressor_resume(dev);

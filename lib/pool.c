@@ -210,7 +210,10 @@ static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve
 /* With a reserve, wait (up to POOL_RESERVE_WAIT_MS, window_lock held) for the refiller to
  * cache a window of `pages` pages: its index in the cache in *pick, or -ENOSPC when the pool
  * is at its limit (no window will come; the store may write back to make room, as without a
- * reserve), -ENOMEM when none came in time. */
+ * reserve), -ENOMEM when none came in time, or at once while the reserve is dry (a wait timed
+ * out and the refiller has cached nothing since: it is stuck faulting memory in, and a swap
+ * device's request must not wait for it one by one, stalling the kernel's swap-out for
+ * POOL_RESERVE_WAIT_MS each; zram's writes fail at once when zsmalloc finds no page). */
 static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
 {
     struct timespec deadline;
@@ -221,17 +224,32 @@ static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
     uint64_t limit = atomic_load(&pool->limit), cached = atomic_load(&pool->cache_bytes);
     if (limit != 0 && atomic_load(&pool->mem_used) + cached + WINDOW_BYTES > limit)
         return -ENOSPC;
-    while ((*pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running) {
+    bool timed_out = false;
+    while ((*pick = pick_cached(pool, pages, true)) < 0 && pool->refiller_running &&
+           !pool->reserve_dry) {
         if (pool->reserve_need < pages)
             pool->reserve_need = pages;
         pthread_cond_signal(&pool->reserve_wanted);
         if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
             *pick = pick_cached(pool, pages, true);
+            timed_out = *pick < 0;
             break;
         }
     }
-    pool->reserve_need = 0; /* another waiter sets it again when it wakes */
-    return *pick < 0 ? -ENOMEM : 0;
+    if (timed_out) {
+        pool->reserve_dry = true;
+        atomic_fetch_add_explicit(&pool->reserve_timeouts, 1, memory_order_relaxed);
+    }
+    if (*pick >= 0) {
+        pool->reserve_need = 0; /* another waiter sets it again when it wakes */
+        return 0;
+    }
+    /* Failed: the refiller, once back, still tops a window up to the size wanted. */
+    if (pool->reserve_need < pages)
+        pool->reserve_need = pages;
+    pthread_cond_signal(&pool->reserve_wanted);
+    atomic_fetch_add_explicit(&pool->reserve_empty, 1, memory_order_relaxed);
+    return -ENOMEM;
 }
 
 /* A window for a span of `pages` pages: a cached one first (its resident pages in

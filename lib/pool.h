@@ -47,7 +47,8 @@ void pool_set_file(struct pool *pool, int fd, uint64_t offset, _Atomic uint32_t 
 /* Adoption of a pool left in a state file (pool_adopt.c): each live object named once, by
  * handle, owner and size (-EINVAL: the directory knows no such object, or it was named
  * already; -ENOMEM), then pool_adopt_finish() makes the spans' free lists, the accounting and the
- * free windows, and punches every window with no live object out of the file. */
+ * free windows, keeps the whole windows with no live object in the span cache (a reserve the
+ * last owner left) and punches every other page with no live object out of the file. */
 int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size);
 int pool_adopt_finish(struct pool *pool);
 

@@ -1,8 +1,10 @@
 /* pool_adopt.c - a pool in a state file (pool.h): set up, and adopted by another process from
  * what the file holds: the span directory and the live objects the page table names. The
  * spans' private halves (free lists, fullness lists) and the pool's accounting are made
- * again from those; whatever else the file holds (spans emptied or made but never used when
- * the last owner died, cached windows) is punched out. */
+ * again from those. A window with no live span whose pages are all in the file (the last
+ * owner's span cache and reserve, kept ahead of need) goes to the span cache as it is, so that
+ * a successor does not fault that memory in again; whatever else the file holds (parts of
+ * windows, spans emptied or made but never used) is punched out. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -104,8 +106,29 @@ static bool window_live(struct pool *pool, uint64_t window, unsigned *pages)
     return span != NULL;
 }
 
-/* Punch out of the file every page of one extent of data of the pool that no adopted span
- * uses. */
+/* Whether window `window` (no live span), all its pages data of the file, can be kept in the
+ * span cache: room in it (as much as a reserve at its largest and a span cache can hold), and
+ * its chunk mapped. */
+static bool keep_window(struct pool *pool, uint64_t window)
+{
+    uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
+    if (pool->cache_count >= CACHE_ENTRIES ||
+        cached + WINDOW_BYTES > POOL_SPAN_CACHE_BYTES + POOL_RESERVE_MAX)
+        return false;
+    int rc = 0;
+    pthread_mutex_lock(&pool->window_lock);
+    while (rc == 0 && pool->chunk_count <= window >> WINDOWS_PER_CHUNK_SHIFT)
+        rc = pool_map_chunk(pool);
+    if (rc == 0) {
+        pool->cache[pool->cache_count++] = (struct cached_window){(uint32_t)window, MAX_SPAN_PAGES};
+        atomic_store_explicit(&pool->cache_bytes, cached + WINDOW_BYTES, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pool->window_lock);
+    return rc == 0;
+}
+
+/* In one extent of data of the pool: keep the whole windows no adopted span uses (the cache,
+ * in increasing window order), punch out every other page no adopted span uses. */
 static int punch_unused(void *arg, uint64_t from, uint64_t to)
 {
     struct pool *pool = arg;
@@ -117,6 +140,8 @@ static int punch_unused(void *arg, uint64_t from, uint64_t to)
         /* what the extent holds of the window past its span's pages (all of it: no span) */
         uint64_t unused = pool->file_offset + window * WINDOW_BYTES + (uint64_t)pages * PAGE_BYTES;
         uint64_t end = pool->file_offset + (window + 1) * WINDOW_BYTES;
+        if (pages == 0 && unused >= from && end <= to && keep_window(pool, window))
+            continue;
         unused = unused > from ? unused : from;
         end = end < to ? end : to;
         if (unused < end)
@@ -169,19 +194,27 @@ int pool_adopt_finish(struct pool *pool)
                 unused = (uint64_t)c * WINDOWS_PER_CHUNK + w + 1;
             }
         }
-    pool->next_unused_window = (uint32_t)unused;
-    for (uint64_t window = unused; window-- > 0;) {
-        unsigned pages;
-        if (!window_live(pool, window, &pages))
-            pool->free_windows[pool->free_window_count++] = (uint32_t)window;
-    }
     atomic_store_explicit(&pool->mem_used_max, atomic_load(&pool->mem_used), memory_order_relaxed);
-    /* The directory forgets the spans not adopted, then their memory goes. */
+    /* The directory forgets the spans not adopted, then their memory goes, but for whole
+     * windows, which the span cache keeps. */
     int rc =
         file_each_data(pool->file_fd, pool->dir_offset,
                        pool->dir_offset + POOL_WINDOWS * sizeof(uint32_t), forget_unused, pool);
     if (rc == 0)
         rc = file_each_data(pool->file_fd, pool->file_offset, pool->file_offset + POOL_FILE_BYTES,
                             punch_unused, pool);
+    /* Windows never used start past the last live or cached one; the others below are free
+     * (the cache went in in increasing window order). */
+    if (pool->cache_count > 0 && pool->cache[pool->cache_count - 1].window + 1 > unused)
+        unused = pool->cache[pool->cache_count - 1].window + 1;
+    pool->next_unused_window = (uint32_t)unused;
+    size_t cached = pool->cache_count;
+    for (uint64_t window = unused; window-- > 0;) {
+        unsigned pages;
+        if (cached > 0 && pool->cache[cached - 1].window == window)
+            cached--;
+        else if (!window_live(pool, window, &pages))
+            pool->free_windows[pool->free_window_count++] = (uint32_t)window;
+    }
     return rc;
 }

@@ -85,6 +85,14 @@ struct pool {
     pthread_cond_t reserve_wanted, reserve_filled;
     pthread_t refiller;
     bool refiller_running, refiller_stop;
+    /* Set when a span's wait for the reserve timed out, cleared when the refiller caches a
+     * window again: meanwhile a span that finds no window fails at once (the refiller is
+     * itself waiting for memory, most likely on the very swap-out this pool is to take). */
+    bool reserve_dry;
+    bool refiller_paused; /* test builds: pool_reserve_pause() */
+    /* Spans that failed for want of a reserve window (reserve_empty), and waits that timed
+     * out (one per dry spell). */
+    _Atomic uint64_t reserve_empty, reserve_timeouts;
 
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
@@ -173,7 +181,7 @@ void pool_give_pages_back(struct pool *pool, uint32_t window, unsigned first, un
 /* The first byte of a window. */
 unsigned char *pool_window_base(struct pool *pool, uint32_t window);
 /* A span that finds the reserve short waits this long for the refiller (pool_reserve.c),
- * then fails. */
+ * then fails, and so do the next ones at once until the refiller caches a window. */
 #define POOL_RESERVE_WAIT_MS 2000u
 
 #endif

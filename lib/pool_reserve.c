@@ -70,6 +70,7 @@ static bool top_up_window(struct pool *pool)
     pthread_mutex_lock(&pool->window_lock);
     pool->cache[pool->cache_count++] = (struct cached_window){taken.window, MAX_SPAN_PAGES};
     atomic_fetch_add_explicit(&pool->cache_bytes, WINDOW_BYTES, memory_order_relaxed);
+    pool->reserve_dry = false;
     pthread_cond_broadcast(&pool->reserve_filled);
     return true;
 }
@@ -84,9 +85,9 @@ static void *pool_refiller_main(void *arg)
     while (!pool->refiller_stop) {
         uint32_t window = 0;
         int rc = -ENOSPC;
-        if (top_up_window(pool))
+        if (!pool->refiller_paused && top_up_window(pool))
             continue;
-        if (reserve_short(pool)) {
+        if (!pool->refiller_paused && reserve_short(pool)) {
             rc = 0;
             if (pool->free_window_count > 0)
                 window = pool->free_windows[--pool->free_window_count];
@@ -108,6 +109,7 @@ static void *pool_refiller_main(void *arg)
         pthread_mutex_lock(&pool->window_lock);
         pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
         atomic_fetch_add_explicit(&pool->cache_bytes, bytes, memory_order_relaxed);
+        pool->reserve_dry = false;
         pthread_cond_broadcast(&pool->reserve_filled);
     }
     pthread_mutex_unlock(&pool->window_lock);
@@ -127,11 +129,14 @@ int pool_set_reserve(struct pool *pool, uint64_t bytes)
     }
     if (rc == 0) {
         atomic_store(&pool->reserve_target, bytes);
+        pool->reserve_dry = false; /* a new reserve gets its wait */
         pthread_cond_signal(&pool->reserve_wanted);
     }
     pthread_mutex_unlock(&pool->window_lock);
-    if (rc == 0 && bytes == 0)
-        pool_drain_cache(pool, POOL_SPAN_CACHE_BYTES);
+    /* What the cache holds beyond the new reserve goes back (beyond a span cache when there
+     * is none): e.g. the larger reserve a predecessor left in a state file (pool_adopt.c). */
+    if (rc == 0)
+        pool_drain_cache(pool, bytes == 0 ? POOL_SPAN_CACHE_BYTES : bytes);
     return rc;
 }
 
@@ -139,3 +144,28 @@ bool pool_reserve_on(struct pool *pool)
 {
     return atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) != 0;
 }
+
+void pool_reserve_counts(struct pool *pool, struct pool_reserve_counts *out)
+{
+    pthread_mutex_lock(&pool->window_lock);
+    out->dry = pool->reserve_dry;
+    pthread_mutex_unlock(&pool->window_lock);
+    out->empty = atomic_load_explicit(&pool->reserve_empty, memory_order_relaxed);
+    out->timeouts = atomic_load_explicit(&pool->reserve_timeouts, memory_order_relaxed);
+}
+
+void pool_reserve_reset_counts(struct pool *pool)
+{
+    atomic_store_explicit(&pool->reserve_empty, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool->reserve_timeouts, 0, memory_order_relaxed);
+}
+
+#ifdef UZRAM_TEST_HOOKS
+void pool_reserve_pause(struct pool *pool, bool paused)
+{
+    pthread_mutex_lock(&pool->window_lock);
+    pool->refiller_paused = paused;
+    pthread_cond_signal(&pool->reserve_wanted);
+    pthread_mutex_unlock(&pool->window_lock);
+}
+#endif

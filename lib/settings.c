@@ -152,6 +152,8 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
     struct backing *backing = device_backing(dev);
     struct writeback_settings writeback;
     writeback_settings(dev, &writeback);
+    struct pool_reserve_counts reserve;
+    pool_reserve_counts(dev->pool, &reserve);
     const struct uzram_stats all = {
         .orig_data_size = pages * UZRAM_PAGE_SIZE,
         .compr_data_size = counter_get(&dev->compr_data_size),
@@ -195,6 +197,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .bundle_saved_bytes = counter_get(&dev->bundle_saved_bytes),
         .dict_trainings = counter_get(&dev->dict_trainings),
         .recomp_passes = counter_get(&dev->recomp_passes),
+        .reserve_empty = reserve.empty,
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

@@ -784,6 +784,60 @@ static void test_reserve_concurrent(void **state)
     pool_destroy(pool); /* stops the reserve's thread */
 }
 
+/* The reserve runs dry (serve --swap under memory exhaustion: its thread is stuck faulting
+ * memory in): the first span that finds no window waits for the thread and fails; the next
+ * ones fail at once, without a wait of their own (one timeout for the whole dry spell), each
+ * counted; once the thread caches a window again, spans are made from it. */
+static void test_reserve_dry(void **state)
+{
+    (void)state;
+    enum { MOST = 100000, AFTER = 5 };
+    struct pool *pool = new_pool();
+    assert_int_equal(pool_set_reserve(pool, 1 << 20), 0);
+    assert_true(cache_reaches(pool, 1 << 20));
+    pool_reserve_pause(pool, true); /* as if stuck in reclaim */
+    uint64_t *handles = calloc(MOST, sizeof *handles);
+    assert_non_null(handles);
+    unsigned stored = 0;
+    int rc = 0;
+    while (rc == 0 && stored < MOST) {
+        rc = pool_alloc(pool, 3000, stored + 1, &handles[stored]);
+        if (rc == 0)
+            stored++;
+    }
+    assert_int_equal(rc, -ENOMEM);
+    assert_true(stored > 0 && stored < MOST);
+    struct pool_reserve_counts counts;
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.timeouts, 1);
+    assert_int_equal(counts.empty, 1);
+
+    uint64_t handle;
+    for (unsigned i = 0; i < AFTER; i++)
+        assert_int_equal(pool_alloc(pool, 3000, MOST + 1, &handle), -ENOMEM);
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.timeouts, 1); /* none of them waited it out again */
+    assert_int_equal(counts.empty, 1 + AFTER);
+    assert_true(counts.dry);
+
+    pool_reserve_pause(pool, false);
+    for (double end = seconds_now() + 10; counts.dry && seconds_now() < end; usleep(1000))
+        pool_reserve_counts(pool, &counts);
+    assert_false(counts.dry);
+    assert_int_equal(pool_alloc(pool, 3000, MOST + 1, &handle), 0);
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.timeouts, 1);
+    assert_int_equal(counts.empty, 1 + AFTER);
+    pool_free(pool, handle);
+    for (unsigned i = 0; i < stored; i++)
+        pool_free(pool, handles[i]);
+    pool_reserve_reset_counts(pool);
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.empty + counts.timeouts, 0);
+    free(handles);
+    pool_destroy(pool);
+}
+
 static void test_concurrent_threads(void **state)
 {
     (void)state;
@@ -830,6 +884,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_locked_memory_goes_back),
         cmocka_unit_test(test_concurrent_threads),
         cmocka_unit_test(test_reserve_concurrent),
+        cmocka_unit_test(test_reserve_dry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

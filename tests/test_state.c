@@ -296,6 +296,60 @@ static void test_state_sparse_reads(void **unused)
     close(fd);
 }
 
+/* ---- a reserve left to the successor -------------------------------------------- */
+
+/* Bytes of the state file in memory, once they no longer grow (the reserve's thread fills
+ * its windows in the background). */
+static uint64_t settled_bytes(int fd)
+{
+    uint64_t last = 0, now = file_blocks(fd) * 512;
+    for (int i = 0; i < 1000 && now != last; i++) {
+        usleep(20 * 1000);
+        last = now;
+        now = file_blocks(fd) * 512;
+    }
+    return now;
+}
+
+/* The pool reserve (serve --swap) is in the state file: its whole windows outlive the owner
+ * and its successor keeps them (a server that crashed under memory pressure leaves them to the
+ * next, which must not fault that memory in again), then gives back what lies beyond the
+ * reserve it sets itself, for its own start (serve's SUCCESSOR_MEMORY). */
+static void test_state_reserve_kept(void **unused)
+{
+    (void)unused;
+    const uint64_t pages = 1024;
+    int fd = state_memfd();
+    struct uzram_config config = config_of(pages * PAGE);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    uint32_t *gens = calloc(pages, sizeof *gens);
+    for (uint64_t i = 0; i < pages; i += 3)
+        write_gen(dev, i, gens[i] = (uint32_t)i + 1);
+    uint64_t stored = settled_bytes(fd);
+    assert_int_equal(uzram_set_mem_reserve(dev, 8 * MIB), 0);
+    uint64_t with_reserve = settled_bytes(fd);
+    assert_true(with_reserve >= stored + 8 * MIB);
+    uzram_destroy(dev); /* as a crash leaves it: nothing given back */
+    assert_int_equal(file_blocks(fd) * 512, with_reserve);
+
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    assert_true(file_blocks(fd) * 512 + MIB > with_reserve); /* the reserve's windows kept */
+    check_pages(dev, gens, pages);
+    assert_int_equal(uzram_set_mem_reserve(dev, 2 * MIB), 0);
+    uint64_t given_back = settled_bytes(fd);
+    assert_true(given_back + 5 * MIB < with_reserve); /* beyond 2 MiB: back to the system */
+    assert_true(given_back >= stored + 2 * MIB);
+    /* New spans come from the windows kept: the pages written read back. */
+    for (uint64_t i = 1; i < pages; i += 3)
+        write_gen(dev, i, gens[i] = (uint32_t)i + 7);
+    check_pages(dev, gens, pages);
+    assert_int_equal(uzram_set_mem_reserve(dev, 0), 0);
+    uzram_destroy(dev);
+    free(gens);
+    close(fd);
+}
+
 /* ---- SIGKILL at random moments ------------------------------------------------ */
 
 #define KILL_PAGES 1024u
@@ -557,6 +611,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_state_owner_alive_refused),
         cmocka_unit_test(test_state_refuses_what_it_cannot_keep),
         cmocka_unit_test(test_state_sparse_reads),
+        cmocka_unit_test(test_state_reserve_kept),
         cmocka_unit_test(test_state_survives_kills),
         cmocka_unit_test(test_state_concurrent_writers),
         cmocka_unit_test(test_state_fault_sweep),

@@ -269,11 +269,20 @@ struct swap_safety {
 };
 
 /* Lock the process's memory (present and future, as it is touched), mark it an I/O flusher
- * (PR_SET_IO_FLUSHER: its allocations never wait for I/O, which could be its own) and keep
- * the OOM killer away (oom_score_adj -1000). Call in the main thread before any other thread
- * starts: threads inherit the flusher mark. All or nothing: returns 0, or a negative errno
- * with a message naming what was refused and the privilege it needs (nothing stays set). */
+ * (PR_SET_IO_FLUSHER: its allocations never wait for I/O, which could be its own), keep
+ * the OOM killer away (oom_score_adj -1000) and have server threads touch their stacks first.
+ * Call in the main thread before any other thread starts: threads inherit the flusher mark.
+ * All or nothing: returns 0, or a negative errno with a message naming what was refused and
+ * the privilege it needs (nothing stays set). */
 int swap_safety_enable(char *message, size_t message_size);
+/* Fault the heap in ahead of need (one arena, never trimmed): after swap_safety_enable() and
+ * swap_successor_memory(dev, false) for every device, before the server's threads start. */
+void swap_memory_ahead(void);
+/* The reserve of a swap device: keep = false, the reserve alone, giving back at once what its
+ * predecessor kept besides for this process's start (a device taken over from its state);
+ * keep = true, once the device is served, the reserve and, for a device with a state file,
+ * 32 MiB more kept for the next successor. Returns 0 or a negative errno. */
+int swap_successor_memory(struct uzram *dev, bool keep);
 /* Read the settings back. */
 void swap_safety_read(struct swap_safety *safety);
 /* A device of a server in swap mode keeps pool memory faulted in ahead of need

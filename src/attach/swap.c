@@ -32,6 +32,14 @@
 #define HEAP_RESERVE (24u << 20)
 /* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */
 #define POOL_RESERVE (16u << 20)
+/* What a device with a state file keeps besides in its reserve for its successor: after a
+ * crash under memory pressure, the memory the dead server freed goes to whoever asks first
+ * (the processes whose swap-out waits for the device), and a successor that must fault in
+ * its heap from what is left waited in reclaim for swap-out to itself (tests/vm/
+ * ublk-restart.sh swap: the heap's memset below, 1.7 MiB short, 763 pages free). The state
+ * file keeps these pages through the crash (noswap tmpfs: no one else can take them); the
+ * successor gives them back just before it faults its heap in (swap_successor_memory()). */
+#define SUCCESSOR_MEMORY (32u << 20)
 /* Stack every server thread touches when it starts: the deepest request path (lzo's work
  * memory, zstd, a page buffer) with room to spare. */
 #define STACK_PREFAULT (256u << 10)
@@ -65,12 +73,11 @@ static int write_oom_score_adj(int value)
 
 /* One heap for every thread (a thread's own arena would fault its memory in as it grows),
  * blocks up to 32 MiB from it rather than from mappings of their own (fresh pages each
- * time), nothing of it ever given back, and HEAP_RESERVE of it faulted in now, while the
- * server is still one thread: later the heap must not grow while a swap-out waits, since
+ * time), nothing of it ever given back, and HEAP_RESERVE of it faulted in now, before the
+ * server's own threads start: later the heap must not grow while a swap-out waits, since
  * glibc faults the new memory in with its lock held, which every other malloc() then waits
- * for. (A sanitizer's allocator ignores these settings.) Server threads touch their stacks
- * first. */
-static void reserve_memory_ahead(void)
+ * for. (A sanitizer's allocator ignores these settings.) */
+void swap_memory_ahead(void)
 {
     mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -83,12 +90,18 @@ static void reserve_memory_ahead(void)
         __asm__ volatile("" : : "r"(heap) : "memory");
         free(heap);
     }
-    util_thread_prefault_stack(STACK_PREFAULT);
 }
 
 int swap_device_prepare(struct uzram *dev)
 {
     return uzram_set_mem_reserve(dev, POOL_RESERVE);
+}
+
+int swap_successor_memory(struct uzram *dev, bool keep)
+{
+    size_t size;
+    bool state = uzram_state_area(dev, &size) != NULL;
+    return uzram_set_mem_reserve(dev, POOL_RESERVE + (state && keep ? SUCCESSOR_MEMORY : 0));
 }
 
 int swap_safety_enable(char *message, size_t message_size)
@@ -142,7 +155,7 @@ int swap_safety_enable(char *message, size_t message_size)
                  strerror(err));
         return -err;
     }
-    reserve_memory_ahead();
+    util_thread_prefault_stack(STACK_PREFAULT);
     return 0;
 }
 

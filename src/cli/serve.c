@@ -798,6 +798,18 @@ static int create_and_serve(struct serve_plan *plan)
         made[i] = (struct nbd_new_device){.dev = device.dev, .read_only = device.read_only};
         snprintf(made[i].name, sizeof made[i].name, "%s", device.name);
     }
+    /* Before the heap is faulted in: a device taken over gives back what its predecessor
+     * kept for this start (swap.c's SUCCESSOR_MEMORY), for the heap to take. */
+    for (size_t i = 0; plan->options.swap && i < plan->device_count; i++)
+        if (swap_successor_memory(made[i].dev, false) < 0) {
+            fprintf(stderr, "uzram: %s: cannot keep a memory reserve\n", made[i].name);
+            for (size_t j = 0; j < plan->device_count; j++)
+                uzram_destroy(made[j].dev);
+            free(made);
+            return 1;
+        }
+    if (plan->options.swap)
+        swap_memory_ahead();
     persist_leftovers();
     plan->options.devices = made;
     plan->options.device_count = plan->device_count;
@@ -812,6 +824,10 @@ static int create_and_serve(struct serve_plan *plan)
     bool restarting = false;
     if (nbd_server_create(&plan->options, &server) == 0) {
         recover_ublk_devices(nbd_server_exports(server));
+        /* Served again: now the memory for the next successor (faulted in by the reserve's
+         * thread, which may wait for memory where this start must not). */
+        for (size_t i = 0; plan->options.swap && i < plan->device_count; i++)
+            (void)swap_successor_memory(made[i].dev, true);
         struct control_service *control;
         int rc = control_start(nbd_server_control_fd(server), server, &control);
         if (rc < 0) {

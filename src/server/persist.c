@@ -157,19 +157,7 @@ int persist_check(const struct complaints *to, const struct label *label, const 
                  label->where, label->name, label->name, name);
         return -1;
     }
-    if (swap_bytes == 0)
-        return 0;
-    if (check_swap_state(to, label, name, persist, swap_bytes) < 0)
-        return -1;
-    /* Where the state is right, swap on it still hung the VM's guest: at 6608a77 (sw1 run of
-     * tests/vm/ublk-restart.sh ext4,3,swap) the first server's own anonymous page fault was
-     * throttled in direct reclaim while kswapd waited for swap-out to that very server, before
-     * any kill; 2 of 7 runs hung. Refused until that is understood. */
-    complain(to,
-             "%s%s cannot keep swap device %s yet: with its state on a noswap tmpfs swap still "
-             "hung under memory pressure in tests (issue 29); serve it without %s",
-             label->where, label->name, name, label->name);
-    return -1;
+    return swap_bytes != 0 ? check_swap_state(to, label, name, persist, swap_bytes) : 0;
 }
 
 /* Open (or create) the state file PATH for device `name`: a regular file on tmpfs (a disk

@@ -7,9 +7,11 @@
 # in the server (mm_stat), the server is the same process (not OOM-killed) and the kernel
 # reported no blocked task (tests/vm/guest.sh watches the log).
 #
-#   swap.sh [--quick|--full] [VIA]
+#   swap.sh [--quick|--full][=PERCENT] [VIA]
 #                          one round of 1.2 times the memory (make check), or two of 1.5
-#                          (the default); with VIA (nbd, loop, ublk), attach --via VIA --swap,
+#                          (the default); =PERCENT touches that many percent of the memory
+#                          instead (--quick=110 hung when each write waited 2 s for a dry pool
+#                          reserve); with VIA (nbd, loop, ublk), attach --via VIA --swap,
 #                          mkswap and swapon by hand instead of the unit's commands
 #   swap.sh --soak N       the two-round run N times (make vm-swap-soak)
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
@@ -26,6 +28,11 @@ source "$(dirname "$0")/lib.bash"
 
 mode=${1:---full}
 count=${2:-1}
+percent=
+if [[ $mode == --quick=* || $mode == --full=* ]]; then
+    percent=${mode#*=} mode=${mode%%=*}
+    [[ $percent =~ ^[1-9][0-9]*$ ]] || fail "not a percentage: $percent"
+fi
 via=
 [[ $mode == --quick || $mode == --full ]] && via=${2:-}
 vm_init
@@ -35,6 +42,7 @@ total_kib=$(meminfo_kib MemTotal)
 touch_mib=$((total_kib * 3 / 2 / 1024))
 # make check: 1.2 times the memory, one round (the full run is make vm-swap-soak)
 [[ $mode == --quick ]] && touch_mib=$((total_kib * 6 / 5 / 1024))
+[[ -z $percent ]] || touch_mib=$((total_kib * percent / 100 / 1024))
 rounds=2
 [[ $mode == --quick ]] && rounds=1
 UNIT=$REPO/systemd/uzram-swap@.service.in
@@ -141,8 +149,11 @@ case $mode in
     swap_on sw 2G 320M
     took=$(pressure_run sw "$rounds")
     read -r -a mm <<<"$("$UZRAM" attr sw mm_stat)"
+    read -r -a io <<<"$("$UZRAM" attr sw io_stat)"
     ((mm[0] > 0)) || fail "mm_stat shows no page in the server: ${mm[*]}"
-    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, $took s"
+    empty=$("$UZRAM" attr sw debug_stat | sed -n 's/^reserve_empty: //p')
+    errors=$(dmesg | grep -c "Write-error on swap-device" || true)
+    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s"
     result swap_run "$touch_mib" "$rounds" "$took" "${mm[0]}" "${mm[2]}"
     swap_off sw
     stop_server sw

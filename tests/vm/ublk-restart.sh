@@ -15,10 +15,12 @@
 #          page verified), its state on a tmpfs mounted noswap; in the middle the server is
 #          SIGKILLed and started again (by locked_restart, which is locked in memory: this
 #          shell's own pages may be on the device), later `uzram restart`; every page verified,
-#          no OOM kill, swapoff reads everything back. serve refuses --persist with --swap
-#          for now (this part hung the guest in 2 of 7 runs, once before any kill: the server's
-#          own page fault throttled in direct reclaim), so it fails at its start; it stays to
-#          be run by name once that is fixed.
+#          no OOM kill, swapoff reads everything back. It hung the guest before: after the
+#          SIGKILL the successor filled its heap (serve --swap's 24 MiB memset) from free memory
+#          that memtouch had taken, and waited in reclaim for swap-out to its own device (sysrq-t:
+#          one single-threaded uzram, after memtouch's pid, RAX=RSI=0x5a, 1.7 MiB short). Now the
+#          state keeps 32 MiB for the successor besides the reserve (uzram(1), SWAP). Run by
+#          name (ublk-restart:swap), not among make vm-restart's default parts (minutes more).
 # planned: `uzram restart` under fio's verified random writes: no I/O error, every round verifies.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
@@ -179,7 +181,13 @@ part_swap() {
     server_alive rs || fail "the server rs is gone after the planned restart"
     timeout 600 swapoff "$dev" || fail "swapoff $dev after the restarts"
     ! kernel_log_has "I/O error, dev ${dev#/dev/}" || fail "the kernel logged I/O errors on $dev"
-    pass "swap on $dev under pressure ($touch_mib MiB touched twice, $(($(swapped_out_mib) - start)) MiB swapped out): the server SIGKILLed at $((touch_mib / 4)) MiB and started again on its state, \`uzram restart\` at $((touch_mib / 2)) MiB; every page verified, swapoff read everything back"
+    # Swap-outs the server refused for want of memory (ENOMEM: "kernel resource error"; the
+    # kernel kept those pages), as the kernel logged them (rate-limited) and as the last
+    # server counted them since its start.
+    local refused empty
+    refused=$(dmesg | grep -c "kernel resource error, dev ${dev#/dev/}" || true)
+    empty=$("$UZRAM" attr rs debug_stat | sed -n 's/^reserve_empty: //p')
+    pass "swap on $dev under pressure ($touch_mib MiB touched twice, $(($(swapped_out_mib) - start)) MiB swapped out): the server SIGKILLed at $((touch_mib / 4)) MiB and started again on its state, \`uzram restart\` at $((touch_mib / 2)) MiB; every page verified, swapoff read everything back; $refused refused writes logged, reserve_empty $empty since the last start"
     "$UZRAM" detach rs
     stop_server rs
     # Now, not at exit: the state kept what swap stored (up to --mem-limit), and on a noswap
