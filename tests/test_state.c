@@ -319,13 +319,13 @@ static void test_state_reserve_kept(void **unused)
 {
     (void)unused;
     const uint64_t pages = 1024;
-    int fd = state_memfd();
+    int fd = state_test_memfd();
     struct uzram_config config = config_of(pages * PAGE);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
     uint32_t *gens = calloc(pages, sizeof *gens);
     for (uint64_t i = 0; i < pages; i += 3)
-        write_gen(dev, i, gens[i] = (uint32_t)i + 1);
+        state_test_write(dev, i, gens[i] = (uint32_t)i + 1);
     uint64_t stored = settled_bytes(fd);
     assert_int_equal(uzram_set_mem_reserve(dev, 8 * MIB), 0);
     uint64_t with_reserve = settled_bytes(fd);
@@ -335,15 +335,15 @@ static void test_state_reserve_kept(void **unused)
 
     assert_int_equal(uzram_adopt(fd, &dev), 0);
     assert_true(file_blocks(fd) * 512 + MIB > with_reserve); /* the reserve's windows kept */
-    check_pages(dev, gens, pages);
+    state_test_check(dev, gens, pages);
     assert_int_equal(uzram_set_mem_reserve(dev, 2 * MIB), 0);
     uint64_t given_back = settled_bytes(fd);
     assert_true(given_back + 5 * MIB < with_reserve); /* beyond 2 MiB: back to the system */
     assert_true(given_back >= stored + 2 * MIB);
     /* New spans come from the windows kept: the pages written read back. */
     for (uint64_t i = 1; i < pages; i += 3)
-        write_gen(dev, i, gens[i] = (uint32_t)i + 7);
-    check_pages(dev, gens, pages);
+        state_test_write(dev, i, gens[i] = (uint32_t)i + 7);
+    state_test_check(dev, gens, pages);
     assert_int_equal(uzram_set_mem_reserve(dev, 0), 0);
     uzram_destroy(dev);
     free(gens);
