@@ -44,7 +44,6 @@ SONAME := libuzram.so.$(call version_part,MAJOR)
 LIB_SRCS := $(sort $(wildcard lib/*.c))
 LIB_HOOK_SRCS := lib/fault.c
 LIB_ENGINE_SRCS := $(filter-out $(LIB_HOOK_SRCS),$(LIB_SRCS))
-LIB_OBJS := $(LIB_ENGINE_SRCS:%.c=$(O)/%.o)
 LIB_PIC_OBJS := $(LIB_ENGINE_SRCS:%.c=$(O)/shared/%.o)
 LIB_TEST_OBJS := $(LIB_SRCS:%.c=$(O)/test-hooks/%.o)
 LIBUZRAM := $(O)/libuzram.a
@@ -74,7 +73,7 @@ $(O)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(O)/lib/%.o $(O)/shared/lib/%.o $(O)/test-hooks/lib/%.o: ALL_CFLAGS += -fvisibility=hidden
+$(O)/shared/lib/%.o $(O)/test-hooks/lib/%.o: ALL_CFLAGS += -fvisibility=hidden
 $(O)/shared/lib/%.o: lib/%.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fPIC -c $< -o $@
@@ -82,7 +81,10 @@ $(O)/test-hooks/lib/%.o: lib/%.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -DUZRAM_TEST_HOOKS -c $< -o $@
 
-$(LIBUZRAM): $(LIB_OBJS)
+# libuzram.a holds the same position-independent objects as the shared library (with hidden
+# visibility they cost nothing over -fPIE code, which Debian's compiler makes by default): the
+# engine is compiled once for both.
+$(LIBUZRAM): $(LIB_PIC_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^

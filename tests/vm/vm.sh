@@ -145,7 +145,12 @@ mkdir -p "$OUT"
 # root (the host's, cached).
 mkdir -p "$OUT/tree"
 cp -a "$REPO/src" "$REPO/lib" "$REPO/docs" "$OUT/tree/"
-[[ -d /usr/include/linux ]] && cp -a /usr/include/linux "$OUT/tree/include-linux"
+# Of the kernel's headers, the subfolders (1.4 MiB in 248 files, nested): the ext4 steps of
+# make check's VM took about 50 s each under emulation with all 6.6 MiB.
+if [[ -d /usr/include/linux ]]; then
+    mkdir -p "$OUT/tree/include-linux"
+    find /usr/include/linux -mindepth 1 -maxdepth 1 -type d -exec cp -a {} "$OUT/tree/include-linux/" \;
+fi
 head -c $((4 << 20)) /dev/urandom >"$OUT/tree/random"
 names=()
 {
