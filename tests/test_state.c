@@ -298,11 +298,17 @@ static void test_state_sparse_reads(void **unused)
 
 /* ---- a reserve left to the successor -------------------------------------------- */
 
-/* Bytes of the state file in memory, once they no longer grow (the reserve's thread fills
- * its windows in the background). */
-static uint64_t settled_bytes(int fd)
+/* Bytes of the state file in memory, once they are at least `least` and no longer grow (the
+ * reserve's thread fills its windows in the background: on a loaded machine it may not run
+ * for a while, so "no growth for 20 ms" alone read a reserve half made). Waits at most 10 s
+ * for `least`. */
+static uint64_t settled_bytes(int fd, uint64_t least)
 {
     uint64_t last = 0, now = file_blocks(fd) * 512;
+    for (int i = 0; i < 500 && now < least; i++) {
+        usleep(20 * 1000);
+        now = file_blocks(fd) * 512;
+    }
     for (int i = 0; i < 1000 && now != last; i++) {
         usleep(20 * 1000);
         last = now;
@@ -326,9 +332,9 @@ static void test_state_reserve_kept(void **unused)
     uint32_t *gens = calloc(pages, sizeof *gens);
     for (uint64_t i = 0; i < pages; i += 3)
         state_test_write(dev, i, gens[i] = (uint32_t)i + 1);
-    uint64_t stored = settled_bytes(fd);
+    uint64_t stored = settled_bytes(fd, 0);
     assert_int_equal(uzram_set_mem_reserve(dev, 8 * MIB), 0);
-    uint64_t with_reserve = settled_bytes(fd);
+    uint64_t with_reserve = settled_bytes(fd, stored + 8 * MIB);
     assert_true(with_reserve >= stored + 8 * MIB);
     uzram_destroy(dev); /* as a crash leaves it: nothing given back */
     assert_int_equal(file_blocks(fd) * 512, with_reserve);
@@ -337,7 +343,7 @@ static void test_state_reserve_kept(void **unused)
     assert_true(file_blocks(fd) * 512 + MIB > with_reserve); /* the reserve's windows kept */
     state_test_check(dev, gens, pages);
     assert_int_equal(uzram_set_mem_reserve(dev, 2 * MIB), 0);
-    uint64_t given_back = settled_bytes(fd);
+    uint64_t given_back = settled_bytes(fd, stored + 2 * MIB);
     assert_true(given_back + 5 * MIB < with_reserve); /* beyond 2 MiB: back to the system */
     assert_true(given_back >= stored + 2 * MIB);
     /* New spans come from the windows kept: the pages written read back. */
