@@ -645,6 +645,9 @@ void backing_adopt_finish(struct backing *backing)
         uint64_t end = next_with_bit(backing, block, true);
         if (end > backing->blocks)
             end = backing->blocks;
+        /* As on the release path: a file system that cannot punch stops the punching; any
+         * other error leaves that run's space allocated, and the blocks free in the map all
+         * the same (nothing stored is at stake, only disk space). */
         if (punch(backing, block, end - block) < 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
             atomic_store(&backing->punching, false);
         block = next_with_bit(backing, end, false);
