@@ -16,7 +16,6 @@
 
 #include <cmocka.h>
 
-#include "store.h" /* store_test_advance_clock */
 #include "model_util.h"
 #include "test_util.h"
 
