@@ -393,7 +393,8 @@ RECOMPRESS_SIDES = (
 
 
 def recompress_total(rc, side):
-    """mem_used_total + meta_data_size (the pool, the dictionary and the dedup index) of a side."""
+    """mem_used_total + meta_data_size (the pool, the dictionary, the dedup index and the
+    bundles' records) of a side."""
     row = rc.get("sides", {}).get(side, {})
     if "mem_used_total" not in row:
         return None
@@ -424,7 +425,8 @@ def recompress_section(rc):
     out += ["Image: %s, %.1f MiB. zstd level %d, dictionary %s (`dict=auto`), bundles of %s "
            "pages where named; background thread `--recompress-idle 1`, `recompress_rate 0`, run "
            "until it had nothing left to do, then `compact`. Memory is mm_stat's mem_used_total "
-           "(uzram: the pool and the dictionary); total adds the dedup index (meta_data_size). "
+           "(uzram: the pool and the dictionary); total adds meta_data_size (the dedup index and the "
+           "bundles' records). "
            "Took %d s." % (
                rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"],
                rc.get("group", "-"), rc["seconds"]), "",

@@ -652,7 +652,7 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(huge_pages, MM, LEVEL, "pages stored raw now, as they did not compress")                     \
     X(huge_pages_since, MM, EVENTS, "pages stored raw")                                            \
     X(dup_data_size, MM, LEVEL, "bytes that pages stored once for several did not take")           \
-    X(meta_data_size, MM, LEVEL, "bytes of memory the dedup index holds, all it allocated")        \
+    X(meta_data_size, MM, LEVEL, "memory of the dedup index and of the bundles' records, bytes")   \
     X(failed_reads, IO, EVENTS, "reads that failed (a page did not decompress)")                   \
     X(failed_writes, IO, EVENTS, "writes that failed (no space, no memory, I/O error)")            \
     X(invalid_io, IO, EVENTS, "requests refused as misaligned or out of range")                    \
@@ -680,7 +680,7 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(table_mem, DEBUG, LEVEL,                                                                     \
       "bytes of memory the page table may take, 16 per 4 KiB page of the disk (not in the pool)")  \
     X(dedup_entries, DEBUG, LEVEL,                                                                 \
-      "unique objects the dedup index holds (meta_data_size / dedup_entries: bytes per entry)")    \
+      "unique objects the dedup index holds (meta_data_size / it: bytes per entry, no bundles)")   \
     X(bundles, DEBUG, LEVEL, "bundles: objects holding several neighbouring pages")                \
     X(bundled_pages, DEBUG, LEVEL, "pages stored in bundles (live members)")                       \
     X(bundle_dead_pages, DEBUG, LEVEL, "members of bundles written or discarded since (dead)")     \
@@ -880,8 +880,8 @@ int uzram_codec_decompress(struct uzram_codec *codec, const void *src, size_t le
  * and tail waste included); 4096 for a page stored huge. */
 double uzram_pool_object_cost(size_t length);
 
-/* Memory the pool holds for a bundle whose frame is `length` bytes: its pieces, whole pages
- * and the rest (as uzram_pool_object_cost counts one object). */
+/* Memory a bundle whose frame is `length` bytes takes: its pieces in the pool, whole pages and
+ * the rest (as uzram_pool_object_cost counts one object), and its record (meta_data_size). */
 double uzram_bundle_cost(size_t length);
 
 /* The compressed length from which a page is stored raw (huge): a page

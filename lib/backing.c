@@ -47,7 +47,9 @@ struct backing {
     _Atomic uint64_t *sums;
     size_t meta_bytes;
     size_t sums_bytes; /* a mapping of their own: in a state file (backing_open_kept) */
-    bool kept;         /* kept in a state: the file is not emptied at close */
+    int sums_fd;       /* that state file, or -1 */
+    uint64_t sums_offset;
+    bool kept;                         /* kept in a state: the file is not emptied at close */
     _Atomic uint64_t *checksum_errors; /* the device's counter */
 
     /* Space: under `lock`. A set bit is a block in use, or released and
@@ -108,15 +110,23 @@ static uint64_t find_free(struct backing *backing, uint64_t from)
     return NO_BLOCK;
 }
 
-/* Take block `block` (free) for the appender: in use, pinned once. */
-static void claim(struct backing *backing, uint64_t block)
+/* Take block `block` (free) for the appender: in use, pinned once. Its checksum word in a
+ * state file is allocated there first: a write fault into a full tmpfs would kill the process
+ * (SIGBUS); false then, and the block stays free. */
+static bool claim(struct backing *backing, uint64_t block)
 {
+    if (backing->sums_fd >= 0 &&
+        (FAULT_POINT(FAULT_ALLOC) ||
+         fallocate(backing->sums_fd, 0, (off_t)(backing->sums_offset + block * sizeof(uint64_t)),
+                   sizeof(uint64_t)) < 0))
+        return false;
     bit_set(backing->bitmap, block);
     backing->blocks_taken++;
     backing->hint = block + 1 == backing->blocks ? 0 : block + 1;
     atomic_fetch_add_explicit(&backing->blocks_used, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&backing->meta[block], PIN_ONE, memory_order_relaxed);
     atomic_store_explicit(&backing->sums[block], 0, memory_order_relaxed); /* nothing written */
+    return true;
 }
 
 /* Under lock: whether a block may be taken: the last `reserve` free ones
@@ -132,10 +142,8 @@ static void punch_pending(struct backing *backing);
 static bool claim_free(struct backing *backing, uint64_t block, bool reserve)
 {
     pthread_mutex_lock(&backing->lock);
-    bool free =
-        block < backing->blocks && !bit_test(backing->bitmap, block) && may_take(backing, reserve);
-    if (free)
-        claim(backing, block);
+    bool free = block < backing->blocks && !bit_test(backing->bitmap, block) &&
+                may_take(backing, reserve) && claim(backing, block);
     pthread_mutex_unlock(&backing->lock);
     return free;
 }
@@ -148,8 +156,8 @@ static uint64_t claim_any(struct backing *backing, bool reserve)
     if (!may_take(backing, reserve) && backing->pending_count)
         punch_pending(backing);
     uint64_t block = may_take(backing, reserve) ? find_free(backing, backing->hint) : NO_BLOCK;
-    if (block != NO_BLOCK)
-        claim(backing, block);
+    if (block != NO_BLOCK && !claim(backing, block))
+        block = NO_BLOCK;
     pthread_mutex_unlock(&backing->lock);
     return block;
 }
@@ -520,6 +528,8 @@ static int map_meta(struct backing *backing, const struct backing_kept *kept)
                                kept->fd, (off_t)kept->sums_offset);
         backing->sums = map == MAP_FAILED ? NULL : map;
         backing->sums_bytes = map == MAP_FAILED ? 0 : sums;
+        backing->sums_fd = kept->fd;
+        backing->sums_offset = kept->sums_offset;
     }
     backing->bitmap = map_zeroed(backing->bitmap_bytes);
     backing->buffer = NULL;
@@ -580,6 +590,7 @@ int backing_open_kept(const char *path, uint64_t size, unsigned flags,
     backing->fd = file.fd;
     backing->file = file.regular;
     backing->kept = kept != NULL;
+    backing->sums_fd = -1; /* map_meta: the state's, when kept */
     atomic_init(&backing->direct, file.direct);
     atomic_init(&backing->punching, backing->file);
     backing->checksum_errors = checksum_errors;

@@ -13,20 +13,23 @@
 #include "fault.h"
 #include "pool.h"
 
+/* A bundle's record: about 90 bytes for a bundle of 16 pages in three pieces, counted in
+ * meta_data_size (bundle_meta_bytes) since it is memory the stored pages take beside the
+ * pool, as the dedup index's entries are. Byte counts fit 32 bits (16 pages at most). */
 struct bundle {
     _Atomic uint32_t lock; /* spin lock: pieces[] against compaction's moves */
     _Atomic uint32_t refs; /* live members + holds */
     _Atomic uint32_t live; /* bit k: place k is a live member */
     uint32_t length;       /* bytes of the frame */
+    uint32_t single_bytes; /* what the members' objects took before they joined */
+    uint32_t saved;        /* what this bundle counts in bundle_saved_bytes */
     uint16_t codec;        /* its codec id (the bundle holds one user of it) */
     uint8_t count;         /* pages in the frame */
     uint8_t piece_count;
-    uint64_t single_bytes; /* what the members' objects took before they joined */
-    uint64_t saved;        /* what this bundle counts in bundle_saved_bytes */
-    uint64_t serial;       /* names the content for the per-thread cache, never reused */
-    uint64_t first;        /* page k is page first + offsets[k] */
+    uint64_t serial; /* names the content for the per-thread cache, never reused */
+    uint64_t first;  /* page k is page first + offsets[k] */
     uint8_t offsets[BUNDLE_MAX_PAGES];
-    uint64_t pieces[BUNDLE_MAX_PAGES]; /* pool handles: 4096 bytes each, the last the rest */
+    uint64_t pieces[]; /* piece_count pool handles: 4096 bytes each, the last the rest */
 };
 
 static _Atomic uint64_t next_serial = 1;
@@ -58,6 +61,11 @@ static uint64_t owner_of(const struct bundle *bundle)
     return OWNER_BUNDLE_BIT | (uint64_t)(uintptr_t)bundle;
 }
 
+static size_t record_size(unsigned piece_count)
+{
+    return sizeof(struct bundle) + piece_count * sizeof(uint64_t);
+}
+
 /* Free the pieces allocated so far (the first `pieces`), then the bundle. */
 static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned pieces)
 {
@@ -65,6 +73,7 @@ static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned piece
         pool_free(dev->pool, bundle->pieces[piece]);
         counter_sub(&dev->compr_data_size, piece_length(bundle, piece));
     }
+    counter_sub(&dev->bundle_meta_bytes, record_size(bundle->piece_count));
     free(bundle);
 }
 
@@ -75,16 +84,18 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
     if (count < 2 || count > BUNDLE_MAX_PAGES || length == 0 ||
         length > BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE)
         return -EINVAL;
-    if (FAULT_POINT(FAULT_ALLOC) ||
-        posix_memalign(&memory, BUNDLE_MAX_PAGES, sizeof(struct bundle)))
+    unsigned piece_count = (length + UZRAM_PAGE_SIZE - 1) / UZRAM_PAGE_SIZE;
+    size_t size = record_size(piece_count);
+    if (FAULT_POINT(FAULT_ALLOC) || posix_memalign(&memory, BUNDLE_MAX_PAGES, size))
         return -ENOMEM;
     struct bundle *bundle = memory;
-    memset(bundle, 0, sizeof *bundle);
+    memset(bundle, 0, size);
     atomic_init(&bundle->refs, 1);
     bundle->length = length;
     bundle->codec = (uint16_t)codec;
     bundle->count = (uint8_t)count;
-    bundle->piece_count = (uint8_t)((length + UZRAM_PAGE_SIZE - 1) / UZRAM_PAGE_SIZE);
+    bundle->piece_count = (uint8_t)piece_count;
+    counter_add(&dev->bundle_meta_bytes, size); /* free_bundle takes it back */
     bundle->serial = atomic_fetch_add(&next_serial, 1);
     bundle->first = first;
     memcpy(bundle->offsets, offsets, count);
@@ -110,10 +121,11 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
     return 0;
 }
 
-double bundle_pool_cost(unsigned length)
+double bundle_cost(unsigned length)
 {
     unsigned whole = (length - 1) / UZRAM_PAGE_SIZE;
-    return whole * (double)UZRAM_PAGE_SIZE + pool_object_cost(length - whole * UZRAM_PAGE_SIZE);
+    return whole * (double)UZRAM_PAGE_SIZE + pool_object_cost(length - whole * UZRAM_PAGE_SIZE) +
+           (double)record_size(whole + 1);
 }
 
 uint64_t bundle_value(const struct bundle *bundle, unsigned place)

@@ -21,6 +21,7 @@
  * Lock order: page slot -> bundle lock -> pool class lock. The bundle lock is held only to
  * copy the pieces or to move one (compaction only tries it).
  * Counters (struct uzram): bundles, bundled_pages, bundle_dead_pages, bundle_saved_bytes,
+ * bundle_meta_bytes (the records' memory, in meta_data_size),
  * all changed here only. */
 #ifndef UZRAM_BUNDLE_H
 #define UZRAM_BUNDLE_H
@@ -43,9 +44,9 @@ struct bundle;
 int bundle_create(struct uzram *dev, const void *object, unsigned length, unsigned codec,
                   uint64_t first, const uint8_t *offsets, unsigned count, struct bundle **out);
 
-/* Memory the pool holds for a bundle of a `length`-byte frame: its whole-page pieces, and
- * the last as one object (what packing weighs against the members' objects). */
-double bundle_pool_cost(unsigned length);
+/* Memory a bundle of a `length`-byte frame takes: its whole-page pieces and the last as one
+ * object in the pool, and its record (what packing weighs against the members' objects). */
+double bundle_cost(unsigned length);
 
 /* The slot value of place `place`, and a slot value's bundle and place. */
 uint64_t bundle_value(const struct bundle *bundle, unsigned place);

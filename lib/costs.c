@@ -18,7 +18,7 @@ double uzram_pool_object_cost(size_t length)
 
 double uzram_bundle_cost(size_t length)
 {
-    return bundle_pool_cost((unsigned)length);
+    return bundle_cost((unsigned)length);
 }
 
 size_t uzram_huge_threshold(void)

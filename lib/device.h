@@ -192,11 +192,12 @@ struct uzram {
     _Atomic uint64_t dict_trainings; /* recompress_dict.c */
     _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
     /* bundles (bundle.c, the one place they change): live bundles, the pages in them, their
-     * dead members, and what they save */
+     * dead members, what they save, and the memory of their records (in meta_data_size) */
     _Atomic uint64_t bundles;
     _Atomic uint64_t bundled_pages;
     _Atomic uint64_t bundle_dead_pages;
     _Atomic uint64_t bundle_saved_bytes;
+    _Atomic uint64_t bundle_meta_bytes;
 
     /* The backing store, or NULL (device_backing()): attached and detached by writeback.c
      * (uzram_set_backing_dev) only while no page is stored, so a page on it always finds it.

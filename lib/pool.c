@@ -284,6 +284,21 @@ static int take_window(struct pool *pool, unsigned pages, uint32_t *window, unsi
     return rc;
 }
 
+int pool_hold_file_pages(struct pool *pool, uint32_t window, unsigned first, unsigned pages)
+{
+    if (pool->file_fd < 0)
+        return 0;
+    if (FAULT_POINT(FAULT_ALLOC))
+        return -ENOSPC;
+    off_t at =
+        (off_t)(pool->file_offset + (uint64_t)window * WINDOW_BYTES + (uint64_t)first * PAGE_BYTES);
+    if ((pages != 0 && fallocate(pool->file_fd, 0, at, (off_t)pages * PAGE_BYTES) < 0) ||
+        fallocate(pool->file_fd, 0, (off_t)(pool->dir_offset + (uint64_t)window * sizeof(uint32_t)),
+                  sizeof(uint32_t)) < 0)
+        return errno == ENOSPC ? -ENOSPC : -ENOMEM;
+    return 0;
+}
+
 static void give_back_window(struct pool *pool, uint32_t window)
 {
     pthread_mutex_lock(&pool->window_lock);
@@ -421,6 +436,15 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
     unsigned resident;
     rc = take_window(pool, pages, &window, &resident);
     if (rc) {
+        free(span);
+        unreserve_memory(pool, bytes);
+        return rc;
+    }
+    if (resident < pages &&
+        (rc = pool_hold_file_pages(pool, window, resident, pages - resident)) < 0) {
+        if (resident)
+            pool_give_pages_back(pool, window, 0, resident);
+        give_back_window(pool, window);
         free(span);
         unreserve_memory(pool, bytes);
         return rc;

@@ -176,6 +176,11 @@ int pool_map_chunk(struct pool *pool);
 uint64_t pool_drain_cache(struct pool *pool, uint64_t keep);
 /* Give `pages` pages of `window`, from its page `first`, back to the system. */
 void pool_give_pages_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages);
+/* A pool in a state file: allocate `pages` pages of `window` from its page `first`, and the
+ * directory entry naming the window, in the file before they are touched. A write fault into
+ * a full tmpfs kills the process (SIGBUS); fallocate() fails instead: -ENOSPC (-ENOMEM for
+ * another failure). 0 for a pool in anonymous memory. */
+int pool_hold_file_pages(struct pool *pool, uint32_t window, unsigned first, unsigned pages);
 /* A span directory entry: the span's class + 1 and its pages (never 0). */
 #define POOL_SPAN_DIR_ENTRY(class_index, pages) (((uint32_t)(class_index) + 1) << 16 | (pages))
 /* The first byte of a window. */

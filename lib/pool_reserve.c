@@ -28,13 +28,23 @@ static bool reserve_short(struct pool *pool)
            (group_limit == 0 || atomic_load(&group->used) + bytes <= group_limit);
 }
 
-/* Fault a page range of the pool in (MADV_POPULATE_WRITE, Linux 5.14, else a write to each
- * page), so that the wait for memory happens here and not in a write. */
-static void populate(unsigned char *base, size_t bytes)
+/* Fault `pages` pages of `window` from its page `first` in (MADV_POPULATE_WRITE, Linux 5.14,
+ * else a write to each page), so that the wait for memory happens here and not in a write; in
+ * a state file, allocated there first (a full tmpfs: -ENOSPC, where a fault would be SIGBUS). */
+static int populate(struct pool *pool, uint32_t window, unsigned first, unsigned pages)
 {
-    if (madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) < 0)
-        for (size_t at = 0; at < bytes; at += PAGE_BYTES)
-            ((volatile unsigned char *)base)[at] = 0;
+    int rc = pool_hold_file_pages(pool, window, first, pages);
+    if (rc < 0)
+        return rc;
+    unsigned char *base = pool_window_base(pool, window) + (size_t)first * PAGE_BYTES;
+    size_t bytes = (size_t)pages * PAGE_BYTES;
+    if (madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) == 0)
+        return 0;
+    if (errno != EINVAL) /* EINVAL: a kernel without it; else a fault would fail too */
+        return -ENOMEM;
+    for (size_t at = 0; at < bytes; at += PAGE_BYTES)
+        ((volatile unsigned char *)base)[at] = 0;
+    return 0;
 }
 
 /* A span waits for a window of reserve_need pages and every cached window is smaller (spans
@@ -65,14 +75,29 @@ static bool top_up_window(struct pool *pool)
     atomic_fetch_sub_explicit(&pool->cache_bytes, (uint64_t)taken.pages * PAGE_BYTES,
                               memory_order_relaxed);
     pthread_mutex_unlock(&pool->window_lock);
-    unsigned char *base = pool_window_base(pool, taken.window);
-    populate(base + (size_t)taken.pages * PAGE_BYTES, add);
+    bool grown = populate(pool, taken.window, taken.pages, MAX_SPAN_PAGES - taken.pages) == 0;
     pthread_mutex_lock(&pool->window_lock);
+    if (!grown) { /* back as it was; the refiller looks again later */
+        pool->cache[pool->cache_count++] = taken;
+        atomic_fetch_add_explicit(&pool->cache_bytes, (uint64_t)taken.pages * PAGE_BYTES,
+                                  memory_order_relaxed);
+        return false;
+    }
     pool->cache[pool->cache_count++] = (struct cached_window){taken.window, MAX_SPAN_PAGES};
     atomic_fetch_add_explicit(&pool->cache_bytes, WINDOW_BYTES, memory_order_relaxed);
     pool->reserve_dry = false;
     pthread_cond_broadcast(&pool->reserve_filled);
     return true;
+}
+
+/* The refiller waits a second (or for a wake) before it looks again: the limit, a drain or
+ * the room in a state's tmpfs may have changed. window_lock held. */
+static void look_again_later(struct pool *pool)
+{
+    struct timespec wake = {0, 0};
+    clock_gettime(CLOCK_MONOTONIC, &wake);
+    wake.tv_sec++;
+    pthread_cond_timedwait(&pool->reserve_wanted, &pool->window_lock, &wake);
 }
 
 /* The refiller keeps the reserve filled with windows whose pages it faults in itself
@@ -95,18 +120,22 @@ static void *pool_refiller_main(void *arg)
                      (rc = pool_map_chunk(pool)) == 0)
                 window = pool->next_unused_window++;
         }
-        if (rc < 0) { /* look again in a second: the limit or a drain may have changed */
-            struct timespec wake = {0, 0};
-            clock_gettime(CLOCK_MONOTONIC, &wake);
-            wake.tv_sec++;
-            pthread_cond_timedwait(&pool->reserve_wanted, &pool->window_lock, &wake);
+        if (rc < 0) {
+            look_again_later(pool);
             continue;
         }
         unsigned pages = MAX_SPAN_PAGES;
         size_t bytes = (size_t)pages * PAGE_BYTES;
         pthread_mutex_unlock(&pool->window_lock);
-        populate(pool_window_base(pool, window), bytes);
+        rc = populate(pool, window, 0, pages);
+        if (rc < 0) /* what it made resident of the window goes back with it */
+            pool_give_pages_back(pool, window, 0, pages);
         pthread_mutex_lock(&pool->window_lock);
+        if (rc < 0) {
+            pool->free_windows[pool->free_window_count++] = window;
+            look_again_later(pool);
+            continue;
+        }
         pool->cache[pool->cache_count++] = (struct cached_window){window, pages};
         atomic_fetch_add_explicit(&pool->cache_bytes, bytes, memory_order_relaxed);
         pool->reserve_dry = false;

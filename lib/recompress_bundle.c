@@ -219,7 +219,7 @@ int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct rec
                                     (size_t)count * UZRAM_PAGE_SIZE, work->frame, single - 1);
     tally->tried += (unsigned)count;
     struct bundle *bundle = NULL;
-    if (length > 0 && bundle_pool_cost((unsigned)length) < single_cost) {
+    if (length > 0 && bundle_cost((unsigned)length) < single_cost) {
         int rc = bundle_create(dev, work->frame, (unsigned)length, (unsigned)codec, first,
                                work->offsets, (unsigned)count, &bundle);
         length = rc < 0 ? rc : length;

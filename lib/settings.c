@@ -165,7 +165,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .huge_pages = counter_get(&dev->huge_pages),
         .huge_pages_since = counter_get(&dev->huge_pages_since),
         .dup_data_size = dedup_dup_data_size(dedup),
-        .meta_data_size = dedup_meta_size(dedup),
+        .meta_data_size = dedup_meta_size(dedup) + counter_get(&dev->bundle_meta_bytes),
         .failed_reads = counter_get(&dev->failed_reads),
         .failed_writes = counter_get(&dev->failed_writes),
         .invalid_io = counter_get(&dev->invalid_io),

@@ -92,6 +92,28 @@ static bool on_tmpfs(int fd)
     return fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
+/* A tmpfs mounted with a size (not a memfd's, which has none) can fill up while the device
+ * lives, and a fault that finds it full kills the process (SIGBUS), a read fault too: a
+ * hole of shared memory is allocated when touched. So what the device touches through its
+ * mappings is allocated with fallocate() first, which fails with ENOSPC instead: here the
+ * header, area, intents and the page table whole (16 bytes a page of the disk, as kernel zram
+ * allocates its table whole; table.c then never gives a page of it back); pool spans as they
+ * are made (pool.c), the backing store's checksum words as its blocks are taken (backing.c);
+ * dictionaries are written with pwrite(). */
+static int hold_mapped(struct state_file *state, const struct state_header *layout)
+{
+    struct statfs fs;
+    state->limited = fstatfs(state->fd, &fs) == 0 && fs.f_blocks != 0;
+    if (!state->limited)
+        return 0;
+    if (FAULT_POINT(FAULT_ALLOC))
+        return -ENOSPC;
+    if (fallocate(state->fd, 0, 0, STATE_DIR_OFFSET) < 0 ||
+        fallocate(state->fd, 0, (off_t)layout->table_offset, (off_t)layout->table_bytes) < 0)
+        return -errno;
+    return 0;
+}
+
 int state_make(int fd, uint64_t disksize, struct state_file **out)
 {
     struct stat st;
@@ -106,6 +128,8 @@ int state_make(int fd, uint64_t disksize, struct state_file **out)
     if (ftruncate(fd, (off_t)layout.file_bytes) < 0)
         return -errno;
     int rc = state_map(fd, disksize, out);
+    if (rc == 0 && (rc = hold_mapped(*out, &layout)) < 0)
+        state_unmap(*out);
     if (rc < 0) {
         /* back to empty, as given (a failure leaves only the size; (void)! for fortify) */
         (void)!ftruncate(fd, 0);
@@ -180,6 +204,8 @@ int state_open(int fd, struct state_file **out)
     if (owner != self && process_alive(owner))
         return -EBUSY;
     rc = state_map(fd, header.disksize, out);
+    if (rc == 0 && (rc = hold_mapped(*out, &header)) < 0)
+        state_unmap(*out);
     if (rc < 0)
         return rc;
     /* Two successors may race: one takes it. */

@@ -106,6 +106,9 @@ struct state_file {
      * held), cleared when table_give_back() punches it. A slot in a page whose bit is clear
      * is empty, and is not read: a read of a hole of shared memory allocates a page. */
     _Atomic uint64_t *written;
+    /* On a tmpfs with a size (state.c's hold_mapped): the table is allocated whole and never
+     * given back (table.c). */
+    bool limited;
 };
 
 #define STATE_SLOTS_PER_PAGE (4096u / sizeof(struct slot))

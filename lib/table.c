@@ -127,7 +127,9 @@ static bool give_back(struct uzram *dev, struct slot *slots)
 
 uint64_t table_give_back(struct uzram *dev)
 {
-    if (sysconf(_SC_PAGESIZE) != TABLE_PAGE)
+    /* on a tmpfs with a size the table stays whole: touching a page given back could find
+     * the tmpfs full (state.c's hold_mapped) */
+    if (sysconf(_SC_PAGESIZE) != TABLE_PAGE || (dev->state && dev->state->limited))
         return 0;
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (fd < 0)

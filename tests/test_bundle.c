@@ -124,7 +124,32 @@ static void test_bundle_reads(void **state)
     assert_int_equal(again.bundles, after.bundles);
     assert_int_equal(again.compr_data_size, after.compr_data_size);
     check_all(dev, model);
+    /* the bundles' records are counted in meta_data_size (no dedup index here): a record
+     * names its pieces (8 bytes each, at most 8 for 8 pages) beside 64 bytes */
+    assert_int_equal(before.meta_data_size, 0);
+    assert_true(after.meta_data_size >= after.bundles * 64);
+    assert_true(after.meta_data_size <= after.bundles * (64 + 8 * 8));
+    assert_int_equal(again.meta_data_size, after.meta_data_size);
     uzram_destroy(dev); /* with bundles alive: ASan finds any leak */
+    free(model);
+}
+
+/* A bundle's record goes with its last member: meta_data_size back to 0. */
+static void test_bundle_records_freed(void **state)
+{
+    (void)state;
+    struct model *model = calloc(1, sizeof *model);
+    struct uzram *dev = bundling_device(16, 0);
+    write_mix(dev, model);
+    recompress_all(dev);
+    struct uzram_stats stats = test_stats(dev);
+    assert_true(stats.bundles > 0);
+    assert_true(stats.meta_data_size > 0);
+    assert_int_equal(uzram_discard(dev, 0, (uint64_t)PAGES * PAGE), 0);
+    stats = test_stats(dev);
+    assert_int_equal(stats.bundles, 0);
+    assert_int_equal(stats.meta_data_size, 0);
+    uzram_destroy(dev);
     free(model);
 }
 
@@ -476,15 +501,11 @@ int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bundle_reads),
-        cmocka_unit_test(test_bundle_sizes),
-        cmocka_unit_test(test_bundle_setting),
-        cmocka_unit_test(test_bundle_members),
-        cmocka_unit_test(test_bundle_dedup),
-        cmocka_unit_test(test_bundle_writeback),
-        cmocka_unit_test(test_bundle_compact),
-        cmocka_unit_test(test_concurrent_bundle),
-        cmocka_unit_test(test_concurrent_bundle_dedup),
+        cmocka_unit_test(test_bundle_reads),      cmocka_unit_test(test_bundle_records_freed),
+        cmocka_unit_test(test_bundle_sizes),      cmocka_unit_test(test_bundle_setting),
+        cmocka_unit_test(test_bundle_members),    cmocka_unit_test(test_bundle_dedup),
+        cmocka_unit_test(test_bundle_writeback),  cmocka_unit_test(test_bundle_compact),
+        cmocka_unit_test(test_concurrent_bundle), cmocka_unit_test(test_concurrent_bundle_dedup),
     };
     return cmocka_run_group_tests_name("bundle", tests, NULL, NULL);
 }

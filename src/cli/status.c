@@ -121,7 +121,7 @@ static const struct column {
     {"ZERO-PAGES", "same_pages", COLUMN_COUNT, "pages stored as one repeated word"},
     {"MIGRATED", "pages_compacted", COLUMN_COUNT, "pool pages given back by compaction"},
     {"DUP", "dup_data_size", COLUMN_SIZE, "bytes deduplication did not have to store"},
-    {"META", "meta_data_size", COLUMN_SIZE, "memory of the deduplication index"},
+    {"META", "meta_data_size", COLUMN_SIZE, "memory of the dedup index and bundle records"},
     {"DEDUP-ENTRIES", "dedup_entries", COLUMN_COUNT,
      "unique objects in the deduplication index (META / DEDUP-ENTRIES: bytes per object)"},
     {"COMP-RATIO", "orig_data_size", COLUMN_RATIO, "DATA / (TOTAL + META)"},

@@ -77,7 +77,8 @@ static bool mount_has_option(dev_t dev, const char *option)
  * table) in PATH: on a file system whose pages are never swapped out, since between a server's
  * death and its successor's start nothing keeps them locked, and the kernel would swap them
  * onto the device itself, which only a server can read back (a hang); and with room for it,
- * since a write fault into a full tmpfs kills the server (SIGBUS). 0, or -1 after a complaint. */
+ * since in a full tmpfs its writes, which are swap-outs, fail (lib/state.c's hold_mapped).
+ * 0, or -1 after a complaint. */
 static int check_swap_state(const struct complaints *to, const struct label *label,
                             const char *name, const char *persist, uint64_t swap_bytes)
 {
@@ -116,8 +117,8 @@ static int check_swap_state(const struct complaints *to, const struct label *lab
     if (fs.f_type == TMPFS_MAGIC && fs.f_blocks != 0 && room < swap_bytes) {
         complain(to,
                  "%s%s '%s': %s has %llu MiB for the state, and that of swap device %s may "
-                 "grow to %llu MiB (--mem-limit and the page table); a full tmpfs kills the "
-                 "server (SIGBUS): give the tmpfs size=%lluM or more",
+                 "grow to %llu MiB (--mem-limit and the page table); in a full tmpfs swap-outs "
+                 "fail: give the tmpfs size=%lluM or more",
                  label->where, label->name, persist, dir, (unsigned long long)(room >> 20), name,
                  (unsigned long long)((swap_bytes + (1u << 20) - 1) >> 20),
                  (unsigned long long)((swap_bytes + (1u << 20) - 1) >> 20));
@@ -293,7 +294,13 @@ int persist_make(const struct complaints *to, const struct label *label, const c
         rc = adopt(to, where, config, state.fd, dev);
     } else if (rc >= 0) {
         rc = uzram_create_in(config, state.fd, dev);
-        if (rc < 0)
+        if (rc == -ENOSPC)
+            complain(to,
+                     "cannot make device %s in its state: its tmpfs has no room for the page "
+                     "table (%llu MiB: 16 bytes a 4 KiB page, allocated whole on a tmpfs with "
+                     "a size): give the tmpfs a larger size=, or the device a smaller size",
+                     name, (unsigned long long)((config->disksize / 256 + (1u << 20) - 1) >> 20));
+        else if (rc < 0)
             complain(to, "cannot make device %s in its state: %s", name, strerror(-rc));
     }
     if (rc >= 0 && state.stored) {

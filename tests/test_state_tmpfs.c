@@ -1,0 +1,189 @@
+/* test_state_tmpfs.c - a device's state on a tmpfs with a size that fills up: writes fail with
+ * ENOSPC and every page stored reads back, where a fault into the full tmpfs would kill the
+ * process (SIGBUS); a page table that does not fit is refused at creation. Each case runs in a
+ * child of its own that mounts a small tmpfs in a mount namespace of its own (root only: the
+ * case is skipped, and says why, without CAP_SYS_ADMIN). */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "uzram.h"
+
+#define PAGE 4096u
+#define SKIP_STATUS 77
+
+/* Page `index` of generation 1: random bytes (stored raw, 4 KiB each), so that the tmpfs
+ * fills at a known pace. */
+static void page_of(uint64_t index, unsigned char *page)
+{
+    uint64_t x = index * 0x9e3779b97f4a7c15ull + 1;
+    for (unsigned i = 0; i < PAGE; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(page + i, &x, 8);
+    }
+}
+
+/* In the child: a mount namespace of its own with a tmpfs of `size` at a new directory, the
+ * state file `state` in it opened in *fd. false: not permitted here. */
+static bool small_tmpfs(const char *size, int *fd)
+{
+    char options[64];
+    snprintf(options, sizeof options, "size=%s,mode=0700", size);
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return false;
+    char dir[] = "/tmp/uzram-tmpfs-XXXXXX";
+    if (!mkdtemp(dir))
+        return false;
+    if (mount("uzram-test", dir, "tmpfs", 0, options) < 0) {
+        rmdir(dir);
+        return false;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "%s/state", dir);
+    *fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* the directory goes with the namespace's mount; left empty on the host */
+    rmdir(dir);
+    return *fd >= 0;
+}
+
+/* Run `body` in a child; the case fails if the child is killed (SIGBUS) or fails. */
+static void in_child(void (*body)(void))
+{
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        /* cmocka's handlers would catch a SIGBUS and go on with the next case in the child */
+        static const int fatal[] = {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGABRT};
+        for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+            signal(fatal[i], SIG_DFL);
+        body();
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (WIFSIGNALED(status))
+        fail_msg("the child was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    if (WEXITSTATUS(status) == SKIP_STATUS) {
+        print_message("no mount namespace or tmpfs mount here (needs CAP_SYS_ADMIN)\n");
+        skip();
+    }
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond);                             \
+            _exit(1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* 8 MiB of tmpfs, a 64 MiB disk: raw pages until a write fails. It must fail with ENOSPC,
+ * after at least half the tmpfs; every page written before reads back, the others as zero
+ * bytes; a discard makes room again; the state taken over holds the same. */
+static void fill_body(void)
+{
+    int fd;
+    if (!small_tmpfs("8m", &fd))
+        _exit(SKIP_STATUS);
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = 64u << 20;
+    struct uzram *dev;
+    CHECK(uzram_create_in(&config, fd, &dev) == 0);
+    unsigned char page[PAGE], got[PAGE];
+    uint64_t stored = 0, pages = config.disksize / PAGE;
+    int rc = 0;
+    for (; stored < pages; stored++) {
+        page_of(stored, page);
+        rc = uzram_write(dev, stored * PAGE, page, PAGE);
+        if (rc != 0)
+            break;
+    }
+    fprintf(stderr, "first failed write: page %llu: %d\n", (unsigned long long)stored, rc);
+    CHECK(rc == -ENOSPC);
+    CHECK(stored >= (4u << 20) / PAGE && stored < (8u << 20) / PAGE);
+    for (uint64_t i = 0; i < pages; i++) {
+        CHECK(uzram_read(dev, i * PAGE, got, PAGE) == 0);
+        if (i < stored)
+            page_of(i, page);
+        else
+            memset(page, 0, PAGE);
+        CHECK(memcmp(got, page, PAGE) == 0);
+    }
+    /* a quarter discarded and compacted: writes fit again */
+    CHECK(uzram_discard(dev, 0, stored / 4 * PAGE) == 0);
+    CHECK(uzram_compact(dev, NULL) == 0);
+    page_of(stored, page);
+    CHECK(uzram_write(dev, stored * PAGE, page, PAGE) == 0);
+    CHECK(uzram_state_quiesce(dev) == 0);
+    uzram_destroy(dev);
+    CHECK(uzram_adopt(fd, &dev) == 0);
+    for (uint64_t i = 0; i <= stored; i++) {
+        CHECK(uzram_read(dev, i * PAGE, got, PAGE) == 0);
+        if (i >= stored / 4)
+            page_of(i, page);
+        else
+            memset(page, 0, PAGE);
+        CHECK(memcmp(got, page, PAGE) == 0);
+    }
+    uzram_destroy(dev);
+    close(fd);
+}
+
+static void test_tmpfs_fills(void **state)
+{
+    (void)state;
+    in_child(fill_body);
+}
+
+/* 1 MiB of tmpfs cannot hold the 4 MiB page table of a 1 GiB disk: refused at creation
+ * (ENOSPC), the file left empty. */
+static void table_body(void)
+{
+    int fd;
+    if (!small_tmpfs("1m", &fd))
+        _exit(SKIP_STATUS);
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = 1ull << 30;
+    struct uzram *dev = NULL;
+    int rc = uzram_create_in(&config, fd, &dev);
+    fprintf(stderr, "uzram_create_in: %d\n", rc);
+    CHECK(rc == -ENOSPC && dev == NULL);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0 && st.st_size == 0 && st.st_blocks == 0);
+    close(fd);
+}
+
+static void test_tmpfs_table_refused(void **state)
+{
+    (void)state;
+    in_child(table_body);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tmpfs_fills),
+        cmocka_unit_test(test_tmpfs_table_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
