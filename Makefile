@@ -352,7 +352,9 @@ soak: deps
 #               under fio (tests/vm/ublk-recovery.sh; not in make check: ~54 s a kill under TCG)
 # vm-restart:   issue 29's scenarios through `serve --persist` (tests/vm/ublk-restart.sh):
 #               ext4 + fio verify with VM_KILLS SIGKILLs and `uzram restart` under fio (swap with
-#               a restart: `ublk-restart:swap`, by name: minutes more under TCG)
+#               a restart: `ublk-restart:swap`, by name: minutes more under TCG); then the
+#               installed uzram@.service under a real systemd with the state in its descriptor
+#               store (tests/vm/systemd.sh: reload, SIGKILL, restart, stop; ~3 min under TCG)
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
 .PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart
@@ -375,6 +377,7 @@ vm-recovery: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --mem 512 --deadline $$(( 60 + $(VM_KILLS) * 20 )) ublk-recovery:$(VM_KILLS)
 vm-restart: deps
-	$(MAKE) programs $(VM_TOOLS)
-	./tests/vm/vm.sh --mem 512 --deadline $$(( 900 + $(VM_KILLS) * 30 )) ublk-restart:ext4,$(VM_KILLS),planned
+	$(MAKE) lib programs $(VM_TOOLS)
+	./tests/vm/vm.sh --mem 512 --deadline $$(( 900 + $(VM_KILLS) * 30 )) \
+		ublk-restart:ext4,$(VM_KILLS),planned systemd
 # ---- end of VM tests block ----
