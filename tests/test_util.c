@@ -108,3 +108,30 @@ void test_expect_zero_pages(struct uzram *dev, uint64_t first_page, size_t pages
     test_expect_pages(dev, first_page, zeros, pages);
     free(zeros);
 }
+
+int test_parse_fields(const char *line, uint64_t *fields, int max)
+{
+    int count = 0;
+    const char *p = line;
+    size_t length = strlen(line);
+    assert_true(length > 0);
+    assert_int_equal(line[length - 1], '\n');
+    assert_true(strchr(line, '\n') == line + length - 1); /* one line */
+    while (*p && *p != '\n') {
+        while (*p == ' ')
+            p++;
+        if (*p == '\n' || !*p)
+            break;
+        if (*p < '0' || *p > '9')
+            fail_msg("field %d does not start with a digit: \"%s\"", count, line);
+        char *end;
+        uint64_t value = strtoull(p, &end, 10);
+        if (*end != ' ' && *end != '\n')
+            fail_msg("field %d is not a plain number: \"%s\"", count, line);
+        if (count < max)
+            fields[count] = value;
+        count++;
+        p = end;
+    }
+    return count;
+}

@@ -66,6 +66,10 @@ void test_write_pages(struct uzram *dev, uint64_t first_page, const void *buf, s
 void test_expect_pages(struct uzram *dev, uint64_t first_page, const void *expected, size_t pages);
 void test_expect_zero_pages(struct uzram *dev, uint64_t first_page, size_t pages);
 
+/* Split a '\n'-terminated line of space-separated decimal numbers (mm_stat, io_stat), every
+ * field all digits (else the test fails); the first `max` in `fields`. Returns how many. */
+int test_parse_fields(const char *line, uint64_t *fields, int max);
+
 /* Statistics snapshot; aborts on failure. */
 static inline struct uzram_stats test_stats(struct uzram *dev)
 {
