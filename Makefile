@@ -128,6 +128,7 @@ $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
 $(O)/tests/test_sizes: $(O)/src/common/sizes.o
 $(O)/tests/test_state $(O)/tests/test_state_kept: $(O)/tests/state_util.o
 $(O)/tests/test_model $(O)/tests/test_overlap: $(O)/tests/model_util.o
+$(O)/tests/test_model: $(O)/tests/model.o
 $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)

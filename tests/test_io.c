@@ -36,41 +36,6 @@ static int teardown_device(void **state)
     return 0;
 }
 
-static void fill_kind(uint64_t seed, enum datagen_kind kind, void *buf, size_t length)
-{
-    struct datagen_rng rng;
-    datagen_rng_seed(&rng, seed);
-    datagen_fill(&rng, kind, buf, length);
-}
-
-static void fill_word(void *page, uint64_t word)
-{
-    for (size_t i = 0; i < PAGE; i += 8)
-        memcpy((uint8_t *)page + i, &word, 8);
-}
-
-static void write_pages(struct uzram *dev, uint64_t first_page, const void *buf, size_t pages)
-{
-    assert_int_equal(uzram_write(dev, first_page * PAGE, buf, pages * PAGE), 0);
-}
-
-static void expect_pages(struct uzram *dev, uint64_t first_page, const void *expected, size_t pages)
-{
-    uint8_t *got = malloc(pages * PAGE);
-    assert_non_null(got);
-    assert_int_equal(uzram_read(dev, first_page * PAGE, got, pages * PAGE), 0);
-    assert_memory_equal(got, expected, pages * PAGE);
-    free(got);
-}
-
-static void expect_zero_pages(struct uzram *dev, uint64_t first_page, size_t pages)
-{
-    uint8_t *zeros = calloc(pages, PAGE);
-    assert_non_null(zeros);
-    expect_pages(dev, first_page, zeros, pages);
-    free(zeros);
-}
-
 /* Read the whole disk. */
 static uint8_t *read_disk(struct uzram *dev)
 {
@@ -113,12 +78,12 @@ static void test_whole_pages_roundtrip(void **state)
     /* One page of each kind, at scattered offsets, including the last. */
     uint64_t where[DATAGEN_KIND_COUNT] = {3, 17, 100, 200, DISK_PAGES - 1};
     for (int kind = 0; kind < DATAGEN_KIND_COUNT; kind++) {
-        fill_kind(10 + kind, kind, page, PAGE);
-        write_pages(dev, where[kind], page, 1);
+        test_fill_kind(10 + kind, kind, page, PAGE);
+        test_write_pages(dev, where[kind], page, 1);
     }
     for (int kind = 0; kind < DATAGEN_KIND_COUNT; kind++) {
-        fill_kind(10 + kind, kind, page, PAGE);
-        expect_pages(dev, where[kind], page, 1);
+        test_fill_kind(10 + kind, kind, page, PAGE);
+        test_expect_pages(dev, where[kind], page, 1);
     }
     struct uzram_stats s = test_stats(dev);
     assert_int_equal(s.pages_stored, DATAGEN_KIND_COUNT);
@@ -127,12 +92,12 @@ static void test_whole_pages_roundtrip(void **state)
     /* A multi-page write of mixed kinds, and its read in one call. */
     uint8_t *many = malloc(16 * PAGE);
     for (int i = 0; i < 16; i++)
-        fill_kind(50 + i, (enum datagen_kind)(i % DATAGEN_KIND_COUNT), many + i * PAGE, PAGE);
-    write_pages(dev, 30, many, 16);
-    expect_pages(dev, 30, many, 16);
+        test_fill_kind(50 + i, (enum datagen_kind)(i % DATAGEN_KIND_COUNT), many + i * PAGE, PAGE);
+    test_write_pages(dev, 30, many, 16);
+    test_expect_pages(dev, 30, many, 16);
     /* Neighbours untouched. */
-    expect_zero_pages(dev, 29, 1);
-    expect_zero_pages(dev, 46, 1);
+    test_expect_zero_pages(dev, 29, 1);
+    test_expect_zero_pages(dev, 46, 1);
     free(many);
 }
 
@@ -143,17 +108,17 @@ static void test_partial_pages(void **state)
     uint8_t piece[SECTOR];
 
     /* Page 5 starts with text, page 6 empty; patch every sector of each. */
-    fill_kind(1, DATAGEN_TEXT, expected[0], PAGE);
-    write_pages(dev, 5, expected[0], 1);
+    test_fill_kind(1, DATAGEN_TEXT, expected[0], PAGE);
+    test_write_pages(dev, 5, expected[0], 1);
     memset(expected[1], 0, PAGE);
     for (int p = 0; p < 2; p++) {
         for (unsigned sector = 0; sector < PAGE / SECTOR; sector++) {
-            fill_kind(100 + p * 8 + sector, sector % 2 ? DATAGEN_RANDOM : DATAGEN_HALF, piece,
-                      SECTOR);
+            test_fill_kind(100 + p * 8 + sector, sector % 2 ? DATAGEN_RANDOM : DATAGEN_HALF, piece,
+                           SECTOR);
             uint64_t offset = (5 + p) * PAGE + sector * SECTOR;
             assert_int_equal(uzram_write(dev, offset, piece, SECTOR), 0);
             memcpy(expected[p] + sector * SECTOR, piece, SECTOR);
-            expect_pages(dev, 5 + p, expected[p], 1);
+            test_expect_pages(dev, 5 + p, expected[p], 1);
             /* The piece alone reads back too. */
             uint8_t got[SECTOR];
             assert_int_equal(uzram_read(dev, offset, got, SECTOR), 0);
@@ -163,11 +128,11 @@ static void test_partial_pages(void **state)
 
     /* A write across the page boundary: last sector of 5, first two of 6. */
     uint8_t cross[3 * SECTOR];
-    fill_kind(7, DATAGEN_TEXT, cross, sizeof cross);
+    test_fill_kind(7, DATAGEN_TEXT, cross, sizeof cross);
     assert_int_equal(uzram_write(dev, 6 * PAGE - SECTOR, cross, sizeof cross), 0);
     memcpy(expected[0] + PAGE - SECTOR, cross, SECTOR);
     memcpy(expected[1], cross + SECTOR, 2 * SECTOR);
-    expect_pages(dev, 5, expected, 2);
+    test_expect_pages(dev, 5, expected, 2);
 
     /* Partial reads across the boundary. */
     uint8_t got[5 * SECTOR];
@@ -176,11 +141,11 @@ static void test_partial_pages(void **state)
 
     /* A partial write making a page same-filled turns it into a same page. */
     uint8_t word_page[PAGE];
-    fill_word(word_page, 0x0102030405060708ull);
-    write_pages(dev, 9, word_page, 1);
+    test_fill_word(word_page, 0x0102030405060708ull);
+    test_write_pages(dev, 9, word_page, 1);
     struct uzram_stats before = test_stats(dev);
     assert_int_equal(uzram_write(dev, 9 * PAGE + SECTOR, word_page, SECTOR), 0);
-    expect_pages(dev, 9, word_page, 1);
+    test_expect_pages(dev, 9, word_page, 1);
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.same_pages, before.same_pages);
     assert_int_equal(after.pages_stored, before.pages_stored);
@@ -195,7 +160,7 @@ static void test_invalid_io(void **state)
     struct uzram *dev = *state;
     uint8_t *content = malloc(DISK_SIZE);
     for (unsigned p = 0; p < DISK_PAGES; p += 2)
-        fill_kind(p, (enum datagen_kind)(p % DATAGEN_KIND_COUNT), content + p * PAGE, PAGE);
+        test_fill_kind(p, (enum datagen_kind)(p % DATAGEN_KIND_COUNT), content + p * PAGE, PAGE);
     memset(content + PAGE, 0, PAGE);
     for (unsigned p = 1; p < DISK_PAGES; p += 2)
         memset(content + p * PAGE, 0, PAGE);
@@ -279,8 +244,8 @@ static void test_zero_length_io(void **state)
      * with an empty request), and it is not counted as invalid. */
     struct uzram *dev = *state;
     uint8_t page[PAGE];
-    fill_kind(3, DATAGEN_TEXT, page, PAGE);
-    write_pages(dev, 1, page, 1);
+    test_fill_kind(3, DATAGEN_TEXT, page, PAGE);
+    test_write_pages(dev, 1, page, 1);
     struct uzram_stats before = test_stats(dev);
     uint8_t buf[SECTOR];
     memset(buf, 0x5c, sizeof buf);
@@ -294,7 +259,7 @@ static void test_zero_length_io(void **state)
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.invalid_io, before.invalid_io);
     assert_int_equal(after.pages_stored, before.pages_stored);
-    expect_pages(dev, 1, page, 1);
+    test_expect_pages(dev, 1, page, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -306,8 +271,8 @@ static void test_discard(void **state)
     struct uzram *dev = *state;
     uint8_t pages[8 * PAGE];
     for (int i = 0; i < 8; i++)
-        fill_kind(20 + i, i % 2 ? DATAGEN_TEXT : DATAGEN_HALF, pages + i * PAGE, PAGE);
-    write_pages(dev, 10, pages, 8);
+        test_fill_kind(20 + i, i % 2 ? DATAGEN_TEXT : DATAGEN_HALF, pages + i * PAGE, PAGE);
+    test_write_pages(dev, 10, pages, 8);
     struct uzram_stats s0 = test_stats(dev);
     assert_int_equal(s0.pages_stored, 8);
 
@@ -319,9 +284,9 @@ static void test_discard(void **state)
     assert_int_equal(s1.orig_data_size, 6 * PAGE);
     assert_true(s1.compr_data_size < s0.compr_data_size);
     assert_true(s1.notify_free >= s0.notify_free + 2);
-    expect_zero_pages(dev, 11, 2);
-    expect_pages(dev, 10, pages, 1);
-    expect_pages(dev, 13, pages + 3 * PAGE, 5);
+    test_expect_zero_pages(dev, 11, 2);
+    test_expect_pages(dev, 10, pages, 1);
+    test_expect_pages(dev, 13, pages + 3 * PAGE, 5);
     uint64_t run;
     unsigned flags;
     assert_int_equal(uzram_extent(dev, 11 * PAGE, 2 * PAGE, &run, &flags), 0);
@@ -331,7 +296,7 @@ static void test_discard(void **state)
     /* Sectors 2..5 of page 13: zeroed in place, the page stays stored. */
     assert_int_equal(uzram_discard(dev, 13 * PAGE + 2 * SECTOR, 4 * SECTOR), 0);
     memset(pages + 3 * PAGE + 2 * SECTOR, 0, 4 * SECTOR);
-    expect_pages(dev, 13, pages + 3 * PAGE, 1);
+    test_expect_pages(dev, 13, pages + 3 * PAGE, 1);
     struct uzram_stats s2 = test_stats(dev);
     assert_int_equal(s2.pages_stored, 6);
 
@@ -339,7 +304,7 @@ static void test_discard(void **state)
      * first sector of 17. */
     assert_int_equal(uzram_discard(dev, 15 * PAGE - SECTOR, 2 * PAGE + 2 * SECTOR), 0);
     memset(pages + 5 * PAGE - SECTOR, 0, 2 * PAGE + 2 * SECTOR);
-    expect_pages(dev, 10, pages, 8);
+    test_expect_pages(dev, 10, pages, 8);
     struct uzram_stats s3 = test_stats(dev);
     assert_int_equal(s3.pages_stored, 4); /* 10, 13, 14, 17 */
 
@@ -355,7 +320,7 @@ static void test_discard(void **state)
     assert_int_equal(s5.orig_data_size, 0);
     assert_int_equal(s5.compr_data_size, 0);
     assert_int_equal(s5.mem_used_total, 0);
-    expect_zero_pages(dev, 0, DISK_PAGES);
+    test_expect_zero_pages(dev, 0, DISK_PAGES);
 }
 
 static void test_write_zeroes(void **state)
@@ -363,15 +328,15 @@ static void test_write_zeroes(void **state)
     struct uzram *dev = *state;
     uint8_t pages[4 * PAGE];
     for (int i = 0; i < 4; i++)
-        fill_kind(40 + i, DATAGEN_TEXT, pages + i * PAGE, PAGE);
-    write_pages(dev, 20, pages, 4);
+        test_fill_kind(40 + i, DATAGEN_TEXT, pages + i * PAGE, PAGE);
+    test_write_pages(dev, 20, pages, 4);
     struct uzram_stats s0 = test_stats(dev);
     assert_int_equal(s0.same_pages, 0);
 
     /* keep_allocated: pages stay stored, as zero same-filled pages. */
     assert_int_equal(uzram_write_zeroes(dev, 20 * PAGE, 2 * PAGE, true), 0);
-    expect_zero_pages(dev, 20, 2);
-    expect_pages(dev, 22, pages + 2 * PAGE, 2);
+    test_expect_zero_pages(dev, 20, 2);
+    test_expect_pages(dev, 22, pages + 2 * PAGE, 2);
     struct uzram_stats s1 = test_stats(dev);
     assert_int_equal(s1.pages_stored, 4);
     assert_int_equal(s1.same_pages, 2);
@@ -395,7 +360,7 @@ static void test_write_zeroes(void **state)
 
     /* Not keep_allocated: freed like a discard. */
     assert_int_equal(uzram_write_zeroes(dev, 20 * PAGE, 4 * PAGE, false), 0);
-    expect_zero_pages(dev, 20, 4);
+    test_expect_zero_pages(dev, 20, 4);
     struct uzram_stats s3 = test_stats(dev);
     assert_int_equal(s3.pages_stored, 3);
     assert_int_equal(s3.same_pages, 3);
@@ -405,10 +370,10 @@ static void test_write_zeroes(void **state)
     assert_int_equal(flags, UZRAM_EXTENT_HOLE | UZRAM_EXTENT_ZERO);
 
     /* Partial pages at the ends are zeroed in place. */
-    write_pages(dev, 30, pages, 3);
+    test_write_pages(dev, 30, pages, 3);
     assert_int_equal(uzram_write_zeroes(dev, 30 * PAGE + 3 * SECTOR, PAGE + 2 * SECTOR, true), 0);
     memset(pages + 3 * SECTOR, 0, PAGE + 2 * SECTOR);
-    expect_pages(dev, 30, pages, 3);
+    test_expect_pages(dev, 30, pages, 3);
 }
 
 /* ------------------------------------------------------------------------
@@ -424,8 +389,8 @@ static void test_same_filled_pages(void **state)
     size_t n = sizeof words / sizeof words[0];
     uint8_t page[PAGE];
     for (size_t i = 0; i < n; i++) {
-        fill_word(page, words[i]);
-        write_pages(dev, 40 + i, page, 1);
+        test_fill_word(page, words[i]);
+        test_write_pages(dev, 40 + i, page, 1);
     }
     struct uzram_stats s = test_stats(dev);
     assert_int_equal(s.pages_stored, n);
@@ -436,8 +401,8 @@ static void test_same_filled_pages(void **state)
     assert_int_equal(s.mem_used_total, 0);
     assert_int_equal(s.huge_pages, 0);
     for (size_t i = 0; i < n; i++) {
-        fill_word(page, words[i]);
-        expect_pages(dev, 40 + i, page, 1);
+        test_fill_word(page, words[i]);
+        test_expect_pages(dev, 40 + i, page, 1);
     }
     /* A same-filled page with a non-zero word is data, not a zero extent. */
     uint64_t run;
@@ -449,29 +414,29 @@ static void test_same_filled_pages(void **state)
 
     /* Almost same-filled: last word differs, a middle byte differs. Both
      * must be stored as data and read back exactly. */
-    fill_word(page, 0x1111111111111111ull);
+    test_fill_word(page, 0x1111111111111111ull);
     page[PAGE - 1] = 0x12;
-    write_pages(dev, 50, page, 1);
-    expect_pages(dev, 50, page, 1);
-    fill_word(page, 0x1111111111111111ull);
+    test_write_pages(dev, 50, page, 1);
+    test_expect_pages(dev, 50, page, 1);
+    test_fill_word(page, 0x1111111111111111ull);
     page[2049] = 0x13;
-    write_pages(dev, 51, page, 1);
-    expect_pages(dev, 51, page, 1);
-    fill_word(page, 0x1111111111111111ull);
+    test_write_pages(dev, 51, page, 1);
+    test_expect_pages(dev, 51, page, 1);
+    test_fill_word(page, 0x1111111111111111ull);
     page[3] = 0x14;
-    write_pages(dev, 52, page, 1);
-    expect_pages(dev, 52, page, 1);
+    test_write_pages(dev, 52, page, 1);
+    test_expect_pages(dev, 52, page, 1);
     s = test_stats(dev);
     assert_int_equal(s.same_pages, n);
     assert_int_equal(s.pages_stored, n + 3);
     assert_true(s.mem_used_total > 0);
 
     /* Overwriting a same page with data and back moves the counter. */
-    fill_kind(9, DATAGEN_TEXT, page, PAGE);
-    write_pages(dev, 42, page, 1);
+    test_fill_kind(9, DATAGEN_TEXT, page, PAGE);
+    test_write_pages(dev, 42, page, 1);
     assert_int_equal(test_stats(dev).same_pages, n - 1);
-    fill_word(page, 77);
-    write_pages(dev, 50, page, 1);
+    test_fill_word(page, 77);
+    test_write_pages(dev, 50, page, 1);
     assert_int_equal(test_stats(dev).same_pages, n);
 }
 
@@ -485,9 +450,9 @@ static void test_same_filled_off(void **state)
     struct uzram *dev = NULL;
     assert_int_equal(uzram_create(&config, &dev), 0);
     uint8_t page[PAGE];
-    fill_word(page, 0x4242424242424242ull);
-    write_pages(dev, 0, page, 1);
-    expect_pages(dev, 0, page, 1);
+    test_fill_word(page, 0x4242424242424242ull);
+    test_write_pages(dev, 0, page, 1);
+    test_expect_pages(dev, 0, page, 1);
     struct uzram_stats s = test_stats(dev);
     assert_int_equal(s.same_pages, 0);
     assert_int_equal(s.pages_stored, 1);
@@ -501,38 +466,38 @@ static void test_huge_pages(void **state)
     struct uzram *dev = *state;
     enum { N = 5 };
     uint8_t pages[N * PAGE];
-    fill_kind(1, DATAGEN_RANDOM, pages, sizeof pages);
-    write_pages(dev, 70, pages, N);
+    test_fill_kind(1, DATAGEN_RANDOM, pages, sizeof pages);
+    test_write_pages(dev, 70, pages, N);
     struct uzram_stats s = test_stats(dev);
     assert_int_equal(s.huge_pages, N);
     assert_int_equal(s.huge_pages_since, N);
     assert_int_equal(s.compr_data_size, N * PAGE);
     assert_true(s.mem_used_total >= N * PAGE);
-    expect_pages(dev, 70, pages, N);
+    test_expect_pages(dev, 70, pages, N);
 
     /* Overwrite two with compressible data: huge_pages drops, since stays. */
     uint8_t text[2 * PAGE];
-    fill_kind(2, DATAGEN_TEXT, text, sizeof text);
-    write_pages(dev, 70, text, 2);
+    test_fill_kind(2, DATAGEN_TEXT, text, sizeof text);
+    test_write_pages(dev, 70, text, 2);
     s = test_stats(dev);
     assert_int_equal(s.huge_pages, N - 2);
     assert_int_equal(s.huge_pages_since, N);
     assert_true(s.compr_data_size < N * PAGE);
 
     /* Overwriting a huge page with another huge page counts once more. */
-    fill_kind(3, DATAGEN_RANDOM, pages, PAGE);
-    write_pages(dev, 72, pages, 1);
+    test_fill_kind(3, DATAGEN_RANDOM, pages, PAGE);
+    test_write_pages(dev, 72, pages, 1);
     s = test_stats(dev);
     assert_int_equal(s.huge_pages, N - 2);
     assert_int_equal(s.huge_pages_since, N + 1);
-    expect_pages(dev, 72, pages, 1);
+    test_expect_pages(dev, 72, pages, 1);
 
     /* A partial write into a huge page keeps it readable. */
     uint8_t sector[SECTOR];
-    fill_kind(4, DATAGEN_RANDOM, sector, SECTOR);
+    test_fill_kind(4, DATAGEN_RANDOM, sector, SECTOR);
     assert_int_equal(uzram_write(dev, 72 * PAGE + 3 * SECTOR, sector, SECTOR), 0);
     memcpy(pages + 3 * SECTOR, sector, SECTOR);
-    expect_pages(dev, 72, pages, 1);
+    test_expect_pages(dev, 72, pages, 1);
 
     /* Discarding the huge pages brings huge_pages to 0, since stays. */
     assert_int_equal(uzram_discard(dev, 70 * PAGE, N * PAGE), 0);
@@ -566,14 +531,14 @@ static void test_settings_busy(void **state)
     assert_int_equal(config.disksize, DISK_SIZE);
 
     uint8_t page[PAGE];
-    fill_kind(1, DATAGEN_TEXT, page, PAGE);
-    write_pages(dev, 3, page, 1);
+    test_fill_kind(1, DATAGEN_TEXT, page, PAGE);
+    test_write_pages(dev, 3, page, 1);
     expect_settings(dev, -EBUSY);
     /* The failed calls changed nothing. */
     assert_int_equal(uzram_set_algorithm(dev, "lzo", 0), -EBUSY);
     assert_int_equal(uzram_get_config(dev, &config), 0);
     assert_string_equal(config.comp_algorithm, "zstd");
-    expect_pages(dev, 3, page, 1);
+    test_expect_pages(dev, 3, page, 1);
 
     /* A zero page is still a page the device holds. */
     assert_int_equal(uzram_discard(dev, 3 * PAGE, PAGE), 0);
@@ -585,7 +550,7 @@ static void test_settings_busy(void **state)
     expect_settings(dev, 0);
 
     /* And after a reset. */
-    write_pages(dev, 7, page, 1);
+    test_write_pages(dev, 7, page, 1);
     expect_settings(dev, -EBUSY);
     assert_int_equal(uzram_reset(dev), 0);
     expect_settings(dev, 0);
@@ -599,200 +564,8 @@ static void test_settings_busy(void **state)
     assert_int_equal(uzram_get_config(dev, &config), 0);
     assert_int_equal(config.comp_level, max);
     /* The device works with the settings it accepted. */
-    write_pages(dev, 7, page, 1);
-    expect_pages(dev, 7, page, 1);
-}
-
-/* ------------------------------------------------------------------------
- * Memory limit
- * ---------------------------------------------------------------------- */
-
-static void test_mem_limit(void **state)
-{
-    struct uzram *dev = *state;
-    uint8_t old_page[PAGE], new_pages[3 * PAGE];
-    fill_kind(1, DATAGEN_TEXT, old_page, PAGE);
-    write_pages(dev, 10, old_page, 1);
-    write_pages(dev, 11, old_page, 1);
-    write_pages(dev, 12, old_page, 1);
-    struct uzram_stats s0 = test_stats(dev);
-    assert_true(s0.mem_used_total > 0);
-
-    /* No room for one more pool page: a huge page cannot be stored. */
-    assert_int_equal(uzram_set_mem_limit(dev, s0.mem_used_total), 0);
-    assert_int_equal(test_stats(dev).mem_limit, s0.mem_used_total);
-    fill_kind(2, DATAGEN_RANDOM, new_pages, PAGE);
-    assert_int_equal(uzram_write(dev, 10 * PAGE, new_pages, PAGE), -ENOSPC);
-    expect_pages(dev, 10, old_page, 1);
-    struct uzram_stats s1 = test_stats(dev);
-    assert_int_equal(s1.failed_writes, s0.failed_writes + 1);
-    assert_true(s1.mem_used_total <= s0.mem_used_total);
-    assert_int_equal(s1.pages_stored, 3);
-
-    /* In a multi-page write, pages are written in order: the same-filled
-     * first page (no pool memory) lands, the huge second one fails, and the
-     * third keeps its old content although it would have fitted. */
-    fill_word(new_pages, 0x5555555555555555ull);
-    fill_kind(3, DATAGEN_RANDOM, new_pages + PAGE, PAGE);
-    fill_word(new_pages + 2 * PAGE, 0x6666666666666666ull);
-    assert_int_equal(uzram_write(dev, 10 * PAGE, new_pages, 3 * PAGE), -ENOSPC);
-    expect_pages(dev, 10, new_pages, 1);
-    expect_pages(dev, 11, old_page, 1);
-    expect_pages(dev, 12, old_page, 1);
-    struct uzram_stats s2 = test_stats(dev);
-    assert_true(s2.failed_writes >= s1.failed_writes + 1);
-    assert_true(s2.mem_used_total <= s0.mem_used_total);
-
-    /* Raising the limit lets the same write through. */
-    assert_int_equal(uzram_set_mem_limit(dev, 0), 0);
-    assert_int_equal(uzram_write(dev, 10 * PAGE, new_pages, 3 * PAGE), 0);
-    expect_pages(dev, 10, new_pages, 3);
-    assert_int_equal(test_stats(dev).mem_limit, 0);
-
-    /* A limit well above use admits writes until the pool is full; no
-     * write may take it past the limit, and every failed page reads old. */
-    struct uzram_stats s3 = test_stats(dev);
-    uint64_t limit = s3.mem_used_total + 16 * PAGE;
-    assert_int_equal(uzram_set_mem_limit(dev, limit), 0);
-    uint8_t page[PAGE];
-    int failures = 0;
-    for (unsigned p = 20; p < 60; p++) {
-        fill_kind(100 + p, DATAGEN_RANDOM, page, PAGE);
-        int rc = uzram_write(dev, p * PAGE, page, PAGE);
-        if (rc == 0) {
-            expect_pages(dev, p, page, 1);
-        } else {
-            assert_int_equal(rc, -ENOSPC);
-            expect_zero_pages(dev, p, 1);
-            failures++;
-        }
-        assert_true(test_stats(dev).mem_used_total <= limit);
-    }
-    assert_true(failures > 0);
-    assert_true(failures < 40);
-}
-
-/* A group's limit (uzram serve --server-mem-limit) holds over several devices: a write to
- * any of them that would pass it fails with -ENOSPC like a device's own limit, what the
- * others free is room for all, and the group counts its devices' pool memory and tables. */
-static void test_group_mem_limit(void **state)
-{
-    (void)state;
-    struct uzram_group *group;
-    assert_int_equal(uzram_group_create(24 * PAGE, &group), 0);
-    struct uzram *a = test_device(1 << 20, NULL, 0), *b = test_device(1 << 20, NULL, 0);
-    assert_int_equal(uzram_set_group(a, group), 0);
-    assert_int_equal(uzram_set_group(b, group), 0);
-    assert_int_equal(uzram_set_group(a, group), -EBUSY);  /* once */
-    assert_int_equal(uzram_group_destroy(group), -EBUSY); /* while devices are in it */
-    struct uzram_group_stats gs;
-    const uint64_t T = test_stats(a).table_mem + test_stats(b).table_mem; /* 4 KiB each */
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_int_equal(gs.devices, 2);
-    assert_int_equal(gs.mem_limit, 24 * PAGE);
-
-    uint8_t page[PAGE];
-    unsigned written_a = 0, written_b = 0;
-    for (unsigned p = 0; p < 64; p++) {
-        fill_kind(500 + p, DATAGEN_RANDOM, page, PAGE);
-        int rc = uzram_write(a, p * PAGE, page, PAGE);
-        if (rc == -ENOSPC)
-            break;
-        assert_int_equal(rc, 0);
-        written_a++;
-    }
-    assert_true(written_a > 0 && written_a < 64);
-    /* a filled the group: b has no limit of its own and still cannot store a huge page. */
-    fill_kind(900, DATAGEN_RANDOM, page, PAGE);
-    assert_int_equal(uzram_write(b, 0, page, PAGE), -ENOSPC);
-    expect_zero_pages(b, 0, 1);
-    assert_int_equal(test_stats(b).failed_writes, 1);
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_true(gs.mem_used <= 24 * PAGE);
-    assert_int_equal(gs.mem_used - T, test_stats(a).mem_used_total + test_stats(b).mem_used_total);
-
-    /* What a frees is b's to use. */
-    assert_int_equal(uzram_discard(a, 0, (uint64_t)written_a * PAGE), 0);
-    for (unsigned p = 0; p < written_a / 2; p++) {
-        fill_kind(700 + p, DATAGEN_RANDOM, page, PAGE);
-        assert_int_equal(uzram_write(b, p * PAGE, page, PAGE), 0);
-        written_b++;
-    }
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_int_equal(gs.mem_used - T, test_stats(a).mem_used_total + test_stats(b).mem_used_total);
-    assert_true(gs.mem_used_max >= gs.mem_used);
-
-    /* No limit: anything fits; a destroyed device gives its memory back and leaves. */
-    assert_int_equal(uzram_group_set_mem_limit(group, 0), 0);
-    fill_kind(901, DATAGEN_RANDOM, page, PAGE);
-    assert_int_equal(uzram_write(a, 63 * PAGE, page, PAGE), 0);
-    uint64_t b_used = test_stats(b).mem_used_total + T / 2;
-    uzram_destroy(a);
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_int_equal(gs.devices, 1);
-    assert_int_equal(gs.mem_used, b_used);
-    uzram_destroy(b);
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_int_equal(gs.mem_used, 0);
-    assert_int_equal(uzram_group_destroy(group), 0);
-    assert_int_equal(uzram_group_create(0, NULL), -EINVAL);
-}
-
-/* Writers on two devices of one group at once never take the group past its limit (TSan
- * runs this one). */
-struct group_writer {
-    struct uzram *dev;
-    unsigned seed;
-    int failures;
-};
-
-static void *group_writer_main(void *arg)
-{
-    struct group_writer *w = arg;
-    uint8_t page[PAGE];
-    for (unsigned round = 0; round < 4; round++) {
-        for (unsigned p = 0; p < 48; p++) {
-            fill_kind(w->seed + round * 100 + p, DATAGEN_RANDOM, page, PAGE);
-            int rc = uzram_write(w->dev, p * PAGE, page, PAGE);
-            if (rc == -ENOSPC)
-                w->failures++;
-            else if (rc != 0)
-                return (void *)1;
-        }
-        if (uzram_discard(w->dev, 0, 48 * PAGE) != 0)
-            return (void *)1;
-    }
-    return NULL;
-}
-
-static void test_group_concurrent(void **state)
-{
-    (void)state;
-    struct uzram_group *group;
-    assert_int_equal(uzram_group_create(40 * PAGE, &group), 0);
-    struct group_writer writers[2] = {{test_device(1 << 20, NULL, 0), 1000, 0},
-                                      {test_device(1 << 20, NULL, 0), 5000, 0}};
-    pthread_t threads[2];
-    /* Both join before either writes: a join charges the page table whole, and a writer
-     * already filling the group's 40 pages could leave no room for it (-ENOSPC). */
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(uzram_set_group(writers[i].dev, group), 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(pthread_create(&threads[i], NULL, group_writer_main, &writers[i]), 0);
-    for (int i = 0; i < 2; i++) {
-        void *result;
-        assert_int_equal(pthread_join(threads[i], &result), 0);
-        assert_null(result);
-    }
-    struct uzram_group_stats gs;
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_true(gs.mem_used_max <= 40 * PAGE);
-    assert_true(writers[0].failures + writers[1].failures > 0);
-    for (int i = 0; i < 2; i++)
-        uzram_destroy(writers[i].dev);
-    assert_int_equal(uzram_group_get_stats(group, &gs), 0);
-    assert_int_equal(gs.mem_used, 0);
-    assert_int_equal(uzram_group_destroy(group), 0);
+    test_write_pages(dev, 7, page, 1);
+    test_expect_pages(dev, 7, page, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -820,17 +593,17 @@ static void test_extent(void **state)
     /* Layout: 0 hole, 1 data, 2 zero (write_zeroes keep), 3-5 data,
      * 6-7 hole, 8 same-filled non-zero, 9 zero page written as data,
      * 10.. hole to the end. */
-    fill_kind(1, DATAGEN_TEXT, page, PAGE);
-    write_pages(dev, 1, page, 1);
-    write_pages(dev, 3, page, 1);
-    write_pages(dev, 4, page, 1);
-    fill_kind(2, DATAGEN_RANDOM, page, PAGE);
-    write_pages(dev, 5, page, 1);
+    test_fill_kind(1, DATAGEN_TEXT, page, PAGE);
+    test_write_pages(dev, 1, page, 1);
+    test_write_pages(dev, 3, page, 1);
+    test_write_pages(dev, 4, page, 1);
+    test_fill_kind(2, DATAGEN_RANDOM, page, PAGE);
+    test_write_pages(dev, 5, page, 1);
     assert_int_equal(uzram_write_zeroes(dev, 2 * PAGE, PAGE, true), 0);
-    fill_word(page, 0x0101010101010101ull);
-    write_pages(dev, 8, page, 1);
+    test_fill_word(page, 0x0101010101010101ull);
+    test_write_pages(dev, 8, page, 1);
     memset(page, 0, PAGE);
-    write_pages(dev, 9, page, 1);
+    test_write_pages(dev, 9, page, 1);
 
     expect_extent(dev, 0, DISK_SIZE, PAGE, HZ);
     expect_extent(dev, PAGE, DISK_SIZE - PAGE, PAGE, 0);
@@ -860,67 +633,6 @@ static void test_extent(void **state)
 }
 
 /* ------------------------------------------------------------------------
- * Compaction
- * ---------------------------------------------------------------------- */
-
-static void test_compaction(void **state)
-{
-    (void)state;
-    enum { PAGES = 2048 };
-    struct uzram *dev = test_device((uint64_t)PAGES * PAGE, NULL, 0);
-    uint8_t *content = malloc((size_t)PAGES * PAGE);
-    assert_non_null(content);
-    /* Mixed compressibility, so objects land in many size classes. */
-    for (unsigned p = 0; p < PAGES; p++)
-        fill_kind(p, p % 3 == 0 ? DATAGEN_HALF : DATAGEN_TEXT, content + (size_t)p * PAGE, PAGE);
-    assert_int_equal(uzram_write(dev, 0, content, (size_t)PAGES * PAGE), 0);
-    struct uzram_stats s0 = test_stats(dev);
-
-    /* Free three of every four pages (not aligned with the classes'
-     * packing), leaving every pool page sparse. */
-    for (unsigned p = 0; p < PAGES; p++) {
-        if (p % 4 != 1) {
-            assert_int_equal(uzram_discard(dev, (uint64_t)p * PAGE, PAGE), 0);
-            memset(content + (size_t)p * PAGE, 0, PAGE);
-        }
-    }
-    struct uzram_stats s1 = test_stats(dev);
-    assert_int_equal(s1.pages_stored, PAGES / 4);
-    assert_true(s1.mem_used_total < s0.mem_used_total);
-    assert_true(s1.mem_used_total > 2 * s1.compr_data_size); /* fragmented */
-
-    uint64_t freed = 0;
-    assert_int_equal(uzram_compact(dev, &freed), 0);
-    struct uzram_stats s2 = test_stats(dev);
-    assert_true(freed > 0);
-    assert_int_equal(s2.pages_compacted, s1.pages_compacted + freed);
-    assert_int_equal(s2.mem_used_total, s1.mem_used_total - freed * PAGE);
-    assert_true(s2.mem_used_total < s1.mem_used_total * 2 / 3);
-    assert_int_equal(s2.compr_data_size, s1.compr_data_size);
-    assert_true(s2.mem_used_total >= s2.compr_data_size);
-    assert_int_equal(s2.pages_stored, s1.pages_stored);
-
-    uint8_t *got = malloc((size_t)PAGES * PAGE);
-    assert_int_equal(uzram_read(dev, 0, got, (size_t)PAGES * PAGE), 0);
-    assert_memory_equal(got, content, (size_t)PAGES * PAGE);
-
-    /* A second compaction finds (almost) nothing, and data still holds. */
-    uint64_t freed_again = 0;
-    assert_int_equal(uzram_compact(dev, &freed_again), 0);
-    assert_true(freed_again <= freed / 4);
-    assert_int_equal(uzram_compact(dev, NULL), 0);
-    assert_int_equal(uzram_read(dev, 0, got, (size_t)PAGES * PAGE), 0);
-    assert_memory_equal(got, content, (size_t)PAGES * PAGE);
-
-    /* Writes after compaction reuse the room. */
-    assert_int_equal(uzram_write(dev, 0, content + PAGE, PAGE), 0);
-    expect_pages(dev, 0, content + PAGE, 1);
-    free(got);
-    free(content);
-    uzram_destroy(dev);
-}
-
-/* ------------------------------------------------------------------------
  * Reset
  * ---------------------------------------------------------------------- */
 
@@ -938,15 +650,15 @@ static void test_reset(void **state)
 
     uint8_t *content = malloc(64 * PAGE);
     for (unsigned p = 0; p < 64; p++)
-        fill_kind(p, (enum datagen_kind)(p % DATAGEN_KIND_COUNT), content + p * PAGE, PAGE);
-    write_pages(dev, 0, content, 64);
+        test_fill_kind(p, (enum datagen_kind)(p % DATAGEN_KIND_COUNT), content + p * PAGE, PAGE);
+    test_write_pages(dev, 0, content, 64);
     assert_int_equal(uzram_discard(dev, 0, 8 * PAGE), 0);
     assert_int_equal(uzram_read(dev, 1, content, SECTOR), -EINVAL);
     assert_int_equal(uzram_compact(dev, NULL), 0);
     struct uzram_stats s0 = test_stats(dev);
     uint64_t limit = s0.mem_used_total;
     assert_int_equal(uzram_set_mem_limit(dev, limit), 0);
-    fill_kind(999, DATAGEN_RANDOM, content, PAGE);
+    test_fill_kind(999, DATAGEN_RANDOM, content, PAGE);
     assert_int_equal(uzram_write(dev, 100 * PAGE, content, PAGE), -ENOSPC);
     s0 = test_stats(dev);
     assert_true(s0.pages_stored > 0);
@@ -984,7 +696,7 @@ static void test_reset(void **state)
     assert_int_equal(after.disksize, DISK_SIZE);
     assert_int_equal(after.mem_limit, limit);
 
-    expect_zero_pages(dev, 0, DISK_PAGES);
+    test_expect_zero_pages(dev, 0, DISK_PAGES);
     uint64_t run;
     unsigned flags;
     assert_int_equal(uzram_extent(dev, 0, DISK_SIZE, &run, &flags), 0);
@@ -993,9 +705,9 @@ static void test_reset(void **state)
 
     /* Usable again, with the same settings. */
     assert_int_equal(uzram_set_mem_limit(dev, 0), 0);
-    fill_kind(5, DATAGEN_TEXT, content, PAGE);
-    write_pages(dev, 3, content, 1);
-    expect_pages(dev, 3, content, 1);
+    test_fill_kind(5, DATAGEN_TEXT, content, PAGE);
+    test_write_pages(dev, 3, content, 1);
+    test_expect_pages(dev, 3, content, 1);
     free(content);
     uzram_destroy(dev);
 }
@@ -1076,11 +788,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_same_filled_off),
         DEVICE_TEST(test_huge_pages),
         DEVICE_TEST(test_settings_busy),
-        DEVICE_TEST(test_mem_limit),
-        cmocka_unit_test(test_group_mem_limit),
-        cmocka_unit_test(test_group_concurrent),
         DEVICE_TEST(test_extent),
-        cmocka_unit_test(test_compaction),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_version),

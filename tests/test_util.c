@@ -71,3 +71,67 @@ uint64_t test_random_seed(const char *what)
             (unsigned long long)seed, (unsigned long long)seed);
     return seed;
 }
+
+void test_fill_kind(uint64_t seed, enum datagen_kind kind, void *buf, size_t length)
+{
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, seed);
+    datagen_fill(&rng, kind, buf, length);
+}
+
+void test_fill_word(void *page, uint64_t word)
+{
+    for (size_t i = 0; i < UZRAM_PAGE_SIZE; i += 8)
+        memcpy((uint8_t *)page + i, &word, 8);
+}
+
+void test_write_pages(struct uzram *dev, uint64_t first_page, const void *buf, size_t pages)
+{
+    assert_int_equal(uzram_write(dev, first_page * UZRAM_PAGE_SIZE, buf, pages * UZRAM_PAGE_SIZE),
+                     0);
+}
+
+void test_expect_pages(struct uzram *dev, uint64_t first_page, const void *expected, size_t pages)
+{
+    uint8_t *got = malloc(pages * UZRAM_PAGE_SIZE);
+    assert_non_null(got);
+    assert_int_equal(uzram_read(dev, first_page * UZRAM_PAGE_SIZE, got, pages * UZRAM_PAGE_SIZE),
+                     0);
+    assert_memory_equal(got, expected, pages * UZRAM_PAGE_SIZE);
+    free(got);
+}
+
+void test_expect_zero_pages(struct uzram *dev, uint64_t first_page, size_t pages)
+{
+    uint8_t *zeros = calloc(pages, UZRAM_PAGE_SIZE);
+    assert_non_null(zeros);
+    test_expect_pages(dev, first_page, zeros, pages);
+    free(zeros);
+}
+
+int test_parse_fields(const char *line, uint64_t *fields, int max)
+{
+    int count = 0;
+    const char *p = line;
+    size_t length = strlen(line);
+    assert_true(length > 0);
+    assert_int_equal(line[length - 1], '\n');
+    assert_true(strchr(line, '\n') == line + length - 1); /* one line */
+    while (*p && *p != '\n') {
+        while (*p == ' ')
+            p++;
+        if (*p == '\n' || !*p)
+            break;
+        if (*p < '0' || *p > '9')
+            fail_msg("field %d does not start with a digit: \"%s\"", count, line);
+        char *end;
+        uint64_t value = strtoull(p, &end, 10);
+        if (*end != ' ' && *end != '\n')
+            fail_msg("field %d is not a plain number: \"%s\"", count, line);
+        if (count < max)
+            fields[count] = value;
+        count++;
+        p = end;
+    }
+    return count;
+}

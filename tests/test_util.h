@@ -57,6 +57,19 @@ int test_attach_backing(struct uzram *dev, int memory);
  * failure's output names the seed that replays it. */
 uint64_t test_random_seed(const char *what);
 
+/* Page contents and whole-page I/O that asserts: `length` bytes of datagen `kind` from
+ * `seed`; a page of one 8-byte word; `pages` pages written from, or read and compared with,
+ * `buf` at page `first_page` (zero bytes: test_expect_zero_pages). */
+void test_fill_kind(uint64_t seed, enum datagen_kind kind, void *buf, size_t length);
+void test_fill_word(void *page, uint64_t word);
+void test_write_pages(struct uzram *dev, uint64_t first_page, const void *buf, size_t pages);
+void test_expect_pages(struct uzram *dev, uint64_t first_page, const void *expected, size_t pages);
+void test_expect_zero_pages(struct uzram *dev, uint64_t first_page, size_t pages);
+
+/* Split a '\n'-terminated line of space-separated decimal numbers (mm_stat, io_stat), every
+ * field all digits (else the test fails); the first `max` in `fields`. Returns how many. */
+int test_parse_fields(const char *line, uint64_t *fields, int max);
+
 /* Statistics snapshot; aborts on failure. */
 static inline struct uzram_stats test_stats(struct uzram *dev)
 {
