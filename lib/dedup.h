@@ -45,6 +45,8 @@ struct dedup_object_ops {
     int (*load)(void *arg, const struct dedup_object *object, void *page);
     /* Free `object`: its entry's last reference is gone. */
     void (*free)(void *arg, const struct dedup_object *object);
+    /* `object` now belongs to entry `id` (dedup_move): make its owner in the pool follow. */
+    void (*rehome)(void *arg, const struct dedup_object *object, uint32_t id);
     void *arg;
 };
 
@@ -62,6 +64,18 @@ void dedup_prefault(struct dedup *dedup);
  * entry chunks past the last id in use, and bucket arrays larger than their entries need.
  * Nothing after dedup_prefault(). */
 void dedup_trim(struct dedup *dedup);
+
+/* Index compaction (dedup_move.c; the store's table walk, store_index.c, drives it): the
+ * entries at and past dedup_compact_from() (UINT32_MAX: none, or under a reserve) are worth
+ * moving down, so that dedup_trim() can give their chunks back. dedup_move() moves entry
+ * `id` to a free id in a lower chunk, stored in *moved, if its references are exactly
+ * `refs`, no reader decodes it and nothing moves it: the caller holds every page slot that
+ * names it locked, `refs` of them, and points them at *moved before it unlocks them. The
+ * object's owner follows (ops->rehome). Errors: -EBUSY (another reference: a writer, a
+ * reader, recompression or writeback holds one; try later), -ENOSPC (no lower id free, or
+ * no memory to map one). */
+uint32_t dedup_compact_from(struct dedup *dedup);
+int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved);
 
 /* Where a new entry for a page goes (its chain follows from the tag): filled by
  * dedup_find() when nothing equal is stored, carried through dedup_reserve() to

@@ -14,10 +14,12 @@
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "pool_reserve.h"
 #include "recompress_bundle.h"
 #include "recompress_dict.h"
 #include "recompress_page.h"
 #include "store.h"
+#include "store_index.h"
 
 /* The background recompressor of a device: a thread the library starts when recompress_idle
  * is set and stops when it is 0, at reset (paused) and at destroy; and the passes by request,
@@ -315,8 +317,13 @@ static void *recompressor_main(void *arg)
          * only comes back once they are compacted. The pool only: compaction of the backing
          * store holds the lock that writers making room wait for, which a thread at this
          * priority must not (the writeback thread does it). */
-        if (tally.recompressed || tally.bundled || tally.split)
+        if (tally.recompressed || tally.bundled || tally.split) {
             store_compact_pool(dev);
+            /* Bundling takes entries out of the dedup index all over it: the ones left move
+             * down, and the chunks they leave go back (not under a reserve, as compact). */
+            if (!pool_reserve_on(dev->pool))
+                store_compact_index(dev);
+        }
         seen[0] = counter_get(&dev->pages_stored);
         seen[1] = counter_get(&dev->compr_data_size);
         counter_add(&dev->recomp_passes, 1);

@@ -276,6 +276,82 @@ static void test_index_sized_to_data(void **state)
     uzram_destroy(dev);
 }
 
+/* Compaction moves the index's entries down (issue 27): once most pages are gone, the ones
+ * left are one or two a chunk of entries all over the index, and no chunk could go back
+ * before. It moves them (a shared one with both its slots, a raw one too) into the lowest
+ * chunk and gives the rest back; every page reads back, a new copy of a moved page still
+ * finds its entry, and the pool's compaction still moves the objects of moved entries. */
+#define SCATTER_DISK (256u << 20)
+#define SCATTER_PAGES 24000u
+#define SCATTER_STEP 1000u
+#define SCATTER_SHARED 30000u /* where the second slot of each shared page is */
+
+static void scatter_page(unsigned char *page, uint64_t i)
+{
+    fill_page(page, 9000 + i, i % (4 * SCATTER_STEP) == 0 ? DATAGEN_RANDOM : DATAGEN_HALF);
+}
+
+static void expect_scattered(struct uzram *dev)
+{
+    unsigned char page[PAGE];
+    for (uint64_t i = 0; i < SCATTER_PAGES; i += SCATTER_STEP / 2) {
+        scatter_page(page, i);
+        expect_page(dev, i, page);
+        if (i % SCATTER_STEP == 0)
+            expect_page(dev, SCATTER_SHARED + i / SCATTER_STEP, page);
+    }
+}
+
+static void test_compaction_moves_scattered_entries(void **state)
+{
+    (void)state;
+    struct uzram *dev = test_device(SCATTER_DISK, NULL, 1);
+    uint64_t empty = test_stats(dev).meta_data_size;
+    unsigned char page[PAGE];
+    for (uint64_t i = 0; i < SCATTER_PAGES; i++) {
+        scatter_page(page, i);
+        write_page(dev, i, page);
+        if (i % SCATTER_STEP == 0) /* shared by a second slot */
+            write_page(dev, SCATTER_SHARED + i / SCATTER_STEP, page);
+    }
+    for (uint64_t i = 0; i < SCATTER_PAGES; i++)
+        if (i % (SCATTER_STEP / 2) != 0)
+            assert_int_equal(uzram_discard(dev, i * PAGE, PAGE), 0);
+    struct uzram_stats before = test_stats(dev);
+    assert_int_equal(before.dedup_entries, 2 * SCATTER_PAGES / SCATTER_STEP);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    struct uzram_stats after = test_stats(dev);
+    /* 48 entries in one chunk of 1024 (20 KiB), beside the empty index's; 23 chunks before */
+    assert_true(after.meta_data_size <= empty + 24 * 1024);
+    assert_true(before.meta_data_size >= empty + 20 * 20 * 1024);
+    assert_int_equal(after.dedup_entries, before.dedup_entries);
+    assert_int_equal(after.dup_data_size, before.dup_data_size);
+    assert_int_equal(after.compr_data_size, before.compr_data_size);
+    expect_scattered(dev);
+    /* a copy of a moved page finds its entry */
+    scatter_page(page, 7 * SCATTER_STEP + SCATTER_STEP / 2);
+    write_page(dev, SCATTER_SHARED + 100, page);
+    struct uzram_stats again = test_stats(dev);
+    assert_int_equal(again.dedup_entries, after.dedup_entries);
+    assert_true(again.dup_data_size > after.dup_data_size);
+    /* the pool moves the objects of moved entries (their owner followed them) */
+    for (uint64_t i = 0; i < SCATTER_PAGES; i += SCATTER_STEP)
+        assert_int_equal(uzram_discard(dev, (i + SCATTER_STEP / 2) * PAGE, PAGE), 0);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    for (uint64_t i = 0; i < SCATTER_PAGES; i += SCATTER_STEP) {
+        scatter_page(page, i);
+        expect_page(dev, i, page);
+        expect_page(dev, SCATTER_SHARED + i / SCATTER_STEP, page);
+    }
+    assert_int_equal(uzram_discard(dev, 0, SCATTER_DISK), 0);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    struct uzram_stats gone = test_stats(dev);
+    assert_int_equal(gone.dedup_entries, 0);
+    assert_int_equal(gone.dup_data_size, 0);
+    assert_int_equal(gone.meta_data_size, empty);
+    uzram_destroy(dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -287,6 +363,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compaction_moves_shared_objects),
         cmocka_unit_test(test_concurrent_identical_writers_store_once),
         cmocka_unit_test(test_index_sized_to_data),
+        cmocka_unit_test(test_compaction_moves_scattered_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
