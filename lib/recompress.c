@@ -174,7 +174,7 @@ static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, ui
                              struct pace *pace, bool quiet, struct recompress_tally *tally)
 {
     recompress_dict_train_due(dev, quiet);
-    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share);
+    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share, &plan->retry_kept);
     /* Priorities above the last one set have nothing to try: without this every page at
      * the last one set would be decoded by every pass for nothing. */
     struct codec_config config;
@@ -183,6 +183,11 @@ static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, ui
     plan->group = atomic_load(&dev->recompressor->group);
     plan->work = bundle_work_new();
     int rc = run_pass(dev, plan, max_pages, pace, tally);
+    /* A whole pass that tried every page kept on a replaced dictionary knows what moving
+     * them costs (recompress_dict.c) */
+    for (unsigned id = 0; rc == 0 && max_pages == 0 && id < CODEC_TABLE_MAX; id++)
+        if (plan->retry_kept >> id & 1u)
+            codec_table_weigh_kept(&dev->codecs, id, tally->kept_growth[id]);
     bundle_work_free(plan->work);
     plan->work = NULL;
     return rc;
