@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dedup.h"
+#include "dedup_object.h"
 
 /*
  * Each unique stored object has one entry (20 bytes), in chunks (below); an

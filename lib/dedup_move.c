@@ -3,6 +3,7 @@
  * half (store_index.c) finds the page slots that name an entry and holds them locked. */
 #include <errno.h>
 
+#include "dedup.h"
 #include "dedup_ids.h"
 
 uint32_t dedup_compact_from(struct dedup *dedup)
