@@ -153,13 +153,17 @@ memory() {
     mid=$(date +%s%N)
     case $side in recompress*) settle m ;; esac
     end=$(date +%s%N)
-    # compaction gives back what the last pass left sparse (the thread compacts too)
+    # what the thread left by itself, and then what compaction gives back on top
+    attr m stat_json >"$WORK/before-compact.json"
     attr m compact 1
     { attr m stat_json | "$PY" -c '
 import json, sys
 d = json.load(sys.stdin)
 d["store_seconds"], d["settle_seconds"] = float(sys.argv[1]), float(sys.argv[2])
-print(json.dumps(d))' "$(((mid - start) / 1000000))e-3" "$(((end - mid) / 1000000))e-3"; } >"$RES/$side.json"
+before = json.load(open(sys.argv[3]))
+d["before_compact"] = {k: before[k] for k in ("mem_used_total", "meta_data_size", "dict_mem")}
+print(json.dumps(d))' "$(((mid - start) / 1000000))e-3" "$(((end - mid) / 1000000))e-3" \
+        "$WORK/before-compact.json"; } >"$RES/$side.json"
     stop
 }
 

@@ -426,12 +426,12 @@ def recompress_section(rc):
            "pages where named; background thread `--recompress-idle 1`, `recompress_rate 0`, run "
            "until it had nothing left to do, then `compact`. Memory is mm_stat's mem_used_total "
            "(uzram: the pool and the dictionary); total adds meta_data_size (the dedup index and the "
-           "bundles' records). "
+           "bundles' records); 'by itself' is the total before that `compact`, as the thread left it. "
            "Took %d s." % (
                rc["image"], rc["image_bytes"] / (1 << 20), rc["level"], rc["dict_size"],
                rc.get("group", "-"), rc["seconds"]), "",
-           "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | total vs kernel zram lz4 | recompressed pages | bundled pages | dict_mem | time to store / to settle |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| side | mem_used_total | vs kernel zram lz4 | vs zstd + dedup direct | meta_data_size | total vs kernel zram lz4 | by itself | recompressed pages | bundled pages | dict_mem | time to store / to settle |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     if all(v.get("skipped") == "not in STEPS" for v in rc["sides"].values()):
         out = out[:-3] + ["The memory step did not run (STEPS)."]
     for key, name in RECOMPRESS_SIDES:
@@ -439,15 +439,18 @@ def recompress_section(rc):
         if row.get("skipped") == "not in STEPS":
             continue
         if "mem_used_total" not in row:
-            out.append("| %s | %s | | | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
+            out.append("| %s | %s | | | | | | | | | |" % (name, row.get("skipped") or row.get("failed") or "-"))
             continue
         m = row["mem_used_total"]
         total = recompress_total(rc, key)
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        before = row.get("before_compact")
+        alone = before["mem_used_total"] + before["meta_data_size"] if before else None
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, size(m), ratio_text(m / zram, 3) if zram else "-",
             ratio_text(m / direct, 3) if direct else "-",
             size(row.get("meta_data_size")) if "meta_data_size" in row else "-",
             ratio_text(total / zram, 3) if zram and total else "-",
+            ratio_text(alone / zram, 3) if zram and alone else "-",
             row.get("recomp_pages", "-"), row.get("bundled_pages", "-"),
             size(row.get("dict_mem")) if "dict_mem" in row else "-",
             "%.1f s / %.1f s" % (row["store_seconds"], row["settle_seconds"]) if "store_seconds" in row else "-"))

@@ -691,7 +691,8 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
       "passes over the page table the background recompressor ended")                              \
     X(reserve_empty, DEBUG, EVENTS,                                                                \
       "objects not stored as the memory reserve (serve --swap) had no pool memory ready "          \
-      "(writes among them failed: failed_writes)")
+      "(writes among them failed: failed_writes)")                                                 \
+    X(bundle_mem, DEBUG, LEVEL, "memory the bundles' records take, bytes (in meta_data_size)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

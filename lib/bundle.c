@@ -14,7 +14,7 @@
 #include "pool.h"
 
 /* A bundle's record: about 90 bytes for a bundle of 16 pages in three pieces, counted in
- * meta_data_size (bundle_meta_bytes) since it is memory the stored pages take beside the
+ * meta_data_size (bundle_mem) since it is memory the stored pages take beside the
  * pool, as the dedup index's entries are. Byte counts fit 32 bits (16 pages at most). */
 struct bundle {
     _Atomic uint32_t lock; /* spin lock: pieces[] against compaction's moves */
@@ -73,7 +73,7 @@ static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned piece
         pool_free(dev->pool, bundle->pieces[piece]);
         counter_sub(&dev->compr_data_size, piece_length(bundle, piece));
     }
-    counter_sub(&dev->bundle_meta_bytes, record_size(bundle->piece_count));
+    counter_sub(&dev->bundle_mem, record_size(bundle->piece_count));
     free(bundle);
 }
 
@@ -95,7 +95,7 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
     bundle->codec = (uint16_t)codec;
     bundle->count = (uint8_t)count;
     bundle->piece_count = (uint8_t)piece_count;
-    counter_add(&dev->bundle_meta_bytes, size); /* free_bundle takes it back */
+    counter_add(&dev->bundle_mem, size); /* free_bundle takes it back */
     bundle->serial = atomic_fetch_add(&next_serial, 1);
     bundle->first = first;
     memcpy(bundle->offsets, offsets, count);

@@ -21,7 +21,7 @@
  * Lock order: page slot -> bundle lock -> pool class lock. The bundle lock is held only to
  * copy the pieces or to move one (compaction only tries it).
  * Counters (struct uzram): bundles, bundled_pages, bundle_dead_pages, bundle_saved_bytes,
- * bundle_meta_bytes (the records' memory, in meta_data_size),
+ * bundle_mem (the records' memory, in meta_data_size),
  * all changed here only. */
 #ifndef UZRAM_BUNDLE_H
 #define UZRAM_BUNDLE_H

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "uzram.h"
+
 void codec_table_init(struct codec_table *table)
 {
     memset(table, 0, sizeof *table);
@@ -80,6 +82,8 @@ int codec_table_set_dict(struct codec_table *table, const struct codec_config *c
     struct codec_entry *entry = &table->entries[id];
     entry->config = *config;
     entry->used = true;
+    entry->kept_share = 0;
+    entry->evict = false;
     if (config->dict)
         atomic_fetch_add_explicit(&table->dict_mem, comp_dict_memory(config->dict),
                                   memory_order_relaxed);
@@ -117,6 +121,8 @@ void codec_table_restore(struct codec_table *table, unsigned id, const struct co
 {
     table->entries[id].config = *config;
     table->entries[id].used = true;
+    table->entries[id].kept_share = 0;
+    table->entries[id].evict = false;
     table->entries[id].dict_saved = dict_saved;
     atomic_fetch_add(&table->dict_mem,
                      dict_saved + (config->dict ? comp_dict_memory(config->dict) : 0));
@@ -184,9 +190,11 @@ bool codec_table_setting(struct codec_table *table, unsigned priority, struct co
     return id >= 0;
 }
 
-uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX])
+uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX],
+                                 uint32_t *retry)
 {
     uint32_t stale = 0;
+    *retry = 0;
     pthread_mutex_lock(&table->lock);
     for (unsigned id = 0; id < CODEC_TABLE_MAX; id++) {
         const struct codec_config *old = &table->entries[id].config;
@@ -201,10 +209,25 @@ uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC
             newer->trainings > old->trainings && users > 0) {
             stale |= 1u << id;
             share[id] = comp_dict_memory(old->dict) / users;
+            if (table->entries[id].evict)
+                share[id] = UZRAM_PAGE_SIZE; /* whatever a page's newer object costs */
+            if (share[id] >= 2 * table->entries[id].kept_share) {
+                *retry |= 1u << id;
+                table->entries[id].kept_share = share[id];
+            }
         }
     }
     pthread_mutex_unlock(&table->lock);
     return stale;
+}
+
+void codec_table_weigh_kept(struct codec_table *table, unsigned id, uint64_t growth)
+{
+    pthread_mutex_lock(&table->lock);
+    struct codec_entry *entry = &table->entries[id];
+    if (entry->used && entry->config.dict && growth < comp_dict_memory(entry->config.dict))
+        entry->evict = true;
+    pthread_mutex_unlock(&table->lock);
 }
 
 uint64_t codec_table_dict_mem(struct codec_table *table)

@@ -53,6 +53,9 @@ struct codec_table {
         struct codec_config config; /* written under lock while the entry is unused */
         bool used;                  /* under lock */
         uint32_t dict_saved;        /* bytes of its dictionary in the state file (0: none) */
+        uint64_t kept_share;        /* under lock: a user's share of its dictionary when its
+                                       pages kept on it were last tried (stale_dicts) */
+        bool evict;                 /* under lock: moving them all costs less than it */
     } __attribute__((aligned(64))) entries[CODEC_TABLE_MAX];
     /* The id each priority's setting names, -1 for none. */
     _Atomic int setting[CODEC_TABLE_PRIORITY_MAX + 1];
@@ -116,8 +119,18 @@ bool codec_table_setting(struct codec_table *table, unsigned priority, struct co
 /* The entries a retraining made obsolete: a bit per id whose dict=auto dictionary is older than
  * the one its priority's setting has now (same algorithm, a later training). Objects made with
  * them are recompressed with the newer one when that saves memory (recompress_page.c): in
- * share[id], each user's share of that older dictionary's memory now. */
-uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX]);
+ * share[id], each user's share of that older dictionary's memory now. In *retry, the bits of
+ * those whose share has doubled since their pages kept on it (SLOT_DICT_KEPT) were last tried:
+ * as pages leave, the ones left carry more of it, until moving them too pays and the older
+ * dictionary goes (at most log2(users) retries). */
+uint32_t codec_table_stale_dicts(struct codec_table *table, uint64_t share[CODEC_TABLE_MAX],
+                                 uint32_t *retry);
+
+/* After a pass that tried every page on stale entry `id` (a retry): moving the ones it kept on
+ * it would cost the pool `growth` bytes. If that is less than its dictionary takes, its pages
+ * all move at the next pass (their share counted as a whole page), and it goes: one
+ * dictionary stays where two would cost more. */
+void codec_table_weigh_kept(struct codec_table *table, unsigned id, uint64_t growth);
 
 /* Bytes the dictionaries in use take. */
 uint64_t codec_table_dict_mem(struct codec_table *table);

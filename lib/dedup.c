@@ -12,217 +12,17 @@
 #include <xxhash.h>
 
 #include "backoff.h"
+#include "dedup_ids.h"
 #include "fault.h"
 #include "uzram.h"
-
-/*
- * Each unique stored object has one entry (20 bytes), in chunks (below); an
- * entry's id is its place. Buckets hold id + 1 of the first entry of a chain
- * (0: empty); the chain is linked through `next` (also id + 1).
- *
- * `size_codec` packs the object's size and codec:
- *   bits  0..11  size - 1, 0..4095 (4095: a raw page)
- *   bits 12..15  codec id
- * `state` packs the reference count, reader pins and a moving bit:
- *   bits  0..19  references: one per page slot that shares the object, plus
- *                one per writer that is comparing it as a candidate
- *   bits 20..30  pins: readers decompressing the object right now
- *   bit  31      MOVING: compaction is copying the object elsewhere
- * Readers pin only while they hold a reference; compaction sets MOVING only
- * when there are references and no pins, so an object is never moved under
- * a reader and never freed while it moves. Recompression (dedup_replace)
- * swaps the object under MOVING the same way. A change of the references
- * also holds MOVING for a moment, so that it counts dup_data_size with the
- * size the object has at that instant (entry_change_refs). The accessors
- * below are the only way into either word.
- *
- * Locks: one stripe mutex covers its buckets (their array, and the chains)
- * and is held only to walk, change or resize them, never while compressing,
- * decompressing or comparing. id_lock covers the free-id list. Order: a
- * page slot lock, then a stripe, then id_lock, then a pool class lock.
- */
-struct dedup_entry {
-    uint32_t handle_low;  /* pool handle bits 0..31 */
-    uint16_t handle_high; /* pool handle bits 32..47 */
-    _Atomic uint16_t size_codec;
-    _Atomic uint32_t state;
-    uint32_t next;
-    uint32_t hash_tag; /* top 32 bits of the content hash; low bits pick the bucket */
-};
-_Static_assert(sizeof(struct dedup_entry) == 20, "dedup entries are 20 bytes");
-_Static_assert(DEDUP_HANDLE_BITS == 32 + 16, "an entry keeps handles of DEDUP_HANDLE_BITS");
-
-#define SIZE_MASK 0xfffu
-#define CODEC_SHIFT 12
-_Static_assert(CODEC_SHIFT + DEDUP_CODEC_BITS == 16, "size and codec fill size_codec");
-
-#define REF_MASK 0xfffffu
-#define REF_MAX REF_MASK
-#define PIN_ONE (1u << 20)
-#define PIN_MASK (0x7ffu << 20)
-#define MOVING (1u << 31)
-
-static inline unsigned entry_size(const struct dedup_entry *entry)
-{
-    return (atomic_load_explicit(&entry->size_codec, memory_order_relaxed) & SIZE_MASK) + 1u;
-}
-static inline uint64_t entry_handle(const struct dedup_entry *entry)
-{
-    return entry->handle_low | (uint64_t)entry->handle_high << 32;
-}
-static inline void entry_set_handle(struct dedup_entry *entry, uint64_t handle)
-{
-    entry->handle_low = (uint32_t)handle;
-    entry->handle_high = (uint16_t)(handle >> 32);
-}
-static inline void entry_get_object(const struct dedup_entry *entry, struct dedup_object *object)
-{
-    object->handle = entry_handle(entry);
-    object->size = entry_size(entry);
-    object->codec =
-        (unsigned)atomic_load_explicit(&entry->size_codec, memory_order_relaxed) >> CODEC_SHIFT;
-}
-static inline void entry_set_object(struct dedup_entry *entry, const struct dedup_object *object)
-{
-    entry_set_handle(entry, object->handle);
-    atomic_store_explicit(&entry->size_codec,
-                          (uint16_t)((object->size - 1) | object->codec << CODEC_SHIFT),
-                          memory_order_relaxed);
-}
-
-static inline uint32_t state_refs(uint32_t state)
-{
-    return state & REF_MASK;
-}
-static inline bool state_pins_full(uint32_t state)
-{
-    return (state & PIN_MASK) == PIN_MASK;
-}
-static inline bool state_pinned_or_moving(uint32_t state)
-{
-    return (state & (PIN_MASK | MOVING)) != 0;
-}
-static inline bool state_moving(uint32_t state)
-{
-    return (state & MOVING) != 0;
-}
-
-/*
- * Storage, sized to what is stored and grown as it fills:
- *  - entries live in chunks of 2^chunk_shift (at least 1024 entries: 20 KiB, five whole
- *    pages), mapped as ids reach them; an id is chunk number and place. The directory of
- *    chunks is sized to the disk (8 + 4 bytes a chunk, at most ~4096 chunks).
- *  - the buckets are split among the stripes by the low STRIPE_BITS of the tag: each stripe
- *    is a hash table of its own, whose bucket array doubles (under the stripe's lock alone)
- *    when its chains pass MAX_LOAD entries on average, so that no growth stops the others.
- *    A bucket costs 4 bytes for 1.5 to 3 entries.
- * Under a pool reserve (dedup_prefault) the index is made as large as the disk needs at once
- * and faulted in, and then neither grows nor gives back: a write never faults memory in.
- * dedup_trim (compaction, reset) gives back every chunk none of whose ids is handed out (past
- * the last id in use, and holes below it: bundling takes most entries out of the index, all
- * over it) and shrinks the bucket arrays of stripes that emptied. A new id comes from the free
- * list, else from a hole mapped again (ids stay dense), else from the high water mark.
- */
-#define STRIPE_BITS 8
-#define STRIPE_COUNT (1u << STRIPE_BITS)
-#define MAX_LOAD 3u
-#define MIN_BUCKETS 2u
-#define CHUNK_MIN_SHIFT 10
-#define CHUNKS_MAX 4096u
-/* What malloc adds to a block it hands out (glibc: an 8-byte header, 16-byte rounding),
- * counted with each bucket array so that meta_data_size is what the index takes. */
-#define MALLOC_OVERHEAD 16u
-
-struct dedup_stripe {
-    _Alignas(64) pthread_mutex_t lock; /* one cache line a stripe */
-    uint32_t *buckets;                 /* id + 1 of a chain's first entry; 0: empty */
-    uint32_t bucket_mask;              /* bucket count - 1 (a power of two) */
-    uint32_t entries;                  /* linked into this stripe's chains */
-    /* How many entries were ever linked into this stripe, so a writer can tell whether one
-     * arrived while it was compressing. */
-    uint64_t inserts;
-};
-
-struct dedup {
-    struct dedup_stripe stripes[STRIPE_COUNT];
-    struct dedup_object_ops ops;
-    uint64_t capacity;    /* ids below this may be handed out */
-    unsigned chunk_shift; /* entries per chunk: 1 << chunk_shift */
-    size_t chunk_count;
-    _Atomic(struct dedup_entry *) *chunks; /* NULL: not mapped */
-
-    pthread_mutex_t id_lock;
-    uint32_t *chunk_used; /* ids handed out in each chunk */
-    uint32_t free_head;   /* id + 1 of a free entry, linked through next */
-    uint64_t high_water;  /* ids below this have been handed out */
-    uint64_t holes;       /* chunks below the last one in use that dedup_trim unmapped */
-
-    _Atomic bool reserved; /* made full size and faulted in: no growth, no giveback */
-    _Atomic uint64_t mem_bytes;
-    _Atomic uint64_t live_entries;
-    _Atomic uint64_t dup_data_size;
-    _Atomic uint64_t hash_collisions;
-#ifdef UZRAM_TEST_HOOKS
-    _Atomic bool force_collisions;
-#endif
-};
 
 /* Comparison needs its own page: the caller's page may be the store's
  * scratch page. */
 static __thread unsigned char compare_buffer[UZRAM_PAGE_SIZE];
 
-static size_t chunk_bytes(const struct dedup *dedup)
-{
-    return sizeof(struct dedup_entry) << dedup->chunk_shift;
-}
-
 static size_t buckets_bytes(uint64_t mask)
 {
     return (mask + 1) * sizeof(uint32_t) + MALLOC_OVERHEAD;
-}
-
-static struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
-{
-    struct dedup_entry *chunk =
-        atomic_load_explicit(&dedup->chunks[id >> dedup->chunk_shift], memory_order_acquire);
-    return &chunk[id & ((1u << dedup->chunk_shift) - 1)];
-}
-
-/* Map chunk `c` if it is not. id_lock held (or the index not yet shared). */
-static int chunk_map(struct dedup *dedup, size_t c)
-{
-    if (atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed))
-        return 0;
-    void *chunk = FAULT_POINT(FAULT_ALLOC)
-                      ? MAP_FAILED
-                      : mmap(NULL, chunk_bytes(dedup), PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (chunk == MAP_FAILED)
-        return -ENOMEM;
-    atomic_store_explicit(&dedup->chunks[c], chunk, memory_order_release);
-    atomic_fetch_add_explicit(&dedup->mem_bytes, chunk_bytes(dedup), memory_order_relaxed);
-    return 0;
-}
-
-/* Unmap chunk `c`, none of whose ids is handed out. id_lock held. */
-static void chunk_unmap(struct dedup *dedup, size_t c)
-{
-    struct dedup_entry *chunk = atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed);
-    if (!chunk)
-        return;
-    atomic_store_explicit(&dedup->chunks[c], NULL, memory_order_relaxed);
-    munmap(chunk, chunk_bytes(dedup));
-    atomic_fetch_sub_explicit(&dedup->mem_bytes, chunk_bytes(dedup), memory_order_relaxed);
-}
-
-static uint32_t tag_bucket(const struct dedup_stripe *stripe, uint32_t tag)
-{
-    return (tag >> STRIPE_BITS) & stripe->bucket_mask;
-}
-
-static struct dedup_stripe *tag_stripe(struct dedup *dedup, uint32_t tag)
-{
-    return &dedup->stripes[tag & (STRIPE_COUNT - 1)];
 }
 
 /* Give the stripe `mask` + 1 buckets, relinking its entries. A chain keeps its order (each
@@ -282,9 +82,10 @@ static void index_free(struct dedup *dedup)
     }
     pthread_mutex_destroy(&dedup->id_lock);
     for (size_t c = 0; dedup->chunks && c < dedup->chunk_count; c++)
-        chunk_unmap(dedup, c);
+        dedup_chunk_unmap(dedup, c);
     free(dedup->chunks);
     free(dedup->chunk_used);
+    free(dedup->chunk_free);
     free(dedup);
 }
 
@@ -313,10 +114,15 @@ int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct
         FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(dedup->chunk_count, sizeof *dedup->chunks);
     dedup->chunk_used =
         FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(dedup->chunk_count, sizeof *dedup->chunk_used);
+    dedup->chunk_free =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(dedup->chunk_count, sizeof *dedup->chunk_free);
     atomic_init(&dedup->mem_bytes,
-                sizeof *dedup + dedup->chunk_count * (sizeof *dedup->chunks +
-                                                      sizeof *dedup->chunk_used + MALLOC_OVERHEAD));
-    int rc = dedup->chunks && dedup->chunk_used ? chunk_map(dedup, 0) : -ENOMEM;
+                sizeof *dedup +
+                    dedup->chunk_count * (sizeof *dedup->chunks + sizeof *dedup->chunk_used +
+                                          sizeof *dedup->chunk_free) +
+                    3 * MALLOC_OVERHEAD);
+    int rc = dedup->chunks && dedup->chunk_used && dedup->chunk_free ? dedup_chunk_map(dedup, 0)
+                                                                     : -ENOMEM;
     for (unsigned i = 0; rc == 0 && i < STRIPE_COUNT; i++)
         if (!stripe_resize(dedup, &dedup->stripes[i], MIN_BUCKETS - 1))
             rc = -ENOMEM;
@@ -334,8 +140,6 @@ void dedup_destroy(struct dedup *dedup)
         index_free(dedup);
 }
 
-static int hole_fill(struct dedup *dedup);
-
 /* Make the index as large as the disk can need and its pages present (MADV_POPULATE_WRITE,
  * Linux 5.14; an older kernel faults them in as used), then stop it growing or giving back.
  * Writers may be running: each part changes under its own lock, and pages are made present
@@ -345,10 +149,9 @@ void dedup_prefault(struct dedup *dedup)
     /* set under id_lock, which dedup_trim() reads it under: no trim undoes this */
     pthread_mutex_lock(&dedup->id_lock);
     atomic_store(&dedup->reserved, true);
-    while (dedup->holes && hole_fill(dedup) == 0) /* their ids back on the free list */
-        ;
+    dedup_holes_fill(dedup); /* their ids back on the free lists */
     for (size_t c = 0; c < dedup->chunk_count; c++)
-        if (chunk_map(dedup, c) == 0)
+        if (dedup_chunk_map(dedup, c) == 0)
             (void)madvise(atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed),
                           chunk_bytes(dedup), 23 /* MADV_POPULATE_WRITE */);
     pthread_mutex_unlock(&dedup->id_lock);
@@ -363,75 +166,6 @@ void dedup_prefault(struct dedup *dedup)
     }
 }
 
-/* Map the lowest hole again, its ids on the free list (the lowest first). id_lock held. */
-static int hole_fill(struct dedup *dedup)
-{
-    size_t c = 1;
-    while (c < dedup->chunk_count && atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed))
-        c++;
-    int rc = c < dedup->chunk_count ? chunk_map(dedup, c) : -ENOENT;
-    if (rc < 0)
-        return rc;
-    uint32_t first = (uint32_t)(c << dedup->chunk_shift);
-    for (uint32_t id = first + (1u << dedup->chunk_shift); id-- > first;) {
-        entry_at(dedup, id)->next = dedup->free_head;
-        dedup->free_head = id + 1;
-    }
-    dedup->holes--;
-    return 0;
-}
-
-/* Whether dedup_trim unmaps chunk `c` below the last chunk in use, `last`: none of its ids is
- * handed out (the first chunk stays). id_lock held. */
-static bool chunk_idle(const struct dedup *dedup, size_t c, size_t last)
-{
-    return c > 0 && c < last && dedup->chunk_used[c] == 0 &&
-           atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed);
-}
-
-/* Unmap the idle chunks below the last one in use, their ids dropped from the free list.
- * id_lock held. */
-static void holes_cut(struct dedup *dedup)
-{
-    if (dedup->high_water == 0)
-        return;
-    size_t last = (size_t)((dedup->high_water - 1) >> dedup->chunk_shift);
-    uint32_t *link = &dedup->free_head;
-    while (*link) {
-        struct dedup_entry *entry = entry_at(dedup, *link - 1);
-        if (chunk_idle(dedup, (size_t)((*link - 1) >> dedup->chunk_shift), last))
-            *link = entry->next;
-        else
-            link = &entry->next;
-    }
-    for (size_t c = 1; c < last; c++)
-        if (chunk_idle(dedup, c, last)) {
-            chunk_unmap(dedup, c);
-            dedup->holes++;
-        }
-}
-
-/* Drop ids at and past `keep` from the free list, and unmap their chunks. id_lock held. */
-static void ids_cut(struct dedup *dedup, uint64_t keep)
-{
-    uint32_t *link = &dedup->free_head;
-    while (*link) {
-        struct dedup_entry *entry = entry_at(dedup, *link - 1);
-        if (*link - 1 >= keep)
-            *link = entry->next;
-        else
-            link = &entry->next;
-    }
-    for (size_t c = (size_t)(keep >> dedup->chunk_shift); c < dedup->chunk_count; c++) {
-        if (c < (size_t)((dedup->high_water + (1u << dedup->chunk_shift) - 1) >>
-                         dedup->chunk_shift) &&
-            !atomic_load_explicit(&dedup->chunks[c], memory_order_relaxed))
-            dedup->holes--; /* a hole below the old high water mark, now past the new one */
-        chunk_unmap(dedup, c);
-    }
-    dedup->high_water = keep;
-}
-
 void dedup_trim(struct dedup *dedup)
 {
     if (!dedup)
@@ -441,16 +175,7 @@ void dedup_trim(struct dedup *dedup)
         pthread_mutex_unlock(&dedup->id_lock);
         return;
     }
-    uint64_t keep = dedup->high_water;
-    while (keep > 0) {
-        size_t c = (size_t)((keep - 1) >> dedup->chunk_shift);
-        if (c == 0 || dedup->chunk_used[c])
-            break;
-        keep = (uint64_t)c << dedup->chunk_shift;
-    }
-    if (keep < dedup->high_water)
-        ids_cut(dedup, keep);
-    holes_cut(dedup);
+    dedup_ids_trim(dedup);
     pthread_mutex_unlock(&dedup->id_lock);
     for (unsigned i = 0; i < STRIPE_COUNT; i++) {
         struct dedup_stripe *stripe = &dedup->stripes[i];
@@ -583,34 +308,6 @@ static int entry_load(struct dedup *dedup, struct dedup_entry *entry, void *page
     return rc;
 }
 
-static uint32_t id_alloc(struct dedup *dedup)
-{
-    uint32_t id = UINT32_MAX;
-    pthread_mutex_lock(&dedup->id_lock);
-    if (!dedup->free_head && dedup->holes)
-        (void)hole_fill(dedup);
-    if (dedup->free_head) {
-        id = dedup->free_head - 1;
-        dedup->free_head = entry_at(dedup, id)->next;
-    } else if (dedup->high_water < dedup->capacity &&
-               chunk_map(dedup, (size_t)(dedup->high_water >> dedup->chunk_shift)) == 0) {
-        id = (uint32_t)dedup->high_water++;
-    }
-    if (id != UINT32_MAX)
-        dedup->chunk_used[id >> dedup->chunk_shift]++;
-    pthread_mutex_unlock(&dedup->id_lock);
-    return id;
-}
-
-static void id_free(struct dedup *dedup, uint32_t id)
-{
-    pthread_mutex_lock(&dedup->id_lock);
-    entry_at(dedup, id)->next = dedup->free_head;
-    dedup->free_head = id + 1;
-    dedup->chunk_used[id >> dedup->chunk_shift]--;
-    pthread_mutex_unlock(&dedup->id_lock);
-}
-
 /* ---- lookup and insert --------------------------------------------------------- */
 
 /* From chain position `link` (id + 1) on, the first entry with `tag` on
@@ -679,13 +376,13 @@ bool dedup_find(struct dedup *dedup, const void *page, struct dedup_lookup *look
 
 int dedup_reserve(struct dedup *dedup, struct dedup_lookup *lookup)
 {
-    lookup->id = FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : id_alloc(dedup);
+    lookup->id = FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : dedup_id_alloc(dedup, dedup->chunk_count);
     return lookup->id == UINT32_MAX ? -ENOMEM : 0;
 }
 
 void dedup_cancel(struct dedup *dedup, const struct dedup_lookup *lookup)
 {
-    id_free(dedup, lookup->id);
+    dedup_id_free(dedup, lookup->id);
 }
 
 uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_lookup *lookup,
@@ -782,7 +479,7 @@ bool dedup_take_sole(struct dedup *dedup, uint32_t id,
     entry_unlink(dedup, id, &object);
     dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
-    id_free(dedup, id);
+    dedup_id_free(dedup, id);
     return true;
 }
 
@@ -798,7 +495,7 @@ void dedup_put(struct dedup *dedup, uint32_t id)
     entry_unlink(dedup, id, &object);
     dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
-    id_free(dedup, id);
+    dedup_id_free(dedup, id);
 }
 
 int dedup_read(struct dedup *dedup, uint32_t id, void *page)

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dedup_object.h"
+
 /*
  * The index maps page contents to entries; an entry owns one stored object
  * and counts the references to it (one per page slot that shares it).
@@ -26,28 +28,6 @@
 
 struct dedup;
 
-/* An object as the store made it: its pool handle (below 2^DEDUP_HANDLE_BITS),
- * its size (1..4096; 4096: a raw page) and the id of the codec configuration
- * that made it (below 2^DEDUP_CODEC_BITS). */
-#define DEDUP_HANDLE_BITS 48
-#define DEDUP_CODEC_BITS 4
-struct dedup_object {
-    uint64_t handle;
-    unsigned size;
-    unsigned codec;
-};
-
-/* What the index asks of the store that owns the objects' bytes, the way
- * the pool asks the owners of its objects (struct pool_owner_ops). */
-struct dedup_object_ops {
-    /* Put the page that `object` holds into `page` (4096 bytes). Returns 0
-     * or a negative errno. The entry is pinned: compaction leaves it alone. */
-    int (*load)(void *arg, const struct dedup_object *object, void *page);
-    /* Free `object`: its entry's last reference is gone. */
-    void (*free)(void *arg, const struct dedup_object *object);
-    void *arg;
-};
-
 /* Make the index for a device of `page_count` pages: small, grown as entries are added (up
  * to one a page, plus writers in flight). Errors: -ENOMEM. */
 int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out);
@@ -62,6 +42,18 @@ void dedup_prefault(struct dedup *dedup);
  * entry chunks past the last id in use, and bucket arrays larger than their entries need.
  * Nothing after dedup_prefault(). */
 void dedup_trim(struct dedup *dedup);
+
+/* Index compaction (dedup_move.c; the store's table walk, store_index.c, drives it): the
+ * entries at and past dedup_compact_from() (UINT32_MAX: none, or under a reserve) are worth
+ * moving down, so that dedup_trim() can give their chunks back. dedup_move() moves entry
+ * `id` to a free id in a lower chunk, stored in *moved, if its references are exactly
+ * `refs`, no reader decodes it and nothing moves it: the caller holds every page slot that
+ * names it locked, `refs` of them, and points them at *moved before it unlocks them. The
+ * object's owner follows (ops->rehome). Errors: -EBUSY (another reference: a writer, a
+ * reader, recompression or writeback holds one; try later), -ENOSPC (no lower id free, or
+ * no memory to map one). */
+uint32_t dedup_compact_from(struct dedup *dedup);
+int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved);
 
 /* Where a new entry for a page goes (its chain follows from the tag): filled by
  * dedup_find() when nothing equal is stored, carried through dedup_reserve() to

@@ -197,7 +197,7 @@ struct uzram {
     _Atomic uint64_t bundled_pages;
     _Atomic uint64_t bundle_dead_pages;
     _Atomic uint64_t bundle_saved_bytes;
-    _Atomic uint64_t bundle_meta_bytes;
+    _Atomic uint64_t bundle_mem;
 
     /* The backing store, or NULL (device_backing()): attached and detached by writeback.c
      * (uzram_set_backing_dev) only while no page is stored, so a page on it always finds it.

@@ -17,6 +17,7 @@
 #include "recompress.h"
 #include "state.h"
 #include "store.h"
+#include "store_index.h"
 #include "table.h"
 #include "writeback.h"
 
@@ -272,6 +273,7 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
     if (!pool_reserve_on(dev->pool)) {
         table_give_back(dev);
+        store_compact_index(dev); /* and dedup_trim */
         dedup_trim(device_dedup(dev));
 #ifdef __GLIBC__
         malloc_trim(0);

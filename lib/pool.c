@@ -622,6 +622,27 @@ void pool_free(struct pool *pool, uint64_t handle)
         release_span(pool, span, true);
 }
 
+int pool_set_owner(struct pool *pool, uint64_t handle, uint64_t owner)
+{
+    struct pool_span *span = pool ? span_of(pool, handle) : NULL;
+    if (!span || owner == 0)
+        return -EINVAL;
+    unsigned index = handle & OBJECT_INDEX_MASK;
+    struct pool_class *class = &pool->classes[span->class_index];
+    const struct class_shape *shape = &pool_class_shapes()[span->class_index];
+    pthread_mutex_lock(&class->lock);
+    int rc = -EINVAL;
+    if (index < span->objects && span->next_free[index] == OBJECT_ALLOCATED) {
+        if (shape->header_bytes)
+            memcpy(object_start(shape, span, index), &owner, sizeof owner);
+        else
+            span->huge_owner = owner;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&class->lock);
+    return rc;
+}
+
 void *pool_map(struct pool *pool, uint64_t handle)
 {
     struct pool_span *span = span_of(pool, handle);

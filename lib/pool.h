@@ -68,6 +68,11 @@ static inline int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uin
 /* Free an object. The caller must be the only one still using the handle. */
 void pool_free(struct pool *pool, uint64_t handle);
 
+/* Name `owner` (non-zero) as the owner of object `handle` from now on (its owner changed
+ * name: dedup_move). Under the object's class lock, so that no compaction still asks the old
+ * owner once it returns. Errors: -EINVAL (no such object). */
+int pool_set_owner(struct pool *pool, uint64_t handle, uint64_t owner);
+
 /* Address of the object's bytes. Valid until the object is freed or moved. */
 void *pool_map(struct pool *pool, uint64_t handle);
 

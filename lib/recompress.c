@@ -14,10 +14,12 @@
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "pool_reserve.h"
 #include "recompress_bundle.h"
 #include "recompress_dict.h"
 #include "recompress_page.h"
 #include "store.h"
+#include "store_index.h"
 
 /* The background recompressor of a device: a thread the library starts when recompress_idle
  * is set and stops when it is 0, at reset (paused) and at destroy; and the passes by request,
@@ -172,7 +174,7 @@ static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, ui
                              struct pace *pace, bool quiet, struct recompress_tally *tally)
 {
     recompress_dict_train_due(dev, quiet);
-    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share);
+    plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share, &plan->retry_kept);
     /* Priorities above the last one set have nothing to try: without this every page at
      * the last one set would be decoded by every pass for nothing. */
     struct codec_config config;
@@ -181,6 +183,11 @@ static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, ui
     plan->group = atomic_load(&dev->recompressor->group);
     plan->work = bundle_work_new();
     int rc = run_pass(dev, plan, max_pages, pace, tally);
+    /* A whole pass that tried every page kept on a replaced dictionary knows what moving
+     * them costs (recompress_dict.c) */
+    for (unsigned id = 0; rc == 0 && max_pages == 0 && id < CODEC_TABLE_MAX; id++)
+        if (plan->retry_kept >> id & 1u)
+            codec_table_weigh_kept(&dev->codecs, id, tally->kept_growth[id]);
     bundle_work_free(plan->work);
     plan->work = NULL;
     return rc;
@@ -315,8 +322,13 @@ static void *recompressor_main(void *arg)
          * only comes back once they are compacted. The pool only: compaction of the backing
          * store holds the lock that writers making room wait for, which a thread at this
          * priority must not (the writeback thread does it). */
-        if (tally.recompressed || tally.bundled || tally.split)
+        if (tally.recompressed || tally.bundled || tally.split) {
             store_compact_pool(dev);
+            /* Bundling takes entries out of the dedup index all over it: the ones left move
+             * down, and the chunks they leave go back (not under a reserve, as compact). */
+            if (!pool_reserve_on(dev->pool))
+                store_compact_index(dev);
+        }
         seen[0] = counter_get(&dev->pages_stored);
         seen[1] = counter_get(&dev->compr_data_size);
         counter_add(&dev->recomp_passes, 1);

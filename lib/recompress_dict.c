@@ -33,7 +33,11 @@
  * tried once, and replaced when the newer one's object is smaller than the old one plus the
  * page's share of the older dictionary's memory (which goes with its last page: a handful of
  * pages kept on it would keep hundreds of KiB of dictionary); the others are marked
- * SLOT_DICT_KEPT and keep it.
+ * SLOT_DICT_KEPT and keep it. What moving them would have cost is counted as they are kept:
+ * when, over a pass that tried them all, it is less than the older dictionary's memory, the
+ * next pass moves them whatever each one costs, and the dictionary goes with the last
+ * (codec_table_weigh_kept). They are all tried again, too, each time their share of it has
+ * doubled as others left (codec_table_stale_dicts).
  * The older dictionary stays in memory as long as a page or bundle still uses it
  * (codec_table.h).
  */

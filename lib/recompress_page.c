@@ -26,11 +26,13 @@ static unsigned object_priority(struct uzram *dev, unsigned size, unsigned codec
 }
 
 /* Whether an object made with `codec` (slot info `info`) is tried again at its own priority:
- * a retraining replaced its dictionary since, and the newer one was not tried on it yet. */
+ * a retraining replaced its dictionary since, and the newer one was not tried on it yet, or
+ * was, but the page's share of the older one has doubled since (plan->retry_kept). */
 static bool dict_stale(const struct recompress_plan *plan, unsigned size, unsigned codec,
                        uint32_t info)
 {
-    return size != UZRAM_PAGE_SIZE && (plan->stale_dicts >> codec & 1u) && !(info & SLOT_DICT_KEPT);
+    return size != UZRAM_PAGE_SIZE && (plan->stale_dicts >> codec & 1u) &&
+           (!(info & SLOT_DICT_KEPT) || (plan->retry_kept >> codec & 1u));
 }
 
 /* What an object on a replaced dictionary may grow by when it moves to the newer one: its
@@ -74,12 +76,16 @@ bool recompress_plan_takes(const struct recompress_plan *plan, uint32_t info, ui
  * errno. *tried counts the algorithms tried. */
 static int recompress_smaller(struct uzram *dev, const struct recompress_plan *plan,
                               const void *page, unsigned old_size, unsigned current,
-                              uint64_t allowance, unsigned *codec, unsigned *tried)
+                              uint64_t allowance, unsigned *codec, unsigned *tried,
+                              uint64_t *growth)
 {
     size_t capacity = old_size == UZRAM_PAGE_SIZE ? HUGE_THRESHOLD - 1 : old_size - 1;
+    /* Off a replaced dictionary (an allowance): any size below huge, so that what moving it
+     * would cost is known when it does not pay (*growth: the least of what they cost beyond the
+     * old object; a page, when none fit). */
     if (allowance && old_size != UZRAM_PAGE_SIZE)
-        capacity =
-            old_size + allowance < HUGE_THRESHOLD ? old_size + allowance - 1 : HUGE_THRESHOLD - 1;
+        capacity = HUGE_THRESHOLD - 1;
+    *growth = UZRAM_PAGE_SIZE;
     if (plan->threshold && plan->threshold - 1 < capacity)
         capacity = plan->threshold - 1;
     double old_cost = pool_object_cost(old_size) + (double)allowance;
@@ -95,8 +101,12 @@ static int recompress_smaller(struct uzram *dev, const struct recompress_plan *p
                 return length;
             continue;
         }
-        if (pool_object_cost((size_t)length) < old_cost)
+        double cost = pool_object_cost((size_t)length);
+        if (cost < old_cost)
             return length;
+        double beyond = cost - pool_object_cost(old_size);
+        if (beyond < (double)*growth)
+            *growth = beyond > 0 ? (uint64_t)beyond : 0;
         codec_table_release(&dev->codecs, *codec);
     }
     return 0;
@@ -174,8 +184,10 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         return rc;
     }
     unsigned codec = 0, tried = 0;
-    int length = recompress_smaller(dev, plan, old_page, expected.size, current,
-                                    stale_allowance(plan, expected.codec, stale), &codec, &tried);
+    uint64_t growth;
+    int length =
+        recompress_smaller(dev, plan, old_page, expected.size, current,
+                           stale_allowance(plan, expected.codec, stale), &codec, &tried, &growth);
     if (length > 0) {
         struct page_object made;
         rc = store_put_object(dev, new_object, (unsigned)length, codec, OWNER_DEDUP_BIT | id, true,
@@ -198,6 +210,8 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         }
     } else if (length == 0 && tried > 0 && (plan->marks_incompressible || stale)) {
         mark_unshrunk(dev, slot, old, stale, tally);
+        if (stale)
+            tally->kept_growth[expected.codec] += growth;
     }
     dedup_put(dedup, id);
     tally->tried += tried > 0;
@@ -246,14 +260,17 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
         return rc;
 
     unsigned codec = 0, tried = 0;
-    int length =
-        recompress_smaller(dev, plan, old_page, old.size, current, allowance, &codec, &tried);
+    uint64_t growth;
+    int length = recompress_smaller(dev, plan, old_page, old.size, current, allowance, &codec,
+                                    &tried, &growth);
     tally->tried += tried > 0;
     if (length < 0)
         return length;
     if (length == 0) {
         if (tried > 0 && (plan->marks_incompressible || stale))
             mark_unshrunk(dev, slot, &old, stale, tally);
+        if (tried > 0 && stale)
+            tally->kept_growth[old.codec] += growth;
         return 0;
     }
     struct page_object made;

@@ -32,6 +32,8 @@ struct recompress_plan {
                                   again at their own priority */
     uint64_t stale_share[16];  /* of each: what one object may grow by moving off it (its
                                   share of that dictionary's memory at the pass's start) */
+    uint32_t retry_kept;       /* of those, the ones whose pages marked SLOT_DICT_KEPT are
+                                  tried again (their share doubled since) */
 };
 
 /* Whether `plan` takes a page with this info and ac_time at `now`: checked once without the
@@ -49,6 +51,9 @@ struct recompress_tally {
     uint64_t bundled;                   /* pages packed into bundles */
     uint64_t bundles;                   /* bundles made */
     uint64_t split;                     /* pages taken out of mostly dead bundles */
+    /* Of each codec id: what moving the pages kept on its replaced dictionary this pass would
+     * have cost the pool (their newer objects' cost beyond the older ones') */
+    uint64_t kept_growth[16];
 };
 
 /* Recompress page `index` as `plan` says, at time `now` (store_now()). The

@@ -209,11 +209,21 @@ static void dedup_object_free(void *arg, const struct dedup_object *object)
     store_free_object(arg, &form);
 }
 
+/* (dedup_move) The pool names the entry's new id as the object's owner; an object on the
+ * backing store has none there. */
+static void dedup_object_rehome(void *arg, const struct dedup_object *object, uint32_t id)
+{
+    struct uzram *dev = arg;
+    if (!(object->handle & OBJECT_BACKED))
+        (void)pool_set_owner(dev->pool, object->handle, OWNER_DEDUP_BIT | id);
+}
+
 int store_dedup_create(struct uzram *dev, struct dedup **out)
 {
     const struct dedup_object_ops ops = {
         .load = dedup_object_load,
         .free = dedup_object_free,
+        .rehome = dedup_object_rehome,
         .arg = dev,
     };
     return dedup_create(dev->page_count, &ops, out);

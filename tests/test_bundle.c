@@ -13,9 +13,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
+#include "store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE
@@ -497,15 +499,72 @@ static void test_concurrent_bundle_dedup(void **state)
     race_bundles(true);
 }
 
+/* The background thread compacts the dedup index by itself (issue 27): after it bundles 2,048
+ * unique pages, the index's entries left (pages shared by a second slot, never bundled) sit
+ * one in 64 ids over two chunks; the thread moves them into the first and gives the second
+ * back, with no `compact` (the code before only trimmed the index on compact or reset). */
+#define INDEX_PAGES 2048u
+static uint64_t index_mem(struct uzram_stats s)
+{
+    return s.meta_data_size - s.bundle_mem;
+}
+#define INDEX_SHARED 4096u /* where the second slot of each shared page is */
+
+static void test_concurrent_background_compacts_index(void **state)
+{
+    (void)state;
+    struct uzram *dev = test_device(2ull * INDEX_SHARED * PAGE, "lz4", 1);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
+    assert_int_equal(uzram_set_recompress_rate(dev, 0), 0);
+    assert_int_equal(uzram_set_recompress_group(dev, 4), 0);
+    /* the index's memory: meta_data_size less the bundles' records */
+    uint64_t empty = test_stats(dev).meta_data_size;
+    unsigned char page[PAGE], back[PAGE];
+    for (uint64_t i = 0; i < INDEX_PAGES; i++) {
+        fill(page, 7000 + i, DATAGEN_HALF);
+        assert_int_equal(uzram_write(dev, i * PAGE, page, PAGE), 0);
+        if (i % 64 == 0)
+            assert_int_equal(uzram_write(dev, (INDEX_SHARED + i / 64) * PAGE, page, PAGE), 0);
+    }
+    assert_true(test_stats(dev).meta_data_size >= empty + 1024 * 20);
+    store_test_advance_clock(dev, 61);
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    for (int i = 0; i < 150 && index_mem(test_stats(dev)) > empty + 4096; i++)
+        nanosleep(&pause, NULL);
+    struct uzram_stats s = test_stats(dev);
+    assert_int_equal(uzram_set_recompress_idle(dev, 0), 0);
+    assert_true(s.bundled_pages > 0);
+    assert_int_equal(s.dedup_entries, INDEX_PAGES / 64);
+    assert_true(index_mem(s) <= empty + 4096);
+    assert_true(s.bundle_mem > 0 && s.meta_data_size == index_mem(s) + s.bundle_mem);
+    for (uint64_t i = 0; i < INDEX_PAGES; i++) {
+        fill(page, 7000 + i, DATAGEN_HALF);
+        assert_int_equal(uzram_read(dev, i * PAGE, back, PAGE), 0);
+        assert_memory_equal(back, page, PAGE);
+        if (i % 64 == 0) {
+            assert_int_equal(uzram_read(dev, (INDEX_SHARED + i / 64) * PAGE, back, PAGE), 0);
+            assert_memory_equal(back, page, PAGE);
+        }
+    }
+    uzram_destroy(dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bundle_reads),      cmocka_unit_test(test_bundle_records_freed),
-        cmocka_unit_test(test_bundle_sizes),      cmocka_unit_test(test_bundle_setting),
-        cmocka_unit_test(test_bundle_members),    cmocka_unit_test(test_bundle_dedup),
-        cmocka_unit_test(test_bundle_writeback),  cmocka_unit_test(test_bundle_compact),
-        cmocka_unit_test(test_concurrent_bundle), cmocka_unit_test(test_concurrent_bundle_dedup),
+        cmocka_unit_test(test_bundle_reads),
+        cmocka_unit_test(test_bundle_records_freed),
+        cmocka_unit_test(test_bundle_sizes),
+        cmocka_unit_test(test_bundle_setting),
+        cmocka_unit_test(test_bundle_members),
+        cmocka_unit_test(test_bundle_dedup),
+        cmocka_unit_test(test_bundle_writeback),
+        cmocka_unit_test(test_bundle_compact),
+        cmocka_unit_test(test_concurrent_bundle),
+        cmocka_unit_test(test_concurrent_bundle_dedup),
+        cmocka_unit_test(test_concurrent_background_compacts_index),
     };
     return cmocka_run_group_tests_name("bundle", tests, NULL, NULL);
 }

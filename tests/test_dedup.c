@@ -4,7 +4,9 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -276,6 +278,197 @@ static void test_index_sized_to_data(void **state)
     uzram_destroy(dev);
 }
 
+/* Compaction moves the index's entries down (issue 27): once most pages are gone, the ones
+ * left are one or two a chunk of entries all over the index, and no chunk could go back
+ * before. It moves them (a shared one with both its slots, a raw one too) into the lowest
+ * chunk and gives the rest back; every page reads back, a new copy of a moved page still
+ * finds its entry, and the pool's compaction still moves the objects of moved entries. */
+#define SCATTER_DISK (256u << 20)
+#define SCATTER_PAGES 24000u
+#define SCATTER_STEP 1000u
+#define SCATTER_SHARED 30000u /* where the second slot of each shared page is */
+
+static void scatter_page(unsigned char *page, uint64_t i)
+{
+    fill_page(page, 9000 + i, i % (4 * SCATTER_STEP) == 0 ? DATAGEN_RANDOM : DATAGEN_HALF);
+}
+
+static void expect_scattered(struct uzram *dev)
+{
+    unsigned char page[PAGE];
+    for (uint64_t i = 0; i < SCATTER_PAGES; i += SCATTER_STEP / 2) {
+        scatter_page(page, i);
+        expect_page(dev, i, page);
+        if (i % SCATTER_STEP == 0)
+            expect_page(dev, SCATTER_SHARED + i / SCATTER_STEP, page);
+    }
+}
+
+static void test_compaction_moves_scattered_entries(void **state)
+{
+    (void)state;
+    struct uzram *dev = test_device(SCATTER_DISK, NULL, 1);
+    uint64_t empty = test_stats(dev).meta_data_size;
+    unsigned char page[PAGE];
+    for (uint64_t i = 0; i < SCATTER_PAGES; i++) {
+        scatter_page(page, i);
+        write_page(dev, i, page);
+        if (i % SCATTER_STEP == 0) /* shared by a second slot */
+            write_page(dev, SCATTER_SHARED + i / SCATTER_STEP, page);
+    }
+    for (uint64_t i = 0; i < SCATTER_PAGES; i++)
+        if (i % (SCATTER_STEP / 2) != 0)
+            assert_int_equal(uzram_discard(dev, i * PAGE, PAGE), 0);
+    struct uzram_stats before = test_stats(dev);
+    assert_int_equal(before.dedup_entries, 2 * SCATTER_PAGES / SCATTER_STEP);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    struct uzram_stats after = test_stats(dev);
+    /* 48 entries in one chunk of 1024 (20 KiB), beside the empty index's; 23 chunks before */
+    assert_true(after.meta_data_size <= empty + 24 * 1024);
+    assert_true(before.meta_data_size >= empty + 20 * 20 * 1024);
+    assert_int_equal(after.dedup_entries, before.dedup_entries);
+    assert_int_equal(after.dup_data_size, before.dup_data_size);
+    assert_int_equal(after.compr_data_size, before.compr_data_size);
+    expect_scattered(dev);
+    /* a copy of a moved page finds its entry */
+    scatter_page(page, 7 * SCATTER_STEP + SCATTER_STEP / 2);
+    write_page(dev, SCATTER_SHARED + 100, page);
+    struct uzram_stats again = test_stats(dev);
+    assert_int_equal(again.dedup_entries, after.dedup_entries);
+    assert_true(again.dup_data_size > after.dup_data_size);
+    /* the pool moves the objects of moved entries (their owner followed them) */
+    for (uint64_t i = 0; i < SCATTER_PAGES; i += SCATTER_STEP)
+        assert_int_equal(uzram_discard(dev, (i + SCATTER_STEP / 2) * PAGE, PAGE), 0);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    for (uint64_t i = 0; i < SCATTER_PAGES; i += SCATTER_STEP) {
+        scatter_page(page, i);
+        expect_page(dev, i, page);
+        expect_page(dev, SCATTER_SHARED + i / SCATTER_STEP, page);
+    }
+    assert_int_equal(uzram_discard(dev, 0, SCATTER_DISK), 0);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    struct uzram_stats gone = test_stats(dev);
+    assert_int_equal(gone.dedup_entries, 0);
+    assert_int_equal(gone.dup_data_size, 0);
+    assert_int_equal(gone.meta_data_size, empty);
+    uzram_destroy(dev);
+}
+
+/* Compaction moves entries while writers share, unshare and discard them and readers check
+ * them (run under TSan by `make tsan`): each worker owns every third page and keeps a model of
+ * it; contents come from a small common set too, so that entries are shared across workers
+ * and between moved and new slots. Every page reads back as its model says, during and after,
+ * and once all is discarded the index holds nothing and takes what an empty one does. */
+#define MOVING_WORKERS 3
+#define MOVING_PAGES 12288u
+#define MOVING_OPS 6000u
+
+struct moving {
+    struct uzram *dev;
+    atomic_uint next_worker;
+    atomic_uint done;
+    uint64_t model[2 * MOVING_PAGES]; /* seed + 1 of each page, 0: empty; the second half
+                                         is the main thread's */
+};
+
+static void *moving_worker(void *arg)
+{
+    struct moving *m = arg;
+    unsigned worker = atomic_fetch_add(&m->next_worker, 1);
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (worker + 1);
+    unsigned char page[PAGE], back[PAGE];
+    for (unsigned op = 0; op < MOVING_OPS; op++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        uint64_t index = (rng >> 8) % (MOVING_PAGES / MOVING_WORKERS) * MOVING_WORKERS + worker;
+        switch (rng % 4) {
+        case 0: /* a common content: shared with other workers' pages */
+        case 1: {
+            uint64_t seed = rng % 4 == 0 ? 70000 + (rng >> 40) % 16 : 80000 + op * 8 + worker;
+            fill_page(page, seed, DATAGEN_HALF);
+            if (uzram_write(m->dev, index * PAGE, page, PAGE) != 0)
+                abort();
+            m->model[index] = seed + 1;
+            break;
+        }
+        case 2:
+            if (uzram_discard(m->dev, index * PAGE, PAGE) != 0)
+                abort();
+            m->model[index] = 0;
+            break;
+        default:
+            if (uzram_read(m->dev, index * PAGE, back, PAGE) != 0)
+                abort();
+            if (m->model[index])
+                fill_page(page, m->model[index] - 1, DATAGEN_HALF);
+            else
+                memset(page, 0, PAGE);
+            if (memcmp(page, back, PAGE) != 0)
+                abort();
+        }
+    }
+    atomic_fetch_add(&m->done, 1);
+    return NULL;
+}
+
+static void test_concurrent_index_compaction(void **state)
+{
+    (void)state;
+    static struct moving m;
+    memset(&m, 0, sizeof m);
+    m.dev = test_device(2ull * MOVING_PAGES * PAGE, NULL, 1);
+    uint64_t empty = test_stats(m.dev).meta_data_size;
+    unsigned char page[PAGE];
+    /* scattered survivors over twelve chunks of entries, some of them shared */
+    for (uint64_t i = 0; i < MOVING_PAGES; i++) {
+        fill_page(page, 60000 + i / 2, DATAGEN_HALF);
+        write_page(m.dev, i, page);
+        m.model[i] = 60000 + i / 2 + 1;
+    }
+    for (uint64_t i = 0; i < MOVING_PAGES; i++)
+        if (i % 97 > 1) {
+            assert_int_equal(uzram_discard(m.dev, i * PAGE, PAGE), 0);
+            m.model[i] = 0;
+        }
+    pthread_t threads[MOVING_WORKERS];
+    for (unsigned i = 0; i < MOVING_WORKERS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, moving_worker, &m), 0);
+    /* meanwhile: more entries, scattered by discards, for each compaction to move (some of
+     * them with a content the workers share) */
+    for (uint64_t cycle = 0; atomic_load(&m.done) < MOVING_WORKERS || cycle < 2; cycle++) {
+        uint64_t base = MOVING_PAGES + cycle % 8 * 1500;
+        for (uint64_t i = base; i < base + 1500; i++) {
+            uint64_t seed = i % 50 == 0 ? 70000 + i / 50 % 16 : 90000 + cycle * 1500 + i;
+            fill_page(page, seed, DATAGEN_HALF);
+            write_page(m.dev, i, page);
+            m.model[i] = seed + 1;
+        }
+        for (uint64_t i = base; i < base + 1500; i++)
+            if (i % 97 > 1) {
+                assert_int_equal(uzram_discard(m.dev, i * PAGE, PAGE), 0);
+                m.model[i] = 0;
+            }
+        assert_int_equal(uzram_compact(m.dev, NULL), 0);
+    }
+    for (unsigned i = 0; i < MOVING_WORKERS; i++)
+        pthread_join(threads[i], NULL);
+    assert_int_equal(uzram_compact(m.dev, NULL), 0);
+    for (uint64_t i = 0; i < 2 * MOVING_PAGES; i++) {
+        if (m.model[i])
+            fill_page(page, m.model[i] - 1, DATAGEN_HALF);
+        else
+            memset(page, 0, PAGE);
+        expect_page(m.dev, i, page);
+    }
+    assert_int_equal(uzram_discard(m.dev, 0, 2ull * MOVING_PAGES * PAGE), 0);
+    assert_int_equal(uzram_compact(m.dev, NULL), 0);
+    struct uzram_stats gone = test_stats(m.dev);
+    assert_int_equal(gone.dedup_entries, 0);
+    assert_int_equal(gone.dup_data_size, 0);
+    assert_int_equal(gone.mem_used_total, 0);
+    assert_int_equal(gone.meta_data_size, empty);
+    uzram_destroy(m.dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -287,6 +480,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compaction_moves_shared_objects),
         cmocka_unit_test(test_concurrent_identical_writers_store_once),
         cmocka_unit_test(test_index_sized_to_data),
+        cmocka_unit_test(test_compaction_moves_scattered_entries),
+        cmocka_unit_test(test_concurrent_index_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_dedup_index.c - unit tests of the dedup index itself (lib/dedup.c), over a fake store:
  * growth past many steps, lookups and removes while it grows, reference counts, memory per
  * entry, giveback, the reserve's fixed size, concurrency (TSan) and failed allocations. */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -447,6 +448,117 @@ static void test_fault_hole_fill(void **unused)
     assert_true(nth > 2); /* the id, the hole's chunk */
 }
 
+/* Moving an entry down (dedup_move, index compaction) while the id it would take is in a hole
+ * whose mapping fails: the move fails with -ENOSPC and the entry stays as it was, found by
+ * its content and read back; one that succeeds is found at its new id. */
+#define MOVE_FAULT_PAGES (3 * CHUNK_ENTRIES)
+static bool move_fault_run(uint64_t nth)
+{
+    static uint32_t ids[MOVE_FAULT_PAGES];
+    reset_fake();
+    struct dedup *dedup;
+    assert_int_equal(dedup_create(MOVE_FAULT_PAGES, &fake_ops, &dedup), 0);
+    bool made;
+    for (uint64_t key = 0; key < MOVE_FAULT_PAGES; key++) {
+        ids[key] = take(dedup, key, &made);
+        assert_true(made);
+    }
+    /* chunk 0 stays full, chunk 1 empties (a hole once trimmed), chunk 2 keeps 2 entries */
+    for (uint64_t key = 0; key < MOVE_FAULT_PAGES; key++)
+        if (ids[key] >= CHUNK_ENTRIES && (ids[key] < 2 * CHUNK_ENTRIES || ids[key] % 500 != 0)) {
+            dedup_put(dedup, ids[key]);
+            ids[key] = UINT32_MAX;
+        }
+    dedup_trim(dedup);
+    assert_int_equal(dedup_compact_from(dedup), 2 * CHUNK_ENTRIES);
+    fault_arm_kinds(nth, FAULT_ALLOC);
+    int failed = 0;
+    for (uint64_t key = 0; key < MOVE_FAULT_PAGES; key++) {
+        uint32_t to;
+        if (ids[key] == UINT32_MAX || ids[key] < 2 * CHUNK_ENTRIES)
+            continue;
+        int rc = dedup_move(dedup, ids[key], 1, &to);
+        if (rc == 0) {
+            assert_true(to < ids[key]);
+            ids[key] = to;
+        } else {
+            assert_int_equal(rc, -ENOSPC);
+            failed++;
+        }
+    }
+    fault_disarm();
+    bool hit = fault_hits() != 0;
+    assert_true(failed <= (hit ? 1 : 0));
+    for (uint64_t key = 0; key < MOVE_FAULT_PAGES; key++)
+        if (ids[key] != UINT32_MAX) {
+            expect_key(dedup, ids[key], key);
+            uint32_t again = take(dedup, key, &made);
+            assert_int_equal(again, ids[key]); /* its chain leads to it */
+            dedup_put(dedup, again);
+            dedup_put(dedup, ids[key]);
+        }
+    fault_run_end(dedup, 0, MOVE_FAULT_PAGES);
+    return hit;
+}
+
+static void test_fault_move(void **unused)
+{
+    (void)unused;
+    if (!fault_enabled())
+        skip();
+    uint64_t nth = 1;
+    while (move_fault_run(nth))
+        nth++;
+    printf("%llu fault points swept while entries moved down\n", (unsigned long long)nth - 1);
+    assert_true(nth > 1); /* the hole's chunk */
+}
+
+/* Index compaction of a device (store_index.c): each allocation it makes fails in turn;
+ * whatever moved or not, every page reads back and the index's counts hold. */
+#define COMPACT_FAULT_PAGES 2048u
+static bool compact_fault_run(uint64_t nth)
+{
+    struct uzram *dev = test_device((uint64_t)COMPACT_FAULT_PAGES * PAGE, "lz4", 1);
+    unsigned char page[PAGE], back[PAGE];
+    for (uint64_t i = 0; i < COMPACT_FAULT_PAGES; i++) {
+        key_page(i, page);
+        assert_int_equal(uzram_write(dev, i * PAGE, page, PAGE), 0);
+    }
+    for (uint64_t i = 0; i < COMPACT_FAULT_PAGES; i++)
+        if (i % 300 != 0)
+            assert_int_equal(uzram_discard(dev, i * PAGE, PAGE), 0);
+    uint64_t entries = test_stats(dev).dedup_entries;
+    fault_arm_kinds(nth, FAULT_ALLOC);
+    assert_int_equal(uzram_compact(dev, NULL), 0);
+    fault_disarm();
+    bool hit = fault_hits() != 0;
+    for (uint64_t i = 0; i < COMPACT_FAULT_PAGES; i += 300) {
+        key_page(i, page);
+        assert_int_equal(uzram_read(dev, i * PAGE, back, PAGE), 0);
+        assert_memory_equal(back, page, PAGE);
+    }
+    assert_int_equal(test_stats(dev).dedup_entries, entries);
+    assert_int_equal(uzram_discard(dev, 0, (uint64_t)COMPACT_FAULT_PAGES * PAGE), 0);
+    assert_int_equal(test_stats(dev).dedup_entries, 0);
+    uzram_destroy(dev);
+    return hit;
+}
+
+static void test_fault_index_compaction(void **unused)
+{
+    (void)unused;
+    if (!fault_enabled())
+        skip();
+    uint64_t nth = 1;
+    while (compact_fault_run(nth))
+        nth++;
+    bool listed = false; /* the list of slots failed once */
+    for (unsigned i = 0; i < fault_site_count(); i++)
+        listed = listed || strstr(fault_site_name(i), "store_index.c") != NULL;
+    printf("%llu fault points swept in index compaction\n", (unsigned long long)nth - 1);
+    assert_true(listed);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -457,6 +569,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_concurrent_growth),
         cmocka_unit_test(test_fault_every_allocation),
         cmocka_unit_test(test_fault_hole_fill),
+        cmocka_unit_test(test_fault_move),
+        cmocka_unit_test(test_fault_index_compaction),
     };
     return cmocka_run_group_tests_name("dedup_index", tests, NULL, NULL);
 }

@@ -1,0 +1,16 @@
+/* store_index.h - index compaction, the store's half (internal; store_index.c). */
+#ifndef UZRAM_STORE_INDEX_H
+#define UZRAM_STORE_INDEX_H
+
+#include <stdint.h>
+
+struct uzram;
+
+/* Move the dedup index's entries from its sparse high chunks down to free ids below
+ * (dedup_move), each with every page slot that names it held locked, and then give the
+ * emptied chunks back (dedup_trim). An entry another thread holds a reference on stays
+ * where it is, for a later pass. Nothing under a pool reserve or without dedup. Returns the
+ * entries moved. */
+uint64_t store_compact_index(struct uzram *dev);
+
+#endif
