@@ -649,11 +649,17 @@ int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, 
 /* A span's frame is cut into blocks of one page each (ZSTD_c_maxBlockSize), so that its first
  * pages decode without the rest (comp_span_decode stops after the block of the last page wanted):
  * on build output it costs 3-4% more bytes than blocks of the whole span, and a read of page k of a
- * bundle decodes k + 1 pages instead of all of them. */
+ * bundle decodes k + 1 pages instead of all of them (bench/bundle-shapes.sh weighs other cuts). */
 int comp_compress_span(int id, int level, const struct comp_dict *dict, const void *src,
                        size_t length, void *dst, size_t capacity)
 {
-    if (id != COMP_ZSTD || length == 0)
+    return comp_compress_span_blocks(id, level, dict, src, length, PAGE_SIZE, dst, capacity);
+}
+
+int comp_compress_span_blocks(int id, int level, const struct comp_dict *dict, const void *src,
+                              size_t length, size_t block, void *dst, size_t capacity)
+{
+    if (id != COMP_ZSTD || length == 0 || block < PAGE_SIZE || block > ZSTD_BLOCKSIZE_MAX)
         return -EINVAL;
     if (capacity == 0)
         return 0;
@@ -664,7 +670,7 @@ int comp_compress_span(int id, int level, const struct comp_dict *dict, const vo
         return -ENOMEM;
     /* A frame that failed leaves the session open: parameters change between sessions. */
     if (ZSTD_isError(ZSTD_CCtx_reset(context, ZSTD_reset_session_only)) ||
-        ZSTD_isError(ZSTD_CCtx_setParameter(context, ZSTD_c_maxBlockSize, PAGE_SIZE)))
+        ZSTD_isError(ZSTD_CCtx_setParameter(context, ZSTD_c_maxBlockSize, (int)block)))
         return -EIO;
     int rc = zstd_compress_bytes(context, level, dict, src, length, dst, capacity);
     /* pages again: one block of the default size */

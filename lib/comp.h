@@ -60,6 +60,10 @@ int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, 
  * (-EINVAL for another algorithm); errors as above. */
 int comp_compress_span(int id, int level, const struct comp_dict *dict, const void *src,
                        size_t length, void *dst, size_t capacity);
+/* The same in blocks of `block` bytes (4096 to 128 KiB, else -EINVAL): for
+ * bench/bundle_shapes.c, which weighs the engine's cut against others. */
+int comp_compress_span_blocks(int id, int level, const struct comp_dict *dict, const void *src,
+                              size_t length, size_t block, void *dst, size_t capacity);
 
 /* Such a frame decoded a block at a time, straight into the caller's buffer: a read stops
  * after the block that completes the bytes it wants, and the next read of the same frame goes

@@ -695,6 +695,17 @@ static void test_span(void **state)
         assert_int_equal(comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, 16), 0);
         assert_int_equal(comp_compress(COMP_ZSTD, 7, pages, out, PAGE), page_length);
     }
+    /* blocks of two pages: a read of page 0 decodes the block, both pages */
+    int length = comp_compress_span_blocks(COMP_ZSTD, 7, dict, pages, sizeof pages, 2 * PAGE, frame,
+                                           sizeof frame);
+    assert_true(length > 0);
+    struct span_memory blocks = {frame, 0};
+    assert_int_equal(span_decode(decoder, dict, &blocks, (size_t)length, out, sizeof out, PAGE), 0);
+    assert_int_equal(comp_span_decoded(decoder), 2 * PAGE);
+    assert_memory_equal(out, pages, 2 * PAGE);
+    assert_int_equal(comp_compress_span_blocks(COMP_ZSTD, 7, dict, pages, sizeof pages, PAGE - 1,
+                                               frame, sizeof frame),
+                     -EINVAL);
     assert_int_equal(comp_compress_span(COMP_LZ4, 1, NULL, pages, sizeof pages, frame, PAGE),
                      -EINVAL);
     assert_int_equal(comp_span_begin(decoder, COMP_LZ4, NULL), -EINVAL);
