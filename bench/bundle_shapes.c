@@ -5,7 +5,8 @@
  * 64 KiB zstd dictionary trained on every 8th page (up to 4096) and zstd level 7 as the
  * engine's codec (lib/comp.c): each page alone (its pool object's cost, pool_object_cost), and
  * for bundles of N = 4, 8, 16 pages each aligned window of N compressible pages as one frame
- * cut into blocks of B pages (comp_compress_span_blocks; the engine cuts B = 1), kept as a
+ * cut into blocks of B pages (comp_compress_span_blocks; the engine's B is comp_span_block's,
+ * marked in the table), kept as a
  * bundle only where its pieces cost less than the same pages alone (recompress_bundle.c
  * weighs the members' objects as they are, lz4 ones in bench/bundle.sh). Raw pages stay
  * alone. A read of place k decodes the blocks up to k's: ceil((k + 1) / B) * B pages. The
@@ -15,6 +16,7 @@
  * rounds, each timing every shape in turn, and the medians.
  *
  * Usage: bundle_shapes FILE ROUNDS   (one markdown table row a shape on stdout) */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,9 +252,10 @@ int main(int argc, char **argv)
     for (unsigned s = 0; s < SHAPES; s++) {
         struct shape *shape = &shapes[s];
         double us = median(shape->us, rounds);
-        printf("| bundles of %u | %u | %.1f MiB | %.3f | %.1f | %.1f | %.1f |\n", shape_pages[s],
-               shape_block[s], shape->memory / 1048576, shape->memory / alone_memory,
-               shape->decoded / (double)shape->reads, us, us / alone);
+        bool engine = comp_span_block((size_t)shape_pages[s] * PAGE) == shape_block[s] * PAGE;
+        printf("| bundles of %u | %u%s | %.1f MiB | %.3f | %.1f | %.1f | %.1f |\n", shape_pages[s],
+               shape_block[s], engine ? " (the engine's)" : "", shape->memory / 1048576,
+               shape->memory / alone_memory, shape->decoded / (double)shape->reads, us, us / alone);
     }
     comp_span_decoder_free(dec);
     return 0;

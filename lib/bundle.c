@@ -203,8 +203,8 @@ bool bundle_mostly_dead(const struct bundle *bundle)
 /* ---- reads ------------------------------------------------------------------ */
 
 /* The last bundle this thread decompressed: its serial (0: none), the pages decoded so far
- * (up to the last one read: a random read pays for the pages before its own, half a bundle
- * on average; the next read of the bundle goes on from there, so a sequential read decodes
+ * (up to the block of the last one read: a random read pays for the blocks before its own,
+ * about half a bundle; the next read of the bundle goes on from there, so a sequential read decodes
  * each page once), the decoder that holds the frame open, and the frame's bytes copied so
  * far. Made on first use and freed at thread exit, as comp.c's contexts. */
 struct bundle_cache {

@@ -56,10 +56,11 @@ int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, 
                          void *page);
 
 /* Several pages in one frame (a bundle's, bundle.h): `length` bytes of `src` compressed
- * into dst of `capacity` bytes (0: it does not fit), in blocks of one page. zstd only
- * (-EINVAL for another algorithm); errors as above. */
+ * into dst of `capacity` bytes (0: it does not fit), in blocks of comp_span_block(length)
+ * bytes (whole pages). zstd only (-EINVAL for another algorithm); errors as above. */
 int comp_compress_span(int id, int level, const struct comp_dict *dict, const void *src,
                        size_t length, void *dst, size_t capacity);
+size_t comp_span_block(size_t length);
 /* The same in blocks of `block` bytes (4096 to 128 KiB, else -EINVAL): for
  * bench/bundle_shapes.c, which weighs the engine's cut against others. */
 int comp_compress_span_blocks(int id, int level, const struct comp_dict *dict, const void *src,

@@ -629,7 +629,9 @@ static void test_span(void **state)
     assert_int_equal(comp_span_decoder_new(&decoder), 0);
     for (int with_dict = 0; with_dict < 2; with_dict++) {
         const struct comp_dict *d = with_dict ? dict : NULL;
-        int length = comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, sizeof frame);
+        /* blocks of one page: a read decodes exactly up to its page */
+        int length = comp_compress_span_blocks(COMP_ZSTD, 7, d, pages, sizeof pages, PAGE, frame,
+                                               sizeof frame);
         assert_true(length > 0 && length < (int)sizeof pages);
         size_t asked_before = 0;
         for (unsigned want = 1; want <= PAGES; want++) {
@@ -695,9 +697,12 @@ static void test_span(void **state)
         assert_int_equal(comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, 16), 0);
         assert_int_equal(comp_compress(COMP_ZSTD, 7, pages, out, PAGE), page_length);
     }
-    /* blocks of two pages: a read of page 0 decodes the block, both pages */
-    int length = comp_compress_span_blocks(COMP_ZSTD, 7, dict, pages, sizeof pages, 2 * PAGE, frame,
-                                           sizeof frame);
+    /* the engine's cut: a quarter of the pages a block, at least one; 8 pages in blocks of two,
+     * where a read of page 0 decodes the block, both pages */
+    assert_int_equal(comp_span_block(3 * PAGE), PAGE);
+    assert_int_equal(comp_span_block(7 * PAGE), PAGE);
+    assert_int_equal(comp_span_block(16 * PAGE), 4 * PAGE);
+    int length = comp_compress_span(COMP_ZSTD, 7, dict, pages, sizeof pages, frame, sizeof frame);
     assert_true(length > 0);
     struct span_memory blocks = {frame, 0};
     assert_int_equal(span_decode(decoder, dict, &blocks, (size_t)length, out, sizeof out, PAGE), 0);
