@@ -214,12 +214,15 @@ bool bundle_mostly_dead(const struct bundle *bundle)
 
 /* ---- reads ------------------------------------------------------------------ */
 
-/* The last bundle this thread decompressed: its serial (0: none), how many of its first
- * pages are decoded, the pages, and room for a copy of a frame. Made on first use and freed at
- * thread exit, as comp.c's contexts. */
+/* The last bundle this thread decompressed: its serial (0: none), the pages decoded so far
+ * (up to the block of the last one read: a random read pays for the blocks before its own,
+ * about half a bundle; the next read of the bundle goes on from there, so a sequential read decodes
+ * each page once), the decoder that holds the frame open, and the frame's bytes copied so
+ * far. Made on first use and freed at thread exit, as comp.c's contexts. */
 struct bundle_cache {
     uint64_t serial;
-    unsigned valid;
+    unsigned copied; /* bytes of frame[] copied from the pieces */
+    struct comp_span_decoder *decoder;
     unsigned char pages[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE];
     unsigned char frame[BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE];
 };
@@ -229,8 +232,11 @@ static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t cache_key;
 static bool cache_key_ready;
 
-static void free_cache(void *cache)
+static void free_cache(void *memory)
 {
+    struct bundle_cache *cache = memory;
+    if (cache)
+        comp_span_decoder_free(cache->decoder);
     free(cache);
 }
 
@@ -242,7 +248,7 @@ static void make_cache_key(void)
 /* exit() runs no key destructor for the thread calling it. */
 __attribute__((destructor)) static void free_exiting_thread_cache(void)
 {
-    free(thread_cache);
+    free_cache(thread_cache);
     thread_cache = NULL;
 }
 
@@ -253,8 +259,12 @@ static struct bundle_cache *cache_get(void)
     struct bundle_cache *cache = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(sizeof *cache);
     if (!cache)
         return NULL;
+    if (comp_span_decoder_new(&cache->decoder) < 0) {
+        free(cache);
+        return NULL;
+    }
     cache->serial = 0;
-    cache->valid = 0;
+    cache->copied = 0;
     pthread_once(&cache_key_once, make_cache_key);
     if (cache_key_ready)
         pthread_setspecific(cache_key, cache);
@@ -262,25 +272,53 @@ static struct bundle_cache *cache_get(void)
     return cache;
 }
 
-/* Decompress the first `pages` pages of the bundle into this thread's cache: its pieces
- * copied under the lock (a compaction may move one), decoded without it. */
-static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache *cache,
-                  unsigned pages)
+struct frame_reader {
+    struct uzram *dev;
+    struct bundle *bundle;
+    struct bundle_cache *cache;
+};
+
+/* (comp_span_source) The frame up to offset + count, its pieces copied as the decoder gets to
+ * them, each under the lock (a compaction may move one), and decoded without it. */
+static const void *frame_bytes(void *arg, size_t offset, size_t count)
 {
-    cache->serial = 0;
-    bundle_lock(bundle);
-    for (unsigned piece = 0; piece < bundle->piece_count; piece++)
-        memcpy(cache->frame + piece * UZRAM_PAGE_SIZE, pool_map(dev->pool, bundle->pieces[piece]),
-               piece_length(bundle, piece));
-    bundle_unlock(bundle);
-    const struct codec_config *config = codec_table_get(&dev->codecs, bundle->codec);
-    int rc = comp_decompress_span(config->algorithm, config->dict, cache->frame, bundle->length,
-                                  cache->pages, (size_t)bundle->count * UZRAM_PAGE_SIZE,
-                                  (size_t)pages * UZRAM_PAGE_SIZE);
-    if (rc == 0) {
-        cache->serial = bundle->serial;
-        cache->valid = pages;
+    struct frame_reader *reader = arg;
+    struct bundle *bundle = reader->bundle;
+    struct bundle_cache *cache = reader->cache;
+    while (cache->copied < offset + count) {
+        unsigned piece = cache->copied / UZRAM_PAGE_SIZE;
+        unsigned length = piece_length(bundle, piece);
+        bundle_lock(bundle);
+        memcpy(cache->frame + cache->copied, pool_map(reader->dev->pool, bundle->pieces[piece]),
+               length);
+        bundle_unlock(bundle);
+        cache->copied += length;
     }
+    return cache->frame + offset;
+}
+
+/* Decode the bundle into this thread's cache up to page `place`, going on from where the last
+ * read of it stopped. */
+static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache *cache,
+                  unsigned place)
+{
+    if (cache->serial != bundle->serial) {
+        const struct codec_config *config = codec_table_get(&dev->codecs, bundle->codec);
+        cache->serial = 0;
+        cache->copied = 0;
+        int rc = comp_span_begin(cache->decoder, config->algorithm, config->dict);
+        if (rc < 0)
+            return rc;
+        cache->serial = bundle->serial;
+    }
+    struct frame_reader reader = {dev, bundle, cache};
+    struct comp_span_source source = {bundle->length, frame_bytes, &reader};
+    /* the last page wants the whole frame, which is then checked to its end */
+    int rc = comp_span_decode(cache->decoder, &source, cache->pages,
+                              (size_t)bundle->count * UZRAM_PAGE_SIZE,
+                              (size_t)(place + 1) * UZRAM_PAGE_SIZE);
+    if (rc < 0)
+        cache->serial = 0;
     return rc;
 }
 
@@ -291,12 +329,9 @@ int bundle_read(struct uzram *dev, uint64_t value, void *page)
     if (!cache)
         return -ENOMEM;
     unsigned place = bundle_place(value);
-    if (cache->serial != bundle->serial || place >= cache->valid) {
-        /* A bundle met for the first time: up to this page (a random read pays for half the
-         * bundle on average). Met again: all of it (a sequential read, readahead, a split
-         * pay for it once). */
-        unsigned pages = cache->serial == bundle->serial ? bundle->count : place + 1;
-        int rc = decode(dev, bundle, cache, pages);
+    if (cache->serial != bundle->serial ||
+        comp_span_decoded(cache->decoder) < (size_t)(place + 1) * UZRAM_PAGE_SIZE) {
+        int rc = decode(dev, bundle, cache, place);
         if (rc < 0)
             return rc;
     }

@@ -82,8 +82,8 @@ void bundle_leave(struct uzram *dev, uint64_t value);
 
 /* Decompress the page at the place `value` names into `page` (4096 bytes). The caller keeps
  * the bundle alive (member slot locked, or a hold). A per-thread cache keeps the last bundle
- * decompressed (up to the page read, the first time; all of it, the second), so the next
- * read of one of its pages only copies. */
+ * decompressed up to the page read, so that the next read of one of its pages goes on from
+ * there or only copies. */
 int bundle_read(struct uzram *dev, uint64_t value, void *page);
 
 /* The priority of the codec setting that made the bundle (for its pages leaving it). */

@@ -646,14 +646,32 @@ int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, 
     return backend->decompress(context, dict, src, length, page);
 }
 
-/* A span's frame is cut into blocks of one page each (ZSTD_c_maxBlockSize), so that its first
- * pages decode without the rest (comp_decompress_span with `want` short of the whole): on
- * build output it costs 3-4% more bytes than blocks of the whole span, and a read of page k
- * of a bundle decodes k + 1 pages instead of all of them. */
+/* A span's frame is cut into blocks (ZSTD_c_maxBlockSize) so that its first pages decode
+ * without the rest (comp_span_decode stops after the block of the last page wanted): a read of
+ * page k of a bundle decodes the blocks up to k's instead of the whole frame. Blocks of one page
+ * would decode the fewest pages, but every block pays for its own tables, in bytes and in
+ * decoding: on the image of bench/bundle-shapes.sh (5ee1319), four blocks a frame (a quarter
+ * of its pages, at least one) took 1.5 and 2.3 points less memory than one-page blocks in
+ * bundles of 8 and 16 pages, for the same decoding time a random read (within 5%). */
+#define SPAN_BLOCKS 4
+
+size_t comp_span_block(size_t length)
+{
+    size_t pages = length / PAGE_SIZE / SPAN_BLOCKS;
+    return (pages ? pages : 1) * PAGE_SIZE;
+}
+
 int comp_compress_span(int id, int level, const struct comp_dict *dict, const void *src,
                        size_t length, void *dst, size_t capacity)
 {
-    if (id != COMP_ZSTD || length == 0)
+    return comp_compress_span_blocks(id, level, dict, src, length, comp_span_block(length), dst,
+                                     capacity);
+}
+
+int comp_compress_span_blocks(int id, int level, const struct comp_dict *dict, const void *src,
+                              size_t length, size_t block, void *dst, size_t capacity)
+{
+    if (id != COMP_ZSTD || length == 0 || block < PAGE_SIZE || block > ZSTD_BLOCKSIZE_MAX)
         return -EINVAL;
     if (capacity == 0)
         return 0;
@@ -664,7 +682,7 @@ int comp_compress_span(int id, int level, const struct comp_dict *dict, const vo
         return -ENOMEM;
     /* A frame that failed leaves the session open: parameters change between sessions. */
     if (ZSTD_isError(ZSTD_CCtx_reset(context, ZSTD_reset_session_only)) ||
-        ZSTD_isError(ZSTD_CCtx_setParameter(context, ZSTD_c_maxBlockSize, PAGE_SIZE)))
+        ZSTD_isError(ZSTD_CCtx_setParameter(context, ZSTD_c_maxBlockSize, (int)block)))
         return -EIO;
     int rc = zstd_compress_bytes(context, level, dict, src, length, dst, capacity);
     /* pages again: one block of the default size */
@@ -673,35 +691,92 @@ int comp_compress_span(int id, int level, const struct comp_dict *dict, const vo
     return rc;
 }
 
-/* The first `want` bytes of a frame of `out_length`: the decoder's own buffer takes the
- * block it is in the middle of, and the session is ended after it. */
-static int zstd_decompress_prefix(ZSTD_DCtx *context, const struct comp_dict *dict, const void *src,
-                                  size_t length, void *out, size_t want)
+/* A span decoder: zstd's block-at-a-time API (ZSTD_decompressContinue) writes each block
+ * straight into the caller's buffer, where the previous blocks are the window, and stops
+ * after the block that completes `want`; its state stays between calls, so a later call on
+ * the same frame goes on from there. The streaming decoder would need its own window buffer
+ * and a copy out of it to stop short of a frame's end, and would start over each time. */
+struct comp_span_decoder {
+    ZSTD_DCtx *dctx;
+    size_t in_pos;  /* frame bytes consumed */
+    size_t out_pos; /* bytes decoded into out */
+    bool open;      /* a frame begun and not failed */
+};
+
+int comp_span_decoder_new(struct comp_span_decoder **out)
 {
-    if (ZSTD_isError(ZSTD_DCtx_setParameter(context, ZSTD_d_stableOutBuffer, 0)) ||
-        ZSTD_isError(ZSTD_DCtx_refDDict(context, dict ? dict->zstd_ddict : NULL)))
-        return -EIO;
-    ZSTD_inBuffer in = {src, length, 0};
-    ZSTD_outBuffer into = {out, want, 0};
-    size_t rc = ZSTD_decompressStream(context, &into, &in);
-    ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
-    /* pages (zstd_decompress_page) decode straight into theirs again */
-    if (ZSTD_isError(ZSTD_DCtx_setParameter(context, ZSTD_d_stableOutBuffer, 1)))
-        return -EIO;
-    return ZSTD_isError(rc) || into.pos != want ? -EIO : 0;
+    struct comp_span_decoder *decoder =
+        FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(1, sizeof *decoder);
+    if (!decoder)
+        return -ENOMEM;
+    decoder->dctx = ZSTD_createDCtx();
+    if (!decoder->dctx || ZSTD_isError(ZSTD_DCtx_setParameter(decoder->dctx, ZSTD_d_format,
+                                                              ZSTD_f_zstd1_magicless))) {
+        comp_span_decoder_free(decoder);
+        return -ENOMEM;
+    }
+    *out = decoder;
+    return 0;
 }
 
-int comp_decompress_span(int id, const struct comp_dict *dict, const void *src, size_t length,
-                         void *out, size_t out_length, size_t want)
+void comp_span_decoder_free(struct comp_span_decoder *decoder)
 {
-    if (id != COMP_ZSTD || length == 0 || want == 0 || want > out_length)
+    if (decoder)
+        ZSTD_freeDCtx(decoder->dctx);
+    free(decoder);
+}
+
+int comp_span_begin(struct comp_span_decoder *decoder, int id, const struct comp_dict *dict)
+{
+    decoder->open = false;
+    if (id != COMP_ZSTD)
         return -EINVAL;
-    void *context = decompress_context(id);
-    if (!context)
-        return -ENOMEM;
-    if (want < out_length)
-        return zstd_decompress_prefix(context, dict, src, length, out, want);
-    return zstd_decompress_bytes(context, dict, src, length, out, out_length);
+    size_t rc = dict ? ZSTD_decompressBegin_usingDDict(decoder->dctx, dict->zstd_ddict)
+                     : ZSTD_decompressBegin(decoder->dctx);
+    if (ZSTD_isError(rc))
+        return -EIO;
+    decoder->in_pos = 0;
+    decoder->out_pos = 0;
+    decoder->open = true;
+    return 0;
+}
+
+/* The frame's end: all of it decoded to exactly out_length, nothing after it. */
+static bool span_complete(const struct comp_span_decoder *decoder,
+                          const struct comp_span_source *source, size_t out_length)
+{
+    return decoder->in_pos == source->length && decoder->out_pos == out_length;
+}
+
+int comp_span_decode(struct comp_span_decoder *decoder, const struct comp_span_source *source,
+                     void *out, size_t out_length, size_t want)
+{
+    if (!decoder->open || want == 0 || want > out_length)
+        return -EINVAL;
+    /* Each step consumes at least one byte of the frame, so this ends. */
+    while (decoder->out_pos < want || (want == out_length && decoder->in_pos < source->length)) {
+        size_t count = ZSTD_nextSrcSizeToDecompress(decoder->dctx);
+        if (count == 0 || count > source->length - decoder->in_pos)
+            break; /* the frame ended, or it claims more than there is */
+        const void *bytes = source->bytes(source->arg, decoder->in_pos, count);
+        size_t made = ZSTD_decompressContinue(decoder->dctx, (char *)out + decoder->out_pos,
+                                              out_length - decoder->out_pos, bytes, count);
+        if (ZSTD_isError(made))
+            break;
+        decoder->in_pos += count;
+        decoder->out_pos += made;
+    }
+    bool done = want < out_length ? decoder->out_pos >= want
+                                  : ZSTD_nextSrcSizeToDecompress(decoder->dctx) == 0 &&
+                                        span_complete(decoder, source, out_length);
+    if (!done)
+        decoder->open = false; /* corrupt: begin again */
+    return done ? 0 : -EIO;
+}
+
+size_t comp_span_decoded(const struct comp_span_decoder *decoder)
+{
+    return decoder->open ? decoder->out_pos : 0;
 }
 
 /* ------------------------------------------------------------------------

@@ -56,14 +56,42 @@ int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, 
                          void *page);
 
 /* Several pages in one frame (a bundle's, bundle.h): `length` bytes of `src` compressed
- * into dst of `capacity` bytes (0: it does not fit), in blocks of one page; and a frame that
- * gives exactly `out_length` bytes decompressed into `out`, or only its first `want`
- * (< out_length: the blocks up to there are decoded, the rest not checked). zstd only
- * (-EINVAL for another algorithm); errors as above. */
+ * into dst of `capacity` bytes (0: it does not fit), in blocks of comp_span_block(length)
+ * bytes (whole pages). zstd only (-EINVAL for another algorithm); errors as above. */
 int comp_compress_span(int id, int level, const struct comp_dict *dict, const void *src,
                        size_t length, void *dst, size_t capacity);
-int comp_decompress_span(int id, const struct comp_dict *dict, const void *src, size_t length,
-                         void *out, size_t out_length, size_t want);
+size_t comp_span_block(size_t length);
+/* The same in blocks of `block` bytes (4096 to 128 KiB, else -EINVAL): for
+ * bench/bundle_shapes.c, which weighs the engine's cut against others. */
+int comp_compress_span_blocks(int id, int level, const struct comp_dict *dict, const void *src,
+                              size_t length, size_t block, void *dst, size_t capacity);
+
+/* Such a frame decoded a block at a time, straight into the caller's buffer: a read stops
+ * after the block that completes the bytes it wants, and the next read of the same frame goes
+ * on from there (comp_span_decoded bytes are in place). One decoder per thread: it holds a
+ * zstd context between calls. */
+struct comp_span_decoder;
+/* The frame's bytes, as the decoder asks for them in order: bytes(arg, offset, count) returns
+ * where bytes offset..offset + count - 1 of the `length`-byte frame are, contiguous (they
+ * need not stay after the call). */
+struct comp_span_source {
+    size_t length;
+    const void *(*bytes)(void *arg, size_t offset, size_t count);
+    void *arg;
+};
+int comp_span_decoder_new(struct comp_span_decoder **out); /* -ENOMEM */
+void comp_span_decoder_free(struct comp_span_decoder *decoder);
+/* Start a frame made by algorithm `id` (zstd, else -EINVAL) with `dict` (NULL: none); -EIO. */
+int comp_span_begin(struct comp_span_decoder *decoder, int id, const struct comp_dict *dict);
+/* Decode on until the first `want` bytes of `out` (out_length bytes, the same buffer at every
+ * call for one frame) are the frame's; want == out_length: all of it, which must give exactly
+ * out_length bytes from exactly source->length. -EIO: corrupt (comp_span_begin again),
+ * -EINVAL: no frame begun or want out of range. Past `want` when short of the whole, the frame
+ * is not checked. */
+int comp_span_decode(struct comp_span_decoder *decoder, const struct comp_span_source *source,
+                     void *out, size_t out_length, size_t want);
+/* Bytes of out decoded so far (0 with no frame begun, or after -EIO). */
+size_t comp_span_decoded(const struct comp_span_decoder *decoder);
 
 /* Dictionaries: only zstd has them. Content is a zstd dictionary (ZDICT's
  * format, as `zstd --train` writes) or raw bytes to refer back to, of

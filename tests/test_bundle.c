@@ -1,9 +1,10 @@
 /* test_bundle.c - unit and concurrency tests of bundles (lib/bundle.h): idle neighbours packed
  * by recompression into one object read back intact; writes and discards of members; a
  * bundle more than half dead split; shared dedup pages, same-filled and raw pages never
- * bundled, a dedup page no other shares bundled (its entry leaving the index);
- * writeback, compaction, reset and destroy with bundles; the counters; the setting; and
- * readers, writers and discarders racing a recompressor that bundles (the TSan run). */
+ * bundled, a dedup page no other shares bundled (its entry leaving the index); a bundle's
+ * pages read in any order; writeback, compaction, reset and destroy with bundles; the
+ * counters; the setting; and readers, writers and discarders racing a recompressor that bundles
+ * (the TSan run). */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -178,6 +179,48 @@ static void test_bundle_sizes(void **state)
     }
     for (unsigned s = 1; s < 5; s++)
         assert_true(compr[sizes[s]] < compr[0]);
+    free(model);
+}
+
+/* A device whose pages are all text, recompressed into bundles of `group`. */
+static struct uzram *bundled_text_device(struct model *model, unsigned group, uint64_t step)
+{
+    struct uzram *dev = bundling_device(group, 0);
+    for (uint64_t i = 0; i < PAGES; i++)
+        put(dev, model, i, DATAGEN_TEXT, step * i);
+    recompress_all(dev);
+    assert_int_equal(test_stats(dev).bundles, PAGES / group);
+    return dev;
+}
+
+/* Pages of one bundle read in any order: a read decodes up to its page and the next read of
+ * the bundle goes on from there (or only copies), so every order must give the pages back. */
+static void test_bundle_read_orders(void **state)
+{
+    (void)state;
+    static const unsigned orders[][6] = {
+        {5, 2, 9, 15, 0, 15}, {15, 14, 0, 1, 7, 8}, {0, 1, 2, 3, 4, 5}, {8, 8, 3, 12, 11, 10}};
+    struct model *model = calloc(1, sizeof *model);
+    struct uzram *dev = bundled_text_device(model, 16, 5);
+    unsigned char page[PAGE], run[3 * PAGE];
+    for (uint64_t bundle = 0; bundle < PAGES / 16; bundle++) {
+        const unsigned *order = orders[bundle % 4];
+        for (unsigned k = 0; k < 6; k++) {
+            uint64_t index = bundle * 16 + order[k];
+            assert_int_equal(uzram_read(dev, index * PAGE, page, PAGE), 0);
+            assert_memory_equal(page, model->pages[index], PAGE);
+        }
+        /* a read across into the next bundle, then back into this one */
+        if (bundle + 1 < PAGES / 16) {
+            uint64_t index = bundle * 16 + 14;
+            assert_int_equal(uzram_read(dev, index * PAGE, run, sizeof run), 0);
+            assert_memory_equal(run, model->pages[index], sizeof run);
+            assert_int_equal(uzram_read(dev, (index - 4) * PAGE, page, PAGE), 0);
+            assert_memory_equal(page, model->pages[index - 4], PAGE);
+        }
+    }
+    check_all(dev, model);
+    uzram_destroy(dev);
     free(model);
 }
 
@@ -373,19 +416,22 @@ static void test_bundle_compact(void **state)
 {
     (void)state;
     struct model *model = calloc(1, sizeof *model);
-    struct uzram *dev = bundling_device(4, 0);
-    for (uint64_t i = 0; i < PAGES; i++)
-        put(dev, model, i, DATAGEN_TEXT, 3 * i);
-    recompress_all(dev);
-    assert_int_equal(test_stats(dev).bundles, PAGES / 4);
+    struct uzram *dev = bundled_text_device(model, 4, 3);
     /* free three bundles of four: the pieces of the rest are left scattered */
     for (uint64_t i = 0; i < PAGES; i++)
         if ((i / 4) % 4 != 0)
             discard(dev, model, i);
+    /* a bundle's first page read (its frame copied only so far), its pieces moved, then its
+     * last page read: the rest of the frame comes from where the pieces are now */
+    unsigned char page[PAGE];
+    assert_int_equal(uzram_read(dev, 0, page, PAGE), 0);
+    assert_memory_equal(page, model->pages[0], PAGE);
     uint64_t freed = 0;
     assert_int_equal(uzram_compact(dev, &freed), 0);
     assert_true(freed > 0);
     assert_int_equal(test_stats(dev).bundles, PAGES / 16);
+    assert_int_equal(uzram_read(dev, 3 * PAGE, page, PAGE), 0);
+    assert_memory_equal(page, model->pages[3], PAGE);
     check_all(dev, model);
     uzram_destroy(dev);
     free(model);
@@ -557,6 +603,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bundle_reads),
         cmocka_unit_test(test_bundle_records_freed),
         cmocka_unit_test(test_bundle_sizes),
+        cmocka_unit_test(test_bundle_read_orders),
         cmocka_unit_test(test_bundle_setting),
         cmocka_unit_test(test_bundle_members),
         cmocka_unit_test(test_bundle_dedup),

@@ -587,11 +587,35 @@ static void test_concurrent_threads(void **state)
 /* Spans (a bundle's pages in one frame): every prefix of whole pages decodes to those pages,
  * with and without a dictionary, and page frames still decode after it (the context's
  * settings come back); a frame cut short, another algorithm or a wrong size is refused. */
+/* A frame in memory as a span decoder's source; records how far the decoder asked. */
+struct span_memory {
+    const unsigned char *frame;
+    size_t asked; /* end of the furthest bytes asked for */
+};
+
+static const void *span_memory_bytes(void *arg, size_t offset, size_t count)
+{
+    struct span_memory *memory = arg;
+    if (offset + count > memory->asked)
+        memory->asked = offset + count;
+    return memory->frame + offset;
+}
+
+/* Decode `want` bytes of a frame of `length` bytes from a fresh begin. */
+static int span_decode(struct comp_span_decoder *decoder, const struct comp_dict *dict,
+                       struct span_memory *memory, size_t length, void *out, size_t out_length,
+                       size_t want)
+{
+    struct comp_span_source source = {length, span_memory_bytes, memory};
+    int rc = comp_span_begin(decoder, COMP_ZSTD, dict);
+    return rc < 0 ? rc : comp_span_decode(decoder, &source, out, out_length, want);
+}
+
 static void test_span(void **state)
 {
     (void)state;
     enum { PAGES = 8 };
-    static unsigned char pages[PAGES * PAGE], frame[PAGES * PAGE], out[PAGES * PAGE];
+    static unsigned char pages[PAGES * PAGE], frame[PAGES * PAGE + 1], out[PAGES * PAGE];
     struct datagen_rng rng;
     datagen_rng_seed(&rng, 11);
     for (unsigned k = 0; k < PAGES; k++)
@@ -601,36 +625,99 @@ static void test_span(void **state)
     unsigned char page_frame[PAGE], page_out[PAGE];
     int page_length = comp_compress(COMP_ZSTD, 7, pages, page_frame, sizeof page_frame);
     assert_true(page_length > 0);
+    struct comp_span_decoder *decoder = NULL;
+    assert_int_equal(comp_span_decoder_new(&decoder), 0);
     for (int with_dict = 0; with_dict < 2; with_dict++) {
         const struct comp_dict *d = with_dict ? dict : NULL;
-        int length = comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, sizeof frame);
+        /* blocks of one page: a read decodes exactly up to its page */
+        int length = comp_compress_span_blocks(COMP_ZSTD, 7, d, pages, sizeof pages, PAGE, frame,
+                                               sizeof frame);
         assert_true(length > 0 && length < (int)sizeof pages);
+        size_t asked_before = 0;
         for (unsigned want = 1; want <= PAGES; want++) {
+            /* from the start: the pages up to want, and only the frame's bytes up to them */
+            struct span_memory memory = {frame, 0};
             memset(out, 0, sizeof out);
-            assert_int_equal(comp_decompress_span(COMP_ZSTD, d, frame, (size_t)length, out,
-                                                  sizeof out, (size_t)want * PAGE),
+            assert_int_equal(span_decode(decoder, d, &memory, (size_t)length, out, sizeof out,
+                                         (size_t)want * PAGE),
                              0);
             assert_memory_equal(out, pages, (size_t)want * PAGE);
-            /* a page decodes straight into its buffer again */
+            assert_int_equal(comp_span_decoded(decoder), (size_t)want * PAGE);
+            assert_true(memory.asked > asked_before);
+            assert_true(want == PAGES ? memory.asked == (size_t)length
+                                      : memory.asked < (size_t)length);
+            asked_before = memory.asked;
+        }
+        /* going on from where the last call stopped, a page decoded between calls */
+        struct span_memory memory = {frame, 0};
+        struct comp_span_source source = {(size_t)length, span_memory_bytes, &memory};
+        memset(out, 0, sizeof out);
+        assert_int_equal(comp_span_begin(decoder, COMP_ZSTD, d), 0);
+        for (unsigned want = 1; want <= PAGES; want += 3) {
+            assert_int_equal(
+                comp_span_decode(decoder, &source, out, sizeof out, (size_t)want * PAGE), 0);
             assert_int_equal(comp_decompress(COMP_ZSTD, page_frame, (size_t)page_length, page_out),
                              0);
             assert_memory_equal(page_out, pages, PAGE);
         }
-        assert_int_equal(comp_decompress_span(COMP_ZSTD, d, frame, (size_t)length / 2, out,
-                                              sizeof out, sizeof out),
+        assert_int_equal(comp_span_decode(decoder, &source, out, sizeof out, sizeof out), 0);
+        assert_memory_equal(out, pages, sizeof out);
+        /* a page already decoded: nothing more is read */
+        size_t asked = memory.asked;
+        assert_int_equal(comp_span_decode(decoder, &source, out, sizeof out, PAGE), 0);
+        assert_int_equal(memory.asked, asked);
+        /* the whole of a frame cut short, one with a byte after it, one giving more than
+         * out_length: -EIO, and the decoder wants a new begin */
+        memory = (struct span_memory){frame, 0};
+        assert_int_equal(
+            span_decode(decoder, d, &memory, (size_t)length / 2, out, sizeof out, sizeof out),
+            -EIO);
+        assert_int_equal(comp_span_decoded(decoder), 0);
+        assert_int_equal(comp_span_decode(decoder, &source, out, sizeof out, PAGE), -EINVAL);
+        frame[length] = 0;
+        assert_int_equal(
+            span_decode(decoder, d, &memory, (size_t)length + 1, out, sizeof out, sizeof out),
+            -EIO);
+        assert_int_equal(span_decode(decoder, d, &memory, (size_t)length, out, sizeof out - PAGE,
+                                     sizeof out - PAGE),
                          -EIO);
-        assert_int_equal(comp_decompress_span(COMP_ZSTD, d, frame, (size_t)length, out,
-                                              sizeof out - PAGE, sizeof out - PAGE),
-                         -EIO);
+        /* hostile bytes: an error or some output, never a write past out (ASan) */
+        for (unsigned trial = 0; trial < 200; trial++) {
+            unsigned char bad[PAGES * PAGE];
+            memcpy(bad, frame, (size_t)length);
+            bad[datagen_rng_next(&rng) % (unsigned)length] ^=
+                (unsigned char)(1u << (datagen_rng_next(&rng) % 8));
+            struct span_memory hostile = {bad, 0};
+            int rc = span_decode(decoder, d, &hostile, (size_t)length, out, sizeof out,
+                                 (1 + trial % PAGES) * (size_t)PAGE);
+            assert_true(rc == 0 || rc == -EIO);
+            assert_true(hostile.asked <= (size_t)length);
+        }
         /* too small to hold it: 0; a page after a failed span compresses as before */
         assert_int_equal(comp_compress_span(COMP_ZSTD, 7, d, pages, sizeof pages, frame, 16), 0);
         assert_int_equal(comp_compress(COMP_ZSTD, 7, pages, out, PAGE), page_length);
     }
+    /* the engine's cut: a quarter of the pages a block, at least one; 8 pages in blocks of two,
+     * where a read of page 0 decodes the block, both pages */
+    assert_int_equal(comp_span_block(3 * PAGE), PAGE);
+    assert_int_equal(comp_span_block(7 * PAGE), PAGE);
+    assert_int_equal(comp_span_block(16 * PAGE), 4 * PAGE);
+    int length = comp_compress_span(COMP_ZSTD, 7, dict, pages, sizeof pages, frame, sizeof frame);
+    assert_true(length > 0);
+    struct span_memory blocks = {frame, 0};
+    assert_int_equal(span_decode(decoder, dict, &blocks, (size_t)length, out, sizeof out, PAGE), 0);
+    assert_int_equal(comp_span_decoded(decoder), 2 * PAGE);
+    assert_memory_equal(out, pages, 2 * PAGE);
+    assert_int_equal(comp_compress_span_blocks(COMP_ZSTD, 7, dict, pages, sizeof pages, PAGE - 1,
+                                               frame, sizeof frame),
+                     -EINVAL);
     assert_int_equal(comp_compress_span(COMP_LZ4, 1, NULL, pages, sizeof pages, frame, PAGE),
                      -EINVAL);
-    assert_int_equal(comp_decompress_span(COMP_LZ4, NULL, frame, 10, out, PAGE, PAGE), -EINVAL);
-    assert_int_equal(comp_decompress_span(COMP_ZSTD, NULL, frame, 10, out, PAGE, 2 * PAGE),
-                     -EINVAL);
+    assert_int_equal(comp_span_begin(decoder, COMP_LZ4, NULL), -EINVAL);
+    struct span_memory memory = {frame, 0};
+    assert_int_equal(span_decode(decoder, NULL, &memory, 10, out, PAGE, 2 * PAGE), -EINVAL);
+    assert_int_equal(span_decode(decoder, NULL, &memory, 10, out, PAGE, 0), -EINVAL);
+    comp_span_decoder_free(decoder);
     comp_dict_free(dict);
 }
 
