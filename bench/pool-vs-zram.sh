@@ -17,13 +17,15 @@ doc_parse "$@"
 set -- "${ARGS[@]}"
 
 UZRAM=${UZRAM:-build/uzram}
+SIZE_GIVEN=${SIZE:-} # recorded in the doc's command when given
 SIZE=${SIZE:-512M}
 ZRAM=${ZRAM:-zram0}
 ZSYS=/sys/block/$ZRAM
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 LIB=$(dirname "$UZRAM")/libuzram.a
-[ -n "${SETS:-}" ] || SETS=$'text:/usr/include /usr/share/doc\nbinaries:/usr/lib'
+DEFAULT_SETS=$'text:/usr/include /usr/share/doc\nbinaries:/usr/lib'
+[ -n "${SETS:-}" ] || SETS=$DEFAULT_SETS
 
 die() { echo "pool-vs-zram: $*" >&2; exit 1; }
 [ -x "$UZRAM" ] || die "no uzram binary at $UZRAM (run 'make programs' or set UZRAM)"
@@ -83,7 +85,11 @@ done <<< "$SETS"
 
 run | tee "$WORK/out"
 if [[ -n $DOC ]]; then
-    { echo "Measured by \`bench/pool-vs-zram.sh --doc docs/BENCHMARKS.md\`:"; echo; echo '```'
+    # the command as run: the data sets and size when they are not the defaults
+    env_part=""
+    [[ $SETS == "$DEFAULT_SETS" ]] || env_part+="SETS=${SETS@Q} "
+    [[ -z ${SIZE_GIVEN:-} ]] || env_part+="SIZE=$SIZE_GIVEN "
+    { echo "Measured by \`${env_part}bench/pool-vs-zram.sh --doc docs/BENCHMARKS.md\`:"; echo; echo '```'
       cat "$WORK/out"; echo '```'; } > "$WORK/text"
     doc_block "$DOC" "<!-- BEGIN POOL-VS-ZRAM (bench/pool-vs-zram.sh --doc; do not edit by hand) -->" \
         "<!-- END POOL-VS-ZRAM -->" "$WORK/text"
