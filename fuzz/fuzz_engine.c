@@ -233,7 +233,9 @@ static void check_stats(struct state *st)
     CHECK(s.mem_limit == st->mem_limit, "mem_limit");
     CHECK(s.failed_reads == 0, "failed_reads %llu", (unsigned long long)s.failed_reads);
     if (!st->dev->dedup)
-        CHECK(s.dup_data_size == 0 && s.meta_data_size == 0, "dedup counters without dedup");
+        CHECK(s.dup_data_size == 0 && s.meta_data_size == s.bundle_mem,
+              "dedup counters without dedup (meta_data_size %llu: bundles' records only)",
+              (unsigned long long)s.meta_data_size);
     char text[2048];
     CHECK(uzram_format_mm_stat(&s, text, sizeof text) > 0, "mm_stat");
     CHECK(uzram_format_io_stat(&s, text, sizeof text) > 0, "io_stat");

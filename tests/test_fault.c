@@ -199,7 +199,9 @@ static void check_stats(struct run_state *state)
           "compr_data_size %llu but mem_used_total %llu", (unsigned long long)s.compr_data_size,
           (unsigned long long)s.mem_used_total);
     if (!state->ctx.config->use_dedup)
-        CHECK(ctx, s.dup_data_size == 0 && (s.meta_data_size == 0) == (s.bundles == 0),
+        CHECK(ctx,
+              s.dup_data_size == 0 && s.meta_data_size == s.bundle_mem &&
+                  (s.bundle_mem == 0) == (s.bundles == 0),
               "dedup counters without dedup (meta_data_size %llu: bundles' records only)",
               (unsigned long long)s.meta_data_size);
     CHECK(ctx, s.failed_writes == state->failed_writes, "failed_writes %llu, expected %llu",
