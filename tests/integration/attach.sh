@@ -91,6 +91,14 @@ umount "$MNT" || fail "umount"
 wait_unclaimed "$DEV"
 sleep 30 <"$DEV" &
 holder=$!
+# the child opens the device and becomes sleep after the fork: wait for both (else detach may
+# find nothing open yet, as a loaded make check once did)
+for _ in $(seq 200); do
+    [[ $(cat "/proc/$holder/comm" 2>/dev/null) == sleep &&
+        $(readlink "/proc/$holder/fd/0" 2>/dev/null) == "$DEV" ]] && break
+    sleep 0.05
+done
+[[ $(readlink "/proc/$holder/fd/0" 2>/dev/null) == "$DEV" ]] || fail "the holder did not open $DEV in 10 s"
 if "$UZRAM" detach att 2>"$WORK/detach.err"; then fail "detach succeeded while $DEV is open in a program"; fi
 kill "$holder"
 wait "$holder" 2>/dev/null || true
