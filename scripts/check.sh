@@ -95,18 +95,23 @@ unit_log=build/unit-lane.log
 rm -f build/tests/summary build/asan/tests/summary build/tsan/tests/summary build/tsan-build-failed
 (
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1
+    # Only the binaries that have concurrent cases are built and run under TSan. Their build
+    # starts at once, beside the plain and ASan runs: built after them it left the lane alone
+    # at the end with a compile, once the integration tests were done.
+    (
+        mapfile -t tsan_bins < <(./scripts/run-tests.sh --concurrent-binaries build/tsan)
+        make -s -j"$jobs" O=build/tsan SAN=thread CC=clang OPT=-O1 "${tsan_bins[@]}" ||
+            : >build/tsan-build-failed
+    ) >build/tsan-build.log 2>&1 &
+    tsan_build=$!
     for dir in build build/asan; do
         echo "== unit and model tests: $dir"
         ./scripts/run-tests.sh "$dir"
     done
-    # Only the binaries that have concurrent cases are built and run under TSan.
     echo "== ThreadSanitizer: concurrent tests"
-    mapfile -t tsan_bins < <(./scripts/run-tests.sh --concurrent-binaries build/tsan)
-    if make -s -j"$jobs" O=build/tsan SAN=thread CC=clang OPT=-O1 "${tsan_bins[@]}"; then
-        ./scripts/run-tests.sh build/tsan concurrent
-    else
-        : >build/tsan-build-failed
-    fi
+    wait "$tsan_build"
+    cat build/tsan-build.log
+    [[ -f build/tsan-build-failed ]] || ./scripts/run-tests.sh build/tsan concurrent
 ) >"$unit_log" 2>&1 &
 unit_pid=$!
 
