@@ -16,19 +16,7 @@
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE
-#define DISK_SIZE (256ull * PAGE)
-
-static int setup_device(void **state)
-{
-    *state = test_device(DISK_SIZE, NULL, 0);
-    return 0;
-}
-
-static int teardown_device(void **state)
-{
-    uzram_destroy(*state);
-    return 0;
-}
+#define DISK_SIZE ((uint64_t)TEST_DEVICE_PAGES * PAGE) /* test_setup_device() */
 
 /* ------------------------------------------------------------------------
  * Attributes
@@ -379,7 +367,8 @@ static void test_parse_size(void **state)
     expect_size("17179869184G", -ERANGE, 0);
 }
 
-#define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
+#define DEVICE_TEST(name)                                                                          \
+    cmocka_unit_test_setup_teardown(name, test_setup_device, test_teardown_device)
 
 int main(int argc, char **argv)
 {

@@ -17,24 +17,12 @@
 
 #define PAGE UZRAM_PAGE_SIZE
 #define SECTOR UZRAM_SECTOR_SIZE
-#define DISK_PAGES 256u
+#define DISK_PAGES TEST_DEVICE_PAGES /* the fixture test_setup_device() makes */
 #define DISK_SIZE ((uint64_t)DISK_PAGES * PAGE)
 
 /* ------------------------------------------------------------------------
  * Fixtures and helpers
  * ---------------------------------------------------------------------- */
-
-static int setup_device(void **state)
-{
-    *state = test_device(DISK_SIZE, NULL, 0);
-    return 0;
-}
-
-static int teardown_device(void **state)
-{
-    uzram_destroy(*state);
-    return 0;
-}
 
 /* Read the whole disk. */
 static uint8_t *read_disk(struct uzram *dev)
@@ -771,7 +759,8 @@ static void test_version(void **state)
                      UZRAM_VERSION_MAJOR * 10000 + UZRAM_VERSION_MINOR * 100 + UZRAM_VERSION_PATCH);
 }
 
-#define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
+#define DEVICE_TEST(name)                                                                          \
+    cmocka_unit_test_setup_teardown(name, test_setup_device, test_teardown_device)
 
 int main(int argc, char **argv)
 {

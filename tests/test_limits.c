@@ -17,20 +17,8 @@
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE
-#define DISK_PAGES 256u
+#define DISK_PAGES TEST_DEVICE_PAGES /* the fixture test_setup_device() makes */
 #define DISK_SIZE ((uint64_t)DISK_PAGES * PAGE)
-
-static int setup_device(void **state)
-{
-    *state = test_device(DISK_SIZE, NULL, 0);
-    return 0;
-}
-
-static int teardown_device(void **state)
-{
-    uzram_destroy(*state);
-    return 0;
-}
 
 /* ------------------------------------------------------------------------
  * Memory limit
@@ -290,7 +278,7 @@ int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_mem_limit, setup_device, teardown_device),
+        cmocka_unit_test_setup_teardown(test_mem_limit, test_setup_device, test_teardown_device),
         cmocka_unit_test(test_group_mem_limit),
         cmocka_unit_test(test_group_concurrent),
         cmocka_unit_test(test_compaction),

@@ -16,23 +16,11 @@
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE
-#define DISK_SIZE (256ull * PAGE)
-
-static int setup_device(void **state)
-{
-    *state = test_device(DISK_SIZE, NULL, 0);
-    return 0;
-}
+#define DISK_SIZE ((uint64_t)TEST_DEVICE_PAGES * PAGE) /* test_setup_device() */
 
 static int setup_dedup_device(void **state)
 {
     *state = test_device(DISK_SIZE, NULL, 1);
-    return 0;
-}
-
-static int teardown_device(void **state)
-{
-    uzram_destroy(*state);
     return 0;
 }
 
@@ -679,8 +667,10 @@ static void test_dedup_same_filled_not_indexed(void **state)
     assert_int_equal(s1.meta_data_size, s0.meta_data_size);
 }
 
-#define DEVICE_TEST(name) cmocka_unit_test_setup_teardown(name, setup_device, teardown_device)
-#define DEDUP_TEST(name) cmocka_unit_test_setup_teardown(name, setup_dedup_device, teardown_device)
+#define DEVICE_TEST(name)                                                                          \
+    cmocka_unit_test_setup_teardown(name, test_setup_device, test_teardown_device)
+#define DEDUP_TEST(name)                                                                           \
+    cmocka_unit_test_setup_teardown(name, setup_dedup_device, test_teardown_device)
 
 int main(int argc, char **argv)
 {

@@ -135,3 +135,15 @@ int test_parse_fields(const char *line, uint64_t *fields, int max)
     }
     return count;
 }
+
+int test_setup_device(void **state)
+{
+    *state = test_device((uint64_t)TEST_DEVICE_PAGES * UZRAM_PAGE_SIZE, NULL, 0);
+    return 0;
+}
+
+int test_teardown_device(void **state)
+{
+    uzram_destroy(*state);
+    return 0;
+}

@@ -70,6 +70,12 @@ void test_expect_zero_pages(struct uzram *dev, uint64_t first_page, size_t pages
  * field all digits (else the test fails); the first `max` in `fields`. Returns how many. */
 int test_parse_fields(const char *line, uint64_t *fields, int max);
 
+/* cmocka fixtures: a device of TEST_DEVICE_PAGES pages (lz4, no dedup) in *state, and its
+ * end. */
+#define TEST_DEVICE_PAGES 256u
+int test_setup_device(void **state);
+int test_teardown_device(void **state);
+
 /* Statistics snapshot; aborts on failure. */
 static inline struct uzram_stats test_stats(struct uzram *dev)
 {
