@@ -38,32 +38,32 @@ static void page_of(uint64_t index, unsigned char *page)
     }
 }
 
-/* In the child: a mount namespace of its own with a tmpfs of `size` at a new directory, the
+/* The mount point, made by the parent (in $TMPDIR, else /tmp) before the child mounts a tmpfs
+ * on it in a namespace of its own, and removed by the parent once the child is gone (while the
+ * child's mount is there, the directory cannot be removed). */
+static char mount_point[4096];
+
+/* In the child: a mount namespace of its own with a tmpfs of `size` on mount_point, the
  * state file `state` in it opened in *fd. false: not permitted here. */
 static bool small_tmpfs(const char *size, int *fd)
 {
     char options[64];
     snprintf(options, sizeof options, "size=%s,mode=0700", size);
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("uzram-test", mount_point, "tmpfs", 0, options) < 0)
         return false;
-    char dir[] = "/tmp/uzram-tmpfs-XXXXXX";
-    if (!mkdtemp(dir))
-        return false;
-    if (mount("uzram-test", dir, "tmpfs", 0, options) < 0) {
-        rmdir(dir);
-        return false;
-    }
-    char path[64];
-    snprintf(path, sizeof path, "%s/state", dir);
+    char path[sizeof mount_point + 8];
+    snprintf(path, sizeof path, "%s/state", mount_point);
     *fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    /* the directory goes with the namespace's mount; left empty on the host */
-    rmdir(dir);
     return *fd >= 0;
 }
 
 /* Run `body` in a child; the case fails if the child is killed (SIGBUS) or fails. */
 static void in_child(void (*body)(void))
 {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(mount_point, sizeof mount_point, "%s/uzram-tmpfs-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(mount_point));
     fflush(NULL);
     pid_t child = fork();
     assert_true(child >= 0);
@@ -77,6 +77,7 @@ static void in_child(void (*body)(void))
     }
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
+    assert_int_equal(rmdir(mount_point), 0); /* the child's namespace, and its mount, are gone */
     if (WIFSIGNALED(status))
         fail_msg("the child was killed by signal %d (%s)", WTERMSIG(status),
                  strsignal(WTERMSIG(status)));
