@@ -576,7 +576,7 @@ static void test_concurrent_background_compacts_index(void **state)
     store_test_advance_clock(dev, 61);
     assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
     struct timespec pause = {0, 200 * 1000 * 1000};
-    for (int i = 0; i < 150 && index_mem(test_stats(dev)) > empty + 4096; i++)
+    for (int i = 0; i < 600 && index_mem(test_stats(dev)) > empty + 4096; i++)
         nanosleep(&pause, NULL);
     struct uzram_stats s = test_stats(dev);
     assert_int_equal(uzram_set_recompress_idle(dev, 0), 0);
