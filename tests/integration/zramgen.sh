@@ -8,8 +8,7 @@
 # and sections warned about with FILE:LINE, bad values refused with FILE:LINE; the generator
 # enabling uzram-zram-setup@NAME for swap and mounts only (none with systemd.zram=0, zram0 with
 # systemd.zram, none where zram-generator is installed); a device served from a real file, its
-# settings read back from the server; as root with FUSE and loop devices, --setup-device and
-# --reset-device making and undoing a swap (priority, discard) and an ext2 mount.
+# settings read back from the server. --setup-device and --reset-device: zramgen-setup.sh.
 # Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
 set -euo pipefail
 
@@ -181,61 +180,5 @@ grep -q '^#2: .*\[deflate\]' <<<"$("$UZRAM" attr zram7 recomp_algorithm)" ||
     fail "'$hint' did not add deflate: $("$UZRAM" attr zram7 recomp_algorithm)"
 stop_server zram7
 pass "--serve: size, zram-resident-limit, algorithm and level, recompression algorithm and group= in effect; the third algorithm's hint run as printed"
-
-# --- setup and reset: a swap and an ext2 mount (root, FUSE, loop devices; swap: serve --swap,
-# which needs CAP_SYS_RESOURCE) ---
-if [[ $(id -u) -ne 0 || ! -c /dev/fuse || ! -e /dev/loop-control ]]; then
-    skip_check "--setup-device and --reset-device: need root, /dev/fuse and loop devices"
-    echo "PASS: zramgen.sh"
-    exit 0
-fi
-cap_eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
-cat >"$WORK/zram.conf" <<EOF
-[zram6]
-zram-size = 64
-swap-priority = 7
-[zram8]
-zram-size = 64
-mount-point = $WORK/mnt
-options = noatime
-EOF
-serve_zram() { # NAME
-    "$UZRAM" zram-generator --config "$WORK/zram.conf" --serve "$1" >"$WORK/server-$1.out" 2>"$WORK/server-$1.err" &
-    SERVER_PID[$1]=$!
-    for _ in $(seq 100); do [[ -S $(ctl_of "$1") ]] && break; sleep 0.1; done
-    [[ -S $(ctl_of "$1") ]] || fail "--serve $1 did not start: $(cat "$WORK/server-$1.err")"
-    at_exit "'$UZRAM' zram-generator --config '$WORK/zram.conf' --reset-device $1"
-}
-zg_conf() { "$UZRAM" zram-generator --config "$WORK/zram.conf" "$@"; }
-
-if ! (((0x$cap_eff >> 24) & 1)); then
-    skip_check "swap --setup-device and --reset-device: serve --swap needs CAP_SYS_RESOURCE, which this process lacks (CapEff $cap_eff)"
-else
-    serve_zram zram6
-    zg_conf --setup-device zram6 >"$WORK/setup.out" 2>&1 || fail "--setup-device zram6: $(cat "$WORK/setup.out")"
-    node=$("$UZRAM" status -n --raw -o attached zram6)
-    grep -qx "zram6: swap on $node, priority 7" "$WORK/setup.out" || fail "setup said: $(cat "$WORK/setup.out")"
-    awk -v n="$node" '$1 == n {print $5}' /proc/swaps | grep -qx 7 || fail "$node is not swap of priority 7: $(cat /proc/swaps)"
-    zg_conf --reset-device zram6 >"$WORK/reset.out" 2>&1 || fail "--reset-device zram6: $(cat "$WORK/reset.out")"
-    if grep -q "^$node " /proc/swaps; then fail "$node still swap after --reset-device"; fi
-    [[ $("$UZRAM" status -n --raw -o attached zram6) == - ]] || fail "zram6 still attached after --reset-device"
-    [[ $(mm_stat_field zram6 0) -eq 0 ]] || fail "zram6 not emptied by --reset-device: $("$UZRAM" attr zram6 mm_stat)"
-    stop_server zram6
-    pass "swap: --setup-device attaches, mkswap, swapon priority 7; --reset-device swapoff, detach, empty"
-fi
-
-serve_zram zram8
-zg_conf --setup-device zram8 >"$WORK/setup.out" 2>&1 || fail "--setup-device zram8: $(cat "$WORK/setup.out")"
-findmnt -n -o FSTYPE,OPTIONS "$WORK/mnt" >"$WORK/mount" || fail "nothing mounted on $WORK/mnt: $(cat "$WORK/setup.out")"
-grep -q "^ext2 .*noatime" "$WORK/mount" || fail "mount: $(cat "$WORK/mount")"
-head -c 4M /dev/urandom >"$WORK/mnt/file"
-sync "$WORK/mnt/file"
-[[ $(mm_stat_field zram8 0) -ge $((4 * MiB)) ]] || fail "the file did not reach zram8: $("$UZRAM" attr zram8 mm_stat)"
-zg_conf --reset-device zram8 >"$WORK/reset.out" 2>&1 || fail "--reset-device zram8: $(cat "$WORK/reset.out")"
-if findmnt "$WORK/mnt" >/dev/null; then fail "$WORK/mnt still mounted after --reset-device"; fi
-[[ $("$UZRAM" status -n --raw -o attached zram8) == - ]] || fail "zram8 still attached after --reset-device"
-[[ $(mm_stat_field zram8 0) -eq 0 ]] || fail "zram8 not emptied by --reset-device: $("$UZRAM" attr zram8 mm_stat)"
-stop_server zram8
-pass "file system: --setup-device mkfs ext2, mounts with noatime, data reaches it; --reset-device umount, detach, empty"
 
 echo "PASS: zramgen.sh"

@@ -27,9 +27,9 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VM_DIR=$REPO/build/vm
 MEM=1024 CPUS=2 TIMEOUT= DEADLINE=300 HUNG=30 OUT=$VM_DIR/run SHELL_MODE=0
 # make check's set: every scenario class in its short form, in one boot of 512 MiB
-# (tests/vm/README.md); and tests/integration/zramgen.sh, whose swap setup needs
+# (tests/vm/README.md); and tests/integration/zramgen-setup.sh, whose swap setup needs
 # CAP_SYS_RESOURCE (serve --swap), which the development machines do not give.
-CHECK_SET=(nbd ublk:--quick scale-out oracle:--quick swap:--quick integration:zramgen)
+CHECK_SET=(nbd ublk:--quick scale-out oracle:--quick swap:--quick integration:zramgen-setup)
 
 skip() {
     echo "SKIP: $*"
