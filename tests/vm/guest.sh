@@ -77,8 +77,20 @@ watchdog() { # NAME PGID
     done
 }
 
+# Only the first N CPUs online (vm.sh's NAME@N; all by default): CPU 0 has no switch.
+cpus_online() { # N
+    local cpu want
+    for cpu in /sys/devices/system/cpu/cpu[0-9]*; do
+        [[ -w $cpu/online ]] || continue
+        want=$((${cpu##*cpu} < $1 ? 1 : 0))
+        [[ $(<"$cpu/online") == "$want" ]] || echo "$want" >"$cpu/online" ||
+            echo "=== uzram-vm: cannot set ${cpu##*/} online=$want"
+    done
+}
+
 run_scenario() { # NAME
     local name=$1 status start
+    cpus_online "${ONLINE[$name]:-$(nproc --all)}"
     dmesg -C
     echo "=== uzram-vm: begin $name (deadline ${DEADLINE[$name]} s)"
     start=$(date +%s)
