@@ -7,6 +7,7 @@
  * index, whose successor finds every page old or new, the entries and dup_data_size exact, and
  * nothing leaked. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -435,6 +436,76 @@ static void test_state_dedup_survives_kills(void **unused)
     close(fd);
 }
 
+/* ---- writers in parallel ---------------------------------------------------------- */
+
+#define CONCURRENT_THREADS 4u
+#define CONCURRENT_PAGES 512u /* per thread, interleaved */
+
+struct writer {
+    struct uzram *dev;
+    unsigned id;
+    uint32_t gens[CONCURRENT_PAGES];
+};
+
+/* Shared pages (few even generations: every thread writes them) and unique ones, discards;
+ * thread 0 also recompresses and compacts the pool and the index now and then. */
+static void *concurrent_writer(void *arg)
+{
+    struct writer *w = arg;
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, w->id + 7);
+    for (unsigned n = 0; n < 2000; n++) {
+        unsigned slot = (unsigned)datagen_rng_below(&rng, CONCURRENT_PAGES);
+        uint64_t index = (uint64_t)slot * CONCURRENT_THREADS + w->id;
+        uint32_t gen = n % 9 == 0 ? 0
+                       : n % 2    ? (uint32_t)datagen_rng_below(&rng, 16) * 2 + 2
+                                  : (uint32_t)datagen_rng_below(&rng, 500) * 2 + 1;
+        unsigned char page[PAGE];
+        state_test_page(index, gen, page);
+        int rc = gen ? uzram_write(w->dev, index * PAGE, page, PAGE)
+                     : uzram_discard(w->dev, index * PAGE, PAGE);
+        if (rc != 0)
+            return "write failed";
+        w->gens[slot] = gen;
+        if (w->id == 0 && n % 400 == 0 &&
+            (uzram_recompress(w->dev, 0, 0, 64, 0, NULL) != 0 || uzram_compact(w->dev, NULL) != 0))
+            return "recompress or compact failed";
+    }
+    return NULL;
+}
+
+/* Four writers sharing pages and intent records with recompression and compaction (pool and
+ * index) on a device with dedup in a state file; after quiesce, adopted: every page back, the
+ * counts as they were (TSan runs it). */
+static void test_state_dedup_concurrent_writers(void **unused)
+{
+    (void)unused;
+    int fd = state_test_memfd();
+    struct uzram *dev = dedup_device(fd, CONCURRENT_THREADS * CONCURRENT_PAGES);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
+    static struct writer writers[CONCURRENT_THREADS];
+    pthread_t threads[CONCURRENT_THREADS];
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
+        writers[t] = (struct writer){.dev = dev, .id = t};
+        assert_int_equal(pthread_create(&threads[t], NULL, concurrent_writer, &writers[t]), 0);
+    }
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
+        void *failed;
+        assert_int_equal(pthread_join(threads[t], &failed), 0);
+        assert_null(failed);
+    }
+    static uint32_t gens[CONCURRENT_THREADS * CONCURRENT_PAGES];
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
+        for (unsigned slot = 0; slot < CONCURRENT_PAGES; slot++)
+            gens[(uint64_t)slot * CONCURRENT_THREADS + t] = writers[t].gens[slot];
+    assert_int_equal(uzram_state_quiesce(dev), 0);
+    struct uzram_stats before;
+    dev = hand_over(dev, fd, gens, CONCURRENT_THREADS * CONCURRENT_PAGES, &before);
+    assert_true(before.dup_data_size > 0);
+    uzram_destroy(dev);
+    close(fd);
+}
+
 /* ---- allocation failures ------------------------------------------------------------ */
 
 /* Each allocation of making a state with dedup and of adopting it fails once: the call says
@@ -458,6 +529,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_state_dedup_switched),
         cmocka_unit_test(test_state_dedup_killed_in_move),
         cmocka_unit_test(test_state_dedup_survives_kills),
+        cmocka_unit_test(test_state_dedup_concurrent_writers),
         cmocka_unit_test(test_state_dedup_fault_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
