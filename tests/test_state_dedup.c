@@ -207,6 +207,43 @@ static void test_state_dedup_switched(void **unused)
     close(fd);
 }
 
+/* Entries whose objects were written back to a backing store (dedup_replace to a place on it):
+ * adopted with the store's blocks they name, every page back, the counts as they were; all
+ * discarded, the store holds nothing. */
+static void test_state_dedup_written_back(void **unused)
+{
+    (void)unused;
+    char folder[512], path[600];
+    assert_int_equal(test_make_folder(folder, sizeof folder, "state-dedup"), 0);
+    snprintf(path, sizeof path, "%s/store", folder);
+    int fd = state_test_memfd();
+    uint32_t gens[512];
+    const uint64_t pages = sizeof gens / sizeof gens[0];
+    struct uzram *dev = dedup_device(fd, pages);
+    assert_int_equal(uzram_set_backing_dev(dev, path, 0), 0);
+    for (uint64_t i = 0; i < pages; i++)
+        state_test_write(dev, i,
+                         gens[i] = i % 2 ? 2 * (uint32_t)(i % 6) + 2 : (uint32_t)i * 10 + 1);
+    uint64_t written;
+    assert_int_equal(uzram_writeback(dev, 0, 0, UINT64_MAX, &written), 0);
+    struct uzram_stats before;
+    dev = hand_over(dev, fd, gens, pages, &before);
+    assert_true(written > 0 && before.bd_objects > 0 && before.dup_data_size > 0);
+    struct uzram_stats after = test_stats(dev);
+    assert_int_equal(after.bd_objects, before.bd_objects);
+    assert_int_equal(after.bd_data_size, before.bd_data_size);
+    assert_int_equal(after.bd_count, before.bd_count);
+    assert_int_equal(after.bd_checksum_errors, 0);
+    expect_empty(dev, pages);
+    after = test_stats(dev);
+    assert_int_equal(after.bd_objects, 0);
+    assert_int_equal(after.bd_data_size, 0);
+    uzram_destroy(dev);
+    close(fd);
+    unlink(path);
+    rmdir(folder);
+}
+
 /* ---- killed in the middle of an index move ------------------------------------ */
 
 #define MOVE_PAGES 2048u
@@ -527,6 +564,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_dedup_round_trip),
         cmocka_unit_test(test_state_dedup_switched),
+        cmocka_unit_test(test_state_dedup_written_back),
         cmocka_unit_test(test_state_dedup_killed_in_move),
         cmocka_unit_test(test_state_dedup_survives_kills),
         cmocka_unit_test(test_state_dedup_concurrent_writers),
