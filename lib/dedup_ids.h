@@ -35,8 +35,10 @@
  *
  * Locks: one stripe mutex covers its buckets (their array, and the chains)
  * and is held only to walk, change or resize them, never while compressing,
- * decompressing or comparing. id_lock covers the free-id list. Order: a
- * page slot lock, then a stripe, then id_lock, then a pool class lock.
+ * decompressing or comparing. id_lock covers the free-id list. move_lock is
+ * held from dedup_move to dedup_move_done (one move record). Order: a page
+ * slot lock, then move_lock, then a stripe, then id_lock, then a pool class
+ * lock; a record's spin lock (dedup_record_begin) is a leaf.
  */
 struct dedup_entry {
     uint32_t handle_low;  /* pool handle bits 0..31 */
