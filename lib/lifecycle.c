@@ -40,7 +40,7 @@ static bool config_reserved_zero(const struct uzram_config *config)
 }
 
 /* The parts that can fail to be made, in order; a failure undoes those made before it. */
-static int create_parts(struct uzram *dev, bool use_dedup)
+static int create_parts(struct uzram *dev, bool use_dedup, bool adopted)
 {
     int rc = table_map(dev);
     if (rc < 0)
@@ -59,7 +59,7 @@ static int create_parts(struct uzram *dev, bool use_dedup)
         goto fail_writeback;
     if (use_dedup) {
         struct dedup *dedup;
-        rc = store_dedup_create(dev, &dedup);
+        rc = store_dedup_create(dev, adopted, &dedup);
         if (rc < 0)
             goto fail_dedup;
         atomic_init(&dev->dedup, dedup);
@@ -123,7 +123,7 @@ static int device_build(const struct uzram_config *config, struct state_file *st
     dev->disksize = config->disksize;
     dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
     dev->state = state;
-    rc = create_parts(dev, config->use_dedup);
+    rc = create_parts(dev, config->use_dedup, adopted);
     if (rc < 0) {
         free(dev);
         return rc;
@@ -140,6 +140,7 @@ static int device_build(const struct uzram_config *config, struct state_file *st
     else if (state) {
         state->header->clock_base = dev->clock_base;
         state->header->same_filled = config->same_filled;
+        state->header->use_dedup = config->use_dedup;
         state->header->mem_limit = config->mem_limit;
     }
     rc = codecs_start(dev, algo, level, adopted);
@@ -161,8 +162,6 @@ int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzra
 {
     if (!config || !out || state_fd < 0)
         return -EINVAL;
-    if (config->use_dedup)
-        return -EOPNOTSUPP;
     int rc = disksize_check(config->disksize);
     if (rc < 0)
         return rc;
@@ -194,6 +193,7 @@ int uzram_adopt(int state_fd, struct uzram **out)
     uzram_config_init(&config);
     config.disksize = header->disksize;
     config.same_filled = header->same_filled;
+    config.use_dedup = header->use_dedup != 0;
     config.mem_limit = header->mem_limit;
     rc = device_build(&config, state, true, out);
     if (rc < 0)

@@ -58,8 +58,6 @@ int uzram_set_same_filled(struct uzram *dev, bool on)
 
 int uzram_set_dedup(struct uzram *dev, bool on)
 {
-    if (on && dev->state)
-        return -EOPNOTSUPP; /* not kept in a state file (uzram.h) */
     int rc = 0;
     pthread_mutex_lock(&dev->settings_lock);
     if (device_holds_data(dev)) {
@@ -70,12 +68,16 @@ int uzram_set_dedup(struct uzram *dev, bool on)
          * always finds it, made. */
         if (on && !device_dedup(dev)) {
             struct dedup *dedup;
-            rc = store_dedup_create(dev, &dedup);
+            rc = store_dedup_create(dev, false, &dedup);
             if (rc == 0 && pool_reserve_on(dev->pool))
                 dedup_prefault(dedup);
             if (rc == 0)
                 atomic_store_explicit(&dev->dedup, dedup, memory_order_release);
         }
+        /* a successor adopts the index when the state says dedup is on: said before a page
+         * names it (the device holds none now) */
+        if (rc == 0 && dev->state)
+            dev->state->header->use_dedup = on;
         if (rc == 0)
             atomic_store_explicit(&dev->use_dedup, on, memory_order_release);
     }

@@ -23,11 +23,14 @@
  *   then       page table (page_count x 16 bytes, rounded up to 4 KiB)
  *   then       the backing store's checksum words (8 bytes a 4 KiB block, for the largest
  *              store, BACKING_MAX_BYTES: 256 GiB of address, only what is used is memory)
+ *   then       the dedup index (dedup_file_bytes(): its saved part and entry chunks, version 3
+ *              on; only the chunks in use are memory)
  *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
  * The file is sparse: only what was written is memory.
  */
-/* 1: session 5's, without dictionaries (refused: -EPROTONOSUPPORT). */
-#define STATE_VERSION 2
+/* 1: session 5's, without dictionaries; 2: without the dedup index (both refused:
+ * -EPROTONOSUPPORT). */
+#define STATE_VERSION 3
 #define STATE_AREA_OFFSET 4096u
 #define STATE_AREA_BYTES 4096u
 #define STATE_INTENTS_OFFSET 8192u
@@ -73,6 +76,7 @@ struct state_header {
     uint64_t dict_offset, dict_bytes;
     uint64_t table_offset, table_bytes;
     uint64_t sums_offset, sums_bytes;
+    uint64_t dedup_offset, dedup_bytes;
     uint64_t pool_offset, pool_bytes;
     uint64_t file_bytes;
     _Atomic int32_t owner_pid; /* 0: none */
@@ -81,6 +85,8 @@ struct state_header {
     uint64_t mem_limit;
     uint32_t same_filled;
     uint32_t intents;
+    uint32_t use_dedup; /* 1: dedup on, its index in the dedup region (set before it is used) */
+    uint32_t unused_dedup;
     /* The codec table (codec_table.h): every entry ever used (adoption frees those no page
      * uses), and the id each priority's setting names (-1: none). */
     struct state_codec codecs[CODEC_TABLE_MAX];

@@ -218,7 +218,7 @@ static void dedup_object_rehome(void *arg, const struct dedup_object *object, ui
         (void)pool_set_owner(dev->pool, object->handle, OWNER_DEDUP_BIT | id);
 }
 
-int store_dedup_create(struct uzram *dev, struct dedup **out)
+int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out)
 {
     const struct dedup_object_ops ops = {
         .load = dedup_object_load,
@@ -226,7 +226,13 @@ int store_dedup_create(struct uzram *dev, struct dedup **out)
         .rehome = dedup_object_rehome,
         .arg = dev,
     };
-    return dedup_create(dev->page_count, &ops, out);
+    const struct dedup_file file = {
+        .fd = dev->state ? dev->state->fd : -1,
+        .offset = dev->state ? dev->state->header->dedup_offset : 0,
+        .limited = dev->state && dev->state->limited,
+        .adopt = adopt,
+    };
+    return dedup_create_in(dev->page_count, &ops, dev->state ? &file : NULL, out);
 }
 
 _Static_assert(POOL_HANDLE_BITS <= 47 && BACKING_MAX_BYTES <= OBJECT_BACKED &&

@@ -20,6 +20,10 @@
  * defines it: which kinds of page its devices store is the test's choice. */
 enum datagen_kind state_test_kind(uint32_t gen);
 
+/* The index datagen makes page `index` of generation `gen` at: its own by default, so that no
+ * two pages are equal; a test whose pages share contents (dedup) points it elsewhere. */
+extern uint64_t (*state_test_index_of)(uint64_t index, uint32_t gen);
+
 /* An empty memfd for a state; aborts the test on failure. */
 int state_test_memfd(void);
 
@@ -35,6 +39,19 @@ void state_test_write(struct uzram *dev, uint64_t index, uint32_t gen);
 
 /* Pages 0 to `pages` - 1 read back as generations `gens`. */
 void state_test_check(struct uzram *dev, const uint32_t *gens, uint64_t pages);
+
+/* Pages 0 to `pages` - 1 discarded and the device compacted: nothing stored, no memory used
+ * (asserted). Returns the stats then, for the caller's further checks. */
+struct uzram_stats state_test_empty(struct uzram *dev, uint64_t pages);
+
+/* A fault sweep (fault build; skipped elsewhere): a state made with `config` and adopted, the
+ * first, second, ... allocation failing in either, until none fails. A failed call says
+ * -ENOMEM and leaves the state as it was (made again from nothing: the file empty; adopted the
+ * next time); pages 0 to `pages` - 1, written as generations `gens` between the two, read back
+ * with the counts unchanged. Prints how many points were swept, `what` first. */
+struct uzram_config;
+void state_test_fault_sweep(const struct uzram_config *config, const uint32_t *gens, uint64_t pages,
+                            const char *what);
 
 /* ---- a child SIGKILLed at a random moment ---- */
 
@@ -65,6 +82,17 @@ void state_test_log_zeros(struct state_test_log *log);
 
 /* A child for the next round: 0 in the child, its pid in the parent. */
 pid_t state_test_fork(struct state_test_log *log);
+
+/* In the child: the state in `fd` adopted (exit 2 if it cannot be), the parent told, `rng`
+ * seeded with `seed`. */
+struct datagen_rng;
+struct uzram *state_test_child_adopt(int fd, struct state_test_log *log, struct datagen_rng *rng,
+                                     uint64_t seed);
+
+/* A random step of a child: *op below 100, *count pages (1 to 8) from *first, all below
+ * `pages`. */
+void state_test_draw(struct datagen_rng *rng, uint64_t pages, unsigned *op, uint64_t *first,
+                     unsigned *count);
 
 /* Let `child` run until it has adopted the state (or died), `pause_us` microseconds more,
  * then SIGKILL it and reap it, asserting that the kill is what ended it. */

@@ -1,9 +1,9 @@
 /* test_state.c - a device's state in a shareable file (lib/state.c, state_adopt.c,
  * pool_adopt.c): made, left and adopted with every page read back; format versions and live
  * owners refused with the file unchanged; reads of a fresh disk that cost the file nothing;
- * features the file cannot keep refused; and a process SIGKILLed hundreds of times in the
- * middle of writes, discards, recompression and compaction, whose successor finds every page
- * old or new and the accounting exact. */
+ * bundles, which the file cannot keep, refused (dedup: test_state_dedup.c); and a process SIGKILLed
+ * hundreds of times in the middle of writes, discards, recompression and compaction, whose
+ * successor finds every page old or new and the accounting exact. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -109,12 +109,7 @@ static void test_state_round_trip(void **unused)
     for (uint64_t i = 0; i < 64; i++)
         state_test_write(dev, i, gens[i] = (uint32_t)i + 3);
     state_test_check(dev, gens, pages);
-    assert_int_equal(uzram_discard(dev, 0, pages * PAGE), 0);
-    assert_int_equal(uzram_compact(dev, NULL), 0);
-    struct uzram_stats empty = test_stats(dev);
-    assert_int_equal(empty.pages_stored, 0);
-    assert_int_equal(empty.compr_data_size, 0);
-    assert_int_equal(empty.mem_used_total, 0);
+    state_test_empty(dev, pages);
     uzram_destroy(dev);
     free(gens);
     close(fd);
@@ -151,12 +146,14 @@ static void test_state_version_refused(void **unused)
     read_header(fd, after, sizeof after);
     assert_memory_equal(before, after, sizeof before);
 
-    /* Version 1 (before dictionaries and the backing store were kept) is another version. */
-    const uint32_t first_version = 1;
-    assert_int_equal(pwrite(fd, &first_version, sizeof first_version, at), sizeof first_version);
-    assert_int_equal(uzram_adopt(fd, &dev), -EPROTONOSUPPORT);
-    assert_int_equal(uzram_state_info(fd, &info), -EPROTONOSUPPORT);
-    assert_int_equal(info.version, 1);
+    /* Version 1 (before dictionaries and the backing store were kept) and version 2 (before
+     * the dedup index was) are other versions. */
+    for (uint32_t old = 1; old <= 2; old++) {
+        assert_int_equal(pwrite(fd, &old, sizeof old, at), sizeof old);
+        assert_int_equal(uzram_adopt(fd, &dev), -EPROTONOSUPPORT);
+        assert_int_equal(uzram_state_info(fd, &info), -EPROTONOSUPPORT);
+        assert_int_equal(info.version, old);
+    }
 
     /* Put back, it adopts. */
     assert_int_equal(pwrite(fd, &version, sizeof version, at), sizeof version);
@@ -233,15 +230,8 @@ static void test_state_refuses_what_it_cannot_keep(void **unused)
     (void)unused;
     int fd = state_test_memfd();
     struct uzram_config config = config_of(16 * MIB);
-    config.use_dedup = true;
     struct uzram *dev;
-    assert_int_equal(uzram_create_in(&config, fd, &dev), -EOPNOTSUPP);
-    struct stat st;
-    assert_int_equal(fstat(fd, &st), 0);
-    assert_int_equal(st.st_size, 0);
-    config.use_dedup = false;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-    assert_int_equal(uzram_set_dedup(dev, true), -EOPNOTSUPP);
     assert_int_equal(uzram_set_recompress_group(dev, 4), -EOPNOTSUPP);
     uzram_destroy(dev);
     close(fd);
@@ -374,19 +364,13 @@ enum { OP_BETWEEN, OP_CHANGE, OP_RECOMPRESS, OP_COMPACT, OP_COUNT };
 /* The child: adopt, then change pages until killed. Exits 2 on a failure. */
 static void kill_child(int fd, struct kill_log *log, uint64_t seed)
 {
-    struct uzram *dev;
-    if (uzram_adopt(fd, &dev) != 0)
-        _exit(2);
-    atomic_store(&log->pages.adopted, 1);
     struct datagen_rng rng;
-    datagen_rng_seed(&rng, seed);
+    struct uzram *dev = state_test_child_adopt(fd, &log->pages, &rng, seed);
     unsigned char page[PAGE];
     for (;;) {
-        unsigned op = (unsigned)datagen_rng_below(&rng, 100);
-        uint64_t first = datagen_rng_below(&rng, KILL_PAGES);
-        unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
-        if (first + count > KILL_PAGES)
-            count = (unsigned)(KILL_PAGES - first);
+        unsigned op, count;
+        uint64_t first;
+        state_test_draw(&rng, KILL_PAGES, &op, &first, &count);
         uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
         int rc = 0;
         atomic_store(&log->op, op < 85 ? OP_CHANGE : op < 90 ? OP_RECOMPRESS : OP_COMPACT);
@@ -563,49 +547,11 @@ static void test_state_concurrent_writers(void **unused)
 static void test_state_fault_sweep(void **unused)
 {
     (void)unused;
-    if (!fault_enabled())
-        skip();
     uint32_t gens[64];
     for (unsigned i = 0; i < 64; i++)
         gens[i] = i % 3 ? i + 1 : 0;
-    uint64_t swept = 0;
-    for (uint64_t nth = 1;; nth++) {
-        int fd = state_test_memfd();
-        struct uzram_config config = config_of(64 * PAGE);
-        struct uzram *dev = NULL;
-        fault_arm(nth);
-        int rc = uzram_create_in(&config, fd, &dev);
-        uint64_t made_hits = fault_hits();
-        fault_disarm();
-        if (made_hits) {
-            assert_int_equal(rc, -ENOMEM);
-            struct stat st;
-            assert_int_equal(fstat(fd, &st), 0);
-            assert_int_equal(st.st_size, 0);
-            assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-        } else
-            assert_int_equal(rc, 0);
-        for (unsigned i = 0; i < 64; i++)
-            state_test_write(dev, i, gens[i]);
-        uzram_destroy(dev);
-        fault_arm(nth);
-        rc = uzram_adopt(fd, &dev);
-        uint64_t adopt_hits = fault_hits();
-        fault_disarm();
-        if (adopt_hits) {
-            assert_int_equal(rc, -ENOMEM);
-            assert_int_equal(uzram_adopt(fd, &dev), 0);
-        } else
-            assert_int_equal(rc, 0);
-        state_test_check(dev, gens, 64);
-        uzram_destroy(dev);
-        close(fd);
-        if (!made_hits && !adopt_hits)
-            break;
-        swept++;
-    }
-    printf("state create and adopt: %llu fault points swept\n", (unsigned long long)swept);
-    assert_true(swept > 0);
+    const struct uzram_config config = config_of(64 * PAGE);
+    state_test_fault_sweep(&config, gens, 64, "state create and adopt");
 }
 
 int main(int argc, char **argv)

@@ -4,6 +4,7 @@
 # read back after it reconnects, and every write it was told was done among them; SIGKILL and
 # a new server on the same --persist=PATH: every byte back; with a zstd dictionary trained
 # (dict=auto) and with a backing store (pages written back), every byte back after SIGKILL,
+# with dedup every byte and the index's counts back after a planned restart and SIGKILL,
 # the dictionary kept and the store's file required again; a state of another format version
 # refused, by a planned restart (the old server keeps serving) and at start (the file
 # unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
@@ -197,6 +198,28 @@ same_back w "$WORK/text" || fail "pages written back, after refused starts"
 stop_server w
 pass "--backing-file: pages written back read back after SIGKILL and a planned restart (the state names its file; another file, none or a missing one refused)"
 
+# --- dedup: the index is in the state ---
+# 4 MiB of random pages written four times over: 1024 entries, three quarters of the bytes
+# shared.
+head -c $((4 * MiB)) /dev/urandom >"$WORK/quarter"
+cat "$WORK/quarter" "$WORK/quarter" "$WORK/quarter" "$WORK/quarter" >"$WORK/dups"
+start_server g -s 64M --dedup --persist="$SHM/g.uzram"
+nbdcopy "$WORK/dups" "$(uri_of g)" || fail "nbdcopy into the dedup device"
+dedup_counts() { echo "$(stat_json_field g dedup_entries) $(stat_json_field g dup_data_size) $(stat_json_field g meta_data_size)"; }
+counts=$(dedup_counts)
+[[ ${counts%% *} == 1024 ]] || fail "dedup device: entries, dup_data_size, meta_data_size: $counts"
+"$UZRAM" restart g >/dev/null || fail "planned restart of the dedup device"
+same_back g "$WORK/dups" || fail "dedup device: data after a planned restart"
+[[ $(dedup_counts) == "$counts" ]] || fail "dedup counts $counts, after a planned restart $(dedup_counts)"
+kill9 g
+start_server g -s 64M --dedup --persist="$SHM/g.uzram"
+same_back g "$WORK/dups" || fail "dedup device: data after SIGKILL"
+[[ $(dedup_counts) == "$counts" ]] || fail "dedup counts $counts, after SIGKILL $(dedup_counts)"
+kill9 g
+refused "without the state's dedup" "holds a device with dedup on, not off as asked: give --dedup=yes" \
+    -n g -s 64M --persist="$SHM/g.uzram"
+pass "--dedup: every byte and dedup_entries, dup_data_size, meta_data_size back after a planned restart and SIGKILL ($counts); without --dedup refused"
+
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
 refused "another size" "holds a 64M lz4 device, not 128M lz4" -n r -s 128M --persist="$SHM/r.uzram"
@@ -210,7 +233,6 @@ pass "another size or algorithm than the state's, or a file that is not a state:
 # --- bad combinations ---
 refused "no PATH, no manager" "give --persist=PATH" -n b -s 16M --persist
 refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
-refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
 refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
 # A swap device's state must be where its pages are never swapped out (onto the device itself,
 # while no server runs: tests/vm/ublk-restart.sh swap) and have room to grow to its limit.
