@@ -545,7 +545,10 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  *
  * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
  * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
- * dedup (use_dedup, uzram_set_dedup) and bundles (uzram_set_recompress_group above 0).
+ * dedup (use_dedup, uzram_set_dedup). Bundles are kept: their records are in the file (88
+ * bytes a bundle of up to 4 pieces, 184 up to 16, as bundle_mem counts them), and adoption
+ * finds each from the pages that are its members; the group setting
+ * (uzram_set_recompress_group) is not kept: set it again after adoption.
  * A backing store (uzram_set_backing_dev) is kept: its file stays the user's file, recorded
  * by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of its blocks
  * are in the state, and uzram_destroy() leaves its contents for the successor (detaching it
@@ -554,12 +557,12 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * (uzram_set_algorithm_params, given or trained) are kept: their bytes are in the file (up to 1 MiB
  * each; they count in dict_mem besides their digested forms) before any page can use them, and
  * adoption makes them again; a dictionary trained for dict=auto is kept, not trained again (one
- * still to be trained is trained by the next recompression, as before). Format version 2 (the one
- * with dictionaries); a version 1 state is refused as another version.
+ * still to be trained is trained by the next recompression, as before). Format version 3 (the one
+ * with bundle records); a version 1 or 2 state is refused as another version.
  * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
  * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
- * incompressible pages, memory used) are counted again from the table. A group limit
- * (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
+ * incompressible pages, memory used, the bundle counters) are counted again from the table. A group
+ * limit (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
 
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the

@@ -23,11 +23,14 @@
  *   then       page table (page_count x 16 bytes, rounded up to 4 KiB)
  *   then       the backing store's checksum words (8 bytes a 4 KiB block, for the largest
  *              store, BACKING_MAX_BYTES: 256 GiB of address, only what is used is memory)
+ *   then       bundle records (bundle_records.h: short records then long ones, each region
+ *              room for the disk's pages and a few more; only chunks in use are memory)
  *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
  * The file is sparse: only what was written is memory.
  */
 /* 1: session 5's, without dictionaries (refused: -EPROTONOSUPPORT). */
-#define STATE_VERSION 2
+/* 2: session 8's, without bundle records (refused too). */
+#define STATE_VERSION 3
 #define STATE_AREA_OFFSET 4096u
 #define STATE_AREA_BYTES 4096u
 #define STATE_INTENTS_OFFSET 8192u
@@ -73,6 +76,7 @@ struct state_header {
     uint64_t dict_offset, dict_bytes;
     uint64_t table_offset, table_bytes;
     uint64_t sums_offset, sums_bytes;
+    uint64_t bundle_offset, bundle_bytes;
     uint64_t pool_offset, pool_bytes;
     uint64_t file_bytes;
     _Atomic int32_t owner_pid; /* 0: none */

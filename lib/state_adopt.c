@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "bundle.h"
 #include "comp.h"
 #include "file_extents.h"
 #include "pool.h"
@@ -119,7 +120,13 @@ static int adopt_slot(struct uzram *dev, uint64_t index, struct slot *slot)
     }
     case SLOT_EMPTY:
         return slot->value == 0 ? 0 : -EINVAL;
-    default: /* dedup, bundles: not in a state file (uzram.h) */
+    case SLOT_BUNDLED: {
+        int rc = bundle_adopt_member(dev, index, slot->value, codec);
+        if (rc < 0)
+            return rc;
+        break;
+    }
+    default: /* dedup: not in a state file (uzram.h) */
         return -EINVAL;
     }
     counter_add(&dev->pages_stored, 1);
@@ -162,6 +169,9 @@ int state_rebuild(struct uzram *dev)
     undo_intents(dev);
     /* The backing store first: the slots that name it make its map. */
     rc = state_backing_adopt(dev);
+    /* and the bundle records' chunks, which the slots that name records claim */
+    if (rc == 0)
+        rc = bundle_records_adopt_start(dev);
     const struct state_header *header = dev->state->header;
     if (rc == 0)
         rc = file_each_data(dev->state->fd, header->table_offset,

@@ -235,11 +235,8 @@ static int check_level(const struct device_factory *factory, struct device_plan 
 static const char *persist_conflict(const struct device_factory *factory,
                                     const struct device_plan *device)
 {
-    const char *recompress = device->recompress ? device->recompress : "";
     if (device->config.use_dedup)
         return "a dedup index (--dedup)";
-    if (strstr(recompress, "group=") != NULL && strstr(recompress, "group=0") == NULL)
-        return "bundles (group= of --recompress)";
     if (factory->server_mem_limit != 0)
         return "a device in a --server-mem-limit group";
     return NULL;
