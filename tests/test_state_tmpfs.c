@@ -97,21 +97,31 @@ static void in_child(void (*body)(void))
         }                                                                                          \
     } while (0)
 
+#define DISK_8M (64u << 20)
+
+/* In the child: a device of DISK_8M bytes made in a state on an 8 MiB tmpfs (its file in
+ * *fd); exits SKIP_STATUS where no tmpfs can be mounted. */
+static struct uzram *device_in_8m(int *fd)
+{
+    if (!small_tmpfs("8m", fd))
+        _exit(SKIP_STATUS);
+    struct uzram_config config;
+    uzram_config_init(&config);
+    config.disksize = DISK_8M;
+    struct uzram *dev;
+    CHECK(uzram_create_in(&config, *fd, &dev) == 0);
+    return dev;
+}
+
 /* 8 MiB of tmpfs, a 64 MiB disk: raw pages until a write fails. It must fail with ENOSPC,
  * after at least half the tmpfs; every page written before reads back, the others as zero
  * bytes; a discard makes room again; the state taken over holds the same. */
 static void fill_body(void)
 {
     int fd;
-    if (!small_tmpfs("8m", &fd))
-        _exit(SKIP_STATUS);
-    struct uzram_config config;
-    uzram_config_init(&config);
-    config.disksize = 64u << 20;
-    struct uzram *dev;
-    CHECK(uzram_create_in(&config, fd, &dev) == 0);
+    struct uzram *dev = device_in_8m(&fd);
     unsigned char page[PAGE], got[PAGE];
-    uint64_t stored = 0, pages = config.disksize / PAGE;
+    uint64_t stored = 0, pages = DISK_8M / PAGE;
     int rc = 0;
     for (; stored < pages; stored++) {
         page_of(stored, page);
@@ -194,17 +204,11 @@ static void check_mixed(struct uzram *dev, uint64_t text, uint64_t stored, uint6
 static void bundles_body(void)
 {
     int fd;
-    if (!small_tmpfs("8m", &fd))
-        _exit(SKIP_STATUS);
-    struct uzram_config config;
-    uzram_config_init(&config);
-    config.disksize = 64u << 20;
-    struct uzram *dev;
-    CHECK(uzram_create_in(&config, fd, &dev) == 0);
+    struct uzram *dev = device_in_8m(&fd);
     CHECK(uzram_set_recomp_algorithm(dev, 1, "zstd", 3) == 0);
     CHECK(uzram_set_recompress_group(dev, 8) == 0);
     unsigned char page[PAGE];
-    uint64_t text = 512, stored = 0, pages = config.disksize / PAGE;
+    uint64_t text = 512, stored = 0, pages = DISK_8M / PAGE;
     for (; stored < text; stored++) {
         text_of(stored, page);
         CHECK(uzram_write(dev, stored * PAGE, page, PAGE) == 0);
