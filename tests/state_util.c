@@ -138,13 +138,18 @@ void state_test_run(struct uzram *dev, struct state_test_log *log, const struct 
         int rc;
         atomic_store(&log->doing, op < mix->zeroes       ? STATE_TEST_CHANGE
                                   : op < mix->recompress ? STATE_TEST_RECOMPRESS
+                                  : op < mix->writeback  ? STATE_TEST_WRITEBACK
                                                          : STATE_TEST_COMPACT);
         if (op < mix->zeroes)
             rc = run_change(dev, log, mix, op, first, count);
         else if (op < mix->recompress)
             rc = uzram_recompress(dev, 0, 0, mix->recompress_pages, 0, NULL);
+        else if (op < mix->writeback)
+            rc = uzram_writeback(dev, 0, first,
+                                 first + 63 < mix->pages ? first + 63 : mix->pages - 1, NULL);
         else
             rc = uzram_compact(dev, NULL);
+        rc = rc == -ENOSPC && op >= mix->recompress && op < mix->writeback ? 0 : rc;
         atomic_store(&log->doing, STATE_TEST_BETWEEN);
         if (rc != 0)
             _exit(2);

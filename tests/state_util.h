@@ -78,16 +78,18 @@ enum {
     STATE_TEST_CHANGE,
     STATE_TEST_RECOMPRESS,
     STATE_TEST_COMPACT,
+    STATE_TEST_WRITEBACK,
     STATE_TEST_DOINGS
 };
 
 /* A kill child's mix of changes to pages 0 to `pages` - 1, by a draw of 0..99: below
  * `writes` a page written, below `discards` 1..8 pages discarded, below `zeroes` written as
  * zeroes, below `recompress` a uzram_recompress() of `recompress_pages` pages at most (0: no
- * limit), else a uzram_compact(). */
+ * limit), below `writeback` 64 pages written back (a backing store attached; one full is no
+ * failure), else a uzram_compact(). */
 struct state_test_mix {
     uint64_t pages;
-    unsigned writes, discards, zeroes, recompress;
+    unsigned writes, discards, zeroes, recompress, writeback;
     uint64_t recompress_pages;
 };
 

@@ -374,6 +374,7 @@ static void kill_child(int fd, struct state_test_log *log, uint64_t seed)
                                        .discards = 80,
                                        .zeroes = 85,
                                        .recompress = 90,
+                                       .writeback = 90,
                                        .recompress_pages = 8};
     state_test_run(dev, log, &mix, seed);
 }
