@@ -546,8 +546,8 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
  * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
  * dedup (use_dedup, uzram_set_dedup). Bundles are kept: their records are in the file (88
- * bytes a bundle of up to 4 pieces, 184 up to 16, as bundle_mem counts them), and adoption
- * finds each from the pages that are its members; the group setting
+ * bytes a bundle of up to 4 pieces, 120 up to 8, 184 up to 16, as bundle_mem counts them), and
+ * adoption finds each from the pages that are its members; the group setting
  * (uzram_set_recompress_group) is not kept: set it again after adoption.
  * A backing store (uzram_set_backing_dev) is kept: its file stays the user's file, recorded
  * by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of its blocks

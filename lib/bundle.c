@@ -15,10 +15,10 @@
 #include "pool.h"
 
 /* A bundle's record, in a region of bundle_records.c (in the state file when the device has
- * one): 88 bytes for a bundle of up to 4 pieces, 184 up to 16, counted in meta_data_size
- * (bundle_mem) since it is memory the stored pages take beside the pool, as the dedup index's
- * entries are. Byte counts fit 32 bits (16 pages at most). lock, refs and live are made again
- * at adoption (a killed process's holds and lock are not trusted), and serial. */
+ * one): 88 bytes for a bundle of up to 4 pieces, 120 up to 8, 184 up to 16, counted in
+ * meta_data_size (bundle_mem) since it is memory the stored pages take beside the pool, as the
+ * dedup index's entries are. Byte counts fit 32 bits (16 pages at most). lock, refs and live are
+ * made again at adoption (a killed process's holds and lock are not trusted), and serial. */
 struct bundle {
     _Atomic uint32_t lock; /* spin lock: pieces[] against compaction's moves */
     _Atomic uint16_t refs; /* live members + holds */
@@ -63,7 +63,7 @@ static unsigned piece_length(const struct bundle *bundle, unsigned piece)
 /* Its record's id (bundle_records.h). */
 static uint64_t id_of(const struct bundle *bundle)
 {
-    return (bundle_region_of(bundle->piece_count) ? BUNDLE_LONG_ID : 0) | bundle->index;
+    return (uint64_t)bundle_region_of(bundle->piece_count) << BUNDLE_REGION_SHIFT | bundle->index;
 }
 
 static uint64_t owner_of(const struct bundle *bundle)

@@ -1,4 +1,4 @@
-/* bundle_records.c - the memory of bundle records (bundle_records.h): two regions of
+/* bundle_records.c - the memory of bundle records (bundle_records.h): three regions of
  * fixed-size records mapped from the state file or anonymous memory, records taken and given
  * back (a private bitmap per region, the lowest free first so that chunks stay dense), chunks
  * with none in use given back, and the file's records claimed again at adoption. */
@@ -34,7 +34,7 @@ struct bundle_records {
     bool limited;
     unsigned char *map;
     uint64_t map_bytes;
-    struct record_region regions[2];
+    struct record_region regions[BUNDLE_REGIONS];
 };
 
 static uint64_t region_capacity(uint64_t page_count)
@@ -45,7 +45,10 @@ static uint64_t region_capacity(uint64_t page_count)
 
 uint64_t bundle_records_bytes(uint64_t page_count)
 {
-    return region_capacity(page_count) * (BUNDLE_SHORT_RECORD + BUNDLE_LONG_RECORD);
+    uint64_t bytes = 0;
+    for (unsigned r = 0; r < BUNDLE_REGIONS; r++)
+        bytes += region_capacity(page_count) * bundle_record_size(r);
+    return bytes;
 }
 
 static uint64_t chunk_bytes(unsigned region)
@@ -55,7 +58,7 @@ static uint64_t chunk_bytes(unsigned region)
 
 static void free_regions(struct bundle_records *records)
 {
-    for (unsigned r = 0; r < 2; r++) {
+    for (unsigned r = 0; r < BUNDLE_REGIONS; r++) {
         free(records->regions[r].used);
         free(records->regions[r].in_use);
         free(records->regions[r].held);
@@ -74,11 +77,12 @@ int bundle_records_map(struct uzram *dev, int fd, uint64_t offset, bool limited)
     records->limited = limited;
     uint64_t capacity = region_capacity(dev->page_count), chunks = capacity / BUNDLE_RECORDS_CHUNK;
     bool made = true;
-    for (unsigned r = 0; r < 2; r++) {
+    for (unsigned r = 0; r < BUNDLE_REGIONS; r++) {
         struct record_region *region = &records->regions[r];
         pthread_mutex_init(&region->lock, NULL);
         region->capacity = capacity;
-        region->offset = r ? capacity * BUNDLE_SHORT_RECORD : 0;
+        region->offset =
+            r ? records->regions[r - 1].offset + capacity * bundle_record_size(r - 1) : 0;
         made = made && !FAULT_POINT(FAULT_ALLOC) &&
                (region->used = calloc(capacity / 64, sizeof(uint64_t))) &&
                (region->in_use = calloc(chunks, sizeof(uint16_t))) &&
@@ -97,7 +101,7 @@ int bundle_records_map(struct uzram *dev, int fd, uint64_t offset, bool limited)
         return -ENOMEM;
     }
     records->map = map;
-    for (unsigned r = 0; r < 2; r++)
+    for (unsigned r = 0; r < BUNDLE_REGIONS; r++)
         dev->bundle_base[r] = records->map + records->regions[r].offset;
     dev->bundle_records = records;
     return 0;
@@ -162,13 +166,13 @@ int bundle_record_alloc(struct uzram *dev, unsigned pieces, uint64_t *id)
     pthread_mutex_unlock(&region->lock);
     if (rc < 0)
         return rc;
-    *id = (r ? BUNDLE_LONG_ID : 0) | index;
+    *id = (uint64_t)r << BUNDLE_REGION_SHIFT | index;
     return 0;
 }
 
 void bundle_record_free(struct uzram *dev, uint64_t id)
 {
-    struct record_region *region = &dev->bundle_records->regions[(id >> 32) & 1u];
+    struct record_region *region = &dev->bundle_records->regions[id >> BUNDLE_REGION_SHIFT];
     uint64_t index = (uint32_t)id;
     pthread_mutex_lock(&region->lock);
     region->used[index / 64] &= ~(1ull << (index % 64));
@@ -194,7 +198,7 @@ uint64_t bundle_records_give_back(struct uzram *dev)
 {
     struct bundle_records *records = dev->bundle_records;
     uint64_t given = 0;
-    for (unsigned r = 0; r < 2; r++) {
+    for (unsigned r = 0; r < BUNDLE_REGIONS; r++) {
         struct record_region *region = &records->regions[r];
         pthread_mutex_lock(&region->lock);
         for (uint64_t chunk = 0; chunk < region->capacity / BUNDLE_RECORDS_CHUNK; chunk++)
@@ -213,7 +217,7 @@ uint64_t bundle_records_give_back(struct uzram *dev)
 static int note_data(void *arg, uint64_t from, uint64_t to)
 {
     struct bundle_records *records = arg;
-    for (unsigned r = 0; r < 2; r++) {
+    for (unsigned r = 0; r < BUNDLE_REGIONS; r++) {
         struct record_region *region = &records->regions[r];
         uint64_t start = records->file_offset + region->offset;
         uint64_t end = start + region->capacity * bundle_record_size(r);
@@ -237,9 +241,8 @@ int bundle_records_adopt_start(struct uzram *dev)
 int bundle_record_claim(struct uzram *dev, uint64_t id)
 {
     struct bundle_records *records = dev->bundle_records;
-    unsigned r = (unsigned)(id >> 32);
-    uint64_t index = (uint32_t)id;
-    if (r > 1)
+    uint64_t r = id >> BUNDLE_REGION_SHIFT, index = (uint32_t)id;
+    if (r >= BUNDLE_REGIONS)
         return -EINVAL;
     struct record_region *region = &records->regions[r];
     /* a record must lie in chunks the file holds (a record does not cross a chunk) */

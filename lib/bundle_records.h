@@ -1,5 +1,5 @@
 /* bundle_records.h - the memory of bundle records (internal; bundle_records.c): fixed-size
- * records in two regions (short: up to 4 pieces, long: up to 16), in the state file when the
+ * records in three regions (up to 4, 8 and 16 pieces), in the state file when the
  * device has one (state.h's layout) and in anonymous memory otherwise, by the same code. A
  * record is named by an id (its region << 32 | its index), never an address: a slot's value
  * and a piece's pool owner name it so, and a successor that maps the file elsewhere finds it.
@@ -14,35 +14,34 @@
 
 #include "device.h"
 
-/* A record: a 56-byte header (bundle.c's struct bundle) and 8 bytes a piece. Short records
- * take bundles of up to 4 pieces (a frame of 16 KiB; most of them), long ones up to 16. */
+/* A record: a 56-byte header (bundle.c's struct bundle) and 8 bytes a piece. Region r takes
+ * bundles of up to 4 << r pieces: 88-byte records up to 4 pieces (a frame of 16 KiB; most
+ * bundles of real data), 120 up to 8, 184 up to 16. */
 #define BUNDLE_RECORD_HEADER 56u
-#define BUNDLE_SHORT_PIECES 4u
-#define BUNDLE_LONG_PIECES 16u
-#define BUNDLE_SHORT_RECORD (BUNDLE_RECORD_HEADER + 8u * BUNDLE_SHORT_PIECES)
-#define BUNDLE_LONG_RECORD (BUNDLE_RECORD_HEADER + 8u * BUNDLE_LONG_PIECES)
-/* Records a chunk: a whole number of 4 KiB pages in both regions (11 and 23). */
+#define BUNDLE_REGIONS 3u
+/* Records a chunk: a whole number of 4 KiB pages in every region (11, 15 and 23). */
 #define BUNDLE_RECORDS_CHUNK 512u
-#define BUNDLE_LONG_ID (1ull << 32)
+/* An id: its region << BUNDLE_REGION_SHIFT | its index in the region. */
+#define BUNDLE_REGION_SHIFT 32
 
-/* The region of a bundle of `pieces` pieces (0 short, 1 long), and its records' size. */
+/* The region of a bundle of `pieces` (1..16) pieces, and its records' size. */
 static inline unsigned bundle_region_of(unsigned pieces)
 {
-    return pieces > BUNDLE_SHORT_PIECES;
+    return pieces <= 4 ? 0 : pieces <= 8 ? 1 : 2;
 }
 static inline unsigned bundle_record_size(unsigned region)
 {
-    return region ? BUNDLE_LONG_RECORD : BUNDLE_SHORT_RECORD;
+    return BUNDLE_RECORD_HEADER + (32u << region);
 }
 
 /* The record named by `id` (valid ids only: a live bundle's). One load, as a pointer's. */
 static inline void *bundle_record_at(const struct uzram *dev, uint64_t id)
 {
-    unsigned region = (unsigned)(id >> 32) & 1u;
+    unsigned region = (unsigned)(id >> BUNDLE_REGION_SHIFT) & 3u;
     return dev->bundle_base[region] + (uint32_t)id * (uint64_t)bundle_record_size(region);
 }
 
-/* Bytes of both regions for a disk of `page_count` pages (the state layout's region). */
+/* Bytes of the regions for a disk of `page_count` pages (the state layout's region). */
 uint64_t bundle_records_bytes(uint64_t page_count);
 
 /* Map the regions: in the file `fd` from byte `offset` (`limited`: a tmpfs with a size, whose

@@ -158,7 +158,7 @@ struct uzram {
      * (device_dedup()), so whoever finds it also sees it made. */
     _Atomic(struct dedup *) dedup;
     /* Bundle records (bundle_records.h): the base of each region, and the rest. */
-    unsigned char *bundle_base[2];
+    unsigned char *bundle_base[4]; /* 3 used (BUNDLE_REGIONS): a region is 2 bits */
     struct bundle_records *bundle_records;
 
     /* settings: read without locks on the I/O path; written under
