@@ -545,12 +545,15 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * its process was killed reads as its old or its new contents, never anything else.
  *
  * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
- * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
- * bundles (uzram_set_recompress_group above 0). Dedup (use_dedup, uzram_set_dedup) is kept:
+ * memory). Dedup (use_dedup, uzram_set_dedup) is kept:
  * the index's entries are in the file, and adoption makes its chains, references and free
  * ids again from them and from the pages that name them (an entry no page names is freed
  * with its object), so dedup_entries, dup_data_size and meta_data_size come back as they
  * were; an index compaction or recompression cut short by a kill is finished or undone.
+ * Bundles are kept: their records are in the file (88 bytes a bundle of up to 4 pieces, 120
+ * up to 8, 184 up to 16, as bundle_mem counts them), and adoption finds each from the pages
+ * that are its members; the group setting (uzram_set_recompress_group) is not kept: set it
+ * again after adoption.
  * A backing store (uzram_set_backing_dev) is kept: its file stays the user's file, recorded
  * by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of its blocks
  * are in the state, and uzram_destroy() leaves its contents for the successor (detaching it
@@ -560,11 +563,11 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * each; they count in dict_mem besides their digested forms) before any page can use them, and
  * adoption makes them again; a dictionary trained for dict=auto is kept, not trained again (one
  * still to be trained is trained by the next recompression, as before). Format version 3 (the one
- * with the dedup index); a version 1 or 2 state is refused as another version.
+ * with the dedup index and bundle records); a version 1 or 2 state is refused as another version.
  * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
  * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
- * incompressible pages, memory used) are counted again from the table. A group limit
- * (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
+ * incompressible pages, memory used, the bundle counters) are counted again from the table. A group
+ * limit (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
 
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the

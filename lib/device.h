@@ -15,6 +15,7 @@
 #include "uzram.h"
 
 struct backing;
+struct bundle_records;
 struct dedup;
 struct pool;
 struct recompressor;
@@ -61,9 +62,9 @@ struct writeback;
  *   DEDUP        id of a dedup entry (which owns the object)
  *   BACKED       byte offset of the object on the backing store (written
  *                back; below 2^47); a raw page when its size is 4096
- *   BUNDLED      the address of the bundle that holds the page with several
- *                neighbours in one object, | the page's place in it (0..15,
- *                the low 4 bits: bundles are 16-byte aligned; bundle.h)
+ *   BUNDLED      the id of the record of the bundle that holds the page with
+ *                several neighbours in one object (bundle_records.h) << 4 | the
+ *                page's place in it (0..15; bundle.h)
  *
  * `value` and `ac_time` are only read or written with SLOT_LOCK held (ac_time
  * is atomic only so that a scan may peek at it without the lock); an empty
@@ -125,7 +126,7 @@ static inline unsigned slot_info_size(uint32_t info)
 /* Owners of pool objects, as compaction sees them: a page slot (index + 1,
  * so that slot 0 is not owner 0), a dedup entry (top bit set) or a bundle. */
 #define OWNER_DEDUP_BIT (1ull << 63)
-/* A piece of a bundle's object (bundle.h): this bit | the bundle's address. */
+/* A piece of a bundle's object (bundle.h): this bit | the id of the bundle's record. */
 #define OWNER_BUNDLE_BIT (1ull << 62)
 
 /* A dedup entry's object that was written back: its handle is OBJECT_BACKED
@@ -156,6 +157,9 @@ struct uzram {
      * with release before use_dedup is switched on, read with acquire
      * (device_dedup()), so whoever finds it also sees it made. */
     _Atomic(struct dedup *) dedup;
+    /* Bundle records (bundle_records.h): the base of each region, and the rest. */
+    unsigned char *bundle_base[4]; /* 3 used (BUNDLE_REGIONS): a region is 2 bits */
+    struct bundle_records *bundle_records;
 
     /* settings: read without locks on the I/O path; written under
      * settings_lock, which also serialises reset */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bundle_records.h"
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
@@ -45,6 +46,13 @@ static int create_parts(struct uzram *dev, bool use_dedup, bool adopted)
     int rc = table_map(dev);
     if (rc < 0)
         return rc;
+    if (dev->state)
+        rc = bundle_records_map(dev, dev->state->fd, dev->state->header->bundle_offset,
+                                dev->state->limited);
+    else
+        rc = bundle_records_map(dev, -1, 0, false);
+    if (rc < 0)
+        goto fail_records;
     rc = pool_create(&dev->pool);
     if (rc < 0)
         goto fail_pool;
@@ -73,6 +81,8 @@ fail_writeback:
 fail_recompressor:
     pool_destroy(dev->pool);
 fail_pool:
+    bundle_records_unmap(dev);
+fail_records:
     table_unmap(dev);
     return rc;
 }
@@ -208,13 +218,11 @@ void uzram_destroy(struct uzram *dev)
     /* The threads first: they work on everything below. */
     recompressor_destroy(dev);
     writeback_destroy(dev);
-    /* The pool goes with its objects at once, but a bundle's header is the heap's
-     * (bundle.h): free the bundles. */
-    if (counter_get(&dev->bundles))
-        store_discard_all(dev);
+    /* The pool and the bundle records go with their objects at once. */
     dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
     codec_table_destroy(&dev->codecs);
+    bundle_records_unmap(dev);
     table_unmap(dev);
     /* The state file keeps everything for a successor. */
     if (dev->state)
@@ -273,6 +281,7 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
     if (!pool_reserve_on(dev->pool)) {
         table_give_back(dev);
+        bundle_records_give_back(dev);
         store_compact_index(dev); /* and dedup_trim */
         dedup_trim(device_dedup(dev));
 #ifdef __GLIBC__

@@ -197,8 +197,6 @@ int uzram_set_recompress_group(struct uzram *dev, unsigned pages)
 {
     if (pages == 1 || pages > BUNDLE_MAX_PAGES)
         return -EINVAL;
-    if (pages > 0 && dev->state)
-        return -EOPNOTSUPP; /* bundles are not kept in a state file (uzram.h) */
     atomic_store(&dev->recompressor->group, pages);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "bundle_records.h"
 #include "comp.h"
 #include "dedup.h"
 #include "fault.h"
@@ -47,7 +48,9 @@ void state_layout(struct state_header *header, uint64_t disksize)
     header->sums_bytes = BACKING_MAX_BYTES / BACKING_BLOCK * sizeof(uint64_t);
     header->dedup_offset = round_up(header->sums_offset + header->sums_bytes, 4096);
     header->dedup_bytes = round_up(dedup_file_bytes(disksize / UZRAM_PAGE_SIZE), 4096);
-    header->pool_offset = round_up(header->dedup_offset + header->dedup_bytes, 2u << 20);
+    header->bundle_offset = round_up(header->dedup_offset + header->dedup_bytes, 4096);
+    header->bundle_bytes = bundle_records_bytes(disksize / UZRAM_PAGE_SIZE);
+    header->pool_offset = round_up(header->bundle_offset + header->bundle_bytes, 2u << 20);
     header->pool_bytes = POOL_FILE_BYTES;
     header->file_bytes = header->pool_offset + header->pool_bytes;
 }
@@ -171,8 +174,10 @@ static int header_read(int fd, struct state_header *header)
         header->table_offset != layout.table_offset || header->table_bytes != layout.table_bytes ||
         header->sums_offset != layout.sums_offset || header->sums_bytes != layout.sums_bytes ||
         header->dedup_offset != layout.dedup_offset || header->dedup_bytes != layout.dedup_bytes ||
-        header->pool_offset != layout.pool_offset || header->pool_bytes != layout.pool_bytes ||
-        header->file_bytes != layout.file_bytes || (uint64_t)st.st_size < layout.file_bytes)
+        header->bundle_offset != layout.bundle_offset ||
+        header->bundle_bytes != layout.bundle_bytes || header->pool_offset != layout.pool_offset ||
+        header->pool_bytes != layout.pool_bytes || header->file_bytes != layout.file_bytes ||
+        (uint64_t)st.st_size < layout.file_bytes)
         return -EINVAL;
     return 0;
 }

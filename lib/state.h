@@ -25,11 +25,13 @@
  *              store, BACKING_MAX_BYTES: 256 GiB of address, only what is used is memory)
  *   then       the dedup index (dedup_file_bytes(): its saved part and entry chunks, version 3
  *              on; only the chunks in use are memory)
+ *   then       bundle records (bundle_records.h: short records then long ones, each region
+ *              room for the disk's pages and a few more; only chunks in use are memory)
  *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
  * The file is sparse: only what was written is memory.
  */
-/* 1: session 5's, without dictionaries; 2: without the dedup index (both refused:
- * -EPROTONOSUPPORT). */
+/* 1: session 5's, without dictionaries; 2: session 8's, without the dedup index and bundle
+ * records (both refused: -EPROTONOSUPPORT). */
 #define STATE_VERSION 3
 #define STATE_AREA_OFFSET 4096u
 #define STATE_AREA_BYTES 4096u
@@ -77,6 +79,7 @@ struct state_header {
     uint64_t table_offset, table_bytes;
     uint64_t sums_offset, sums_bytes;
     uint64_t dedup_offset, dedup_bytes;
+    uint64_t bundle_offset, bundle_bytes;
     uint64_t pool_offset, pool_bytes;
     uint64_t file_bytes;
     _Atomic int32_t owner_pid; /* 0: none */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "bundle.h"
 #include "comp.h"
 #include "dedup.h"
 #include "file_extents.h"
@@ -154,7 +155,11 @@ static int adopt_slot(struct uzram *dev, uint64_t index, struct slot *slot)
         break;
     case SLOT_EMPTY:
         return slot->value == 0 ? 0 : -EINVAL;
-    default: /* bundles: not in a state file (uzram.h) */
+    case SLOT_BUNDLED:
+        rc = bundle_adopt_member(dev, index, slot->value, object.codec);
+        huge = false;
+        break;
+    default:
         return -EINVAL;
     }
     if (rc < 0)
@@ -216,6 +221,9 @@ int state_rebuild(struct uzram *dev)
     rc = state_backing_adopt(dev);
     if (rc == 0 && device_dedup(dev))
         rc = dedup_adopt_begin(device_dedup(dev));
+    /* and the bundle records' chunks, which the slots that name records claim */
+    if (rc == 0)
+        rc = bundle_records_adopt_start(dev);
     const struct state_header *header = dev->state->header;
     if (rc == 0)
         rc = file_each_data(dev->state->fd, header->table_offset,

@@ -746,7 +746,7 @@ static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
         return dedup && dedup_try_lock_owner(dedup, (uint32_t)(owner & ~OWNER_DEDUP_BIT), handle);
     }
     if (owner & OWNER_BUNDLE_BIT)
-        return bundle_try_lock_owner(owner, handle);
+        return bundle_try_lock_owner(dev, owner, handle);
     if (owner == 0 || owner > dev->page_count)
         return false;
     struct slot *slot = &dev->slots[owner - 1];
@@ -767,7 +767,7 @@ static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
         return;
     }
     if (owner & OWNER_BUNDLE_BIT) {
-        bundle_relocate(owner, old_handle, new_handle);
+        bundle_relocate(dev, owner, old_handle, new_handle);
         return;
     }
     struct slot *slot = &dev->slots[owner - 1];

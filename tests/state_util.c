@@ -64,6 +64,21 @@ void state_test_check(struct uzram *dev, const uint32_t *gens, uint64_t pages)
     }
 }
 
+struct uzram *state_test_adopt_faulted(int fd, uint64_t nth, uint64_t *hits)
+{
+    struct uzram *dev = NULL;
+    fault_arm(nth);
+    int rc = uzram_adopt(fd, &dev);
+    *hits = fault_hits();
+    fault_disarm();
+    if (*hits) {
+        assert_int_equal(rc, -ENOMEM);
+        assert_int_equal(uzram_adopt(fd, &dev), 0);
+    } else
+        assert_int_equal(rc, 0);
+    return dev;
+}
+
 void *state_test_log_new(size_t size)
 {
     struct state_test_log *log =
@@ -89,6 +104,61 @@ void state_test_log_zeros(struct state_test_log *log)
 {
     for (unsigned i = 0; i < STATE_TEST_LOG_PAGES; i++)
         atomic_store(&log->done[i], 0);
+}
+
+/* One change of a kill child's mix: the call's return. */
+static int run_change(struct uzram *dev, struct state_test_log *log,
+                      const struct state_test_mix *mix, unsigned op, uint64_t first, unsigned count)
+{
+    uint64_t at = first * STATE_TEST_PAGE, bytes = count * (uint64_t)STATE_TEST_PAGE;
+    int rc;
+    if (op < mix->writes) {
+        unsigned char page[STATE_TEST_PAGE];
+        uint32_t gen = atomic_fetch_add(&log->next_gen, 1);
+        state_test_log_mark(log, first, 1, gen, false);
+        state_test_page(first, gen, page);
+        rc = uzram_write(dev, at, page, STATE_TEST_PAGE);
+        state_test_log_mark(log, first, 1, gen, true);
+    } else {
+        state_test_log_mark(log, first, count, 0, false);
+        rc = op < mix->discards ? uzram_discard(dev, at, bytes)
+                                : uzram_write_zeroes(dev, at, bytes, true);
+        state_test_log_mark(log, first, count, 0, true);
+    }
+    return rc;
+}
+
+void state_test_run(struct uzram *dev, struct state_test_log *log, const struct state_test_mix *mix,
+                    uint64_t seed)
+{
+    atomic_store(&log->adopted, 1);
+    struct datagen_rng rng;
+    datagen_rng_seed(&rng, seed);
+    for (;;) {
+        unsigned op = (unsigned)datagen_rng_below(&rng, 100);
+        uint64_t first = datagen_rng_below(&rng, mix->pages);
+        unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
+        if (first + count > mix->pages)
+            count = (unsigned)(mix->pages - first);
+        int rc;
+        atomic_store(&log->doing, op < mix->zeroes       ? STATE_TEST_CHANGE
+                                  : op < mix->recompress ? STATE_TEST_RECOMPRESS
+                                  : op < mix->writeback  ? STATE_TEST_WRITEBACK
+                                                         : STATE_TEST_COMPACT);
+        if (op < mix->zeroes)
+            rc = run_change(dev, log, mix, op, first, count);
+        else if (op < mix->recompress)
+            rc = uzram_recompress(dev, 0, 0, mix->recompress_pages, 0, NULL);
+        else if (op < mix->writeback)
+            rc = uzram_writeback(dev, 0, first,
+                                 first + 63 < mix->pages ? first + 63 : mix->pages - 1, NULL);
+        else
+            rc = uzram_compact(dev, NULL);
+        rc = rc == -ENOSPC && op >= mix->recompress && op < mix->writeback ? 0 : rc;
+        atomic_store(&log->doing, STATE_TEST_BETWEEN);
+        if (rc != 0)
+            _exit(2);
+    }
 }
 
 pid_t state_test_fork(struct state_test_log *log)

@@ -52,6 +52,10 @@ struct uzram_stats state_test_empty(struct uzram *dev, uint64_t pages);
 struct uzram_config;
 void state_test_fault_sweep(const struct uzram_config *config, const uint32_t *gens, uint64_t pages,
                             const char *what);
+/* Adopt the state in `fd` with fault point `nth` armed (fault build): when that fails, it
+ * must fail with -ENOMEM, having hit a fault point, and adopting again without faults works.
+ * The points hit by the armed try in *hits. */
+struct uzram *state_test_adopt_faulted(int fd, uint64_t nth, uint64_t *hits);
 
 /* ---- a child SIGKILLed at a random moment ---- */
 
@@ -66,6 +70,7 @@ struct state_test_log {
     _Atomic uint32_t pending[STATE_TEST_LOG_PAGES];
     _Atomic uint32_t next_gen; /* the generation of the next change */
     _Atomic uint32_t adopted;  /* the child has taken the state over */
+    _Atomic uint32_t doing;    /* state_test_run's child: a STATE_TEST_ doing */
 };
 
 /* A log of `size` bytes (a struct that starts with a struct state_test_log, zeroed) shared
@@ -93,6 +98,31 @@ struct uzram *state_test_child_adopt(int fd, struct state_test_log *log, struct 
  * `pages`. */
 void state_test_draw(struct datagen_rng *rng, uint64_t pages, unsigned *op, uint64_t *first,
                      unsigned *count);
+/* What a kill child is doing (state_test_run's `doing`), for the parent to count. */
+enum {
+    STATE_TEST_BETWEEN,
+    STATE_TEST_CHANGE,
+    STATE_TEST_RECOMPRESS,
+    STATE_TEST_COMPACT,
+    STATE_TEST_WRITEBACK,
+    STATE_TEST_DOINGS
+};
+
+/* A kill child's mix of changes to pages 0 to `pages` - 1, by a draw of 0..99: below
+ * `writes` a page written, below `discards` 1..8 pages discarded, below `zeroes` written as
+ * zeroes, below `recompress` a uzram_recompress() of `recompress_pages` pages at most (0: no
+ * limit), below `writeback` 64 pages written back (a backing store attached; one full is no
+ * failure), else a uzram_compact(). */
+struct state_test_mix {
+    uint64_t pages;
+    unsigned writes, discards, zeroes, recompress, writeback;
+    uint64_t recompress_pages;
+};
+
+/* A kill child that adopted `dev`: says so in the log, then changes pages as `mix` says,
+ * drawn from `seed`, what it does in log->doing, until it is killed (exit 2 on a failure). */
+_Noreturn void state_test_run(struct uzram *dev, struct state_test_log *log,
+                              const struct state_test_mix *mix, uint64_t seed);
 
 /* Let `child` run until it has adopted the state (or died), `pause_us` microseconds more,
  * then SIGKILL it and reap it, asserting that the kill is what ended it. */

@@ -225,14 +225,15 @@ static void test_state_owner_alive_refused(void **unused)
     close(fd);
 }
 
-static void test_state_refuses_what_it_cannot_keep(void **unused)
+static void test_state_keeps_dedup_and_bundles(void **unused)
 {
     (void)unused;
     int fd = state_test_memfd();
     struct uzram_config config = config_of(16 * MIB);
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-    assert_int_equal(uzram_set_recompress_group(dev, 4), -EOPNOTSUPP);
+    assert_int_equal(uzram_set_dedup(dev, true), 0);         /* the index is kept */
+    assert_int_equal(uzram_set_recompress_group(dev, 4), 0); /* bundles are kept */
     uzram_destroy(dev);
     close(fd);
     /* Without a state file, no area. */
@@ -353,57 +354,31 @@ static void test_state_reserve_kept(void **unused)
 
 _Static_assert(KILL_PAGES <= STATE_TEST_LOG_PAGES, "the log follows every page");
 
-/* What the child is doing, in memory it shares with the parent. */
-struct kill_log {
-    struct state_test_log pages;
-    _Atomic uint32_t op; /* what it does: an OP_ */
-};
-
-enum { OP_BETWEEN, OP_CHANGE, OP_RECOMPRESS, OP_COMPACT, OP_COUNT };
-
 /* The child: adopt, then change pages until killed. Exits 2 on a failure. */
-static void kill_child(int fd, struct kill_log *log, uint64_t seed)
+static void kill_child(int fd, struct state_test_log *log, uint64_t seed)
 {
-    struct datagen_rng rng;
-    struct uzram *dev = state_test_child_adopt(fd, &log->pages, &rng, seed);
-    unsigned char page[PAGE];
-    for (;;) {
-        unsigned op, count;
-        uint64_t first;
-        state_test_draw(&rng, KILL_PAGES, &op, &first, &count);
-        uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
-        int rc = 0;
-        atomic_store(&log->op, op < 85 ? OP_CHANGE : op < 90 ? OP_RECOMPRESS : OP_COMPACT);
-        if (op < 70) {
-            state_test_log_mark(&log->pages, first, 1, gen, false);
-            state_test_page(first, gen, page);
-            rc = uzram_write(dev, first * PAGE, page, PAGE);
-            state_test_log_mark(&log->pages, first, 1, gen, true);
-        } else if (op < 85) {
-            state_test_log_mark(&log->pages, first, count, 0, false);
-            rc = op < 80 ? uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE)
-                         : uzram_write_zeroes(dev, first * PAGE, count * (uint64_t)PAGE, true);
-            state_test_log_mark(&log->pages, first, count, 0, true);
-        } else if (op < 90) {
-            rc = uzram_recompress(dev, 0, 0, 8, 0, NULL);
-        } else {
-            rc = uzram_compact(dev, NULL);
-        }
-        atomic_store(&log->op, OP_BETWEEN);
-        if (rc != 0)
-            _exit(2);
-    }
+    struct uzram *dev;
+    if (uzram_adopt(fd, &dev) != 0)
+        _exit(2);
+    const struct state_test_mix mix = {.pages = KILL_PAGES,
+                                       .writes = 70,
+                                       .discards = 80,
+                                       .zeroes = 85,
+                                       .recompress = 90,
+                                       .writeback = 90,
+                                       .recompress_pages = 8};
+    state_test_run(dev, log, &mix, seed);
 }
 
 /* The parent after a kill: every page old or new, the levels exactly what the pages are.
  * Returns whether a change was under way. */
-static bool kill_check(struct uzram *dev, struct kill_log *log)
+static bool kill_check(struct uzram *dev, struct state_test_log *log)
 {
     bool underway = false;
     uint64_t stored = 0, same = 0, huge = 0;
     for (uint64_t i = 0; i < KILL_PAGES; i++) {
-        underway |= atomic_load(&log->pages.pending[i]) != STATE_TEST_NONE;
-        uint32_t gen = state_test_settle(dev, &log->pages, i);
+        underway |= atomic_load(&log->pending[i]) != STATE_TEST_NONE;
+        uint32_t gen = state_test_settle(dev, log, i);
         uint64_t run;
         unsigned flags;
         assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
@@ -430,17 +405,17 @@ static void test_state_survives_kills(void **unused)
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     uzram_destroy(dev);
-    struct kill_log *log = state_test_log_new(sizeof *log);
+    struct state_test_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, test_random_seed("state_survives_kills"));
-    unsigned underway = 0, during[OP_COUNT] = {0};
+    unsigned underway = 0, during[STATE_TEST_DOINGS] = {0};
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
-        pid_t child = state_test_fork(&log->pages);
+        pid_t child = state_test_fork(log);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng));
-        state_test_kill(child, &log->pages, (long)datagen_rng_below(&rng, 5000));
+        state_test_kill(child, log, (long)datagen_rng_below(&rng, 5000));
         assert_int_equal(uzram_adopt(fd, &dev), 0);
-        during[atomic_load(&log->op)]++;
+        during[atomic_load(&log->doing)]++;
         underway += kill_check(dev, log);
         if (round % 50 == 49 || round == KILL_ROUNDS - 1) {
             /* Nothing leaks: every page discarded, the pool gives everything back. */
@@ -450,17 +425,17 @@ static void test_state_survives_kills(void **unused)
             assert_int_equal(stats.pages_stored, 0);
             assert_int_equal(stats.compr_data_size, 0);
             assert_int_equal(stats.mem_used_total, 0);
-            state_test_log_zeros(&log->pages);
+            state_test_log_zeros(log);
         }
         uzram_destroy(dev);
     }
     /* The kills came in the middle of changes (not all between them). */
     printf("%u kills: %u in writes or discards (%u with a page changing), %u in recompression, "
            "%u in compaction, %u between calls\n",
-           KILL_ROUNDS, during[OP_CHANGE], underway, during[OP_RECOMPRESS], during[OP_COMPACT],
-           during[OP_BETWEEN]);
+           KILL_ROUNDS, during[STATE_TEST_CHANGE], underway, during[STATE_TEST_RECOMPRESS],
+           during[STATE_TEST_COMPACT], during[STATE_TEST_BETWEEN]);
     assert_true(underway >= KILL_ROUNDS / 10);
-    assert_true(during[OP_RECOMPRESS] > 0 && during[OP_COMPACT] > 0);
+    assert_true(during[STATE_TEST_RECOMPRESS] > 0 && during[STATE_TEST_COMPACT] > 0);
     munmap(log, sizeof *log);
     close(fd);
 }
@@ -561,7 +536,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_state_version_refused),
         cmocka_unit_test(test_state_owner_alive_refused),
-        cmocka_unit_test(test_state_refuses_what_it_cannot_keep),
+        cmocka_unit_test(test_state_keeps_dedup_and_bundles),
         cmocka_unit_test(test_state_sparse_reads),
         cmocka_unit_test(test_state_reserve_kept),
         cmocka_unit_test(test_state_survives_kills),

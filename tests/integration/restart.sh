@@ -3,11 +3,11 @@
 # place (`uzram restart`: same pid, the sockets kept) with an NBD client writing, every byte
 # read back after it reconnects, and every write it was told was done among them; SIGKILL and
 # a new server on the same --persist=PATH: every byte back; with a zstd dictionary trained
-# (dict=auto) and with a backing store (pages written back), every byte back after SIGKILL,
-# with dedup every byte and the index's counts back after a planned restart and SIGKILL,
-# the dictionary kept and the store's file required again; a state of another format version
-# refused, by a planned restart (the old server keeps serving) and at start (the file
-# unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
+# (dict=auto), with bundles (group=) and with a backing store (pages written back), every byte
+# back after SIGKILL, with dedup every byte and the index's counts back after a planned restart
+# and SIGKILL, the dictionary and the bundles kept and the store's file required again;
+# a state of another format version refused, by a planned restart (the old server keeps
+# serving) and at start (the file unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
 # the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
 # combinations refused with what to write.
 # Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
@@ -167,6 +167,22 @@ same_back d "$WORK/text" || fail "pages recompressed with a trained dictionary, 
 [[ $(stat_json_field d dict_mem) == "$dict_mem" ]] || fail "dict_mem $(stat_json_field d dict_mem), was $dict_mem"
 stop_server d
 pass "--recompress algo=zstd,dict=auto: pages recompressed with the trained dictionary read back after SIGKILL; the dictionary kept, not trained again"
+
+# --- bundles (group=), kept across SIGKILL ---
+bundle_args=(-s 8M --persist="$SHM/g.uzram" --recompress algo=zstd,group=8)
+start_server g "${bundle_args[@]}"
+nbdcopy "$WORK/text" "$(uri_of g)" || fail "nbdcopy text to g"
+"$UZRAM" attr g idle all >/dev/null || fail "idle all (g)"
+"$UZRAM" attr g recompress type=idle >/dev/null || fail "recompress pass (g)"
+bundles=$(stat_json_field g bundles) bundled=$(stat_json_field g bundled_pages)
+[[ $bundles -gt 0 ]] || fail "the pass made no bundle"
+kill9 g
+start_server g "${bundle_args[@]}"
+same_back g "$WORK/text" || fail "pages in bundles, after SIGKILL"
+[[ $(stat_json_field g bundles) == "$bundles" && $(stat_json_field g bundled_pages) == "$bundled" ]] ||
+    fail "bundles $(stat_json_field g bundles), bundled_pages $(stat_json_field g bundled_pages); were $bundles, $bundled"
+stop_server g
+pass "--recompress algo=zstd,group=8: $bundled pages in $bundles bundles read back after SIGKILL, the bundles kept"
 
 # --- a backing store: pages written back read back after SIGKILL; its file is the state's ---
 back_args=(-s 8M --persist="$SHM/w.uzram" --backing-file "$WORK/w.back")
