@@ -467,8 +467,7 @@ UZRAM_API int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
 UZRAM_API int uzram_set_algorithm(struct uzram *dev, const char *name, int level);
 /* Errors: -EBUSY. */
 UZRAM_API int uzram_set_same_filled(struct uzram *dev, bool on);
-/* Errors: -EBUSY, -ENOMEM (the index could not be allocated), -ENOSPC (a state file's tmpfs
- * is full). */
+/* Errors: -EBUSY, -ENOMEM (no memory for the index), -ENOSPC (a state file's tmpfs full). */
 UZRAM_API int uzram_set_dedup(struct uzram *dev, bool on);
 
 /* Change the pool memory limit at any time; 0 removes it. Pages already
@@ -542,32 +541,24 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * Whoever holds the descriptor keeps the data: a process started after this one ended,
  * cleanly or killed (SIGKILL, a crash), takes it over with uzram_adopt() and reads every
  * page back. A page whose write, discard, recompression or compaction was under way when
- * its process was killed reads as its old or its new contents, never anything else.
- *
- * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
- * memory). Dedup (use_dedup, uzram_set_dedup) is kept:
- * the index's entries are in the file, and adoption makes its chains, references and free
- * ids again from them and from the pages that name them (an entry no page names is freed
- * with its object), so dedup_entries, dup_data_size and meta_data_size come back as they
- * were; an index compaction or recompression cut short by a kill is finished or undone.
- * Bundles are kept: their records are in the file (88 bytes a bundle of up to 4 pieces, 120
- * up to 8, 184 up to 16, as bundle_mem counts them), and adoption finds each from the pages
- * that are its members; the group setting (uzram_set_recompress_group) is not kept: set it
- * again after adoption.
- * A backing store (uzram_set_backing_dev) is kept: its file stays the user's file, recorded
- * by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of its blocks
- * are in the state, and uzram_destroy() leaves its contents for the successor (detaching it
- * with "none" empties it as before); adoption opens the same file again as it is and reads
- * every page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries
- * (uzram_set_algorithm_params, given or trained) are kept: their bytes are in the file (up to 1 MiB
- * each; they count in dict_mem besides their digested forms) before any page can use them, and
- * adoption makes them again; a dictionary trained for dict=auto is kept, not trained again (one
- * still to be trained is trained by the next recompression, as before). Format version 3 (the one
- * with the dedup index and bundle records); a version 1 or 2 state is refused as another version.
- * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
- * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
- * incompressible pages, memory used, the bundle counters) are counted again from the table. A group
- * limit (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
+ * its process was killed reads as its old or its new contents, never anything else. The
+ * file is sparse, sized once (about 4 TiB plus the table: only what is written uses
+ * memory). Dedup (use_dedup) is kept: the index's entries are in the file, adoption makes
+ * its chains, references and free ids again from them and the pages that name them (an entry
+ * no page names is freed), so its counters come back as they were; an index compaction or
+ * recompression cut short by a kill is finished or undone. Bundles are kept: their records
+ * are in the file (88, 120 or 184 bytes: bundle_mem); the group setting is not: set it
+ * again after adoption. A backing store (uzram_set_backing_dev) is kept: its file stays the user's
+ * file, recorded by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of
+ * its blocks are in the state, and uzram_destroy() leaves its contents for the successor (detaching
+ * it with "none" empties it as before); adoption opens the same file again as it is and reads every
+ * page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries (given or
+ * trained) are kept: their bytes are in the file (up to 1 MiB each, in dict_mem besides their
+ * digested forms) before a page can use them; one trained for dict=auto is not trained again.
+ * Format version 3; versions 1 and 2 are refused as another version. Counters of events
+ * (UZRAM_STATS' EVENTS kind) start again at 0 in the adopting process; the levels are counted again
+ * from the table. A group limit (uzram_set_group) cannot be joined by an adopted device that holds
+ * data (-EBUSY). */
 
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the
@@ -602,8 +593,8 @@ struct uzram_state_info {
     int32_t owner_pid;       /* the process that has it, 0 for none */
     bool owner_alive;        /* that process runs (uzram_adopt() would say -EBUSY, bar itself) */
     bool clean;              /* left by uzram_destroy() or uzram_state_quiesce(), not killed */
-    bool use_dedup;          /* dedup on (its index kept in the state) */
     char comp_algorithm[20]; /* the primary algorithm */
+    bool use_dedup;          /* dedup on (its index kept); in padding: no field before it moved */
     uint64_t reserved[8];
 };
 
