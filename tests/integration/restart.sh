@@ -219,21 +219,21 @@ pass "--backing-file: pages written back read back after SIGKILL and a planned r
 # shared.
 head -c $((4 * MiB)) /dev/urandom >"$WORK/quarter"
 cat "$WORK/quarter" "$WORK/quarter" "$WORK/quarter" "$WORK/quarter" >"$WORK/dups"
-start_server g -s 64M --dedup --persist="$SHM/g.uzram"
-nbdcopy "$WORK/dups" "$(uri_of g)" || fail "nbdcopy into the dedup device"
-dedup_counts() { echo "$(stat_json_field g dedup_entries) $(stat_json_field g dup_data_size) $(stat_json_field g meta_data_size)"; }
+start_server dd -s 64M --dedup --persist="$SHM/dd.uzram"
+nbdcopy "$WORK/dups" "$(uri_of dd)" || fail "nbdcopy into the dedup device"
+dedup_counts() { echo "$(stat_json_field dd dedup_entries) $(stat_json_field dd dup_data_size) $(stat_json_field dd meta_data_size)"; }
 counts=$(dedup_counts)
 [[ ${counts%% *} == 1024 ]] || fail "dedup device: entries, dup_data_size, meta_data_size: $counts"
-"$UZRAM" restart g >/dev/null || fail "planned restart of the dedup device"
-same_back g "$WORK/dups" || fail "dedup device: data after a planned restart"
+"$UZRAM" restart dd >/dev/null || fail "planned restart of the dedup device"
+same_back dd "$WORK/dups" || fail "dedup device: data after a planned restart"
 [[ $(dedup_counts) == "$counts" ]] || fail "dedup counts $counts, after a planned restart $(dedup_counts)"
-kill9 g
-start_server g -s 64M --dedup --persist="$SHM/g.uzram"
-same_back g "$WORK/dups" || fail "dedup device: data after SIGKILL"
+kill9 dd
+start_server dd -s 64M --dedup --persist="$SHM/dd.uzram"
+same_back dd "$WORK/dups" || fail "dedup device: data after SIGKILL"
 [[ $(dedup_counts) == "$counts" ]] || fail "dedup counts $counts, after SIGKILL $(dedup_counts)"
-kill9 g
+kill9 dd
 refused "without the state's dedup" "holds a device with dedup on, not off as asked: give --dedup=yes" \
-    -n g -s 64M --persist="$SHM/g.uzram"
+    -n dd -s 64M --persist="$SHM/dd.uzram"
 pass "--dedup: every byte and dedup_entries, dup_data_size, meta_data_size back after a planned restart and SIGKILL ($counts); without --dedup refused"
 
 # --- other settings than the state's, and a file that is not a state ---
