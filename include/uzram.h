@@ -556,9 +556,9 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * trained) are kept: their bytes are in the file (up to 1 MiB each, in dict_mem besides their
  * digested forms) before a page can use them; one trained for dict=auto is not trained again.
  * Format version 3; versions 1 and 2 are refused as another version. Counters of events
- * (UZRAM_STATS' EVENTS kind) start again at 0 in the adopting process; the levels are counted again
- * from the table. A group limit (uzram_set_group) cannot be joined by an adopted device that holds
- * data (-EBUSY). */
+ * (UZRAM_STATS' EVENTS kind) are in the file and go on counting in the adopting process
+ * (dedup_hash_collisions, reserve_empty start at 0); levels are counted from the table. A
+ * group limit (uzram_set_group) cannot be joined by an adopted device holding data (-EBUSY). */
 
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the

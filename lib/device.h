@@ -148,6 +148,27 @@ struct page_object {
  * decompression on every read. uzram_huge_threshold() reports it. */
 #define HUGE_THRESHOLD (UZRAM_PAGE_SIZE - UZRAM_PAGE_SIZE / 8 + 1)
 
+/* The counters of events (UZRAM_STATS' EVENTS kind) the device counts (the dedup index and
+ * the pool count dedup_hash_collisions and reserve_empty). Zeroed by a reset, as zram's. */
+struct device_events {
+    _Atomic uint64_t huge_pages_since;
+    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t failed_reads;
+    _Atomic uint64_t failed_writes;
+    _Atomic uint64_t invalid_io;
+    _Atomic uint64_t notify_free;
+    _Atomic uint64_t recomp_pages;
+    _Atomic uint64_t recomp_bytes;
+    _Atomic uint64_t recomp_saved_bytes;
+    _Atomic uint64_t dict_trainings; /* recompress_dict.c */
+    _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
+    _Atomic uint64_t bd_reads;
+    _Atomic uint64_t bd_writes;
+    _Atomic uint64_t bd_write_errors;
+    _Atomic uint64_t bd_nospace;
+    _Atomic uint64_t bd_checksum_errors; /* counted by backing_read() */
+};
+
 struct uzram {
     uint64_t disksize;
     uint64_t page_count;
@@ -176,25 +197,15 @@ struct uzram {
     int64_t clock_base;
     _Atomic uint32_t clock_skew;
 
-    /* counters (see struct uzram_stats for their meaning; dedup keeps its own) */
+    /* counters (see struct uzram_stats for their meaning; dedup keeps its own): the levels
+     * here, the events in `events` */
     _Atomic uint64_t pages_stored;
     _Atomic uint64_t compr_data_size;
     _Atomic uint64_t same_pages;
     _Atomic uint64_t zero_pages;
     _Atomic uint64_t huge_pages;
-    _Atomic uint64_t huge_pages_since;
-    _Atomic uint64_t pages_compacted;
-    _Atomic uint64_t failed_reads;
-    _Atomic uint64_t failed_writes;
-    _Atomic uint64_t invalid_io;
-    _Atomic uint64_t notify_free;
     _Atomic uint64_t idle_pages;
     _Atomic uint64_t incompressible_pages;
-    _Atomic uint64_t recomp_pages;
-    _Atomic uint64_t recomp_bytes;
-    _Atomic uint64_t recomp_saved_bytes;
-    _Atomic uint64_t dict_trainings; /* recompress_dict.c */
-    _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
     /* bundles (bundle.c, the one place they change): live bundles, the pages in them, their
      * dead members, what they save, and the memory of their records (in meta_data_size) */
     _Atomic uint64_t bundles;
@@ -209,11 +220,11 @@ struct uzram {
     _Atomic(struct backing *) backing;
     _Atomic uint64_t bd_objects;
     _Atomic uint64_t bd_data_size;
-    _Atomic uint64_t bd_reads;
-    _Atomic uint64_t bd_writes;
-    _Atomic uint64_t bd_write_errors;
-    _Atomic uint64_t bd_nospace;
-    _Atomic uint64_t bd_checksum_errors;
+
+    /* The counters of events: in the state file of a device that has one (state.h), so that
+     * they go on counting across a restart or a crash as the pages stay; else own_events. */
+    struct device_events *events;
+    struct device_events own_events;
 
     /* What the store asks of writeback, which is built on it (store.h; set at create). */
     const struct store_tier *tier;

@@ -133,6 +133,7 @@ static int device_build(const struct uzram_config *config, struct state_file *st
     dev->disksize = config->disksize;
     dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
     dev->state = state;
+    dev->events = state ? state_events(state) : &dev->own_events;
     rc = create_parts(dev, config->use_dedup, adopted);
     if (rc < 0) {
         free(dev);
@@ -248,17 +249,11 @@ int uzram_reset(struct uzram *dev)
     writeback_pause(dev);
     pthread_mutex_lock(&dev->settings_lock);
     store_discard_all(dev);
-    /* The counters of events (the levels went to 0 with the pages). */
-    _Atomic uint64_t *cumulative[] = {
-        &dev->huge_pages_since, &dev->pages_compacted,    &dev->failed_reads,
-        &dev->failed_writes,    &dev->invalid_io,         &dev->notify_free,
-        &dev->recomp_pages,     &dev->recomp_bytes,       &dev->recomp_saved_bytes,
-        &dev->bd_reads,         &dev->bd_writes,          &dev->bd_write_errors,
-        &dev->bd_nospace,       &dev->bd_checksum_errors, &dev->dict_trainings,
-        &dev->recomp_passes,
-    };
-    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
-        atomic_store(cumulative[i], 0);
+    /* The counters of events (the levels went to 0 with the pages): every field of the
+     * struct is one (device.h), read and written through atomics only. */
+    _Atomic uint64_t *events = (_Atomic uint64_t *)dev->events;
+    for (size_t i = 0; i < sizeof *dev->events / sizeof *events; i++)
+        atomic_store(&events[i], 0);
     dedup_reset_counters(device_dedup(dev));
     /* the index's memory too, but under a reserve (see uzram_compact) */
     if (!pool_reserve_on(dev->pool))

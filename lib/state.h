@@ -17,6 +17,7 @@
  *   0          header (struct state_header)
  *   4 KiB      the application's area (uzram_state_area(), STATE_AREA_BYTES)
  *   8 KiB      intent records (STATE_INTENTS of struct state_intent)
+ *   40 KiB     the device's counters of events (struct device_events, device.h)
  *   64 KiB     span directory (POOL_WINDOWS x 4 bytes, pool.h)
  *   then       dictionaries (CODEC_TABLE_MAX x STATE_DICT_BYTES: codec entry id's dictionary
  *              at id x STATE_DICT_BYTES, version 2 on)
@@ -38,6 +39,8 @@
 #define STATE_INTENTS_OFFSET 8192u
 #define STATE_INTENTS 1024u
 #define STATE_DIR_OFFSET 65536u
+/* The device's counters of events (struct device_events), after the intent records. */
+#define STATE_EVENTS_OFFSET (STATE_INTENTS_OFFSET + STATE_INTENTS * 32u)
 #define STATE_DICT_BYTES COMP_DICT_MAX
 /* The backing store's path in the header (a longer one: -ENAMETOOLONG). */
 #define STATE_BACKING_PATH 2048u
@@ -177,6 +180,15 @@ int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsig
 void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags);
 void state_backing_forget(struct state_file *state);
 int state_backing_adopt(struct uzram *dev);
+
+/* The device's counters of events in the state: they outlive the process (the file is new:
+ * zeros; adopted: what the last owner counted, to the last event before a kill). */
+static inline struct device_events *state_events(struct state_file *state)
+{
+    _Static_assert(STATE_EVENTS_OFFSET + sizeof(struct device_events) <= STATE_DIR_OFFSET,
+                   "the counters fit between the intent records and the span directory");
+    return (struct device_events *)(state->map + STATE_EVENTS_OFFSET);
+}
 
 /* Mark the state clean (quiesce). */
 void state_mark_clean(struct state_file *state);

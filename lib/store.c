@@ -173,7 +173,7 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
     int rc = backing_read(device_backing(dev), object->value, object->size, &data);
     if (rc < 0)
         return -EIO;
-    counter_add(&dev->bd_reads, 1);
+    counter_add(&dev->events->bd_reads, 1);
     backed_bytes = data;
     return store_decode(dev, data, object->size, object->codec, page);
 }
@@ -266,7 +266,7 @@ static void account_new(struct uzram *dev, const struct page_object *object, boo
     }
     if (huge) {
         counter_add(&dev->huge_pages, 1);
-        counter_add(&dev->huge_pages_since, 1);
+        counter_add(&dev->events->huge_pages_since, 1);
     }
 }
 
@@ -527,7 +527,7 @@ static void discard_page(struct uzram *dev, uint64_t index)
         return;
     const struct page_object empty = {.state = SLOT_EMPTY};
     if (slot_replace(dev, slot, &empty, false, false, 0) != SLOT_EMPTY)
-        counter_add(&dev->notify_free, 1);
+        counter_add(&dev->events->notify_free, 1);
 }
 
 void store_discard_all(struct uzram *dev)
@@ -542,7 +542,7 @@ static int check_range(struct uzram *dev, uint64_t offset, uint64_t length)
 {
     if (offset % UZRAM_SECTOR_SIZE || length % UZRAM_SECTOR_SIZE || offset > dev->disksize ||
         length > dev->disksize - offset) {
-        counter_add(&dev->invalid_io, 1);
+        counter_add(&dev->events->invalid_io, 1);
         return -EINVAL;
     }
     return 0;
@@ -605,7 +605,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         if (page != out)
             memcpy(out, page + part.offset, chunk);
         if (rc < 0)
-            counter_add(&dev->failed_reads, 1);
+            counter_add(&dev->events->failed_reads, 1);
         offset += chunk;
         out += chunk;
         length -= chunk;
@@ -627,7 +627,7 @@ static int write_range(struct uzram *dev, uint64_t offset, const unsigned char *
         else
             rc = write_partial(dev, part.index, part.offset, data, chunk, now);
         if (rc < 0)
-            counter_add(&dev->failed_writes, 1);
+            counter_add(&dev->events->failed_writes, 1);
         offset += chunk;
         if (data)
             data += chunk;
@@ -695,7 +695,7 @@ int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *
                  unsigned *flags)
 {
     if (length == 0 || offset >= dev->disksize || length > dev->disksize - offset) {
-        counter_add(&dev->invalid_io, 1);
+        counter_add(&dev->events->invalid_io, 1);
         return -EINVAL;
     }
     uint64_t index = offset / UZRAM_PAGE_SIZE;
@@ -783,6 +783,6 @@ uint64_t store_compact_pool(struct uzram *dev)
         .arg = dev,
     };
     uint64_t freed = pool_compact(dev->pool, &ops);
-    counter_add(&dev->pages_compacted, freed);
+    counter_add(&dev->events->pages_compacted, freed);
     return freed;
 }

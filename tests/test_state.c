@@ -97,6 +97,14 @@ static void test_state_round_trip(void **unused)
     assert_int_equal(after.zero_pages, before.zero_pages);
     assert_int_equal(after.huge_pages, before.huge_pages);
     assert_int_equal(after.mem_used_total, before.mem_used_total);
+    /* the counters of events go on where they were (they were 0 after adoption before) */
+    assert_true(before.notify_free > 0 && before.recomp_pages > 0 && before.huge_pages_since > 0);
+    assert_int_equal(after.notify_free, before.notify_free);
+    assert_int_equal(after.recomp_pages, before.recomp_pages);
+    assert_int_equal(after.recomp_bytes, before.recomp_bytes);
+    assert_int_equal(after.recomp_saved_bytes, before.recomp_saved_bytes);
+    assert_int_equal(after.huge_pages_since, before.huge_pages_since);
+    assert_int_equal(after.invalid_io, before.invalid_io);
     assert_string_equal(uzram_state_area(dev, &area_size), "export=x ublk=3");
     struct uzram_config now;
     assert_int_equal(uzram_get_config(dev, &now), 0);
@@ -112,6 +120,60 @@ static void test_state_round_trip(void **unused)
     state_test_empty(dev, pages);
     uzram_destroy(dev);
     free(gens);
+    close(fd);
+}
+
+/* The counters of events are in the state: a process SIGKILLed right after its last events
+ * leaves them counted, and a reset zeroes them as zram's does. */
+static void test_state_events_survive_kill(void **unused)
+{
+    (void)unused;
+    int fd = state_test_memfd();
+    struct uzram_config config = config_of(64 * PAGE);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    for (uint64_t i = 0; i < 8; i++)
+        state_test_write(dev, i, (uint32_t)i + 1);
+    uzram_destroy(dev);
+    int done[2];
+    assert_int_equal(pipe(done), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        unsigned char page[PAGE];
+        if (uzram_adopt(fd, &dev) != 0)
+            _exit(2);
+        for (int i = 0; i < 5; i++) /* misaligned: invalid_io */
+            if (uzram_read(dev, 1, page, PAGE) != -EINVAL)
+                _exit(2);
+        for (uint64_t i = 0; i < 3; i++) /* notify_free */
+            if (uzram_discard(dev, i * PAGE, PAGE) != 0)
+                _exit(2);
+        if (write(done[1], "", 1) != 1)
+            _exit(2);
+        pause();
+    }
+    char byte;
+    assert_int_equal(read(done[0], &byte, 1), 1);
+    kill(child, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    struct uzram_stats stats = test_stats(dev);
+    assert_int_equal(stats.invalid_io, 5);
+    assert_int_equal(stats.notify_free, 3);
+    assert_int_equal(stats.pages_stored, 5);
+    assert_int_equal(uzram_reset(dev), 0);
+    stats = test_stats(dev);
+    assert_int_equal(stats.invalid_io, 0);
+    assert_int_equal(stats.notify_free, 0);
+    uzram_destroy(dev);
+    assert_int_equal(uzram_adopt(fd, &dev), 0); /* zeroed in the state too */
+    assert_int_equal(test_stats(dev).invalid_io, 0);
+    uzram_destroy(dev);
+    close(done[0]);
+    close(done[1]);
     close(fd);
 }
 
@@ -534,6 +596,7 @@ int main(int argc, char **argv)
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_state_events_survive_kill),
         cmocka_unit_test(test_state_version_refused),
         cmocka_unit_test(test_state_owner_alive_refused),
         cmocka_unit_test(test_state_keeps_dedup_and_bundles),
