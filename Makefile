@@ -126,7 +126,8 @@ $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
 $(O)/tests/test_sizes: $(O)/src/common/sizes.o
-$(O)/tests/test_state $(O)/tests/test_state_kept: $(O)/tests/state_util.o
+$(O)/tests/test_state $(O)/tests/test_state_kept $(O)/tests/test_state_dedup \
+	$(O)/tests/test_state_bundle: $(O)/tests/state_util.o
 $(O)/tests/test_model $(O)/tests/test_overlap: $(O)/tests/model_util.o
 $(O)/tests/test_model: $(O)/tests/model.o
 $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
@@ -290,8 +291,8 @@ deb-check: deps
 # fault:       build/fault, where every allocation and compression call can
 #              be made to fail (-DUZRAM_FAULT_INJECTION, ASan+UBSan)
 # fault-check: the fault injection sweeps (tests/test_fault.c, and the dedup index's own
-#              allocations in tests/test_dedup_index.c, a state file's in tests/test_state.c and test_state_kept.c)
-#              in build/fault
+#              allocations in tests/test_dedup_index.c, a state file's in tests/test_state.c,
+#              test_state_kept.c, test_state_dedup.c and test_state_bundle.c) in build/fault
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 10
 .PHONY: fuzz fuzz-replay fuzz-check fault fault-check
@@ -310,10 +311,12 @@ fault: deps
 	$(MAKE) O=build/fault SAN=address,undefined OPT=-O1 \
 		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault \
 		build/fault/tests/test_dedup_index build/fault/tests/test_state \
-		build/fault/tests/test_state_kept
+		build/fault/tests/test_state_kept build/fault/tests/test_state_dedup \
+		build/fault/tests/test_state_bundle
 
 fault-check: fault
-	./scripts/run-tests.sh build/fault all test_fault test_dedup_index test_state test_state_kept
+	./scripts/run-tests.sh build/fault all test_fault test_dedup_index test_state test_state_kept \
+		test_state_dedup test_state_bundle
 	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/fault/tests/test_fault.log
 # ---- end of reliability block ----
 

@@ -6,14 +6,21 @@
 # and the time uzram_adopt() takes for the state, after uzram_destroy() and after a SIGKILL.
 # Medians over the rounds; the machine may be shared.
 #
-# Usage: bench/state-ab.sh [--doc FILE] [DISK_MIB [STORED_MIB [ROUNDS]]]
+# Usage: bench/state-ab.sh [--doc FILE] [--dedup] [DISK_MIB [STORED_MIB [ROUNDS]]]
 #        (default: a 4096 MiB disk with 1024 MiB stored, 5 rounds)
 #   --doc FILE  also write the table between the STATE-AB markers of FILE
+#   --dedup     both devices with dedup on (every page but the same-filled ones unique: an
+#               entry each, the index at its largest for the data)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
 doc_parse "$@"
 set -- "${ARGS[@]}"
+DEDUP=
+if [[ ${1:-} == --dedup ]]; then
+    DEDUP=dedup
+    shift
+fi
 DISK=${1:-4096}
 STORED=${2:-1024}
 ROUNDS=${3:-5}
@@ -28,11 +35,11 @@ gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -Iinclude -Isrc -o "$BIN" bench/stat
     -pthread -lm
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
-"$BIN" "$DISK" "$STORED" "$ROUNDS" | tee "$OUT" >&2
+"$BIN" "$DISK" "$STORED" "$ROUNDS" $DEDUP | tee "$OUT" >&2
 
-TABLE=$(/usr/bin/python3 - "$OUT" "$DISK" "$STORED" "$ROUNDS" "$GIT" <<'PY'
+TABLE=$(/usr/bin/python3 - "$OUT" "$DISK" "$STORED" "$ROUNDS" "$GIT" "$DEDUP" <<'PY'
 import statistics, sys
-path, disk, stored, rounds, git = sys.argv[1:6]
+path, disk, stored, rounds, git, dedup = sys.argv[1:7]
 values = {}
 for line in open(path):
     mode, _, key, value = line.split()
@@ -43,7 +50,8 @@ rows = [("write, MiB/s (4 KiB, 1 thread)", "write_mib_s"),
         ("pool memory (mem_used_total), MiB", "mem_used_mib"),
         ("memory taken (process RssAnon + state file), MiB", "memory_mib")]
 print("A %s MiB disk with %s MiB stored (text, half-compressible, same-filled, zero and random"
-      " pages), lz4; medians of %s interleaved rounds; commit %s." % (disk, stored, rounds, git))
+      " pages), lz4%s; medians of %s interleaved rounds; commit %s."
+      % (disk, stored, ", dedup on" if dedup else "", rounds, git))
 print()
 print("| | anonymous memory | state file (memfd) |")
 print("| --- | ---: | ---: |")

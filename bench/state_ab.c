@@ -153,13 +153,14 @@ static void adopt_times(int fd, unsigned round)
     uzram_destroy(dev);
 }
 
-static void one_round(bool state, uint64_t disk, uint64_t pages, unsigned round)
+static void one_round(bool state, bool dedup, uint64_t disk, uint64_t pages, unsigned round)
 {
     const char *mode = state ? "state" : "anon";
     uint64_t anon_before = status_kb("RssAnon");
     struct uzram_config config;
     uzram_config_init(&config);
     config.disksize = disk;
+    config.use_dedup = dedup;
     struct uzram *dev;
     int fd = -1, rc;
     if (state) {
@@ -182,18 +183,19 @@ static void one_round(bool state, uint64_t disk, uint64_t pages, unsigned round)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: state_ab DISK_MIB STORED_MIB ROUNDS\n");
+    if (argc != 4 && (argc != 5 || strcmp(argv[4], "dedup") != 0)) {
+        fprintf(stderr, "usage: state_ab DISK_MIB STORED_MIB ROUNDS [dedup]\n");
         return 2;
     }
+    bool dedup = argc == 5;
     uint64_t disk = strtoull(argv[1], NULL, 10) << 20;
     uint64_t pages = (strtoull(argv[2], NULL, 10) << 20) / PAGE;
     unsigned rounds = (unsigned)strtoul(argv[3], NULL, 10);
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (unsigned round = 0; round < rounds; round++) {
         /* interleaved, and which goes first alternates */
-        one_round(round % 2 == 1, disk, pages, round);
-        one_round(round % 2 == 0, disk, pages, round);
+        one_round(round % 2 == 1, dedup, disk, pages, round);
+        one_round(round % 2 == 0, dedup, disk, pages, round);
     }
     return 0;
 }

@@ -467,7 +467,7 @@ UZRAM_API int uzram_compact(struct uzram *dev, uint64_t *pages_freed);
 UZRAM_API int uzram_set_algorithm(struct uzram *dev, const char *name, int level);
 /* Errors: -EBUSY. */
 UZRAM_API int uzram_set_same_filled(struct uzram *dev, bool on);
-/* Errors: -EBUSY, -ENOMEM (the index could not be allocated). */
+/* Errors: -EBUSY, -ENOMEM (no memory for the index), -ENOSPC (a state file's tmpfs full). */
 UZRAM_API int uzram_set_dedup(struct uzram *dev, bool on);
 
 /* Change the pool memory limit at any time; 0 removes it. Pages already
@@ -541,32 +541,31 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * Whoever holds the descriptor keeps the data: a process started after this one ended,
  * cleanly or killed (SIGKILL, a crash), takes it over with uzram_adopt() and reads every
  * page back. A page whose write, discard, recompression or compaction was under way when
- * its process was killed reads as its old or its new contents, never anything else.
- *
- * The file is sparse, sized once (about 4 TiB plus the table: only what is written uses
- * memory). Such a device refuses, with -EOPNOTSUPP, what it cannot keep in the file yet:
- * dedup (use_dedup, uzram_set_dedup) and bundles (uzram_set_recompress_group above 0).
- * A backing store (uzram_set_backing_dev) is kept: its file stays the user's file, recorded
- * by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of its blocks
- * are in the state, and uzram_destroy() leaves its contents for the successor (detaching it
- * with "none" empties it as before); adoption opens the same file again as it is and reads
- * every page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries
- * (uzram_set_algorithm_params, given or trained) are kept: their bytes are in the file (up to 1 MiB
- * each; they count in dict_mem besides their digested forms) before any page can use them, and
- * adoption makes them again; a dictionary trained for dict=auto is kept, not trained again (one
- * still to be trained is trained by the next recompression, as before). Format version 2 (the one
- * with dictionaries); a version 1 state is refused as another version.
- * Counters of events (failed_reads, notify_free, recomp_*, pages_compacted, ...) start
- * again at 0 in the adopting process; the levels (pages stored, sizes, same, huge, idle,
- * incompressible pages, memory used) are counted again from the table. A group limit
- * (uzram_set_group) cannot be joined by an adopted device that holds data (-EBUSY). */
+ * its process was killed reads as its old or its new contents, never anything else. The
+ * file is sparse, sized once (about 4 TiB plus the table: only what is written uses
+ * memory). Dedup (use_dedup) is kept: the index's entries are in the file, adoption makes
+ * its chains, references and free ids again from them and the pages that name them (an entry
+ * no page names is freed), so its counters come back as they were; an index compaction or
+ * recompression cut short by a kill is finished or undone. Bundles are kept: their records
+ * are in the file (88, 120 or 184 bytes: bundle_mem); the group setting is not: set it
+ * again after adoption. A backing store (uzram_set_backing_dev) is kept: its file stays the user's
+ * file, recorded by its absolute path (at most 2047 bytes, else -ENAMETOOLONG), the checksums of
+ * its blocks are in the state, and uzram_destroy() leaves its contents for the successor (detaching
+ * it with "none" empties it as before); adoption opens the same file again as it is and reads every
+ * page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries (given or
+ * trained) are kept: their bytes are in the file (up to 1 MiB each, in dict_mem besides their
+ * digested forms) before a page can use them; one trained for dict=auto is not trained again.
+ * Format version 3; versions 1 and 2 are refused as another version. Counters of events
+ * (UZRAM_STATS' EVENTS kind) are in the file and go on counting in the adopting process
+ * (dedup_hash_collisions, reserve_empty start at 0); levels are counted from the table. A
+ * group limit (uzram_set_group) cannot be joined by an adopted device holding data (-EBUSY). */
 
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the
  * caller's, and must stay open while the device lives; uzram_destroy() unmaps the state and
  * leaves the file as it is, for a successor (close or truncate it to drop the data).
- * Errors: as uzram_create(), -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs or
- * config->use_dedup, -errno of ftruncate. */
+ * Errors: as uzram_create(), -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs,
+ * -errno of ftruncate. */
 UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzram **out);
 
 /* Take over the state in `state_fd`, left by a process that ended (uzram_destroy, or
@@ -574,7 +573,7 @@ UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, s
  * undone, its locks let go, the pool's accounting and the counters made again from the page
  * table's data, without reading its holes or any pool page (bench/state-ab.sh measures the
  * time). The settings the state keeps come back (disksize, the codec table: algorithm and
- * recompression algorithms, same_filled, mem_limit); others (mem_reserve, idle ages,
+ * recompression algorithms, same_filled, use_dedup, mem_limit); others (mem_reserve, idle ages,
  * recompress_idle...) are the caller's to set again. The descriptor must stay open while
  * the device lives. Errors: -EINVAL not a uzram state, or a damaged one (a slot naming no
  * span of the directory: nothing is punched or freed then; undone changes and unlocked
@@ -595,6 +594,7 @@ struct uzram_state_info {
     bool owner_alive;        /* that process runs (uzram_adopt() would say -EBUSY, bar itself) */
     bool clean;              /* left by uzram_destroy() or uzram_state_quiesce(), not killed */
     char comp_algorithm[20]; /* the primary algorithm */
+    bool use_dedup;          /* dedup on (its index kept); in padding: no field before it moved */
     uint64_t reserved[8];
 };
 

@@ -8,21 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bundle_records.h"
 #include "comp.h"
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
 
-/* A bundle's record: about 90 bytes for a bundle of 16 pages in three pieces, counted in
- * meta_data_size (bundle_mem) since it is memory the stored pages take beside the
- * pool, as the dedup index's entries are. Byte counts fit 32 bits (16 pages at most). */
+/* A bundle's record, in a region of bundle_records.c (in the state file when the device has
+ * one): 88 bytes for a bundle of up to 4 pieces, 120 up to 8, 184 up to 16, counted in
+ * meta_data_size (bundle_mem) since it is memory the stored pages take beside the pool, as the
+ * dedup index's entries are. Byte counts fit 32 bits (16 pages at most). lock, refs and live are
+ * made again at adoption (a killed process's holds and lock are not trusted), and serial. */
 struct bundle {
     _Atomic uint32_t lock; /* spin lock: pieces[] against compaction's moves */
-    _Atomic uint32_t refs; /* live members + holds */
-    _Atomic uint32_t live; /* bit k: place k is a live member */
+    _Atomic uint16_t refs; /* live members + holds */
+    _Atomic uint16_t live; /* bit k: place k is a live member */
     uint32_t length;       /* bytes of the frame */
-    uint32_t single_bytes; /* what the members' objects took before they joined */
     uint32_t saved;        /* what this bundle counts in bundle_saved_bytes */
+    uint32_t index;        /* its record's index in its region (bundle_records.h) */
     uint16_t codec;        /* its codec id (the bundle holds one user of it) */
     uint8_t count;         /* pages in the frame */
     uint8_t piece_count;
@@ -31,6 +34,7 @@ struct bundle {
     uint8_t offsets[BUNDLE_MAX_PAGES];
     uint64_t pieces[]; /* piece_count pool handles: 4096 bytes each, the last the rest */
 };
+_Static_assert(sizeof(struct bundle) == BUNDLE_RECORD_HEADER, "bundle_records.h's header size");
 
 static _Atomic uint64_t next_serial = 1;
 
@@ -56,17 +60,24 @@ static unsigned piece_length(const struct bundle *bundle, unsigned piece)
                                            : bundle->length - piece * UZRAM_PAGE_SIZE;
 }
 
+/* Its record's id (bundle_records.h). */
+static uint64_t id_of(const struct bundle *bundle)
+{
+    return (uint64_t)bundle_region_of(bundle->piece_count) << BUNDLE_REGION_SHIFT | bundle->index;
+}
+
 static uint64_t owner_of(const struct bundle *bundle)
 {
-    return OWNER_BUNDLE_BIT | (uint64_t)(uintptr_t)bundle;
+    return OWNER_BUNDLE_BIT | id_of(bundle);
 }
 
 static size_t record_size(unsigned piece_count)
 {
-    return sizeof(struct bundle) + piece_count * sizeof(uint64_t);
+    return bundle_record_size(bundle_region_of(piece_count));
 }
 
-/* Free the pieces allocated so far (the first `pieces`), then the bundle. */
+/* Free the pieces allocated so far (the first `pieces`), then the record: a process killed
+ * in between leaves a record no slot names, which adoption does not claim. */
 static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned pieces)
 {
     for (unsigned piece = 0; piece < pieces; piece++) {
@@ -74,22 +85,24 @@ static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned piece
         counter_sub(&dev->compr_data_size, piece_length(bundle, piece));
     }
     counter_sub(&dev->bundle_mem, record_size(bundle->piece_count));
-    free(bundle);
+    bundle_record_free(dev, id_of(bundle));
 }
 
 int bundle_create(struct uzram *dev, const void *object, unsigned length, unsigned codec,
                   uint64_t first, const uint8_t *offsets, unsigned count, struct bundle **out)
 {
-    void *memory = NULL;
     if (count < 2 || count > BUNDLE_MAX_PAGES || length == 0 ||
         length > BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE)
         return -EINVAL;
     unsigned piece_count = (length + UZRAM_PAGE_SIZE - 1) / UZRAM_PAGE_SIZE;
     size_t size = record_size(piece_count);
-    if (FAULT_POINT(FAULT_ALLOC) || posix_memalign(&memory, BUNDLE_MAX_PAGES, size))
-        return -ENOMEM;
-    struct bundle *bundle = memory;
+    uint64_t id;
+    int rc = bundle_record_alloc(dev, piece_count, &id);
+    if (rc < 0)
+        return rc;
+    struct bundle *bundle = bundle_record_at(dev, id);
     memset(bundle, 0, size);
+    bundle->index = (uint32_t)id;
     atomic_init(&bundle->refs, 1);
     bundle->length = length;
     bundle->codec = (uint16_t)codec;
@@ -102,7 +115,7 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
     for (unsigned piece = 0; piece < bundle->piece_count; piece++) {
         uint64_t handle;
         unsigned length = piece_length(bundle, piece);
-        int rc = pool_alloc_over(dev->pool, length, owner_of(bundle), POOL_SPAN_MAX_BYTES, &handle);
+        rc = pool_alloc_over(dev->pool, length, owner_of(bundle), POOL_SPAN_MAX_BYTES, &handle);
         if (rc < 0) {
             free_bundle(dev, bundle, piece);
             return rc;
@@ -130,7 +143,7 @@ double bundle_cost(unsigned length)
 
 uint64_t bundle_value(const struct bundle *bundle, unsigned place)
 {
-    return (uint64_t)(uintptr_t)bundle | place;
+    return id_of(bundle) << 4 | place;
 }
 
 void bundle_member_form(const struct bundle *bundle, unsigned place, struct page_object *form)
@@ -144,11 +157,10 @@ void bundle_member_form(const struct bundle *bundle, unsigned place, struct page
     };
 }
 
-void bundle_join(struct uzram *dev, struct bundle *bundle, unsigned place, unsigned single_bytes)
+void bundle_join(struct uzram *dev, struct bundle *bundle, unsigned place)
 {
     atomic_fetch_add(&bundle->refs, 1);
-    atomic_fetch_or(&bundle->live, 1u << place);
-    bundle->single_bytes += single_bytes; /* the maker's alone, before bundle_put */
+    atomic_fetch_or(&bundle->live, (uint16_t)(1u << place));
     counter_add(&dev->bundled_pages, 1);
     counter_sub(&dev->bundle_dead_pages, 1);
 }
@@ -158,17 +170,16 @@ void bundle_hold(struct bundle *bundle)
     atomic_fetch_add(&bundle->refs, 1);
 }
 
-void bundle_seal(struct uzram *dev, struct bundle *bundle)
+void bundle_seal(struct uzram *dev, struct bundle *bundle, unsigned single_bytes)
 {
-    bundle->saved =
-        bundle->single_bytes > bundle->length ? bundle->single_bytes - bundle->length : 0;
+    bundle->saved = single_bytes > bundle->length ? single_bytes - bundle->length : 0;
     counter_add(&dev->bundle_saved_bytes, bundle->saved);
     bundle_put(dev, bundle);
 }
 
 void bundle_put(struct uzram *dev, struct bundle *bundle)
 {
-    uint32_t refs = atomic_fetch_sub(&bundle->refs, 1);
+    uint32_t refs = atomic_fetch_sub(&bundle->refs, 1u);
     if (refs != 1)
         return;
     counter_sub(&dev->bundles, 1);
@@ -180,8 +191,8 @@ void bundle_put(struct uzram *dev, struct bundle *bundle)
 
 void bundle_leave(struct uzram *dev, uint64_t value)
 {
-    struct bundle *bundle = bundle_of(value);
-    atomic_fetch_and(&bundle->live, ~(1u << bundle_place(value)));
+    struct bundle *bundle = bundle_of(dev, value);
+    atomic_fetch_and(&bundle->live, (uint16_t) ~(1u << bundle_place(value)));
     counter_sub(&dev->bundled_pages, 1);
     counter_add(&dev->bundle_dead_pages, 1);
     bundle_put(dev, bundle);
@@ -324,7 +335,7 @@ static int decode(struct uzram *dev, struct bundle *bundle, struct bundle_cache 
 
 int bundle_read(struct uzram *dev, uint64_t value, void *page)
 {
-    struct bundle *bundle = bundle_of(value);
+    struct bundle *bundle = bundle_of(dev, value);
     struct bundle_cache *cache = cache_get();
     if (!cache)
         return -ENOMEM;
@@ -346,9 +357,9 @@ unsigned bundle_priority(struct uzram *dev, const struct bundle *bundle)
 
 /* ---- compaction --------------------------------------------------------------- */
 
-bool bundle_try_lock_owner(uint64_t owner, uint64_t handle)
+bool bundle_try_lock_owner(struct uzram *dev, uint64_t owner, uint64_t handle)
 {
-    struct bundle *bundle = (struct bundle *)(uintptr_t)(owner & ~OWNER_BUNDLE_BIT);
+    struct bundle *bundle = bundle_record_at(dev, owner & ~OWNER_BUNDLE_BIT);
     uint32_t expected = 0;
     if (!atomic_compare_exchange_strong_explicit(&bundle->lock, &expected, 1, memory_order_acquire,
                                                  memory_order_relaxed))
@@ -360,11 +371,64 @@ bool bundle_try_lock_owner(uint64_t owner, uint64_t handle)
     return false;
 }
 
-void bundle_relocate(uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+void bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
-    struct bundle *bundle = (struct bundle *)(uintptr_t)(owner & ~OWNER_BUNDLE_BIT);
+    struct bundle *bundle = bundle_record_at(dev, owner & ~OWNER_BUNDLE_BIT);
     for (unsigned piece = 0; piece < bundle->piece_count; piece++)
         if (bundle->pieces[piece] == old_handle)
             bundle->pieces[piece] = new_handle;
     bundle_unlock(bundle);
+}
+
+/* ---- adoption ------------------------------------------------------------------ */
+
+/* A record first named by a slot at adoption: checked, its pieces claimed in the pool, its
+ * holds and lock (a killed process's) dropped, a new serial, and the bundle counted with all
+ * its members dead (bundle_adopt_member makes them live). */
+static int adopt_record(struct uzram *dev, struct bundle *bundle, uint64_t id)
+{
+    unsigned pieces = (bundle->length + UZRAM_PAGE_SIZE - 1) / UZRAM_PAGE_SIZE;
+    if (bundle->count < 2 || bundle->count > BUNDLE_MAX_PAGES || bundle->length == 0 ||
+        bundle->length > BUNDLE_MAX_PAGES * UZRAM_PAGE_SIZE || bundle->piece_count != pieces ||
+        id_of(bundle) != id || bundle->codec >= CODEC_TABLE_MAX ||
+        !dev->codecs.entries[bundle->codec].used ||
+        bundle->saved > bundle->length * (uint64_t)BUNDLE_MAX_PAGES)
+        return -EINVAL;
+    for (unsigned piece = 0; piece < pieces; piece++) {
+        int rc = pool_adopt_object(dev->pool, bundle->pieces[piece], owner_of(bundle),
+                                   piece_length(bundle, piece));
+        if (rc < 0)
+            return rc;
+    }
+    codec_table_hold(&dev->codecs, bundle->codec);
+    atomic_store(&bundle->lock, 0);
+    atomic_store(&bundle->refs, 0);
+    atomic_store(&bundle->live, 0);
+    bundle->serial = atomic_fetch_add(&next_serial, 1);
+    counter_add(&dev->bundles, 1);
+    counter_add(&dev->bundle_dead_pages, bundle->count);
+    counter_add(&dev->compr_data_size, bundle->length);
+    counter_add(&dev->bundle_mem, record_size(pieces));
+    counter_add(&dev->bundle_saved_bytes, bundle->saved);
+    return 0;
+}
+
+int bundle_adopt_member(struct uzram *dev, uint64_t index, uint64_t value, unsigned codec)
+{
+    uint64_t id = value >> 4;
+    int claimed = bundle_record_claim(dev, id);
+    if (claimed < 0)
+        return claimed;
+    struct bundle *bundle = bundle_record_at(dev, id);
+    if (claimed) {
+        int rc = adopt_record(dev, bundle, id);
+        if (rc < 0)
+            return rc;
+    }
+    unsigned place = bundle_place(value);
+    if (place >= bundle->count || (atomic_load(&bundle->live) & (1u << place)) ||
+        bundle->first + bundle->offsets[place] != index || codec != bundle->codec)
+        return -EINVAL;
+    bundle_join(dev, bundle, place);
+    return 0;
 }

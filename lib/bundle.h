@@ -1,21 +1,30 @@
 /* bundle.h - bundles (internal; bundle.c): idle neighbouring pages packed into one object
- * compressed together (zstd, with the trained dictionary when there is one), which a page
- * slot of state SLOT_BUNDLED points at with the page's place in it. Not lib/group.c's
+ * compressed together (zstd, with the trained dictionary when there is one), whose record a
+ * page slot of state SLOT_BUNDLED names (its id, bundle_records.h) with the page's place in
+ * it. Not lib/group.c's
  * groups, which share a memory limit between devices. Who packs and splits them is
  * recompress_bundle.c; the store reads them and lets members go; writeback takes members one
  * by one.
  *
  * Invariants (the lifetime rule):
  *   - A bundle's object is immutable: `count` pages compressed as one frame, cut into pieces
- *     of at most 4096 bytes in the pool, each owned by OWNER_BUNDLE_BIT | the bundle's
- *     address. Only compaction moves a piece, under the bundle's lock.
+ *     of at most 4096 bytes in the pool, each owned by OWNER_BUNDLE_BIT | the id of the
+ *     bundle's record. Only compaction moves a piece, under the bundle's lock.
  *   - refs = live members + holds. A live member is a slot whose value names (bundle,
  *     place) and whose bit is set in `live`; it joined with its slot locked and leaves
  *     (bundle_leave) after its slot took another form. A hold is taken by whoever reads the
  *     bundle without a member's slot locked (a split, a writeback), with the slot locked.
- *   - At refs 0 the pieces are freed, then the bundle: compaction, which holds a class lock
+ *   - At refs 0 the pieces are freed, then the record: compaction, which holds a class lock
  *     while it looks at a piece's owner, never finds a freed bundle, since a piece is freed
- *     under its class lock before the bundle goes.
+ *     under its class lock before the record goes.
+ *   - In a state file (crash consistency): a record is whole before a slot names it (slots
+ *     change with state_slot_write, which fences), and a process killed at any instant
+ *     leaves each member's slot naming the bundle or holding its old form (whose object is
+ *     freed only after). Adoption (bundle_adopt_member) makes refs and live again from the
+ *     slots that name a record and claims its pieces; a record no slot names is free, its
+ *     pieces with it. Compaction stores a moved piece's new handle in the record (one
+ *     8-byte store) before the pool frees the old one: the record names the old or the new
+ *     piece, both allocated, never a freed one.
  *   - A dead member (left) is never read again; its bytes stay in the object until the
  *     bundle is repacked (split) or freed.
  * Lock order: page slot -> bundle lock -> pool class lock. The bundle lock is held only to
@@ -28,6 +37,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "bundle_records.h"
 
 struct uzram;
 struct bundle;
@@ -50,9 +61,9 @@ double bundle_cost(unsigned length);
 
 /* The slot value of place `place`, and a slot value's bundle and place. */
 uint64_t bundle_value(const struct bundle *bundle, unsigned place);
-static inline struct bundle *bundle_of(uint64_t value)
+static inline struct bundle *bundle_of(const struct uzram *dev, uint64_t value)
 {
-    return (struct bundle *)(uintptr_t)(value & ~(uint64_t)(BUNDLE_MAX_PAGES - 1));
+    return (struct bundle *)bundle_record_at(dev, value >> 4);
 }
 static inline unsigned bundle_place(uint64_t value)
 {
@@ -64,13 +75,13 @@ struct page_object;
 void bundle_member_form(const struct bundle *bundle, unsigned place, struct page_object *form);
 
 /* Place `place` becomes a live member: with its slot locked, as the slot takes
- * bundle_member_form(). `single_bytes`: what the page's object took before (for
- * bundle_saved_bytes). */
-void bundle_join(struct uzram *dev, struct bundle *bundle, unsigned place, unsigned single_bytes);
+ * bundle_member_form(). */
+void bundle_join(struct uzram *dev, struct bundle *bundle, unsigned place);
 
-/* The maker is done: bundle_saved_bytes takes what the members that joined saved, and the
- * maker's hold goes (bundle_put: with no member, the bundle is freed). */
-void bundle_seal(struct uzram *dev, struct bundle *bundle);
+/* The maker is done: bundle_saved_bytes takes what the members that joined saved (their
+ * objects took `single_bytes` before), and the maker's hold goes (bundle_put: with no member,
+ * the bundle is freed). */
+void bundle_seal(struct uzram *dev, struct bundle *bundle, unsigned single_bytes);
 
 /* Take a hold (with a member's slot locked, or holding one already); give one back, the
  * last reference freeing the bundle. */
@@ -98,7 +109,12 @@ uint64_t bundle_page_index(const struct bundle *bundle, unsigned place);
 bool bundle_mostly_dead(const struct bundle *bundle);
 
 /* Compaction's owner callbacks for a piece (store.c's owner_try_lock dispatches here). */
-bool bundle_try_lock_owner(uint64_t owner, uint64_t handle);
-void bundle_relocate(uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+bool bundle_try_lock_owner(struct uzram *dev, uint64_t owner, uint64_t handle);
+void bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+
+/* Adoption (state_adopt.c): slot `index`, of state SLOT_BUNDLED with `value` and `codec`, is
+ * a live member. Its record's pieces are claimed in the pool, and the bundle counted, the
+ * first time a slot names it. -EINVAL: the record is no bundle that has this page. */
+int bundle_adopt_member(struct uzram *dev, uint64_t index, uint64_t value, unsigned codec);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,6 +32,14 @@ static size_t buckets_bytes(uint64_t mask)
  * meets, after it, every entry with its tag that it had not seen. Stripe locked. False (the
  * stripe unchanged, its chains longer) if there is no memory. */
 static bool stripe_resize(struct dedup *dedup, struct dedup_stripe *stripe, uint32_t mask)
+{
+    if (!dedup_stripe_resize(dedup, stripe, mask))
+        return false;
+    dedup->saved->masks[stripe - dedup->stripes] = mask; /* a successor makes as many */
+    return true;
+}
+
+bool dedup_stripe_resize(struct dedup *dedup, struct dedup_stripe *stripe, uint32_t mask)
 {
     uint32_t *fresh = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(((size_t)mask + 1) * sizeof *fresh);
     if (!fresh)
@@ -81,15 +90,60 @@ static void index_free(struct dedup *dedup)
         free(dedup->stripes[i].buckets);
     }
     pthread_mutex_destroy(&dedup->id_lock);
-    for (size_t c = 0; dedup->chunks && c < dedup->chunk_count; c++)
-        dedup_chunk_unmap(dedup, c);
+    pthread_mutex_destroy(&dedup->move_lock);
+    dedup_ids_unmap(dedup); /* a file's index stays in it as it is */
     free(dedup->chunks);
     free(dedup->chunk_used);
     free(dedup->chunk_free);
     free(dedup);
 }
 
-int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out)
+/* Ids below the capacity in chunks of 1 << *shift entries, *count of them (at most
+ * CHUNKS_MAX). */
+static uint64_t index_shape(uint64_t page_count, unsigned *shift, size_t *count)
+{
+    /* Live entries never exceed pages stored plus writers in flight. */
+    uint64_t capacity = page_count + 4096;
+    if (capacity > UINT32_MAX - 1)
+        capacity = UINT32_MAX - 1;
+    *shift = CHUNK_MIN_SHIFT;
+    while ((capacity >> *shift) >= CHUNKS_MAX)
+        (*shift)++;
+    *count = (size_t)((capacity + (1u << *shift) - 1) >> *shift);
+    return capacity;
+}
+
+uint64_t dedup_file_bytes(uint64_t page_count)
+{
+    unsigned shift;
+    size_t count;
+    index_shape(page_count, &shift, &count);
+    return DEDUP_SAVED_BYTES + ((uint64_t)count * sizeof(struct dedup_entry) << shift);
+}
+
+/* The parts a new index is made of, but the entries past chunk 0: fresh, or (adopted) with
+ * the bucket counts the saved part names made by dedup_adopt_begin. */
+static int index_make(struct dedup *dedup)
+{
+    bool adopt = dedup->file.fd >= 0 && dedup->file.adopt;
+    if (dedup->file.fd >= 0 && !adopt)
+        /* what an index made earlier in the file left (its device adopted without dedup) */
+        (void)fallocate(dedup->file.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        (off_t)dedup->file.offset,
+                        (off_t)(DEDUP_SAVED_BYTES + dedup->chunk_count * chunk_bytes(dedup)));
+    int rc =
+        dedup->chunks && dedup->chunk_used && dedup->chunk_free ? dedup_saved_map(dedup) : -ENOMEM;
+    if (rc == 0)
+        rc = dedup_chunk_map(dedup, 0);
+    for (unsigned i = 0; rc == 0 && i < STRIPE_COUNT; i++)
+        if (adopt ? !dedup_stripe_resize(dedup, &dedup->stripes[i], MIN_BUCKETS - 1)
+                  : !stripe_resize(dedup, &dedup->stripes[i], MIN_BUCKETS - 1))
+            rc = -ENOMEM;
+    return rc;
+}
+
+int dedup_create_in(uint64_t page_count, const struct dedup_object_ops *ops,
+                    const struct dedup_file *file, struct dedup **out)
 {
     struct dedup *dedup =
         FAULT_POINT(FAULT_ALLOC) ? NULL : aligned_alloc(_Alignof(struct dedup), sizeof *dedup);
@@ -99,17 +153,10 @@ int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct
     for (unsigned i = 0; i < STRIPE_COUNT; i++)
         pthread_mutex_init(&dedup->stripes[i].lock, NULL);
     pthread_mutex_init(&dedup->id_lock, NULL);
-    /* Live entries never exceed pages stored plus writers in flight. */
-    uint64_t capacity = page_count + 4096;
-    if (capacity > UINT32_MAX - 1)
-        capacity = UINT32_MAX - 1;
-    dedup->capacity = capacity;
+    pthread_mutex_init(&dedup->move_lock, NULL);
+    dedup->file = file ? *file : (struct dedup_file){.fd = -1};
+    dedup->capacity = index_shape(page_count, &dedup->chunk_shift, &dedup->chunk_count);
     dedup->ops = *ops;
-    dedup->chunk_shift = CHUNK_MIN_SHIFT;
-    while ((capacity >> dedup->chunk_shift) >= CHUNKS_MAX)
-        dedup->chunk_shift++;
-    dedup->chunk_count =
-        (size_t)((capacity + (1u << dedup->chunk_shift) - 1) >> dedup->chunk_shift);
     dedup->chunks =
         FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(dedup->chunk_count, sizeof *dedup->chunks);
     dedup->chunk_used =
@@ -121,17 +168,18 @@ int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct
                     dedup->chunk_count * (sizeof *dedup->chunks + sizeof *dedup->chunk_used +
                                           sizeof *dedup->chunk_free) +
                     3 * MALLOC_OVERHEAD);
-    int rc = dedup->chunks && dedup->chunk_used && dedup->chunk_free ? dedup_chunk_map(dedup, 0)
-                                                                     : -ENOMEM;
-    for (unsigned i = 0; rc == 0 && i < STRIPE_COUNT; i++)
-        if (!stripe_resize(dedup, &dedup->stripes[i], MIN_BUCKETS - 1))
-            rc = -ENOMEM;
+    int rc = index_make(dedup);
     if (rc < 0) {
         index_free(dedup);
         return rc;
     }
     *out = dedup;
     return 0;
+}
+
+int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out)
+{
+    return dedup_create_in(page_count, ops, NULL, out);
 }
 
 void dedup_destroy(struct dedup *dedup)
@@ -376,8 +424,10 @@ bool dedup_find(struct dedup *dedup, const void *page, struct dedup_lookup *look
 
 int dedup_reserve(struct dedup *dedup, struct dedup_lookup *lookup)
 {
-    lookup->id = FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : dedup_id_alloc(dedup, dedup->chunk_count);
-    return lookup->id == UINT32_MAX ? -ENOMEM : 0;
+    int rc = -ENOMEM;
+    lookup->id =
+        FAULT_POINT(FAULT_ALLOC) ? UINT32_MAX : dedup_id_alloc(dedup, dedup->chunk_count, &rc);
+    return lookup->id == UINT32_MAX ? rc : 0;
 }
 
 void dedup_cancel(struct dedup *dedup, const struct dedup_lookup *lookup)
@@ -538,7 +588,9 @@ bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *
      * moving it changes only the handle. */
     bool same = old->size == expected->size && old->codec == expected->codec;
     if (same) {
+        struct dedup_record *record = dedup_record_begin(dedup, id);
         entry_set_object(entry, object);
+        dedup_record_end(record);
         uint64_t others = state_refs(state) - 1;
         atomic_fetch_add_explicit(&dedup->dup_data_size, others * object->size,
                                   memory_order_relaxed);
@@ -588,6 +640,8 @@ bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle)
 void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
+    struct dedup_record *record = dedup_record_begin(dedup, id);
     entry_set_handle(entry, new_handle);
+    dedup_record_end(record);
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
 }

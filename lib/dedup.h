@@ -31,6 +31,34 @@ struct dedup;
 /* Make the index for a device of `page_count` pages: small, grown as entries are added (up
  * to one a page, plus writers in flight). Errors: -ENOMEM. */
 int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out);
+
+/* Where the index keeps its memory in a device's state file: dedup_file_bytes(page_count)
+ * bytes of `fd` from `offset` (a 4 KiB boundary), the entries' chunks mapped from there (shared)
+ * instead of anonymous memory. `limited`: a tmpfs with a size, where every part is allocated
+ * with fallocate() before it is touched (a full tmpfs then fails a write, never faults)
+ * (struct dedup_file: dedup_object.h.) */
+uint64_t dedup_file_bytes(uint64_t page_count);
+/* dedup_create() with the index's memory in `file` (NULL: anonymous memory). The part made
+ * at once is allocated in the file (-ENOSPC when it cannot be). */
+int dedup_create_in(uint64_t page_count, const struct dedup_object_ops *ops,
+                    const struct dedup_file *file, struct dedup **out);
+
+/* Adoption (dedup_adopt.c) of an index made with dedup_create_in() on a file a process that
+ * ended or was killed left. The entries are the file's; everything else is made again from
+ * them and from the page slots that name them: dedup_adopt_begin() puts back each object
+ * half changed and forgets references, pins and moves; the caller then calls
+ * dedup_adopt_ref() for each slot that names an entry; dedup_adopt_finish() links the
+ * entries named and frees the others (their objects were never adopted: the pool frees them).
+ * Errors: -EINVAL (the file names what cannot be), -ENOMEM, -ENOSPC. */
+int dedup_adopt_begin(struct dedup *dedup);
+/* A slot names entry *id: a reference counted. An index move was under way: a slot that names
+ * its old id names its new one (*id changes: the caller points the slot at it). Returns 1 with
+ * *object filled for the entry's first reference (the caller adopts the object, the entry its
+ * owner), 0 for a further one, -EINVAL for an id no entry can have. */
+int dedup_adopt_ref(struct dedup *dedup, uint32_t *id, struct dedup_object *object);
+/* The chains, free ids and counts made again. True with *id and *object set if a move was
+ * under way whose entry is named: its object's owner in the pool is to be set to it. */
+int dedup_adopt_finish(struct dedup *dedup, bool *moved, uint32_t *id, struct dedup_object *object);
 void dedup_destroy(struct dedup *dedup);
 
 /* Make the index as large as `page_count` pages can need and fault it in (under a pool
@@ -54,6 +82,10 @@ void dedup_trim(struct dedup *dedup);
  * no memory to map one). */
 uint32_t dedup_compact_from(struct dedup *dedup);
 int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved);
+/* After a dedup_move() that returned 0, once every slot names *moved: old id `id` given
+ * back. Until then the move is recorded (a successor adopting the index finishes it), and no
+ * other move begins. */
+void dedup_move_done(struct dedup *dedup, uint32_t id);
 
 /* Where a new entry for a page goes (its chain follows from the tag): filled by
  * dedup_find() when nothing equal is stored, carried through dedup_reserve() to
@@ -70,7 +102,8 @@ struct dedup_lookup {
 bool dedup_find(struct dedup *dedup, const void *page, struct dedup_lookup *lookup, uint32_t *id);
 
 /* Reserve lookup->id for a new entry, so that its object can be allocated
- * with the entry as owner. Errors: -ENOMEM (no id left). */
+ * with the entry as owner. Errors: -ENOMEM (no id left, no memory to map it), -ENOSPC (a
+ * state file's tmpfs is full). */
 int dedup_reserve(struct dedup *dedup, struct dedup_lookup *lookup);
 
 /* Give back a reserved id whose object could not be made. */

@@ -35,8 +35,10 @@
  *
  * Locks: one stripe mutex covers its buckets (their array, and the chains)
  * and is held only to walk, change or resize them, never while compressing,
- * decompressing or comparing. id_lock covers the free-id list. Order: a
- * page slot lock, then a stripe, then id_lock, then a pool class lock.
+ * decompressing or comparing. id_lock covers the free-id list. move_lock is
+ * held from dedup_move to dedup_move_done (one move record). Order: a page
+ * slot lock, then move_lock, then a stripe, then id_lock, then a pool class
+ * lock; a record's spin lock (dedup_record_begin) is a leaf.
  */
 struct dedup_entry {
     uint32_t handle_low;  /* pool handle bits 0..31 */
@@ -133,6 +135,34 @@ static inline bool state_moving(uint32_t state)
  * counted with each bucket array so that meta_data_size is what the index takes. */
 #define MALLOC_OVERHEAD 16u
 
+/*
+ * What a successor needs besides the entries (dedup_adopt.c), at the head of the index's memory
+ * (a state file's region, or anonymous memory: one code path either way):
+ *  - the chunks mapped and each stripe's bucket count, so that the adopted index holds what the
+ *    old one held (meta_data_size the same);
+ *  - records of entries whose object is being changed (dedup_replace, dedup_relocate): the old
+ *    object, still allocated until the record is cleared, put back by adoption. An entry's
+ *    handle and size are several stores: a process killed between them leaves a torn object;
+ *  - the index move under way (dedup_move to dedup_move_done): its slots name `from` or `to`,
+ *    and adoption points them all at `to` (its entry was whole before the record was set;
+ *    `from` is given back only after the record is cleared, so no other entry takes it).
+ */
+#define DEDUP_RECORDS 64u
+struct dedup_record {
+    _Atomic uint32_t lock;
+    _Atomic uint32_t id; /* id + 1; 0: free */
+    uint64_t object;     /* the old object: handle | size_codec << 48 */
+};
+struct dedup_saved {
+    _Atomic uint64_t move; /* (from + 1) | (to + 1) << 32; 0: none */
+    uint64_t high_water;   /* struct dedup's */
+    uint32_t masks[STRIPE_COUNT];
+    _Atomic uint64_t mapped[CHUNKS_MAX / 64];
+    struct dedup_record records[DEDUP_RECORDS];
+};
+#define DEDUP_SAVED_BYTES 4096u
+_Static_assert(sizeof(struct dedup_saved) <= DEDUP_SAVED_BYTES, "the saved part fits its page");
+
 struct dedup_stripe {
     _Alignas(64) pthread_mutex_t lock; /* one cache line a stripe */
     uint32_t *buckets;                 /* id + 1 of a chain's first entry; 0: empty */
@@ -157,6 +187,10 @@ struct dedup {
     size_t free_low;      /* no chunk below this one has a free id on its list */
     uint64_t high_water;  /* ids below this have been handed out */
     uint64_t holes;       /* chunks below the last one in use that dedup_trim unmapped */
+
+    struct dedup_saved *saved;
+    struct dedup_file file;    /* fd -1: anonymous memory */
+    pthread_mutex_t move_lock; /* one index move at a time: one move record */
 
     _Atomic bool reserved; /* made full size and faulted in: no growth, no giveback */
     _Atomic uint64_t mem_bytes;
@@ -192,16 +226,33 @@ static inline struct dedup_stripe *tag_stripe(struct dedup *dedup, uint32_t tag)
 
 /* ---- the id space (dedup_ids.c); id_lock held by the caller where said ---------------- */
 
-/* Map chunk `c` if it is not. id_lock held (or the index not yet shared). */
+/* Map chunk `c` if it is not (in the file: allocated first when it is limited). id_lock held
+ * (or the index not yet shared). -ENOMEM, -ENOSPC. */
 int dedup_chunk_map(struct dedup *dedup, size_t c);
-/* Unmap chunk `c`, none of whose ids is handed out. id_lock held (or the index gone). */
+/* Give chunk `c` back, none of whose ids is handed out (in the file: punched out). id_lock
+ * held. */
 void dedup_chunk_unmap(struct dedup *dedup, size_t c);
+/* The saved part mapped (dedup_create_in); and it and every chunk unmapped, the file left as it
+ * is for a successor (dedup_destroy). */
+int dedup_saved_map(struct dedup *dedup);
+void dedup_ids_unmap(struct dedup *dedup);
+/* Adoption (dedup_adopt.c): map the chunks the saved part names; then, once the entries named
+ * have their references, hand out the others: free lists, counts and holes, what the file
+ * holds outside the chunks mapped punched out. */
+int dedup_ids_adopt_map(struct dedup *dedup);
+void dedup_ids_adopt_free(struct dedup *dedup);
 /* Hand out a free id in a chunk below `below` (chunk_count: anywhere): the lowest chunk with
  * a free id, else a hole mapped again, else (below == chunk_count) the high water mark.
- * UINT32_MAX if none. Takes id_lock. */
-uint32_t dedup_id_alloc(struct dedup *dedup, size_t below);
+ * UINT32_MAX if none, *rc then -ENOMEM (none left, or no memory to map a chunk) or -ENOSPC
+ * (a state file's tmpfs is full). Takes id_lock. */
+uint32_t dedup_id_alloc(struct dedup *dedup, size_t below, int *rc);
 /* Give back id `id`. Takes id_lock. */
 void dedup_id_free(struct dedup *dedup, uint32_t id);
+/* Resize a stripe's buckets (dedup.c). Stripe locked. */
+bool dedup_stripe_resize(struct dedup *dedup, struct dedup_stripe *stripe, uint32_t mask);
+/* Begin and end a change of entry `id`'s object (its old one in the record `*record`). */
+struct dedup_record *dedup_record_begin(struct dedup *dedup, uint32_t id);
+void dedup_record_end(struct dedup_record *record);
 /* Map every hole again, its ids free (dedup_prefault). id_lock held. */
 void dedup_holes_fill(struct dedup *dedup);
 /* Unmap every chunk none of whose ids is handed out, but the first (dedup_trim): past the

@@ -42,9 +42,11 @@ static void chain_swap(struct dedup *dedup, struct dedup_stripe *stripe, uint32_
 int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
-    uint32_t to = dedup_id_alloc(dedup, id >> dedup->chunk_shift);
+    int rc;
+    uint32_t to = dedup_id_alloc(dedup, id >> dedup->chunk_shift, &rc);
     if (to == UINT32_MAX)
         return -ENOSPC;
+    pthread_mutex_lock(&dedup->move_lock); /* released by dedup_move_done() */
     struct dedup_stripe *stripe = tag_stripe(dedup, entry->hash_tag);
     pthread_mutex_lock(&stripe->lock);
     /* Exactly the callers' references, no reader, no move: then nobody else holds the id
@@ -55,6 +57,7 @@ int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved)
         !atomic_compare_exchange_strong_explicit(&entry->state, &state, refs | MOVING,
                                                  memory_order_acquire, memory_order_relaxed)) {
         pthread_mutex_unlock(&stripe->lock);
+        pthread_mutex_unlock(&dedup->move_lock);
         dedup_id_free(dedup, to);
         return -EBUSY;
     }
@@ -65,6 +68,10 @@ int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved)
     target->hash_tag = entry->hash_tag;
     target->next = entry->next;
     atomic_store_explicit(&target->state, refs | MOVING, memory_order_relaxed);
+    /* The new entry whole before the record that lets a successor point the slots at it
+     * (dedup_ids.h); the record before any slot changes (the caller's, after this returns). */
+    atomic_store_explicit(&dedup->saved->move, (id + 1) | (uint64_t)(to + 1) << 32,
+                          memory_order_seq_cst);
     chain_swap(dedup, stripe, id, to);
     pthread_mutex_unlock(&stripe->lock);
     /* The pool names the object's owner for its compaction: `to` from now on. It asks owners
@@ -74,7 +81,15 @@ int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved)
         dedup->ops.rehome(dedup->ops.arg, &object, to);
     atomic_store_explicit(&target->state, refs, memory_order_release);
     atomic_store_explicit(&entry->state, 0, memory_order_release);
-    dedup_id_free(dedup, id);
     *moved = to;
     return 0;
+}
+
+void dedup_move_done(struct dedup *dedup, uint32_t id)
+{
+    /* the record cleared before `id` can be handed out again: else a successor could point a
+     * slot naming a new entry there at the moved one */
+    atomic_store_explicit(&dedup->saved->move, 0, memory_order_seq_cst);
+    pthread_mutex_unlock(&dedup->move_lock);
+    dedup_id_free(dedup, id);
 }

@@ -1,8 +1,10 @@
-/* dedup_object.h - what the dedup index knows of the objects its entries own, and what it asks
- * of the store that holds them (internal; dedup.h and dedup_ids.h include it). */
+/* dedup_object.h - what the dedup index knows of the objects its entries own, what it asks
+ * of the store that holds them, and where a state file keeps it (internal; dedup.h and dedup_ids.h
+ * include it). */
 #ifndef UZRAM_DEDUP_OBJECT_H
 #define UZRAM_DEDUP_OBJECT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* An object as the store made it: its pool handle (below 2^DEDUP_HANDLE_BITS),
@@ -27,6 +29,14 @@ struct dedup_object_ops {
     /* `object` now belongs to entry `id` (dedup_move): make its owner in the pool follow. */
     void (*rehome)(void *arg, const struct dedup_object *object, uint32_t id);
     void *arg;
+};
+
+/* Where the index keeps its memory in a state file (dedup.h's dedup_create_in). */
+struct dedup_file {
+    int fd;
+    uint64_t offset;
+    bool limited;
+    bool adopt; /* what the file holds is adopted (dedup_adopt_begin), else cleared */
 };
 
 #endif

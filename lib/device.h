@@ -15,6 +15,7 @@
 #include "uzram.h"
 
 struct backing;
+struct bundle_records;
 struct dedup;
 struct pool;
 struct recompressor;
@@ -61,9 +62,9 @@ struct writeback;
  *   DEDUP        id of a dedup entry (which owns the object)
  *   BACKED       byte offset of the object on the backing store (written
  *                back; below 2^47); a raw page when its size is 4096
- *   BUNDLED      the address of the bundle that holds the page with several
- *                neighbours in one object, | the page's place in it (0..15,
- *                the low 4 bits: bundles are 16-byte aligned; bundle.h)
+ *   BUNDLED      the id of the record of the bundle that holds the page with
+ *                several neighbours in one object (bundle_records.h) << 4 | the
+ *                page's place in it (0..15; bundle.h)
  *
  * `value` and `ac_time` are only read or written with SLOT_LOCK held (ac_time
  * is atomic only so that a scan may peek at it without the lock); an empty
@@ -125,7 +126,7 @@ static inline unsigned slot_info_size(uint32_t info)
 /* Owners of pool objects, as compaction sees them: a page slot (index + 1,
  * so that slot 0 is not owner 0), a dedup entry (top bit set) or a bundle. */
 #define OWNER_DEDUP_BIT (1ull << 63)
-/* A piece of a bundle's object (bundle.h): this bit | the bundle's address. */
+/* A piece of a bundle's object (bundle.h): this bit | the id of the bundle's record. */
 #define OWNER_BUNDLE_BIT (1ull << 62)
 
 /* A dedup entry's object that was written back: its handle is OBJECT_BACKED
@@ -147,6 +148,27 @@ struct page_object {
  * decompression on every read. uzram_huge_threshold() reports it. */
 #define HUGE_THRESHOLD (UZRAM_PAGE_SIZE - UZRAM_PAGE_SIZE / 8 + 1)
 
+/* The counters of events (UZRAM_STATS' EVENTS kind) the device counts (the dedup index and
+ * the pool count dedup_hash_collisions and reserve_empty). Zeroed by a reset, as zram's. */
+struct device_events {
+    _Atomic uint64_t huge_pages_since;
+    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t failed_reads;
+    _Atomic uint64_t failed_writes;
+    _Atomic uint64_t invalid_io;
+    _Atomic uint64_t notify_free;
+    _Atomic uint64_t recomp_pages;
+    _Atomic uint64_t recomp_bytes;
+    _Atomic uint64_t recomp_saved_bytes;
+    _Atomic uint64_t dict_trainings; /* recompress_dict.c */
+    _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
+    _Atomic uint64_t bd_reads;
+    _Atomic uint64_t bd_writes;
+    _Atomic uint64_t bd_write_errors;
+    _Atomic uint64_t bd_nospace;
+    _Atomic uint64_t bd_checksum_errors; /* counted by backing_read() */
+};
+
 struct uzram {
     uint64_t disksize;
     uint64_t page_count;
@@ -156,6 +178,9 @@ struct uzram {
      * with release before use_dedup is switched on, read with acquire
      * (device_dedup()), so whoever finds it also sees it made. */
     _Atomic(struct dedup *) dedup;
+    /* Bundle records (bundle_records.h): the base of each region, and the rest. */
+    unsigned char *bundle_base[4]; /* 3 used (BUNDLE_REGIONS): a region is 2 bits */
+    struct bundle_records *bundle_records;
 
     /* settings: read without locks on the I/O path; written under
      * settings_lock, which also serialises reset */
@@ -172,25 +197,15 @@ struct uzram {
     int64_t clock_base;
     _Atomic uint32_t clock_skew;
 
-    /* counters (see struct uzram_stats for their meaning; dedup keeps its own) */
+    /* counters (see struct uzram_stats for their meaning; dedup keeps its own): the levels
+     * here, the events in `events` */
     _Atomic uint64_t pages_stored;
     _Atomic uint64_t compr_data_size;
     _Atomic uint64_t same_pages;
     _Atomic uint64_t zero_pages;
     _Atomic uint64_t huge_pages;
-    _Atomic uint64_t huge_pages_since;
-    _Atomic uint64_t pages_compacted;
-    _Atomic uint64_t failed_reads;
-    _Atomic uint64_t failed_writes;
-    _Atomic uint64_t invalid_io;
-    _Atomic uint64_t notify_free;
     _Atomic uint64_t idle_pages;
     _Atomic uint64_t incompressible_pages;
-    _Atomic uint64_t recomp_pages;
-    _Atomic uint64_t recomp_bytes;
-    _Atomic uint64_t recomp_saved_bytes;
-    _Atomic uint64_t dict_trainings; /* recompress_dict.c */
-    _Atomic uint64_t recomp_passes;  /* recompress.c's thread */
     /* bundles (bundle.c, the one place they change): live bundles, the pages in them, their
      * dead members, what they save, and the memory of their records (in meta_data_size) */
     _Atomic uint64_t bundles;
@@ -205,11 +220,11 @@ struct uzram {
     _Atomic(struct backing *) backing;
     _Atomic uint64_t bd_objects;
     _Atomic uint64_t bd_data_size;
-    _Atomic uint64_t bd_reads;
-    _Atomic uint64_t bd_writes;
-    _Atomic uint64_t bd_write_errors;
-    _Atomic uint64_t bd_nospace;
-    _Atomic uint64_t bd_checksum_errors;
+
+    /* The counters of events: in the state file of a device that has one (state.h), so that
+     * they go on counting across a restart or a crash as the pages stay; else own_events. */
+    struct device_events *events;
+    struct device_events own_events;
 
     /* What the store asks of writeback, which is built on it (store.h; set at create). */
     const struct store_tier *tier;

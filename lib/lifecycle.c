@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bundle_records.h"
 #include "comp.h"
 #include "dedup.h"
 #include "device.h"
@@ -40,11 +41,18 @@ static bool config_reserved_zero(const struct uzram_config *config)
 }
 
 /* The parts that can fail to be made, in order; a failure undoes those made before it. */
-static int create_parts(struct uzram *dev, bool use_dedup)
+static int create_parts(struct uzram *dev, bool use_dedup, bool adopted)
 {
     int rc = table_map(dev);
     if (rc < 0)
         return rc;
+    if (dev->state)
+        rc = bundle_records_map(dev, dev->state->fd, dev->state->header->bundle_offset,
+                                dev->state->limited);
+    else
+        rc = bundle_records_map(dev, -1, 0, false);
+    if (rc < 0)
+        goto fail_records;
     rc = pool_create(&dev->pool);
     if (rc < 0)
         goto fail_pool;
@@ -59,7 +67,7 @@ static int create_parts(struct uzram *dev, bool use_dedup)
         goto fail_writeback;
     if (use_dedup) {
         struct dedup *dedup;
-        rc = store_dedup_create(dev, &dedup);
+        rc = store_dedup_create(dev, adopted, &dedup);
         if (rc < 0)
             goto fail_dedup;
         atomic_init(&dev->dedup, dedup);
@@ -73,6 +81,8 @@ fail_writeback:
 fail_recompressor:
     pool_destroy(dev->pool);
 fail_pool:
+    bundle_records_unmap(dev);
+fail_records:
     table_unmap(dev);
     return rc;
 }
@@ -123,7 +133,8 @@ static int device_build(const struct uzram_config *config, struct state_file *st
     dev->disksize = config->disksize;
     dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
     dev->state = state;
-    rc = create_parts(dev, config->use_dedup);
+    dev->events = state ? state_events(state) : &dev->own_events;
+    rc = create_parts(dev, config->use_dedup, adopted);
     if (rc < 0) {
         free(dev);
         return rc;
@@ -140,6 +151,7 @@ static int device_build(const struct uzram_config *config, struct state_file *st
     else if (state) {
         state->header->clock_base = dev->clock_base;
         state->header->same_filled = config->same_filled;
+        state->header->use_dedup = config->use_dedup;
         state->header->mem_limit = config->mem_limit;
     }
     rc = codecs_start(dev, algo, level, adopted);
@@ -161,8 +173,6 @@ int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzra
 {
     if (!config || !out || state_fd < 0)
         return -EINVAL;
-    if (config->use_dedup)
-        return -EOPNOTSUPP;
     int rc = disksize_check(config->disksize);
     if (rc < 0)
         return rc;
@@ -194,6 +204,7 @@ int uzram_adopt(int state_fd, struct uzram **out)
     uzram_config_init(&config);
     config.disksize = header->disksize;
     config.same_filled = header->same_filled;
+    config.use_dedup = header->use_dedup != 0;
     config.mem_limit = header->mem_limit;
     rc = device_build(&config, state, true, out);
     if (rc < 0)
@@ -208,13 +219,11 @@ void uzram_destroy(struct uzram *dev)
     /* The threads first: they work on everything below. */
     recompressor_destroy(dev);
     writeback_destroy(dev);
-    /* The pool goes with its objects at once, but a bundle's header is the heap's
-     * (bundle.h): free the bundles. */
-    if (counter_get(&dev->bundles))
-        store_discard_all(dev);
+    /* The pool and the bundle records go with their objects at once. */
     dedup_destroy(device_dedup(dev));
     pool_destroy(dev->pool);
     codec_table_destroy(&dev->codecs);
+    bundle_records_unmap(dev);
     table_unmap(dev);
     /* The state file keeps everything for a successor. */
     if (dev->state)
@@ -240,17 +249,11 @@ int uzram_reset(struct uzram *dev)
     writeback_pause(dev);
     pthread_mutex_lock(&dev->settings_lock);
     store_discard_all(dev);
-    /* The counters of events (the levels went to 0 with the pages). */
-    _Atomic uint64_t *cumulative[] = {
-        &dev->huge_pages_since, &dev->pages_compacted,    &dev->failed_reads,
-        &dev->failed_writes,    &dev->invalid_io,         &dev->notify_free,
-        &dev->recomp_pages,     &dev->recomp_bytes,       &dev->recomp_saved_bytes,
-        &dev->bd_reads,         &dev->bd_writes,          &dev->bd_write_errors,
-        &dev->bd_nospace,       &dev->bd_checksum_errors, &dev->dict_trainings,
-        &dev->recomp_passes,
-    };
-    for (size_t i = 0; i < sizeof cumulative / sizeof cumulative[0]; i++)
-        atomic_store(cumulative[i], 0);
+    /* The counters of events (the levels went to 0 with the pages): every field of the
+     * struct is one (device.h), read and written through atomics only. */
+    _Atomic uint64_t *events = (_Atomic uint64_t *)dev->events;
+    for (size_t i = 0; i < sizeof *dev->events / sizeof *events; i++)
+        atomic_store(&events[i], 0);
     dedup_reset_counters(device_dedup(dev));
     /* the index's memory too, but under a reserve (see uzram_compact) */
     if (!pool_reserve_on(dev->pool))
@@ -273,6 +276,7 @@ int uzram_compact(struct uzram *dev, uint64_t *pages_freed)
     /* Not under a reserve (swap): a write would fault it all in again, as the kernel waits. */
     if (!pool_reserve_on(dev->pool)) {
         table_give_back(dev);
+        bundle_records_give_back(dev);
         store_compact_index(dev); /* and dedup_trim */
         dedup_trim(device_dedup(dev));
 #ifdef __GLIBC__

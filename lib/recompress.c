@@ -150,9 +150,9 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
         if (tally->recompressed != before.recompressed) {
             uint64_t in = tally->bytes_before - before.bytes_before;
             uint64_t out = tally->bytes_after - before.bytes_after;
-            counter_add(&dev->recomp_pages, tally->recompressed - before.recompressed);
-            counter_add(&dev->recomp_bytes, in);
-            counter_add(&dev->recomp_saved_bytes, in - out);
+            counter_add(&dev->events->recomp_pages, tally->recompressed - before.recompressed);
+            counter_add(&dev->events->recomp_bytes, in);
+            counter_add(&dev->events->recomp_saved_bytes, in - out);
         }
         if (pace && tally->tried != before.tried) {
             pace->tried++;
@@ -197,8 +197,6 @@ int uzram_set_recompress_group(struct uzram *dev, unsigned pages)
 {
     if (pages == 1 || pages > BUNDLE_MAX_PAGES)
         return -EINVAL;
-    if (pages > 0 && dev->state)
-        return -EOPNOTSUPP; /* bundles are not kept in a state file (uzram.h) */
     atomic_store(&dev->recompressor->group, pages);
     return 0;
 }
@@ -331,7 +329,7 @@ static void *recompressor_main(void *arg)
         }
         seen[0] = counter_get(&dev->pages_stored);
         seen[1] = counter_get(&dev->compr_data_size);
-        counter_add(&dev->recomp_passes, 1);
+        counter_add(&dev->events->recomp_passes, 1);
         pthread_mutex_lock(&r->lock);
         r->in_pass = false;
         r->passes++;

@@ -158,11 +158,13 @@ static bool still_same(struct uzram *dev, const struct page_object *now,
 }
 
 /* Swap the bundle into each member's slot that still holds the bytes that were packed (as
- * recompress_page.c's swap: a handle alone could have been freed and reused). */
+ * recompress_page.c's swap: a handle alone could have been freed and reused); what the
+ * objects of those that joined took in *single_bytes. */
 static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle, unsigned count,
-                        struct bundle_work *work)
+                        struct bundle_work *work, unsigned *single_bytes)
 {
     unsigned joined = 0;
+    *single_bytes = 0;
     for (unsigned k = 0; k < count; k++) {
         struct slot *slot = &dev->slots[first + work->offsets[k]];
         const struct page_object *old = &work->old[k];
@@ -175,7 +177,8 @@ static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle
             struct page_object form;
             bundle_member_form(bundle, k, &form);
             slot_set_form(dev, slot, &form);
-            bundle_join(dev, bundle, k, old->size);
+            bundle_join(dev, bundle, k);
+            *single_bytes += old->size;
         }
         slot_unlock(slot);
         if (same && !freed)
@@ -230,8 +233,9 @@ int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct rec
         codec_table_release(&dev->codecs, (unsigned)codec);
         return length < 0 ? length : 0;
     }
-    unsigned joined = publish(dev, first, bundle, (unsigned)count, work);
-    bundle_seal(dev, bundle);
+    unsigned joined_bytes;
+    unsigned joined = publish(dev, first, bundle, (unsigned)count, work, &joined_bytes);
+    bundle_seal(dev, bundle, joined_bytes);
     tally->bundled += joined;
     tally->bundles += joined > 0;
     return 0;
@@ -286,10 +290,10 @@ int recompress_bundle_split(struct uzram *dev, uint64_t index, const struct reco
     /* A bundle made with a dictionary a retraining replaced is split too: its pages are
      * packed again with the newer one by the next pass (recompress_dict.c). */
     if (slot_info_state(slot_info(slot)) == SLOT_BUNDLED &&
-        (bundle_mostly_dead(bundle_of(slot->value)) ||
-         (plan->stale_dicts >> bundle_codec(bundle_of(slot->value)) & 1u))) {
-        bundle = bundle_of(slot->value);
-        bundle_hold(bundle); /* its address names no other bundle while we work */
+        (bundle_mostly_dead(bundle_of(dev, slot->value)) ||
+         (plan->stale_dicts >> bundle_codec(bundle_of(dev, slot->value)) & 1u))) {
+        bundle = bundle_of(dev, slot->value);
+        bundle_hold(bundle); /* its record names no other bundle while we work */
     }
     slot_unlock(slot);
     if (!bundle)

@@ -84,7 +84,7 @@ static int train_dictionary(struct uzram *dev, struct codec_config *config, size
     if (rc == 0) {
         config->trainings++;
         config->trained_pages = stored;
-        counter_add(&dev->dict_trainings, 1);
+        counter_add(&dev->events->dict_trainings, 1);
     }
 out:
     free(samples);

@@ -11,6 +11,7 @@
 #include "dedup.h"
 #include "pool.h"
 #include "slot.h"
+#include "store.h"
 #include "store_internal.h"
 
 /* Recompression's own buffers: the old object's bytes, its page, and the new object. */

@@ -58,8 +58,6 @@ int uzram_set_same_filled(struct uzram *dev, bool on)
 
 int uzram_set_dedup(struct uzram *dev, bool on)
 {
-    if (on && dev->state)
-        return -EOPNOTSUPP; /* not kept in a state file (uzram.h) */
     int rc = 0;
     pthread_mutex_lock(&dev->settings_lock);
     if (device_holds_data(dev)) {
@@ -70,12 +68,16 @@ int uzram_set_dedup(struct uzram *dev, bool on)
          * always finds it, made. */
         if (on && !device_dedup(dev)) {
             struct dedup *dedup;
-            rc = store_dedup_create(dev, &dedup);
+            rc = store_dedup_create(dev, false, &dedup);
             if (rc == 0 && pool_reserve_on(dev->pool))
                 dedup_prefault(dedup);
             if (rc == 0)
                 atomic_store_explicit(&dev->dedup, dedup, memory_order_release);
         }
+        /* a successor adopts the index when the state says dedup is on: said before a page
+         * names it (the device holds none now) */
+        if (rc == 0 && dev->state)
+            dev->state->header->use_dedup = on;
         if (rc == 0)
             atomic_store_explicit(&dev->use_dedup, on, memory_order_release);
     }
@@ -161,34 +163,34 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .mem_limit = atomic_load(&dev->mem_limit),
         .mem_used_max = pool_mem_used_max(dev->pool) + dict_mem,
         .same_pages = counter_get(&dev->same_pages),
-        .pages_compacted = counter_get(&dev->pages_compacted),
+        .pages_compacted = counter_get(&dev->events->pages_compacted),
         .huge_pages = counter_get(&dev->huge_pages),
-        .huge_pages_since = counter_get(&dev->huge_pages_since),
+        .huge_pages_since = counter_get(&dev->events->huge_pages_since),
         .dup_data_size = dedup_dup_data_size(dedup),
         .meta_data_size = dedup_meta_size(dedup) + counter_get(&dev->bundle_mem),
-        .failed_reads = counter_get(&dev->failed_reads),
-        .failed_writes = counter_get(&dev->failed_writes),
-        .invalid_io = counter_get(&dev->invalid_io),
-        .notify_free = counter_get(&dev->notify_free),
+        .failed_reads = counter_get(&dev->events->failed_reads),
+        .failed_writes = counter_get(&dev->events->failed_writes),
+        .invalid_io = counter_get(&dev->events->invalid_io),
+        .notify_free = counter_get(&dev->events->notify_free),
         .dedup_hash_collisions = dedup_hash_collisions(dedup),
         .pages_stored = pages,
         .zero_pages = counter_get(&dev->zero_pages),
         .idle_pages = counter_get(&dev->idle_pages),
-        .recomp_pages = counter_get(&dev->recomp_pages),
-        .recomp_bytes = counter_get(&dev->recomp_bytes),
-        .recomp_saved_bytes = counter_get(&dev->recomp_saved_bytes),
+        .recomp_pages = counter_get(&dev->events->recomp_pages),
+        .recomp_bytes = counter_get(&dev->events->recomp_bytes),
+        .recomp_saved_bytes = counter_get(&dev->events->recomp_saved_bytes),
         .incompressible_pages = counter_get(&dev->incompressible_pages),
         .dict_mem = dict_mem,
         .bd_count = backing ? backing_blocks_used(backing) : 0,
-        .bd_reads = counter_get(&dev->bd_reads),
-        .bd_writes = counter_get(&dev->bd_writes),
+        .bd_reads = counter_get(&dev->events->bd_reads),
+        .bd_writes = counter_get(&dev->events->bd_writes),
         .bd_objects = counter_get(&dev->bd_objects),
         .bd_data_size = counter_get(&dev->bd_data_size),
-        .bd_write_errors = counter_get(&dev->bd_write_errors),
-        .bd_nospace = counter_get(&dev->bd_nospace),
+        .bd_write_errors = counter_get(&dev->events->bd_write_errors),
+        .bd_nospace = counter_get(&dev->events->bd_nospace),
         .writeback_limit = writeback.limit,
         .writeback_limit_enable = writeback.limit_enable,
-        .bd_checksum_errors = counter_get(&dev->bd_checksum_errors),
+        .bd_checksum_errors = counter_get(&dev->events->bd_checksum_errors),
         .table_mem = table_bytes(dev),
         .dedup_entries = dedup_entries(dedup),
         .bundles = counter_get(&dev->bundles),
@@ -196,8 +198,8 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .bundle_dead_pages = counter_get(&dev->bundle_dead_pages),
         .bundle_saved_bytes = counter_get(&dev->bundle_saved_bytes),
         .bundle_mem = counter_get(&dev->bundle_mem),
-        .dict_trainings = counter_get(&dev->dict_trainings),
-        .recomp_passes = counter_get(&dev->recomp_passes),
+        .dict_trainings = counter_get(&dev->events->dict_trainings),
+        .recomp_passes = counter_get(&dev->events->recomp_passes),
         .reserve_empty = reserve.empty,
     };
     /* Callers built against another version of the struct: an older one

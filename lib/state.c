@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "bundle_records.h"
 #include "comp.h"
+#include "dedup.h"
 #include "fault.h"
 #include "pool.h"
 
@@ -44,7 +46,11 @@ void state_layout(struct state_header *header, uint64_t disksize)
     header->table_bytes = round_up(disksize / UZRAM_PAGE_SIZE * sizeof(struct slot), 4096);
     header->sums_offset = header->table_offset + header->table_bytes;
     header->sums_bytes = BACKING_MAX_BYTES / BACKING_BLOCK * sizeof(uint64_t);
-    header->pool_offset = round_up(header->sums_offset + header->sums_bytes, 2u << 20);
+    header->dedup_offset = round_up(header->sums_offset + header->sums_bytes, 4096);
+    header->dedup_bytes = round_up(dedup_file_bytes(disksize / UZRAM_PAGE_SIZE), 4096);
+    header->bundle_offset = round_up(header->dedup_offset + header->dedup_bytes, 4096);
+    header->bundle_bytes = bundle_records_bytes(disksize / UZRAM_PAGE_SIZE);
+    header->pool_offset = round_up(header->bundle_offset + header->bundle_bytes, 2u << 20);
     header->pool_bytes = POOL_FILE_BYTES;
     header->file_bytes = header->pool_offset + header->pool_bytes;
 }
@@ -98,8 +104,9 @@ static bool on_tmpfs(int fd)
  * mappings is allocated with fallocate() first, which fails with ENOSPC instead: here the
  * header, area, intents and the page table whole (16 bytes a page of the disk, as kernel zram
  * allocates its table whole; table.c then never gives a page of it back); pool spans as they
- * are made (pool.c), the backing store's checksum words as its blocks are taken (backing.c);
- * dictionaries are written with pwrite(). */
+ * are made (pool.c), the backing store's checksum words as its blocks are taken (backing.c),
+ * the dedup index's parts as they are mapped (dedup_ids.c); dictionaries are written with
+ * pwrite(). */
 static int hold_mapped(struct state_file *state, const struct state_header *layout)
 {
     struct statfs fs;
@@ -166,8 +173,11 @@ static int header_read(int fd, struct state_header *header)
         header->dict_offset != layout.dict_offset || header->dict_bytes != layout.dict_bytes ||
         header->table_offset != layout.table_offset || header->table_bytes != layout.table_bytes ||
         header->sums_offset != layout.sums_offset || header->sums_bytes != layout.sums_bytes ||
-        header->pool_offset != layout.pool_offset || header->pool_bytes != layout.pool_bytes ||
-        header->file_bytes != layout.file_bytes || (uint64_t)st.st_size < layout.file_bytes)
+        header->dedup_offset != layout.dedup_offset || header->dedup_bytes != layout.dedup_bytes ||
+        header->bundle_offset != layout.bundle_offset ||
+        header->bundle_bytes != layout.bundle_bytes || header->pool_offset != layout.pool_offset ||
+        header->pool_bytes != layout.pool_bytes || header->file_bytes != layout.file_bytes ||
+        (uint64_t)st.st_size < layout.file_bytes)
         return -EINVAL;
     return 0;
 }
@@ -341,6 +351,7 @@ int uzram_state_info(int state_fd, struct uzram_state_info *info)
     info->owner_pid = header.owner_pid;
     info->owner_alive = process_alive(header.owner_pid);
     info->clean = header.clean != 0;
+    info->use_dedup = header.use_dedup != 0;
     int primary = header.setting[0];
     if (primary >= 0 && primary < CODEC_TABLE_MAX)
         memcpy(info->comp_algorithm, header.codecs[primary].algorithm,

@@ -17,22 +17,30 @@
  *   0          header (struct state_header)
  *   4 KiB      the application's area (uzram_state_area(), STATE_AREA_BYTES)
  *   8 KiB      intent records (STATE_INTENTS of struct state_intent)
+ *   40 KiB     the device's counters of events (struct device_events, device.h)
  *   64 KiB     span directory (POOL_WINDOWS x 4 bytes, pool.h)
  *   then       dictionaries (CODEC_TABLE_MAX x STATE_DICT_BYTES: codec entry id's dictionary
  *              at id x STATE_DICT_BYTES, version 2 on)
  *   then       page table (page_count x 16 bytes, rounded up to 4 KiB)
  *   then       the backing store's checksum words (8 bytes a 4 KiB block, for the largest
  *              store, BACKING_MAX_BYTES: 256 GiB of address, only what is used is memory)
+ *   then       the dedup index (dedup_file_bytes(): its saved part and entry chunks, version 3
+ *              on; only the chunks in use are memory)
+ *   then       bundle records (bundle_records.h: short records then long ones, each region
+ *              room for the disk's pages and a few more; only chunks in use are memory)
  *   then       pool (POOL_FILE_BYTES, from a 2 MiB boundary)
  * The file is sparse: only what was written is memory.
  */
-/* 1: session 5's, without dictionaries (refused: -EPROTONOSUPPORT). */
-#define STATE_VERSION 2
+/* 1: session 5's, without dictionaries; 2: session 8's, without the dedup index and bundle
+ * records (both refused: -EPROTONOSUPPORT). */
+#define STATE_VERSION 3
 #define STATE_AREA_OFFSET 4096u
 #define STATE_AREA_BYTES 4096u
 #define STATE_INTENTS_OFFSET 8192u
 #define STATE_INTENTS 1024u
 #define STATE_DIR_OFFSET 65536u
+/* The device's counters of events (struct device_events), after the intent records. */
+#define STATE_EVENTS_OFFSET (STATE_INTENTS_OFFSET + STATE_INTENTS * 32u)
 #define STATE_DICT_BYTES COMP_DICT_MAX
 /* The backing store's path in the header (a longer one: -ENAMETOOLONG). */
 #define STATE_BACKING_PATH 2048u
@@ -73,6 +81,8 @@ struct state_header {
     uint64_t dict_offset, dict_bytes;
     uint64_t table_offset, table_bytes;
     uint64_t sums_offset, sums_bytes;
+    uint64_t dedup_offset, dedup_bytes;
+    uint64_t bundle_offset, bundle_bytes;
     uint64_t pool_offset, pool_bytes;
     uint64_t file_bytes;
     _Atomic int32_t owner_pid; /* 0: none */
@@ -81,6 +91,8 @@ struct state_header {
     uint64_t mem_limit;
     uint32_t same_filled;
     uint32_t intents;
+    uint32_t use_dedup; /* 1: dedup on, its index in the dedup region (set before it is used) */
+    uint32_t unused_dedup;
     /* The codec table (codec_table.h): every entry ever used (adoption frees those no page
      * uses), and the id each priority's setting names (-1: none). */
     struct state_codec codecs[CODEC_TABLE_MAX];
@@ -168,6 +180,15 @@ int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsig
 void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags);
 void state_backing_forget(struct state_file *state);
 int state_backing_adopt(struct uzram *dev);
+
+/* The device's counters of events in the state: they outlive the process (the file is new:
+ * zeros; adopted: what the last owner counted, to the last event before a kill). */
+static inline struct device_events *state_events(struct state_file *state)
+{
+    _Static_assert(STATE_EVENTS_OFFSET + sizeof(struct device_events) <= STATE_DIR_OFFSET,
+                   "the counters fit between the intent records and the span directory");
+    return (struct device_events *)(state->map + STATE_EVENTS_OFFSET);
+}
 
 /* Mark the state clean (quiesce). */
 void state_mark_clean(struct state_file *state);

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "bundle.h"
 #include "comp.h"
+#include "dedup.h"
 #include "file_extents.h"
 #include "pool.h"
 #include "state.h"
+#include "store.h"
 
 /* The codec table as the header has it, each entry with no user yet but its settings', its
  * dictionary made again from the file (dict=auto: the one trained before, not retrained). */
@@ -71,6 +74,55 @@ static void undo_intents(struct uzram *dev)
     }
 }
 
+/* An object a slot or a dedup entry owns (`owner` in the pool's terms): in the pool or on the
+ * backing store, its codec held, counted. */
+static int adopt_object(struct uzram *dev, const struct page_object *object, uint64_t owner)
+{
+    unsigned size = object->size, codec = object->codec;
+    if (size == 0 || size > UZRAM_PAGE_SIZE ||
+        (size != UZRAM_PAGE_SIZE && !dev->codecs.entries[codec].used))
+        return -EINVAL;
+    if (object->state == SLOT_BACKED) {
+        struct backing *backing = device_backing(dev);
+        if (!backing || !backing_adopt_fits(backing, object->value, size))
+            return -EINVAL;
+        backing_adopt_object(backing, object->value, size);
+        counter_add(&dev->bd_objects, 1);
+        counter_add(&dev->bd_data_size, size);
+    } else {
+        if ((object->state == SLOT_HUGE) != (size == UZRAM_PAGE_SIZE))
+            return -EINVAL;
+        int rc = pool_adopt_object(dev->pool, object->value, owner, size);
+        if (rc < 0)
+            return rc;
+        counter_add(&dev->compr_data_size, size);
+    }
+    if (size != UZRAM_PAGE_SIZE)
+        codec_table_hold(&dev->codecs, codec);
+    return 0;
+}
+
+/* A slot that names a dedup entry: a reference counted, the entry's object adopted with its
+ * first (the entry its owner). */
+static int adopt_dedup_slot(struct uzram *dev, uint64_t index, uint64_t value, bool *huge)
+{
+    struct dedup *dedup = device_dedup(dev);
+    if (!dedup || value > UINT32_MAX)
+        return -EINVAL;
+    uint32_t id = (uint32_t)value;
+    struct dedup_object object;
+    int rc = dedup_adopt_ref(dedup, &id, &object);
+    if (rc < 0)
+        return rc;
+    if (id != value) /* an index move finished (dedup_adopt_ref) */
+        dev->slots[index].value = id;
+    *huge = dedup_is_huge(dedup, id);
+    if (rc == 0)
+        return 0;
+    const struct page_object form = store_dedup_form(&object);
+    return adopt_object(dev, &form, OWNER_DEDUP_BIT | id);
+}
+
 /* One slot found in the table: unlocked, and counted with its object. */
 static int adopt_slot(struct uzram *dev, uint64_t index, struct slot *slot)
 {
@@ -79,50 +131,42 @@ static int adopt_slot(struct uzram *dev, uint64_t index, struct slot *slot)
         atomic_store_explicit(&dev->slots[index].info, info &= ~SLOT_LOCK, memory_order_relaxed);
     if (info == 0)
         return 0;
-    enum slot_state state = slot_info_state(info);
-    unsigned size = slot_info_size(info), codec = slot_info_codec(info);
-    switch (state) {
+    struct page_object object;
+    object.state = slot_info_state(info);
+    object.size = slot_info_size(info);
+    object.codec = slot_info_codec(info);
+    object.value = slot->value;
+    bool huge = object.size == UZRAM_PAGE_SIZE;
+    int rc = 0;
+    switch (object.state) {
     case SLOT_SAME:
         counter_add(&dev->same_pages, 1);
         if (slot->value == 0)
             counter_add(&dev->zero_pages, 1);
+        huge = false;
         break;
     case SLOT_COMPRESSED:
     case SLOT_HUGE:
-        if (size == 0 || size > UZRAM_PAGE_SIZE ||
-            (state == SLOT_HUGE) != (size == UZRAM_PAGE_SIZE))
-            return -EINVAL;
-        if (size != UZRAM_PAGE_SIZE) {
-            if (!dev->codecs.entries[codec].used)
-                return -EINVAL;
-            codec_table_hold(&dev->codecs, codec);
-        } else
-            counter_add(&dev->huge_pages, 1);
-        int rc = pool_adopt_object(dev->pool, slot->value, index + 1, size);
-        if (rc < 0)
-            return rc;
-        counter_add(&dev->compr_data_size, size);
+    case SLOT_BACKED:
+        rc = adopt_object(dev, &object, index + 1);
         break;
-    case SLOT_BACKED: {
-        struct backing *backing = device_backing(dev);
-        if (!backing || !backing_adopt_fits(backing, slot->value, size) ||
-            (size != UZRAM_PAGE_SIZE && !dev->codecs.entries[codec].used))
-            return -EINVAL;
-        if (size != UZRAM_PAGE_SIZE)
-            codec_table_hold(&dev->codecs, codec);
-        else
-            counter_add(&dev->huge_pages, 1);
-        backing_adopt_object(backing, slot->value, size);
-        counter_add(&dev->bd_objects, 1);
-        counter_add(&dev->bd_data_size, size);
+    case SLOT_DEDUP:
+        rc = adopt_dedup_slot(dev, index, slot->value, &huge);
         break;
-    }
     case SLOT_EMPTY:
         return slot->value == 0 ? 0 : -EINVAL;
-    default: /* dedup, bundles: not in a state file (uzram.h) */
+    case SLOT_BUNDLED:
+        rc = bundle_adopt_member(dev, index, slot->value, object.codec);
+        huge = false;
+        break;
+    default:
         return -EINVAL;
     }
+    if (rc < 0)
+        return rc;
     counter_add(&dev->pages_stored, 1);
+    if (huge)
+        counter_add(&dev->huge_pages, 1);
     if (info & SLOT_IDLE)
         counter_add(&dev->idle_pages, 1);
     if (info & SLOT_INCOMPRESSIBLE)
@@ -154,6 +198,19 @@ static int adopt_extent(void *arg, uint64_t from, uint64_t to)
     return 0;
 }
 
+/* The dedup index's rebuild around the slots' (dedup_adopt.c): its object that an index move
+ * left named by the old id as its pool owner named by the new one. */
+static int dedup_finish(struct uzram *dev)
+{
+    bool moved;
+    uint32_t id;
+    struct dedup_object object;
+    int rc = dedup_adopt_finish(device_dedup(dev), &moved, &id, &object);
+    if (rc == 0 && moved && !(object.handle & OBJECT_BACKED))
+        rc = pool_set_owner(dev->pool, object.handle, OWNER_DEDUP_BIT | id);
+    return rc;
+}
+
 int state_rebuild(struct uzram *dev)
 {
     int rc = restore_codecs(dev);
@@ -162,12 +219,19 @@ int state_rebuild(struct uzram *dev)
     undo_intents(dev);
     /* The backing store first: the slots that name it make its map. */
     rc = state_backing_adopt(dev);
+    if (rc == 0 && device_dedup(dev))
+        rc = dedup_adopt_begin(device_dedup(dev));
+    /* and the bundle records' chunks, which the slots that name records claim */
+    if (rc == 0)
+        rc = bundle_records_adopt_start(dev);
     const struct state_header *header = dev->state->header;
     if (rc == 0)
         rc = file_each_data(dev->state->fd, header->table_offset,
                             header->table_offset + header->table_bytes, adopt_extent, dev);
     if (rc == 0)
         rc = pool_adopt_finish(dev->pool);
+    if (rc == 0 && device_dedup(dev))
+        rc = dedup_finish(dev);
     if (rc == 0 && device_backing(dev))
         backing_adopt_finish(device_backing(dev));
     codec_table_restore_done(&dev->codecs);

@@ -32,7 +32,7 @@ int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsig
     (void)fallocate(state->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                     (off_t)state->header->sums_offset, (off_t)state->header->sums_bytes);
     struct backing_kept kept = {.fd = state->fd, .sums_offset = state->header->sums_offset};
-    int rc = backing_open_kept(path, size, flags, &dev->bd_checksum_errors, &kept, out);
+    int rc = backing_open_kept(path, size, flags, &dev->events->bd_checksum_errors, &kept, out);
     if (rc < 0)
         return rc;
     /* The next process finds it by this name, whatever its working directory. */
@@ -45,7 +45,7 @@ int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsig
         /* Reopened under its absolute name, so that uzram_get_backing_dev() says it. */
         backing_close(*out);
         rc = backing_open_kept(absolute, size, flags | UZRAM_BACKING_OVERWRITE,
-                               &dev->bd_checksum_errors, &kept, out);
+                               &dev->events->bd_checksum_errors, &kept, out);
     } else if (rc < 0) {
         backing_close_emptied(*out);
     }
@@ -82,7 +82,7 @@ int state_backing_adopt(struct uzram *dev)
         .fd = dev->state->fd, .sums_offset = header->sums_offset, .adopt = true};
     struct backing *backing;
     int rc = backing_open_kept(header->backing_path, size, header->backing_flags,
-                               &dev->bd_checksum_errors, &kept, &backing);
+                               &dev->events->bd_checksum_errors, &kept, &backing);
     if (rc == 0)
         atomic_store_explicit(&dev->backing, backing, memory_order_release);
     return rc;

@@ -173,7 +173,7 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
     int rc = backing_read(device_backing(dev), object->value, object->size, &data);
     if (rc < 0)
         return -EIO;
-    counter_add(&dev->bd_reads, 1);
+    counter_add(&dev->events->bd_reads, 1);
     backed_bytes = data;
     return store_decode(dev, data, object->size, object->codec, page);
 }
@@ -218,7 +218,7 @@ static void dedup_object_rehome(void *arg, const struct dedup_object *object, ui
         (void)pool_set_owner(dev->pool, object->handle, OWNER_DEDUP_BIT | id);
 }
 
-int store_dedup_create(struct uzram *dev, struct dedup **out)
+int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out)
 {
     const struct dedup_object_ops ops = {
         .load = dedup_object_load,
@@ -226,7 +226,13 @@ int store_dedup_create(struct uzram *dev, struct dedup **out)
         .rehome = dedup_object_rehome,
         .arg = dev,
     };
-    return dedup_create(dev->page_count, &ops, out);
+    const struct dedup_file file = {
+        .fd = dev->state ? dev->state->fd : -1,
+        .offset = dev->state ? dev->state->header->dedup_offset : 0,
+        .limited = dev->state && dev->state->limited,
+        .adopt = adopt,
+    };
+    return dedup_create_in(dev->page_count, &ops, dev->state ? &file : NULL, out);
 }
 
 _Static_assert(POOL_HANDLE_BITS <= 47 && BACKING_MAX_BYTES <= OBJECT_BACKED &&
@@ -260,7 +266,7 @@ static void account_new(struct uzram *dev, const struct page_object *object, boo
     }
     if (huge) {
         counter_add(&dev->huge_pages, 1);
-        counter_add(&dev->huge_pages_since, 1);
+        counter_add(&dev->events->huge_pages_since, 1);
     }
 }
 
@@ -521,7 +527,7 @@ static void discard_page(struct uzram *dev, uint64_t index)
         return;
     const struct page_object empty = {.state = SLOT_EMPTY};
     if (slot_replace(dev, slot, &empty, false, false, 0) != SLOT_EMPTY)
-        counter_add(&dev->notify_free, 1);
+        counter_add(&dev->events->notify_free, 1);
 }
 
 void store_discard_all(struct uzram *dev)
@@ -536,7 +542,7 @@ static int check_range(struct uzram *dev, uint64_t offset, uint64_t length)
 {
     if (offset % UZRAM_SECTOR_SIZE || length % UZRAM_SECTOR_SIZE || offset > dev->disksize ||
         length > dev->disksize - offset) {
-        counter_add(&dev->invalid_io, 1);
+        counter_add(&dev->events->invalid_io, 1);
         return -EINVAL;
     }
     return 0;
@@ -599,7 +605,7 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         if (page != out)
             memcpy(out, page + part.offset, chunk);
         if (rc < 0)
-            counter_add(&dev->failed_reads, 1);
+            counter_add(&dev->events->failed_reads, 1);
         offset += chunk;
         out += chunk;
         length -= chunk;
@@ -621,7 +627,7 @@ static int write_range(struct uzram *dev, uint64_t offset, const unsigned char *
         else
             rc = write_partial(dev, part.index, part.offset, data, chunk, now);
         if (rc < 0)
-            counter_add(&dev->failed_writes, 1);
+            counter_add(&dev->events->failed_writes, 1);
         offset += chunk;
         if (data)
             data += chunk;
@@ -689,7 +695,7 @@ int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *
                  unsigned *flags)
 {
     if (length == 0 || offset >= dev->disksize || length > dev->disksize - offset) {
-        counter_add(&dev->invalid_io, 1);
+        counter_add(&dev->events->invalid_io, 1);
         return -EINVAL;
     }
     uint64_t index = offset / UZRAM_PAGE_SIZE;
@@ -740,7 +746,7 @@ static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
         return dedup && dedup_try_lock_owner(dedup, (uint32_t)(owner & ~OWNER_DEDUP_BIT), handle);
     }
     if (owner & OWNER_BUNDLE_BIT)
-        return bundle_try_lock_owner(owner, handle);
+        return bundle_try_lock_owner(dev, owner, handle);
     if (owner == 0 || owner > dev->page_count)
         return false;
     struct slot *slot = &dev->slots[owner - 1];
@@ -761,7 +767,7 @@ static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
         return;
     }
     if (owner & OWNER_BUNDLE_BIT) {
-        bundle_relocate(owner, old_handle, new_handle);
+        bundle_relocate(dev, owner, old_handle, new_handle);
         return;
     }
     struct slot *slot = &dev->slots[owner - 1];
@@ -777,6 +783,6 @@ uint64_t store_compact_pool(struct uzram *dev)
         .arg = dev,
     };
     uint64_t freed = pool_compact(dev->pool, &ops);
-    counter_add(&dev->pages_compacted, freed);
+    counter_add(&dev->events->pages_compacted, freed);
     return freed;
 }

@@ -3,6 +3,8 @@
  * while the index moves it (dedup_move), and point them at its new id. */
 #include "store_index.h"
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "dedup.h"
@@ -51,6 +53,26 @@ static long collect(struct uzram *dev, uint64_t lo, uint64_t hi, struct namer *l
     return count;
 }
 
+#ifdef UZRAM_TEST_HOOKS
+static _Atomic long kill_after = -1;
+
+void store_index_test_kill_after(long updates)
+{
+    atomic_store(&kill_after, updates);
+}
+
+static void test_kill_point(void)
+{
+    long left = atomic_load(&kill_after);
+    if (left >= 0 && atomic_fetch_sub(&kill_after, 1) == 1)
+        raise(SIGKILL);
+}
+#else
+static void test_kill_point(void)
+{
+}
+#endif
+
 /* Move entry list[0].id, named by the `count` slots in list: all locked (the first waited
  * for, the others only tried: this thread holds several slot locks at once, so it must not
  * wait on a second one), still naming it, and its references exactly theirs. */
@@ -71,12 +93,14 @@ static bool move_entry(struct uzram *dev, struct dedup *dedup, const struct name
     uint32_t to = 0;
     bool moved =
         named && locked == count && dedup_move(dedup, list[0].id, (uint32_t)count, &to) == 0;
-    for (size_t k = 0; k < locked; k++) {
-        struct slot *slot = &dev->slots[list[k].index];
-        if (moved)
-            slot_set_value(dev, slot, to);
-        slot_unlock(slot);
+    for (size_t k = 0; moved && k < locked; k++) {
+        slot_set_value(dev, &dev->slots[list[k].index], to);
+        test_kill_point();
     }
+    if (moved) /* every slot names `to`: the old id given back */
+        dedup_move_done(dedup, list[0].id);
+    for (size_t k = 0; k < locked; k++)
+        slot_unlock(&dev->slots[list[k].index]);
     return moved;
 }
 

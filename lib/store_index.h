@@ -13,4 +13,11 @@ struct uzram;
  * entries moved. */
 uint64_t store_compact_index(struct uzram *dev);
 
+#ifdef UZRAM_TEST_HOOKS
+/* Test builds: the process SIGKILLs itself once `updates` more page slots have been pointed at
+ * a moved entry's new id (a move's slots split between the old id and the new; negative: never),
+ * as a kill at that instant would leave it for a successor (test_state_dedup.c). */
+void store_index_test_kill_after(long updates);
+#endif
+
 #endif

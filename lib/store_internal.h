@@ -43,9 +43,6 @@ int store_decode(struct uzram *dev, const void *data, unsigned length, unsigned 
 /* Read the page of a locked slot into `page`, whatever its form. */
 int store_load_locked(struct uzram *dev, struct slot *slot, void *page);
 
-/* The form of a dedup entry's object: COMPRESSED, HUGE, or (written back) BACKED. */
-struct page_object store_dedup_form(const struct dedup_object *object);
-
 /* Whether a form is a raw page, in memory or written back (a dedup reference: its entry's;
  * the caller holds the reference, e.g. with the slot locked). */
 bool store_object_is_huge(struct uzram *dev, const struct page_object *object);

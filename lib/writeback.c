@@ -718,8 +718,9 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
     } else if (!detach) {
         rc = batch_buffers_make(&buffers);
         if (rc == 0)
-            rc = dev->state ? state_backing_open(dev, path, size, flags, &opened)
-                            : backing_open(path, size, flags, &dev->bd_checksum_errors, &opened);
+            rc = dev->state
+                     ? state_backing_open(dev, path, size, flags, &opened)
+                     : backing_open(path, size, flags, &dev->events->bd_checksum_errors, &opened);
     }
     if (rc == 0) {
         struct backing *old = device_backing(dev);

@@ -77,10 +77,10 @@ int batch_write(struct batch *batch)
     }
     backing_end_batch(batch->backing, rc == 0);
     if (rc == -ENOSPC)
-        counter_add(&batch->dev->bd_nospace, 1);
+        counter_add(&batch->dev->events->bd_nospace, 1);
     else if (rc < 0)
-        counter_add(&batch->dev->bd_write_errors, 1);
-    counter_add(&batch->dev->bd_writes, published);
+        counter_add(&batch->dev->events->bd_write_errors, 1);
+    counter_add(&batch->dev->events->bd_writes, published);
     if (!batch->relocating)
         limit_take(batch->limit, published);
     batch->written += published;
@@ -128,7 +128,7 @@ int batch_add(struct batch *batch, uint64_t index, const struct writeback_filter
             if (rc == 0)
                 continue;
         } else if (rc == -ENOSPC) {
-            counter_add(&dev->bd_nospace, 1);
+            counter_add(&dev->events->bd_nospace, 1);
         }
         writeback_page_drop(dev, item);
         return rc == -EAGAIN ? -ENOSPC : rc;

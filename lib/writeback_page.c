@@ -91,12 +91,12 @@ static bool slot_lock_for_writeback(struct slot *slot, bool patient)
 
 /* A page of a bundle leaves it when it is written back: the object written is the page
  * compressed alone (store_compress_alone), and the item holds the bundle (so that its
- * address names no other one until the item is published or dropped) and a user of that
+ * record names no other one until the item is published or dropped) and a user of that
  * codec. The slot is locked on entry and unlocked here. */
 static int take_bundled(struct uzram *dev, struct slot *slot, struct writeback_item *item,
                         void *bytes)
 {
-    struct bundle *bundle = bundle_of(item->value);
+    struct bundle *bundle = bundle_of(dev, item->value);
     bundle_hold(bundle);
     slot_unlock(slot);
     static __thread unsigned char page[UZRAM_PAGE_SIZE];
@@ -118,11 +118,11 @@ static void drop_bundled(struct uzram *dev, struct writeback_item *item)
 {
     if (item->size != UZRAM_PAGE_SIZE)
         codec_table_release(&dev->codecs, item->codec);
-    bundle_put(dev, bundle_of(item->value));
+    bundle_put(dev, bundle_of(dev, item->value));
 }
 
 /* The written copy of a bundle's page takes its place if the slot still names the same
- * member (held: no other bundle has its address); the page leaves the bundle. */
+ * member (held: no other bundle has its record); the page leaves the bundle. */
 static bool publish_bundled(struct uzram *dev, struct writeback_item *item, bool wait)
 {
     struct slot *slot = &dev->slots[item->index];
@@ -142,7 +142,7 @@ static bool publish_bundled(struct uzram *dev, struct writeback_item *item, bool
     }
     if (same) {
         bundle_leave(dev, item->value);
-        bundle_put(dev, bundle_of(item->value));
+        bundle_put(dev, bundle_of(dev, item->value));
     } else {
         drop_bundled(dev, item);
     }

@@ -480,6 +480,7 @@ static bool move_fault_run(uint64_t nth)
         int rc = dedup_move(dedup, ids[key], 1, &to);
         if (rc == 0) {
             assert_true(to < ids[key]);
+            dedup_move_done(dedup, ids[key]);
             ids[key] = to;
         } else {
             assert_int_equal(rc, -ENOSPC);

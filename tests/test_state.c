@@ -1,9 +1,9 @@
 /* test_state.c - a device's state in a shareable file (lib/state.c, state_adopt.c,
  * pool_adopt.c): made, left and adopted with every page read back; format versions and live
  * owners refused with the file unchanged; reads of a fresh disk that cost the file nothing;
- * features the file cannot keep refused; and a process SIGKILLed hundreds of times in the
- * middle of writes, discards, recompression and compaction, whose successor finds every page
- * old or new and the accounting exact. */
+ * bundles, which the file cannot keep, refused (dedup: test_state_dedup.c); and a process SIGKILLed
+ * hundreds of times in the middle of writes, discards, recompression and compaction, whose
+ * successor finds every page old or new and the accounting exact. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -97,6 +97,14 @@ static void test_state_round_trip(void **unused)
     assert_int_equal(after.zero_pages, before.zero_pages);
     assert_int_equal(after.huge_pages, before.huge_pages);
     assert_int_equal(after.mem_used_total, before.mem_used_total);
+    /* the counters of events go on where they were (they were 0 after adoption before) */
+    assert_true(before.notify_free > 0 && before.recomp_pages > 0 && before.huge_pages_since > 0);
+    assert_int_equal(after.notify_free, before.notify_free);
+    assert_int_equal(after.recomp_pages, before.recomp_pages);
+    assert_int_equal(after.recomp_bytes, before.recomp_bytes);
+    assert_int_equal(after.recomp_saved_bytes, before.recomp_saved_bytes);
+    assert_int_equal(after.huge_pages_since, before.huge_pages_since);
+    assert_int_equal(after.invalid_io, before.invalid_io);
     assert_string_equal(uzram_state_area(dev, &area_size), "export=x ublk=3");
     struct uzram_config now;
     assert_int_equal(uzram_get_config(dev, &now), 0);
@@ -109,14 +117,63 @@ static void test_state_round_trip(void **unused)
     for (uint64_t i = 0; i < 64; i++)
         state_test_write(dev, i, gens[i] = (uint32_t)i + 3);
     state_test_check(dev, gens, pages);
-    assert_int_equal(uzram_discard(dev, 0, pages * PAGE), 0);
-    assert_int_equal(uzram_compact(dev, NULL), 0);
-    struct uzram_stats empty = test_stats(dev);
-    assert_int_equal(empty.pages_stored, 0);
-    assert_int_equal(empty.compr_data_size, 0);
-    assert_int_equal(empty.mem_used_total, 0);
+    state_test_empty(dev, pages);
     uzram_destroy(dev);
     free(gens);
+    close(fd);
+}
+
+/* The counters of events are in the state: a process SIGKILLed right after its last events
+ * leaves them counted, and a reset zeroes them as zram's does. */
+static void test_state_events_survive_kill(void **unused)
+{
+    (void)unused;
+    int fd = state_test_memfd();
+    struct uzram_config config = config_of(64 * PAGE);
+    struct uzram *dev;
+    assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
+    for (uint64_t i = 0; i < 8; i++)
+        state_test_write(dev, i, (uint32_t)i + 1);
+    uzram_destroy(dev);
+    int done[2];
+    assert_int_equal(pipe(done), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        unsigned char page[PAGE];
+        if (uzram_adopt(fd, &dev) != 0)
+            _exit(2);
+        for (int i = 0; i < 5; i++) /* misaligned: invalid_io */
+            if (uzram_read(dev, 1, page, PAGE) != -EINVAL)
+                _exit(2);
+        for (uint64_t i = 0; i < 3; i++) /* notify_free */
+            if (uzram_discard(dev, i * PAGE, PAGE) != 0)
+                _exit(2);
+        if (write(done[1], "", 1) != 1)
+            _exit(2);
+        pause();
+    }
+    char byte;
+    assert_int_equal(read(done[0], &byte, 1), 1);
+    kill(child, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    struct uzram_stats stats = test_stats(dev);
+    assert_int_equal(stats.invalid_io, 5);
+    assert_int_equal(stats.notify_free, 3);
+    assert_int_equal(stats.pages_stored, 5);
+    assert_int_equal(uzram_reset(dev), 0);
+    stats = test_stats(dev);
+    assert_int_equal(stats.invalid_io, 0);
+    assert_int_equal(stats.notify_free, 0);
+    uzram_destroy(dev);
+    assert_int_equal(uzram_adopt(fd, &dev), 0); /* zeroed in the state too */
+    assert_int_equal(test_stats(dev).invalid_io, 0);
+    uzram_destroy(dev);
+    close(done[0]);
+    close(done[1]);
     close(fd);
 }
 
@@ -151,12 +208,14 @@ static void test_state_version_refused(void **unused)
     read_header(fd, after, sizeof after);
     assert_memory_equal(before, after, sizeof before);
 
-    /* Version 1 (before dictionaries and the backing store were kept) is another version. */
-    const uint32_t first_version = 1;
-    assert_int_equal(pwrite(fd, &first_version, sizeof first_version, at), sizeof first_version);
-    assert_int_equal(uzram_adopt(fd, &dev), -EPROTONOSUPPORT);
-    assert_int_equal(uzram_state_info(fd, &info), -EPROTONOSUPPORT);
-    assert_int_equal(info.version, 1);
+    /* Version 1 (before dictionaries and the backing store were kept) and version 2 (before
+     * the dedup index was) are other versions. */
+    for (uint32_t old = 1; old <= 2; old++) {
+        assert_int_equal(pwrite(fd, &old, sizeof old, at), sizeof old);
+        assert_int_equal(uzram_adopt(fd, &dev), -EPROTONOSUPPORT);
+        assert_int_equal(uzram_state_info(fd, &info), -EPROTONOSUPPORT);
+        assert_int_equal(info.version, old);
+    }
 
     /* Put back, it adopts. */
     assert_int_equal(pwrite(fd, &version, sizeof version, at), sizeof version);
@@ -228,21 +287,15 @@ static void test_state_owner_alive_refused(void **unused)
     close(fd);
 }
 
-static void test_state_refuses_what_it_cannot_keep(void **unused)
+static void test_state_keeps_dedup_and_bundles(void **unused)
 {
     (void)unused;
     int fd = state_test_memfd();
     struct uzram_config config = config_of(16 * MIB);
-    config.use_dedup = true;
     struct uzram *dev;
-    assert_int_equal(uzram_create_in(&config, fd, &dev), -EOPNOTSUPP);
-    struct stat st;
-    assert_int_equal(fstat(fd, &st), 0);
-    assert_int_equal(st.st_size, 0);
-    config.use_dedup = false;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-    assert_int_equal(uzram_set_dedup(dev, true), -EOPNOTSUPP);
-    assert_int_equal(uzram_set_recompress_group(dev, 4), -EOPNOTSUPP);
+    assert_int_equal(uzram_set_dedup(dev, true), 0);         /* the index is kept */
+    assert_int_equal(uzram_set_recompress_group(dev, 4), 0); /* bundles are kept */
     uzram_destroy(dev);
     close(fd);
     /* Without a state file, no area. */
@@ -363,63 +416,31 @@ static void test_state_reserve_kept(void **unused)
 
 _Static_assert(KILL_PAGES <= STATE_TEST_LOG_PAGES, "the log follows every page");
 
-/* What the child is doing, in memory it shares with the parent. */
-struct kill_log {
-    struct state_test_log pages;
-    _Atomic uint32_t op; /* what it does: an OP_ */
-};
-
-enum { OP_BETWEEN, OP_CHANGE, OP_RECOMPRESS, OP_COMPACT, OP_COUNT };
-
 /* The child: adopt, then change pages until killed. Exits 2 on a failure. */
-static void kill_child(int fd, struct kill_log *log, uint64_t seed)
+static void kill_child(int fd, struct state_test_log *log, uint64_t seed)
 {
     struct uzram *dev;
     if (uzram_adopt(fd, &dev) != 0)
         _exit(2);
-    atomic_store(&log->pages.adopted, 1);
-    struct datagen_rng rng;
-    datagen_rng_seed(&rng, seed);
-    unsigned char page[PAGE];
-    for (;;) {
-        unsigned op = (unsigned)datagen_rng_below(&rng, 100);
-        uint64_t first = datagen_rng_below(&rng, KILL_PAGES);
-        unsigned count = 1 + (unsigned)datagen_rng_below(&rng, 8);
-        if (first + count > KILL_PAGES)
-            count = (unsigned)(KILL_PAGES - first);
-        uint32_t gen = atomic_fetch_add(&log->pages.next_gen, 1);
-        int rc = 0;
-        atomic_store(&log->op, op < 85 ? OP_CHANGE : op < 90 ? OP_RECOMPRESS : OP_COMPACT);
-        if (op < 70) {
-            state_test_log_mark(&log->pages, first, 1, gen, false);
-            state_test_page(first, gen, page);
-            rc = uzram_write(dev, first * PAGE, page, PAGE);
-            state_test_log_mark(&log->pages, first, 1, gen, true);
-        } else if (op < 85) {
-            state_test_log_mark(&log->pages, first, count, 0, false);
-            rc = op < 80 ? uzram_discard(dev, first * PAGE, count * (uint64_t)PAGE)
-                         : uzram_write_zeroes(dev, first * PAGE, count * (uint64_t)PAGE, true);
-            state_test_log_mark(&log->pages, first, count, 0, true);
-        } else if (op < 90) {
-            rc = uzram_recompress(dev, 0, 0, 8, 0, NULL);
-        } else {
-            rc = uzram_compact(dev, NULL);
-        }
-        atomic_store(&log->op, OP_BETWEEN);
-        if (rc != 0)
-            _exit(2);
-    }
+    const struct state_test_mix mix = {.pages = KILL_PAGES,
+                                       .writes = 70,
+                                       .discards = 80,
+                                       .zeroes = 85,
+                                       .recompress = 90,
+                                       .writeback = 90,
+                                       .recompress_pages = 8};
+    state_test_run(dev, log, &mix, seed);
 }
 
 /* The parent after a kill: every page old or new, the levels exactly what the pages are.
  * Returns whether a change was under way. */
-static bool kill_check(struct uzram *dev, struct kill_log *log)
+static bool kill_check(struct uzram *dev, struct state_test_log *log)
 {
     bool underway = false;
     uint64_t stored = 0, same = 0, huge = 0;
     for (uint64_t i = 0; i < KILL_PAGES; i++) {
-        underway |= atomic_load(&log->pages.pending[i]) != STATE_TEST_NONE;
-        uint32_t gen = state_test_settle(dev, &log->pages, i);
+        underway |= atomic_load(&log->pending[i]) != STATE_TEST_NONE;
+        uint32_t gen = state_test_settle(dev, log, i);
         uint64_t run;
         unsigned flags;
         assert_int_equal(uzram_extent(dev, i * PAGE, PAGE, &run, &flags), 0);
@@ -446,17 +467,17 @@ static void test_state_survives_kills(void **unused)
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     uzram_destroy(dev);
-    struct kill_log *log = state_test_log_new(sizeof *log);
+    struct state_test_log *log = state_test_log_new(sizeof *log);
     struct datagen_rng rng;
     datagen_rng_seed(&rng, test_random_seed("state_survives_kills"));
-    unsigned underway = 0, during[OP_COUNT] = {0};
+    unsigned underway = 0, during[STATE_TEST_DOINGS] = {0};
     for (unsigned round = 0; round < KILL_ROUNDS; round++) {
-        pid_t child = state_test_fork(&log->pages);
+        pid_t child = state_test_fork(log);
         if (child == 0)
             kill_child(fd, log, datagen_rng_next(&rng));
-        state_test_kill(child, &log->pages, (long)datagen_rng_below(&rng, 5000));
+        state_test_kill(child, log, (long)datagen_rng_below(&rng, 5000));
         assert_int_equal(uzram_adopt(fd, &dev), 0);
-        during[atomic_load(&log->op)]++;
+        during[atomic_load(&log->doing)]++;
         underway += kill_check(dev, log);
         if (round % 50 == 49 || round == KILL_ROUNDS - 1) {
             /* Nothing leaks: every page discarded, the pool gives everything back. */
@@ -466,17 +487,17 @@ static void test_state_survives_kills(void **unused)
             assert_int_equal(stats.pages_stored, 0);
             assert_int_equal(stats.compr_data_size, 0);
             assert_int_equal(stats.mem_used_total, 0);
-            state_test_log_zeros(&log->pages);
+            state_test_log_zeros(log);
         }
         uzram_destroy(dev);
     }
     /* The kills came in the middle of changes (not all between them). */
     printf("%u kills: %u in writes or discards (%u with a page changing), %u in recompression, "
            "%u in compaction, %u between calls\n",
-           KILL_ROUNDS, during[OP_CHANGE], underway, during[OP_RECOMPRESS], during[OP_COMPACT],
-           during[OP_BETWEEN]);
+           KILL_ROUNDS, during[STATE_TEST_CHANGE], underway, during[STATE_TEST_RECOMPRESS],
+           during[STATE_TEST_COMPACT], during[STATE_TEST_BETWEEN]);
     assert_true(underway >= KILL_ROUNDS / 10);
-    assert_true(during[OP_RECOMPRESS] > 0 && during[OP_COMPACT] > 0);
+    assert_true(during[STATE_TEST_RECOMPRESS] > 0 && during[STATE_TEST_COMPACT] > 0);
     munmap(log, sizeof *log);
     close(fd);
 }
@@ -563,49 +584,11 @@ static void test_state_concurrent_writers(void **unused)
 static void test_state_fault_sweep(void **unused)
 {
     (void)unused;
-    if (!fault_enabled())
-        skip();
     uint32_t gens[64];
     for (unsigned i = 0; i < 64; i++)
         gens[i] = i % 3 ? i + 1 : 0;
-    uint64_t swept = 0;
-    for (uint64_t nth = 1;; nth++) {
-        int fd = state_test_memfd();
-        struct uzram_config config = config_of(64 * PAGE);
-        struct uzram *dev = NULL;
-        fault_arm(nth);
-        int rc = uzram_create_in(&config, fd, &dev);
-        uint64_t made_hits = fault_hits();
-        fault_disarm();
-        if (made_hits) {
-            assert_int_equal(rc, -ENOMEM);
-            struct stat st;
-            assert_int_equal(fstat(fd, &st), 0);
-            assert_int_equal(st.st_size, 0);
-            assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
-        } else
-            assert_int_equal(rc, 0);
-        for (unsigned i = 0; i < 64; i++)
-            state_test_write(dev, i, gens[i]);
-        uzram_destroy(dev);
-        fault_arm(nth);
-        rc = uzram_adopt(fd, &dev);
-        uint64_t adopt_hits = fault_hits();
-        fault_disarm();
-        if (adopt_hits) {
-            assert_int_equal(rc, -ENOMEM);
-            assert_int_equal(uzram_adopt(fd, &dev), 0);
-        } else
-            assert_int_equal(rc, 0);
-        state_test_check(dev, gens, 64);
-        uzram_destroy(dev);
-        close(fd);
-        if (!made_hits && !adopt_hits)
-            break;
-        swept++;
-    }
-    printf("state create and adopt: %llu fault points swept\n", (unsigned long long)swept);
-    assert_true(swept > 0);
+    const struct uzram_config config = config_of(64 * PAGE);
+    state_test_fault_sweep(&config, gens, 64, "state create and adopt");
 }
 
 int main(int argc, char **argv)
@@ -613,9 +596,10 @@ int main(int argc, char **argv)
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_state_events_survive_kill),
         cmocka_unit_test(test_state_version_refused),
         cmocka_unit_test(test_state_owner_alive_refused),
-        cmocka_unit_test(test_state_refuses_what_it_cannot_keep),
+        cmocka_unit_test(test_state_keeps_dedup_and_bundles),
         cmocka_unit_test(test_state_sparse_reads),
         cmocka_unit_test(test_state_reserve_kept),
         cmocka_unit_test(test_state_survives_kills),

@@ -230,16 +230,11 @@ static int check_level(const struct device_factory *factory, struct device_plan 
     return 0;
 }
 
-/* The setting of `device` whose data a state file cannot keep yet (include/uzram.h,
- * uzram_create_in), as a message names it, or NULL. */
-static const char *persist_conflict(const struct device_factory *factory,
-                                    const struct device_plan *device)
+/* The setting of a device whose data a state file cannot keep yet (include/uzram.h,
+ * uzram_create_in), as a message names it, or NULL. Only the server's group: dedup and bundles
+ * are kept. */
+static const char *persist_conflict(const struct device_factory *factory)
 {
-    const char *recompress = device->recompress ? device->recompress : "";
-    if (device->config.use_dedup)
-        return "a dedup index (--dedup)";
-    if (strstr(recompress, "group=") != NULL && strstr(recompress, "group=0") == NULL)
-        return "bundles (group= of --recompress)";
     if (factory->server_mem_limit != 0)
         return "a device in a --server-mem-limit group";
     return NULL;
@@ -293,8 +288,7 @@ static int check_settings(const struct device_factory *factory, struct device_pl
                                                             UZRAM_TABLE_BYTES_PER_PAGE;
         option_label_of(device->from, OPT_PERSIST, &label);
         if (persist_check(&factory->to, &label, device->name, device->persist,
-                          factory->to.message != NULL, persist_conflict(factory, device),
-                          swap_bytes) < 0)
+                          factory->to.message != NULL, persist_conflict(factory), swap_bytes) < 0)
             return -1;
     }
     return 0;

@@ -220,8 +220,9 @@ static int state_fd(const struct complaints *to, const struct label *label, cons
     return fd;
 }
 
-/* Take over the state in `fd` (it holds one): the same size and algorithm as `config`, or
- * refused, so that a changed configuration does not silently serve other settings. */
+/* Take over the state in `fd` (it holds one): the same size, algorithm and dedup setting as
+ * `config`, or refused, so that a changed configuration does not silently serve other
+ * settings. */
 static int adopt(const struct complaints *to, const char *where, const struct uzram_config *config,
                  int fd, struct uzram **dev)
 {
@@ -254,6 +255,14 @@ static int adopt(const struct complaints *to, const char *where, const struct uz
                  "(--size %s --algorithm %s), or remove the state to start empty",
                  where, size, info.comp_algorithm, wanted, config->comp_algorithm, size,
                  info.comp_algorithm);
+        return -1;
+    }
+    if (info.use_dedup != config->use_dedup) {
+        complain(to,
+                 "%s holds a device with dedup %s, not %s as asked: give --dedup=%s, or remove "
+                 "the state to start empty",
+                 where, info.use_dedup ? "on" : "off", config->use_dedup ? "on" : "off",
+                 info.use_dedup ? "yes" : "no");
         return -1;
     }
     rc = uzram_adopt(fd, dev);

@@ -3,10 +3,11 @@
 # place (`uzram restart`: same pid, the sockets kept) with an NBD client writing, every byte
 # read back after it reconnects, and every write it was told was done among them; SIGKILL and
 # a new server on the same --persist=PATH: every byte back; with a zstd dictionary trained
-# (dict=auto) and with a backing store (pages written back), every byte back after SIGKILL,
-# the dictionary kept and the store's file required again; a state of another format version
-# refused, by a planned restart (the old server keeps serving) and at start (the file
-# unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
+# (dict=auto), with bundles (group=) and with a backing store (pages written back), every byte
+# back after SIGKILL, with dedup every byte and the index's counts back after a planned restart
+# and SIGKILL, the dictionary and the bundles kept and the store's file required again;
+# a state of another format version refused, by a planned restart (the old server keeps
+# serving) and at start (the file unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
 # the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
 # combinations refused with what to write.
 # Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
@@ -167,6 +168,22 @@ same_back d "$WORK/text" || fail "pages recompressed with a trained dictionary, 
 stop_server d
 pass "--recompress algo=zstd,dict=auto: pages recompressed with the trained dictionary read back after SIGKILL; the dictionary kept, not trained again"
 
+# --- bundles (group=), kept across SIGKILL ---
+bundle_args=(-s 8M --persist="$SHM/g.uzram" --recompress algo=zstd,group=8)
+start_server g "${bundle_args[@]}"
+nbdcopy "$WORK/text" "$(uri_of g)" || fail "nbdcopy text to g"
+"$UZRAM" attr g idle all >/dev/null || fail "idle all (g)"
+"$UZRAM" attr g recompress type=idle >/dev/null || fail "recompress pass (g)"
+bundles=$(stat_json_field g bundles) bundled=$(stat_json_field g bundled_pages)
+[[ $bundles -gt 0 ]] || fail "the pass made no bundle"
+kill9 g
+start_server g "${bundle_args[@]}"
+same_back g "$WORK/text" || fail "pages in bundles, after SIGKILL"
+[[ $(stat_json_field g bundles) == "$bundles" && $(stat_json_field g bundled_pages) == "$bundled" ]] ||
+    fail "bundles $(stat_json_field g bundles), bundled_pages $(stat_json_field g bundled_pages); were $bundles, $bundled"
+stop_server g
+pass "--recompress algo=zstd,group=8: $bundled pages in $bundles bundles read back after SIGKILL, the bundles kept"
+
 # --- a backing store: pages written back read back after SIGKILL; its file is the state's ---
 back_args=(-s 8M --persist="$SHM/w.uzram" --backing-file "$WORK/w.back")
 start_server w "${back_args[@]}"
@@ -197,6 +214,28 @@ same_back w "$WORK/text" || fail "pages written back, after refused starts"
 stop_server w
 pass "--backing-file: pages written back read back after SIGKILL and a planned restart (the state names its file; another file, none or a missing one refused)"
 
+# --- dedup: the index is in the state ---
+# 4 MiB of random pages written four times over: 1024 entries, three quarters of the bytes
+# shared.
+head -c $((4 * MiB)) /dev/urandom >"$WORK/quarter"
+cat "$WORK/quarter" "$WORK/quarter" "$WORK/quarter" "$WORK/quarter" >"$WORK/dups"
+start_server dd -s 64M --dedup --persist="$SHM/dd.uzram"
+nbdcopy "$WORK/dups" "$(uri_of dd)" || fail "nbdcopy into the dedup device"
+dedup_counts() { echo "$(stat_json_field dd dedup_entries) $(stat_json_field dd dup_data_size) $(stat_json_field dd meta_data_size)"; }
+counts=$(dedup_counts)
+[[ ${counts%% *} == 1024 ]] || fail "dedup device: entries, dup_data_size, meta_data_size: $counts"
+"$UZRAM" restart dd >/dev/null || fail "planned restart of the dedup device"
+same_back dd "$WORK/dups" || fail "dedup device: data after a planned restart"
+[[ $(dedup_counts) == "$counts" ]] || fail "dedup counts $counts, after a planned restart $(dedup_counts)"
+kill9 dd
+start_server dd -s 64M --dedup --persist="$SHM/dd.uzram"
+same_back dd "$WORK/dups" || fail "dedup device: data after SIGKILL"
+[[ $(dedup_counts) == "$counts" ]] || fail "dedup counts $counts, after SIGKILL $(dedup_counts)"
+kill9 dd
+refused "without the state's dedup" "holds a device with dedup on, not off as asked: give --dedup=yes" \
+    -n dd -s 64M --persist="$SHM/dd.uzram"
+pass "--dedup: every byte and dedup_entries, dup_data_size, meta_data_size back after a planned restart and SIGKILL ($counts); without --dedup refused"
+
 # --- other settings than the state's, and a file that is not a state ---
 kill9 r
 refused "another size" "holds a 64M lz4 device, not 128M lz4" -n r -s 128M --persist="$SHM/r.uzram"
@@ -210,7 +249,6 @@ pass "another size or algorithm than the state's, or a file that is not a state:
 # --- bad combinations ---
 refused "no PATH, no manager" "give --persist=PATH" -n b -s 16M --persist
 refused "relative PATH" "give an absolute path" -n b -s 16M --persist=b.uzram
-refused "with dedup" "cannot keep a dedup index" -n b -s 16M --dedup --persist="$SHM/b.uzram"
 refused "with a group limit" "--server-mem-limit" -n b -s 16M --server-mem-limit 64M --persist="$SHM/b.uzram"
 # A swap device's state must be where its pages are never swapped out (onto the device itself,
 # while no server runs: tests/vm/ublk-restart.sh swap) and have room to grow to its limit.

@@ -4,7 +4,8 @@
 # `uzram restart` (a planned restart in place); without them it FAILS, saying so (it is not in
 # make check's VM stage: `make vm-restart` runs it).
 #
-#   ublk-restart.sh [ext4 [KILLS]] [swap] [planned]     (default: ext4 with 20 kills, planned)
+#   ublk-restart.sh [ext4 [KILLS]] [swap] [planned] [dedup] [bundles]
+#                                                       (default: ext4 with 20 kills, planned)
 #
 # ext4:    ext4 on the device, a tree copied on it; fio random writes verified (crc32c) in rounds
 #          in a file on it while the server is SIGKILLed KILLS times at random moments and started
@@ -22,16 +23,24 @@
 #          state keeps 32 MiB for the successor besides the reserve (uzram(1), SWAP). Run by
 #          name (ublk-restart:swap), not among make vm-restart's default parts (minutes more).
 # planned: `uzram restart` under fio's verified random writes: no I/O error, every round verifies.
+# dedup: the servers of ext4 and planned with --dedup (the index in the state too).
+# bundles: the ext4 and planned servers pack idle pages into bundles (--recompress
+#          algo=zstd,level=3,group=8 --recompress-idle 1), which their states keep: each part
+#          says how many bundles the server held before its last kill or restart.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 
 PARTS=()
 KILLS=20
+SERVE=() # what the servers of ext4 and planned are given besides size and state (dedup, bundles)
+BUNDLES=0
 while (($#)); do
     case $1 in
     ext4 | swap | planned) PARTS+=("$1") ;;
+    bundles) SERVE+=(--recompress algo=zstd,level=3,group=8 --recompress-idle 1) BUNDLES=1 ;;
     [0-9]*) KILLS=$1 ;;
-    *) fail "unknown argument $1 (ext4 [KILLS], swap, planned)" ;;
+    dedup) SERVE+=(--dedup) ;;
+    *) fail "unknown argument $1 (ext4 [KILLS], swap, planned, dedup, bundles)" ;;
     esac
     shift
 done
@@ -95,11 +104,13 @@ stop_load() {
     LOAD_PID=""
 }
 load_alive() { kill -0 "$LOAD_PID" 2>/dev/null || fail "$1: the fio rounds ended: $(grep -m 5 -iE 'error|bad|verify|err=' "$WORK/load.failed" 2>/dev/null)"; }
+# bundles_of NAME: the bundles server NAME holds (debug_stat's bundles), for the pass lines.
+bundles_of() { "$UZRAM" attr "$1" debug_stat | awk '$1 == "bundles:" {print $2}'; }
 
 part_ext4() {
     local state=/dev/shm/rx.state dev
     make_tree
-    start_server rx -s 512M --persist="$state"
+    start_server rx -s 512M --persist="$state" "${SERVE[@]}"
     at_exit "rm -f $state"
     dev=$("$UZRAM" attach --via ublk rx) || fail "attach rx"
     mkfs.ext4 -q "$dev" && mount "$dev" "$MNT" || fail "mkfs/mount $dev"
@@ -107,11 +118,12 @@ part_ext4() {
     mkdir "$MNT/load"
     sync
     start_load "$MNT/load"
-    local kill
+    local kill bundles=0
     for ((kill = 1; kill <= KILLS; kill++)); do
         sleep "$((1 + RANDOM % 4)).$((RANDOM % 10))"
         load_alive "before kill $kill"
-        restart_after_kill rx "$state" "$dev" -s 512M
+        bundles=$(bundles_of rx)
+        restart_after_kill rx "$state" "$dev" -s 512M "${SERVE[@]}"
         load_alive "after kill $kill"
     done
     stop_load
@@ -120,7 +132,7 @@ part_ext4() {
     umount "$MNT"
     e2fsck -fn "$dev" >"$WORK/fsck" 2>&1 || fail "e2fsck after $KILLS kills: $(tail -n 5 "$WORK/fsck")"
     ! kernel_log_has "I/O error, dev ${dev#/dev/}" || fail "the kernel logged I/O errors on $dev"
-    pass "ext4 on $dev: $KILLS SIGKILLs, each time a new server took the state and the device over; $(cat "$WORK/load.rounds" 2>/dev/null) fio rounds verified, the tree equal, e2fsck clean"
+    pass "ext4 on $dev${SERVE[*]:+ (${SERVE[*]})}: $KILLS SIGKILLs, each time a new server took the state and the device over; $(cat "$WORK/load.rounds" 2>/dev/null) fio rounds verified, the tree equal, e2fsck clean$( ((BUNDLES)) && echo "; $bundles bundles before the last kill")"
     result ublk_restart_kills "$KILLS"
     "$UZRAM" detach rx
     stop_server rx
@@ -197,13 +209,15 @@ part_swap() {
 
 part_planned() {
     local state=/dev/shm/rp.state dev pid
-    start_server rp -s 512M --persist="$state"
+    start_server rp -s 512M --persist="$state" "${SERVE[@]}"
     at_exit "rm -f $state"
     dev=$("$UZRAM" attach --via ublk rp) || fail "attach rp"
     mkfs.ext4 -q "$dev" && mount "$dev" "$MNT" || fail "mkfs/mount $dev"
     start_load "$MNT"
     sleep 3
     pid=${SERVER_PID[rp]}
+    local bundles
+    bundles=$(bundles_of rp)
     "$UZRAM" restart rp >"$WORK/restart.out" 2>&1 || fail "uzram restart rp: $(cat "$WORK/restart.out")"
     sleep 3
     kill -0 "$pid" || fail "the server's pid $pid is gone after a planned restart"
@@ -213,7 +227,7 @@ part_planned() {
     umount "$MNT"
     e2fsck -fn "$dev" >"$WORK/fsck" 2>&1 || fail "e2fsck after the planned restart: $(tail -n 5 "$WORK/fsck")"
     ! kernel_log_has "I/O error, dev ${dev#/dev/}" || fail "the kernel logged I/O errors on $dev"
-    pass "uzram restart under fio: pid $pid kept, $dev served again, $(cat "$WORK/load.rounds" 2>/dev/null) fio rounds verified, e2fsck clean"
+    pass "uzram restart under fio${SERVE[*]:+ (${SERVE[*]})}: pid $pid kept, $dev served again, $(cat "$WORK/load.rounds" 2>/dev/null) fio rounds verified, e2fsck clean$( ((BUNDLES)) && echo "; $bundles bundles before the restart")"
     "$UZRAM" detach rp
     stop_server rp
 }
