@@ -121,6 +121,7 @@ echo "=== uzram-vm: guest up after $(cut -d' ' -f1 /proc/uptime) s"
 if [[ ${SHELL_MODE:-0} == 1 ]]; then
     echo "uzram-vm: a shell in the guest; the host's root is read-only under a tmpfs overlay,"
     echo "uzram-vm: $OUT is the host's $HOST_OUT. 'exit' powers off."
+    cpus_online "$(nproc --all)"
     setsid -c bash -l <>/dev/ttyS0 >&0 2>&1
     power_off
 fi
