@@ -177,6 +177,15 @@ static void test_state_events_survive_kill(void **unused)
     close(fd);
 }
 
+/* struct uzram_state_info's layout is ABI: a field added goes where nothing moves (use_dedup
+ * went before comp_algorithm at first, moving it a byte). */
+_Static_assert(offsetof(struct uzram_state_info, disksize) == 8 &&
+                   offsetof(struct uzram_state_info, owner_pid) == 16 &&
+                   offsetof(struct uzram_state_info, comp_algorithm) == 22 &&
+                   offsetof(struct uzram_state_info, reserved) == 48 &&
+                   sizeof(struct uzram_state_info) == 112,
+               "uzram_state_info's fields stay where programs built before find them");
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static void read_header(int fd, unsigned char *copy, size_t size)

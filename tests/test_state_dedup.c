@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "fault.h"
+#include "state.h" /* the table's place, to damage a slot */
 #include "state_util.h"
 #include "store_index.h" /* the kill in the middle of an index move */
 
@@ -203,6 +204,37 @@ static void test_state_dedup_switched(void **unused)
     struct uzram_config now;
     assert_int_equal(uzram_get_config(dev, &now), 0);
     assert_false(now.use_dedup);
+    uzram_destroy(dev);
+    close(fd);
+}
+
+/* A slot naming a dedup id the index never had (a damaged state): adoption refuses with
+ * -EINVAL, and with the slot put back every page is there. */
+static void test_state_dedup_bad_id_refused(void **unused)
+{
+    (void)unused;
+    uint32_t gens[16];
+    const uint64_t pages = sizeof gens / sizeof gens[0];
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, pages);
+    assert_int_equal(uzram_set_dedup(dev, true), 0);
+    for (uint64_t i = 0; i < pages; i++)
+        state_test_write(dev, i, gens[i] = 2); /* one shared page */
+    uzram_destroy(dev);
+    struct state_header header;
+    assert_int_equal(pread(fd, &header, sizeof header, 0), (ssize_t)sizeof header);
+    struct slot slot;
+    off_t at = (off_t)header.table_offset + 3 * (off_t)sizeof slot;
+    assert_int_equal(pread(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
+    uint64_t id = slot.value;
+    slot.value = 0x7fffff00u;
+    assert_int_equal(pwrite(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
+    assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
+    slot.value = id;
+    assert_int_equal(pwrite(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    state_test_check(dev, gens, pages);
+    assert_int_equal(test_stats(dev).dedup_entries, 1);
     uzram_destroy(dev);
     close(fd);
 }
@@ -564,6 +596,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_dedup_round_trip),
         cmocka_unit_test(test_state_dedup_switched),
+        cmocka_unit_test(test_state_dedup_bad_id_refused),
         cmocka_unit_test(test_state_dedup_written_back),
         cmocka_unit_test(test_state_dedup_killed_in_move),
         cmocka_unit_test(test_state_dedup_survives_kills),
