@@ -97,13 +97,15 @@ prepare_kernel() {
         command -v apt-get >/dev/null || skip "no cached kernel in $VM_DIR/kernel and no apt-get to fetch one"
         package=$(kernel_package)
         if [[ -z $package && $(id -u) == 0 ]]; then
-            apt-get update -q >/dev/null 2>&1
+            timeout 300 apt-get update -q >/dev/null 2>&1
             package=$(kernel_package)
         fi
         [[ -n $package ]] || skip "apt knows no linux-image-6.12.*+deb12-amd64-unsigned package (apt-get update; Debian 12's bookworm main)"
         echo "vm.sh: fetching $package (about 110 MB, once) into $VM_DIR/kernel"
+        local fetch_start=$SECONDS
         (cd "$VM_DIR/kernel" && timeout 600 apt-get download -q "$package" >download.log 2>&1) ||
             skip "apt-get download $package failed: $(tail -n 1 "$VM_DIR/kernel/download.log")"
+        echo "vm.sh: fetched in $((SECONDS - fetch_start)) s"
         deb=$(ls -t "$VM_DIR/kernel/$package"_*.deb | head -n 1)
     fi
     dir=$VM_DIR/kernel/$(basename "$deb" .deb)
@@ -210,14 +212,14 @@ truncate -s 1G "$OUT/scratch.img"
 accel=(-accel tcg,thread=multi -cpu max)
 [[ -r /dev/kvm && -w /dev/kvm ]] && accel=(-accel kvm "${accel[@]}")
 accel_name=tcg
-[[ $accel_name == kvm ]] && accel_name="kvm (tcg if it fails)"
+[[ ${accel[1]} == kvm ]] && accel_name="kvm (tcg if it fails)"
 share() { # ID PATH TAG [readonly]
     echo "-fsdev local,id=$1,path=$2,security_model=none,multidevs=remap${4:+,readonly=on}"
     echo "-device virtio-9p-pci,fsdev=$1,mount_tag=$3"
 }
 qemu=(qemu-system-x86_64 "${accel[@]}" -smp "$CPUS" -m "$MEM" -nodefaults -no-user-config
     -display none -no-reboot -kernel "$KERNEL" -initrd "$INITRD"
-    -append "console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable nosoftlockup maxcpus=1 uzram_guest=$REPO/tests/vm/guest.sh"
+    -append "console=ttyS0 sysrq_always_enabled panic=-1 oops=panic loglevel=7 tsc=reliable nosoftlockup maxcpus=1 uzram_guest=$REPO/tests/vm/guest.sh"
     $(share r / hostroot ro) $(share m "$MODULES" modules ro) $(share o "$OUT" vmout)
     -drive "file=$OUT/scratch.img,if=virtio,format=raw,cache=unsafe")
 if [[ $SHELL_MODE == 1 ]]; then
@@ -226,9 +228,45 @@ if [[ $SHELL_MODE == 1 ]]; then
 fi
 echo "vm.sh: $KVER, $accel_name, ${CPUS} CPUs, ${MEM} MiB: ${names[*]} (bound ${TIMEOUT} s)"
 start=$(date +%s)
+# The host's own deadlines, for a guest that stops without a word (neither its scenario's
+# timeout nor its kernel's detectors then run): the guest's "up" line within BOOT_DEADLINE
+# seconds of QEMU's start (about 7 s under TCG), a scenario's "end" line within its deadline
+# plus SCENARIO_GRACE (the guest's own timeout, its kill 10 s later and the logs it saves).
+BOOT_DEADLINE=${VM_BOOT_DEADLINE:-180} SCENARIO_GRACE=60
+# Prints each marker line of the guest's (tests/vm/guest.sh: up, begin, end) as it comes, with
+# the seconds since vm.sh's boot began: a run cut short shows how far it got.
+follow_markers() {
+    local line lines=()
+    mapfile -t lines < <(grep -a '^=== uzram-vm: ' "$OUT/console.log" 2>/dev/null | tail -n +$((markers_seen + 1)))
+    for line in "${lines[@]}"; do
+        markers_seen=$((markers_seen + 1))
+        line=${line#=== uzram-vm: }
+        echo "vm.sh: +$(($(date +%s) - start)) s: $line"
+        if [[ $line == "guest up "* ]]; then
+            guest_up=1
+        elif [[ $line =~ ^begin\ ([^ ]+)\ \(deadline\ ([0-9]+)\ s\) ]]; then
+            current=${BASH_REMATCH[1]} current_due=$(($(date +%s) + BASH_REMATCH[2] + SCENARIO_GRACE))
+        elif [[ $line == "end "* ]]; then
+            current=
+        fi
+    done
+}
+# Asks the guest's kernel for its blocked tasks' stacks (sysrq-w), its memory (sysrq-m) and
+# every task (sysrq-t), through the monitor: they go to the console log.
+ask_stacks() {
+    local key
+    for key in w m t; do
+        echo "sendkey alt-sysrq-$key" >&"$monitor"
+        sleep 3
+    done
+}
+end_guest() {
+    echo quit >&"$monitor"
+    sleep 5
+    kill "$qemu_pid" 2>/dev/null
+}
 boot_once() {
-    # The monitor on a pair of pipes: the watchdog below asks the guest's kernel for its blocked
-    # tasks' stacks (sysrq-w), its memory (sysrq-m) and every task (sysrq-t) through it.
+    # The monitor on a pair of pipes, for ask_stacks and end_guest.
     mkfifo "$OUT/monitor.in" "$OUT/monitor.out"
     timeout -k 10 "$TIMEOUT" "${qemu[@]}" -serial "file:$OUT/console.log" \
         -chardev "pipe,id=monitor,path=$OUT/monitor" -mon chardev=monitor </dev/null >"$OUT/qemu.log" 2>&1 &
@@ -242,34 +280,43 @@ boot_once() {
     # stacks, gives the guest KERNEL_GRACE seconds to finish by itself, then ends the boot.
     KERNEL_FAILURE='^\[ *[0-9.]+\] .*(blocked for more than|Oops|BUG:|cut here|Kernel panic|Out of memory: Killed process [0-9]+ \(uzram\)|oom-kill:.*task=uzram)'
     KERNEL_GRACE=${VM_KERNEL_GRACE:-30}
-    failure_seen=0
+    failure_seen=0 boot_start=$(date +%s) markers_seen=0 guest_up=0 current= current_due=0
+    boot_silent=0
     while kill -0 "$qemu_pid" 2>/dev/null; do
         sleep 1
-        if [[ $failure_seen == 0 ]] && grep -qE "$KERNEL_FAILURE" "$OUT/console.log" 2>/dev/null; then
+        follow_markers
+        if ((failure_seen == 0 && guest_up == 0 && $(date +%s) > boot_start + BOOT_DEADLINE)); then
+            boot_silent=1 failure_seen=$(date +%s)
+            echo "vm.sh: the guest was not up within $BOOT_DEADLINE s of its boot (console: $OUT/console.log); ending it"
+            tail -n 15 "$OUT/console.log" 2>/dev/null | sed 's/^/    console: /'
+            ask_stacks
+            end_guest
+        elif ((failure_seen == 0)) && [[ -n $current ]] && (($(date +%s) > current_due)); then
+            failure_seen=$(date +%s)
+            echo "vm.sh: $current outlived its deadline by $SCENARIO_GRACE s and the guest did not end it; ending the boot"
+            ask_stacks
+            end_guest
+        elif [[ $failure_seen == 0 ]] && grep -qE "$KERNEL_FAILURE" "$OUT/console.log" 2>/dev/null; then
             failure_seen=$(date +%s)
             echo "vm.sh: the guest's kernel reports: $(grep -E -m 1 "$KERNEL_FAILURE" "$OUT/console.log")"
-            for key in w m t; do
-                echo "sendkey alt-sysrq-$key" >&"$monitor"
-                sleep 3
-            done
+            ask_stacks
         elif [[ $failure_seen != 0 ]] && (($(date +%s) > failure_seen + KERNEL_GRACE)); then
             echo "vm.sh: the guest did not stop by itself within $KERNEL_GRACE s of the failure; ending it"
-            echo quit >&"$monitor"
-            sleep 5
-            kill "$qemu_pid" 2>/dev/null
+            end_guest
         fi
     done
     wait "$qemu_pid"
     qemu_status=$?
+    follow_markers
     exec {monitor}>&-
     kill "$monitor_reader" 2>/dev/null
     rm -f "$OUT/monitor.in" "$OUT/monitor.out"
 }
 boot_once
-if grep -qE "$KERNEL_FAILURE" "$OUT/console.log" 2>/dev/null &&
+if { [[ $boot_silent == 1 ]] || grep -qE "$KERNEL_FAILURE" "$OUT/console.log" 2>/dev/null; } &&
     ! grep -q "=== uzram-vm: begin " "$OUT/console.log"; then
     mv "$OUT/console.log" "$OUT/console-first-boot.log"
-    echo "vm.sh: the guest's kernel failed while booting, before any scenario (an emulator race:" \
+    echo "vm.sh: the guest failed while booting, before any scenario (an emulator race:" \
         "$OUT/console-first-boot.log); booting once more"
     truncate -s 0 "$OUT/scratch.img" && truncate -s 1G "$OUT/scratch.img"
     boot_once
