@@ -1,5 +1,6 @@
 /* background.c - the engine's own threads: started with every signal blocked and named; the
- * recompressor lowers itself to the lowest CPU priority (see background.h). */
+ * recompressor lowers itself to the lowest CPU priority, the reserve's thread goes below its
+ * creator (see background.h). */
 #include "background.h"
 
 #include <sched.h>
@@ -28,4 +29,19 @@ int background_lower_priority(void)
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) == 0)
         return 2;
     return 0;
+}
+
+int background_below_creator(void)
+{
+    int policy = SCHED_OTHER;
+    struct sched_param param = {0};
+    int rc = pthread_getschedparam(pthread_self(), &policy, &param);
+    if (rc != 0 || (policy != SCHED_FIFO && policy != SCHED_RR))
+        return rc;
+    if (param.sched_priority > sched_get_priority_min(policy)) {
+        param.sched_priority--;
+        return pthread_setschedparam(pthread_self(), policy, &param);
+    }
+    param.sched_priority = 0;
+    return pthread_setschedparam(pthread_self(), SCHED_OTHER, &param);
 }

@@ -1,6 +1,6 @@
 /* background.h - the engine's own threads (recompression, writeback, the pool's reserve): started
- * with every signal blocked and named, and (the recompressor) run at the lowest CPU priority
- * (internal). */
+ * with every signal blocked and named, the recompressor at the lowest CPU priority, the
+ * reserve's thread below the threads that serve requests (internal). */
 #ifndef UZRAM_BACKGROUND_H
 #define UZRAM_BACKGROUND_H
 
@@ -17,5 +17,11 @@ int background_start(pthread_t *thread, void *(*main)(void *), void *arg, const 
  * which runs it only when a CPU has nothing else to do, or nice 19 where
  * that is refused. Returns 1 (SCHED_IDLE), 2 (nice 19) or 0 (neither). */
 int background_lower_priority(void);
+
+/* Run the calling thread one real-time priority below the one it inherited from its creator
+ * (from priority 1: SCHED_OTHER), so that a thread of its creator's priority preempts it at
+ * once; nothing for a thread that is not real-time. Lowering needs no privilege. Returns 0 or
+ * an errno value, as pthread_setschedparam() does. */
+int background_below_creator(void);
 
 #endif

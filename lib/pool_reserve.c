@@ -106,6 +106,13 @@ static void look_again_later(struct pool *pool)
 static void *pool_refiller_main(void *arg)
 {
     struct pool *pool = arg;
+    /* One real-time priority below the threads that make spans from the reserve (serve --swap
+     * runs them SCHED_FIFO): real-time, its page faults may go below the min watermark, which
+     * under swap pressure is where the pages are; but out of memory they spin in reclaim, and
+     * at its creator's priority it kept the thread that completes the swap-outs reclaim waits
+     * for off a CPU they shared (a guest of one CPU stopped for minutes: tests/vm/swap.sh).
+     * Below it, that thread preempts it. */
+    background_below_creator();
     pthread_mutex_lock(&pool->window_lock);
     while (!pool->refiller_stop) {
         uint32_t window = 0;

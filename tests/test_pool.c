@@ -20,7 +20,6 @@
 #include <sys/mman.h>
 
 #include "pool.h"
-#include "pool_reserve.h"
 #include "test_util.h"
 
 #define PAGE 4096u
@@ -722,122 +721,6 @@ static void test_locked_memory_goes_back(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Wait (at most 10 s) until the span cache holds at least `bytes`. */
-static bool cache_reaches(struct pool *pool, uint64_t bytes)
-{
-    for (double end = seconds_now() + 10; seconds_now() < end;) {
-        if (pool_span_cache_bytes(pool) >= bytes)
-            return true;
-        usleep(1000);
-    }
-    return false;
-}
-
-#define RESERVE_OBJECTS 3000u
-
-/* The reserve (uzram serve --swap): its thread fills it and refills it while new spans are
- * made from it (named concurrent: TSan runs it), objects read back, pool memory with the
- * reserve never passes the limit, and at the limit an allocation fails at once instead of
- * waiting for a reserve that cannot come. */
-static void test_reserve_concurrent(void **state)
-{
-    (void)state;
-    struct pool *pool = new_pool();
-    assert_int_equal(pool_set_reserve(pool, POOL_RESERVE_MAX + 1), -EINVAL);
-    assert_int_equal(pool_set_reserve(pool, 1 << 20), 0);
-    assert_true(cache_reaches(pool, 1 << 20));
-
-    uint64_t *handles = calloc(RESERVE_OBJECTS, sizeof *handles);
-    assert_non_null(handles);
-    for (unsigned i = 0; i < RESERVE_OBJECTS; i++) {
-        size_t size = 200 + (i * 37) % 3000; /* spans of many classes and lengths */
-        assert_int_equal(pool_alloc(pool, size, i + 1, &handles[i]), 0);
-        fill_pattern(pool_map(pool, handles[i]), size, i);
-    }
-    assert_true(pool_mem_used(pool) > (3u << 20));
-    assert_true(cache_reaches(pool, 1 << 20)); /* refilled */
-    for (unsigned i = 0; i < RESERVE_OBJECTS; i++)
-        assert_true(check_pattern(pool_map(pool, handles[i]), 200 + (i * 37) % 3000, i));
-
-    /* A limit 2 MiB above what is used: the reserve stays under it, and so does every
-     * allocation; the first that does not fit fails without waiting out the reserve. */
-    uint64_t limit = pool_mem_used(pool) + (2u << 20);
-    pool_set_limit(pool, limit);
-    uint64_t handle;
-    int rc = 0;
-    double start = 0;
-    for (unsigned i = 0; rc == 0 && i < 100000; i++) {
-        start = seconds_now();
-        rc = pool_alloc(pool, 3000, RESERVE_OBJECTS + i + 1, &handle);
-        assert_true(pool_mem_used(pool) + pool_span_cache_bytes(pool) <= limit);
-    }
-    assert_true(rc == -ENOSPC || rc == -ENOMEM);
-    assert_true(seconds_now() - start < 1.0);
-    free(handles);
-    pool_destroy(pool); /* stops the reserve's thread */
-}
-
-/* The reserve runs dry (serve --swap under memory exhaustion: its thread is stuck faulting
- * memory in): the first span that finds no window waits for the thread and fails; the next
- * ones fail at once, without a wait of their own (one timeout for the whole dry spell), each
- * counted; once the thread caches a window again, spans are made from it. */
-static void test_reserve_dry(void **state)
-{
-    (void)state;
-    enum { MOST = 100000, AFTER = 5 };
-    struct pool *pool = new_pool();
-    assert_int_equal(pool_set_reserve(pool, 1 << 20), 0);
-    assert_true(cache_reaches(pool, 1 << 20));
-    pool_reserve_pause(pool, true); /* as if stuck in reclaim */
-    uint64_t *handles = calloc(MOST, sizeof *handles);
-    assert_non_null(handles);
-    unsigned stored = 0;
-    int rc = 0;
-    while (rc == 0 && stored < MOST) {
-        rc = pool_alloc(pool, 3000, stored + 1, &handles[stored]);
-        if (rc == 0)
-            stored++;
-    }
-    assert_int_equal(rc, -ENOMEM);
-    assert_true(stored > 0 && stored < MOST);
-    struct pool_reserve_counts counts;
-    pool_reserve_counts(pool, &counts);
-    assert_int_equal(counts.timeouts, 1);
-    assert_int_equal(counts.empty, 1);
-
-    uint64_t handle;
-    for (unsigned i = 0; i < AFTER; i++)
-        assert_int_equal(pool_alloc(pool, 3000, MOST + 1, &handle), -ENOMEM);
-    pool_reserve_counts(pool, &counts);
-    assert_int_equal(counts.timeouts, 1); /* none of them waited it out again */
-    assert_int_equal(counts.empty, 1 + AFTER);
-    assert_true(counts.dry);
-
-    pool_reserve_pause(pool, false);
-    for (double end = seconds_now() + 10; counts.dry && seconds_now() < end; usleep(1000))
-        pool_reserve_counts(pool, &counts);
-    assert_false(counts.dry);
-    assert_int_equal(pool_alloc(pool, 3000, MOST + 1, &handle), 0);
-    pool_reserve_counts(pool, &counts);
-    assert_int_equal(counts.timeouts, 1);
-    assert_int_equal(counts.empty, 1 + AFTER);
-    pool_free(pool, handle);
-    for (unsigned i = 0; i < stored; i++)
-        pool_free(pool, handles[i]);
-    pool_reserve_reset_counts(pool);
-    pool_reserve_counts(pool, &counts);
-    assert_int_equal(counts.empty + counts.timeouts, 0);
-    free(handles);
-    pool_destroy(pool);
-}
-
 static void test_concurrent_threads(void **state)
 {
     (void)state;
@@ -883,8 +766,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_destroy_with_live_objects),
         cmocka_unit_test(test_locked_memory_goes_back),
         cmocka_unit_test(test_concurrent_threads),
-        cmocka_unit_test(test_reserve_concurrent),
-        cmocka_unit_test(test_reserve_dry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

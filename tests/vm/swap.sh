@@ -70,6 +70,25 @@ swap_on() {
     sh -ec "$start" >"$WORK/unit.out" 2>&1 || fail "attach, mkswap, swapon: $(cat "$WORK/unit.out")"
     SWAPDEV=$("$UZRAM" status -n --raw -o attached "$name")
     grep -q "^$SWAPDEV " /proc/swaps || fail "$SWAPDEV is not swap after the unit's ExecStart"
+    reserve_below_requests "$name"
+}
+
+# serve --swap runs its threads SCHED_FIFO at priority 2 and the reserve's at 1: at the same
+# priority its page faults spun in reclaim and kept the thread that completes swap-outs off
+# the one CPU of a guest for minutes (lib/pool_reserve.c).
+reserve_below_requests() { # NAME
+    local task policy others=0 reserve=
+    for task in /proc/"${SERVER_PID[$1]}"/task/*; do
+        policy=$(chrt -p "${task##*/}" | sed -n 's/.*scheduling policy: //p; s/.*scheduling priority: / /p' | paste -sd '')
+        if [[ $(cat "$task/comm") == uzram-reserve ]]; then
+            reserve=$policy
+        else
+            [[ $policy == "SCHED_FIFO 2" ]] || fail "thread ${task##*/} ($(cat "$task/comm")) runs $policy (SCHED_FIFO 2 expected)"
+            others=$((others + 1))
+        fi
+    done
+    [[ $reserve == "SCHED_FIFO 1" ]] || fail "the reserve's thread runs ${reserve:-nowhere} (SCHED_FIFO 1 expected)"
+    ((others > 0)) || fail "the --swap server has no other thread"
 }
 
 swap_off() { # NAME

@@ -1,0 +1,225 @@
+/* test_pool_reserve.c - unit tests of the pool's reserve (lib/pool_reserve.c, uzram serve
+ * --swap): its thread fills and refills it, a dry reserve fails spans at once, and the thread
+ * runs below the threads that make spans from it. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pool.h"
+#include "pool_reserve.h"
+#include "test_util.h"
+
+static struct pool *new_pool(void)
+{
+    struct pool *pool = NULL;
+    assert_int_equal(pool_create(&pool), 0);
+    assert_non_null(pool);
+    return pool;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Wait (at most 10 s) until the span cache holds at least `bytes`. */
+static bool cache_reaches(struct pool *pool, uint64_t bytes)
+{
+    for (double end = seconds_now() + 10; seconds_now() < end;) {
+        if (pool_span_cache_bytes(pool) >= bytes)
+            return true;
+        usleep(1000);
+    }
+    return false;
+}
+
+#define RESERVE_OBJECTS 3000u
+
+/* The reserve (uzram serve --swap): its thread fills it and refills it while new spans are
+ * made from it (named concurrent: TSan runs it), objects read back, pool memory with the
+ * reserve never passes the limit, and at the limit an allocation fails at once instead of
+ * waiting for a reserve that cannot come. */
+static void test_reserve_concurrent(void **state)
+{
+    (void)state;
+    struct pool *pool = new_pool();
+    assert_int_equal(pool_set_reserve(pool, POOL_RESERVE_MAX + 1), -EINVAL);
+    assert_int_equal(pool_set_reserve(pool, 1 << 20), 0);
+    assert_true(cache_reaches(pool, 1 << 20));
+
+    uint64_t *handles = calloc(RESERVE_OBJECTS, sizeof *handles);
+    assert_non_null(handles);
+    for (unsigned i = 0; i < RESERVE_OBJECTS; i++) {
+        size_t size = 200 + (i * 37) % 3000; /* spans of many classes and lengths */
+        assert_int_equal(pool_alloc(pool, size, i + 1, &handles[i]), 0);
+        test_fill_kind(i, DATAGEN_TEXT, pool_map(pool, handles[i]), size);
+    }
+    assert_true(pool_mem_used(pool) > (3u << 20));
+    assert_true(cache_reaches(pool, 1 << 20)); /* refilled */
+    unsigned char expected[4096];
+    for (unsigned i = 0; i < RESERVE_OBJECTS; i++) {
+        size_t size = 200 + (i * 37) % 3000;
+        test_fill_kind(i, DATAGEN_TEXT, expected, size);
+        assert_memory_equal(pool_map(pool, handles[i]), expected, size);
+    }
+
+    /* A limit 2 MiB above what is used: the reserve stays under it, and so does every
+     * allocation; the first that does not fit fails without waiting out the reserve. */
+    uint64_t limit = pool_mem_used(pool) + (2u << 20);
+    pool_set_limit(pool, limit);
+    uint64_t handle;
+    int rc = 0;
+    double start = 0;
+    for (unsigned i = 0; rc == 0 && i < 100000; i++) {
+        start = seconds_now();
+        rc = pool_alloc(pool, 3000, RESERVE_OBJECTS + i + 1, &handle);
+        assert_true(pool_mem_used(pool) + pool_span_cache_bytes(pool) <= limit);
+    }
+    assert_true(rc == -ENOSPC || rc == -ENOMEM);
+    assert_true(seconds_now() - start < 1.0);
+    free(handles);
+    pool_destroy(pool); /* stops the reserve's thread */
+}
+
+/* The reserve runs dry (serve --swap under memory exhaustion: its thread is stuck faulting
+ * memory in): the first span that finds no window waits for the thread and fails; the next
+ * ones fail at once, without a wait of their own (one timeout for the whole dry spell), each
+ * counted; once the thread caches a window again, spans are made from it. */
+static void test_reserve_dry(void **state)
+{
+    (void)state;
+    enum { MOST = 100000, AFTER = 5 };
+    struct pool *pool = new_pool();
+    assert_int_equal(pool_set_reserve(pool, 1 << 20), 0);
+    assert_true(cache_reaches(pool, 1 << 20));
+    pool_reserve_pause(pool, true); /* as if stuck in reclaim */
+    uint64_t *handles = calloc(MOST, sizeof *handles);
+    assert_non_null(handles);
+    unsigned stored = 0;
+    int rc = 0;
+    while (rc == 0 && stored < MOST) {
+        rc = pool_alloc(pool, 3000, stored + 1, &handles[stored]);
+        if (rc == 0)
+            stored++;
+    }
+    assert_int_equal(rc, -ENOMEM);
+    assert_true(stored > 0 && stored < MOST);
+    struct pool_reserve_counts counts;
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.timeouts, 1);
+    assert_int_equal(counts.empty, 1);
+
+    uint64_t handle;
+    for (unsigned i = 0; i < AFTER; i++)
+        assert_int_equal(pool_alloc(pool, 3000, MOST + 1, &handle), -ENOMEM);
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.timeouts, 1); /* none of them waited it out again */
+    assert_int_equal(counts.empty, 1 + AFTER);
+    assert_true(counts.dry);
+
+    pool_reserve_pause(pool, false);
+    for (double end = seconds_now() + 10; counts.dry && seconds_now() < end; usleep(1000))
+        pool_reserve_counts(pool, &counts);
+    assert_false(counts.dry);
+    assert_int_equal(pool_alloc(pool, 3000, MOST + 1, &handle), 0);
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.timeouts, 1);
+    assert_int_equal(counts.empty, 1 + AFTER);
+    pool_free(pool, handle);
+    for (unsigned i = 0; i < stored; i++)
+        pool_free(pool, handles[i]);
+    pool_reserve_reset_counts(pool);
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.empty + counts.timeouts, 0);
+    free(handles);
+    pool_destroy(pool);
+}
+
+/* The id of this process's thread named `name`, or 0. */
+static pid_t thread_named(const char *name)
+{
+    DIR *tasks = opendir("/proc/self/task");
+    assert_non_null(tasks);
+    pid_t found = 0;
+    struct dirent *entry;
+    while (found == 0 && (entry = readdir(tasks)) != NULL) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", entry->d_name);
+        FILE *file = fopen(path, "re");
+        if (file == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, file) != NULL && strcmp(strtok(comm, "\n"), name) == 0)
+            found = (pid_t)atoi(entry->d_name);
+        fclose(file);
+    }
+    closedir(tasks);
+    return found;
+}
+
+/* The policy and priority of the reserve's thread, made by a thread of `policy` at
+ * `priority`; false where that is refused (no CAP_SYS_NICE). */
+static bool reserve_thread_policy(int policy, int priority, int *got, int *got_priority)
+{
+    struct sched_param param = {.sched_priority = priority}, normal = {0};
+    int rc = pthread_setschedparam(pthread_self(), policy, &param);
+    if (rc == EPERM)
+        return false;
+    assert_int_equal(rc, 0);
+    struct pool *pool = new_pool();
+    rc = pool_set_reserve(pool, 1 << 20);
+    assert_int_equal(pthread_setschedparam(pthread_self(), SCHED_OTHER, &normal), 0);
+    assert_int_equal(rc, 0);
+    assert_true(cache_reaches(pool, 1 << 20)); /* the thread is past its start */
+    pid_t refiller = thread_named("uzram-reserve");
+    assert_true(refiller > 0);
+    *got = sched_getscheduler(refiller);
+    assert_int_equal(sched_getparam(refiller, &param), 0);
+    *got_priority = param.sched_priority;
+    pool_destroy(pool);
+    return true;
+}
+
+/* serve --swap runs its threads SCHED_FIFO at 2; the reserve's thread, made by one of them,
+ * runs at 1: real-time, its faults may take pages below the min watermark, but a thread that
+ * serves a request preempts it (at the same priority, its faults spinning in reclaim kept the
+ * thread that completes swap-outs off a one-CPU guest for minutes). Made by a thread at the
+ * lowest real-time priority it runs SCHED_OTHER, and a normal creator's stays normal. */
+static void test_reserve_thread_below_creator(void **state)
+{
+    (void)state;
+    int policy, priority;
+    if (!reserve_thread_policy(SCHED_FIFO, 2, &policy, &priority))
+        skip();
+    assert_int_equal(policy, SCHED_FIFO);
+    assert_int_equal(priority, 1);
+    assert_true(reserve_thread_policy(SCHED_FIFO, 1, &policy, &priority));
+    assert_int_equal(policy, SCHED_OTHER);
+    assert_true(reserve_thread_policy(SCHED_OTHER, 0, &policy, &priority));
+    assert_int_equal(policy, SCHED_OTHER);
+}
+
+int main(int argc, char **argv)
+{
+    test_apply_filter(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reserve_concurrent),
+        cmocka_unit_test(test_reserve_dry),
+        cmocka_unit_test(test_reserve_thread_below_creator),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
