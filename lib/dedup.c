@@ -512,7 +512,7 @@ bool dedup_take_sole(struct dedup *dedup, uint32_t id,
     struct dedup_entry *entry = entry_at(dedup, id);
     /* Exactly the caller's reference, no reader, no move: MOVING then keeps every other
      * user out (a writer's candidate reference, a pin, compaction, a replacement) while
-     * `accept` looks at the object. */
+     * `accept` looks at the object, and until dedup_drop_taken. */
     uint32_t state = 1;
     if (!atomic_compare_exchange_strong_explicit(&entry->state, &state, 1 | MOVING,
                                                  memory_order_acquire, memory_order_relaxed))
@@ -523,14 +523,20 @@ bool dedup_take_sole(struct dedup *dedup, uint32_t id,
         atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
         return false;
     }
+    return true;
+}
+
+void dedup_drop_taken(struct dedup *dedup, uint32_t id)
+{
     /* No reference left: no writer can take one (entry_get_ref refuses 0), so it goes
-     * the way of a last dedup_put, its page now the caller's. */
+     * the way of a last dedup_put. */
+    struct dedup_entry *entry = entry_at(dedup, id);
     atomic_store_explicit(&entry->state, 0, memory_order_release);
+    struct dedup_object object;
     entry_unlink(dedup, id, &object);
     dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
     dedup_id_free(dedup, id);
-    return true;
 }
 
 void dedup_put(struct dedup *dedup, uint32_t id)

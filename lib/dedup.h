@@ -123,15 +123,20 @@ void dedup_put(struct dedup *dedup, uint32_t id);
  * entry `id`'s only one, at this instant. */
 bool dedup_sole(struct dedup *dedup, uint32_t id);
 
-/* Take entry `id` out of the index if the caller's reference (a locked page slot's, which
- * names it) is its only one, no reader is decoding it, and accept(arg, object) agrees (it
- * runs with the object held still: compare it there). The entry is unlinked, its object
- * freed (through ops->free) and its id given back: the caller has put the page elsewhere,
- * and a later write of the same content makes a new entry. False (nothing changed) if
- * another reference, a reader, a move or `accept` stands in the way. A shared entry is
- * never taken. */
+/* Take entry `id` from the index's other users if the caller's reference (a locked page
+ * slot's, which names it) is its only one, no reader is decoding it, and accept(arg, object)
+ * agrees (it runs with the object held still: compare it there). True: the entry is held
+ * (MOVING) with its object whole until dedup_drop_taken(), which the caller calls once its
+ * slot names the page's new place; a process killed in between leaves the slot naming a whole
+ * entry, or naming the new place with the entry named by no slot (adoption drops it). False
+ * (nothing changed) if another reference, a reader, a move or `accept` stands in the way. A
+ * shared entry is never taken. */
 bool dedup_take_sole(struct dedup *dedup, uint32_t id,
                      bool (*accept)(void *arg, const struct dedup_object *object), void *arg);
+/* The entry dedup_take_sole() took, its slot naming something else now (its lock still held):
+ * unlinked, its object freed (through ops->free) and its id given back; a later write of the
+ * same content makes a new entry. */
+void dedup_drop_taken(struct dedup *dedup, uint32_t id);
 
 /* Read entry `id` into `page` (through ops->load). The caller holds a
  * reference. */

@@ -4,6 +4,8 @@
 #include "recompress_bundle.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,18 +142,40 @@ static int bundle_codec_acquire(struct uzram *dev, const struct recompress_plan 
     return -ENOENT;
 }
 
-/* Whether a locked slot still holds the bytes gather() copied for member k; a dedup
- * reference's entry is then taken out of the index (dedup_take_sole: its object is freed,
- * and *freed set), if it is still the entry's only reference. */
-static bool still_same(struct uzram *dev, const struct page_object *now,
-                       const struct page_object *old, unsigned char *copied, bool *freed)
+#ifdef UZRAM_TEST_HOOKS
+static _Atomic long kill_at = -1;
+
+void recompress_bundle_test_kill_at(long points)
 {
-    *freed = false;
+    atomic_store(&kill_at, points);
+}
+
+/* A point of recompress_bundle_test_kill_at (only a dedup reference's pass through it counts). */
+static void test_kill_point(bool dedup)
+{
+    long left = atomic_load(&kill_at);
+    if (dedup && left > 0 && atomic_fetch_sub(&kill_at, 1) == 1)
+        raise(SIGKILL);
+}
+#else
+static void test_kill_point(bool dedup)
+{
+    (void)dedup;
+}
+#endif
+
+/* Whether a locked slot still holds the bytes gather() copied for member k; a dedup
+ * reference's entry is then taken (dedup_take_sole, *taken set: the caller drops it once the
+ * slot names the bundle), if it is still the entry's only reference. */
+static bool still_same(struct uzram *dev, const struct page_object *now,
+                       const struct page_object *old, unsigned char *copied, bool *taken)
+{
+    *taken = false;
     if (old->state == SLOT_DEDUP) {
         struct entry_copy copy = {dev, copied, (struct page_object *)old};
-        *freed = now->state == SLOT_DEDUP && now->value == old->value &&
+        *taken = now->state == SLOT_DEDUP && now->value == old->value &&
                  dedup_take_sole(device_dedup(dev), (uint32_t)old->value, entry_object_same, &copy);
-        return *freed;
+        return *taken;
     }
     return now->state == old->state && now->size == old->size && now->codec == old->codec &&
            memcmp(pool_map(dev->pool, now->value), copied, now->size) == 0;
@@ -171,17 +195,23 @@ static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle
         slot_lock(slot);
         struct page_object now;
         slot_get(slot, &now);
-        bool freed;
-        bool same = still_same(dev, &now, old, work->copies[k], &freed);
+        bool taken;
+        bool same = still_same(dev, &now, old, work->copies[k], &taken);
         if (same) {
             struct page_object form;
             bundle_member_form(bundle, k, &form);
+            test_kill_point(taken);
             slot_set_form(dev, slot, &form);
             bundle_join(dev, bundle, k);
             *single_bytes += old->size;
+            test_kill_point(taken);
+            /* the entry's object freed only now that no slot names it (issue 29: a kill at
+             * any instant leaves a state adoption takes, every page whole) */
+            if (taken)
+                dedup_drop_taken(device_dedup(dev), (uint32_t)old->value);
         }
         slot_unlock(slot);
-        if (same && !freed)
+        if (same && !taken)
             store_free_object(dev, &now);
         joined += same;
     }

@@ -26,6 +26,14 @@ void bundle_work_free(struct bundle_work *work);
 int recompress_bundle_window(struct uzram *dev, uint64_t first, const struct recompress_plan *plan,
                              uint32_t now, struct recompress_tally *tally);
 
+#ifdef UZRAM_TEST_HOOKS
+/* Test builds: the process SIGKILLs itself at the `points`-th point from now (negative: never)
+ * of packing's dedup references, two each: its entry taken (its slot still names it), and its
+ * slot naming the bundle (the entry's object not yet freed); a kill at either leaves what a
+ * successor must adopt (test_state_bundle.c). */
+void recompress_bundle_test_kill_at(long points);
+#endif
+
 /* If page `index` is a member of a bundle more than half of whose members are dead, or made
  * with a dictionary a retraining replaced (plan->stale_dicts), put
  * each live member back into an object of its own (the bundle's codec priority, or the

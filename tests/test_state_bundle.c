@@ -3,7 +3,8 @@
  * bundle counters unchanged, their members leaving afterwards free the records; a child
  * SIGKILLed while it writes, discards, packs, splits and compacts: after each adoption every
  * page old or new and the counters exact (everything discarded leaves no bundle, record or
- * pool byte); a fault sweep of packing and adopting. */
+ * pool byte); a child killed at each point where a dedup reference joins a bundle; a fault
+ * sweep of packing and adopting. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,12 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "fault.h"
-#include "state.h" /* the layout, to look at the bundle records' region */
+#include "recompress_bundle.h" /* the kill while a dedup reference joins a bundle */
+#include "state.h"             /* the layout, to look at the bundle records' region */
 #include "state_util.h"
 
 #define PAGE STATE_TEST_PAGE
@@ -335,6 +338,69 @@ static void test_state_bundle_dedup_survive_kills(void **unused)
     bundle_kills(true);
 }
 
+/* ---- killed while a dedup reference joins a bundle ----------------------------- */
+
+#define JOIN_PAGES 16u
+
+/* A child packing pages that are each a dedup entry's one reference (text and binary, two
+ * windows of 8), killed at point `point` of recompress_bundle_test_kill_at; then adopted:
+ * every page back, each an entry's or a bundle's and not both, and packing, discarding and
+ * compaction go on to leave nothing. False when the packing passed fewer points. */
+static bool join_killed_at(long point)
+{
+    int fd = state_test_memfd();
+    struct uzram *dev = state_test_device(fd, JOIN_PAGES);
+    assert_int_equal(uzram_set_dedup(dev, true), 0);
+    empty_meta = test_stats(dev).meta_data_size;
+    bundling(dev, 8);
+    uint32_t gens[JOIN_PAGES];
+    for (uint64_t i = 0; i < JOIN_PAGES; i++) {
+        gens[i] = gen_of_kind((uint32_t)i * 4 + 1, i % 3 ? DATAGEN_TEXT : DATAGEN_HALF);
+        state_test_write(dev, i, gens[i]);
+    }
+    assert_int_equal(test_stats(dev).dedup_entries, JOIN_PAGES);
+    uzram_destroy(dev);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        if (uzram_adopt(fd, &dev) != 0 || uzram_set_recompress_group(dev, 8) != 0)
+            _exit(2);
+        recompress_bundle_test_kill_at(point);
+        _exit(uzram_recompress(dev, 0, 0, 0, 0, NULL) == 0 ? 3 : 2);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    assert_true(killed || (WIFEXITED(status) && WEXITSTATUS(status) == 3));
+    assert_int_equal(uzram_adopt(fd, &dev), 0);
+    state_test_check(dev, gens, JOIN_PAGES);
+    struct uzram_stats stats = test_stats(dev);
+    assert_int_equal(stats.pages_stored, JOIN_PAGES);
+    assert_int_equal(stats.dedup_entries + stats.bundled_pages, JOIN_PAGES);
+    assert_true(killed || stats.bundled_pages == JOIN_PAGES);
+    bundling(dev, 8);
+    assert_int_equal(uzram_recompress(dev, 0, 0, 0, 0, NULL), 0);
+    state_test_check(dev, gens, JOIN_PAGES);
+    assert_all_gone(dev, JOIN_PAGES);
+    uzram_destroy(dev);
+    close(fd);
+    empty_meta = 0;
+    return killed;
+}
+
+/* Killed at each point of packing's dedup references (issue 29: consistent at every instant):
+ * before the fix, the entry's object was freed before the slot named the bundle, and a kill
+ * there left a slot naming a freed object (adoption refused: -EINVAL, its span gone). */
+static void test_state_bundle_dedup_join_killed(void **unused)
+{
+    (void)unused;
+    long point = 1;
+    while (join_killed_at(point))
+        point++;
+    printf("killed at %ld points of packing dedup references\n", point - 1);
+    assert_int_equal(point - 1, 2 * JOIN_PAGES);
+}
+
 /* ---- faults ------------------------------------------------------------------------ */
 
 /* Fault point `nth` armed while 64 pages are packed, then while they are adopted: packing
@@ -391,6 +457,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_state_bundle_records_checked),
         cmocka_unit_test(test_state_bundle_survives_kills),
         cmocka_unit_test(test_state_bundle_dedup_survive_kills),
+        cmocka_unit_test(test_state_bundle_dedup_join_killed),
         cmocka_unit_test(test_state_bundle_fault_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
