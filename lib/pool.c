@@ -306,6 +306,50 @@ static void give_back_window(struct pool *pool, uint32_t window)
     pthread_mutex_unlock(&pool->window_lock);
 }
 
+/* Pages of `window` a request's thread gives back, and the window with them if `free_window`:
+ * in a state file under a reserve, queued for the refiller, else given back here. A punch
+ * takes the file's inode lock, which the refiller holds while it allocates the file's pages,
+ * and under memory pressure that allocation waits for swap-out to this very device: a
+ * request's thread that punched waited for itself (tests/vm/ublk-restart.sh swap hung so). */
+static void give_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages,
+                      bool free_window)
+{
+    if (pool->file_fd >= 0 && atomic_load(&pool->reserve_target) != 0) {
+        pthread_mutex_lock(&pool->window_lock);
+        bool queued = atomic_load(&pool->reserve_target) != 0 && pool->refiller_running &&
+                      pool->deferred_count < POOL_DEFERRED_MAX;
+        if (queued) {
+            pool->deferred[pool->deferred_count++] =
+                (struct deferred_give){window, (uint16_t)first, (uint16_t)pages, free_window};
+            pthread_cond_signal(&pool->reserve_wanted);
+        }
+        pthread_mutex_unlock(&pool->window_lock);
+        if (queued)
+            return;
+    }
+    pool_give_pages_back(pool, window, first, pages);
+    if (free_window)
+        give_back_window(pool, window);
+}
+
+void pool_give_back_deferred(struct pool *pool)
+{
+    while (pool->deferred_count > 0) {
+        struct deferred_give batch[64];
+        size_t n = pool->deferred_count < 64 ? pool->deferred_count : 64;
+        memcpy(batch, pool->deferred, n * sizeof *batch);
+        pool->deferred_count -= n;
+        memmove(pool->deferred, pool->deferred + n, pool->deferred_count * sizeof *batch);
+        pthread_mutex_unlock(&pool->window_lock);
+        for (size_t i = 0; i < n; i++)
+            pool_give_pages_back(pool, batch[i].window, batch[i].first, batch[i].pages);
+        pthread_mutex_lock(&pool->window_lock);
+        for (size_t i = 0; i < n; i++)
+            if (batch[i].free_window)
+                pool->free_windows[pool->free_window_count++] = batch[i].window;
+    }
+}
+
 static struct pool_chunk *chunk_of_window(struct pool *pool, uint32_t window)
 {
     return atomic_load_explicit(&pool->chunks[window >> WINDOWS_PER_CHUNK_SHIFT],
@@ -455,7 +499,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
     /* A cached window longer than the span: its tail would be resident and
      * counted nowhere. */
     if (resident > pages)
-        pool_give_pages_back(pool, window, pages, resident - pages);
+        give_back(pool, window, pages, resident - pages, false);
     span->window = window;
     span->class_index = (uint16_t)class_index;
     span->pages = (uint16_t)pages;
@@ -492,8 +536,7 @@ static void release_span(struct pool *pool, struct pool_span *span, bool cache)
     unreserve_memory(pool, bytes);
     if (cache && cache_window(pool, window, pages))
         return;
-    pool_give_pages_back(pool, window, 0, pages);
-    give_back_window(pool, window);
+    give_back(pool, window, 0, pages, true);
 }
 
 int pool_create(struct pool **out)
@@ -538,6 +581,9 @@ void pool_destroy(struct pool *pool)
         pthread_mutex_unlock(&pool->window_lock);
         pthread_join(pool->refiller, NULL);
     }
+    pthread_mutex_lock(&pool->window_lock);
+    pool_give_back_deferred(pool); /* what the refiller had not punched yet */
+    pthread_mutex_unlock(&pool->window_lock);
     struct uzram_group *group = atomic_load(&pool->group);
     if (group) {
         group_release(group, atomic_load(&pool->mem_used) + pool->group_fixed);

@@ -55,6 +55,11 @@ struct pool_class {
  * the span table through acquire loads of pointers published with release
  * stores.
  */
+/* The most give-backs queued for the refiller (struct pool's `deferred`): each holds at most
+ * a window (64 KiB) in memory until the refiller punches it; past it, the request's thread
+ * punches itself. */
+#define POOL_DEFERRED_MAX 1024
+
 struct pool {
     struct pool_class classes[CLASS_COUNT];
 
@@ -93,6 +98,15 @@ struct pool {
     /* Spans that failed for want of a reserve window (reserve_empty), and waits that timed
      * out (one per dry spell). */
     _Atomic uint64_t reserve_empty, reserve_timeouts;
+    /* With a reserve, pages a request's thread gives back out of a state file, for the
+     * refiller to punch (pool_give_back_deferred), oldest first; `free_window` puts the
+     * window on the free stack after the punch, never before. */
+    struct deferred_give {
+        uint32_t window;
+        uint16_t first, pages;
+        bool free_window;
+    } deferred[POOL_DEFERRED_MAX];
+    size_t deferred_count;
 
     _Atomic uint64_t mem_used;
     _Atomic uint64_t mem_used_max;
@@ -176,6 +190,10 @@ int pool_map_chunk(struct pool *pool);
 uint64_t pool_drain_cache(struct pool *pool, uint64_t keep);
 /* Give `pages` pages of `window`, from its page `first`, back to the system. */
 void pool_give_pages_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages);
+/* The refiller's half of what request threads give back from a state file under a reserve:
+ * punches every queued range, oldest first, and frees the windows that go with them. Called
+ * with window_lock held, which it drops while it punches; returns with the queue empty. */
+void pool_give_back_deferred(struct pool *pool);
 /* A pool in a state file: allocate `pages` pages of `window` from its page `first`, and the
  * directory entry naming the window, in the file before they are touched. A write fault into
  * a full tmpfs kills the process (SIGBUS); fallocate() fails instead: -ENOSPC (-ENOMEM for

@@ -117,6 +117,10 @@ static void *pool_refiller_main(void *arg)
     while (!pool->refiller_stop) {
         uint32_t window = 0;
         int rc = -ENOSPC;
+        /* First what request threads gave back (pool.c: give_back); and before a cached
+         * window is topped up, so that no queued punch of its tail comes after. */
+        if (!pool->refiller_paused)
+            pool_give_back_deferred(pool);
         if (!pool->refiller_paused && top_up_window(pool))
             continue;
         if (!pool->refiller_paused && reserve_short(pool)) {
@@ -168,6 +172,9 @@ int pool_set_reserve(struct pool *pool, uint64_t bytes)
         pool->reserve_dry = false; /* a new reserve gets its wait */
         pthread_cond_signal(&pool->reserve_wanted);
     }
+    /* Without a reserve, spans grow cached windows themselves: no queued punch may follow. */
+    if (bytes == 0)
+        pool_give_back_deferred(pool);
     pthread_mutex_unlock(&pool->window_lock);
     /* What the cache holds beyond the new reserve goes back (beyond a span cache when there
      * is none): e.g. the larger reserve a predecessor left in a state file (pool_adopt.c). */
