@@ -2,6 +2,7 @@
 #include "state_util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -282,4 +283,16 @@ void state_test_fault_sweep(const struct uzram_config *config, const uint32_t *g
         swept++;
     printf("%s: %llu fault points swept\n", what, (unsigned long long)swept);
     assert_true(swept > 0);
+}
+
+void state_test_run_threads(void *(*thread_main)(void *), void *args, size_t size, unsigned threads)
+{
+    pthread_t ids[threads];
+    for (unsigned t = 0; t < threads; t++)
+        assert_int_equal(pthread_create(&ids[t], NULL, thread_main, (char *)args + t * size), 0);
+    for (unsigned t = 0; t < threads; t++) {
+        void *failed;
+        assert_int_equal(pthread_join(ids[t], &failed), 0);
+        assert_null(failed);
+    }
 }

@@ -24,6 +24,11 @@ enum datagen_kind state_test_kind(uint32_t gen);
  * two pages are equal; a test whose pages share contents (dedup) points it elsewhere. */
 extern uint64_t (*state_test_index_of)(uint64_t index, uint32_t gen);
 
+/* Runs thread_main(args + t * size) in `threads` threads and joins them; a thread that returns
+ * non-NULL (what failed) fails the test. */
+void state_test_run_threads(void *(*thread_main)(void *), void *args, size_t size,
+                            unsigned threads);
+
 /* An empty memfd for a state; aborts the test on failure. */
 int state_test_memfd(void);
 

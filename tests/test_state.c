@@ -556,28 +556,18 @@ static void test_state_concurrent_writers(void **unused)
     struct uzram *dev;
     assert_int_equal(uzram_create_in(&config, fd, &dev), 0);
     static struct writer writers[CONCURRENT_THREADS];
-    pthread_t threads[CONCURRENT_THREADS];
-    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
         writers[t] = (struct writer){.dev = dev, .id = t};
-        assert_int_equal(pthread_create(&threads[t], NULL, concurrent_writer, &writers[t]), 0);
-    }
-    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
-        void *failed;
-        assert_int_equal(pthread_join(threads[t], &failed), 0);
-        assert_null(failed);
-    }
+    state_test_run_threads(concurrent_writer, writers, sizeof writers[0], CONCURRENT_THREADS);
     struct uzram_stats before = test_stats(dev);
     assert_int_equal(uzram_state_quiesce(dev), 0);
     uzram_destroy(dev);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
-    unsigned char want[PAGE], got[PAGE];
+    static uint32_t gens[CONCURRENT_THREADS * CONCURRENT_PAGES];
     for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
-        for (unsigned slot = 0; slot < CONCURRENT_PAGES; slot++) {
-            uint64_t index = (uint64_t)slot * CONCURRENT_THREADS + t;
-            state_test_page(index, writers[t].gens[slot], want);
-            assert_int_equal(uzram_read(dev, index * PAGE, got, PAGE), 0);
-            assert_memory_equal(got, want, PAGE);
-        }
+        for (unsigned slot = 0; slot < CONCURRENT_PAGES; slot++)
+            gens[(uint64_t)slot * CONCURRENT_THREADS + t] = writers[t].gens[slot];
+    state_test_check(dev, gens, CONCURRENT_THREADS * CONCURRENT_PAGES);
     struct uzram_stats after = test_stats(dev);
     assert_int_equal(after.pages_stored, before.pages_stored);
     assert_int_equal(after.compr_data_size, before.compr_data_size);

@@ -553,16 +553,9 @@ static void test_state_dedup_concurrent_writers(void **unused)
     struct uzram *dev = dedup_device(fd, CONCURRENT_THREADS * CONCURRENT_PAGES);
     assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 0), 0);
     static struct writer writers[CONCURRENT_THREADS];
-    pthread_t threads[CONCURRENT_THREADS];
-    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
+    for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
         writers[t] = (struct writer){.dev = dev, .id = t};
-        assert_int_equal(pthread_create(&threads[t], NULL, concurrent_writer, &writers[t]), 0);
-    }
-    for (unsigned t = 0; t < CONCURRENT_THREADS; t++) {
-        void *failed;
-        assert_int_equal(pthread_join(threads[t], &failed), 0);
-        assert_null(failed);
-    }
+    state_test_run_threads(concurrent_writer, writers, sizeof writers[0], CONCURRENT_THREADS);
     static uint32_t gens[CONCURRENT_THREADS * CONCURRENT_PAGES];
     for (unsigned t = 0; t < CONCURRENT_THREADS; t++)
         for (unsigned slot = 0; slot < CONCURRENT_PAGES; slot++)
