@@ -65,6 +65,11 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 [[ $SHELL_MODE == 1 || ${#scenarios[@]} -gt 0 ]] || die "no scenario given (see --help)"
+for setting in "--mem $MEM" "--cpus $CPUS" "--deadline $DEADLINE" "--hung $HUNG" \
+    "--timeout ${TIMEOUT:-1}" "VM_BOOT_DEADLINE ${VM_BOOT_DEADLINE:-180}"; do
+    [[ ${setting#* } =~ ^[1-9][0-9]{0,8}$ ]] ||
+        die "${setting% *} takes a whole number above 0, not '${setting#* }'"
+done
 UZRAM=$(realpath -m "${UZRAM:-$REPO/build/uzram}")
 [[ -x $UZRAM ]] || die "no uzram binary at $UZRAM (make programs, or set UZRAM)"
 [[ $REPO$UZRAM$OUT != *[[:space:]]* ]] || skip "the paths of the repository, UZRAM or --out contain spaces, which the kernel command line and 9p options cannot carry"
