@@ -65,7 +65,12 @@ print("\nsent %s, status %d" % (sent, os.waitstatus_to_exitcode(status)))
 EOF
     UZRAM_RUN_SAMPLE_MIB=4 /usr/bin/python3 "$WORK/ctrl-c.py" "$REPO" >"$WORK/ctrl-c.out" 2>&1 || true
     grep -q "^sent True" "$WORK/ctrl-c.out" || fail "make run on a terminal did not get to serving: $(cat "$WORK/ctrl-c.out")"
-    if grep -q "make.*\*\*\*\|Error [0-9]" "$WORK/ctrl-c.out"; then
+    # GNU make 4.3 itself sometimes loses the race between its SIGINT handler and its main loop
+    # over reaping the recipe ("*** wait: No child processes", then "Waiting for unfinished
+    # jobs"; seen in 2 of about 10 make checks, never from the recipe): those lines are make's,
+    # any other error line (the recipe's "Error N") still fails.
+    if tr -d '\r' <"$WORK/ctrl-c.out" | grep "make.*\*\*\*\|Error [0-9]" |
+        grep -qv '\*\*\* wait: No child processes\.  Stop\.$\|\*\*\* Waiting for unfinished jobs\.*$'; then
         fail "make run reports an error on Ctrl-C: $(cat "$WORK/ctrl-c.out")"
     fi
     grep -q "SIG[A-Z]* received: stopping; discarding" "$WORK/ctrl-c.out" || fail "the server did not stop on Ctrl-C: $(cat "$WORK/ctrl-c.out")"
