@@ -2,12 +2,13 @@
 # vm.sh - runs scenario scripts (tests/vm/*.sh) inside a virtual machine with a real Linux
 # kernel, against this machine's build: Debian 12's 6.12 kernel (fetched with apt-get
 # download and cached under build/vm/), a busybox initramfs, this machine's root file system
-# read-only over virtio-9p with a tmpfs overlay, QEMU with KVM when /dev/kvm can be used, else
-# software emulation (TCG). See tests/vm/README.md.
+# read-only over virtio-9p with a tmpfs overlay, QEMU with KVM when a probe boot shows that it
+# runs the kernel, else software emulation (TCG). See tests/vm/README.md.
 #
 #   tests/vm/vm.sh [OPTION]... SCENARIO[:ARG,...][@N]...   run them, in order, in one boot
 #   tests/vm/vm.sh --check                             the set make check runs
 #   tests/vm/vm.sh --shell                             a shell in the guest (make vm-shell)
+#   tests/vm/vm.sh --probe-accel                       prints the accelerator a boot would use
 #
 # A SCENARIO is the name of tests/vm/NAME.sh; ":ARG,ARG" passes arguments, "@N" runs it with
 # only N of the guest's CPUs online (the others taken offline, and back after it). Options:
@@ -17,7 +18,8 @@
 #   --hung S        kernel.hung_task_timeout_secs in the guest (default 30)
 #   --out DIR       where the console log and results go (default build/vm/run)
 # Environment: UZRAM (default build/uzram), VM_KERNEL_DEB (a kernel package file to use
-# instead of apt-get download).
+# instead of apt-get download), VM_ACCEL (auto: KVM once a probe boot shows it runs the
+# kernel, else TCG; tcg; kvm: no probe, no fallback).
 #
 # Prints one line per scenario (PASS, FAIL with the reason and the end of its log, SKIP with
 # the reason) and writes them to OUT/results as "NAME STATUS REASON" (STATUS 0, 1 or 77).
@@ -26,7 +28,7 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VM_DIR=$REPO/build/vm
-MEM=1024 CPUS=2 TIMEOUT= DEADLINE=300 HUNG=30 OUT=$VM_DIR/run SHELL_MODE=0
+MEM=1024 CPUS=2 TIMEOUT= DEADLINE=300 HUNG=30 OUT=$VM_DIR/run SHELL_MODE=0 PROBE_MODE=0
 # make check's set: every scenario class in its short form, in one boot of 512 MiB
 # (tests/vm/README.md); and tests/integration/zramgen-setup.sh, whose swap setup needs
 # CAP_SYS_RESOURCE (serve --swap), which the development machines do not give. @1: with the
@@ -58,13 +60,14 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$(realpath -m "$2"); shift ;;
     --check) scenarios+=("${CHECK_SET[@]}") MEM=512 DEADLINE=240 ;;
     --shell) SHELL_MODE=1 ;;
+    --probe-accel) PROBE_MODE=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) scenarios+=("$1") ;;
     esac
     shift
 done
-[[ $SHELL_MODE == 1 || ${#scenarios[@]} -gt 0 ]] || die "no scenario given (see --help)"
+[[ $SHELL_MODE == 1 || $PROBE_MODE == 1 || ${#scenarios[@]} -gt 0 ]] || die "no scenario given (see --help)"
 for setting in "--mem $MEM" "--cpus $CPUS" "--deadline $DEADLINE" "--hung $HUNG" \
     "--timeout ${TIMEOUT:-1}" "VM_BOOT_DEADLINE ${VM_BOOT_DEADLINE:-180}"; do
     [[ ${setting#* } =~ ^[1-9][0-9]{0,8}$ ]] ||
@@ -129,6 +132,49 @@ prepare_kernel
 KVER=$(ls "$KROOT/lib/modules" | head -n 1)
 KERNEL=$KROOT/boot/vmlinuz-$KVER
 MODULES=$KROOT/lib/modules/$KVER
+
+# --- the accelerator ---
+# KVM is used only once it has been seen to run this kernel: a /dev/kvm that opens proves
+# nothing (a PVM host's kvm_pvm module runs only guests built for it: QEMU aborts setting an
+# MSR, or the guest dies at its first instruction). probe_kvm boots the kernel alone under
+# KVM and waits for its first console line; anything else is TCG, and the reason is printed.
+# VM_ACCEL=tcg skips the probe; VM_ACCEL=kvm insists on KVM (no fallback).
+TCG_ACCEL=(-accel tcg,thread=multi -cpu max)
+probe_kvm() { # prints why KVM cannot be used, or nothing when it ran the kernel
+    [[ -e /dev/kvm ]] || { echo "no /dev/kvm"; return; }
+    [[ -r /dev/kvm && -w /dev/kvm ]] || { echo "/dev/kvm is not read-write for $(id -un)"; return; }
+    local log=$VM_DIR/kvm-probe.log i pid
+    : >"$log"
+    qemu-system-x86_64 -accel kvm -cpu max -smp 1 -m 256 -nodefaults \
+        -no-user-config -display none -no-reboot -kernel "$KERNEL" -serial "file:$log" \
+        -append "console=ttyS0 earlyprintk=ttyS0 panic=-1 maxcpus=1" </dev/null >"$log.qemu" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 75; i++)); do # 15 s: under KVM its first line comes in well under one
+        grep -aq 'Linux version' "$log" 2>/dev/null && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    grep -aq 'Linux version' "$log" 2>/dev/null && return
+    if [[ -s $log.qemu ]]; then # its first line says what failed (an abort, "KVM internal error")
+        echo "QEMU under KVM: $(grep -v '^$' "$log.qemu" | head -n 1 | cut -c1-160)"
+    else
+        echo "the kernel printed nothing under KVM within 15 s"
+    fi
+}
+case ${VM_ACCEL:-auto} in
+tcg) kvm_refusal="VM_ACCEL=tcg" ;;
+kvm) kvm_refusal= ;;
+auto) kvm_refusal=$(probe_kvm) ;;
+*) die "VM_ACCEL takes auto, kvm or tcg, not '$VM_ACCEL'" ;;
+esac
+if [[ -z $kvm_refusal ]]; then
+    accel=(-accel kvm -cpu max) accel_name=kvm
+else
+    accel=("${TCG_ACCEL[@]}") accel_name="tcg ($kvm_refusal)"
+fi
+[[ $PROBE_MODE == 1 ]] && { echo "vm.sh: accelerator: $accel_name"; exit 0; }
 
 # --- the initramfs: busybox-static, tests/vm/init and the 9p and overlay modules ---
 INITRD=$VM_DIR/initramfs-$KVER.cpio.gz
@@ -214,22 +260,18 @@ truncate -s 1G "$OUT/scratch.img"
 # with two, the static keys the boot itself switches met the same half-patched code (make
 # check at 65cc6c9: "Oops: int3" in sched_clock_cpu at 2.4 s, before any scenario). Should a
 # boot still fail before its first scenario, it is booted once more (boot_once below).
-accel=(-accel tcg,thread=multi -cpu max)
-[[ -r /dev/kvm && -w /dev/kvm ]] && accel=(-accel kvm "${accel[@]}")
-accel_name=tcg
-[[ ${accel[1]} == kvm ]] && accel_name="kvm (tcg if it fails)"
 share() { # ID PATH TAG [readonly]
     echo "-fsdev local,id=$1,path=$2,security_model=none,multidevs=remap${4:+,readonly=on}"
     echo "-device virtio-9p-pci,fsdev=$1,mount_tag=$3"
 }
-qemu=(qemu-system-x86_64 "${accel[@]}" -smp "$CPUS" -m "$MEM" -nodefaults -no-user-config
+qemu=(qemu-system-x86_64 -smp "$CPUS" -m "$MEM" -nodefaults -no-user-config
     -display none -no-reboot -kernel "$KERNEL" -initrd "$INITRD"
     -append "console=ttyS0 sysrq_always_enabled panic=-1 oops=panic loglevel=7 tsc=reliable nosoftlockup maxcpus=1 uzram_guest=$REPO/tests/vm/guest.sh"
     $(share r / hostroot ro) $(share m "$MODULES" modules ro) $(share o "$OUT" vmout)
     -drive "file=$OUT/scratch.img,if=virtio,format=raw,cache=unsafe")
 if [[ $SHELL_MODE == 1 ]]; then
     echo "vm.sh: booting $KVER ($accel_name); Ctrl-A X leaves QEMU, 'exit' powers the guest off"
-    exec "${qemu[@]}" -serial mon:stdio
+    exec "${qemu[@]}" "${accel[@]}" -serial mon:stdio
 fi
 echo "vm.sh: $KVER, $accel_name, ${CPUS} CPUs, ${MEM} MiB: ${names[*]} (bound ${TIMEOUT} s)"
 start=$(date +%s)
@@ -273,7 +315,7 @@ end_guest() {
 boot_once() {
     # The monitor on a pair of pipes, for ask_stacks and end_guest.
     mkfifo "$OUT/monitor.in" "$OUT/monitor.out"
-    timeout -k 10 "$TIMEOUT" "${qemu[@]}" -serial "file:$OUT/console.log" \
+    timeout -k 10 "$TIMEOUT" "${qemu[@]}" "${accel[@]}" -serial "file:$OUT/console.log" \
         -chardev "pipe,id=monitor,path=$OUT/monitor" -mon chardev=monitor </dev/null >"$OUT/qemu.log" 2>&1 &
     qemu_pid=$!
     cat "$OUT/monitor.out" >"$OUT/monitor.log" 2>/dev/null &
@@ -324,6 +366,11 @@ if { [[ $boot_silent == 1 ]] || grep -qE "$KERNEL_FAILURE" "$OUT/console.log" 2>
     echo "vm.sh: the guest failed while booting, before any scenario (an emulator race:" \
         "$OUT/console-first-boot.log); booting once more"
     truncate -s 0 "$OUT/scratch.img" && truncate -s 1G "$OUT/scratch.img"
+    if [[ $accel_name == kvm && ${VM_ACCEL:-auto} == auto ]]; then
+        # KVM ran the probe's kernel but not this boot: the second boot is emulated.
+        accel=("${TCG_ACCEL[@]}") accel_name="tcg (the boot under KVM failed)"
+        echo "vm.sh: booting again under $accel_name"
+    fi
     boot_once
 fi
 rm -f "$OUT/scratch.img"
