@@ -167,12 +167,35 @@ asan-tests:
 asan-test-lib:
 	+$(ASAN_MAKE) build/asan/libuzram-test.a
 
+# ---- make check's stages: each is one target here, and only here ----
+# scripts/check.sh runs them (some side by side: it says which and why) and sums them up:
+#   format-check       clang-format                 check-exports   the shared library's API
+#   layers-check       no include circle in lib/, src/
+#   unit-check         unit and model tests (plain) asan-unit-check the same under ASan+UBSan
+#   tsan               concurrent cases under TSan  fault-check     fault-injection sweeps
+#   fuzz-check         fuzz corpus and a short run  integration-check  real clients, real server
+#   vm-check           the kernel's clients in a VM (tests/vm/)
+.PHONY: layers-check unit-check asan-unit-check tsan-build integration-check
+layers-check:
+	./scripts/check-layers.sh lib
+	./scripts/check-layers.sh src
+
+unit-check: tests
+	./scripts/run-tests.sh $(O)
+
+asan-unit-check: asan-tests
+	./scripts/run-tests.sh build/asan
+
 # ThreadSanitizer run of the concurrent tests: only the test binaries that have
 # concurrent cases (scripts/run-tests.sh finds them) are built and run.
-tsan: deps
+tsan-build:
 	$(MAKE) O=build/tsan SAN=thread CC=clang OPT=-O1 \
 		$$(./scripts/run-tests.sh --concurrent-binaries build/tsan)
+tsan: deps tsan-build
 	./scripts/run-tests.sh build/tsan concurrent
+
+integration-check: programs
+	UZRAM=$(UZRAM) ./scripts/integration.sh
 
 valgrind: deps
 	$(MAKE) O=build/valgrind OPT=-O1 all
@@ -290,9 +313,7 @@ deb-check: deps
 # fuzz-check:  replay plus a short libFuzzer run (FUZZ_CHECK_SECONDS, 10)
 # fault:       build/fault, where every allocation and compression call can
 #              be made to fail (-DUZRAM_FAULT_INJECTION, ASan+UBSan)
-# fault-check: the fault injection sweeps (tests/test_fault.c, and the dedup index's own
-#              allocations in tests/test_dedup_index.c, a state file's in tests/test_state.c,
-#              test_state_kept.c, test_state_dedup.c and test_state_bundle.c) in build/fault
+# fault-check: the fault injection sweeps of FAULT_TESTS in build/fault
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 10
 .PHONY: fuzz fuzz-replay fuzz-check fault fault-check
@@ -307,16 +328,15 @@ fuzz-check: deps
 	./scripts/fuzz.sh replay
 	./scripts/fuzz.sh run $(FUZZ_CHECK_SECONDS)
 
+# The binaries with fault cases (they skip them in every other build).
+FAULT_TESTS := test_fault test_dedup_index test_state test_state_kept test_state_dedup \
+	test_state_bundle
 fault: deps
 	$(MAKE) O=build/fault SAN=address,undefined OPT=-O1 \
-		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION build/fault/tests/test_fault \
-		build/fault/tests/test_dedup_index build/fault/tests/test_state \
-		build/fault/tests/test_state_kept build/fault/tests/test_state_dedup \
-		build/fault/tests/test_state_bundle
+		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION $(FAULT_TESTS:%=build/fault/tests/%)
 
 fault-check: fault
-	./scripts/run-tests.sh build/fault all test_fault test_dedup_index test_state test_state_kept \
-		test_state_dedup test_state_bundle
+	./scripts/run-tests.sh build/fault all $(FAULT_TESTS)
 	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/fault/tests/test_fault.log
 # ---- end of reliability block ----
 

@@ -1,13 +1,17 @@
 #!/bin/bash
-# check.sh - everything `make check` runs: formatting, plain and ASan+UBSan builds, the shared
-# library's exports, the layers of lib/ and src/ (no circle), unit and model tests in both, the
-# concurrent tests under TSan, fault injection, the fuzz corpus, then integration tests with
-# real NBD clients. Ends with a summary in which every skip is named.
+# check.sh - `make check`: runs make check's stages, side by side where they can be, and ends
+# with one summary: a line per stage (its make target, result, time and counts), every skip
+# and every failure named. Each stage is a target of the Makefile ("make check's stages"), the
+# one place that says what it runs; this script says only when each runs and how it counts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
+check_start=$(date +%s)
 passed=0 failed=0
 failures=() skips=() # the summary's count of skips is the number of these lines
+mkdir -p build/check
+STAGES=build/check/stages # one line per stage that ended: "NAME TARGET STATUS SECONDS COUNTS"
+: >"$STAGES"
 
 count() { # name, status, skip reason
     case "$2" in
@@ -17,19 +21,34 @@ count() { # name, status, skip reason
     esac
 }
 
-# Add up what scripts/run-tests.sh found in one build folder: its skips (binaries, and cases
-# skipped inside passing binaries) are its lines of tests/skipped.
+# stage NAME TARGET LOG [MAKE ARGUMENT]...: `make -s TARGET` with its output in LOG; records
+# the stage's status and time in $STAGES (background lanes call it too: one short append).
+stage() {
+    local name=$1 target=$2 log=$3 start status
+    shift 3
+    start=$(date +%s)
+    make -s "$target" "$@" >"$log" 2>&1
+    status=$?
+    echo "$name $target $status $(($(date +%s) - start))" >>"$STAGES"
+    return $status
+}
+
+# What scripts/run-tests.sh found in one build folder: its skips (binaries, and cases skipped
+# inside passing binaries) are its lines of tests/skipped.
 collect_unit() { # build folder, what it was
     local p f line
+    if [[ ! -s $1/tests/summary ]]; then
+        failed=$((failed + 1)); failures+=("$2 (no summary: see its log)")
+        return
+    fi
     read -r p _ f _ <"$1/tests/summary"
     passed=$((passed + p)); failed=$((failed + f))
     [[ $f -eq 0 ]] || failures+=("$2")
     while IFS= read -r line; do skips+=("$line"); done <"$1/tests/skipped"
 }
 
-mkdir -p build
-echo "== format (clang-format)"
-if make -s format-check >build/format.log 2>&1; then
+echo "== format (make format-check)"
+if stage format format-check build/format.log; then
     count format 0
     echo "PASS format"
 else
@@ -39,32 +58,30 @@ else
 fi
 
 echo "== build (plain, and ASan+UBSan)"
+build_start=$(date +%s)
 # What the VM needs first (the program and the guest's tools), so that its boot, the longest
 # stage, starts before the test binaries are compiled.
-make -s -j"$jobs" programs vm-tools || { echo "check: 0 passed, 1 failed"; exit 1; }
+make -s -j"$jobs" programs vm-tools || { echo "check: 0 passed, 1 failed (the build)"; exit 1; }
 
-# The kernel's own clients (nbd, ublk, md, swap, zram) in a VM with Debian's 6.12 kernel: one
-# boot runs a short form of every scenario class (tests/vm/vm.sh --check); each counts. The
-# boot starts as soon as the plain build is there and runs beside everything after it: the
-# guest is emulated and takes minutes whatever runs beside it, and one stage after the other
-# would not fit the time make check may take (README). Every bound in the guest and in the
-# integration tests is loose enough for a loaded machine. vm.sh bounds each of its waits itself
-# (the kernel's download, the boot, each scenario) and says how far it got: an outer bound
-# shorter than its own (900 s, with the download in it) once killed it before it could say.
+# The VM lane: the kernel's own clients (nbd, ublk, md, swap, zram) in a VM (tests/vm/vm.sh
+# --check, one boot). It starts as soon as the plain build is there and runs beside
+# everything after it: the guest is emulated and takes minutes whatever runs beside it. vm.sh
+# bounds each of its waits itself (the kernel's download, the boot, each scenario) and says
+# how far it got: an outer bound shorter than its own once killed it before it could say.
 vm_log=build/vm-check.log
-setsid ./tests/vm/vm.sh --check >"$vm_log" 2>&1 &
+setsid bash -c "$(declare -f stage); STAGES=$STAGES; stage vm vm-check $vm_log" &
 vm_pid=$!
 # A stage that ends the check early (a failed build) takes the boot with it: its own process
 # group, QEMU included.
 trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null' EXIT
 
-make -s -j"$jobs" all asan-tests || { echo "check: 0 passed, 1 failed"; exit 1; }
+make -s -j"$jobs" all asan-tests || { echo "check: 0 passed, 1 failed (the build)"; exit 1; }
+echo "build - 0 $(($(date +%s) - build_start))" >>"$STAGES"
 
-# The shared library exports the public API and nothing else.
-echo "== exports of libuzram.so"
-if ./scripts/check-exports.sh build/libuzram.so >build/check-exports.log 2>&1; then
+echo "== exports of libuzram.so (make check-exports)"
+if stage exports check-exports build/check-exports.log; then
     count exports 0
-    echo "PASS exports: $(sed 's/^check-exports: //' build/check-exports.log)"
+    echo "PASS exports: $(sed -n 's/^check-exports: //p' build/check-exports.log)"
 else
     count exports 1
     echo "FAIL exports:"
@@ -73,130 +90,87 @@ fi
 
 # The engine's files, and the program's, stand in layers: none includes (so none calls) one
 # that includes it back.
-for part in lib src; do
-    echo "== layers of $part/"
-    log=build/check-layers-$part.log
-    if ./scripts/check-layers.sh $part >"$log" 2>&1; then
-        count "layers $part" 0
-        echo "PASS layers: $part/ in $(head -1 "$log" | cut -d' ' -f1) layers, no circle"
-    else
-        count "layers $part" 1
-        echo "FAIL layers of $part/:"
-        sed 's/^/    /' "$log"
-    fi
-done
+echo "== layers of lib/ and src/ (make layers-check)"
+if stage layers layers-check build/check-layers.log; then
+    count layers 0
+    # Each part's first line is its deepest file, with its layer.
+    echo "PASS layers: lib/ in $(head -n 1 build/check-layers.log | cut -d' ' -f1) layers," \
+        "src/ in $(grep -m 1 / build/check-layers.log | cut -d' ' -f1), no circle"
+else
+    count layers 1
+    echo "FAIL layers of lib/ or src/:"
+    sed 's/^/    /' build/check-layers.log
+fi
 
-# The unit tests (plain, ASan+UBSan, then the concurrent ones under TSan) run beside the
-# integration tests, which mostly wait on servers, clients and the kernel: one after the other
-# they left a CPU idle for minutes. Their lines come after the integration tests'. This lane,
-# the fault sweep and the fuzzers are CPU work that may wait: they run at the lowest priority
-# (nice 19), in what the VM and the integration tests, whose deadlines are in wall-clock time,
-# leave (with nice 5, at 8cff2a1, the VM's swap scenario took 208 s, against 109 s at 5b0f427
-# when the unit tests ran before the integration tests).
+# The unit lane (plain, ASan+UBSan, then the concurrent ones under TSan), the fault sweeps and
+# the fuzzers are CPU work that may wait: they run beside the integration tests, which mostly
+# wait on servers, clients and the kernel, at the lowest priority (nice 19), in what the VM
+# and the integration tests, whose deadlines are in wall-clock time, leave (with nice 5, at
+# 8cff2a1, the VM's swap scenario took 208 s, against 109 s at 5b0f427 when the unit tests
+# ran before the integration tests). Their lines come after the integration tests'.
 unit_log=build/unit-lane.log
-rm -f build/tests/summary build/asan/tests/summary build/tsan/tests/summary build/tsan-build-failed
+rm -f build/tests/summary build/asan/tests/summary build/tsan/tests/summary \
+    build/fault/tests/summary
 (
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1
-    # Only the binaries that have concurrent cases are built and run under TSan. Their build
-    # starts at once, beside the plain and ASan runs: built after them it left the lane alone
-    # at the end with a compile, once the integration tests were done.
-    (
-        mapfile -t tsan_bins < <(./scripts/run-tests.sh --concurrent-binaries build/tsan)
-        make -s -j"$jobs" O=build/tsan SAN=thread CC=clang OPT=-O1 "${tsan_bins[@]}" ||
-            : >build/tsan-build-failed
-    ) >build/tsan-build.log 2>&1 &
+    # TSan's build starts at once, beside the plain and ASan runs: built after them it left
+    # the lane alone at the end with a compile, once the integration tests were done.
+    stage tsan-build tsan-build build/tsan-build.log &
     tsan_build=$!
-    for dir in build build/asan; do
-        echo "== unit and model tests: $dir"
-        ./scripts/run-tests.sh "$dir"
-    done
-    echo "== ThreadSanitizer: concurrent tests"
-    wait "$tsan_build"
-    cat build/tsan-build.log
-    [[ -f build/tsan-build-failed ]] || ./scripts/run-tests.sh build/tsan concurrent
+    stage unit unit-check build/unit-plain.log
+    stage asan-unit asan-unit-check build/unit-asan.log
+    wait "$tsan_build" && stage tsan tsan build/unit-tsan.log
+    cat build/unit-plain.log build/unit-asan.log build/tsan-build.log build/unit-tsan.log 2>/dev/null
 ) >"$unit_log" 2>&1 &
 unit_pid=$!
-
-# Fault injection sweeps every allocation and compression site; test_fault skips
-# all its cases in a build without it, which counts as SKIP here, never as PASS. Its build and
-# sweep (one process, minutes) run beside the integration tests, as the fuzzers do; the result
-# comes after theirs.
-rm -f build/fault/tests/summary
 (
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1
-    make -s fault >build/fault-check.log 2>&1 || exit 3
-    ./scripts/run-tests.sh build/fault all test_fault >build/fault-run.log 2>&1
-    exit 0
+    stage fault fault-check build/fault-check.log
 ) &
 fault_pid=$!
-
-# The fuzz corpus replays as a regression test, then each target fuzzes briefly: beside the
-# integration tests, which mostly wait on servers, clients and the kernel (the CPU they leave
-# is what the fuzzers take); its result comes after theirs.
 fuzz_log=build/fuzz-check.log
-nice -n 19 make -s fuzz-check FUZZ_CHECK_SECONDS=10 >"$fuzz_log" 2>&1 &
+(
+    renice -n 19 -p "$BASHPID" >/dev/null 2>&1
+    stage fuzz fuzz-check "$fuzz_log" FUZZ_CHECK_SECONDS=10
+) &
 fuzz_pid=$!
-trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; [[ -n ${unit_pid:-} ]] && kill "$unit_pid" 2>/dev/null; [[ -n ${fuzz_pid:-} ]] && kill "$fuzz_pid" 2>/dev/null; [[ -n ${fault_pid:-} ]] && kill "$fault_pid" 2>/dev/null' EXIT
+trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; for p in ${unit_pid:-} ${fuzz_pid:-} ${fault_pid:-}; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done' EXIT
 
 # A script exits 77 to skip as a whole; a check inside it that cannot run prints
 # "SKIPPED CHECK: reason" (tests/integration/lib.bash, skip_check) and is listed below.
-echo "== integration tests"
-for test in tests/integration/*.sh; do
-    [[ -f "$test" ]] || continue
-    # The Debian packages' test compiles the whole tree again and runs lintian (about 100 s
-    # of two CPUs): CI runs it after make check (.ci/run: make deb-check), as issue 28 allows,
-    # so that make check keeps within its 12 minutes.
-    [[ $(basename "$test") == deb.sh ]] && continue
-    name=$(basename "$test" .sh)
-    log="build/integration-$name.log"
-    start=$(date +%s)
-    UZRAM=$PWD/build/uzram timeout 600 bash "$test" >"$log" 2>&1
-    status=$?
-    count "integration $name" "$status" "$(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
-    mapfile -t parts < <(sed -n 's/^SKIPPED CHECK: //p' "$log")
-    for part in "${parts[@]}"; do skips+=("integration $name, one check: $part"); done
-    took="$(($(date +%s) - start)) s"
-    case $status in
-    0) echo "PASS integration $name ($took${parts[0]:+; ${#parts[@]} check(s) skipped, listed below})" ;;
-    77) echo "SKIP integration $name: $(sed -n 's/^SKIP: //p' "$log" | tail -n 1)" ;;
-    *) echo "FAIL integration $name (status $status): last lines of $log:"
-       tail -n 40 "$log" | sed 's/^/    /' ;;
-    esac
-done
+echo "== integration tests (make integration-check)"
+start=$(date +%s)
+make -s integration-check 2>&1 | tee build/integration-check.log | grep -E '^(PASS|FAIL|SKIP|    )'
+echo "integration integration-check ${PIPESTATUS[0]} $(($(date +%s) - start))" >>"$STAGES"
+while read -r name status _ reason; do
+    count "integration $name" "$status" "$reason"
+done <build/integration/results
 
 wait "$unit_pid"
 unit_pid=
+echo "== unit and model tests (make unit-check, asan-unit-check, tsan)"
 cat "$unit_log"
-for dir in build build/asan; do
-    if [[ -s $dir/tests/summary ]]; then
-        collect_unit "$dir" "unit tests in $dir"
-    else
-        failed=$((failed + 1)); failures+=("unit tests in $dir (no summary: see $unit_log)")
-    fi
-done
-if [[ -f build/tsan-build-failed ]]; then
-    failed=$((failed + 1)); failures+=("TSan build")
-elif [[ -s build/tsan/tests/summary ]]; then
+collect_unit build "unit tests in build"
+collect_unit build/asan "unit tests in build/asan"
+if grep -q '^tsan-build tsan-build 0 ' "$STAGES"; then
     collect_unit build/tsan "concurrent tests under TSan"
 else
-    failed=$((failed + 1)); failures+=("concurrent tests under TSan (no summary: see $unit_log)")
+    failed=$((failed + 1)); failures+=("TSan build (build/tsan-build.log)")
 fi
 
-echo "== fault-check"
+echo "== fault injection sweeps (make fault-check)"
 wait "$fault_pid"
-status=$?
 fault_pid=
-if [[ $status -eq 0 && -s build/fault/tests/summary ]]; then
-    cat build/fault-run.log
-    sed -n 's/^\(.*fault points swept in total.*\):$/    \1/p' build/fault/tests/test_fault.log
-    collect_unit build/fault "fault injection sweep"
+sed -n '/^\(PASS\|FAIL\|SKIP\) /p; /^    /p; /fault points swept in total/s/^/    /p' build/fault-check.log
+if [[ -s build/fault/tests/summary ]]; then
+    collect_unit build/fault "fault injection sweeps"
 else
     count fault-check 1
-    echo "FAIL fault-check (status $status): last lines of build/fault-check.log and build/fault-run.log:"
-    tail -n 30 build/fault-check.log build/fault-run.log 2>/dev/null | sed 's/^/    /'
+    echo "FAIL fault-check: last lines of build/fault-check.log:"
+    tail -n 30 build/fault-check.log | sed 's/^/    /'
 fi
 
-echo "== fuzz-check"
+echo "== fuzz corpus and a short run (make fuzz-check)"
 wait "$fuzz_pid"
 status=$?
 fuzz_pid=
@@ -208,29 +182,34 @@ else
     tail -n 30 "$fuzz_log" | sed 's/^/    /'
 fi
 
-echo "== VM tests: a real kernel under QEMU (tests/vm/)"
-log=$vm_log
+echo "== VM tests: a real kernel under QEMU (make vm-check)"
 wait "$vm_pid"
-status=$?
 vm_pid=
-# vm.sh's own lines (the download, each scenario's begin and end with the time, the boot's
-# end) and the scenarios' results.
-sed -n '/^vm\.sh: /p; s/^\(PASS\|FAIL\|SKIP\) vm /&/p; /^    /p' "$log"
-if [[ $status -eq 77 ]]; then
-    count vm 77 "$(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
-    echo "SKIP vm: $(sed -n 's/^SKIP: //p' "$log" | tail -n 1)"
+status=$(awk '$1 == "vm" {print $3}' "$STAGES")
+# vm.sh's own lines (the download, the accelerator, each scenario's begin and end with the
+# time, the boot's end) and the scenarios' results.
+sed -n '/^vm\.sh: /p; /^\(PASS\|FAIL\|SKIP\) vm /p; /^    /p' "$vm_log"
+if [[ $status == 77 ]]; then
+    count vm 77 "$(sed -n 's/^SKIP: //p' "$vm_log" | tail -n 1)"
 elif [[ -s build/vm/run/results ]]; then
     while read -r name result reason; do
         count "vm $name" "$result" "$reason"
     done <build/vm/run/results
-    [[ $status -eq 0 ]] || grep -q ' 1 ' build/vm/run/results || count "vm runner" "$status"
+    [[ $status == 0 ]] || grep -q ' 1 ' build/vm/run/results || count "vm runner" "$status"
 else
     count "vm runner" 1
-    echo "FAIL vm runner (status $status): last lines of $log:"
-    tail -n 20 "$log" | sed 's/^/    /'
+    echo "FAIL vm runner (status ${status:-none}): last lines of $vm_log:"
+    tail -n 20 "$vm_log" | sed 's/^/    /'
 fi
 
+echo "== summary: stage, make target, status, seconds (lanes run side by side)"
+while read -r name target status seconds; do
+    case $status in 0) word=pass ;; 77) word=skip ;; *) word="FAIL ($status)" ;; esac
+    printf '    %-12s %-18s %-10s %5s s\n' "$name" "$target" "$word" "$seconds"
+done <"$STAGES"
 [[ ${#skips[@]} -eq 0 ]] || printf 'skipped: %s\n' "${skips[@]}"
 [[ ${#failures[@]} -eq 0 ]] || printf 'failed: %s\n' "${failures[@]}"
-echo "check: $passed passed, $failed failed, ${#skips[@]} skipped"
+cpu=$(awk '{print int($14 + $15 + $16 + $17)}' /proc/$$/stat 2>/dev/null)
+echo "check: $passed passed, $failed failed, ${#skips[@]} skipped in $(($(date +%s) - check_start)) s" \
+    "(CPU of its processes: $((${cpu:-0} / $(getconf CLK_TCK))) s; $jobs CPUs)"
 [[ $failed -eq 0 ]]

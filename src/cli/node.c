@@ -35,8 +35,9 @@ static void attach_usage(FILE *out)
           "  --file PATH             with --via loop: the file the server mounts (default\n"
           "                          NAME.disk beside the control socket)\n"
           "  --swap                  the device is for swap: the server must run with\n"
-          "                          serve --swap; prints the mkswap/swapon "
-          "lines\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
+          "                          serve --swap; prints the mkswap/swapon lines. Without\n"
+          "                          --via, refused on a kernel without ublk (swap through\n"
+          "                          nbd or loop is not safe: SWAP in uzram(1))\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
           "\n"
           "uzram detach DEVICE undoes it. Example:\n"
           "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
@@ -189,8 +190,25 @@ int cmd_attach(int argc, char **argv)
 int attach_node(const char *device, const char *via, bool swap, const char *file, const char *place,
                 char *node, size_t node_size, char *message, size_t message_size)
 {
+    if (swap && via == NULL && file == NULL && !module_ready("ublk_drv", "/dev/ublk-control")) {
+        /* Swap over nbd or loop needs kernel memory in the server for every swap-out
+         * (uzram(1), SWAP): refused rather than taken silently. */
+        snprintf(message, message_size,
+                 "cannot attach %s for swap: this kernel has no ublk driver (ublk_drv, "
+                 "CONFIG_BLK_DEV_UBLK: Linux 6.0 and later where the distribution builds it, "
+                 "e.g. Debian 12's backports kernel or Debian 13), and swap through nbd or "
+                 "loop is not safe under memory pressure (uzram(1), SWAP); use kernel zram "
+                 "here, or a kernel with ublk",
+                 device);
+        return -EOPNOTSUPP;
+    }
     if (via == NULL)
         via = file != NULL ? "loop" : default_via();
+    if (swap && strcmp(via, "ublk") != 0)
+        fprintf(stderr,
+                "uzram: warning: swap through %s is not safe under memory pressure (uzram(1), "
+                "SWAP): a swap-out needs kernel memory in the server\n",
+                via);
     /* The server mounts the file: give it a path that does not depend on our directory. */
     char absolute[PATH_MAX] = "";
     if (file != NULL) {

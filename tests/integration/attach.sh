@@ -51,6 +51,17 @@ sys.exit(1)' "$1" || fail "$1 is still claimed 60 s after its filesystem was unm
 start_server att -s 512M
 FILE=$XDG_RUNTIME_DIR/uzram/att.disk
 
+# --- attach --swap without ublk: refused, saying why and what to do (uzram(1), SWAP) ---
+if [[ -e /dev/ublk-control ]] || modprobe -n -q ublk_drv 2>/dev/null; then
+    skip_check "attach --swap's refusal on a kernel without ublk: this kernel has ublk"
+else
+    out=$("$UZRAM" attach --swap att 2>&1) && fail "attach --swap without ublk attached: $out"
+    [[ $out == *"this kernel has no ublk driver"*"not safe"*"kernel zram"* ]] ||
+        fail "attach --swap without ublk said: $out"
+    [[ $(attached_of att) == - ]] || fail "the refused attach --swap left att attached"
+    pass "attach --swap on a kernel without ublk is refused: ${out:0:90}..."
+fi
+
 # --- attach through FUSE + loop ---
 DEV=$("$UZRAM" attach --via loop att 2>"$WORK/attach.err") || fail "attach --via loop: $(cat "$WORK/attach.err")"
 [[ $DEV =~ ^/dev/loop[0-9]+$ ]] || fail "attach printed '$DEV', not a /dev/loopN path"
