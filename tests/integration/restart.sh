@@ -10,7 +10,7 @@
 # serving) and at start (the file unchanged); the server ending during a planned restart seen
 # by `uzram restart` at once, the state taken over after; a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
 # the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
-# combinations refused with what to write.
+# combinations refused with what to write (server_mem_limit at run time too).
 # Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
 set -euo pipefail
 
@@ -116,6 +116,15 @@ if "$UZRAM" restart -S r >"$WORK/restart.out" 2>&1; then fail "restart with a de
 grep -q "device scratch has no state" "$WORK/restart.out" || fail "says: $(cat "$WORK/restart.out")"
 "$UZRAM" hot-remove scratch >/dev/null || fail "hot-remove scratch"
 pass "a device without a state (hot-added): restart refused, naming it"
+
+# --- server_mem_limit at run time on a server whose devices keep a state: refused as serve
+# refuses --server-mem-limit with --persist (the device taken over would be outside it) ---
+if "$UZRAM" attr r server_mem_limit 64M >"$WORK/attr.out" 2>&1; then fail "server_mem_limit 64M taken by a --persist server"; fi
+grep -q "device r keeps its state (--persist), and --persist cannot keep a device in a --server-mem-limit group yet (serve refuses the two together): server_mem_limit stays 0" "$WORK/attr.out" ||
+    fail "server_mem_limit refusal says: $(cat "$WORK/attr.out")"
+[[ $("$UZRAM" attr r server_mem_limit) -eq 0 ]] || fail "server_mem_limit is $("$UZRAM" attr r server_mem_limit) after the refusal"
+"$UZRAM" attr r server_mem_limit 0 || fail "server_mem_limit 0 (none, as it is) refused"
+pass "server_mem_limit set at run time on a --persist server: refused as at start, still 0"
 
 # --- the server ends during its restart: the new program exits as it starts, or is killed
 # while it would take over. `uzram restart` says so at once (it waited its whole 60 s), and
