@@ -627,11 +627,6 @@ static void *decompress_context(int id)
     return context;
 }
 
-int comp_decompress(int id, const void *src, size_t length, void *page)
-{
-    return comp_decompress_dict(id, NULL, src, length, page);
-}
-
 int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, size_t length,
                          void *page)
 {

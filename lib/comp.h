@@ -43,15 +43,12 @@ int comp_choose(const char *name, int level, int *id, int *resolved_level);
  * `capacity`, -ENOMEM if a context could not be made, -EIO on a library error. */
 int comp_compress(int id, int level, const void *page, void *dst, size_t capacity);
 
-/* Decompress `length` bytes of algorithm `id` into a 4096-byte page.
- * Returns 0, -EIO if the input is corrupt or does not give exactly one page,
- * -ENOMEM if a context could not be made. */
-int comp_decompress(int id, const void *src, size_t length, void *page);
-
-/* The same with a dictionary (`dict` NULL: none), which must be the one the
- * page was compressed with. */
+/* comp_compress() with a dictionary (`dict` NULL: none). */
 int comp_compress_dict(int id, int level, const struct comp_dict *dict, const void *page, void *dst,
                        size_t capacity);
+/* Decompress `length` bytes of algorithm `id` into a 4096-byte page, with the dictionary the
+ * page was compressed with (`dict` NULL: none). Returns 0, -EIO if the input is corrupt or
+ * does not give exactly one page, -ENOMEM if a context could not be made. */
 int comp_decompress_dict(int id, const struct comp_dict *dict, const void *src, size_t length,
                          void *page);
 

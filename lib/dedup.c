@@ -177,11 +177,6 @@ int dedup_create_in(uint64_t page_count, const struct dedup_object_ops *ops,
     return 0;
 }
 
-int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out)
-{
-    return dedup_create_in(page_count, ops, NULL, out);
-}
-
 void dedup_destroy(struct dedup *dedup)
 {
     if (dedup)
@@ -235,10 +230,12 @@ void dedup_trim(struct dedup *dedup)
     }
 }
 
+#ifdef UZRAM_TEST_HOOKS
 uint64_t dedup_entry_size(void)
 {
     return sizeof(struct dedup_entry);
 }
+#endif
 
 uint64_t dedup_entry_cost(void)
 {

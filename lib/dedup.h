@@ -28,18 +28,15 @@
 
 struct dedup;
 
-/* Make the index for a device of `page_count` pages: small, grown as entries are added (up
- * to one a page, plus writers in flight). Errors: -ENOMEM. */
-int dedup_create(uint64_t page_count, const struct dedup_object_ops *ops, struct dedup **out);
-
 /* Where the index keeps its memory in a device's state file: dedup_file_bytes(page_count)
  * bytes of `fd` from `offset` (a 4 KiB boundary), the entries' chunks mapped from there (shared)
  * instead of anonymous memory. `limited`: a tmpfs with a size, where every part is allocated
  * with fallocate() before it is touched (a full tmpfs then fails a write, never faults)
  * (struct dedup_file: dedup_object.h.) */
 uint64_t dedup_file_bytes(uint64_t page_count);
-/* dedup_create() with the index's memory in `file` (NULL: anonymous memory). The part made
- * at once is allocated in the file (-ENOSPC when it cannot be). */
+/* Make the index for a device of `page_count` pages: small, grown as entries are added (up
+ * to one a page, plus writers in flight), its memory in `file` (NULL: anonymous memory).
+ * Errors: -ENOMEM; -ENOSPC when the part made at once cannot be allocated in the file. */
 int dedup_create_in(uint64_t page_count, const struct dedup_object_ops *ops,
                     const struct dedup_file *file, struct dedup **out);
 
@@ -193,9 +190,12 @@ void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle);
 void dedup_force_collisions(struct dedup *dedup, bool on);
 #endif
 
-/* Bytes of one entry; and what a unique object costs the index on average (its entry
- * and its share of a bucket), for the estimators. */
-uint64_t dedup_entry_size(void);
+/* What a unique object costs the index on average (its entry and its share of a bucket),
+ * for the estimators. */
 uint64_t dedup_entry_cost(void);
+#ifdef UZRAM_TEST_HOOKS
+/* Bytes of one entry (test archive only). */
+uint64_t dedup_entry_size(void);
+#endif
 
 #endif

@@ -735,10 +735,12 @@ void pool_reset_mem_used_max(struct pool *pool)
                           memory_order_relaxed);
 }
 
+#ifdef UZRAM_TEST_HOOKS
 uint64_t pool_pages_compacted(struct pool *pool)
 {
     return atomic_load_explicit(&pool->pages_compacted, memory_order_relaxed);
 }
+#endif
 
 /* Sparsest span with a free object that this round has not tried yet. */
 static struct pool_span *sparsest_untried_span(struct pool_class *class, uint64_t gen)
@@ -829,10 +831,12 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
     return freed;
 }
 
+#ifdef UZRAM_TEST_HOOKS
 uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
 }
+#endif
 
 double pool_object_cost(size_t size)
 {

@@ -85,7 +85,9 @@ void *pool_map(struct pool *pool, uint64_t handle);
  * included, above the limit (near it the cache is emptied first), and
  * pool_compact() empties it. */
 #define POOL_SPAN_CACHE_BYTES (16u << 20)
-uint64_t pool_span_cache_bytes(struct pool *pool);
+#ifdef UZRAM_TEST_HOOKS
+uint64_t pool_span_cache_bytes(struct pool *pool); /* test archive only */
+#endif
 /* The most the reserve (pool_reserve.h) keeps in the span cache besides. */
 #define POOL_RESERVE_MAX (64ull << 20)
 
@@ -100,12 +102,14 @@ void pool_set_limit(struct pool *pool, uint64_t bytes);
 struct uzram_group;
 int pool_set_group(struct pool *pool, struct uzram_group *group, uint64_t fixed);
 
-/* Bytes of pages the pool holds now, the peak, and pages given back by
+/* Bytes of pages the pool holds now, the peak, and (test archive only) pages given back by
  * compaction since create. */
 uint64_t pool_mem_used(struct pool *pool);
 uint64_t pool_mem_used_max(struct pool *pool);
 void pool_reset_mem_used_max(struct pool *pool);
+#ifdef UZRAM_TEST_HOOKS
 uint64_t pool_pages_compacted(struct pool *pool);
+#endif
 
 /* Compaction callbacks. try_lock_owner() is called with a class lock held:
  * it must not block; it returns true only if it locked `owner` AND the owner

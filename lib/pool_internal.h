@@ -115,7 +115,7 @@ struct pool {
      * what else was charged to it with the pool (group_fixed). */
     _Atomic(struct uzram_group *) group;
     uint64_t group_fixed;
-    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t pages_compacted; /* read by the tests alone: pool_pages_compacted() */
     _Atomic uint64_t compact_gen;
     /* A pool in a state file (pool_set_file()): chunk k is the file's bytes from
      * file_offset + k * CHUNK_BYTES, mapped shared, and span_dir[window] says what span a

@@ -17,7 +17,7 @@ struct pool;
  * for the thread, then fails with -ENOMEM, and until the thread caches a window again every
  * span that finds no window fails with -ENOMEM at once (the reserve is "dry"); at the limit
  * it fails at once with -ENOSPC, as without a reserve. The reserve counts as span cache
- * (pool_span_cache_bytes()), within the limit, and compaction keeps it. The cache beyond
+ * (pool.h), within the limit, and compaction keeps it. The cache beyond
  * `bytes` (beyond POOL_SPAN_CACHE_BYTES for 0) is given back at once: e.g. the larger reserve
  * a predecessor left in a state file (pool_adopt.c). Returns 0, -EINVAL, or -errno when the
  * thread cannot start. */

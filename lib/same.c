@@ -130,17 +130,6 @@ bool same_filled_check(const void *page, uint64_t *word)
     return true;
 }
 
-bool same_filled_check_forward(const void *page, uint64_t *word)
-{
-    const unsigned char *bytes = page;
-    uint64_t first = load_word(bytes, 0);
-    for (size_t i = 1; i < PAGE_WORDS; i++)
-        if (load_word(bytes, i) != first)
-            return false;
-    *word = first;
-    return true;
-}
-
 void same_filled_fill(void *page, uint64_t word)
 {
     unsigned char *bytes = page;

@@ -12,9 +12,6 @@
  * the CPU has (chosen once at run time). */
 bool same_filled_check(const void *page, uint64_t *word);
 
-/* The plain forward scan without the last-word pre-check, for benchmarks. */
-bool same_filled_check_forward(const void *page, uint64_t *word);
-
 /* Fill a 4096-byte page with `word`. */
 void same_filled_fill(void *page, uint64_t word);
 

@@ -74,7 +74,7 @@ static void test_round_trip_all(void **state)
                 int length = comp_compress(id, level, page, out, sizeof out);
                 assert_true(length > 0);
                 memset(back, 0x11, sizeof back);
-                assert_int_equal(comp_decompress(id, out, (size_t)length, back), 0);
+                assert_int_equal(comp_decompress_dict(id, NULL, out, (size_t)length, back), 0);
                 assert_memory_equal(page, back, PAGE);
 
                 /* The way the store calls it: only if it saves something. */
@@ -84,14 +84,15 @@ static void test_round_trip_all(void **state)
                      * still be a valid one. */
                     if (length != 0) {
                         assert_in_range(length, 1, PAGE - 1);
-                        assert_int_equal(comp_decompress(id, out, (size_t)length, back), 0);
+                        assert_int_equal(comp_decompress_dict(id, NULL, out, (size_t)length, back),
+                                         0);
                         assert_memory_equal(page, back, PAGE);
                     }
                     continue;
                 }
                 /* Every level of every backend shrinks the other kinds. */
                 assert_in_range(length, 1, PAGE - 1);
-                assert_int_equal(comp_decompress(id, out, (size_t)length, back), 0);
+                assert_int_equal(comp_decompress_dict(id, NULL, out, (size_t)length, back), 0);
                 assert_memory_equal(page, back, PAGE);
             }
         }
@@ -164,7 +165,7 @@ static void test_capacity_limits(void **state)
                     } else {
                         assert_int_equal(rc, length);
                         assert_memory_equal(dst, full, (size_t)length);
-                        assert_int_equal(comp_decompress(id, dst, (size_t)rc, back), 0);
+                        assert_int_equal(comp_decompress_dict(id, NULL, dst, (size_t)rc, back), 0);
                         assert_memory_equal(back, page, PAGE);
                     }
                     free(dst);
@@ -181,7 +182,7 @@ static int decompress_exact(int id, const unsigned char *src, size_t length, uns
     unsigned char *copy = malloc(length ? length : 1);
     assert_non_null(copy);
     memcpy(copy, src, length);
-    int rc = comp_decompress(id, copy, length, page);
+    int rc = comp_decompress_dict(id, NULL, copy, length, page);
     free(copy);
     return rc;
 }
@@ -213,7 +214,7 @@ static void test_decompress_truncated(void **state)
             assert_memory_equal(back, page, PAGE);
         }
     }
-    assert_int_equal(comp_decompress(COMP_LZ4, NULL, 0, back), -EIO);
+    assert_int_equal(comp_decompress_dict(COMP_LZ4, NULL, NULL, 0, back), -EIO);
 }
 
 /* Flipped bytes may still decode to some page (a changed literal is valid
@@ -520,7 +521,8 @@ static void *round_trip_thread(void *arg)
                 result->failures++;
             continue;
         }
-        if (comp_decompress(id, out, (size_t)length, back) != 0 || memcmp(page, back, PAGE))
+        if (comp_decompress_dict(id, NULL, out, (size_t)length, back) != 0 ||
+            memcmp(page, back, PAGE))
             result->failures++;
         else
             result->stored++;
@@ -656,8 +658,9 @@ static void test_span(void **state)
         for (unsigned want = 1; want <= PAGES; want += 3) {
             assert_int_equal(
                 comp_span_decode(decoder, &source, out, sizeof out, (size_t)want * PAGE), 0);
-            assert_int_equal(comp_decompress(COMP_ZSTD, page_frame, (size_t)page_length, page_out),
-                             0);
+            assert_int_equal(
+                comp_decompress_dict(COMP_ZSTD, NULL, page_frame, (size_t)page_length, page_out),
+                0);
             assert_memory_equal(page_out, pages, PAGE);
         }
         assert_int_equal(comp_span_decode(decoder, &source, out, sizeof out, sizeof out), 0);

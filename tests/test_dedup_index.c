@@ -87,7 +87,7 @@ static void test_growth(void **unused)
     reset_fake();
     static uint32_t ids[MAX_KEYS];
     struct dedup *dedup;
-    assert_int_equal(dedup_create(MAX_KEYS, &fake_ops, &dedup), 0);
+    assert_int_equal(dedup_create_in(MAX_KEYS, &fake_ops, NULL, &dedup), 0);
     uint64_t empty = dedup_meta_size(dedup), last = empty;
     unsigned growths = 0;
     for (uint64_t key = 0; key < 100000; key++) {
@@ -157,7 +157,7 @@ static void test_trim_holes(void **unused)
     static uint32_t ids[MAX_KEYS];
     const uint64_t kept[] = {0, 1, 10500, HOLE_PAGES - 1}; /* chunks 0, 10 and the last */
     struct dedup *dedup;
-    assert_int_equal(dedup_create(HOLE_PAGES, &fake_ops, &dedup), 0);
+    assert_int_equal(dedup_create_in(HOLE_PAGES, &fake_ops, NULL, &dedup), 0);
     uint64_t empty = dedup_meta_size(dedup);
     bool made;
     for (uint64_t key = 0; key < HOLE_PAGES; key++) {
@@ -210,7 +210,7 @@ static void test_reserve_fixed_size(void **unused)
     reset_fake();
     static uint32_t ids[20000];
     struct dedup *dedup;
-    assert_int_equal(dedup_create(20000, &fake_ops, &dedup), 0);
+    assert_int_equal(dedup_create_in(20000, &fake_ops, NULL, &dedup), 0);
     uint64_t small = dedup_meta_size(dedup);
     dedup_prefault(dedup);
     uint64_t whole = dedup_meta_size(dedup);
@@ -279,8 +279,8 @@ static void test_concurrent_growth(void **unused)
     (void)unused;
     reset_fake();
     struct dedup *dedup;
-    assert_int_equal(dedup_create(RACE_THREADS * RACE_OWN + RACE_SHARED + 4096, &fake_ops, &dedup),
-                     0);
+    assert_int_equal(
+        dedup_create_in(RACE_THREADS * RACE_OWN + RACE_SHARED + 4096, &fake_ops, NULL, &dedup), 0);
     uint64_t empty = dedup_meta_size(dedup);
     _Atomic uint64_t made = 0;
     _Atomic bool stop = false;
@@ -337,7 +337,7 @@ static bool fault_run(uint64_t nth)
     reset_fake();
     fault_arm_kinds(nth, FAULT_ALLOC);
     struct dedup *dedup;
-    if (dedup_create(FAULT_KEYS, &fake_ops, &dedup) < 0) {
+    if (dedup_create_in(FAULT_KEYS, &fake_ops, NULL, &dedup) < 0) {
         fault_disarm();
         assert_int_equal(fault_hits(), 1);
         return true;
@@ -404,7 +404,7 @@ static bool hole_fault_run(uint64_t nth)
     static uint32_t ids[HOLE_FAULT_PAGES + HOLE_FAULT_KEYS];
     reset_fake();
     struct dedup *dedup;
-    assert_int_equal(dedup_create(HOLE_FAULT_PAGES, &fake_ops, &dedup), 0);
+    assert_int_equal(dedup_create_in(HOLE_FAULT_PAGES, &fake_ops, NULL, &dedup), 0);
     bool made;
     uint64_t made_count = 0;
     for (uint64_t key = 0; key < HOLE_FAULT_PAGES; key++) {
@@ -457,7 +457,7 @@ static bool move_fault_run(uint64_t nth)
     static uint32_t ids[MOVE_FAULT_PAGES];
     reset_fake();
     struct dedup *dedup;
-    assert_int_equal(dedup_create(MOVE_FAULT_PAGES, &fake_ops, &dedup), 0);
+    assert_int_equal(dedup_create_in(MOVE_FAULT_PAGES, &fake_ops, NULL, &dedup), 0);
     bool made;
     for (uint64_t key = 0; key < MOVE_FAULT_PAGES; key++) {
         ids[key] = take(dedup, key, &made);

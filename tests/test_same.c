@@ -29,6 +29,21 @@ static void fill_words(unsigned char *page, uint64_t word)
         put_word(page, i, word);
 }
 
+/* The plain forward scan, word by word, that the fast check must agree with. */
+static bool same_filled_check_forward(const void *page, uint64_t *word)
+{
+    const unsigned char *bytes = page;
+    uint64_t first, next;
+    memcpy(&first, bytes, 8);
+    for (size_t i = 1; i < WORDS; i++) {
+        memcpy(&next, bytes + i * 8, 8);
+        if (next != first)
+            return false;
+    }
+    *word = first;
+    return true;
+}
+
 /* Words worth trying: zero, all ones, bytes that differ, a single bit at
  * either end, and random ones. */
 static uint64_t interesting_word(struct datagen_rng *rng, int i)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -90,6 +91,68 @@ static void test_bad_expressions(void **state)
     eval_fails("ram $ 2", "unexpected text");
 }
 
+/* TIMES copies of `part` between `before` and `after`, in a buffer the caller frees. */
+static char *repeated(const char *before, const char *part, size_t times, const char *after)
+{
+    size_t head = strlen(before), step = strlen(part), tail = strlen(after);
+    char *text = malloc(head + step * times + tail + 1);
+    assert_non_null(text);
+    memcpy(text, before, head);
+    for (size_t i = 0; i < times; i++)
+        memcpy(text + head + i * step, part, step);
+    memcpy(text + head + step * times, after, tail + 1);
+    return text;
+}
+
+/* TIMES `open`, 1, TIMES `close`: evaluates to 1 or -1 when `ok`, else refused as too deep. */
+static void check_nesting(const char *open, const char *close, size_t times, bool ok)
+{
+    char *opened = repeated("", open, times, "1");
+    char *text = repeated(opened, close, times, "");
+    free(opened);
+    if (ok)
+        assert_true(fabs(eval_ok(text, 0)) == 1);
+    else
+        eval_fails(text, "nested more than 32 deep");
+    free(text);
+}
+
+/* zram-generator (fasteval) refuses more than 32 levels and 4096 characters; the old parser
+ * recursed without a bound (100,000 signs or parentheses overflowed its stack). */
+static void test_nesting_limits(void **state)
+{
+    (void)state;
+    const size_t deep = 100000;
+    char *text = repeated("", "-", deep, "1");
+    eval_fails(text, "longer than 4096 characters (100001;");
+    free(text);
+    text = repeated("", "(", deep, "");
+    eval_fails(text, "longer than 4096 characters");
+    free(text);
+    check_nesting("(", ")", 32, true);
+    check_nesting("(", ")", 33, false);
+    check_nesting("min(", ")", 32, true);
+    check_nesting("abs(", ")", 33, false);
+    check_nesting("(-", ")", 16, true); /* 16 parentheses, 15 signs: "-1" is one number */
+    check_nesting("(-", ")", 17, false);
+    check_nesting("- ", "", 32, true);
+    check_nesting("- ", "", 33, false);
+    check_nesting("-", "", 33, true); /* the last sign is the number's */
+    check_nesting("-", "", 34, false);
+    text = repeated("", "-", 4000, "1");
+    eval_fails(text, "nested more than 32 deep");
+    free(text);
+    /* '^' nests no deeper in fasteval; 4096 characters of it evaluate (and do not overflow). */
+    text = repeated("", "1^", 2047, "1");
+    assert_int_equal(strlen(text), 4095);
+    assert_true(eval_ok(text, 0) == 1);
+    free(text);
+    text = repeated("1", "+1", 2048, "");
+    assert_int_equal(strlen(text), 4097);
+    eval_fails(text, "longer than 4096 characters");
+    free(text);
+}
+
 static void test_percent(void **state)
 {
     (void)state;
@@ -144,6 +207,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_zram_generator_examples),
         cmocka_unit_test(test_operators),
         cmocka_unit_test(test_bad_expressions),
+        cmocka_unit_test(test_nesting_limits),
         cmocka_unit_test(test_percent),
         cmocka_unit_test(test_meminfo_root),
     };

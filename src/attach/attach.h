@@ -51,7 +51,6 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
  * lazily), stop the threads, close the FUSE connection (whatever still uses the file gets
  * ENOTCONN from then on) and remove the file if it was created. NULL is accepted. */
 void fuse_file_stop(struct fuse_file *file, bool wait_for_users);
-const char *fuse_file_path(const struct fuse_file *file);
 
 /* ------------------------------------------------------------------------
  * Block devices: loop devices, users of a device (blockdev.c)
@@ -331,9 +330,6 @@ uint64_t attachment_uring_requests(struct attachment *attachment);
  * errno with a message (-EEXIST: something is attached already; ublk_recover()'s). */
 int attachment_recover_ublk(struct attachment *attachment, int dev_id, char *message,
                             size_t message_size);
-/* The number N of the attached /dev/ublkbN (what the server records in the state for its
- * successor), or -1 when no ublk device is attached. */
-int attachment_ublk_id(struct attachment *attachment);
 /* A planned restart: a ublk device is left to the successor (ublk_leave: its I/O waits); any
  * other attachment is ended as by attachment_stop(). Refuses attaches after. */
 void attachment_hand_over(struct attachment *attachment);

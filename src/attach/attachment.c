@@ -385,14 +385,6 @@ int attachment_recover_ublk(struct attachment *attachment, int dev_id, char *mes
     return rc;
 }
 
-int attachment_ublk_id(struct attachment *attachment)
-{
-    pthread_mutex_lock(&attachment->operation_lock);
-    int id = attachment->method == UBLK ? ublk_id(attachment->ublk) : -1;
-    pthread_mutex_unlock(&attachment->operation_lock);
-    return id;
-}
-
 void attachment_hand_over(struct attachment *attachment)
 {
     if (attachment == NULL)

@@ -719,11 +719,6 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
     return 0;
 }
 
-const char *fuse_file_path(const struct fuse_file *file)
-{
-    return file->path;
-}
-
 /* Unmount while the workers still answer: the kernel may have a RELEASE to send, and an
  * unmount refused (EBUSY: the loop device has not let go of the file yet) is tried again for
  * a while before it is done lazily. */

@@ -3,14 +3,16 @@
  * `uzram state-check`, which the server runs with the program now installed to learn whether
  * it can take every state over before it stops (a user may run it on a state file too). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include "cli/commands.h"
 #include "cli/server_options.h"
@@ -21,6 +23,9 @@
 /* How long `uzram restart` waits for the new program to answer (it takes the states over:
  * about 2 ms a GiB of page table, include/uzram.h; the rest is starting up). */
 #define RESTART_WAIT_MS 60000u
+/* How long one question to the restarting server may wait: a request queued on a socket that
+ * systemd holds for a server that has died would wait for the whole reply time. */
+#define RESTART_ASK_MS 2000ull
 
 static void restart_usage(FILE *out)
 {
@@ -38,15 +43,64 @@ static void restart_usage(FILE *out)
           out);
 }
 
-/* The number in reply line `key` of the server at `ctl`; -1 when it cannot be asked. */
-static long server_number(const char *ctl, const char *key)
+/* The number in reply line `key` of the server at `ctl`, waiting `reply_ms` at most; -1 when
+ * it cannot be asked. */
+static long server_number(const char *ctl, const char *key, unsigned long long reply_ms)
 {
+    struct control_target server = {.device = ""};
     char *body, message[512], value[32];
-    if (control_request(ctl, "server", &body, message, sizeof message) < 0)
+    snprintf(server.ctl, sizeof server.ctl, "%s", ctl);
+    if (control_ask_within(&server, "server", reply_ms, &body, message, sizeof message) < 0)
         return -1;
     long number = control_field(body, key, value, sizeof value) ? strtol(value, NULL, 10) : -1;
     free(body);
     return number;
+}
+
+/* A descriptor that polls readable once process `pid` has ended (a pidfd: an exec keeps it,
+ * and it tells a zombie from a live process), or -1 (none, or a kernel before 5.3). */
+static int watch_process(long pid)
+{
+#ifdef SYS_pidfd_open
+    if (pid > 0)
+        return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#endif
+    return -1;
+}
+
+static bool process_ended(int pidfd, long pid)
+{
+    if (pidfd >= 0) {
+        struct pollfd ended = {pidfd, POLLIN, 0};
+        return poll(&ended, 1, 0) > 0;
+    }
+    return pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Wait until the server at `ctl` (process `pid`, -1 unknown) answers with more restarts than
+ * `before`: 0, or 1 having said why not (it ended, or did not answer in time). */
+static int wait_restarted(const char *ctl, long before, long pid, int pidfd)
+{
+    /* The control socket is handed over: a request waits in its backlog until the new
+     * program answers; the old one answers with the old count until it stops. */
+    uint64_t deadline = util_now_ms() + RESTART_WAIT_MS;
+    while (util_now_ms() < deadline) {
+        if (server_number(ctl, "restarts", RESTART_ASK_MS) > before)
+            return 0;
+        if (process_ended(pidfd, pid)) {
+            fprintf(stderr,
+                    "uzram: the server (pid %ld) ended during its restart, before the new "
+                    "program answered; see its log (journalctl -u uzram@NAME)\n",
+                    pid);
+            return 1;
+        }
+        usleep(50 * 1000);
+    }
+    fprintf(stderr,
+            "uzram: the server did not answer within %u s of its restart; see its log "
+            "(journalctl -u uzram@NAME)\n",
+            RESTART_WAIT_MS / 1000);
+    return 1;
 }
 
 int cmd_restart(int argc, char **argv)
@@ -75,29 +129,25 @@ int cmd_restart(int argc, char **argv)
                0) {
         return 1;
     }
+    /* Its process, watched so that its end does not go unseen for the whole wait. */
+    long pid = server_number(ctl, "pid", CONTROL_REPLY_MS);
+    int pidfd = watch_process(pid);
     int rc = control_request(ctl, "restart", &body, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: restart refused: %s\n", message);
+        if (pidfd >= 0)
+            close(pidfd);
         return 1;
     }
     long before =
         control_field(body, "restarts", value, sizeof value) ? strtol(value, NULL, 10) : -1;
     free(body);
-    /* The control socket is handed over: a request waits in its backlog until the new
-     * program answers; the old one answers with the old count until it stops. */
-    uint64_t deadline = util_now_ms() + RESTART_WAIT_MS;
-    long now = -1;
-    while (util_now_ms() < deadline && (now = server_number(ctl, "restarts")) <= before)
-        usleep(50 * 1000);
-    if (now <= before) {
-        fprintf(stderr,
-                "uzram: the server did not answer within %u s of its restart; see its log "
-                "(journalctl -u uzram@NAME)\n",
-                RESTART_WAIT_MS / 1000);
-        return 1;
-    }
-    printf("uzram: restarted %s (pid %ld)\n", ctl, server_number(ctl, "pid"));
-    return 0;
+    status = wait_restarted(ctl, before, pid, pidfd);
+    if (pidfd >= 0)
+        close(pidfd);
+    if (status == 0)
+        printf("uzram: restarted %s (pid %ld)\n", ctl, server_number(ctl, "pid", CONTROL_REPLY_MS));
+    return status;
 }
 
 /* One state: "NAME: ..." on stdout, 0 when this program can take it over. */

@@ -413,10 +413,35 @@ static const char *uzram_algorithm(const char *name, const struct zramgen_settin
     return "";
 }
 
+/* Split WORD, ALGO[(PARAMS)], at its '(' (zram-generator's closing ')' is optional): its
+ * parameters, or NULL for none and for parentheses that do not match (warned about: not
+ * used, where zram-generator hands them to the kernel, which refuses them). */
+static char *split_params(char *word, const struct zramgen_setting *where)
+{
+    char *open = strchr(word, '(');
+    if (open == NULL)
+        return NULL;
+    size_t length = strlen(open + 1); /* of the parameters, without a closing ')' */
+    if (length > 0 && open[length] == ')')
+        length--;
+    if (strcspn(word, ")") < (size_t)(open - word) || strcspn(open + 1, "()") < length) {
+        warn(where->file, where->line,
+             "'%s': its parentheses do not match (ALGO(PARAMS) or (PARAMS)); its parameters "
+             "are not used",
+             word);
+        *open = '\0';
+        return NULL;
+    }
+    *open = '\0';
+    open[1 + length] = '\0';
+    return open + 1;
+}
+
 /* compression-algorithm = ALGO[(PARAMS)] [ALGO[(PARAMS)]...] [(PARAMS)]: the first is the
  * device's algorithm, the second its recompression algorithm (serve takes one); PARAMS are
  * comma-separated KEY=VALUE, of which uzram takes level (and, for recompression, dict and
- * group: serve --recompress's keys, which serve checks). */
+ * group: serve --recompress's keys, which serve checks). What uzram does not take is warned
+ * about, and the algorithm used instead named. */
 static void resolve_compression(struct zramgen_device *device)
 {
     const struct zramgen_setting *where = &device->set[ZG_COMPRESSION];
@@ -425,13 +450,13 @@ static void resolve_compression(struct zramgen_device *device)
     unsigned priority = 0;
     char *save = NULL;
     for (char *word = strtok_r(words, " \t", &save); word; word = strtok_r(NULL, " \t", &save)) {
-        char *params = strchr(word, '(');
-        if (params != NULL) {
-            *params++ = '\0';
-            params[strcspn(params, ")")] = '\0';
-        }
+        char *params = split_params(word, where);
         if (word[0] == '\0') {
-            /* The global recompression parameters: zram-generator only shows them too. */
+            /* Global recompression parameters: zram-generator writes them to zram's
+             * recompress once, when it sets the empty device up. */
+            if (params != NULL)
+                warn(where->file, where->line,
+                     "'(%s)': parameters without an algorithm are not used by uzram", params);
             continue;
         }
         if (priority > 1) {
@@ -464,6 +489,13 @@ static void resolve_compression(struct zramgen_device *device)
         if (priority == 1 && spec[0] != '\0')
             snprintf(device->recompress, sizeof device->recompress, "%s", spec);
         priority++;
+    }
+    if (device->algorithm[0] == '\0' && where->value != NULL &&
+        where->value[strspn(where->value, " \t")] != '\0') {
+        struct uzram_config defaults;
+        uzram_config_init(&defaults);
+        warn(where->file, where->line, "%s uses uzram's default algorithm, %s", device->name,
+             defaults.comp_algorithm);
     }
 }
 

@@ -11,6 +11,11 @@
 #include "common/sizes.h"
 #include "uzram.h"
 
+/* zram-generator's parser (fasteval) refuses an expression longer than 4096 bytes or nested
+ * more than 32 deep; uzram refuses the same ones, and its recursion stays bounded by them. */
+#define EXPR_TEXT_MAX 4096
+#define EXPR_DEPTH_MAX 32
+
 int sizes_ram_bytes(const char *root, uint64_t *bytes)
 {
     char path[4096], line[256];
@@ -74,6 +79,7 @@ struct parser {
     size_t count;
     char *error;
     size_t error_size;
+    unsigned depth; /* the parentheses, function calls and unary signs around p->at */
     bool failed;
 };
 
@@ -92,6 +98,28 @@ static double fail(struct parser *p, const char *what)
                  (int)(p->at - p->text) + 1, p->text);
     p->failed = true;
     return 0;
+}
+
+/* One level deeper, for a '(', a function's arguments or a unary sign (fasteval's count):
+ * false, failed, past EXPR_DEPTH_MAX. The caller calls leave() after a true. */
+static bool enter(struct parser *p)
+{
+    if (p->depth >= EXPR_DEPTH_MAX) {
+        char what[128];
+        snprintf(what, sizeof what,
+                 "nested more than %d deep (parentheses, functions, signs; zram-generator's "
+                 "limit too)",
+                 EXPR_DEPTH_MAX);
+        fail(p, what);
+        return false;
+    }
+    p->depth++;
+    return true;
+}
+
+static void leave(struct parser *p)
+{
+    p->depth--;
 }
 
 /* fasteval's suffixes: k K M G T, and m u n p for the small ones. */
@@ -138,6 +166,8 @@ static size_t arguments(struct parser *p, double *values)
         p->at++;
         return 0;
     }
+    if (!enter(p))
+        return 0;
     for (;;) {
         double value = parse_sum(p);
         if (count < 16)
@@ -149,14 +179,16 @@ static size_t arguments(struct parser *p, double *values)
             p->at++;
         } else if (*p->at == ')') {
             p->at++;
-            return count;
+            break;
         } else {
             fail(p, "expected ',' or ')'");
-            return count;
+            break;
         }
         if (p->failed)
-            return count;
+            break;
     }
+    leave(p);
+    return count;
 }
 
 static double call(struct parser *p, const char *name, size_t length)
@@ -196,8 +228,11 @@ static double primary(struct parser *p)
 {
     skip_space(p);
     if (*p->at == '(') {
+        if (!enter(p))
+            return 0;
         p->at++;
         double value = parse_sum(p);
+        leave(p);
         skip_space(p);
         if (*p->at != ')')
             return fail(p, "expected ')'");
@@ -227,13 +262,20 @@ static double primary(struct parser *p)
     return fail(p, "unknown variable");
 }
 
-/* '^' binds tighter than unary minus on its left (-2^2 = -4) and is right-associative. */
+/* '^' binds tighter than unary minus on its left (-2^2 = -4) and is right-associative. A sign
+ * is a level of nesting unless a number follows it at once (fasteval reads "-2" as one
+ * number); a chain of '^' is none, as in fasteval: EXPR_TEXT_MAX bounds it. */
 static double power(struct parser *p)
 {
     skip_space(p);
     if (*p->at == '-' || *p->at == '+') {
+        bool nested = !isdigit((unsigned char)p->at[1]) && p->at[1] != '.';
+        if (nested && !enter(p))
+            return 0;
         bool negative = *p->at++ == '-';
         double value = power(p);
+        if (nested)
+            leave(p);
         return negative ? -value : value;
     }
     double base = primary(p);
@@ -281,6 +323,11 @@ int sizes_eval(const char *text, const struct sizes_variable *variables, size_t 
                        .count = count,
                        .error = error,
                        .error_size = error_size};
+    if (strlen(text) > EXPR_TEXT_MAX) {
+        snprintf(error, error_size, "longer than %d characters (%zu; zram-generator's limit too)",
+                 EXPR_TEXT_MAX, strlen(text));
+        return -EINVAL;
+    }
     double value = parse_sum(&p);
     skip_space(&p);
     if (!p.failed && *p.at != '\0')

@@ -27,7 +27,8 @@ struct sizes_variable {
  * the variables, + - * / % ^ (power), unary minus, parentheses, and the functions min(),
  * max() (any number of arguments), abs(), int(), ceil(), floor(), round(). 0 with *result,
  * or -EINVAL with a line in `error` saying what and where (an unknown name or function,
- * a missing parenthesis, text left over). */
+ * a missing parenthesis, text left over; like zram-generator, a text longer than 4096
+ * characters or nested more than 32 deep in parentheses, function calls and signs). */
 int sizes_eval(const char *text, const struct sizes_variable *variables, size_t count,
                double *result, char *error, size_t error_size);
 

@@ -32,11 +32,6 @@ uint64_t util_now_ms(void)
     return util_now_ns() / 1000000;
 }
 
-int util_read_full(int fd, void *buf, size_t length)
-{
-    return util_read_full_by(fd, buf, length, 0);
-}
-
 int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms)
 {
     unsigned char *p = buf;
@@ -68,11 +63,6 @@ int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms)
         return -errno;
     }
     return 1;
-}
-
-int util_discard(int fd, uint64_t length)
-{
-    return util_discard_by(fd, length, 0);
 }
 
 int util_discard_by(int fd, uint64_t length, uint64_t deadline_ms)
@@ -154,11 +144,6 @@ int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seco
 int util_send_iov_by(int fd, struct iovec *iov, int count, uint64_t deadline_ms)
 {
     return send_iov(fd, iov, count, -1, deadline_ms);
-}
-
-int util_send_all(int fd, const void *buf, size_t length)
-{
-    return util_send_all_by(fd, buf, length, 0);
 }
 
 int util_send_all_by(int fd, const void *buf, size_t length, uint64_t deadline_ms)

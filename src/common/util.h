@@ -15,18 +15,15 @@
 
 /* Read exactly `length` bytes. Returns 1 when done, 0 on end of file before
  * the first byte, -ECONNRESET on end of file in the middle, -errno on error
- * (-EAGAIN when a receive timeout expired). */
-int util_read_full(int fd, void *buf, size_t length);
-/* util_read_full() that gives up with -ETIMEDOUT once CLOCK_MONOTONIC passes
- * `deadline_ms` (0: no deadline), however the bytes trickle in. */
+ * (-EAGAIN when a receive timeout expired), -ETIMEDOUT once CLOCK_MONOTONIC
+ * passes `deadline_ms` (0: no deadline), however the bytes trickle in. */
 int util_read_full_by(int fd, void *buf, size_t length, uint64_t deadline_ms);
 /* CLOCK_MONOTONIC now, in milliseconds / nanoseconds. */
 uint64_t util_now_ms(void);
 uint64_t util_now_ns(void);
 
-/* Read and throw away `length` bytes (a payload we refuse but must skip). */
-int util_discard(int fd, uint64_t length);
-/* util_discard() with a deadline, as util_read_full_by(). */
+/* Read and throw away `length` bytes (a payload we refuse but must skip), with a
+ * deadline as util_read_full_by(). */
 int util_discard_by(int fd, uint64_t length, uint64_t deadline_ms);
 
 /* Send every byte of the iovec array (which is modified), looping over
@@ -41,7 +38,7 @@ int util_send_iov_timeout(int fd, struct iovec *iov, int count, int timeout_seco
  * whole exchange that must end in time (a handshake, a control request):
  * -ETIMEDOUT once it has passed, however slowly the peer reads. */
 int util_send_iov_by(int fd, struct iovec *iov, int count, uint64_t deadline_ms);
-int util_send_all(int fd, const void *buf, size_t length);
+/* util_send_iov_by() of one buffer. */
 int util_send_all_by(int fd, const void *buf, size_t length, uint64_t deadline_ms);
 
 /* Big-endian loads and stores. */

@@ -129,8 +129,13 @@ static void handle_set(const struct peer *peer, struct nbd_server *server,
                         value, name);
             return;
         }
-        uzram_group_set_mem_limit(nbd_exports_group(nbd_server_exports(server)), bytes);
-        reply_ok(peer, "");
+        char refusal[512];
+        int rc =
+            nbd_exports_set_mem_limit(nbd_server_exports(server), bytes, refusal, sizeof refusal);
+        if (rc < 0)
+            reply_error(peer, -rc, "%s", refusal);
+        else
+            reply_ok(peer, "");
         return;
     }
     /* reset drops the data: refused while anybody uses the device, in one step with that

@@ -182,6 +182,31 @@ static int join_group(struct nbd_exports *exports, struct uzram *dev, const char
     return rc;
 }
 
+int nbd_exports_set_mem_limit(struct nbd_exports *exports, uint64_t bytes, char *message,
+                              size_t size)
+{
+    int rc = 0;
+    size_t area;
+    pthread_mutex_lock(&exports->lock);
+    for (const struct device *d = exports->devices; d != NULL && bytes != 0; d = d->next) {
+        if (uzram_state_area(d->export.dev, &area) == NULL)
+            continue;
+        struct uzram_group_stats group = {0};
+        uzram_group_get_stats(exports->group, &group);
+        snprintf(message, size,
+                 "device %s keeps its state (--persist), and --persist cannot keep a device in "
+                 "a --server-mem-limit group yet (serve refuses the two together): "
+                 "server_mem_limit stays %llu",
+                 d->name, (unsigned long long)group.mem_limit);
+        rc = -ENOTSUP;
+        break;
+    }
+    if (rc == 0)
+        uzram_group_set_mem_limit(exports->group, bytes);
+    pthread_mutex_unlock(&exports->lock);
+    return rc;
+}
+
 /* Put a device made for the server in the list (and in the group, before anything is
  * stored in it). On failure the device is not taken: the caller destroys it. */
 int nbd_exports_add(struct nbd_exports *exports, const struct nbd_new_device *made, char *message,

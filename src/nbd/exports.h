@@ -66,6 +66,13 @@ unsigned nbd_export_clients(struct nbd_exports *exports, const struct nbd_export
  * none was given). */
 struct uzram_group *nbd_exports_group(struct nbd_exports *exports);
 
+/* Change that limit (the control socket's server_mem_limit): 0, or -ENOTSUP with one line in
+ * `message` when a device keeps a state (serve --persist) and `bytes` is not 0: a device taken
+ * over from its state is served outside the group (nbd_exports_add), so the limit would not
+ * cover it, and serve refuses --persist with --server-mem-limit for that. */
+int nbd_exports_set_mem_limit(struct nbd_exports *exports, uint64_t bytes, char *message,
+                              size_t size);
+
 /* A device made for the server (by cli/serve.c): the server owns it from then on. */
 struct nbd_new_device {
     struct uzram *dev;

@@ -7,9 +7,10 @@
 # back after SIGKILL, with dedup every byte and the index's counts back after a planned restart
 # and SIGKILL, the dictionary and the bundles kept and the store's file required again;
 # a state of another format version refused, by a planned restart (the old server keeps
-# serving) and at start (the file unchanged); a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
+# serving) and at start (the file unchanged); the server ending during a planned restart seen
+# by `uzram restart` at once, the state taken over after; a second server on one PATH refused; systemd's descriptor store (FDSTORE=1 with
 # the memfd, handed back in LISTEN_FDS) through a fake service manager; bad option
-# combinations refused with what to write.
+# combinations refused with what to write (server_mem_limit at run time too).
 # Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
 set -euo pipefail
 
@@ -115,6 +116,62 @@ if "$UZRAM" restart -S r >"$WORK/restart.out" 2>&1; then fail "restart with a de
 grep -q "device scratch has no state" "$WORK/restart.out" || fail "says: $(cat "$WORK/restart.out")"
 "$UZRAM" hot-remove scratch >/dev/null || fail "hot-remove scratch"
 pass "a device without a state (hot-added): restart refused, naming it"
+
+# --- server_mem_limit at run time on a server whose devices keep a state: refused as serve
+# refuses --server-mem-limit with --persist (the device taken over would be outside it) ---
+if "$UZRAM" attr r server_mem_limit 64M >"$WORK/attr.out" 2>&1; then fail "server_mem_limit 64M taken by a --persist server"; fi
+grep -q "device r keeps its state (--persist), and --persist cannot keep a device in a --server-mem-limit group yet (serve refuses the two together): server_mem_limit stays 0" "$WORK/attr.out" ||
+    fail "server_mem_limit refusal says: $(cat "$WORK/attr.out")"
+[[ $("$UZRAM" attr r server_mem_limit) -eq 0 ]] || fail "server_mem_limit is $("$UZRAM" attr r server_mem_limit) after the refusal"
+"$UZRAM" attr r server_mem_limit 0 || fail "server_mem_limit 0 (none, as it is) refused"
+pass "server_mem_limit set at run time on a --persist server: refused as at start, still 0"
+
+# --- the server ends during its restart: the new program exits as it starts, or is killed
+# while it would take over. `uzram restart` says so at once (it waited its whole 60 s), and
+# the state is taken over by the next server. The program is a copy, replaced by a script
+# that answers state-check as uzram does and then fails as the server. ---
+mkdir -p "$WORK/bin"
+# restart_dies HOW: start server d from the copy, replace the copy (HOW: exit, or hang to be
+# killed), run `uzram restart`; it must fail within 10 s saying the server ended.
+restart_dies() {
+    cp "$UZRAM" "$WORK/bin/uzram"
+    UZRAM=$WORK/bin/uzram start_server d -s 16M --persist="$SHM/d.uzram"
+    local pid=${SERVER_PID[d]} then took rc=0
+    [[ $1 == exit ]] && then='exit 3' || then='exec sleep 100'
+    printf '#!/bin/sh\n[ "$1" = state-check ] && exec "%s" "$@"\n%s\n' "$UZRAM" "$then" >"$WORK/bin/uzram.new"
+    chmod +x "$WORK/bin/uzram.new"
+    mv -f "$WORK/bin/uzram.new" "$WORK/bin/uzram"
+    then=$(date +%s%N)
+    timeout 100 "$UZRAM" restart -S d >"$WORK/restart.out" 2>&1 &
+    local restart=$!
+    if [[ $1 == killed ]]; then
+        sleep 1
+        [[ $(readlink "/proc/$pid/exe") == */sleep ]] || fail "$1: the server did not run the new program: $(cat "$WORK/restart.out")"
+        kill -KILL "$pid"
+    fi
+    wait "$restart" || rc=$?
+    took=$((($(date +%s%N) - then) / 1000000))
+    [[ $rc -eq 1 ]] || fail "$1: uzram restart exited $rc: $(cat "$WORK/restart.out")"
+    ((took < 10000)) || fail "$1: uzram restart took $took ms to see the server gone (60 s wait)"
+    grep -q "the server (pid $pid) ended during its restart, before the new program answered" "$WORK/restart.out" ||
+        fail "$1: uzram restart said: $(cat "$WORK/restart.out")"
+    wait "$pid" 2>/dev/null || true
+    unset "SERVER_PID[d]"
+    rm -f "$(sock_of d)" "$(ctl_of d)"
+    echo "$1: uzram restart failed after $took ms" >&2
+}
+head -c $((4 * MiB)) /dev/urandom >"$WORK/d-data"
+cp "$UZRAM" "$WORK/bin/uzram"
+UZRAM=$WORK/bin/uzram start_server d -s 16M --persist="$SHM/d.uzram"
+nbdcopy "$WORK/d-data" "$(uri_of d)" || fail "nbdcopy into d"
+stop_server d
+restart_dies exit
+restart_dies killed
+start_server d -s 16M --persist="$SHM/d.uzram"
+same_back d "$WORK/d-data" || fail "d's data after its restarts died"
+stop_server d
+rm -f "$SHM/d.uzram"
+pass "the server ends during its restart (the new program exits, or is killed): uzram restart says so within 10 s, not 60; the state taken over after"
 
 # --- a second server on the same PATH ---
 refused "second server on one PATH" "is the state of a server that runs" -n r2 -s 64M --persist="$SHM/r.uzram"

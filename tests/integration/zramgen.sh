@@ -5,7 +5,9 @@
 # kernel command line under ZRAM_GENERATOR_ROOT; each [zramN] section's keys mapped to the
 # `uzram serve` command line it prints (zram-size expressions, zram-resident-limit,
 # compression-algorithm with recompression, writeback-device, host-memory-limit), unknown keys
-# and sections warned about with FILE:LINE, bad values refused with FILE:LINE; the generator
+# and sections warned about with FILE:LINE, bad values refused with FILE:LINE (zram-size
+# past zram-generator's nesting and length limits too, not a crash; unmatched parentheses in
+# compression-algorithm warned about, naming the algorithm used); the generator
 # enabling uzram-zram-setup@NAME for swap and mounts only (none with systemd.zram=0, zram0 with
 # systemd.zram, none where zram-generator is installed); a device served from a real file, its
 # settings read back from the server. --setup-device and --reset-device: zramgen-setup.sh.
@@ -98,6 +100,7 @@ uzram: ${E}:6: unknown key 'bogus-key' in [zram0], ignored (zram-generator.conf(
 uzram: ${E}:14: section [swapfile] ignored: devices are [zramN] sections
 uzram: ${E}:5: lzo-rle is the kernel's; uzram uses lzo
 uzram: ${E}:5: uzram serve takes one recompression algorithm: 'lz4hc' (priority 2) is not set; add it at run time: uzram attr zram0 recomp_algorithm 'algo=lz4hc priority=2'
+uzram: ${E}:5: '(type=idle)': parameters without an algorithm are not used by uzram
 EOF
 diff -u "$WORK/want" "$WORK/warnings" >"$WORK/diff" || fail "the warnings: $(cat "$WORK/diff")"
 pass "files and precedence (main, drop-ins, mask), expressions, set!, every key mapped; warnings with FILE:LINE"
@@ -119,6 +122,28 @@ printf '[zram0]\nno equals sign\n' >"$WORK/bad.conf"
 "$UZRAM" zram-generator --config "$WORK/bad.conf" 2>"$WORK/err" && fail "a line without = was taken"
 grep -qxF "uzram: $WORK/bad.conf:2: expected [SECTION] or KEY = VALUE, not 'no equals sign'" "$WORK/err" || fail "no '=': $(cat "$WORK/err")"
 pass "bad values refused with FILE:LINE and what is allowed"
+
+# --- past zram-generator's limits: refused with FILE:LINE, not a crash (100,000 signs
+# overflowed the stack); unmatched parentheses in compression-algorithm warned about ---
+parens=$(printf '(%.0s' $(seq 33))1$(printf ')%.0s' $(seq 33))
+bad "zram-size = $parens" "nested more than 32 deep (parentheses, functions, signs; zram-generator's limit too) at column 33 of '$parens'"
+printf '[zram0]\nzram-size = %s1\n' "$(head -c 100000 /dev/zero | tr '\0' -)" >"$WORK/bad.conf"
+rc=0
+"$UZRAM" zram-generator --config "$WORK/bad.conf" >/dev/null 2>"$WORK/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "zram-size of 100,000 signs: exit status $rc (1 wanted): $(head -c 300 "$WORK/err")"
+grep -qxF "uzram: $WORK/bad.conf:2: longer than 4096 characters (100001; zram-generator's limit too)" "$WORK/err" ||
+    fail "zram-size of 100,000 signs: $(head -c 300 "$WORK/err")"
+printf '[zram0]\ncompression-algorithm = (((((\n[zram1]\ncompression-algorithm = zstd((level=3)\n' >"$WORK/algo.conf"
+"$UZRAM" zram-generator --config "$WORK/algo.conf" >"$WORK/print" 2>"$WORK/err" || fail "compression-algorithm = (((((: $(cat "$WORK/err")"
+cat >"$WORK/want" <<EOF
+uzram: $WORK/algo.conf:2: '(((((': its parentheses do not match (ALGO(PARAMS) or (PARAMS)); its parameters are not used
+uzram: $WORK/algo.conf:2: zram0 uses uzram's default algorithm, lz4
+uzram: $WORK/algo.conf:4: 'zstd((level=3)': its parentheses do not match (ALGO(PARAMS) or (PARAMS)); its parameters are not used
+EOF
+diff -u "$WORK/want" "$WORK/err" >"$WORK/diff" || fail "unmatched parentheses: $(cat "$WORK/diff")"
+grep -q -- "--name zram0 --size [^ ]* --mem-limit" "$WORK/print" || fail "zram0 with (((((: $(cat "$WORK/print")"
+grep -q -- "--name zram1 --size [^ ]* --algorithm zstd --mem-limit" "$WORK/print" || fail "zram1: $(cat "$WORK/print")"
+pass "zram-size nested past 32 or longer than 4096 refused with FILE:LINE; compression-algorithm's unmatched parentheses warned about, the algorithm used named"
 
 # --- the generator: units for swap and mount devices only ---
 zg --generate --unit-dir /lib/systemd/system "$WORK/gen" "$WORK/early" "$WORK/late" 2>/dev/null ||
