@@ -19,29 +19,31 @@
 
 static void attach_usage(FILE *out)
 {
-    fputs("Usage: uzram attach [OPTION]... DEVICE\n"
-          "Give a served device a /dev node and print its path (like losetup --show).\n"
-          "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
-          ".ctl control socket.\n"
-          "\n"
-          "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
-          "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver,\n"
-          "                          served by the server's queue threads over io_uring,\n"
-          "                          /dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
-          "                          in uzram(1)); loop: the server shows the disk as a file\n"
-          "                          through FUSE and a loop device with direct I/O sits on\n"
-          "                          it, /dev/loopN. Default: ublk where the kernel has it,\n"
-          "                          else nbd, else loop (modprobe is tried for each)\n"
-          "  --file PATH             with --via loop: the file the server mounts (default\n"
-          "                          NAME.disk beside the control socket)\n"
-          "  --swap                  the device is for swap: the server must run with\n"
-          "                          serve --swap; prints the mkswap/swapon lines. Without\n"
-          "                          --via, refused on a kernel without ublk (swap through\n"
-          "                          nbd or loop is not safe: SWAP in uzram(1))\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
-          "\n"
-          "uzram detach DEVICE undoes it. Example:\n"
-          "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
-          out);
+    fputs(
+        "Usage: uzram attach [OPTION]... DEVICE\n"
+        "Give a served device a /dev node and print its path (like losetup --show).\n"
+        "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
+        ".ctl control socket.\n"
+        "\n"
+        "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
+        "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver,\n"
+        "                          served by the server's queue threads over io_uring,\n"
+        "                          /dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
+        "                          in uzram(1)); loop: the server shows the disk as a file\n"
+        "                          through FUSE and a loop device with direct I/O sits on\n"
+        "                          it, /dev/loopN. Default: ublk where the kernel has it,\n"
+        "                          else nbd, else loop (modprobe is tried for each)\n"
+        "  --file PATH             with --via loop: the file the server mounts (default\n"
+        "                          NAME.disk beside the control socket)\n"
+        "  --swap                  the device is for swap: the server must run with\n"
+        "                          serve --swap; prints the mkswap/swapon lines. Without\n"
+        "                          --via, refused on a kernel without ublk (swap through\n"
+        "                          nbd or loop is not safe: SWAP in uzram(1))\n" CONTROL_PLACE_USAGE
+        "  -h, --help              show this help\n"
+        "\n"
+        "uzram detach DEVICE undoes it. Example:\n"
+        "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
+        out);
 }
 
 static void detach_usage(FILE *out)

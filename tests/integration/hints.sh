@@ -96,12 +96,26 @@ example() {
 touch "$WORK/example.pids"
 at_exit 'kill $(cat "$WORK/example.pids")'
 run_example() { (cd "$WORK" && bash -e "$WORK/example.sh") >"$WORK/example.out" 2>&1; }
+# Stops the examples' servers and waits (up to 10 s) until they are gone: the next example's
+# server takes the same default name, and one started while the last still stopped was
+# refused ("in use by another server") on a loaded machine.
+stop_examples() {
+    local pid pids
+    pids=$(cat "$WORK/example.pids")
+    [[ -z $pids ]] || kill $pids
+    for _ in $(seq 100); do
+        for pid in $pids; do kill -0 "$pid" 2>/dev/null && break; pid=; done
+        [[ -z ${pid:-} ]] && break
+        sleep 0.1
+    done
+    : >"$WORK/example.pids"
+}
 example uzram
 grep -q 'nbdinfo "$(uzram status -n -o uri uzram0)"' "$WORK/example.sh" || fail "uzram --help example: $(cat "$WORK/example.sh")"
 run_example || fail "uzram --help example: $(cat "$WORK/example.out")"
 grep -q 'export-size: 2147483648' "$WORK/example.out" || fail "uzram --help example: $(cat "$WORK/example.out")"
 grep -q '^uzram0 ' "$WORK/example.out" || fail "uzram --help example's status: $(cat "$WORK/example.out")"
-kill "$(cat "$WORK/example.pids")" && : >"$WORK/example.pids"
+stop_examples
 example uzram serve
 [[ $(wc -l <"$WORK/example.sh") -eq 4 ]] || fail "serve --help examples: $(cat "$WORK/example.sh")"
 head -c 1M /dev/urandom >"$WORK/disk.img"
@@ -111,7 +125,7 @@ grep -q 'export="tmp"' "$WORK/example.out" || fail "serve --help's nbdinfo of tm
 example uzram hot-add
 run_example || fail "hot-add --help example: $(cat "$WORK/example.out")"
 grep -q '\[zstd\]' <<<"$("$UZRAM" attr scratch comp_algorithm)" || fail "hot-add example: scratch is not zstd"
-kill $(cat "$WORK/example.pids") && : >"$WORK/example.pids"
+stop_examples
 pass "the examples of uzram --help, serve --help and hot-add --help run as printed"
 
 # --- hints in errors, run with their placeholders filled ---
