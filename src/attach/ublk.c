@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "attach/ublk_request.h"
 #include "common/util.h"
 #include "nbd/limits.h"
 
@@ -183,39 +184,6 @@ static void queue_command(struct ublk_queue *q, unsigned op, unsigned tag, int r
     cmd->addr = (uint64_t)(uintptr_t)(q->buffers + (size_t)tag * UBLK_IO_BYTES);
 }
 
-/* Run one request on the engine, all its pages in one call: bytes done, or a negative errno
- * for the block layer. */
-static int serve_request(struct ublk_queue *q, unsigned tag)
-{
-    const struct ublksrv_io_desc *iod = &q->descs[tag];
-    struct ublk_server *s = q->server;
-    uint64_t offset = iod->start_sector << 9;
-    size_t length = (size_t)iod->nr_sectors << 9;
-    void *buffer = q->buffers + (size_t)tag * UBLK_IO_BYTES;
-    int rc;
-    switch (ublksrv_get_op(iod)) {
-    case UBLK_IO_OP_READ:
-        rc = length <= UBLK_IO_BYTES ? uzram_read(s->dev, offset, buffer, length) : -EINVAL;
-        break;
-    case UBLK_IO_OP_WRITE:
-        rc = s->read_only             ? -EROFS
-             : length > UBLK_IO_BYTES ? -EINVAL
-                                      : uzram_write(s->dev, offset, buffer, length);
-        break;
-    case UBLK_IO_OP_FLUSH:
-        return 0;
-    case UBLK_IO_OP_DISCARD:
-        rc = s->read_only ? -EROFS : uzram_discard(s->dev, offset, length);
-        break;
-    case UBLK_IO_OP_WRITE_ZEROES:
-        rc = s->read_only ? -EROFS : uzram_write_zeroes(s->dev, offset, length, false);
-        break;
-    default:
-        return -EOPNOTSUPP;
-    }
-    return rc < 0 ? rc : (int)length;
-}
-
 static void queue_ready(struct ublk_server *s, int rc)
 {
     pthread_mutex_lock(&s->lock);
@@ -256,7 +224,10 @@ static void *queue_main(void *arg)
                 live--; /* UBLK_IO_RES_ABORT: the device stops */
                 continue;
             }
-            queue_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tag, serve_request(q, tag));
+            queue_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tag,
+                          ublk_request_serve(s->dev, s->read_only, &q->descs[tag],
+                                             q->buffers + (size_t)tag * UBLK_IO_BYTES,
+                                             UBLK_IO_BYTES));
         }
         io_uring_cq_advance(&q->ring, seen);
     }
@@ -336,6 +307,9 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
                   .io_min_shift = 12,
                   .max_sectors = UBLK_IO_BYTES >> 9,
                   .dev_sectors = size >> 9},
+        /* A discard or write-zeroes of up to 4 GiB - 4 KiB in one request (zram allows as
+         * much): one call into the engine, which keeps no memory for the range, and a
+         * result of 0 whatever its length (ublk_request_result). */
         .discard = {.discard_granularity = UZRAM_PAGE_SIZE,
                     .max_discard_sectors = UINT32_MAX >> 9,
                     .max_write_zeroes_sectors = UINT32_MAX >> 9,
