@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "attach/ublk_request.h"
 #include "common/util.h"
 #include "nbd/limits.h"
 
@@ -47,6 +48,8 @@
 #define UBLK_RECOVERY_WAIT_S 30
 /* The queue threads look whether they should stop this often. */
 #define QUEUE_POLL_MS 100
+/* Submissions queue_command() makes to free an entry of a full ring, 1 ms apart. */
+#define QUEUE_SQE_TRIES 3u
 /* Each queue's request descriptors are mapped from the character device at this stride. */
 #define DESCS_STRIDE                                                                               \
     ((UBLK_MAX_QUEUE_DEPTH * sizeof(struct ublksrv_io_desc) + 4095) & ~(size_t)4095)
@@ -65,7 +68,12 @@ struct ublk_queue {
     unsigned char *buffers;        /* UBLK_DEPTH buffers of UBLK_IO_BYTES, faulted in */
     pthread_t thread;
     bool thread_started;
+    /* Commits the ring had no room for, by tag, and their results: sent at the next turn. */
+    uint64_t unsent;
+    int unsent_result[UBLK_DEPTH];
+    bool told_unsent; /* said on stderr once */
 };
+_Static_assert(UBLK_DEPTH <= 64, "a queue's unsent commits are bits of one word");
 
 struct ublk_server {
     struct uzram *dev;
@@ -166,11 +174,25 @@ static void delete_leftovers(struct ublk_server *s)
         closedir(dir);
 }
 
-static void queue_command(struct ublk_queue *q, unsigned op, unsigned tag, int result)
+/* Queue a command for tag `tag`: 0, or a negative errno when the ring has no free entry after
+ * QUEUE_SQE_TRIES submissions of what it holds. It has two entries per tag and a tag has one
+ * command at most waiting to be submitted, so an entry is free unless the kernel refused a
+ * submission (no memory for the moment: -EAGAIN); the caller keeps a command it could not
+ * queue (queue_commit), never drops it: the driver would wait for that request forever. */
+static int queue_command(struct ublk_queue *q, unsigned op, unsigned tag, int result)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
-    if (sqe == NULL) /* cannot be: the ring has room for two commands per tag */
-        return;
+    int rc = -EBUSY;
+    for (unsigned tries = 0; sqe == NULL && tries < QUEUE_SQE_TRIES; tries++) {
+        rc = io_uring_submit(&q->ring);
+        sqe = io_uring_get_sqe(&q->ring);
+        if (sqe == NULL) {
+            struct timespec pause = {0, 1000000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    if (sqe == NULL)
+        return rc < 0 ? rc : -EBUSY;
     memset(sqe, 0, sizeof *sqe);
     sqe->opcode = IORING_OP_URING_CMD;
     sqe->fd = q->server->char_fd;
@@ -181,39 +203,37 @@ static void queue_command(struct ublk_queue *q, unsigned op, unsigned tag, int r
     cmd->tag = (uint16_t)tag;
     cmd->result = result;
     cmd->addr = (uint64_t)(uintptr_t)(q->buffers + (size_t)tag * UBLK_IO_BYTES);
+    return 0;
 }
 
-/* Run one request on the engine, all its pages in one call: bytes done, or a negative errno
- * for the block layer. */
-static int serve_request(struct ublk_queue *q, unsigned tag)
+/* Give the driver tag `tag`'s result and take its next request. A commit the ring has no room
+ * for is kept in q->unsent and tried again at each turn of queue_main (at least every
+ * QUEUE_POLL_MS), said on stderr the first time the queue has one. */
+static void queue_commit(struct ublk_queue *q, unsigned tag, int result)
 {
-    const struct ublksrv_io_desc *iod = &q->descs[tag];
-    struct ublk_server *s = q->server;
-    uint64_t offset = iod->start_sector << 9;
-    size_t length = (size_t)iod->nr_sectors << 9;
-    void *buffer = q->buffers + (size_t)tag * UBLK_IO_BYTES;
-    int rc;
-    switch (ublksrv_get_op(iod)) {
-    case UBLK_IO_OP_READ:
-        rc = length <= UBLK_IO_BYTES ? uzram_read(s->dev, offset, buffer, length) : -EINVAL;
-        break;
-    case UBLK_IO_OP_WRITE:
-        rc = s->read_only             ? -EROFS
-             : length > UBLK_IO_BYTES ? -EINVAL
-                                      : uzram_write(s->dev, offset, buffer, length);
-        break;
-    case UBLK_IO_OP_FLUSH:
-        return 0;
-    case UBLK_IO_OP_DISCARD:
-        rc = s->read_only ? -EROFS : uzram_discard(s->dev, offset, length);
-        break;
-    case UBLK_IO_OP_WRITE_ZEROES:
-        rc = s->read_only ? -EROFS : uzram_write_zeroes(s->dev, offset, length, false);
-        break;
-    default:
-        return -EOPNOTSUPP;
+    int rc = queue_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tag, result);
+    uint64_t bit = 1ull << tag;
+    if (rc == 0) {
+        q->unsent &= ~bit;
+        return;
     }
-    return rc < 0 ? rc : (int)length;
+    if (!q->told_unsent)
+        fprintf(stderr,
+                "uzram: /dev/ublkb%d: queue %u has no room in its io_uring for the result of "
+                "request %u (%s); it keeps it and tries again\n",
+                q->server->dev_id, q->id, tag, strerror(-rc));
+    q->told_unsent = true;
+    q->unsent |= bit;
+    q->unsent_result[tag] = result;
+}
+
+/* Try the commits queue_commit() kept again. */
+static void queue_commit_unsent(struct ublk_queue *q)
+{
+    for (uint64_t unsent = q->unsent; unsent != 0; unsent &= unsent - 1) {
+        unsigned tag = (unsigned)__builtin_ctzll(unsent);
+        queue_commit(q, tag, q->unsent_result[tag]);
+    }
 }
 
 static void queue_ready(struct ublk_server *s, int rc)
@@ -236,17 +256,23 @@ static void *queue_main(void *arg)
      * per CPU the issuer and the server then take turns on one CPU, where unpinned the server
      * runs beside it: pinned was the slower in the VM's fio runs (bench/vm-block.sh), by far
      * for reads at QD16 (the note of issue 22 has the figures). */
-    for (unsigned tag = 0; tag < UBLK_DEPTH; tag++)
-        queue_command(q, UBLK_IO_FETCH_REQ, tag, 0);
-    int rc = io_uring_submit(&q->ring);
+    int rc = 0;
+    for (unsigned tag = 0; tag < UBLK_DEPTH && rc == 0; tag++)
+        rc = queue_command(q, UBLK_IO_FETCH_REQ, tag, 0);
+    if (rc == 0)
+        rc = io_uring_submit(&q->ring);
     queue_ready(s, rc < 0 ? rc : 0);
     unsigned live = rc < 0 ? 0 : UBLK_DEPTH;
     while (live > 0 && !atomic_load(&s->stopping)) {
         struct io_uring_cqe *cqe;
         struct __kernel_timespec wait = {0, QUEUE_POLL_MS * 1000000LL};
+        queue_commit_unsent(q);
         rc = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &wait, NULL);
-        if (rc < 0 && rc != -EINTR && rc != -ETIME)
+        if (rc < 0 && rc != -EINTR && rc != -ETIME) {
+            fprintf(stderr, "uzram: /dev/ublkb%d: queue %u stops: io_uring: %s\n", s->dev_id, q->id,
+                    strerror(-rc));
             break;
+        }
         unsigned head, seen = 0;
         io_uring_for_each_cqe(&q->ring, head, cqe)
         {
@@ -256,12 +282,16 @@ static void *queue_main(void *arg)
                 live--; /* UBLK_IO_RES_ABORT: the device stops */
                 continue;
             }
-            queue_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tag, serve_request(q, tag));
+            queue_commit(q, tag,
+                         ublk_request_serve(s->dev, s->read_only, &q->descs[tag],
+                                            q->buffers + (size_t)tag * UBLK_IO_BYTES,
+                                            UBLK_IO_BYTES));
         }
         io_uring_cq_advance(&q->ring, seen);
     }
     /* The requests served since the last submission: their results go to the driver now, so
      * that a device left to a successor (ublk_leave) has only the unserved ones re-issued. */
+    queue_commit_unsent(q);
     io_uring_submit(&q->ring);
     return NULL;
 }
@@ -336,6 +366,9 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
                   .io_min_shift = 12,
                   .max_sectors = UBLK_IO_BYTES >> 9,
                   .dev_sectors = size >> 9},
+        /* A discard or write-zeroes of up to 4 GiB - 4 KiB in one request (zram allows as
+         * much): one call into the engine, which keeps no memory for the range, and a
+         * result of 0 whatever its length (ublk_request_result). */
         .discard = {.discard_granularity = UZRAM_PAGE_SIZE,
                     .max_discard_sectors = UINT32_MAX >> 9,
                     .max_write_zeroes_sectors = UINT32_MAX >> 9,
@@ -372,8 +405,9 @@ static int start_queues(struct ublk_server *s, char *message, size_t message_siz
     pthread_mutex_lock(&s->lock);
     while (s->ready < started)
         pthread_cond_wait(&s->ready_cond, &s->lock);
-    if (rc == 0)
-        rc = s->ready_rc;
+    if (rc == 0 && (rc = s->ready_rc) < 0)
+        snprintf(message, message_size, "ublk: a queue of /dev/ublkb%d could not fetch: %s",
+                 s->dev_id, strerror(-rc));
     pthread_mutex_unlock(&s->lock);
     return rc; /* a thread that fetched leaves when server_free() says so */
 }
