@@ -563,8 +563,13 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the
  * caller's, and must stay open while the device lives; uzram_destroy() unmaps the state and
- * leaves the file as it is, for a successor (close or truncate it to drop the data).
- * Errors: as uzram_create(), -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs,
+ * leaves the file as it is, for a successor (close or truncate it to drop the data). The file
+ * holds the device's data, so it must be this user's alone, as a backing store's file (checked
+ * on the descriptor before anything else, by uzram_adopt() and uzram_state_info() too): owned
+ * by this process's effective user (-EPERM), no permission for group or others (-EACCES), one
+ * name (-EMLINK; a memfd has none, and only its owner is checked). A new file in a directory
+ * others can write (/dev/shm, /tmp) is the caller's to make with O_CREAT | O_EXCL and mode 0600.
+ * Errors: as uzram_create(), those, -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs,
  * -errno of ftruncate. */
 UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzram **out);
 
@@ -600,7 +605,9 @@ struct uzram_state_info {
 
 /* Fill `info` from the state in `state_fd` without changing it: 0 when this library can
  * adopt its format (whether its owner still runs is info->owner_alive), -EPROTONOSUPPORT
- * another format version (info->version says which), -EINVAL not a uzram state. */
+ * another format version (info->version says which), -EINVAL not a uzram state; first, without
+ * reading it, -EPERM, -EACCES or -EMLINK for a file that is not this user's alone (see
+ * uzram_create_in(): an empty file is checked so too). */
 UZRAM_API int uzram_state_info(int state_fd, struct uzram_state_info *info);
 
 /* The application's area in the state (4 KiB, in *size; zero in a new state), kept across

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "backing_file.h"
 #include "bundle_records.h"
 #include "comp.h"
 #include "dedup.h"
@@ -128,13 +129,16 @@ int state_make(int fd, uint64_t disksize, struct state_file **out)
         return -errno;
     if (!S_ISREG(st.st_mode) || !on_tmpfs(fd))
         return -EOPNOTSUPP;
+    int rc = file_private(&st);
+    if (rc < 0)
+        return rc;
     if (st.st_size != 0)
         return -EEXIST;
     struct state_header layout;
     state_layout(&layout, disksize);
     if (ftruncate(fd, (off_t)layout.file_bytes) < 0)
         return -errno;
-    int rc = state_map(fd, disksize, out);
+    rc = state_map(fd, disksize, out);
     if (rc == 0 && (rc = hold_mapped(*out, &layout)) < 0)
         state_unmap(*out);
     if (rc < 0) {
@@ -154,12 +158,16 @@ void state_publish(struct state_file *state)
 }
 
 /* Read and check the header of `fd` (not mapped: a file that is no state stays untouched):
- * -EINVAL not a state of this layout, -EPROTONOSUPPORT another version. */
+ * file_private()'s errors first (another user's file is not read), -EINVAL not a state of
+ * this layout, -EPROTONOSUPPORT another version. */
 static int header_read(int fd, struct state_header *header)
 {
     struct stat st;
     if (fstat(fd, &st) < 0)
         return -errno;
+    int rc = file_private(&st);
+    if (rc < 0)
+        return rc;
     if (pread(fd, header, sizeof *header, 0) != (ssize_t)sizeof *header ||
         memcmp(header->magic, STATE_MAGIC, sizeof STATE_MAGIC) != 0)
         return -EINVAL;

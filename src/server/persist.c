@@ -16,6 +16,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "attach/attach.h"
 #include "common/systemd.h"
 #include "common/util.h"
 #include "server/persist.h"
@@ -162,8 +163,11 @@ int persist_check(const struct complaints *to, const struct label *label, const 
 }
 
 /* Open (or create) the state file PATH for device `name`: a regular file on tmpfs (a disk
- * file system would write every page out), locked for this server. Returns the descriptor,
- * or -1 after a complaint. */
+ * file system would write every page out), the server's user's alone (the library's rule,
+ * checked on what was opened before it is read or locked: another user's file is left as it
+ * is), locked for this server. A new one is made with O_EXCL, mode 0600: never through a
+ * symbolic link, never a file somebody made first. Returns the descriptor, or -1 after a
+ * complaint. */
 static int open_file(const struct complaints *to, const struct label *label, const char *path,
                      bool *created)
 {
@@ -179,17 +183,24 @@ static int open_file(const struct complaints *to, const struct label *label, con
     }
     struct stat st;
     struct statfs fs;
+    struct uzram_state_info info;
+    char refusal[PATH_MAX + 256];
     const char *why = NULL;
+    int rc;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
         why = "is not a regular file";
     else if (fstatfs(fd, &fs) < 0 || (fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC))
         why = "is not on tmpfs (every page would go to disk): put it in /dev/shm or /run";
+    else if ((rc = uzram_state_info(fd, &info)) < 0 &&
+             private_file_refusal(path, &st, rc, "the state", refusal, sizeof refusal))
+        why = refusal;
     else if (flock(fd, LOCK_EX | LOCK_NB) < 0)
         why = errno == EWOULDBLOCK ? "is the state of a server that runs: stop it, or give this "
                                      "device a PATH of its own"
                                    : strerror(errno);
     if (why != NULL) {
-        complain(to, "%s%s '%s' %s", label->where, label->name, path, why);
+        complain(to, "%s%s '%s'%s%s", label->where, label->name, path, why == refusal ? ": " : " ",
+                 why);
         if (*created)
             unlink(path);
         close(fd);
