@@ -152,7 +152,8 @@ UZRAM_API void uzram_destroy(struct uzram *dev);
  * counts anything after it; passes asked for meanwhile wait for it to end.
  * Like zram, a reset is meant for a device nobody is using: I/O that runs
  * at the same time is safe (nothing crashes or corrupts) but pages it writes
- * may survive the reset. Returns 0. Thread-safe. */
+ * may survive the reset. Returns 0; -EIO when the lock of a page in a state file stayed held
+ * past its deadline (see uzram_adopt(); that page keeps its data). Thread-safe. */
 UZRAM_API int uzram_reset(struct uzram *dev);
 
 /* ------------------------------------------------------------------------
@@ -163,7 +164,11 @@ UZRAM_API int uzram_reset(struct uzram *dev);
  * space reads as zeros.
  * Errors: -EINVAL  misaligned or out of range (counted in invalid_io)
  *         -EIO     a stored page failed to decompress (counted in failed_reads;
- *                  this means memory corruption and should never happen)
+ *                  this means memory corruption and should never happen), or,
+ *                  for a device in a state file (uzram_create_in), a lock word
+ *                  of the page in the file stayed held 10 s (another process
+ *                  writes the file, or it is damaged: counted in
+ *                  state_lock_timeouts too; uzram_adopt() lets go of it)
  *         -ENOMEM  no memory for a decompression context. */
 UZRAM_API int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length);
 
@@ -174,7 +179,9 @@ UZRAM_API int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t l
  * Errors: -EINVAL  misaligned or out of range (counted in invalid_io)
  *         -ENOSPC  storing the page would take the pool past mem_limit
  *         -ENOMEM  the system is out of memory
- *         -EIO     an old page needed for a partial write failed to decompress. */
+ *         -EIO     an old page needed for a partial write failed to decompress,
+ *                  or a lock word of the page in a state file stayed held (as
+ *                  uzram_read(); the page keeps its old content). */
 UZRAM_API int uzram_write(struct uzram *dev, uint64_t offset, const void *buf, size_t length);
 
 /* Drop the data of whole pages inside the range; they read as zeros and hold
@@ -195,7 +202,8 @@ UZRAM_API int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t le
  * UZRAM_EXTENT_HOLE (no page stored) and UZRAM_EXTENT_ZERO (reads as zeros),
  * and *run_length (> 0, <= length) is how many bytes from `offset` share it.
  * Offsets need not be aligned; status is per page.
- * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io). */
+ * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io)
+ *         -EIO     a lock word of the page in a state file stayed held (as uzram_read()). */
 #define UZRAM_EXTENT_HOLE 1u
 #define UZRAM_EXTENT_ZERO 2u
 UZRAM_API int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
@@ -699,7 +707,9 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(reserve_empty, DEBUG, EVENTS,                                                                \
       "objects not stored as the memory reserve (serve --swap) had no pool memory ready "          \
       "(writes among them failed: failed_writes)")                                                 \
-    X(bundle_mem, DEBUG, LEVEL, "memory the bundles' records take, bytes (in meta_data_size)")
+    X(bundle_mem, DEBUG, LEVEL, "memory the bundles' records take, bytes (in meta_data_size)")     \
+    X(state_lock_timeouts, DEBUG, EVENTS,                                                          \
+      "waits on a lock word of the state file that passed their deadline (answered EIO)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

@@ -38,15 +38,19 @@ _Static_assert(sizeof(struct bundle) == BUNDLE_RECORD_HEADER, "bundle_records.h'
 
 static _Atomic uint64_t next_serial = 1;
 
-static void bundle_lock(struct bundle *bundle)
+/* 0, or -EIO when the lock, a word of the state file, stayed held past the deadline
+ * (backoff.h; counted). */
+__attribute__((warn_unused_result)) static int bundle_lock(struct uzram *dev, struct bundle *bundle)
 {
-    unsigned spins = 0;
+    struct lock_wait wait = device_lock_wait(dev);
     uint32_t expected = 0;
     while (!atomic_compare_exchange_weak_explicit(&bundle->lock, &expected, 1, memory_order_acquire,
                                                   memory_order_relaxed)) {
         expected = 0;
-        lock_backoff(&spins);
+        if (!lock_wait(&wait))
+            return device_lock_timeout(dev);
     }
+    return 0;
 }
 
 static void bundle_unlock(struct bundle *bundle)
@@ -124,7 +128,13 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
                length);
         counter_add(&dev->compr_data_size, length);
         /* under the lock: compaction may move the piece as soon as it is named here */
-        bundle_lock(bundle);
+        rc = bundle_lock(dev, bundle);
+        if (rc < 0) {
+            pool_free(dev->pool, handle);
+            counter_sub(&dev->compr_data_size, length);
+            free_bundle(dev, bundle, piece);
+            return rc;
+        }
         bundle->pieces[piece] = handle;
         bundle_unlock(bundle);
     }
@@ -299,7 +309,8 @@ static const void *frame_bytes(void *arg, size_t offset, size_t count)
     while (cache->copied < offset + count) {
         unsigned piece = cache->copied / UZRAM_PAGE_SIZE;
         unsigned length = piece_length(bundle, piece);
-        bundle_lock(bundle);
+        if (bundle_lock(reader->dev, bundle) < 0)
+            return NULL; /* the decode fails: -EIO */
         memcpy(cache->frame + cache->copied, pool_map(reader->dev->pool, bundle->pieces[piece]),
                length);
         bundle_unlock(bundle);
@@ -371,13 +382,14 @@ bool bundle_try_lock_owner(struct uzram *dev, uint64_t owner, uint64_t handle)
     return false;
 }
 
-void bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+bool bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
     struct bundle *bundle = bundle_record_at(dev, owner & ~OWNER_BUNDLE_BIT);
     for (unsigned piece = 0; piece < bundle->piece_count; piece++)
         if (bundle->pieces[piece] == old_handle)
             bundle->pieces[piece] = new_handle;
     bundle_unlock(bundle);
+    return true;
 }
 
 /* ---- adoption ------------------------------------------------------------------ */

@@ -110,7 +110,7 @@ bool bundle_mostly_dead(const struct bundle *bundle);
 
 /* Compaction's owner callbacks for a piece (store.c's owner_try_lock dispatches here). */
 bool bundle_try_lock_owner(struct uzram *dev, uint64_t owner, uint64_t handle);
-void bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+bool bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
 
 /* Adoption (state_adopt.c): slot `index`, of state SLOT_BUNDLED with `value` and `codec`, is
  * a live member. Its record's pieces are claimed in the pool, and the bundle counted, the

@@ -226,11 +226,14 @@ void dedup_ids_trim(struct dedup *dedup)
 struct dedup_record *dedup_record_begin(struct dedup *dedup, uint32_t id)
 {
     struct dedup_record *record = &dedup->saved->records[id % DEDUP_RECORDS];
-    unsigned spins = 0;
+    struct lock_wait wait = dedup_lock_wait(dedup);
     for (uint32_t free_lock = 0; !atomic_compare_exchange_weak_explicit(
              &record->lock, &free_lock, 1, memory_order_acquire, memory_order_relaxed);
          free_lock = 0)
-        lock_backoff(&spins);
+        if (!lock_wait(&wait)) {
+            dedup_lock_timeout(dedup);
+            return NULL;
+        }
     struct dedup_entry *entry = entry_at(dedup, id);
     record->object = entry_handle(entry) |
                      (uint64_t)atomic_load_explicit(&entry->size_codec, memory_order_relaxed) << 48;

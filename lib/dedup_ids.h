@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backoff.h"
 #include "dedup_object.h"
 
 /*
@@ -214,6 +215,18 @@ static inline struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
     return &chunk[id & ((1u << dedup->chunk_shift) - 1)];
 }
 
+/* A wait on a word of the index (an entry's state, a record's lock): with a deadline when the
+ * index is in a state file (backoff.h); one that passed it counted there. */
+static inline struct lock_wait dedup_lock_wait(const struct dedup *dedup)
+{
+    return (struct lock_wait){.bounded = dedup->file.fd >= 0};
+}
+static inline void dedup_lock_timeout(struct dedup *dedup)
+{
+    if (dedup->file.lock_timeouts)
+        atomic_fetch_add_explicit(dedup->file.lock_timeouts, 1, memory_order_relaxed);
+}
+
 static inline uint32_t tag_bucket(const struct dedup_stripe *stripe, uint32_t tag)
 {
     return (tag >> STRIPE_BITS) & stripe->bucket_mask;
@@ -250,7 +263,8 @@ uint32_t dedup_id_alloc(struct dedup *dedup, size_t below, int *rc);
 void dedup_id_free(struct dedup *dedup, uint32_t id);
 /* Resize a stripe's buckets (dedup.c). Stripe locked. */
 bool dedup_stripe_resize(struct dedup *dedup, struct dedup_stripe *stripe, uint32_t mask);
-/* Begin and end a change of entry `id`'s object (its old one in the record `*record`). */
+/* Begin and end a change of entry `id`'s object (its old one in the record `*record`). NULL:
+ * the record's lock, a word of the state file, stayed held past the deadline (counted). */
 struct dedup_record *dedup_record_begin(struct dedup *dedup, uint32_t id);
 void dedup_record_end(struct dedup_record *record);
 /* Map every hole again, its ids free (dedup_prefault). id_lock held. */

@@ -5,6 +5,7 @@
 #ifndef UZRAM_DEVICE_H
 #define UZRAM_DEVICE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -167,6 +168,8 @@ struct device_events {
     _Atomic uint64_t bd_write_errors;
     _Atomic uint64_t bd_nospace;
     _Atomic uint64_t bd_checksum_errors; /* counted by backing_read() */
+    /* waits on a lock word of the state file that passed their deadline (backoff.h) */
+    _Atomic uint64_t state_lock_timeouts;
 };
 
 struct uzram {
@@ -258,6 +261,19 @@ static inline void counter_sub(_Atomic uint64_t *counter, uint64_t amount)
 static inline uint64_t counter_get(_Atomic uint64_t *counter)
 {
     return atomic_load_explicit(counter, memory_order_relaxed);
+}
+
+/* A wait on a lock word of the device (a slot's, an intent record's, a bundle record's): with
+ * a deadline when the word lives in its state file (backoff.h). */
+static inline struct lock_wait device_lock_wait(const struct uzram *dev)
+{
+    return (struct lock_wait){.bounded = dev->state != NULL};
+}
+/* Such a wait that passed its deadline: counted; what the caller fails with. */
+static inline int device_lock_timeout(struct uzram *dev)
+{
+    counter_add(&dev->events->state_lock_timeouts, 1);
+    return -EIO;
 }
 
 #endif

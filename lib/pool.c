@@ -787,7 +787,10 @@ static bool compact_one_span(struct pool *pool, unsigned class_index,
         memcpy(object_start(shape, target, new_index) + shape->header_bytes,
                object_start(shape, source, index) + shape->header_bytes,
                shape->footprint - shape->header_bytes);
-        ops->relocate(ops->arg, owner, old_handle, make_handle(target, new_index));
+        if (!ops->relocate(ops->arg, owner, old_handle, make_handle(target, new_index))) {
+            put_object(class, target, new_index); /* a word held for good: no more tries */
+            break;
+        }
         put_object(class, source, index);
     }
 

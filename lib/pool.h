@@ -112,10 +112,12 @@ uint64_t pool_pages_compacted(struct pool *pool);
  * still refers to `handle`. relocate() is then called with the object already
  * copied to `new_handle`: it makes the owner refer to new_handle and unlocks
  * the owner. Compaction picks the destination before it locks an owner, so
- * a locked owner is always moved. */
+ * a locked owner is moved unless relocate() returns false (a lock word of a
+ * state file stayed held: the owner unlocked, still naming `old_handle`; the
+ * copy is freed). */
 struct pool_owner_ops {
     bool (*try_lock_owner)(void *arg, uint64_t owner, uint64_t handle);
-    void (*relocate)(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+    bool (*relocate)(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
     void *arg;
 };
 

@@ -313,8 +313,8 @@ void state_table_page_gone(struct state_file *state, uint64_t page)
  * after that. A process killed at any instant so leaves each slot either whole, or with a
  * record from which adoption restores its old form, whose object is still allocated.
  */
-void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
-                      uint64_t value)
+int state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                     uint64_t value)
 {
     struct state_file *state = dev->state;
     uint64_t index = (uint64_t)(slot - dev->slots);
@@ -324,11 +324,12 @@ void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint3
         atomic_fetch_or_explicit(&state->written[page / 64], 1ull << (page % 64),
                                  memory_order_release);
     struct state_intent *intent = &state->intents[index % STATE_INTENTS];
-    unsigned spins = 0;
+    struct lock_wait wait = device_lock_wait(dev);
     for (uint32_t free_lock = 0; !atomic_compare_exchange_weak_explicit(
              &intent->lock, &free_lock, 1, memory_order_acquire, memory_order_relaxed);
          free_lock = 0)
-        lock_backoff(&spins);
+        if (!lock_wait(&wait))
+            return device_lock_timeout(dev);
     intent->info = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
     intent->ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
     intent->value = slot->value;
@@ -340,6 +341,13 @@ void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint3
     atomic_store_explicit(&slot->info, info, memory_order_relaxed);
     atomic_store_explicit(&intent->slot, 0, memory_order_release);
     atomic_store_explicit(&intent->lock, 0, memory_order_release);
+    return 0;
+}
+
+void state_slot_rename(struct uzram *dev, struct slot *slot, uint64_t value)
+{
+    (void)dev;
+    slot->value = value;
 }
 
 int uzram_state_info(int state_fd, struct uzram_state_info *info)

@@ -139,9 +139,13 @@ static inline bool state_slot_unwritten(const struct uzram *dev, uint64_t index)
 
 /* Change a locked slot to `info` (SLOT_LOCK included), `ac_time`, `value` with an intent
  * record around the change, so that a process killed in the middle leaves it restorable.
- * The caller frees the slot's old object only after this returns. */
-void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
-                      uint64_t value);
+ * The caller frees the slot's old object only after this returns 0; -EIO: the record's lock
+ * stayed held past the deadline (backoff.h; counted), the slot unchanged. */
+int state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                     uint64_t value);
+/* A locked slot's value changed to `value` without an intent record (slot_set_moved: an index
+ * move, which the dedup index's move record makes restorable). */
+void state_slot_rename(struct uzram *dev, struct slot *slot, uint64_t value);
 
 /* The layout for a disk of `disksize` bytes in a new header (magic last: state_publish()). */
 void state_layout(struct state_header *header, uint64_t disksize);
