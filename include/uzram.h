@@ -563,7 +563,8 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries (given or
  * trained) are kept: their bytes are in the file (up to 1 MiB each, in dict_mem besides their
  * digested forms) before a page can use them; one trained for dict=auto is not trained again.
- * Format version 3; versions 1 and 2 are refused as another version. Counters of events
+ * Format version 4 (its metadata carries check bits and sums: uzram_state_damage()); versions 1
+ * to 3 are refused as another version. Counters of events
  * (UZRAM_STATS' EVENTS kind) are in the file and go on counting in the adopting process
  * (dedup_hash_collisions, reserve_empty start at 0); levels are counted from the table. A
  * group limit (uzram_set_group) cannot be joined by an adopted device holding data (-EBUSY). */
@@ -588,9 +589,10 @@ UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, s
  * time). The settings the state keeps come back (disksize, the codec table: algorithm and
  * recompression algorithms, same_filled, use_dedup, mem_limit); others (mem_reserve, idle ages,
  * recompress_idle...) are the caller's to set again. The descriptor must stay open while
- * the device lives. Errors: -EINVAL not a uzram state, or a damaged one (a slot naming no
- * span of the directory: nothing is punched or freed then; undone changes and unlocked
- * slots stay so), -EPROTONOSUPPORT another format version or an algorithm this build lacks
+ * the device lives. Errors: -EINVAL not a uzram state, -EUCLEAN a damaged one (see
+ * uzram_state_damage(): nothing is punched or freed then; undone changes and unlocked slots
+ * stay so), -EPERM, -EACCES, -EMLINK a file not this user's alone (see uzram_create_in()),
+ * -EPROTONOSUPPORT another format version or an algorithm this build lacks
  * (nothing changed), -EBUSY its owner process is alive (and is not this process: a process
  * that re-executes itself keeps its pid and may adopt; a dead owner's pid reused by another
  * process also reads as alive: a PID namespace or systemd unit avoids that), -ENOMEM; with a
@@ -613,10 +615,25 @@ struct uzram_state_info {
 
 /* Fill `info` from the state in `state_fd` without changing it: 0 when this library can
  * adopt its format (whether its owner still runs is info->owner_alive), -EPROTONOSUPPORT
- * another format version (info->version says which), -EINVAL not a uzram state; first, without
+ * another format version (info->version says which), -EINVAL not a uzram state, -EUCLEAN a
+ * damaged header (uzram_state_damage() says what); first, without
  * reading it, -EPERM, -EACCES or -EMLINK for a file that is not this user's alone (see
  * uzram_create_in(): an empty file is checked so too). */
 UZRAM_API int uzram_state_info(int state_fd, struct uzram_state_info *info);
+
+/* After uzram_adopt() or uzram_state_info() failed with -EUCLEAN in this thread: where the
+ * state is damaged, one line naming the part and its bytes in the file, e.g. "table page 12
+ * slot 3 (page 3075 of the disk, bytes 285327408 to 285327423): its check bits do not match its
+ * form"; "" after a call that found none. The state is refused before anything in it is
+ * punched or freed: the file keeps what it held, for the user to look at or remove. What is
+ * checked (see uzram_adopt()): the header's fixed fields, codec records, dictionaries and
+ * backing store record, each page slot (check bits over its form and where its bytes are),
+ * the intent records, the span directory's entries, the dedup index's change and move records,
+ * bundle records (each piece's check bits), and that every object named is one the pool or
+ * backing store holds once. Not checked: the bytes of the stored pages themselves (in the
+ * pool: a flipped byte there may fail that page's read with EIO, or give wrong bytes), a
+ * dedup entry's object handle beyond that rule, and marks and access times (no data). */
+UZRAM_API const char *uzram_state_damage(void);
 
 /* The application's area in the state (4 KiB, in *size; zero in a new state), kept across
  * adoptions, e.g. a server's export name and ublk device ids. NULL (and 0) for a device

@@ -60,6 +60,13 @@ uint64_t bundle_record_offset(uint64_t page_count, uint64_t id)
     return offset + (uint32_t)id * (uint64_t)bundle_record_size(region);
 }
 
+uint64_t bundle_record_file_offset(const struct uzram *dev, uint64_t id)
+{
+    const struct bundle_records *records = dev->bundle_records;
+    return (records->fd >= 0 ? records->file_offset : 0) +
+           bundle_record_offset(dev->page_count, id);
+}
+
 static uint64_t chunk_bytes(unsigned region)
 {
     return (uint64_t)BUNDLE_RECORDS_CHUNK * bundle_record_size(region);

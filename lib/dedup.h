@@ -49,7 +49,8 @@ int dedup_create_in(uint64_t page_count, const struct dedup_object_ops *ops,
  * half changed and forgets references, pins and moves; the caller then calls
  * dedup_adopt_ref() for each slot that names an entry; dedup_adopt_finish() links the
  * entries named and frees the others (their objects were never adopted: the pool frees them).
- * Errors: -EINVAL (the file names what cannot be), -ENOMEM, -ENOSPC. */
+ * Errors: -EUCLEAN a damaged change or move record (sums_damage says which), -EINVAL (the file
+ * names what cannot be), -ENOMEM, -ENOSPC. */
 int dedup_adopt_begin(struct dedup *dedup);
 /* A slot names entry *id: a reference counted. An index move was under way: a slot that names
  * its old id names its new one (*id changes: the caller points the slot at it). Returns 1 with

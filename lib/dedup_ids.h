@@ -12,6 +12,7 @@
 
 #include "backoff.h"
 #include "dedup_object.h"
+#include "sums.h"
 
 /*
  * Each unique stored object has one entry (20 bytes), in chunks (below); an
@@ -147,15 +148,22 @@ static inline bool state_moving(uint32_t state)
  *  - the index move under way (dedup_move to dedup_move_done): its slots name `from` or `to`,
  *    and adoption points them all at `to` (its entry was whole before the record was set;
  *    `from` is given back only after the record is cleared, so no other entry takes it).
+ * Each record and the move carry a sum (sums.h), stored before the id (the move) that makes
+ * them one and cleared after it is let go: adoption refuses a damaged one.
  */
 #define DEDUP_RECORDS 64u
 struct dedup_record {
     _Atomic uint32_t lock;
     _Atomic uint32_t id; /* id + 1; 0: free */
     uint64_t object;     /* the old object: handle | size_codec << 48 */
+    uint32_t sum;        /* of id and object */
+    uint32_t unused;
 };
+#define DEDUP_RECORD_SUMMED_FROM offsetof(struct dedup_record, id)
+#define DEDUP_RECORD_SUMMED_BYTES (offsetof(struct dedup_record, sum) - DEDUP_RECORD_SUMMED_FROM)
 struct dedup_saved {
     _Atomic uint64_t move; /* (from + 1) | (to + 1) << 32; 0: none */
+    uint64_t move_sum;     /* of `move` */
     uint64_t high_water;   /* struct dedup's */
     uint32_t masks[STRIPE_COUNT];
     _Atomic uint64_t mapped[CHUNKS_MAX / 64];

@@ -45,11 +45,13 @@ void pool_destroy(struct pool *pool);
 void pool_set_file(struct pool *pool, int fd, uint64_t offset, _Atomic uint32_t *span_dir,
                    uint64_t dir_offset);
 /* Adoption of a pool left in a state file (pool_adopt.c): each live object named once, by
- * handle, owner and size (-EINVAL: the directory knows no such object, or it was named
- * already; -ENOMEM), then pool_adopt_finish() makes the spans' free lists, the accounting and the
- * free windows, keeps the whole windows with no live object in the span cache (a reserve the
- * last owner left) and punches every other page with no live object out of the file. */
-int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size);
+ * handle, owner and size (-EINVAL, *why saying which: the directory knows no such object, or
+ * the object was named already; -EUCLEAN a damaged directory entry, sums.h; -ENOMEM), then
+ * pool_adopt_finish() makes the spans' free lists, the accounting and the free windows, keeps
+ * the whole windows with no live object in the span cache (a reserve the last owner left) and
+ * punches every other page with no live object out of the file. */
+int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size,
+                      const char **why);
 int pool_adopt_finish(struct pool *pool);
 
 /* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero), taking the pool

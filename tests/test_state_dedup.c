@@ -208,8 +208,9 @@ static void test_state_dedup_switched(void **unused)
     close(fd);
 }
 
-/* A slot naming a dedup id the index never had (a damaged state): adoption refuses with
- * -EINVAL, and with the slot put back every page is there. */
+/* A slot naming a dedup id the index never had (a damaged state, its check bits made to
+ * match): adoption refuses with -EUCLEAN saying so, and with the slot put back every page is
+ * there. */
 static void test_state_dedup_bad_id_refused(void **unused)
 {
     (void)unused;
@@ -227,10 +228,15 @@ static void test_state_dedup_bad_id_refused(void **unused)
     off_t at = (off_t)header.table_offset + 3 * (off_t)sizeof slot;
     assert_int_equal(pread(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
     uint64_t id = slot.value;
+    uint32_t info = slot.info;
     slot.value = 0x7fffff00u;
+    slot.info = (info & ~SLOT_CHECK_MASK) | slot_check(info, slot.value);
     assert_int_equal(pwrite(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
-    assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
+    assert_int_equal(uzram_adopt(fd, &dev), -EUCLEAN);
+    assert_non_null(strstr(uzram_state_damage(), "table page 0 slot 3 (page 3 of the disk"));
+    assert_non_null(strstr(uzram_state_damage(), "it names a dedup entry not in the index"));
     slot.value = id;
+    slot.info = info;
     assert_int_equal(pwrite(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
     state_test_check(dev, gens, pages);

@@ -231,6 +231,15 @@ static int state_fd(const struct complaints *to, const struct label *label, cons
     return fd;
 }
 
+/* A state the library found damaged (uzram_state_damage() says where): refused, left as it is. */
+static void damaged(const struct complaints *to, const char *where)
+{
+    complain(to,
+             "cannot take over %s: the state is damaged: %s; it is left as it is: move it away "
+             "to look at it, or remove it to start empty (what it held is lost)",
+             where, uzram_state_damage());
+}
+
 /* Take over the state in `fd` (it holds one): the same size, algorithm and dedup setting as
  * `config`, or refused, so that a changed configuration does not silently serve other
  * settings. */
@@ -240,6 +249,10 @@ static int adopt(const struct complaints *to, const char *where, const struct uz
     struct uzram_state_info info;
     int rc = uzram_state_info(fd, &info);
     char size[16], wanted[16];
+    if (rc == -EUCLEAN) {
+        damaged(to, where);
+        return -1;
+    }
     if (rc == -EPROTONOSUPPORT) {
         complain(to,
                  "%s holds a state of format version %u, and this uzram reads version %u: run "
@@ -277,7 +290,9 @@ static int adopt(const struct complaints *to, const char *where, const struct uz
         return -1;
     }
     rc = uzram_adopt(fd, dev);
-    if (rc == -ENOENT || rc == -ESTALE) /* the state is there: its backing store is not */
+    if (rc == -EUCLEAN)
+        damaged(to, where);
+    else if (rc == -ENOENT || rc == -ESTALE) /* the state is there: its backing store is not */
         complain(to,
                  "cannot take over %s: the backing file its pages were written back to is %s: "
                  "put it back as it was, or remove the state to start empty",
