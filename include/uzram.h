@@ -616,9 +616,9 @@ struct uzram_state_info {
 /* Fill `info` from the state in `state_fd` without changing it: 0 when this library can
  * adopt its format (whether its owner still runs is info->owner_alive), -EPROTONOSUPPORT
  * another format version (info->version says which), -EINVAL not a uzram state, -EUCLEAN a
- * damaged header (uzram_state_damage() says what); first, without
- * reading it, -EPERM, -EACCES or -EMLINK for a file that is not this user's alone (see
- * uzram_create_in(): an empty file is checked so too). */
+ * damaged header (uzram_state_damage() says what); first, without reading it, -EPERM, -EACCES
+ * or -EMLINK for a file that is not this user's alone (see uzram_create_in(): an empty file is
+ * checked so too). */
 UZRAM_API int uzram_state_info(int state_fd, struct uzram_state_info *info);
 
 /* After uzram_adopt() or uzram_state_info() failed with -EUCLEAN in this thread: where the

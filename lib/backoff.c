@@ -1,5 +1,5 @@
 /* backoff.c - the deadline of a wait on a lock word in a state file (backoff.h): the clock, read
- * only once a wait has lasted LOCK_WAIT_SPINS steps, each gap between readings counted up to
+ * once a wait has lasted LOCK_WAIT_SPINS steps, each gap between readings counted up to
  * LOCK_WAIT_STEP_NS. */
 #include "backoff.h"
 

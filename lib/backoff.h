@@ -26,15 +26,17 @@ static inline void lock_backoff(unsigned *spins)
  * with it the server's stop) for ever: such a wait ends, false, once the word stayed held
  * LOCK_WAIT_SECONDS of wall time, far longer than any holder keeps one (a few stores, one
  * page's work; a holder preempted for seconds included); the caller then fails with -EIO and
- * counts it (state_lock_timeouts). The clock is read only after LOCK_WAIT_SPINS steps, and
- * then every 256th: a wait that ends in time costs what lock_backoff() costs. The time between
- * two readings counts at most LOCK_WAIT_STEP_NS: a process stopped (SIGSTOP, a debugger, a
- * frozen cgroup) and continued has not waited meanwhile, its holders did not run either. A
- * word in anonymous memory (a device without a state file) has no deadline: `bounded` false.
+ * counts it (state_lock_timeouts). The clock (vDSO, a fraction of a step's sched_yield) is
+ * read only after LOCK_WAIT_SPINS steps, then at each: a wait that ends in time costs what
+ * lock_backoff() costs, and one that does not ends on time however long a yield takes on a
+ * busy machine. The time between two readings counts at most LOCK_WAIT_STEP_NS: a process
+ * stopped (SIGSTOP, a debugger, a frozen cgroup) and continued has not waited meanwhile, its
+ * holders did not run either. A word in anonymous memory (a device without a state file) has
+ * no deadline: `bounded` false.
  */
 #define LOCK_WAIT_SECONDS 10
 #define LOCK_WAIT_SPINS 1024u
-#define LOCK_WAIT_STEP_NS 100000000u
+#define LOCK_WAIT_STEP_NS 1000000000u
 
 struct lock_wait {
     unsigned spins;
@@ -50,7 +52,7 @@ bool lock_wait_in_time(struct lock_wait *wait);
 static inline bool lock_wait(struct lock_wait *wait)
 {
     lock_backoff(&wait->spins);
-    if (!wait->bounded || wait->spins < LOCK_WAIT_SPINS || (wait->spins & 255u))
+    if (!wait->bounded || wait->spins < LOCK_WAIT_SPINS)
         return true;
     return lock_wait_in_time(wait);
 }

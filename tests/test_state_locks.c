@@ -255,22 +255,26 @@ static void test_bundle_lock_held(void **unused)
 
 /* A process stopped while it waits (SIGSTOP, a debugger) has not waited meanwhile: a gap
  * between two readings of the clock counts LOCK_WAIT_STEP_NS at most; the wait then still
- * ends once the deadline's time went by while it ran. */
+ * ends once the rest of the deadline went by while it ran. */
 static void test_wait_after_a_stop(void **unused)
 {
     (void)unused;
+    const unsigned deadline_ms = 2 * LOCK_WAIT_STEP_NS / 1000000;
+    lock_wait_test_deadline(deadline_ms);
     struct lock_wait wait = {.bounded = true};
     while (wait.last == 0)
-        assert_true(lock_wait(&wait)); /* the first reading of the clock */
-    usleep(3 * DEADLINE_MS * 1000);    /* "stopped" three deadlines long */
+        assert_true(lock_wait(&wait));    /* the first reading of the clock */
+    usleep(3 * LOCK_WAIT_STEP_NS / 1000); /* "stopped" three steps, 1.5 deadlines long */
     assert_true(lock_wait_in_time(&wait));
     assert_true(wait.waited <= LOCK_WAIT_STEP_NS);
     double started = now_seconds();
     while (lock_wait(&wait))
         ;
     double took = now_seconds() - started;
-    assert_true(took >= DEADLINE_MS / 1000.0 - LOCK_WAIT_STEP_NS / 1e9 - 0.01 &&
-                took < DEADLINE_MS / 1000.0 + 2);
+    lock_wait_test_deadline(DEADLINE_MS);
+    /* the rest: the deadline less the step the stop counted */
+    assert_true(took >= (deadline_ms - LOCK_WAIT_STEP_NS / 1e6) / 1000.0 - 0.05 &&
+                took < deadline_ms / 1000.0 + 2);
 }
 
 int main(void)
