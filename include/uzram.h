@@ -152,7 +152,8 @@ UZRAM_API void uzram_destroy(struct uzram *dev);
  * counts anything after it; passes asked for meanwhile wait for it to end.
  * Like zram, a reset is meant for a device nobody is using: I/O that runs
  * at the same time is safe (nothing crashes or corrupts) but pages it writes
- * may survive the reset. Returns 0. Thread-safe. */
+ * may survive the reset. Returns 0; -EIO when the lock of a page in a state file stayed held
+ * past its deadline (see uzram_adopt(); that page keeps its data). Thread-safe. */
 UZRAM_API int uzram_reset(struct uzram *dev);
 
 /* ------------------------------------------------------------------------
@@ -163,7 +164,11 @@ UZRAM_API int uzram_reset(struct uzram *dev);
  * space reads as zeros.
  * Errors: -EINVAL  misaligned or out of range (counted in invalid_io)
  *         -EIO     a stored page failed to decompress (counted in failed_reads;
- *                  this means memory corruption and should never happen)
+ *                  this means memory corruption and should never happen), or,
+ *                  for a device in a state file (uzram_create_in), a lock word
+ *                  of the page in the file stayed held 10 s (another process
+ *                  writes the file, or it is damaged: counted in
+ *                  state_lock_timeouts too; uzram_adopt() lets go of it)
  *         -ENOMEM  no memory for a decompression context. */
 UZRAM_API int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length);
 
@@ -174,7 +179,9 @@ UZRAM_API int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t l
  * Errors: -EINVAL  misaligned or out of range (counted in invalid_io)
  *         -ENOSPC  storing the page would take the pool past mem_limit
  *         -ENOMEM  the system is out of memory
- *         -EIO     an old page needed for a partial write failed to decompress. */
+ *         -EIO     an old page needed for a partial write failed to decompress,
+ *                  or a lock word of the page in a state file stayed held (as
+ *                  uzram_read(); the page keeps its old content). */
 UZRAM_API int uzram_write(struct uzram *dev, uint64_t offset, const void *buf, size_t length);
 
 /* Drop the data of whole pages inside the range; they read as zeros and hold
@@ -195,7 +202,8 @@ UZRAM_API int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t le
  * UZRAM_EXTENT_HOLE (no page stored) and UZRAM_EXTENT_ZERO (reads as zeros),
  * and *run_length (> 0, <= length) is how many bytes from `offset` share it.
  * Offsets need not be aligned; status is per page.
- * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io). */
+ * Errors: -EINVAL  length is 0 or the range is outside the disk (invalid_io)
+ *         -EIO     a lock word of the page in a state file stayed held (as uzram_read()). */
 #define UZRAM_EXTENT_HOLE 1u
 #define UZRAM_EXTENT_ZERO 2u
 UZRAM_API int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length,
@@ -555,7 +563,8 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
  * page written back (see uzram_adopt() for a file gone or changed). zstd dictionaries (given or
  * trained) are kept: their bytes are in the file (up to 1 MiB each, in dict_mem besides their
  * digested forms) before a page can use them; one trained for dict=auto is not trained again.
- * Format version 3; versions 1 and 2 are refused as another version. Counters of events
+ * Format version 4 (its metadata carries check bits and sums: uzram_state_damage()); versions 1
+ * to 3 are refused as another version. Counters of events
  * (UZRAM_STATS' EVENTS kind) are in the file and go on counting in the adopting process
  * (dedup_hash_collisions, reserve_empty start at 0); levels are counted from the table. A
  * group limit (uzram_set_group) cannot be joined by an adopted device holding data (-EBUSY). */
@@ -563,8 +572,13 @@ UZRAM_API int uzram_get_config(struct uzram *dev, struct uzram_config *config);
 /* Make a device like uzram_create() whose state lives in `state_fd`: an EMPTY regular file
  * on tmpfs or a memfd (the library sizes it with ftruncate). The descriptor stays the
  * caller's, and must stay open while the device lives; uzram_destroy() unmaps the state and
- * leaves the file as it is, for a successor (close or truncate it to drop the data).
- * Errors: as uzram_create(), -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs,
+ * leaves the file as it is, for a successor (close or truncate it to drop the data). The file
+ * holds the device's data, so it must be this user's alone, as a backing store's file (checked
+ * on the descriptor before anything else, by uzram_adopt() and uzram_state_info() too): owned
+ * by this process's effective user (-EPERM), no permission for group or others (-EACCES), one
+ * name (-EMLINK; a memfd has none, and only its owner is checked). A new file in a directory
+ * others can write (/dev/shm, /tmp) is the caller's to make with O_CREAT | O_EXCL and mode 0600.
+ * Errors: as uzram_create(), those, -EEXIST the file is not empty, -EOPNOTSUPP not on tmpfs,
  * -errno of ftruncate. */
 UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, struct uzram **out);
 
@@ -575,9 +589,10 @@ UZRAM_API int uzram_create_in(const struct uzram_config *config, int state_fd, s
  * time). The settings the state keeps come back (disksize, the codec table: algorithm and
  * recompression algorithms, same_filled, use_dedup, mem_limit); others (mem_reserve, idle ages,
  * recompress_idle...) are the caller's to set again. The descriptor must stay open while
- * the device lives. Errors: -EINVAL not a uzram state, or a damaged one (a slot naming no
- * span of the directory: nothing is punched or freed then; undone changes and unlocked
- * slots stay so), -EPROTONOSUPPORT another format version or an algorithm this build lacks
+ * the device lives. Errors: -EINVAL not a uzram state, -EUCLEAN a damaged one (see
+ * uzram_state_damage(): nothing is punched or freed then; undone changes and unlocked slots
+ * stay so), -EPERM, -EACCES, -EMLINK a file not this user's alone (see uzram_create_in()),
+ * -EPROTONOSUPPORT another format version or an algorithm this build lacks
  * (nothing changed), -EBUSY its owner process is alive (and is not this process: a process
  * that re-executes itself keeps its pid and may adopt; a dead owner's pid reused by another
  * process also reads as alive: a PID namespace or systemd unit avoids that), -ENOMEM; with a
@@ -600,8 +615,25 @@ struct uzram_state_info {
 
 /* Fill `info` from the state in `state_fd` without changing it: 0 when this library can
  * adopt its format (whether its owner still runs is info->owner_alive), -EPROTONOSUPPORT
- * another format version (info->version says which), -EINVAL not a uzram state. */
+ * another format version (info->version says which), -EINVAL not a uzram state, -EUCLEAN a
+ * damaged header (uzram_state_damage() says what); first, without reading it, -EPERM, -EACCES
+ * or -EMLINK for a file that is not this user's alone (see uzram_create_in(): an empty file is
+ * checked so too). */
 UZRAM_API int uzram_state_info(int state_fd, struct uzram_state_info *info);
+
+/* After uzram_adopt() or uzram_state_info() failed with -EUCLEAN in this thread: where the
+ * state is damaged, one line naming the part and its bytes in the file, e.g. "table page 12
+ * slot 3 (page 3075 of the disk, bytes 285327408 to 285327423): its check bits do not match its
+ * form"; "" after a call that found none. The state is refused before anything in it is
+ * punched or freed: the file keeps what it held, for the user to look at or remove. What is
+ * checked (see uzram_adopt()): the header's fixed fields, codec records, dictionaries and
+ * backing store record, each page slot (check bits over its form and where its bytes are),
+ * the intent records, the span directory's entries, the dedup index's change and move records,
+ * bundle records (each piece's check bits), and that every object named is one the pool or
+ * backing store holds once. Not checked: the bytes of the stored pages themselves (in the
+ * pool: a flipped byte there may fail that page's read with EIO, or give wrong bytes), a
+ * dedup entry's object handle beyond that rule, and marks and access times (no data). */
+UZRAM_API const char *uzram_state_damage(void);
 
 /* The application's area in the state (4 KiB, in *size; zero in a new state), kept across
  * adoptions, e.g. a server's export name and ublk device ids. NULL (and 0) for a device
@@ -692,7 +724,9 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
     X(reserve_empty, DEBUG, EVENTS,                                                                \
       "objects not stored as the memory reserve (serve --swap) had no pool memory ready "          \
       "(writes among them failed: failed_writes)")                                                 \
-    X(bundle_mem, DEBUG, LEVEL, "memory the bundles' records take, bytes (in meta_data_size)")
+    X(bundle_mem, DEBUG, LEVEL, "memory the bundles' records take, bytes (in meta_data_size)")     \
+    X(state_lock_timeouts, DEBUG, EVENTS,                                                          \
+      "waits on a lock word of the state file that passed their deadline (answered EIO)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

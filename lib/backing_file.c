@@ -39,17 +39,25 @@ static int create(const char *path, struct backing_file *out)
     return fstat(fd, &out->st) < 0 ? -errno : 0;
 }
 
-/* What an existing regular file must be to be emptied: ours, for us alone, with no other
- * name, not another server's store (locked), and empty unless the caller was told to destroy
- * what it holds. */
-static int check_file(int fd, const struct stat *st, unsigned flags)
+int file_private(const struct stat *st)
 {
     if (st->st_uid != geteuid())
         return -EPERM;
+    if (st->st_nlink == 0)
+        return 0;
     if (st->st_mode & (S_IRWXG | S_IRWXO))
         return -EACCES;
-    if (st->st_nlink != 1)
-        return -EMLINK;
+    return st->st_nlink != 1 ? -EMLINK : 0;
+}
+
+/* What an existing regular file must be to be emptied: ours, for us alone, with no other
+ * name (file_private), not another server's store (locked), and empty unless the caller was
+ * told to destroy what it holds. */
+static int check_file(int fd, const struct stat *st, unsigned flags)
+{
+    int rc = file_private(st);
+    if (rc < 0)
+        return rc;
     if (flock(fd, LOCK_EX | LOCK_NB) < 0)
         return errno == EWOULDBLOCK ? -EBUSY : -errno;
     if (st->st_size != 0 && !(flags & UZRAM_BACKING_OVERWRITE))

@@ -33,6 +33,13 @@ struct backing_file {
  * Returns 0 with `out` filled, or a negative errno (a file it made is removed again). */
 int backing_file_open(const char *path, unsigned flags, struct backing_file *out);
 
+/* Whether the file `st` describes is this user's alone, the rule for what holds a device's data
+ * (a backing store's file, a state file): its owner this process's effective user (-EPERM), no
+ * permission for group or others (-EACCES), no second name (-EMLINK). A file with no name at
+ * all (a memfd, or one removed since it was opened) has its owner checked alone: nobody can
+ * open it by a path. 0 when it holds. */
+int file_private(const struct stat *st);
+
 /* Close the store's descriptor after a failure, and remove the file if backing_file_open()
  * made it and `path` still names it. */
 void backing_file_abandon(const char *path, struct backing_file *file);

@@ -13,6 +13,7 @@
 #include "device.h"
 #include "fault.h"
 #include "pool.h"
+#include "sums.h"
 
 /* A bundle's record, in a region of bundle_records.c (in the state file when the device has
  * one): 88 bytes for a bundle of up to 4 pieces, 120 up to 8, 184 up to 16, counted in
@@ -34,19 +35,28 @@ struct bundle {
     uint8_t offsets[BUNDLE_MAX_PAGES];
     uint64_t pieces[]; /* piece_count pool handles: 4096 bytes each, the last the rest */
 };
+/* A word of pieces[]: the handle (below 2^47) and, in bits 48..63, 16 check bits over the
+ * handle, the piece's place and the record (piece_word), stored in one word with it, so that
+ * adoption finds a damaged one and a kill never leaves one half written. */
+#define PIECE_HANDLE_MASK ((1ull << 48) - 1)
+_Static_assert(POOL_HANDLE_BITS <= 48, "a handle leaves a piece's top 16 bits free");
 _Static_assert(sizeof(struct bundle) == BUNDLE_RECORD_HEADER, "bundle_records.h's header size");
 
 static _Atomic uint64_t next_serial = 1;
 
-static void bundle_lock(struct bundle *bundle)
+/* 0, or -EIO when the lock, a word of the state file, stayed held past the deadline
+ * (backoff.h; counted). */
+__attribute__((warn_unused_result)) static int bundle_lock(struct uzram *dev, struct bundle *bundle)
 {
-    unsigned spins = 0;
+    struct lock_wait wait = device_lock_wait(dev);
     uint32_t expected = 0;
     while (!atomic_compare_exchange_weak_explicit(&bundle->lock, &expected, 1, memory_order_acquire,
                                                   memory_order_relaxed)) {
         expected = 0;
-        lock_backoff(&spins);
+        if (!lock_wait(&wait))
+            return device_lock_timeout(dev);
     }
+    return 0;
 }
 
 static void bundle_unlock(struct bundle *bundle)
@@ -71,6 +81,17 @@ static uint64_t owner_of(const struct bundle *bundle)
     return OWNER_BUNDLE_BIT | id_of(bundle);
 }
 
+static uint64_t piece_word(const struct bundle *bundle, unsigned piece, uint64_t handle)
+{
+    const uint64_t what[2] = {handle, (uint64_t)piece << 48 | id_of(bundle)};
+    return handle | (uint64_t)(sums_32(what, sizeof what) & 0xffffu) << 48;
+}
+
+static uint64_t piece_handle(const struct bundle *bundle, unsigned piece)
+{
+    return bundle->pieces[piece] & PIECE_HANDLE_MASK;
+}
+
 static size_t record_size(unsigned piece_count)
 {
     return bundle_record_size(bundle_region_of(piece_count));
@@ -81,7 +102,7 @@ static size_t record_size(unsigned piece_count)
 static void free_bundle(struct uzram *dev, struct bundle *bundle, unsigned pieces)
 {
     for (unsigned piece = 0; piece < pieces; piece++) {
-        pool_free(dev->pool, bundle->pieces[piece]);
+        pool_free(dev->pool, piece_handle(bundle, piece));
         counter_sub(&dev->compr_data_size, piece_length(bundle, piece));
     }
     counter_sub(&dev->bundle_mem, record_size(bundle->piece_count));
@@ -124,8 +145,14 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
                length);
         counter_add(&dev->compr_data_size, length);
         /* under the lock: compaction may move the piece as soon as it is named here */
-        bundle_lock(bundle);
-        bundle->pieces[piece] = handle;
+        rc = bundle_lock(dev, bundle);
+        if (rc < 0) {
+            pool_free(dev->pool, handle);
+            counter_sub(&dev->compr_data_size, length);
+            free_bundle(dev, bundle, piece);
+            return rc;
+        }
+        bundle->pieces[piece] = piece_word(bundle, piece, handle);
         bundle_unlock(bundle);
     }
     counter_add(&dev->bundles, 1);
@@ -299,9 +326,10 @@ static const void *frame_bytes(void *arg, size_t offset, size_t count)
     while (cache->copied < offset + count) {
         unsigned piece = cache->copied / UZRAM_PAGE_SIZE;
         unsigned length = piece_length(bundle, piece);
-        bundle_lock(bundle);
-        memcpy(cache->frame + cache->copied, pool_map(reader->dev->pool, bundle->pieces[piece]),
-               length);
+        if (bundle_lock(reader->dev, bundle) < 0)
+            return NULL; /* the decode fails: -EIO */
+        memcpy(cache->frame + cache->copied,
+               pool_map(reader->dev->pool, piece_handle(bundle, piece)), length);
         bundle_unlock(bundle);
         cache->copied += length;
     }
@@ -365,27 +393,40 @@ bool bundle_try_lock_owner(struct uzram *dev, uint64_t owner, uint64_t handle)
                                                  memory_order_relaxed))
         return false;
     for (unsigned piece = 0; piece < bundle->piece_count; piece++)
-        if (bundle->pieces[piece] == handle)
+        if (piece_handle(bundle, piece) == handle)
             return true;
     bundle_unlock(bundle);
     return false;
 }
 
-void bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+bool bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
     struct bundle *bundle = bundle_record_at(dev, owner & ~OWNER_BUNDLE_BIT);
     for (unsigned piece = 0; piece < bundle->piece_count; piece++)
-        if (bundle->pieces[piece] == old_handle)
-            bundle->pieces[piece] = new_handle;
+        if (piece_handle(bundle, piece) == old_handle)
+            bundle->pieces[piece] = piece_word(bundle, piece, new_handle);
     bundle_unlock(bundle);
+    return true;
 }
 
 /* ---- adoption ------------------------------------------------------------------ */
 
-/* A record first named by a slot at adoption: checked, its pieces claimed in the pool, its
- * holds and lock (a killed process's) dropped, a new serial, and the bundle counted with all
- * its members dead (bundle_adopt_member makes them live). */
-static int adopt_record(struct uzram *dev, struct bundle *bundle, uint64_t id)
+/* A damaged record `id`, first named by page `index`: where it is, and `why` (sums.h). */
+static int record_damage(struct uzram *dev, uint64_t id, uint64_t index, const char *why)
+{
+    uint64_t at = bundle_record_file_offset(dev, id);
+    return sums_damage("bundle record %u of region %u (bytes %llu to %llu), named by page %llu "
+                       "of the disk: %s",
+                       (unsigned)id, (unsigned)(id >> BUNDLE_REGION_SHIFT), (unsigned long long)at,
+                       (unsigned long long)(at + bundle_record_size(id >> BUNDLE_REGION_SHIFT) - 1),
+                       (unsigned long long)index, why);
+}
+
+/* A record first named by a slot (page `index`) at adoption: checked, its pieces claimed in
+ * the pool, its holds and lock (a killed process's) dropped, a new serial, and the bundle
+ * counted with all its members dead (bundle_adopt_member makes them live). -EUCLEAN: a
+ * damaged record (sums_damage says where). */
+static int adopt_record(struct uzram *dev, struct bundle *bundle, uint64_t id, uint64_t index)
 {
     unsigned pieces = (bundle->length + UZRAM_PAGE_SIZE - 1) / UZRAM_PAGE_SIZE;
     if (bundle->count < 2 || bundle->count > BUNDLE_MAX_PAGES || bundle->length == 0 ||
@@ -393,10 +434,15 @@ static int adopt_record(struct uzram *dev, struct bundle *bundle, uint64_t id)
         id_of(bundle) != id || bundle->codec >= CODEC_TABLE_MAX ||
         !dev->codecs.entries[bundle->codec].used ||
         bundle->saved > bundle->length * (uint64_t)BUNDLE_MAX_PAGES)
-        return -EINVAL;
+        return record_damage(dev, id, index, "it holds sizes, a codec or a place no bundle has");
     for (unsigned piece = 0; piece < pieces; piece++) {
-        int rc = pool_adopt_object(dev->pool, bundle->pieces[piece], owner_of(bundle),
-                                   piece_length(bundle, piece));
+        const char *why = "a piece does not match its check bits";
+        int rc = bundle->pieces[piece] != piece_word(bundle, piece, piece_handle(bundle, piece))
+                     ? -EINVAL
+                     : pool_adopt_object(dev->pool, piece_handle(bundle, piece), owner_of(bundle),
+                                         piece_length(bundle, piece), &why);
+        if (rc == -EINVAL)
+            rc = record_damage(dev, id, index, why);
         if (rc < 0)
             return rc;
     }
@@ -413,19 +459,23 @@ static int adopt_record(struct uzram *dev, struct bundle *bundle, uint64_t id)
     return 0;
 }
 
-int bundle_adopt_member(struct uzram *dev, uint64_t index, uint64_t value, unsigned codec)
+int bundle_adopt_member(struct uzram *dev, uint64_t index, uint64_t value, unsigned codec,
+                        const char **why)
 {
     uint64_t id = value >> 4;
     int claimed = bundle_record_claim(dev, id);
+    *why = "it names a bundle record the file does not hold";
     if (claimed < 0)
         return claimed;
     struct bundle *bundle = bundle_record_at(dev, id);
     if (claimed) {
-        int rc = adopt_record(dev, bundle, id);
+        int rc = adopt_record(dev, bundle, id, index);
         if (rc < 0)
             return rc;
     }
     unsigned place = bundle_place(value);
+    *why = "its bundle record does not hold this page at the place it names (or another page "
+           "names that place too)";
     if (place >= bundle->count || (atomic_load(&bundle->live) & (1u << place)) ||
         bundle->first + bundle->offsets[place] != index || codec != bundle->codec)
         return -EINVAL;

@@ -110,11 +110,14 @@ bool bundle_mostly_dead(const struct bundle *bundle);
 
 /* Compaction's owner callbacks for a piece (store.c's owner_try_lock dispatches here). */
 bool bundle_try_lock_owner(struct uzram *dev, uint64_t owner, uint64_t handle);
-void bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+bool bundle_relocate(struct uzram *dev, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
 
 /* Adoption (state_adopt.c): slot `index`, of state SLOT_BUNDLED with `value` and `codec`, is
- * a live member. Its record's pieces are claimed in the pool, and the bundle counted, the
- * first time a slot names it. -EINVAL: the record is no bundle that has this page. */
-int bundle_adopt_member(struct uzram *dev, uint64_t index, uint64_t value, unsigned codec);
+ * a live member. Its record's pieces are claimed in the pool (each piece's check bits checked),
+ * and the bundle counted, the first time a slot names it. -EINVAL, *why saying which: the
+ * record is none the file holds, or no bundle that has this page; -EUCLEAN: the record is
+ * damaged (sums_damage says where). */
+int bundle_adopt_member(struct uzram *dev, uint64_t index, uint64_t value, unsigned codec,
+                        const char **why);
 
 #endif

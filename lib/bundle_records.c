@@ -51,6 +51,22 @@ uint64_t bundle_records_bytes(uint64_t page_count)
     return bytes;
 }
 
+uint64_t bundle_record_offset(uint64_t page_count, uint64_t id)
+{
+    unsigned region = (unsigned)(id >> BUNDLE_REGION_SHIFT) & 3u;
+    uint64_t offset = 0;
+    for (unsigned r = 0; r < region && r < BUNDLE_REGIONS; r++)
+        offset += region_capacity(page_count) * bundle_record_size(r);
+    return offset + (uint32_t)id * (uint64_t)bundle_record_size(region);
+}
+
+uint64_t bundle_record_file_offset(const struct uzram *dev, uint64_t id)
+{
+    const struct bundle_records *records = dev->bundle_records;
+    return (records->fd >= 0 ? records->file_offset : 0) +
+           bundle_record_offset(dev->page_count, id);
+}
+
 static uint64_t chunk_bytes(unsigned region)
 {
     return (uint64_t)BUNDLE_RECORDS_CHUNK * bundle_record_size(region);
@@ -81,8 +97,7 @@ int bundle_records_map(struct uzram *dev, int fd, uint64_t offset, bool limited)
         struct record_region *region = &records->regions[r];
         pthread_mutex_init(&region->lock, NULL);
         region->capacity = capacity;
-        region->offset =
-            r ? records->regions[r - 1].offset + capacity * bundle_record_size(r - 1) : 0;
+        region->offset = bundle_record_offset(dev->page_count, (uint64_t)r << BUNDLE_REGION_SHIFT);
         made = made && !FAULT_POINT(FAULT_ALLOC) &&
                (region->used = calloc(capacity / 64, sizeof(uint64_t))) &&
                (region->in_use = calloc(chunks, sizeof(uint16_t))) &&

@@ -43,6 +43,11 @@ static inline void *bundle_record_at(const struct uzram *dev, uint64_t id)
 
 /* Bytes of the regions for a disk of `page_count` pages (the state layout's region). */
 uint64_t bundle_records_bytes(uint64_t page_count);
+/* Where record `id` is, in bytes from the start of the regions (for a disk of `page_count`
+ * pages): what a damage report names, and where a test finds a record in the file. */
+uint64_t bundle_record_offset(uint64_t page_count, uint64_t id);
+/* The same from the start of the state file (of the mapping, without one). */
+uint64_t bundle_record_file_offset(const struct uzram *dev, uint64_t id);
 
 /* Map the regions: in the file `fd` from byte `offset` (`limited`: a tmpfs with a size, whose
  * chunks are allocated with fallocate() before they are touched), or anonymous memory

@@ -754,6 +754,8 @@ int comp_span_decode(struct comp_span_decoder *decoder, const struct comp_span_s
         if (count == 0 || count > source->length - decoder->in_pos)
             break; /* the frame ended, or it claims more than there is */
         const void *bytes = source->bytes(source->arg, decoder->in_pos, count);
+        if (!bytes)
+            break; /* the source failed */
         size_t made = ZSTD_decompressContinue(decoder->dctx, (char *)out + decoder->out_pos,
                                               out_length - decoder->out_pos, bytes, count);
         if (ZSTD_isError(made))

@@ -70,7 +70,7 @@ int comp_compress_span_blocks(int id, int level, const struct comp_dict *dict, c
 struct comp_span_decoder;
 /* The frame's bytes, as the decoder asks for them in order: bytes(arg, offset, count) returns
  * where bytes offset..offset + count - 1 of the `length`-byte frame are, contiguous (they
- * need not stay after the call). */
+ * need not stay after the call), or NULL when it cannot get them (the decode fails, -EIO). */
 struct comp_span_source {
     size_t length;
     const void *(*bytes)(void *arg, size_t offset, size_t count);

@@ -278,22 +278,30 @@ void dedup_force_collisions(struct dedup *dedup, bool on)
 
 /* ---- entries ---------------------------------------------------------------- */
 
+/* entry_change_refs() when MOVING stayed held past the deadline (the index in a state file,
+ * backoff.h): nothing changed. */
+#define REFS_TIMED_OUT UINT32_MAX
+
 /* Add `delta` (+1 or -1) to the references and count dup_data_size: every
  * reference past the first counts the object's size, including a writer's
  * while it compares. MOVING is held for the change, so that the size counted
  * is the one the object has while the count changes, even when
  * recompression swaps the object for a smaller one. A +1 is refused (0) when
- * the entry is dead or full. Returns the references before the change. */
+ * the entry is dead or full. Returns the references before the change, or
+ * REFS_TIMED_OUT (counted). */
 static uint32_t entry_change_refs(struct dedup *dedup, struct dedup_entry *entry, int delta)
 {
-    unsigned spins = 0;
+    struct lock_wait wait = dedup_lock_wait(dedup);
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
     for (;;) {
         uint32_t refs = state_refs(state);
         if (delta > 0 && (refs == 0 || refs == REF_MAX))
             return 0;
         if (state_moving(state)) {
-            lock_backoff(&spins);
+            if (!lock_wait(&wait)) {
+                dedup_lock_timeout(dedup);
+                return REFS_TIMED_OUT;
+            }
             state = atomic_load_explicit(&entry->state, memory_order_relaxed);
             continue;
         }
@@ -311,25 +319,30 @@ static uint32_t entry_change_refs(struct dedup *dedup, struct dedup_entry *entry
     return refs;
 }
 
-/* Take a reference if the entry is alive. */
+/* Take a reference if the entry is alive (and its state not held for good). */
 static bool entry_get_ref(struct dedup *dedup, struct dedup_entry *entry)
 {
-    return entry_change_refs(dedup, entry, +1) != 0;
+    uint32_t refs = entry_change_refs(dedup, entry, +1);
+    return refs != 0 && refs != REFS_TIMED_OUT;
 }
 
-static void entry_pin(struct dedup_entry *entry)
+/* False: MOVING stayed held past the deadline (counted), not pinned. */
+static bool entry_pin(struct dedup *dedup, struct dedup_entry *entry)
 {
-    unsigned spins = 0;
+    struct lock_wait wait = dedup_lock_wait(dedup);
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
     for (;;) {
         if (state_moving(state) || state_pins_full(state)) {
-            lock_backoff(&spins);
+            if (!lock_wait(&wait)) {
+                dedup_lock_timeout(dedup);
+                return false;
+            }
             state = atomic_load_explicit(&entry->state, memory_order_relaxed);
             continue;
         }
         if (atomic_compare_exchange_weak_explicit(&entry->state, &state, state + PIN_ONE,
                                                   memory_order_acquire, memory_order_relaxed))
-            return;
+            return true;
     }
 }
 
@@ -344,7 +357,8 @@ static int entry_load(struct dedup *dedup, struct dedup_entry *entry, void *page
                       struct dedup_object *copy)
 {
     struct dedup_object object;
-    entry_pin(entry);
+    if (!entry_pin(dedup, entry))
+        return -EIO;
     entry_get_object(entry, &object);
     int rc = dedup->ops.load(dedup->ops.arg, &object, page);
     entry_unpin(entry);
@@ -475,9 +489,11 @@ uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_
     }
 }
 
-/* Unlink entry `id`, whose references are gone (0 set by the caller), and give back its id.
- * Waits for a compaction that may still be moving its object. Returns the object. */
-static void entry_unlink(struct dedup *dedup, uint32_t id, struct dedup_object *object)
+/* Unlink entry `id`, whose references are gone (0 set by the caller). Waits for a compaction
+ * that may still be moving its object: returns the object to free, or false when MOVING
+ * stayed held past the deadline (counted): the object and the id are then left as they are
+ * (memory lost until the next adoption, not data). */
+static bool entry_unlink(struct dedup *dedup, uint32_t id, struct dedup_object *object)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
     struct dedup_stripe *stripe = tag_stripe(dedup, entry->hash_tag);
@@ -491,10 +507,14 @@ static void entry_unlink(struct dedup *dedup, uint32_t id, struct dedup_object *
     }
     pthread_mutex_unlock(&stripe->lock);
 
-    unsigned spins = 0;
+    struct lock_wait wait = dedup_lock_wait(dedup);
     while (state_moving(atomic_load_explicit(&entry->state, memory_order_acquire)))
-        lock_backoff(&spins);
+        if (!lock_wait(&wait)) {
+            dedup_lock_timeout(dedup);
+            return false;
+        }
     entry_get_object(entry, object);
+    return true;
 }
 
 bool dedup_sole(struct dedup *dedup, uint32_t id)
@@ -523,6 +543,11 @@ bool dedup_take_sole(struct dedup *dedup, uint32_t id,
     return true;
 }
 
+void dedup_untake(struct dedup *dedup, uint32_t id)
+{
+    atomic_fetch_and_explicit(&entry_at(dedup, id)->state, ~MOVING, memory_order_release);
+}
+
 void dedup_drop_taken(struct dedup *dedup, uint32_t id)
 {
     /* No reference left: no writer can take one (entry_get_ref refuses 0), so it goes
@@ -530,7 +555,8 @@ void dedup_drop_taken(struct dedup *dedup, uint32_t id)
     struct dedup_entry *entry = entry_at(dedup, id);
     atomic_store_explicit(&entry->state, 0, memory_order_release);
     struct dedup_object object;
-    entry_unlink(dedup, id, &object);
+    if (!entry_unlink(dedup, id, &object))
+        return;
     dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
     dedup_id_free(dedup, id);
@@ -539,13 +565,15 @@ void dedup_drop_taken(struct dedup *dedup, uint32_t id)
 void dedup_put(struct dedup *dedup, uint32_t id)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
+    /* (REFS_TIMED_OUT: the reference stays, its object lost until the next adoption) */
     if (entry_change_refs(dedup, entry, -1) > 1)
         return;
 
     /* Last reference: nobody can take a new one (refs is 0), so unlink,
      * wait for a compaction that may be moving the object, and free. */
     struct dedup_object object;
-    entry_unlink(dedup, id, &object);
+    if (!entry_unlink(dedup, id, &object))
+        return;
     dedup->ops.free(dedup->ops.arg, &object);
     atomic_fetch_sub_explicit(&dedup->live_entries, 1, memory_order_relaxed);
     dedup_id_free(dedup, id);
@@ -574,11 +602,14 @@ bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *
            object->size - 1 <= SIZE_MASK && object->codec >> DEDUP_CODEC_BITS == 0);
     /* Like compaction: no reader decoding it, then MOVING keeps new readers
      * and reference changes out while the object changes. */
-    unsigned spins = 0;
+    struct lock_wait wait = dedup_lock_wait(dedup);
     uint32_t state = atomic_load_explicit(&entry->state, memory_order_relaxed);
     for (;;) {
         if (state_pinned_or_moving(state)) {
-            lock_backoff(&spins);
+            if (!lock_wait(&wait)) {
+                dedup_lock_timeout(dedup);
+                return false; /* not replaced */
+            }
             state = atomic_load_explicit(&entry->state, memory_order_relaxed);
             continue;
         }
@@ -590,8 +621,9 @@ bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *
     /* Another recompression may have replaced it meanwhile; compaction
      * moving it changes only the handle. */
     bool same = old->size == expected->size && old->codec == expected->codec;
+    struct dedup_record *record = same ? dedup_record_begin(dedup, id) : NULL;
+    same = record != NULL;
     if (same) {
-        struct dedup_record *record = dedup_record_begin(dedup, id);
         entry_set_object(entry, object);
         dedup_record_end(record);
         uint64_t others = state_refs(state) - 1;
@@ -608,7 +640,8 @@ int dedup_with_object(struct dedup *dedup, uint32_t id,
 {
     struct dedup_entry *entry = entry_at(dedup, id);
     struct dedup_object object;
-    entry_pin(entry);
+    if (!entry_pin(dedup, entry))
+        return -EIO;
     entry_get_object(entry, &object);
     int rc = fn(arg, &object);
     entry_unpin(entry);
@@ -640,11 +673,14 @@ bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle)
     return false;
 }
 
-void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle)
+bool dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle)
 {
     struct dedup_entry *entry = entry_at(dedup, id);
     struct dedup_record *record = dedup_record_begin(dedup, id);
-    entry_set_handle(entry, new_handle);
-    dedup_record_end(record);
+    if (record) {
+        entry_set_handle(entry, new_handle);
+        dedup_record_end(record);
+    }
     atomic_fetch_and_explicit(&entry->state, ~MOVING, memory_order_release);
+    return record != NULL;
 }

@@ -46,7 +46,8 @@ int dedup_create_in(uint64_t page_count, const struct dedup_object_ops *ops,
  * half changed and forgets references, pins and moves; the caller then calls
  * dedup_adopt_ref() for each slot that names an entry; dedup_adopt_finish() links the
  * entries named and frees the others (their objects were never adopted: the pool frees them).
- * Errors: -EINVAL (the file names what cannot be), -ENOMEM, -ENOSPC. */
+ * Errors: -EUCLEAN a damaged change or move record (sums_damage says which), -EINVAL (the file
+ * names what cannot be), -ENOMEM, -ENOSPC. */
 int dedup_adopt_begin(struct dedup *dedup);
 /* A slot names entry *id: a reference counted. An index move was under way: a slot that names
  * its old id names its new one (*id changes: the caller points the slot at it). Returns 1 with
@@ -113,7 +114,9 @@ void dedup_cancel(struct dedup *dedup, const struct dedup_lookup *lookup);
 uint32_t dedup_insert(struct dedup *dedup, const void *page, const struct dedup_lookup *lookup,
                       const struct dedup_object *object);
 
-/* Drop one reference; the last one unlinks the entry and frees its object. */
+/* Drop one reference; the last one unlinks the entry and frees its object. (In a state file,
+ * a word held past its deadline leaves the reference or the object where it is: memory, not
+ * data, lost until the next adoption.) */
 void dedup_put(struct dedup *dedup, uint32_t id);
 
 /* Bundling (recompress_bundle.c): true if the caller's reference (a locked page slot's) is
@@ -134,6 +137,9 @@ bool dedup_take_sole(struct dedup *dedup, uint32_t id,
  * unlinked, its object freed (through ops->free) and its id given back; a later write of the
  * same content makes a new entry. */
 void dedup_drop_taken(struct dedup *dedup, uint32_t id);
+/* The entry dedup_take_sole() took given back as it was, its slot still naming it (the slot
+ * could not be changed). */
+void dedup_untake(struct dedup *dedup, uint32_t id);
 
 /* Read entry `id` into `page` (through ops->load). The caller holds a
  * reference. */
@@ -148,8 +154,10 @@ int dedup_read_object(struct dedup *dedup, uint32_t id, void *page, struct dedup
 bool dedup_get(struct dedup *dedup, uint32_t id);
 
 /* Call fn(arg, object) with entry `id`'s object pinned (compaction and
- * replacement wait meanwhile), and return what it returns. The caller holds
- * a reference. */
+ * replacement wait meanwhile), and return what it returns; -EIO without
+ * calling it when the entry's state, a word of a state file, stayed held past
+ * its deadline (backoff.h), as dedup_read() then. The caller holds a
+ * reference. */
 int dedup_with_object(struct dedup *dedup, uint32_t id,
                       int (*fn)(void *arg, const struct dedup_object *object), void *arg);
 
@@ -160,7 +168,8 @@ int dedup_with_object(struct dedup *dedup, uint32_t id,
  * On success the old object is stored in *old for the caller to free,
  * dup_data_size follows the new size, and true is returned; else `object`
  * is the caller's to free. The content is the same, so dedup keeps finding
- * the entry by its hash. */
+ * the entry by its hash. False too (nothing changed) when a word of the state
+ * file stayed held past its deadline. */
 bool dedup_replace(struct dedup *dedup, uint32_t id, const struct dedup_object *expected,
                    const struct dedup_object *object, struct dedup_object *old);
 
@@ -181,7 +190,7 @@ void dedup_reset_counters(struct dedup *dedup);
 
 /* Compaction hooks for objects owned by entries (see struct pool_owner_ops). */
 bool dedup_try_lock_owner(struct dedup *dedup, uint32_t id, uint64_t handle);
-void dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle);
+bool dedup_relocate(struct dedup *dedup, uint32_t id, uint64_t new_handle);
 
 #ifdef UZRAM_TEST_HOOKS
 /* Test switch (test archive only): make every page hash to the same value,

@@ -30,22 +30,45 @@ int dedup_adopt_begin(struct dedup *dedup)
     if (rc < 0)
         return rc;
     struct dedup_saved *saved = dedup->saved;
+    /* Damage first, before anything changes. */
+    for (unsigned r = 0; r < DEDUP_RECORDS; r++) {
+        struct dedup_record *record = &saved->records[r];
+        uint32_t id = atomic_load_explicit(&record->id, memory_order_relaxed);
+        if (id != 0 && (record->sum != sums_32((const char *)record + DEDUP_RECORD_SUMMED_FROM,
+                                               DEDUP_RECORD_SUMMED_BYTES) ||
+                        !id_mapped(dedup, id - 1)))
+            return sums_damage(
+                "dedup change record %u (bytes %llu to %llu): %s", r,
+                (unsigned long long)(dedup->file.offset + offsetof(struct dedup_saved, records[r])),
+                (unsigned long long)(dedup->file.offset +
+                                     offsetof(struct dedup_saved, records[r + 1]) - 1),
+                id_mapped(dedup, id - 1) ? "it does not match its sum"
+                                         : "it names no entry of the index");
+    }
+    uint64_t move = atomic_load_explicit(&saved->move, memory_order_relaxed);
+    if (move && (saved->move_sum != sums_64(&move, sizeof move) ||
+                 !id_mapped(dedup, (uint32_t)move - 1) || !id_mapped(dedup, (move >> 32) - 1)))
+        return sums_damage(
+            "dedup move record (bytes %llu to %llu): %s",
+            (unsigned long long)(dedup->file.offset + offsetof(struct dedup_saved, move)),
+            (unsigned long long)(dedup->file.offset + offsetof(struct dedup_saved, move_sum) +
+                                 sizeof saved->move_sum - 1),
+            saved->move_sum != sums_64(&move, sizeof move) ? "it does not match its sum"
+                                                           : "it names an entry not in the index");
     /* An object being changed: the old one back (freed only after its record was cleared). */
     for (unsigned r = 0; r < DEDUP_RECORDS; r++) {
         struct dedup_record *record = &saved->records[r];
         uint32_t id = atomic_load_explicit(&record->id, memory_order_relaxed);
-        if (id != 0 && id_mapped(dedup, id - 1)) {
+        if (id != 0) {
             struct dedup_entry *entry = entry_at(dedup, id - 1);
             entry_set_handle(entry, record->object & ((1ull << 48) - 1));
             atomic_store_explicit(&entry->size_codec, (uint16_t)(record->object >> 48),
                                   memory_order_relaxed);
         }
         atomic_store_explicit(&record->id, 0, memory_order_relaxed);
+        record->sum = 0;
         atomic_store_explicit(&record->lock, 0, memory_order_relaxed);
     }
-    uint64_t move = atomic_load_explicit(&saved->move, memory_order_relaxed);
-    if (move && (!id_mapped(dedup, (uint32_t)move - 1) || !id_mapped(dedup, (move >> 32) - 1)))
-        return -EINVAL;
     /* References, pins and moves of the process gone: counted again from the slots. */
     for (uint64_t id = 0; id < dedup->high_water; id++)
         if (chunk_mapped(dedup, &id))

@@ -226,14 +226,22 @@ void dedup_ids_trim(struct dedup *dedup)
 struct dedup_record *dedup_record_begin(struct dedup *dedup, uint32_t id)
 {
     struct dedup_record *record = &dedup->saved->records[id % DEDUP_RECORDS];
-    unsigned spins = 0;
+    struct lock_wait wait = dedup_lock_wait(dedup);
     for (uint32_t free_lock = 0; !atomic_compare_exchange_weak_explicit(
              &record->lock, &free_lock, 1, memory_order_acquire, memory_order_relaxed);
          free_lock = 0)
-        lock_backoff(&spins);
+        if (!lock_wait(&wait)) {
+            dedup_lock_timeout(dedup);
+            return NULL;
+        }
     struct dedup_entry *entry = entry_at(dedup, id);
-    record->object = entry_handle(entry) |
-                     (uint64_t)atomic_load_explicit(&entry->size_codec, memory_order_relaxed) << 48;
+    struct dedup_record old = {
+        .id = id + 1,
+        .object = entry_handle(entry) |
+                  (uint64_t)atomic_load_explicit(&entry->size_codec, memory_order_relaxed) << 48,
+    };
+    record->object = old.object;
+    record->sum = sums_32((const char *)&old + DEDUP_RECORD_SUMMED_FROM, DEDUP_RECORD_SUMMED_BYTES);
     /* the old object before the id that makes it a record; the record before the entry's
      * stores (a full fence: not even the compiler moves them before it) */
     atomic_store_explicit(&record->id, id + 1, memory_order_release);
@@ -244,6 +252,7 @@ struct dedup_record *dedup_record_begin(struct dedup *dedup, uint32_t id)
 void dedup_record_end(struct dedup_record *record)
 {
     atomic_store_explicit(&record->id, 0, memory_order_release);
+    record->sum = 0;
     atomic_store_explicit(&record->lock, 0, memory_order_release);
 }
 

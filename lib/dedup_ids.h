@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backoff.h"
 #include "dedup_object.h"
+#include "sums.h"
 
 /*
  * Each unique stored object has one entry (20 bytes), in chunks (below); an
@@ -146,15 +148,22 @@ static inline bool state_moving(uint32_t state)
  *  - the index move under way (dedup_move to dedup_move_done): its slots name `from` or `to`,
  *    and adoption points them all at `to` (its entry was whole before the record was set;
  *    `from` is given back only after the record is cleared, so no other entry takes it).
+ * Each record and the move carry a sum (sums.h), stored before the id (the move) that makes
+ * them one and cleared after it is let go: adoption refuses a damaged one.
  */
 #define DEDUP_RECORDS 64u
 struct dedup_record {
     _Atomic uint32_t lock;
     _Atomic uint32_t id; /* id + 1; 0: free */
     uint64_t object;     /* the old object: handle | size_codec << 48 */
+    uint32_t sum;        /* of id and object */
+    uint32_t unused;
 };
+#define DEDUP_RECORD_SUMMED_FROM offsetof(struct dedup_record, id)
+#define DEDUP_RECORD_SUMMED_BYTES (offsetof(struct dedup_record, sum) - DEDUP_RECORD_SUMMED_FROM)
 struct dedup_saved {
     _Atomic uint64_t move; /* (from + 1) | (to + 1) << 32; 0: none */
+    uint64_t move_sum;     /* of `move` */
     uint64_t high_water;   /* struct dedup's */
     uint32_t masks[STRIPE_COUNT];
     _Atomic uint64_t mapped[CHUNKS_MAX / 64];
@@ -214,6 +223,18 @@ static inline struct dedup_entry *entry_at(struct dedup *dedup, uint32_t id)
     return &chunk[id & ((1u << dedup->chunk_shift) - 1)];
 }
 
+/* A wait on a word of the index (an entry's state, a record's lock): with a deadline when the
+ * index is in a state file (backoff.h); one that passed it counted there. */
+static inline struct lock_wait dedup_lock_wait(const struct dedup *dedup)
+{
+    return (struct lock_wait){.bounded = dedup->file.fd >= 0};
+}
+static inline void dedup_lock_timeout(struct dedup *dedup)
+{
+    if (dedup->file.lock_timeouts)
+        atomic_fetch_add_explicit(dedup->file.lock_timeouts, 1, memory_order_relaxed);
+}
+
 static inline uint32_t tag_bucket(const struct dedup_stripe *stripe, uint32_t tag)
 {
     return (tag >> STRIPE_BITS) & stripe->bucket_mask;
@@ -250,7 +271,8 @@ uint32_t dedup_id_alloc(struct dedup *dedup, size_t below, int *rc);
 void dedup_id_free(struct dedup *dedup, uint32_t id);
 /* Resize a stripe's buckets (dedup.c). Stripe locked. */
 bool dedup_stripe_resize(struct dedup *dedup, struct dedup_stripe *stripe, uint32_t mask);
-/* Begin and end a change of entry `id`'s object (its old one in the record `*record`). */
+/* Begin and end a change of entry `id`'s object (its old one in the record `*record`). NULL:
+ * the record's lock, a word of the state file, stayed held past the deadline (counted). */
 struct dedup_record *dedup_record_begin(struct dedup *dedup, uint32_t id);
 void dedup_record_end(struct dedup_record *record);
 /* Map every hole again, its ids free (dedup_prefault). id_lock held. */

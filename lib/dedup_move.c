@@ -70,8 +70,9 @@ int dedup_move(struct dedup *dedup, uint32_t id, uint32_t refs, uint32_t *moved)
     atomic_store_explicit(&target->state, refs | MOVING, memory_order_relaxed);
     /* The new entry whole before the record that lets a successor point the slots at it
      * (dedup_ids.h); the record before any slot changes (the caller's, after this returns). */
-    atomic_store_explicit(&dedup->saved->move, (id + 1) | (uint64_t)(to + 1) << 32,
-                          memory_order_seq_cst);
+    uint64_t move = (id + 1) | (uint64_t)(to + 1) << 32;
+    dedup->saved->move_sum = sums_64(&move, sizeof move);
+    atomic_store_explicit(&dedup->saved->move, move, memory_order_seq_cst);
     chain_swap(dedup, stripe, id, to);
     pthread_mutex_unlock(&stripe->lock);
     /* The pool names the object's owner for its compaction: `to` from now on. It asks owners
@@ -90,6 +91,7 @@ void dedup_move_done(struct dedup *dedup, uint32_t id)
     /* the record cleared before `id` can be handed out again: else a successor could point a
      * slot naming a new entry there at the moved one */
     atomic_store_explicit(&dedup->saved->move, 0, memory_order_seq_cst);
+    dedup->saved->move_sum = 0;
     pthread_mutex_unlock(&dedup->move_lock);
     dedup_id_free(dedup, id);
 }

@@ -4,6 +4,7 @@
 #ifndef UZRAM_DEDUP_OBJECT_H
 #define UZRAM_DEDUP_OBJECT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -37,6 +38,8 @@ struct dedup_file {
     uint64_t offset;
     bool limited;
     bool adopt; /* what the file holds is adopted (dedup_adopt_begin), else cleared */
+    /* where a wait on a word of the file that passed its deadline is counted (backoff.h) */
+    _Atomic uint64_t *lock_timeouts;
 };
 
 #endif

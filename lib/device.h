@@ -5,13 +5,16 @@
 #ifndef UZRAM_DEVICE_H
 #define UZRAM_DEVICE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backoff.h"
 #include "codec_table.h"
+#include "sums.h"
 #include "uzram.h"
 
 struct backing;
@@ -45,7 +48,9 @@ struct writeback;
  *   bit  24      SLOT_DICT_KEPT: its object was made with a dictionary a retraining
  *                replaced, and the newer one did not shrink it: passes leave it
  *                (recompress_dict.c)
- *   bits 25..31  free (7 bits)
+ *   bits 25..31  SLOT_CHECK: in a state file, the CRC-7 of the form (state, codec,
+ *                size) and `value` (slot_check; 0 elsewhere), which adoption
+ *                checks (sums.h)
  * A new form published in a slot starts with IDLE, INCOMPRESSIBLE, DICT_KEPT and
  * REFERENCED clear.
  *
@@ -93,7 +98,8 @@ enum slot_state {
 #define SLOT_SIZE_MASK (0x1fffu << SLOT_SIZE_SHIFT)
 #define SLOT_REFERENCED (1u << 23)
 #define SLOT_DICT_KEPT (1u << 24)
-#define SLOT_FREE_BITS (0x7fu << 25)
+#define SLOT_CHECK_SHIFT 25
+#define SLOT_CHECK_MASK (0x7fu << SLOT_CHECK_SHIFT)
 
 struct slot {
     _Atomic uint32_t info;
@@ -102,8 +108,8 @@ struct slot {
 };
 _Static_assert(sizeof(struct slot) == UZRAM_TABLE_BYTES_PER_PAGE, "a page slot is 16 bytes");
 _Static_assert((SLOT_LOCK | SLOT_STATE_MASK | SLOT_IDLE | SLOT_INCOMPRESSIBLE | SLOT_CODEC_MASK |
-                SLOT_SIZE_MASK | SLOT_REFERENCED | SLOT_DICT_KEPT) == (uint32_t)~SLOT_FREE_BITS,
-               "the info fields and the free bits cover the word exactly once");
+                SLOT_SIZE_MASK | SLOT_REFERENCED | SLOT_DICT_KEPT) == (uint32_t)~SLOT_CHECK_MASK,
+               "the info fields and the check bits cover the word exactly once");
 
 static inline uint32_t slot_info_make(enum slot_state state, unsigned codec, unsigned size)
 {
@@ -121,6 +127,19 @@ static inline unsigned slot_info_codec(uint32_t info)
 static inline unsigned slot_info_size(uint32_t info)
 {
     return (info & SLOT_SIZE_MASK) >> SLOT_SIZE_SHIFT;
+}
+/* The check bits (SLOT_CHECK_MASK) of a form `info` holding `value`: the CRC-7 of the state,
+ * codec and size bits and the value (0 for an empty slot). The marks, the lock and ac_time
+ * are not covered: they change without the form, and say nothing of where its bytes are. */
+static inline uint32_t slot_check(uint32_t info, uint64_t value)
+{
+    uint32_t form = (info & (SLOT_STATE_MASK | SLOT_CODEC_MASK | SLOT_SIZE_MASK)) >> 1;
+    uint8_t bytes[11];
+    memcpy(bytes, &value, sizeof value);
+    bytes[8] = (uint8_t)form;
+    bytes[9] = (uint8_t)(form >> 8);
+    bytes[10] = (uint8_t)(form >> 16);
+    return (uint32_t)sums_crc7(bytes, sizeof bytes) << SLOT_CHECK_SHIFT;
 }
 
 /* Owners of pool objects, as compaction sees them: a page slot (index + 1,
@@ -167,6 +186,8 @@ struct device_events {
     _Atomic uint64_t bd_write_errors;
     _Atomic uint64_t bd_nospace;
     _Atomic uint64_t bd_checksum_errors; /* counted by backing_read() */
+    /* waits on a lock word of the state file that passed their deadline (backoff.h) */
+    _Atomic uint64_t state_lock_timeouts;
 };
 
 struct uzram {
@@ -258,6 +279,19 @@ static inline void counter_sub(_Atomic uint64_t *counter, uint64_t amount)
 static inline uint64_t counter_get(_Atomic uint64_t *counter)
 {
     return atomic_load_explicit(counter, memory_order_relaxed);
+}
+
+/* A wait on a lock word of the device (a slot's, an intent record's, a bundle record's): with
+ * a deadline when the word lives in its state file (backoff.h). */
+static inline struct lock_wait device_lock_wait(const struct uzram *dev)
+{
+    return (struct lock_wait){.bounded = dev->state != NULL};
+}
+/* Such a wait that passed its deadline: counted; what the caller fails with. */
+static inline int device_lock_timeout(struct uzram *dev)
+{
+    counter_add(&dev->events->state_lock_timeouts, 1);
+    return -EIO;
 }
 
 #endif

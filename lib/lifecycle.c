@@ -248,7 +248,7 @@ int uzram_reset(struct uzram *dev)
     recompressor_pause(dev);
     writeback_pause(dev);
     pthread_mutex_lock(&dev->settings_lock);
-    store_discard_all(dev);
+    int rc = store_discard_all(dev);
     /* The counters of events (the levels went to 0 with the pages): every field of the
      * struct is one (device.h), read and written through atomics only. */
     _Atomic uint64_t *events = (_Atomic uint64_t *)dev->events;
@@ -264,7 +264,7 @@ int uzram_reset(struct uzram *dev)
     pthread_mutex_unlock(&dev->settings_lock);
     writeback_resume(dev);
     recompressor_resume(dev);
-    return 0;
+    return rc;
 }
 
 int uzram_compact(struct uzram *dev, uint64_t *pages_freed)

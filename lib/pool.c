@@ -509,7 +509,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
         span->next_free[i] = (uint16_t)(i + 1 < objects ? i + 1 : FREE_LIST_END);
     /* In a state file: the directory names the span before any object of it is handed out. */
     if (pool->span_dir)
-        atomic_store_explicit(&pool->span_dir[window], POOL_SPAN_DIR_ENTRY(class_index, pages),
+        atomic_store_explicit(&pool->span_dir[window], pool_span_dir_entry(class_index, pages),
                               memory_order_release);
     atomic_store_explicit(&chunk->spans[window & (WINDOWS_PER_CHUNK - 1)], span,
                           memory_order_release);
@@ -789,7 +789,10 @@ static bool compact_one_span(struct pool *pool, unsigned class_index,
         memcpy(object_start(shape, target, new_index) + shape->header_bytes,
                object_start(shape, source, index) + shape->header_bytes,
                shape->footprint - shape->header_bytes);
-        ops->relocate(ops->arg, owner, old_handle, make_handle(target, new_index));
+        if (!ops->relocate(ops->arg, owner, old_handle, make_handle(target, new_index))) {
+            put_object(class, target, new_index); /* a word held for good: no more tries */
+            break;
+        }
         put_object(class, source, index);
     }
 

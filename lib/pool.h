@@ -45,11 +45,13 @@ void pool_destroy(struct pool *pool);
 void pool_set_file(struct pool *pool, int fd, uint64_t offset, _Atomic uint32_t *span_dir,
                    uint64_t dir_offset);
 /* Adoption of a pool left in a state file (pool_adopt.c): each live object named once, by
- * handle, owner and size (-EINVAL: the directory knows no such object, or it was named
- * already; -ENOMEM), then pool_adopt_finish() makes the spans' free lists, the accounting and the
- * free windows, keeps the whole windows with no live object in the span cache (a reserve the
- * last owner left) and punches every other page with no live object out of the file. */
-int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size);
+ * handle, owner and size (-EINVAL, *why saying which: the directory knows no such object, or
+ * the object was named already; -EUCLEAN a damaged directory entry, sums.h; -ENOMEM), then
+ * pool_adopt_finish() makes the spans' free lists, the accounting and the free windows, keeps
+ * the whole windows with no live object in the span cache (a reserve the last owner left) and
+ * punches every other page with no live object out of the file. */
+int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size,
+                      const char **why);
 int pool_adopt_finish(struct pool *pool);
 
 /* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero), taking the pool
@@ -116,10 +118,12 @@ uint64_t pool_pages_compacted(struct pool *pool);
  * still refers to `handle`. relocate() is then called with the object already
  * copied to `new_handle`: it makes the owner refer to new_handle and unlocks
  * the owner. Compaction picks the destination before it locks an owner, so
- * a locked owner is always moved. */
+ * a locked owner is moved unless relocate() returns false (a lock word of a
+ * state file stayed held: the owner unlocked, still naming `old_handle`; the
+ * copy is freed). */
 struct pool_owner_ops {
     bool (*try_lock_owner)(void *arg, uint64_t owner, uint64_t handle);
-    void (*relocate)(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
+    bool (*relocate)(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle);
     void *arg;
 };
 

@@ -26,17 +26,26 @@ void pool_set_file(struct pool *pool, int fd, uint64_t offset, _Atomic uint32_t 
 }
 
 /* The span of `window` as the directory names it, made (all objects free) if it is not yet,
- * in *out: -EINVAL when the directory names no span there or an impossible one. */
-static int adopted_span(struct pool *pool, uint32_t window, struct pool_span **out)
+ * in *out: -EINVAL (*why says it) when the directory names no span there or an impossible
+ * one; -EUCLEAN (sums_damage: the entry) when its entry does not match its check bits. */
+static int adopted_span(struct pool *pool, uint32_t window, struct pool_span **out,
+                        const char **why)
 {
     uint32_t entry = atomic_load_explicit(&pool->span_dir[window], memory_order_relaxed);
-    unsigned class_index = (entry >> 16) - 1, pages = entry & 0xffffu;
-    if (entry == 0 || class_index >= CLASS_COUNT)
+    unsigned class_index = (entry >> 16) - 1, pages = entry & 0xffu;
+    *why = "it names a pool window the span directory has no span in";
+    if (entry == 0)
         return -EINVAL;
+    if (entry != pool_span_dir_entry(class_index, pages) || class_index >= CLASS_COUNT)
+        return sums_damage("span directory entry of pool window %u (bytes %llu to %llu): it does "
+                           "not match its check bits",
+                           window, (unsigned long long)(pool->dir_offset + window * 4ull),
+                           (unsigned long long)(pool->dir_offset + window * 4ull + 3));
     const struct class_shape *shape = &pool_class_shapes()[class_index];
     unsigned objects = pages == shape->pages         ? shape->objects
                        : pages == shape->small_pages ? shape->small_objects
                                                      : 0;
+    *why = "the span directory gives its pool window a length its size class has not";
     if (objects == 0)
         return -EINVAL;
     pthread_mutex_lock(&pool->window_lock);
@@ -51,7 +60,7 @@ static int adopted_span(struct pool *pool, uint32_t window, struct pool_span **o
     struct pool_span *span = atomic_load_explicit(place, memory_order_relaxed);
     if (span) {
         *out = span;
-        return span->class_index == class_index ? 0 : -EINVAL;
+        return 0; /* made from this same entry */
     }
     span =
         FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(sizeof *span + (size_t)objects * sizeof(uint16_t));
@@ -70,20 +79,28 @@ static int adopted_span(struct pool *pool, uint32_t window, struct pool_span **o
     return 0;
 }
 
-int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size)
+int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t size,
+                      const char **why)
 {
     uint64_t id = handle >> OBJECT_INDEX_BITS;
+    *why = "its pool handle or object size is out of range";
     if (id == 0 || id > POOL_WINDOWS || size == 0 || size > POOL_MAX_OBJECT)
         return -EINVAL;
     struct pool_span *span = NULL;
-    int rc = adopted_span(pool, (uint32_t)(id - 1), &span);
+    int rc = adopted_span(pool, (uint32_t)(id - 1), &span, why);
     if (rc < 0)
         return rc;
     const struct class_shape *all = pool_class_shapes();
     const struct class_shape *shape = &all[span->class_index];
     unsigned index = handle & OBJECT_INDEX_MASK;
-    if (all[pool_class_of(all, size)].home != span->class_index || index >= span->objects ||
-        span->next_free[index] == OBJECT_ALLOCATED)
+    *why = "its object is in a span of another size class";
+    if (all[pool_class_of(all, size)].home != span->class_index)
+        return -EINVAL;
+    *why = "its object is past the end of its span";
+    if (index >= span->objects)
+        return -EINVAL;
+    *why = "its object is another's too (named twice)";
+    if (span->next_free[index] == OBJECT_ALLOCATED)
         return -EINVAL;
     /* The object's own header (its owner) is not read: that would fault in every page of
      * the pool now, where reads fault in only what they read, later. */

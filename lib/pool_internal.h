@@ -10,6 +10,7 @@
 
 #include "pool.h"
 #include "pool_class.h"
+#include "sums.h"
 
 /* Address space: chunks of CHUNK_BYTES cut into windows, one per span (see pool.c). */
 #define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)
@@ -199,8 +200,14 @@ void pool_give_back_deferred(struct pool *pool);
  * a full tmpfs kills the process (SIGBUS); fallocate() fails instead: -ENOSPC (-ENOMEM for
  * another failure). 0 for a pool in anonymous memory. */
 int pool_hold_file_pages(struct pool *pool, uint32_t window, unsigned first, unsigned pages);
-/* A span directory entry: the span's class + 1 and its pages (never 0). */
-#define POOL_SPAN_DIR_ENTRY(class_index, pages) (((uint32_t)(class_index) + 1) << 16 | (pages))
+/* A span directory entry (never 0): the span's class + 1 in bits 16..31, its pages in bits
+ * 0..7, and in bits 8..14 the CRC-7 of those (sums.h), which adoption checks. */
+static inline uint32_t pool_span_dir_entry(unsigned class_index, unsigned pages)
+{
+    uint32_t entry = ((uint32_t)class_index + 1) << 16 | pages;
+    const uint8_t bytes[3] = {(uint8_t)pages, (uint8_t)(entry >> 16), (uint8_t)(entry >> 24)};
+    return entry | (uint32_t)sums_crc7(bytes, sizeof bytes) << 8;
+}
 /* The first byte of a window. */
 unsigned char *pool_window_base(struct pool *pool, uint32_t window);
 /* A span that finds the reserve short waits this long for the refiller (pool_reserve.c),

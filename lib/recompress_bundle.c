@@ -103,11 +103,14 @@ static int gather(struct uzram *dev, uint64_t first, unsigned span,
                   const struct recompress_plan *plan, uint32_t now, struct bundle_work *work)
 {
     unsigned count = 0;
+    int rc = 0;
     for (unsigned offset = 0; offset < span; offset++) {
         struct slot *slot = &dev->slots[first + offset];
         if (slot_seems_empty(slot))
             continue;
-        slot_lock(slot);
+        rc = slot_lock(dev, slot);
+        if (rc < 0)
+            break;
         if (slot_takes(plan, slot, slot_info(slot), now) &&
             copy_member(dev, slot, &work->old[count], work->copies[count])) {
             /* keeps the dictionary alive for the decoding, whatever the page does meanwhile */
@@ -116,7 +119,6 @@ static int gather(struct uzram *dev, uint64_t first, unsigned span,
         }
         slot_unlock(slot);
     }
-    int rc = 0;
     for (unsigned k = 0; k < count; k++) {
         const struct page_object *old = &work->old[k];
         if (rc == 0)
@@ -192,7 +194,8 @@ static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle
     for (unsigned k = 0; k < count; k++) {
         struct slot *slot = &dev->slots[first + work->offsets[k]];
         const struct page_object *old = &work->old[k];
-        slot_lock(slot);
+        if (slot_lock(dev, slot) < 0)
+            continue; /* a word of the state file held for good: it stays as it is */
         struct page_object now;
         slot_get(slot, &now);
         bool taken;
@@ -201,7 +204,11 @@ static unsigned publish(struct uzram *dev, uint64_t first, struct bundle *bundle
             struct page_object form;
             bundle_member_form(bundle, k, &form);
             test_kill_point(taken);
-            slot_set_form(dev, slot, &form);
+            same = slot_set_form(dev, slot, &form) == 0;
+            if (!same && taken)
+                dedup_untake(device_dedup(dev), (uint32_t)old->value);
+        }
+        if (same) {
             bundle_join(dev, bundle, k);
             *single_bytes += old->size;
             test_kill_point(taken);
@@ -293,19 +300,21 @@ static int split_member(struct uzram *dev, struct bundle *bundle, unsigned place
         return rc;
     }
     struct slot *slot = &dev->slots[index];
-    slot_lock(slot);
-    bool same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == value;
-    if (same) {
-        slot_set_form(dev, slot, &made);
-        if (made.state == SLOT_HUGE)
-            counter_add(&dev->huge_pages, 1);
+    rc = slot_lock(dev, slot);
+    if (rc < 0) {
+        store_free_object(dev, &made);
+        return rc;
     }
+    bool same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == value &&
+                (rc = slot_set_form(dev, slot, &made)) == 0;
+    if (same && made.state == SLOT_HUGE)
+        counter_add(&dev->huge_pages, 1);
     slot_unlock(slot);
     if (same)
         bundle_leave(dev, value);
     else
         store_free_object(dev, &made);
-    return 0;
+    return rc;
 }
 
 int recompress_bundle_split(struct uzram *dev, uint64_t index, const struct recompress_plan *plan,
@@ -315,7 +324,9 @@ int recompress_bundle_split(struct uzram *dev, uint64_t index, const struct reco
     uint32_t peek = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
     if (slot_info_state(peek) != SLOT_BUNDLED || !plan->work)
         return 0;
-    slot_lock(slot);
+    int rc = slot_lock(dev, slot);
+    if (rc < 0)
+        return rc;
     struct bundle *bundle = NULL;
     /* A bundle made with a dictionary a retraining replaced is split too: its pages are
      * packed again with the newer one by the next pass (recompress_dict.c). */
@@ -328,7 +339,6 @@ int recompress_bundle_split(struct uzram *dev, uint64_t index, const struct reco
     slot_unlock(slot);
     if (!bundle)
         return 0;
-    int rc = 0;
     uint32_t live = bundle_live(bundle);
     for (unsigned place = 0; place < bundle_count(bundle) && rc == 0; place++)
         if (live & (1u << place)) {

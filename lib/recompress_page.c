@@ -119,7 +119,8 @@ static int recompress_smaller(struct uzram *dev, const struct recompress_plan *p
 static void mark_unshrunk(struct uzram *dev, struct slot *slot, const struct page_object *old,
                           bool stale, struct recompress_tally *tally)
 {
-    slot_lock(slot);
+    if (slot_lock(dev, slot) < 0)
+        return; /* unmarked: tried again by a later pass */
     struct page_object now;
     slot_get(slot, &now);
     if (now.state == old->state && now.value == old->value && now.size == old->size &&
@@ -140,16 +141,15 @@ static void mark_unshrunk(struct uzram *dev, struct slot *slot, const struct pag
 static bool swap_recompressed(struct uzram *dev, struct slot *slot, const struct page_object *old,
                               const struct page_object *made)
 {
-    slot_lock(slot);
+    if (slot_lock(dev, slot) < 0)
+        return false;
     struct page_object now;
     slot_get(slot, &now);
     bool same = now.state == old->state && now.size == old->size && now.codec == old->codec &&
-                memcmp(pool_map(dev->pool, now.value), old_copy, now.size) == 0;
-    if (same) {
-        slot_set_form(dev, slot, made);
-        if (now.state == SLOT_HUGE)
-            counter_sub(&dev->huge_pages, 1);
-    }
+                memcmp(pool_map(dev->pool, now.value), old_copy, now.size) == 0 &&
+                slot_set_form(dev, slot, made) == 0;
+    if (same && now.state == SLOT_HUGE)
+        counter_sub(&dev->huge_pages, 1);
     slot_unlock(slot);
     if (same)
         store_free_object(dev, &now);
@@ -172,12 +172,12 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
         return 0;
     /* An object on the backing store stays there as it is. */
     struct dedup_object expected;
-    dedup_with_object(dedup, id, store_copy_dedup_object, &expected);
-    if (expected.handle & OBJECT_BACKED) {
+    int rc = dedup_with_object(dedup, id, store_copy_dedup_object, &expected);
+    if (rc < 0 || (expected.handle & OBJECT_BACKED)) {
         dedup_put(dedup, id);
-        return 0;
+        return rc;
     }
-    int rc = dedup_read_object(dedup, id, old_page, &expected);
+    rc = dedup_read_object(dedup, id, old_page, &expected);
     bool stale = dict_stale(plan, expected.size, expected.codec, info);
     unsigned current = tried_from(dev, expected.size, expected.codec, stale);
     if (rc < 0 || (plan->threshold && expected.size < plan->threshold) || current >= plan->last) {
@@ -230,7 +230,9 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
         !recompress_plan_takes(plan, peek,
                                atomic_load_explicit(&slot->ac_time, memory_order_relaxed), now))
         return 0;
-    slot_lock(slot);
+    int rc = slot_lock(dev, slot);
+    if (rc < 0)
+        return rc;
     struct page_object old;
     slot_get(slot, &old);
     if (!recompress_plan_takes(plan, slot_info(slot),
@@ -253,7 +255,7 @@ int recompress_page(struct uzram *dev, uint64_t index, const struct recompress_p
     if (old.state == SLOT_COMPRESSED)
         codec_table_hold(&dev->codecs, old.codec);
     slot_unlock(slot);
-    int rc = store_decode(dev, old_copy, old.size, old.codec, old_page);
+    rc = store_decode(dev, old_copy, old.size, old.codec, old_page);
     uint64_t allowance = stale_allowance(plan, old.codec, stale);
     if (old.state == SLOT_COMPRESSED)
         codec_table_release(&dev->codecs, old.codec);
@@ -295,7 +297,8 @@ int recompress_sample_page(struct uzram *dev, uint64_t index, void *page)
     struct slot *slot = &dev->slots[index];
     if (slot_empty_at(dev, index))
         return 0;
-    slot_lock(slot);
+    if (slot_lock(dev, slot) < 0)
+        return 0; /* not sampled */
     enum slot_state state = slot_info_state(slot_info(slot));
     int rc = 0;
     /* bundled pages too: with recompress_group most idle pages are, and a retraining that

@@ -201,6 +201,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .dict_trainings = counter_get(&dev->events->dict_trainings),
         .recomp_passes = counter_get(&dev->events->recomp_passes),
         .reserve_empty = reserve.empty,
+        .state_lock_timeouts = counter_get(&dev->events->state_lock_timeouts),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

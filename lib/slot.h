@@ -9,16 +9,20 @@
 
 /* ---- slot lock ---------------------------------------------------------- */
 
-static inline void slot_lock(struct slot *slot)
+/* 0, or -EIO when the lock, a word of the state file, stayed held past the deadline
+ * (backoff.h; counted): the caller gives up what it was doing, the slot untouched. */
+__attribute__((warn_unused_result)) static inline int slot_lock(struct uzram *dev,
+                                                                struct slot *slot)
 {
-    unsigned spins = 0;
+    struct lock_wait wait = device_lock_wait(dev);
     for (;;) {
         uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
         if (!(info & SLOT_LOCK) &&
             atomic_compare_exchange_weak_explicit(&slot->info, &info, info | SLOT_LOCK,
                                                   memory_order_acquire, memory_order_relaxed))
-            return;
-        lock_backoff(&spins);
+            return 0;
+        if (!lock_wait(&wait))
+            return device_lock_timeout(dev);
     }
 }
 
@@ -55,45 +59,61 @@ static inline uint32_t slot_info(struct slot *slot)
 }
 
 /* Write a locked slot: the one place a slot's form changes. With a state file through an
- * intent record (state.h), so that a process killed in the middle leaves it restorable. */
-static inline void slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
-                              uint64_t value)
+ * intent record (state.h), so that a process killed in the middle leaves it restorable: 0, or
+ * -EIO when the record's lock stayed held past the deadline (the slot unchanged: the caller
+ * keeps what it held and lets go of what it made). */
+__attribute__((warn_unused_result)) static inline int
+slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time, uint64_t value)
 {
-    if (dev->state) {
-        state_slot_write(dev, slot, info, ac_time, value);
-        return;
-    }
+    if (dev->state)
+        return state_slot_write(dev, slot, info, ac_time, value);
     slot->value = value;
     atomic_store_explicit(&slot->ac_time, ac_time, memory_order_relaxed);
     atomic_store_explicit(&slot->info, info, memory_order_relaxed);
+    return 0;
 }
 
 /* Publish a new form, accessed at `now`, with no marks (IDLE,
- * INCOMPRESSIBLE): they belong to the form the slot held before. */
-static inline void slot_set(struct uzram *dev, struct slot *slot, const struct page_object *object,
-                            uint32_t now)
+ * INCOMPRESSIBLE): they belong to the form the slot held before. 0 or -EIO (slot_write). */
+__attribute__((warn_unused_result)) static inline int
+slot_set(struct uzram *dev, struct slot *slot, const struct page_object *object, uint32_t now)
 {
-    slot_write(dev, slot, slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK,
-               now, object->value);
+    return slot_write(dev, slot,
+                      slot_info_make(object->state, object->codec, object->size) | SLOT_LOCK, now,
+                      object->value);
 }
 
 /* Put another form of the page a locked slot holds in its place (moved to or from the
  * backing store, or recompressed): not an access, so the marks IDLE and INCOMPRESSIBLE and
- * ac_time stay. */
-static inline void slot_set_form(struct uzram *dev, struct slot *slot,
-                                 const struct page_object *object)
+ * ac_time stay. 0 or -EIO (slot_write). */
+__attribute__((warn_unused_result)) static inline int
+slot_set_form(struct uzram *dev, struct slot *slot, const struct page_object *object)
 {
     uint32_t marks = slot_info(slot) & (SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-    slot_write(dev, slot,
-               slot_info_make(object->state, object->codec, object->size) | marks | SLOT_LOCK,
-               atomic_load_explicit(&slot->ac_time, memory_order_relaxed), object->value);
+    return slot_write(
+        dev, slot, slot_info_make(object->state, object->codec, object->size) | marks | SLOT_LOCK,
+        atomic_load_explicit(&slot->ac_time, memory_order_relaxed), object->value);
 }
 
-/* The same object somewhere else (compaction moved it, or writeback placed it). */
-static inline void slot_set_value(struct uzram *dev, struct slot *slot, uint64_t value)
+/* The same object somewhere else (compaction moved it, or writeback placed it). 0 or -EIO
+ * (slot_write). */
+__attribute__((warn_unused_result)) static inline int
+slot_set_value(struct uzram *dev, struct slot *slot, uint64_t value)
 {
-    slot_write(dev, slot, atomic_load_explicit(&slot->info, memory_order_relaxed),
-               atomic_load_explicit(&slot->ac_time, memory_order_relaxed), value);
+    return slot_write(dev, slot, atomic_load_explicit(&slot->info, memory_order_relaxed),
+                      atomic_load_explicit(&slot->ac_time, memory_order_relaxed), value);
+}
+
+/* A locked slot that names dedup entry `from` points at `to`, where an index move put it
+ * (store_index.c): without an intent record, as the index's move record is what a process
+ * killed meanwhile leaves (adoption points every slot naming `from` at `to`), so that this
+ * never fails. */
+static inline void slot_set_moved(struct uzram *dev, struct slot *slot, uint64_t to)
+{
+    if (dev->state)
+        state_slot_rename(dev, slot, to);
+    else
+        slot->value = to;
 }
 
 static inline void slot_get(struct slot *slot, struct page_object *object)

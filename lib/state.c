@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include "backing.h"
+#include "backing_file.h"
 #include "bundle_records.h"
 #include "comp.h"
 #include "dedup.h"
 #include "fault.h"
 #include "pool.h"
+#include "sums.h"
 
 #define STATE_MAGIC "UZRAMST"
 #ifndef TMPFS_MAGIC
@@ -128,13 +130,16 @@ int state_make(int fd, uint64_t disksize, struct state_file **out)
         return -errno;
     if (!S_ISREG(st.st_mode) || !on_tmpfs(fd))
         return -EOPNOTSUPP;
+    int rc = file_private(&st);
+    if (rc < 0)
+        return rc;
     if (st.st_size != 0)
         return -EEXIST;
     struct state_header layout;
     state_layout(&layout, disksize);
     if (ftruncate(fd, (off_t)layout.file_bytes) < 0)
         return -errno;
-    int rc = state_map(fd, disksize, out);
+    rc = state_map(fd, disksize, out);
     if (rc == 0 && (rc = hold_mapped(*out, &layout)) < 0)
         state_unmap(*out);
     if (rc < 0) {
@@ -146,27 +151,67 @@ int state_make(int fd, uint64_t disksize, struct state_file **out)
     return 0;
 }
 
+/* The sum of the header's fields fixed at creation (the disk size, its layout, the clock base
+ * and the intent records' count). */
+static uint64_t fixed_sum(const struct state_header *header)
+{
+    _Static_assert(offsetof(struct state_header, file_bytes) ==
+                       offsetof(struct state_header, dir_offset) + 14 * sizeof(uint64_t),
+                   "the layout's fields one after the other");
+    struct {
+        uint32_t version, page_size;
+        uint64_t disksize;
+        uint64_t layout[15];
+        int64_t clock_base;
+        uint32_t intents, zero;
+    } fixed = {header->version,
+               header->page_size,
+               header->disksize,
+               {0},
+               header->clock_base,
+               header->intents,
+               0};
+    memcpy(fixed.layout, &header->dir_offset, sizeof fixed.layout);
+    return sums_64(&fixed, sizeof fixed);
+}
+
 void state_publish(struct state_file *state)
 {
+    state->header->fixed_sum = fixed_sum(state->header);
     atomic_store(&state->header->owner_pid, (int32_t)getpid());
     atomic_thread_fence(memory_order_seq_cst);
     memcpy(state->header->magic, STATE_MAGIC, sizeof STATE_MAGIC);
 }
 
 /* Read and check the header of `fd` (not mapped: a file that is no state stays untouched):
- * -EINVAL not a state of this layout, -EPROTONOSUPPORT another version. */
+ * file_private()'s errors first (another user's file is not read), -EINVAL not a state,
+ * -EPROTONOSUPPORT another version, -EUCLEAN a damaged header (sums_damage). */
 static int header_read(int fd, struct state_header *header)
 {
+    sums_damage_clear();
     struct stat st;
     if (fstat(fd, &st) < 0)
         return -errno;
+    int rc = file_private(&st);
+    if (rc < 0)
+        return rc;
     if (pread(fd, header, sizeof *header, 0) != (ssize_t)sizeof *header ||
         memcmp(header->magic, STATE_MAGIC, sizeof STATE_MAGIC) != 0)
         return -EINVAL;
     if (header->version != STATE_VERSION)
         return -EPROTONOSUPPORT;
+    if (header->fixed_sum != fixed_sum(header))
+        return sums_damage("header (bytes 8 to %zu): the sum of its fixed fields (disk size, "
+                           "layout, clock) does not match them",
+                           offsetof(struct state_header, file_bytes) + sizeof(uint64_t));
+    if (header->same_filled > 1 || header->use_dedup > 1)
+        return sums_damage("header: same_filled %u or use_dedup %u is neither 0 nor 1",
+                           header->same_filled, header->use_dedup);
     struct state_header layout;
     state_layout(&layout, header->disksize);
+    if ((uint64_t)st.st_size < layout.file_bytes)
+        return sums_damage("the file has %lld bytes, and its layout %llu: it was cut short",
+                           (long long)st.st_size, (unsigned long long)layout.file_bytes);
     if (header->page_size != UZRAM_PAGE_SIZE || header->disksize == 0 ||
         header->disksize % UZRAM_PAGE_SIZE || header->intents != layout.intents ||
         header->dir_offset != layout.dir_offset || header->dir_bytes != layout.dir_bytes ||
@@ -176,9 +221,9 @@ static int header_read(int fd, struct state_header *header)
         header->dedup_offset != layout.dedup_offset || header->dedup_bytes != layout.dedup_bytes ||
         header->bundle_offset != layout.bundle_offset ||
         header->bundle_bytes != layout.bundle_bytes || header->pool_offset != layout.pool_offset ||
-        header->pool_bytes != layout.pool_bytes || header->file_bytes != layout.file_bytes ||
-        (uint64_t)st.st_size < layout.file_bytes)
-        return -EINVAL;
+        header->pool_bytes != layout.pool_bytes || header->file_bytes != layout.file_bytes)
+        return sums_damage("header: its layout is not the one of a disk of %llu bytes",
+                           (unsigned long long)header->disksize);
     return 0;
 }
 
@@ -268,6 +313,7 @@ static void save_codec(struct state_file *state, unsigned id, const struct codec
     saved->dict_bytes = next.dict_bytes;
     saved->trainings = next.trainings;
     saved->trained_pages = next.trained_pages;
+    saved->sum = sums_32((const char *)saved + STATE_CODEC_SUMMED_FROM, STATE_CODEC_SUMMED_BYTES);
     atomic_thread_fence(memory_order_seq_cst);
     atomic_store_explicit(&saved->used, entry->used ? 1 : 0, memory_order_seq_cst);
     if (!entry->used && had_dict)
@@ -303,10 +349,12 @@ void state_table_page_gone(struct state_file *state, uint64_t page)
  * even the compiler may move the slot's stores before it) before the slot is touched, and
  * cleared (release) only after the slot holds its new form; the caller frees the old object
  * after that. A process killed at any instant so leaves each slot either whole, or with a
- * record from which adoption restores its old form, whose object is still allocated.
+ * record from which adoption restores its old form, whose object is still allocated. The
+ * record's sum is stored before its slot number, the slot's check bits with its info word
+ * (sums.h): adoption then finds a damaged record or slot, never a half-written one.
  */
-void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
-                      uint64_t value)
+int state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                     uint64_t value)
 {
     struct state_file *state = dev->state;
     uint64_t index = (uint64_t)(slot - dev->slots);
@@ -316,22 +364,46 @@ void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint3
         atomic_fetch_or_explicit(&state->written[page / 64], 1ull << (page % 64),
                                  memory_order_release);
     struct state_intent *intent = &state->intents[index % STATE_INTENTS];
-    unsigned spins = 0;
+    struct lock_wait wait = device_lock_wait(dev);
     for (uint32_t free_lock = 0; !atomic_compare_exchange_weak_explicit(
              &intent->lock, &free_lock, 1, memory_order_acquire, memory_order_relaxed);
          free_lock = 0)
-        lock_backoff(&spins);
-    intent->info = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK;
-    intent->ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
-    intent->value = slot->value;
+        if (!lock_wait(&wait))
+            return device_lock_timeout(dev);
+    struct state_intent old = {
+        .info = atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK,
+        .slot = index + 1,
+        .value = slot->value,
+        .ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed),
+    };
+    intent->info = old.info;
+    intent->ac_time = old.ac_time;
+    intent->value = old.value;
+    intent->sum = sums_32((const char *)&old + STATE_INTENT_SUMMED_FROM, STATE_INTENT_SUMMED_BYTES);
     /* release: the old form's fields before the slot number that makes them a record */
     atomic_store_explicit(&intent->slot, index + 1, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
     slot->value = value;
     atomic_store_explicit(&slot->ac_time, ac_time, memory_order_relaxed);
-    atomic_store_explicit(&slot->info, info, memory_order_relaxed);
+    atomic_store_explicit(&slot->info, (info & ~SLOT_CHECK_MASK) | slot_check(info, value),
+                          memory_order_relaxed);
     atomic_store_explicit(&intent->slot, 0, memory_order_release);
+    intent->sum = 0;
     atomic_store_explicit(&intent->lock, 0, memory_order_release);
+    return 0;
+}
+
+/* An index move's: the info word (its check bits for the new value) first, then the value. A
+ * process killed between the two leaves a slot naming the move's old id with the check bits
+ * of its new one, which adoption takes, as it points the slot at the new id (state_adopt.c). */
+void state_slot_rename(struct uzram *dev, struct slot *slot, uint64_t value)
+{
+    (void)dev;
+    uint32_t info = atomic_load_explicit(&slot->info, memory_order_relaxed);
+    atomic_store_explicit(&slot->info, (info & ~SLOT_CHECK_MASK) | slot_check(info, value),
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* in this order for whoever reads it after a kill */
+    slot->value = value;
 }
 
 int uzram_state_info(int state_fd, struct uzram_state_info *info)
@@ -357,6 +429,11 @@ int uzram_state_info(int state_fd, struct uzram_state_info *info)
         memcpy(info->comp_algorithm, header.codecs[primary].algorithm,
                sizeof info->comp_algorithm - 1);
     return 0;
+}
+
+const char *uzram_state_damage(void)
+{
+    return sums_damage_text();
 }
 
 void *uzram_state_area(struct uzram *dev, size_t *size)

@@ -1,11 +1,13 @@
 /* state.h - a device's state in a shareable file (internal; state.c, state_adopt.c): the
  * file's layout and header, the slot-change helper every slot change goes through (intent
- * records), and the private bitmap of the page table's pages ever written. */
+ * records), and the private bitmap of the page table's pages ever written. What each part of
+ * the metadata carries so that adoption finds damage is sums.h's. */
 #ifndef UZRAM_STATE_H
 #define UZRAM_STATE_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comp.h"
@@ -32,8 +34,8 @@
  * The file is sparse: only what was written is memory.
  */
 /* 1: session 5's, without dictionaries; 2: session 8's, without the dedup index and bundle
- * records (both refused: -EPROTONOSUPPORT). */
-#define STATE_VERSION 3
+ * records; 3: without the check bits and sums of sums.h (all refused: -EPROTONOSUPPORT). */
+#define STATE_VERSION 4
 #define STATE_AREA_OFFSET 4096u
 #define STATE_AREA_BYTES 4096u
 #define STATE_INTENTS_OFFSET 8192u
@@ -47,16 +49,19 @@
 
 /* A slot being changed: the slot (its index + 1; 0 for a free record) and what it held, so
  * that adoption can put it back when the change may be half done. Records are striped by
- * slot index; `lock` makes a record one change's at a time. */
+ * slot index; `lock` makes a record one change's at a time. `sum` (sums.h) covers info to
+ * ac_time: set before `slot`, cleared after it. */
 struct state_intent {
     _Atomic uint32_t lock;
     uint32_t info;
     _Atomic uint64_t slot;
     uint64_t value;
     uint32_t ac_time;
-    uint32_t unused;
+    uint32_t sum;
 };
 _Static_assert(sizeof(struct state_intent) == 32, "an intent record is 32 bytes");
+#define STATE_INTENT_SUMMED_FROM offsetof(struct state_intent, info)
+#define STATE_INTENT_SUMMED_BYTES (offsetof(struct state_intent, sum) - STATE_INTENT_SUMMED_FROM)
 
 /* A codec entry by the algorithm's name: ids are this build's. Its dictionary's bytes
  * (dict_bytes of them; 0: none, or dict=auto not trained yet) are in the dictionary region. */
@@ -70,7 +75,14 @@ struct state_codec {
     uint32_t dict_bytes;
     uint32_t trainings;     /* dict=auto: trainings so far (recompress_dict.c bounds them) */
     uint64_t trained_pages; /* dict=auto: pages stored at the last training */
+    uint32_t sum;           /* of level to trained_pages (sums.h), set before `used` */
+    uint32_t dict_sum;      /* of the dictionary's bytes, set with them (state_dict.c) */
 };
+#define STATE_CODEC_SUMMED_FROM offsetof(struct state_codec, level)
+#define STATE_CODEC_SUMMED_BYTES (offsetof(struct state_codec, sum) - STATE_CODEC_SUMMED_FROM)
+_Static_assert(offsetof(struct state_codec, trained_pages) + sizeof(uint64_t) ==
+                   offsetof(struct state_codec, sum),
+               "no padding in what a codec record's sum covers");
 
 struct state_header {
     char magic[8];
@@ -93,15 +105,19 @@ struct state_header {
     uint32_t intents;
     uint32_t use_dedup; /* 1: dedup on, its index in the dedup region (set before it is used) */
     uint32_t unused_dedup;
+    /* A sum (sums.h) of the fields fixed at creation: version to file_bytes, clock_base and
+     * intents (state_publish(), before the magic). */
+    uint64_t fixed_sum;
     /* The codec table (codec_table.h): every entry ever used (adoption frees those no page
      * uses), and the id each priority's setting names (-1: none). */
     struct state_codec codecs[CODEC_TABLE_MAX];
     _Atomic int32_t setting[CODEC_TABLE_PRIORITY_MAX + 1]; /* each names a used record */
     /* The backing store (state_backing.c): its size (0: none; written last), the flags it
-     * was opened with (UZRAM_BACKING_*) and its absolute path. */
+     * was opened with (UZRAM_BACKING_*) and its absolute path; a sum of the three, written
+     * before the size. */
     _Atomic uint64_t backing_bytes;
     uint32_t backing_flags;
-    uint32_t unused;
+    uint32_t backing_sum;
     char backing_path[STATE_BACKING_PATH];
 };
 _Static_assert(sizeof(struct state_header) <= STATE_AREA_OFFSET, "the header fits its page");
@@ -139,9 +155,13 @@ static inline bool state_slot_unwritten(const struct uzram *dev, uint64_t index)
 
 /* Change a locked slot to `info` (SLOT_LOCK included), `ac_time`, `value` with an intent
  * record around the change, so that a process killed in the middle leaves it restorable.
- * The caller frees the slot's old object only after this returns. */
-void state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
-                      uint64_t value);
+ * The caller frees the slot's old object only after this returns 0; -EIO: the record's lock
+ * stayed held past the deadline (backoff.h; counted), the slot unchanged. */
+int state_slot_write(struct uzram *dev, struct slot *slot, uint32_t info, uint32_t ac_time,
+                     uint64_t value);
+/* A locked slot's value changed to `value` without an intent record (slot_set_moved: an index
+ * move, which the dedup index's move record makes restorable). */
+void state_slot_rename(struct uzram *dev, struct slot *slot, uint64_t value);
 
 /* The layout for a disk of `disksize` bytes in a new header (magic last: state_publish()). */
 void state_layout(struct state_header *header, uint64_t disksize);
@@ -159,7 +179,8 @@ void state_save_codecs(void *state, const struct codec_table *codecs);
  * is saved as used (the codec table calls it; state_dict.c). 0 or a negative errno. */
 int state_save_dict(void *state, unsigned id, const void *bytes, size_t size);
 /* Entry `id`'s dictionary made again from the state (adoption): `*out` NULL when the entry
- * has none. -EINVAL the bytes are no dictionary, -ENOMEM. */
+ * has none. -EUCLEAN its size or bytes damaged (sums_damage), -EINVAL the bytes are no
+ * dictionary, -ENOMEM. */
 int state_load_dict(struct state_file *state, unsigned id, int algorithm, int level,
                     struct comp_dict **out);
 /* The dictionary region of entry `id` emptied (its memory given back). */

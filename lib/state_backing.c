@@ -22,6 +22,7 @@
 
 #include "backing.h"
 #include "state.h"
+#include "sums.h"
 
 int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
                        struct backing **out)
@@ -53,6 +54,18 @@ int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsig
     return rc;
 }
 
+/* The sum (sums.h) of the backing store's record: its size, flags and path. */
+static uint32_t record_sum(const struct state_header *header, uint64_t bytes)
+{
+    struct {
+        uint64_t bytes;
+        uint32_t flags, zero;
+        char path[STATE_BACKING_PATH];
+    } record = {bytes, header->backing_flags, 0, {0}};
+    memcpy(record.path, header->backing_path, sizeof record.path);
+    return sums_32(&record, sizeof record);
+}
+
 void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags)
 {
     struct state_header *header = state->header;
@@ -61,6 +74,8 @@ void state_backing_record(struct state_file *state, const struct backing *backin
     header->backing_flags = flags;
     memset(header->backing_path, 0, sizeof header->backing_path);
     strncpy(header->backing_path, backing_path(backing), sizeof header->backing_path - 1);
+    header->backing_sum = record_sum(header, backing_capacity(backing));
+    atomic_thread_fence(memory_order_seq_cst);
     atomic_store(&header->backing_bytes, backing_capacity(backing)); /* last: whole */
 }
 
@@ -75,9 +90,11 @@ int state_backing_adopt(struct uzram *dev)
     uint64_t size = atomic_load(&header->backing_bytes);
     if (size == 0)
         return 0;
-    if (size > BACKING_MAX_BYTES || header->backing_path[0] != '/' ||
+    if (header->backing_sum != record_sum(header, size) || size > BACKING_MAX_BYTES ||
+        header->backing_path[0] != '/' ||
         !memchr(header->backing_path, '\0', sizeof header->backing_path))
-        return -EINVAL;
+        return sums_damage("header: the backing store's record (its size, flags and path) does "
+                           "not match its sum");
     struct backing_kept kept = {
         .fd = dev->state->fd, .sums_offset = header->sums_offset, .adopt = true};
     struct backing *backing;

@@ -23,6 +23,7 @@
 
 #include "fault.h"
 #include "state.h"
+#include "sums.h"
 
 static off_t dict_at(const struct state_file *state, unsigned id)
 {
@@ -48,6 +49,8 @@ int state_save_dict(void *arg, unsigned id, const void *bytes, size_t size)
         }
         done += (size_t)n;
     }
+    /* the record says unused until after this (save_codec): no successor checks it before */
+    state->header->codecs[id].dict_sum = sums_32(bytes, size);
     return 0;
 }
 
@@ -59,13 +62,18 @@ int state_load_dict(struct state_file *state, unsigned id, int algorithm, int le
     if (size == 0)
         return 0;
     if (size > STATE_DICT_BYTES || size < COMP_DICT_MIN)
-        return -EINVAL;
+        return sums_damage("header: codec record %u gives its dictionary %u bytes", id, size);
     void *bytes = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(size);
     if (!bytes)
         return -ENOMEM;
-    int rc = pread(state->fd, bytes, size, dict_at(state, id)) == (ssize_t)size
-                 ? comp_dict_create(algorithm, level, bytes, size, out)
-                 : -EIO;
+    int rc = pread(state->fd, bytes, size, dict_at(state, id)) == (ssize_t)size ? 0 : -EIO;
+    if (rc == 0 && sums_32(bytes, size) != state->header->codecs[id].dict_sum)
+        rc = sums_damage("dictionary of codec record %u (bytes %lld to %lld): its bytes do not "
+                         "match their sum",
+                         id, (long long)dict_at(state, id),
+                         (long long)dict_at(state, id) + size - 1);
+    if (rc == 0)
+        rc = comp_dict_create(algorithm, level, bytes, size, out);
     free(bytes);
     return rc;
 }

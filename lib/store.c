@@ -231,6 +231,7 @@ int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out)
         .offset = dev->state ? dev->state->header->dedup_offset : 0,
         .limited = dev->state && dev->state->limited,
         .adopt = adopt,
+        .lock_timeouts = &dev->events->state_lock_timeouts,
     };
     return dedup_create_in(dev->page_count, &ops, dev->state ? &file : NULL, out);
 }
@@ -397,8 +398,9 @@ static bool hold_backed(struct uzram *dev, struct slot *slot, struct page_object
         return false;
     struct dedup *dedup = device_dedup(dev);
     struct dedup_object object;
-    dedup_with_object(dedup, (uint32_t)held->value, store_copy_dedup_object, &object);
-    return (object.handle & OBJECT_BACKED) && dedup_get(dedup, (uint32_t)held->value);
+    /* (failing, a pin that stayed held: read under the lock, where it fails too) */
+    return dedup_with_object(dedup, (uint32_t)held->value, store_copy_dedup_object, &object) == 0 &&
+           (object.handle & OBJECT_BACKED) && dedup_get(dedup, (uint32_t)held->value);
 }
 
 /* Bring a written-back page read again back into memory (see read_held): its object, whose
@@ -412,17 +414,18 @@ static void promote(struct uzram *dev, uint64_t index, const struct page_object 
     if (store_put_object(dev, backed_bytes, held->size, held->codec, index + 1, false, &made) < 0)
         return;
     struct slot *slot = &dev->slots[index];
-    slot_lock(slot);
-    slot_get(slot, &now);
-    bool same = now.state == SLOT_BACKED && now.value == held->value && now.size == held->size &&
-                now.codec == held->codec;
-    if (same) {
-        slot_set_form(dev, slot, &made);
-        backing_free(device_backing(dev), held->value, held->size);
-        counter_sub(&dev->bd_data_size, held->size);
-        counter_sub(&dev->bd_objects, 1);
+    bool same = false;
+    if (slot_lock(dev, slot) == 0) {
+        slot_get(slot, &now);
+        same = now.state == SLOT_BACKED && now.value == held->value && now.size == held->size &&
+               now.codec == held->codec && slot_set_form(dev, slot, &made) == 0;
+        if (same) {
+            backing_free(device_backing(dev), held->value, held->size);
+            counter_sub(&dev->bd_data_size, held->size);
+            counter_sub(&dev->bd_objects, 1);
+        }
+        slot_unlock(slot);
     }
-    slot_unlock(slot);
     if (!same) {
         pool_free(dev->pool, made.value);
         counter_sub(&dev->compr_data_size, made.size);
@@ -449,28 +452,44 @@ static int read_held(struct uzram *dev, const struct page_object *held, void *pa
     return rc;
 }
 
+/* Let go of a form prepare_page() made that no slot took (nothing counted it as stored). */
+static void drop_new(struct uzram *dev, const struct page_object *object)
+{
+    if (object->state == SLOT_DEDUP)
+        dedup_put(device_dedup(dev), (uint32_t)object->value);
+    else if (object->state == SLOT_COMPRESSED || object->state == SLOT_HUGE)
+        store_free_object(dev, object);
+}
+
 /* Publish `object` (counted as raw when `huge`) in `slot`, then release
  * what the slot held: the one place a slot changes hands. The lock covers
  * only the swap and the counts; the old form is released after it, since
  * dropping its last reference may free a pool object. `locked`: the
- * caller already holds the slot lock (a partial write). Returns the state
- * the slot had. */
-static enum slot_state slot_replace(struct uzram *dev, struct slot *slot,
-                                    const struct page_object *object, bool huge, bool locked,
-                                    uint32_t now)
+ * caller already holds the slot lock (a partial write). The state the slot
+ * had in *was; -EIO when a lock word of the state file stayed held (the
+ * slot keeps its form, `object` is let go). */
+static int slot_replace(struct uzram *dev, struct slot *slot, const struct page_object *object,
+                        bool huge, bool locked, uint32_t now, enum slot_state *was)
 {
     struct page_object old;
-    if (!locked)
-        slot_lock(slot);
-    slot_get(slot, &old);
-    /* dedup_is_huge needs the reference the slot still holds */
-    bool old_huge = store_object_is_huge(dev, &old);
-    slot_set_marks(dev, slot, 0, SLOT_IDLE | SLOT_INCOMPRESSIBLE);
-    slot_set(dev, slot, object, now);
-    account_new(dev, object, huge);
-    slot_unlock(slot);
-    release_old(dev, &old, old_huge);
-    return old.state;
+    int rc = locked ? 0 : slot_lock(dev, slot);
+    if (rc == 0) {
+        slot_get(slot, &old);
+        /* dedup_is_huge needs the reference the slot still holds */
+        bool old_huge = store_object_is_huge(dev, &old);
+        slot_set_marks(dev, slot, 0, SLOT_IDLE | SLOT_INCOMPRESSIBLE);
+        rc = slot_set(dev, slot, object, now);
+        if (rc == 0)
+            account_new(dev, object, huge);
+        slot_unlock(slot);
+        if (rc == 0)
+            release_old(dev, &old, old_huge);
+    }
+    if (rc < 0)
+        drop_new(dev, object);
+    if (was)
+        *was = rc == 0 ? old.state : SLOT_EMPTY;
+    return rc;
 }
 
 /* Store a whole page in slot `index`. A failure leaves the old content in
@@ -488,8 +507,7 @@ static int store_page(struct uzram *dev, uint64_t index, const void *page, bool 
             slot_unlock(slot);
         return rc;
     }
-    slot_replace(dev, slot, &object, huge, locked, now);
-    return 0;
+    return slot_replace(dev, slot, &object, huge, locked, now, NULL);
 }
 
 /* Write part of a page: read the page, patch it, store it whole. The slot
@@ -507,8 +525,10 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
                          unsigned length, uint32_t now)
 {
     struct slot *slot = &dev->slots[index];
-    slot_lock(slot);
-    int rc = store_load_locked(dev, slot, page_buffer);
+    int rc = slot_lock(dev, slot);
+    if (rc < 0)
+        return rc;
+    rc = store_load_locked(dev, slot, page_buffer);
     if (rc < 0) {
         slot_unlock(slot);
         return rc;
@@ -520,20 +540,26 @@ static int write_partial(struct uzram *dev, uint64_t index, unsigned offset, con
     return store_page(dev, index, page_buffer, true, now);
 }
 
-static void discard_page(struct uzram *dev, uint64_t index)
+static int discard_page(struct uzram *dev, uint64_t index)
 {
     struct slot *slot = &dev->slots[index];
     if (slot_empty_at(dev, index))
-        return;
+        return 0;
     const struct page_object empty = {.state = SLOT_EMPTY};
-    if (slot_replace(dev, slot, &empty, false, false, 0) != SLOT_EMPTY)
+    enum slot_state was;
+    int rc = slot_replace(dev, slot, &empty, false, false, 0, &was);
+    if (rc == 0 && was != SLOT_EMPTY)
         counter_add(&dev->events->notify_free, 1);
+    return rc;
 }
 
-void store_discard_all(struct uzram *dev)
+int store_discard_all(struct uzram *dev)
 {
+    int rc = 0;
     for (uint64_t index = 0; index < dev->page_count; index++)
-        discard_page(dev, index);
+        if (discard_page(dev, index) < 0)
+            rc = -EIO;
+    return rc;
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -584,8 +610,10 @@ int uzram_read(struct uzram *dev, uint64_t offset, void *buf, size_t length)
         }
         unsigned char *page = chunk == UZRAM_PAGE_SIZE ? out : page_buffer;
         struct page_object held;
-        slot_lock(slot);
-        if (hold_backed(dev, slot, &held)) {
+        if (slot_lock(dev, slot) < 0) {
+            rc = -EIO;
+            memset(page, 0, UZRAM_PAGE_SIZE);
+        } else if (hold_backed(dev, slot, &held)) {
             /* A page read from the backing store a second time since it went there comes back
              * into memory when there is room: read twice, it is in use again; read once,
              * it may be a scan (a backup, a checksum) passing by, as the kernel's page
@@ -655,9 +683,9 @@ static int zero_range(struct uzram *dev, uint64_t offset, uint64_t length, bool 
             rc = write_range(dev, offset, NULL, chunk);
         } else if (keep_allocated) {
             const struct page_object zero = {.state = SLOT_SAME, .value = 0};
-            slot_replace(dev, &dev->slots[index], &zero, false, false, store_now(dev));
+            rc = slot_replace(dev, &dev->slots[index], &zero, false, false, store_now(dev), NULL);
         } else {
-            discard_page(dev, index);
+            rc = discard_page(dev, index);
         }
         offset += chunk;
         length -= chunk;
@@ -675,14 +703,17 @@ int uzram_write_zeroes(struct uzram *dev, uint64_t offset, uint64_t length, bool
     return zero_range(dev, offset, length, keep_allocated);
 }
 
-static unsigned extent_flags(struct uzram *dev, uint64_t index)
+/* The extent flags of page `index`; -EIO for a slot lock of the state file held for good. */
+static int extent_flags(struct uzram *dev, uint64_t index)
 {
     struct slot *slot = &dev->slots[index];
     if (slot_empty_at(dev, index))
         return UZRAM_EXTENT_HOLE | UZRAM_EXTENT_ZERO;
-    slot_lock(slot);
+    int rc = slot_lock(dev, slot);
+    if (rc < 0)
+        return rc;
     uint32_t info = slot_info(slot);
-    unsigned flags = 0;
+    int flags = 0;
     if (slot_info_state(info) == SLOT_EMPTY)
         flags = UZRAM_EXTENT_HOLE | UZRAM_EXTENT_ZERO;
     else if (slot_info_state(info) == SLOT_SAME && slot->value == 0)
@@ -699,13 +730,15 @@ int uzram_extent(struct uzram *dev, uint64_t offset, uint64_t length, uint64_t *
         return -EINVAL;
     }
     uint64_t index = offset / UZRAM_PAGE_SIZE;
-    unsigned first = extent_flags(dev, index);
+    int first = extent_flags(dev, index);
+    if (first < 0)
+        return first;
     uint64_t end = offset + length;
     uint64_t run_end = (index + 1) * UZRAM_PAGE_SIZE;
     while (run_end < end && extent_flags(dev, run_end / UZRAM_PAGE_SIZE) == first)
         run_end += UZRAM_PAGE_SIZE;
     *run_length = (run_end < end ? run_end : end) - offset;
-    *flags = first;
+    *flags = (unsigned)first;
     return 0;
 }
 
@@ -719,7 +752,11 @@ int uzram_mark_idle(struct uzram *dev, uint64_t min_age, uint64_t *marked)
         struct slot *slot = &dev->slots[index];
         if (slot_empty_at(dev, index))
             continue;
-        slot_lock(slot);
+        if (slot_lock(dev, slot) < 0) {
+            if (marked)
+                *marked = count;
+            return -EIO;
+        }
         uint32_t info = slot_info(slot);
         uint32_t ac_time = atomic_load_explicit(&slot->ac_time, memory_order_relaxed);
         /* ac_time ahead of now: a write that read the clock after this
@@ -759,20 +796,17 @@ static bool owner_try_lock(void *arg, uint64_t owner, uint64_t handle)
     return false;
 }
 
-static void owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+static bool owner_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
     struct uzram *dev = arg;
-    if (owner & OWNER_DEDUP_BIT) {
-        dedup_relocate(device_dedup(dev), (uint32_t)(owner & ~OWNER_DEDUP_BIT), new_handle);
-        return;
-    }
-    if (owner & OWNER_BUNDLE_BIT) {
-        bundle_relocate(dev, owner, old_handle, new_handle);
-        return;
-    }
+    if (owner & OWNER_DEDUP_BIT)
+        return dedup_relocate(device_dedup(dev), (uint32_t)(owner & ~OWNER_DEDUP_BIT), new_handle);
+    if (owner & OWNER_BUNDLE_BIT)
+        return bundle_relocate(dev, owner, old_handle, new_handle);
     struct slot *slot = &dev->slots[owner - 1];
-    slot_set_value(dev, slot, new_handle);
+    bool moved = slot_set_value(dev, slot, new_handle) == 0;
     slot_unlock(slot);
+    return moved;
 }
 
 uint64_t store_compact_pool(struct uzram *dev)

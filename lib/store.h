@@ -60,7 +60,8 @@ int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out);
 /* The form of a dedup entry's object: COMPRESSED, HUGE, or (written back) BACKED. */
 struct page_object store_dedup_form(const struct dedup_object *object);
 
-/* Reset: free every page (counted in notify_free as a discard is). */
-void store_discard_all(struct uzram *dev);
+/* Reset: free every page (counted in notify_free as a discard is). -EIO: a page whose slot
+ * lock, a word of the state file, stayed held (it keeps its data); the others are freed. */
+int store_discard_all(struct uzram *dev);
 
 #endif

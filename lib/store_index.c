@@ -40,7 +40,8 @@ static long collect(struct uzram *dev, uint64_t lo, uint64_t hi, struct namer *l
             slot_info_state(atomic_load_explicit(&slot->info, memory_order_relaxed) & ~SLOT_LOCK) !=
                 SLOT_DEDUP)
             continue;
-        slot_lock(slot);
+        if (slot_lock(dev, slot) < 0)
+            continue; /* (a word of the state file held for good: that slot is left) */
         uint64_t id = slot->value;
         bool named = slot_info_state(slot_info(slot)) == SLOT_DEDUP && id >= lo && id < hi;
         slot_unlock(slot);
@@ -83,9 +84,7 @@ static bool move_entry(struct uzram *dev, struct dedup *dedup, const struct name
     bool named = true;
     while (named && locked < count) {
         struct slot *slot = &dev->slots[list[locked].index];
-        if (locked == 0)
-            slot_lock(slot);
-        else if (!slot_trylock(slot))
+        if (locked == 0 ? slot_lock(dev, slot) < 0 : !slot_trylock(slot))
             break;
         locked++;
         named = slot_info_state(slot_info(slot)) == SLOT_DEDUP && slot->value == list[0].id;
@@ -94,7 +93,7 @@ static bool move_entry(struct uzram *dev, struct dedup *dedup, const struct name
     bool moved =
         named && locked == count && dedup_move(dedup, list[0].id, (uint32_t)count, &to) == 0;
     for (size_t k = 0; moved && k < locked; k++) {
-        slot_set_value(dev, &dev->slots[list[k].index], to);
+        slot_set_moved(dev, &dev->slots[list[k].index], to);
         test_kill_point();
     }
     if (moved) /* every slot names `to`: the old id given back */

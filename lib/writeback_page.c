@@ -128,11 +128,11 @@ static bool publish_bundled(struct uzram *dev, struct writeback_item *item, bool
     struct slot *slot = &dev->slots[item->index];
     bool same = false;
     if (slot_lock_for_writeback(slot, wait)) {
-        same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == item->value;
+        /* The codec user passes to the written-back form. */
+        const struct page_object backed = {SLOT_BACKED, item->offset, item->codec, item->size};
+        same = slot_info_state(slot_info(slot)) == SLOT_BUNDLED && slot->value == item->value &&
+               slot_set_form(dev, slot, &backed) == 0;
         if (same) {
-            /* The codec user passes to the written-back form. */
-            const struct page_object backed = {SLOT_BACKED, item->offset, item->codec, item->size};
-            slot_set_form(dev, slot, &backed);
             counter_add(&dev->bd_objects, 1);
             counter_add(&dev->bd_data_size, item->size);
             if (item->size == UZRAM_PAGE_SIZE)
@@ -209,9 +209,9 @@ int writeback_page_take(struct uzram *dev, uint64_t index, const struct writebac
         return 0;
     struct entry_copy copy = {dev, bytes, &item->entry, filter->relocate};
     int size = dedup_with_object(dedup, id, copy_entry_bytes, &copy);
-    if (size == 0)
-        dedup_put(dedup, id); /* already written back, or not in a sparse block */
-    return size;
+    if (size <= 0) /* already written back, not in a sparse block, or its state held */
+        dedup_put(dedup, id);
+    return size < 0 ? 0 : size;
 }
 
 bool writeback_page_in_memory(struct uzram *dev, uint64_t index)
@@ -251,9 +251,7 @@ static bool publish_moved(struct uzram *dev, struct writeback_item *item, bool w
         struct page_object now;
         slot_get(slot, &now);
         same = now.state == SLOT_BACKED && now.value == item->value && now.size == item->size &&
-               now.codec == item->codec;
-        if (same)
-            slot_set_value(dev, slot, item->offset);
+               now.codec == item->codec && slot_set_value(dev, slot, item->offset) == 0;
         slot_unlock(slot);
     }
     if (same)
@@ -295,14 +293,13 @@ bool writeback_page_publish(struct uzram *dev, struct writeback_item *item, cons
      * could have been freed and reused for another page meanwhile. */
     struct page_object now;
     slot_get(slot, &now);
+    /* The codec user passes to the written-back form. */
+    const struct page_object backed = {SLOT_BACKED, item->offset, now.codec, now.size};
     bool same = now.state == item->state && now.size == item->size && now.codec == item->codec &&
-                memcmp(pool_map(dev->pool, now.value), bytes, now.size) == 0;
-    if (same) {
-        /* The codec user passes to the written-back form. */
-        const struct page_object backed = {SLOT_BACKED, item->offset, now.codec, now.size};
-        slot_set_form(dev, slot, &backed);
+                memcmp(pool_map(dev->pool, now.value), bytes, now.size) == 0 &&
+                slot_set_form(dev, slot, &backed) == 0;
+    if (same)
         account_written_back(dev, now.size);
-    }
     slot_unlock(slot);
     if (same)
         pool_free(dev->pool, now.value);

@@ -253,9 +253,10 @@ static bool no_owner(void *arg, uint64_t owner, uint64_t handle)
     return false;
 }
 
-static void no_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+static bool no_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
     (void)arg, (void)owner, (void)old_handle, (void)new_handle;
+    return true;
 }
 
 /* Emptied spans stay resident in the span cache (not in mem_used), the next
@@ -381,7 +382,7 @@ static bool table_try_lock(void *arg, uint64_t owner, uint64_t handle)
     return true;
 }
 
-static void table_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
+static bool table_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint64_t new_handle)
 {
     struct owner_table *table = arg;
     struct owner_entry *entry = &table->entries[owner - 1];
@@ -390,6 +391,7 @@ static void table_relocate(void *arg, uint64_t owner, uint64_t old_handle, uint6
     entry->handle = new_handle;
     entry->moves++;
     pthread_mutex_unlock(&entry->lock);
+    return true;
 }
 
 static void table_init(struct owner_table *table, size_t count)

@@ -217,9 +217,9 @@ static void test_state_version_refused(void **unused)
     read_header(fd, after, sizeof after);
     assert_memory_equal(before, after, sizeof before);
 
-    /* Version 1 (before dictionaries and the backing store were kept) and version 2 (before
-     * the dedup index was) are other versions. */
-    for (uint32_t old = 1; old <= 2; old++) {
+    /* Version 1 (before dictionaries and the backing store were kept), version 2 (before
+     * the dedup index was) and version 3 (before the check bits and sums) are other versions. */
+    for (uint32_t old = 1; old <= 3; old++) {
         assert_int_equal(pwrite(fd, &old, sizeof old, at), sizeof old);
         assert_int_equal(uzram_adopt(fd, &dev), -EPROTONOSUPPORT);
         assert_int_equal(uzram_state_info(fd, &info), -EPROTONOSUPPORT);

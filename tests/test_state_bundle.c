@@ -186,12 +186,17 @@ static void test_state_bundle_records_checked(void **unused)
     assert_int_equal(pread(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
     assert_int_equal(slot_info_state(slot.info), SLOT_BUNDLED);
     memcpy(&bad, &slot, sizeof slot);
+    /* (their check bits made to match, so that the records' own checks are what refuses) */
     bad.value = (uint64_t)4000 << 4 | (slot.value & 15);
+    bad.info = (slot.info & ~SLOT_CHECK_MASK) | slot_check(slot.info, bad.value);
     assert_int_equal(pwrite(fd, &bad, sizeof bad, at), (ssize_t)sizeof bad);
-    assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
+    assert_int_equal(uzram_adopt(fd, &dev), -EUCLEAN);
+    assert_non_null(strstr(uzram_state_damage(), "bundle record the file does not hold"));
     bad.value = slot.value | 15;
+    bad.info = (slot.info & ~SLOT_CHECK_MASK) | slot_check(slot.info, bad.value);
     assert_int_equal(pwrite(fd, &bad, sizeof bad, at), (ssize_t)sizeof bad);
-    assert_int_equal(uzram_adopt(fd, &dev), -EINVAL);
+    assert_int_equal(uzram_adopt(fd, &dev), -EUCLEAN);
+    assert_non_null(strstr(uzram_state_damage(), "does not hold this page at the place"));
     assert_int_equal(pwrite(fd, &slot, sizeof slot, at), (ssize_t)sizeof slot);
     assert_int_equal(uzram_adopt(fd, &dev), 0);
     state_test_check(dev, gens, 64);

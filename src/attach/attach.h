@@ -121,6 +121,14 @@ int blockdev_claim_except(const char *device, pid_t ours, char *message, size_t 
  * blockdev_claim() says), the wrong kind or size. */
 void backing_refusal(const char *path, int rc, const char *overwrite, char *message, size_t size);
 
+/* The library's rule for a file that holds a device's data (a backing store's file, `what`
+ * "the store"; a state file, "the state"): why it refused `path` (`st` its status, or NULL)
+ * with -EPERM (another user's), -EACCES (a mode that lets others in) or -EMLINK (other hard
+ * links), in words that say what to do, into `message`; false for another `rc`. */
+struct stat;
+bool private_file_refusal(const char *path, const struct stat *st, int rc, const char *what,
+                          char *message, size_t size);
+
 /* backing_refusal() for the backing_dev attribute (`value`, a path), as "cannot use PATH as
  * backing_dev: why", into `message`; left alone when the device holds data (the attribute's
  * own refusal: it changes only while the device is empty). */

@@ -1,7 +1,7 @@
 /* backing_dev.c - the backing store of a served device, as `serve --backing-file`, hot-add and
  * the backing_dev attribute give it: the path made absolute (or refused where it would be taken
  * from the server's directory), opened by the library's rules, and why it was refused, in one
- * line that says what to do. */
+ * line that says what to do (the rule a state file follows too: private_file_refusal). */
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
@@ -31,11 +31,44 @@ static void block_user(const char *path, char *message, size_t size)
     }
 }
 
+bool private_file_refusal(const char *path, const struct stat *st, int rc, const char *what,
+                          char *message, size_t size)
+{
+    char who[64], me[64];
+    switch (-rc) {
+    case EPERM:
+        user_name(st ? st->st_uid : (uid_t)-1, who, sizeof who);
+        user_name(geteuid(), me, sizeof me);
+        snprintf(message, size,
+                 "it belongs to user %s, not %s: %s must be the server's own file (its owner "
+                 "could read and change the device's data); remove it or give another path",
+                 who, me, what);
+        return true;
+    case EACCES:
+        if (!st || !S_ISREG(st->st_mode) || !(st->st_mode & 077))
+            return false;
+        snprintf(message, size,
+                 "its mode %04o lets other users in, and %s holds the device's data: chmod 600 "
+                 "%s, or give another path",
+                 (unsigned)(st->st_mode & 07777), what, path);
+        return true;
+    case EMLINK:
+        snprintf(message, size,
+                 "it has %lu hard links, and any other name of it reaches the device's data: "
+                 "give a file with one name",
+                 st ? (unsigned long)st->st_nlink : 0UL);
+        return true;
+    default:
+        return false;
+    }
+}
+
 void backing_refusal(const char *path, int rc, const char *overwrite, char *message, size_t size)
 {
     struct stat st;
     bool seen = stat(path, &st) == 0;
-    char who[64], me[64];
+    if (private_file_refusal(path, seen ? &st : NULL, rc, "the store", message, size))
+        return;
     switch (-rc) {
     case EEXIST:
         snprintf(message, size,
@@ -44,29 +77,6 @@ void backing_refusal(const char *path, int rc, const char *overwrite, char *mess
                  seen ? (long long)st.st_size : 0LL,
                  overwrite ? ", or add " : " (truncate -s 0 it first if it is scratch space)",
                  overwrite ? overwrite : "");
-        break;
-    case EPERM:
-        user_name(seen ? st.st_uid : (uid_t)-1, who, sizeof who);
-        user_name(geteuid(), me, sizeof me);
-        snprintf(message, size,
-                 "it belongs to user %s, not %s: the store must be the server's own file (its "
-                 "owner could read and change the device's data); remove it or give another path",
-                 who, me);
-        break;
-    case EACCES:
-        if (seen && S_ISREG(st.st_mode) && (st.st_mode & 077))
-            snprintf(message, size,
-                     "its mode %04o lets other users in, and the store holds the device's data: "
-                     "chmod 600 %s, or give another path",
-                     (unsigned)(st.st_mode & 07777), path);
-        else
-            snprintf(message, size, "%s", strerror(EACCES));
-        break;
-    case EMLINK:
-        snprintf(message, size,
-                 "it has %lu hard links, and any other name of it reaches the device's data: "
-                 "give a file with one name",
-                 seen ? (unsigned long)st.st_nlink : 0UL);
         break;
     case ELOOP:
         snprintf(message, size,

@@ -493,6 +493,14 @@ static void watch_device(struct uzram *dev, const char *name, struct nbd_device_
     } else if (now.failed_reads < seen->failed_reads) {
         seen->failed_reads = now.failed_reads; /* a reset */
     }
+    if (now.state_lock_timeouts > seen->state_lock_timeouts && seen->state_lock_timeouts == 0)
+        fprintf(stderr,
+                "uzram: %s: a lock word in its state file stayed held past its deadline "
+                "(state_lock_timeouts %llu): what needed it failed with EIO; another process "
+                "writes the state, or it is damaged: stop this server, and the next one takes "
+                "the state over afresh\n",
+                name, (unsigned long long)now.state_lock_timeouts);
+    seen->state_lock_timeouts = now.state_lock_timeouts;
     seen->bd_writes = now.bd_writes;
     seen->bd_nospace = now.bd_nospace;
     seen->bd_write_errors = now.bd_write_errors;

@@ -16,6 +16,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "attach/attach.h"
 #include "common/systemd.h"
 #include "common/util.h"
 #include "server/persist.h"
@@ -162,8 +163,11 @@ int persist_check(const struct complaints *to, const struct label *label, const 
 }
 
 /* Open (or create) the state file PATH for device `name`: a regular file on tmpfs (a disk
- * file system would write every page out), locked for this server. Returns the descriptor,
- * or -1 after a complaint. */
+ * file system would write every page out), the server's user's alone (the library's rule,
+ * checked on what was opened before it is read or locked: another user's file is left as it
+ * is), locked for this server. A new one is made with O_EXCL, mode 0600: never through a
+ * symbolic link, never a file somebody made first. Returns the descriptor, or -1 after a
+ * complaint. */
 static int open_file(const struct complaints *to, const struct label *label, const char *path,
                      bool *created)
 {
@@ -179,17 +183,24 @@ static int open_file(const struct complaints *to, const struct label *label, con
     }
     struct stat st;
     struct statfs fs;
+    struct uzram_state_info info;
+    char refusal[PATH_MAX + 256];
     const char *why = NULL;
+    int rc;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
         why = "is not a regular file";
     else if (fstatfs(fd, &fs) < 0 || (fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC))
         why = "is not on tmpfs (every page would go to disk): put it in /dev/shm or /run";
+    else if ((rc = uzram_state_info(fd, &info)) < 0 &&
+             private_file_refusal(path, &st, rc, "the state", refusal, sizeof refusal))
+        why = refusal;
     else if (flock(fd, LOCK_EX | LOCK_NB) < 0)
         why = errno == EWOULDBLOCK ? "is the state of a server that runs: stop it, or give this "
                                      "device a PATH of its own"
                                    : strerror(errno);
     if (why != NULL) {
-        complain(to, "%s%s '%s' %s", label->where, label->name, path, why);
+        complain(to, "%s%s '%s'%s%s", label->where, label->name, path, why == refusal ? ": " : " ",
+                 why);
         if (*created)
             unlink(path);
         close(fd);
@@ -220,6 +231,15 @@ static int state_fd(const struct complaints *to, const struct label *label, cons
     return fd;
 }
 
+/* A state the library found damaged (uzram_state_damage() says where): refused, left as it is. */
+static void damaged(const struct complaints *to, const char *where)
+{
+    complain(to,
+             "cannot take over %s: the state is damaged: %s; it is left as it is: move it away "
+             "to look at it, or remove it to start empty (what it held is lost)",
+             where, uzram_state_damage());
+}
+
 /* Take over the state in `fd` (it holds one): the same size, algorithm and dedup setting as
  * `config`, or refused, so that a changed configuration does not silently serve other
  * settings. */
@@ -229,6 +249,10 @@ static int adopt(const struct complaints *to, const char *where, const struct uz
     struct uzram_state_info info;
     int rc = uzram_state_info(fd, &info);
     char size[16], wanted[16];
+    if (rc == -EUCLEAN) {
+        damaged(to, where);
+        return -1;
+    }
     if (rc == -EPROTONOSUPPORT) {
         complain(to,
                  "%s holds a state of format version %u, and this uzram reads version %u: run "
@@ -266,7 +290,9 @@ static int adopt(const struct complaints *to, const char *where, const struct uz
         return -1;
     }
     rc = uzram_adopt(fd, dev);
-    if (rc == -ENOENT || rc == -ESTALE) /* the state is there: its backing store is not */
+    if (rc == -EUCLEAN)
+        damaged(to, where);
+    else if (rc == -ENOENT || rc == -ESTALE) /* the state is there: its backing store is not */
         complain(to,
                  "cannot take over %s: the backing file its pages were written back to is %s: "
                  "put it back as it was, or remove the state to start empty",

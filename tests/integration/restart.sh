@@ -297,7 +297,7 @@ pass "--dedup: every byte and dedup_entries, dup_data_size, meta_data_size back 
 kill9 r
 refused "another size" "holds a 64M lz4 device, not 128M lz4" -n r -s 128M --persist="$SHM/r.uzram"
 refused "another algorithm" "--size 64M --algorithm lz4" -n r -s 64M -a zstd --persist="$SHM/r.uzram"
-head -c 8192 /dev/urandom >"$SHM/junk"
+(umask 077 && head -c 8192 /dev/urandom >"$SHM/junk") # the server's own file, for it alone
 cp "$SHM/junk" "$WORK/junk"
 refused "not a state" "is not a uzram state" -n j -s 64M --persist="$SHM/junk"
 cmp -s "$SHM/junk" "$WORK/junk" || fail "a refused start changed a file that is not a state"
