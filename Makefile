@@ -35,21 +35,21 @@ endif
 # libuzram.a, and libuzram.so.MAJOR.MINOR.PATCH with soname libuzram.so.MAJOR (and the
 # usual links), built with hidden visibility: they export only what uzram.h marks
 # UZRAM_API (scripts/check-exports.sh checks it). libuzram-test.a is the same engine with
-# the test hooks (-DUZRAM_TEST_HOOKS: lib/fault.c, dedup_force_collisions), for the tests
+# the test hooks (-DUZRAM_TEST_HOOKS: lib/common/fault.c, dedup_force_collisions), for the tests
 # and fuzzers alone. The version comes from uzram.h.
 version_part = $(shell sed -n 's/^.define UZRAM_VERSION_$(1) *\([0-9][0-9]*\)$$/\1/p' include/uzram.h)
 VERSION := $(call version_part,MAJOR).$(call version_part,MINOR).$(call version_part,PATCH)
 SONAME := libuzram.so.$(call version_part,MAJOR)
 
-LIB_SRCS := $(sort $(wildcard lib/*.c))
-LIB_HOOK_SRCS := lib/fault.c
+LIB_SRCS := $(sort $(wildcard lib/*/*.c))
+LIB_HOOK_SRCS := lib/common/fault.c
 LIB_ENGINE_SRCS := $(filter-out $(LIB_HOOK_SRCS),$(LIB_SRCS))
 LIB_PIC_OBJS := $(LIB_ENGINE_SRCS:%.c=$(O)/shared/%.o)
 LIB_TEST_OBJS := $(LIB_SRCS:%.c=$(O)/test-hooks/%.o)
 LIBUZRAM := $(O)/libuzram.a
 LIBUZRAM_SO := $(O)/libuzram.so.$(VERSION)
 LIBUZRAM_TEST := $(O)/libuzram-test.a
-HEADERS := $(wildcard include/*.h lib/*.h src/*/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h lib/*/*.h src/*/*.h tests/*.h)
 
 # The program's parts each have a folder under src/ (see docs/ARCHITECTURE.md).
 SRC_SRCS := $(sort $(wildcard src/*/*.c))
@@ -205,7 +205,7 @@ bench: deps
 	$(MAKE) programs
 	./bench/run.sh
 
-FORMAT_FILES = include/*.h lib/*.[ch] src/*/*.[ch] tests/*.[ch] tests/vm/*.c $(wildcard fuzz/*.[ch] bench/*.c)
+FORMAT_FILES = include/*.h lib/*/*.[ch] src/*/*.[ch] tests/*.[ch] tests/vm/*.c $(wildcard fuzz/*.[ch] bench/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bundle-shapes.sh - what the shape of a bundle's frame costs (issue 27): for bundles of 4, 8
 # and 16 pages, frames cut into blocks of 1, 2, 4 pages or not at all (the engine's cut,
-# lib/comp.c comp_span_block, marked), memory against the pages a random read of a bundled
+# lib/codec/comp.c comp_span_block, marked), memory against the pages a random read of a bundled
 # page decodes and the CPU time it takes, from bench/bundle_shapes.c (the engine's own
 # compression, pool costs and span decoder, in one process) on the image bench/bundle.sh
 # stores. What bounds random reads of bundles, and what a smaller or larger cut would cost in

@@ -3,8 +3,8 @@
  *
  * For a file of pages (same-filled pages left out, as the engine never bundles them), with a
  * 64 KiB zstd dictionary trained on every 8th page (up to 4096) and zstd level 7 as the
- * engine's codec (lib/comp.c): each page alone (its pool object's cost, pool_object_cost), and
- * for bundles of N = 4, 8, 16 pages each aligned window of N compressible pages as one frame
+ * engine's codec (lib/codec/comp.c): each page alone (its pool object's cost, pool_object_cost),
+ * and for bundles of N = 4, 8, 16 pages each aligned window of N compressible pages as one frame
  * cut into blocks of B pages (comp_compress_span_blocks; the engine's B is comp_span_block's,
  * marked in the table), kept as a
  * bundle only where its pieces cost less than the same pages alone (recompress_bundle.c
@@ -23,9 +23,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "bundle.h"
-#include "comp.h"
-#include "pool.h"
+#include "recompress/bundle.h"
+#include "codec/comp.h"
+#include "pool/pool.h"
 #include "uzram.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -23,7 +23,7 @@ ZDEV=/dev/$ZRAM
 ZSYS=/sys/block/$ZRAM
 
 # recomp_thread_full_speed PID: the recompression thread of server PID runs at SCHED_IDLE
-# (lib/background.c): on a machine loaded by other work it gets almost no CPU, and its memory
+# (lib/common/background.c): on a machine loaded by other work it gets almost no CPU, and its memory
 # stops moving long before its work is done. Where a benchmark measures where the thread ends
 # (not what it costs the foreground), it runs it at the normal priority (chrt, as root).
 recomp_thread_full_speed() {

@@ -4,7 +4,7 @@
  * sequential write fills them: zsmalloc as Linux 6.4+ builds it (classes of 16 bytes from 32,
  * an 8-byte handle in each object, zspages of up to 8 pages with the least waste in bytes,
  * classes of one shape merged, pages from huge_class_size up stored whole) and uzram's pool
- * with its real shapes (lib/pool_class.c, from build/libuzram.a). Splits each pool's bytes
+ * with its real shapes (lib/pool/pool_class.c, from build/libuzram.a). Splits each pool's bytes
  * past the lz4 bytes into the objects' class rounding, the tail waste of full spans, the
  * part-empty last span of each class and the raw pages. */
 #include <lz4.h>
@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "device.h"
-#include "pool_class.h"
+#include "core/device.h"
+#include "pool/pool_class.h"
 
 #define ZS_MIN_ALLOC 32u
 #define ZS_DELTA 16u

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dedup.h"
-#include "device.h"
+#include "dedup/dedup.h"
+#include "core/device.h"
 #include "uzram.h"
 
 /*

@@ -245,10 +245,10 @@ UZRAM_API int uzram_set_recomp_algorithm(struct uzram *dev, unsigned priority, c
  * of at most that many bytes (256 .. 1 MiB) from a sample of the stored
  * pages (zstd's ZDICT), now if enough are stored, else at the start of the
  * next recompression that finds enough; trained again as the stored data grows
- * (4 trainings at most: docs/uzram.1, lib/recompress_dict.c). Only zstd takes dictionaries.
- * Errors: -EINVAL bad priority, level or size, a dictionary for another
- * algorithm, content zstd cannot use; -ENOENT no algorithm at that priority;
- * -EBUSY (priority 0 with data stored); -ENOSPC as above; -ENOMEM. */
+ * (4 trainings at most: docs/uzram.1, lib/recompress/recompress_dict.c). Only zstd takes
+ * dictionaries. Errors: -EINVAL bad priority, level or size, a dictionary for another algorithm,
+ * content zstd cannot use; -ENOENT no algorithm at that priority; -EBUSY (priority 0 with data
+ * stored); -ENOSPC as above; -ENOMEM. */
 UZRAM_API int uzram_set_algorithm_params(struct uzram *dev, unsigned priority, int level,
                                          const void *dict, size_t dict_size);
 

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "fault.h"
+#include "common/fault.h"
 
 int state_test_memfd(void)
 {

@@ -1,5 +1,5 @@
-/* test_bundle.c - unit and concurrency tests of bundles (lib/bundle.h): idle neighbours packed
- * by recompression into one object read back intact; writes and discards of members; a
+/* test_bundle.c - unit and concurrency tests of bundles (lib/recompress/bundle.h): idle neighbours
+ * packed by recompression into one object read back intact; writes and discards of members; a
  * bundle more than half dead split; shared dedup pages, same-filled and raw pages never
  * bundled, a dedup page no other shares bundled (its entry leaving the index); a bundle's
  * pages read in any order; writeback, compaction, reset and destroy with bundles; the
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "store.h" /* store_test_advance_clock */
+#include "core/store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -1,4 +1,4 @@
-/* test_comp.c - unit tests of the compression backends (lib/comp.c) and the public codec API.
+/* test_comp.c - unit tests of the compression backends (lib/codec/comp.c) and the public codec API.
  * Round trips, exact capacity limits, hostile input to the decoders, names, levels, threads. */
 #include <errno.h>
 #include <pthread.h>
@@ -17,7 +17,7 @@
 #define ZSTD_STATIC_LINKING_ONLY /* for the magicless format uzram stores */
 #include <zstd.h>
 
-#include "comp.h"
+#include "codec/comp.h"
 #include "test_util.h"
 /* for uzram_codec_*, in uzram.h's static-linking-only part */
 #define UZRAM_STATIC_LINKING_ONLY

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "dedup.h"
-#include "device.h"
+#include "dedup/dedup.h"
+#include "core/device.h"
 #include "test_util.h"
 
 #define DISK (16u << 20)

@@ -1,4 +1,4 @@
-/* test_dedup_index.c - unit tests of the dedup index itself (lib/dedup.c), over a fake store:
+/* test_dedup_index.c - unit tests of the dedup index itself (lib/dedup/dedup.c), over a fake store:
  * growth past many steps, lookups and removes while it grows, reference counts, memory per
  * entry, giveback, the reserve's fixed size, concurrency (TSan) and failed allocations. */
 #include <errno.h>
@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "dedup.h"
-#include "fault.h"
+#include "dedup/dedup.h"
+#include "common/fault.h"
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -1,7 +1,8 @@
 /* test_dict_retrain.c - unit and concurrency tests of dict=auto's retraining (issue 27): a
  * dictionary trained on the first pages stored is trained again as the stored data grows
- * (lib/recompress_dict.c's rule), pages made with the older one read back exact, are moved to
- * the newer one only when it shrinks them, and the older dictionary goes with its last page. */
+ * (lib/recompress/recompress_dict.c's rule), pages made with the older one read back exact, are
+ * moved to the newer one only when it shrinks them, and the older dictionary goes with its last
+ * page. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>

@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "writeback.h" /* writeback_test_no_thread */
-#include "fault.h"
+#include "tier/writeback.h" /* writeback_test_no_thread */
+#include "common/fault.h"
 #include "test_util.h"
 
 /*

@@ -1,4 +1,4 @@
-/* test_pool.c - unit tests of the size-class pool (lib/pool.c).
+/* test_pool.c - unit tests of the size-class pool (lib/pool/pool.c).
  * Sizes, accounting, limit, compaction with owner callbacks, and threads. */
 #include <errno.h>
 #include <pthread.h>
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 #include <sys/mman.h>
 
-#include "pool.h"
+#include "pool/pool.h"
 #include "test_util.h"
 
 #define PAGE 4096u

@@ -1,4 +1,4 @@
-/* test_pool_reserve.c - unit tests of the pool's reserve (lib/pool_reserve.c, uzram serve
+/* test_pool_reserve.c - unit tests of the pool's reserve (lib/pool/pool_reserve.c, uzram serve
  * --swap): its thread fills and refills it, a dry reserve fails spans at once, and the thread
  * runs below the threads that make spans from it. */
 #include <dirent.h>
@@ -20,8 +20,8 @@
 
 #include <cmocka.h>
 
-#include "pool.h"
-#include "pool_reserve.h"
+#include "pool/pool.h"
+#include "pool/pool_reserve.h"
 #include "test_util.h"
 
 static struct pool *new_pool(void)

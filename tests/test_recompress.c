@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "recompress.h" /* recompressor_test_passes */
-#include "store.h"      /* store_test_advance_clock */
+#include "recompress/recompress.h" /* recompressor_test_passes */
+#include "core/store.h"            /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -1,4 +1,4 @@
-/* test_state.c - a device's state in a shareable file (lib/state.c, state_adopt.c,
+/* test_state.c - a device's state in a shareable file (lib/state/state.c, state_adopt.c,
  * pool_adopt.c): made, left and adopted with every page read back; format versions and live
  * owners refused with the file unchanged; reads of a fresh disk that cost the file nothing;
  * bundles, which the file cannot keep, refused (dedup: test_state_dedup.c); and a process SIGKILLed
@@ -23,8 +23,8 @@
 
 #include <cmocka.h>
 
-#include "fault.h"
-#include "state.h" /* the header's layout, to damage it */
+#include "common/fault.h"
+#include "state/state.h" /* the header's layout, to damage it */
 #include "state_util.h"
 
 #define PAGE STATE_TEST_PAGE

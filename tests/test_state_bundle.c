@@ -1,10 +1,10 @@
-/* test_state_bundle.c - bundles kept in a device's state file (issue 29; lib/bundle_records.c,
- * lib/bundle.c's adoption): pages packed into bundles read back after adoption with the
- * bundle counters unchanged, their members leaving afterwards free the records; a child
- * SIGKILLed while it writes, discards, packs, splits and compacts: after each adoption every
- * page old or new and the counters exact (everything discarded leaves no bundle, record or
- * pool byte); a child killed at each point where a dedup reference joins a bundle; a fault
- * sweep of packing and adopting. */
+/* test_state_bundle.c - bundles kept in a device's state file (issue 29;
+ * lib/recompress/bundle_records.c, lib/recompress/bundle.c's adoption): pages packed into bundles
+ * read back after adoption with the bundle counters unchanged, their members leaving afterwards
+ * free the records; a child SIGKILLed while it writes, discards, packs, splits and compacts: after
+ * each adoption every page old or new and the counters exact (everything discarded leaves no
+ * bundle, record or pool byte); a child killed at each point where a dedup reference joins a
+ * bundle; a fault sweep of packing and adopting. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,9 +20,9 @@
 
 #include <cmocka.h>
 
-#include "fault.h"
-#include "recompress_bundle.h" /* the kill while a dedup reference joins a bundle */
-#include "state.h"             /* the layout, to look at the bundle records' region */
+#include "common/fault.h"
+#include "recompress/recompress_bundle.h" /* the kill while a dedup reference joins a bundle */
+#include "state/state.h"                  /* the layout, to look at the bundle records' region */
 #include "state_util.h"
 
 #define PAGE STATE_TEST_PAGE

@@ -25,10 +25,10 @@
 
 #include <cmocka.h>
 
-#include "bundle_records.h"
+#include "recompress/bundle_records.h"
 #include "common/datagen.h"
-#include "dedup_ids.h"
-#include "state.h"
+#include "dedup/dedup_ids.h"
+#include "state/state.h"
 #include "test_util.h"
 #include "uzram.h"
 

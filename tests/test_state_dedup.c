@@ -1,4 +1,4 @@
-/* test_state_dedup.c - a device with dedup in a state file (lib/dedup_adopt.c, the file half
+/* test_state_dedup.c - a device with dedup in a state file (lib/dedup/dedup_adopt.c, the file half
  * of dedup_ids.c, state_adopt.c): made, left and adopted with every page read back and the
  * index's counters (entries, dup_data_size, meta_data_size) what they were; dedup switched on
  * after the device was made; a process killed in the middle of an index move, with the move's
@@ -24,10 +24,10 @@
 
 #include <cmocka.h>
 
-#include "fault.h"
-#include "state.h" /* the table's place, to damage a slot */
+#include "common/fault.h"
+#include "state/state.h" /* the table's place, to damage a slot */
 #include "state_util.h"
-#include "store_index.h" /* the kill in the middle of an index move */
+#include "core/store_index.h" /* the kill in the middle of an index move */
 
 #define PAGE STATE_TEST_PAGE
 

@@ -1,8 +1,8 @@
 /* test_state_kept.c - what a read needs besides the page table and the pool, kept in a
- * device's state file (issue 29; lib/state_dict.c, lib/state_backing.c): zstd dictionaries,
- * given and trained, made again at adoption (a trained one kept, a pending one trained
- * later; an entry freed leaves nothing in the file, its id made again with other bytes reads
- * right); a backing store opened again by its path with its checksums, its map made from the
+ * device's state file (issue 29; lib/state/state_dict.c, lib/state/state_backing.c): zstd
+ * dictionaries, given and trained, made again at adoption (a trained one kept, a pending one
+ * trained later; an entry freed leaves nothing in the file, its id made again with other bytes
+ * reads right); a backing store opened again by its path with its checksums, its map made from the
  * table. Children SIGKILLed while they recompress with dictionaries and change them, or
  * write pages back and read them in: after each adoption every page old or new and the
  * counters exact. */
@@ -26,8 +26,8 @@
 
 #include <cmocka.h>
 
-#include "fault.h"
-#include "state.h" /* the layout, to look at the dictionary region */
+#include "common/fault.h"
+#include "state/state.h" /* the layout, to look at the dictionary region */
 #include "state_util.h"
 
 #define PAGE STATE_TEST_PAGE

@@ -19,11 +19,11 @@
 
 #include <cmocka.h>
 
-#include "backoff.h"
-#include "bundle_records.h"
+#include "common/backoff.h"
+#include "recompress/bundle_records.h"
 #include "common/datagen.h"
-#include "device.h"
-#include "state.h"
+#include "core/device.h"
+#include "state/state.h"
 #include "test_util.h"
 #include "uzram.h"
 

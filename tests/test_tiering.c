@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "device.h"    /* slots */
-#include "store.h"     /* store_test_advance_clock */
-#include "writeback.h" /* writeback_test_no_thread */
+#include "core/device.h"    /* slots */
+#include "core/store.h"     /* store_test_advance_clock */
+#include "tier/writeback.h" /* writeback_test_no_thread */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -130,7 +130,7 @@ int swap_safety_enable(char *message, size_t message_size)
     /* A real-time thread may take pages below the min watermark, down to half of it
      * (ALLOC_MIN_RESERVE): so may the server's threads (they inherit the policy) while the
      * page it stores is what lets the kernel get back above it. Priority 2: the pool's
-     * reserve thread runs at 1, below the threads that serve requests (lib/pool_reserve.c). */
+     * reserve thread runs at 1, below the threads that serve requests (lib/pool/pool_reserve.c). */
     struct sched_param realtime = {.sched_priority = 2};
     rc = sched_setscheduler(0, SCHED_FIFO, &realtime) < 0 ? -errno : 0;
     if (rc < 0) {

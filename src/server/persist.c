@@ -78,7 +78,7 @@ static bool mount_has_option(dev_t dev, const char *option)
  * table) in PATH: on a file system whose pages are never swapped out, since between a server's
  * death and its successor's start nothing keeps them locked, and the kernel would swap them
  * onto the device itself, which only a server can read back (a hang); and with room for it,
- * since in a full tmpfs its writes, which are swap-outs, fail (lib/state.c's hold_mapped).
+ * since in a full tmpfs its writes, which are swap-outs, fail (lib/state/state.c's hold_mapped).
  * 0, or -1 after a complaint. */
 static int check_swap_state(const struct complaints *to, const struct label *label,
                             const char *name, const char *persist, uint64_t swap_bytes)

@@ -59,7 +59,7 @@ rss_empty=$(rss)
 [[ $((rss_full - rss_before)) -ge $((80 * 1024)) ]] ||
     fail "96 MiB of random data grew VmRSS only from $rss_before to $rss_full kB"
 # Under --swap the pool keeps up to 32 MiB of emptied spans resident (its span cache and its
-# reserve for swap-outs, lib/pool.h): the rest must go back.
+# reserve for swap-outs, lib/pool/pool.h): the rest must go back.
 [[ $((rss_full - rss_empty)) -ge $((56 * 1024)) ]] ||
     fail "discarding 96 MiB took VmRSS only from $rss_full to $rss_empty kB: locked memory not given back"
 pass "VmRSS $rss_before -> $rss_full kB after 96 MiB written, -> $rss_empty kB after discarding it"

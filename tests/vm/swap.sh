@@ -75,7 +75,7 @@ swap_on() {
 
 # serve --swap runs its threads SCHED_FIFO at priority 2 and the reserve's at 1: at the same
 # priority its page faults spun in reclaim and kept the thread that completes swap-outs off
-# the one CPU of a guest for minutes (lib/pool_reserve.c).
+# the one CPU of a guest for minutes (lib/pool/pool_reserve.c).
 reserve_below_requests() { # NAME
     local task policy others=0 reserve=
     for task in /proc/"${SERVER_PID[$1]}"/task/*; do
