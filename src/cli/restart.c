@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "attach/attach.h"
 #include "cli/commands.h"
 #include "cli/server_options.h"
 #include "common/util.h"
@@ -159,6 +161,17 @@ static int check_one(int fd, const char *name)
     if (rc == -EPROTONOSUPPORT) {
         printf("%s: state format version %u; this uzram reads version %u\n", name, info.version,
                info.supported_version);
+        return 1;
+    }
+    char why[PATH_MAX + 256];
+    struct stat st;
+    if (rc == -EUCLEAN) {
+        printf("%s: a damaged state: %s\n", name, uzram_state_damage());
+        return 1;
+    }
+    if (rc < 0 && fstat(fd, &st) == 0 &&
+        private_file_refusal(name, &st, rc, "the state", why, sizeof why)) {
+        printf("%s: refused: %s\n", name, why);
         return 1;
     }
     if (rc < 0) {

@@ -121,3 +121,17 @@ flip "$STATE" $((table_offset + 100 * 16 + 8)) 0x01
 start_server d -s 64M --persist="$STATE"
 same_back d "$WORK/data" || fail "the data after the flip was put back"
 pass "a flipped byte in the page table of a SIGKILLed state: refused naming page 100's slot and its bytes, the state's data unchanged, taken over with every byte once put back"
+
+# --- uzram state-check says where a damaged header is, and whose a refused file is ---
+stop_server d
+flip "$STATE" 16 0x10 # the header's disk size
+out=$("$UZRAM" state-check "$STATE") && fail "state-check took a damaged header: $out"
+[[ $out == "$STATE: a damaged state: "*header* ]] || fail "state-check of a damaged header said: $out"
+damage=${out#"$STATE: "}
+flip "$STATE" 16 0x10
+out=$("$UZRAM" state-check "$STATE") || fail "state-check after the byte was put back: $out"
+chmod 640 "$STATE"
+out=$("$UZRAM" state-check "$STATE") && fail "state-check took a 0640 state: $out"
+[[ $out == *"refused: its mode 0640"*"chmod 600"* ]] || fail "state-check of a 0640 state said: $out"
+chmod 600 "$STATE"
+pass "state-check names a damaged header ($damage) and the mode of a file others may read"
