@@ -834,12 +834,10 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
     return freed;
 }
 
-#ifdef UZRAM_TEST_HOOKS
 uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
 }
-#endif
 
 double pool_object_cost(size_t size)
 {

@@ -87,9 +87,7 @@ void *pool_map(struct pool *pool, uint64_t handle);
  * included, above the limit (near it the cache is emptied first), and
  * pool_compact() empties it. */
 #define POOL_SPAN_CACHE_BYTES (16u << 20)
-#ifdef UZRAM_TEST_HOOKS
-uint64_t pool_span_cache_bytes(struct pool *pool); /* test archive only */
-#endif
+uint64_t pool_span_cache_bytes(struct pool *pool); /* cached_mem of debug_stat */
 /* The most the reserve (pool_reserve.h) keeps in the span cache besides. */
 #define POOL_RESERVE_MAX (64ull << 20)
 

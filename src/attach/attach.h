@@ -273,6 +273,11 @@ struct swap_safety {
     bool io_flusher;     /* PR_GET_IO_FLUSHER of the calling thread */
     int oom_score_adj;   /* /proc/self/oom_score_adj */
     uint64_t locked_kib; /* VmLck of /proc/self/status */
+    /* Where the server's memory is (uzram(1), SWAP): VmRSS, and of it the heap (mallinfo2):
+     * its size (arena: under --swap all of it faulted in and never given back), the part in
+     * use, and the blocks allocated as mappings of their own (hblkhd). */
+    uint64_t resident_kib;
+    uint64_t heap_bytes, heap_used, heap_mapped;
 };
 
 /* Lock the process's memory (present and future, as it is touched), mark it an I/O flusher

@@ -171,8 +171,14 @@ void swap_safety_read(struct swap_safety *safety)
         unsigned long long kib;
         if (sscanf(line, "VmLck: %llu kB", &kib) == 1)
             safety->locked_kib = kib;
+        else if (sscanf(line, "VmRSS: %llu kB", &kib) == 1)
+            safety->resident_kib = kib;
     }
     if (status != NULL)
         fclose(status);
     safety->memory_locked = safety->locked_kib > 0;
+    struct mallinfo2 heap = mallinfo2();
+    safety->heap_bytes = heap.arena;
+    safety->heap_used = heap.uordblks;
+    safety->heap_mapped = heap.hblkhd;
 }
