@@ -130,8 +130,12 @@ server_memory() { # NAME
     read -r -a smaps < <(awk '
         /^[0-9a-f]+-[0-9a-f]+ / {
             name = $6
-            kind = name == "" ? "anon" : name == "[heap]" ? "heap" : name == "[stack]" ? "stack" :
-                   name ~ /^\/dev\/|^anon_inode:/ ? "kernel" : name ~ /^\// ? "file" : "other"
+            if (name == "") kind = "anon"
+            else if (name == "[heap]") kind = "heap"
+            else if (name == "[stack]") kind = "stack"
+            else if (name ~ /^\/dev\/|^anon_inode:/) kind = "kernel"
+            else if (name ~ /^\//) kind = "file"
+            else kind = "other"
         }
         $1 == "Rss:" {rss[kind] += $2}
         END {print rss["heap"] + 0, rss["stack"] + 0, rss["file"] + 0, rss["kernel"] + 0,
