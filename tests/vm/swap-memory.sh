@@ -34,6 +34,7 @@ sample() { # NAME TABLE_KIB
     done
 }
 
+over=()
 for mode in "${modes[@]}"; do
     case $mode in
     lz4) options=() budget_mib=16 ;;
@@ -68,12 +69,18 @@ for mode in "${modes[@]}"; do
     server_memory "$name"
     read -r -a io <<<"$("$UZRAM" attr "$name" io_stat)"
     budget=$((budget_mib << 10))
-    ((most <= budget && MEM_OVERHEAD_KIB <= budget)) ||
-        fail "$mode: the server holds $MEM_OVERHEAD_KIB KiB after the run ($most KiB at most during it) beyond its pool and page table, over the $budget_mib MiB budget"
-    pass "$mode: $touch_mib MiB touched, every page verified, failed_writes ${io[1]}; beyond pool and table: $((most >> 10)) MiB at most during the run, $((MEM_OVERHEAD_KIB >> 10)) MiB after (budget $budget_mib MiB)"
+    line="$mode: $touch_mib MiB touched, every page verified, failed_writes ${io[1]}; beyond pool and table: $most KiB at most during the run, $MEM_OVERHEAD_KIB KiB after (budget $budget_mib MiB)"
     result swap_memory "$mode" "$most" "$MEM_OVERHEAD_KIB" "$budget"
     swapoff "$dev" || fail "swapoff $dev"
     "$UZRAM" detach "$name"
     stop_server "$name"
+    # Every mode is measured before the verdict: the figures of each are the report.
+    if ((most <= budget && MEM_OVERHEAD_KIB <= budget)); then
+        pass "$line"
+    else
+        echo "over budget: $line"
+        over+=("$mode")
+    fi
 done
+((${#over[@]} == 0)) || fail "over the budget of uzram(1) SWAP: ${over[*]}"
 echo "PASS: swap-memory.sh ${modes[*]}"
