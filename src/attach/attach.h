@@ -212,13 +212,14 @@ int run_program(const char *const argv[], int timeout_seconds, char *message, si
 struct ublk_server;
 
 /* Add /dev/ublkbN of `size` bytes served from `dev` by `queues` queues (at most one per
- * CPU), each a thread of this process, and start it. `recoverable` (a server whose device state
- * outlives it): made with UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE, so that when
- * this process dies the node stays and its I/O waits for ublk_recover() in a successor (the
+ * CPU), each a thread of this process, and start it. `swap`: a swap device, whose queues
+ * hold less memory (fewer, shallower, smaller requests: ublk.c). `recoverable` (a server whose
+ * device state outlives it): made with UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE, so that
+ * when this process dies the node stays and its I/O waits for ublk_recover() in a successor (the
  * requests this one had taken are sent again). Returns 0, or a negative errno with a message
  * (-ENOENT: no ublk driver). */
 int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues, bool recoverable,
-               struct ublk_server **out, char *message, size_t message_size);
+               bool swap, struct ublk_server **out, char *message, size_t message_size);
 /* "/dev/ublkbN". */
 const char *ublk_path(const struct ublk_server *server);
 /* N of /dev/ublkbN: what a successor gives ublk_recover(). */
