@@ -6,7 +6,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,10 @@
 
 #include "attach/attach.h"
 #include "common/util.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 #ifndef PR_SET_IO_FLUSHER
 #define PR_SET_IO_FLUSHER 57
@@ -27,11 +34,19 @@
 
 #define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
 
-/* Heap faulted in at the start, for what the server allocates later (request buffers, span
- * headers of the pool, compression contexts). */
-#define HEAP_RESERVE (24u << 20)
+/* Heap faulted in at the start: what a swap server allocates before and during its first
+ * requests (its devices' structures, codec contexts, control and attach replies) with room to
+ * spare; measured, 1 to 2 MiB (tests/vm/swap-memory.sh). */
+#define HEAP_RESERVE (4u << 20)
+/* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
+ * malloc() (span headers of a growing pool, about 0.6% of it) never grows the heap itself,
+ * and the most it leaves there: above HEAP_TRIM (after a dictionary's training, say), it
+ * gives the top back down to HEAP_HEADROOM. Checked every HEAP_KEEP_MS. */
+#define HEAP_HEADROOM (1u << 20)
+#define HEAP_TRIM (4u << 20)
+#define HEAP_KEEP_MS 100
 /* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */
-#define POOL_RESERVE (16u << 20)
+#define POOL_RESERVE (4u << 20)
 /* What a device with a state file keeps besides in its reserve for its successor: after a
  * crash under memory pressure, the memory the dead server freed goes to whoever asks first
  * (the processes whose swap-out waits for the device), and a successor that must fault in
@@ -71,10 +86,61 @@ static int write_oom_score_adj(int value)
     return rc;
 }
 
+/* The end of the heap faulted in so far (the keeper's; the heap below it is resident). */
+static char *heap_populated;
+
+/* Fault in the heap from heap_populated to its end (MADV_POPULATE_WRITE, Linux 5.14: the
+ * pages' contents stay as they are, so a block another thread has just been given is safe;
+ * without it, mlock() faults them in, which locks them as mlockall already does). */
+static void heap_populate(void)
+{
+    char *end = sbrk(0);
+    if (end == (char *)-1)
+        return;
+    if (heap_populated == NULL || end < heap_populated) { /* first call, or trimmed */
+        heap_populated = end;
+        return;
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *from = (char *)((uintptr_t)heap_populated & ~(page - 1));
+    if (end > from && madvise(from, (size_t)(end - from), MADV_POPULATE_WRITE) < 0 &&
+        errno == EINVAL)
+        (void)mlock(from, (size_t)(end - from));
+    heap_populated = end;
+}
+
+/* The heap's keeper: HEAP_HEADROOM free at its top, faulted in, at every HEAP_KEEP_MS, so
+ * that the heap grows (brk, which waits for the address space's lock, and page faults, which
+ * wait for memory) here and not in a request; and what a burst of the background work left
+ * free at the top beyond HEAP_TRIM given back (malloc_trim). At real-time priority 1, below
+ * the request threads, as the pool reserve's thread (lib/pool/pool_reserve.c says why). */
+static void *heap_keeper_main(void *arg)
+{
+    (void)arg;
+    struct sched_param below = {.sched_priority = 1};
+    pthread_setschedparam(pthread_self(), SCHED_FIFO, &below);
+    for (;;) {
+        struct mallinfo2 heap = mallinfo2();
+        if (heap.keepcost > HEAP_TRIM)
+            malloc_trim(HEAP_HEADROOM);
+        else if (heap.keepcost < HEAP_HEADROOM) {
+            /* The top grows by what it lacks (glibc takes a block this large from the top
+             * unless a free one elsewhere has room, which is room as good). */
+            void *grow = malloc(HEAP_HEADROOM);
+            free(grow);
+        }
+        heap_populate();
+        struct timespec pause = {0, HEAP_KEEP_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
 /* One heap for every thread (a thread's own arena would fault its memory in as it grows),
  * blocks up to 32 MiB from it rather than from mappings of their own (fresh pages each
- * time), nothing of it ever given back, and HEAP_RESERVE of it faulted in now, before the
- * server's own threads start: later the heap must not grow while a swap-out waits, since
+ * time), never trimmed by free() (brk in a request: it waits for the address space's lock),
+ * HEAP_RESERVE of it faulted in now, before the server's own threads start, and its keeper
+ * started, which keeps room at its top: the heap must not grow while a swap-out waits, since
  * glibc faults the new memory in with its lock held, which every other malloc() then waits
  * for. (A sanitizer's allocator ignores these settings.) */
 void swap_memory_ahead(void)
@@ -90,6 +156,13 @@ void swap_memory_ahead(void)
         __asm__ volatile("" : : "r"(heap) : "memory");
         free(heap);
     }
+    heap_populate();
+    /* Every signal blocked in it: the server takes its signals through a signalfd. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    (void)util_thread_start(NULL, heap_keeper_main, NULL, 256u << 10);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 int swap_device_prepare(struct uzram *dev)
