@@ -79,7 +79,8 @@ int pool_set_owner(struct pool *pool, uint64_t handle, uint64_t owner);
 void *pool_map(struct pool *pool, uint64_t handle);
 
 /* Span cache: a span that becomes empty in pool_free() keeps its pages
- * resident, up to POOL_SPAN_CACHE_BYTES per pool, and the next span made
+ * resident, up to POOL_SPAN_CACHE_BYTES per pool (with a reserve, up to the
+ * reserve's size: pool_reserve.h), and the next span made
  * takes them, so a device that is written, trimmed and written again does
  * not fault its memory in again (1.1-1.6 us a page). The cache is NOT in
  * pool_mem_used() (which counts spans holding objects, as zsmalloc's pages
