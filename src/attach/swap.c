@@ -35,9 +35,9 @@
 #define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
 
 /* Heap faulted in at the start: what a swap server allocates before and during its first
- * requests (its devices' structures, codec contexts, control and attach replies) with room to
- * spare; measured, 1 to 2 MiB (tests/vm/swap-memory.sh). */
-#define HEAP_RESERVE (4u << 20)
+ * requests (its devices' structures, codec contexts, control and attach replies; 0.5 MiB
+ * measured in tests/vm/swap-memory.sh) with room to spare, below HEAP_TRIM. */
+#define HEAP_RESERVE (2u << 20)
 /* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
  * malloc() (span headers of a growing pool, about 0.6% of it) never grows the heap itself,
  * and the most it leaves there: above HEAP_TRIM (after a dictionary's training, say), it
@@ -89,15 +89,37 @@ static int write_oom_score_adj(int value)
 /* The end of the heap faulted in so far (the keeper's; the heap below it is resident). */
 static char *heap_populated;
 
+/* Where the heap begins: start_brk, the 47th field of /proc/self/stat (Linux 3.5); NULL if
+ * unknown. */
+static char *heap_start(void)
+{
+    char text[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return NULL;
+    text[n] = '\0';
+    char *field = strrchr(text, ')'); /* the end of field 2, the command's name */
+    for (int at = 2; field != NULL && at < 47; at++)
+        field = strchr(field + 1, ' ');
+    return field != NULL ? (char *)(uintptr_t)strtoull(field + 1, NULL, 10) : NULL;
+}
+
 /* Fault in the heap from heap_populated to its end (MADV_POPULATE_WRITE, Linux 5.14: the
  * pages' contents stay as they are, so a block another thread has just been given is safe;
- * without it, mlock() faults them in, which locks them as mlockall already does). */
+ * without it, mlock() faults them in, which locks them as mlockall already does). The first
+ * call takes the whole heap: blocks calloc() got from fresh memory are in use but were never
+ * written, and so are the pages past the last block that brk() added with it. */
 static void heap_populate(void)
 {
     char *end = sbrk(0);
     if (end == (char *)-1)
         return;
-    if (heap_populated == NULL || end < heap_populated) { /* first call, or trimmed */
+    if (heap_populated == NULL) /* the first call: the whole heap */
+        heap_populated = heap_start();
+    if (heap_populated == NULL || end < heap_populated) { /* unknown, or trimmed */
         heap_populated = end;
         return;
     }
