@@ -37,12 +37,14 @@
 /* Heap faulted in at the start: what a swap server allocates before and during its first
  * requests (its devices' structures, codec contexts, control and attach replies; 0.5 MiB
  * measured in tests/vm/swap-memory.sh) with room to spare, below HEAP_TRIM. */
-#define HEAP_RESERVE (2u << 20)
+#define HEAP_RESERVE (1u << 20)
 /* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
- * malloc() (span headers of a growing pool, about 0.6% of it) never grows the heap itself,
+ * malloc() never grows the heap itself: requests allocate span headers of a growing pool
+ * (0.5% of it measured), so 512 KiB lasts 100 MB of pool growth, and the keeper looks again
+ * every 100 ms;
  * and the most it leaves there: above HEAP_TRIM (after a dictionary's training, say), it
  * gives the top back down to HEAP_HEADROOM. Checked every HEAP_KEEP_MS. */
-#define HEAP_HEADROOM (1u << 20)
+#define HEAP_HEADROOM (512u << 10)
 #define HEAP_TRIM (4u << 20)
 #define HEAP_KEEP_MS 100
 /* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */

@@ -44,11 +44,11 @@
 #define UBLK_DEPTH 64u
 #define UBLK_IO_BYTES (128u << 10)
 /* The same for a swap device, whose buffers are part of the memory the server holds for swap
- * (uzram(1) SWAP budgets it): 1 MiB a queue, at most UBLK_SWAP_QUEUES of them. The kernel
+ * (uzram(1) SWAP budgets it): 512 KiB a queue, at most UBLK_SWAP_QUEUES of them. The kernel
  * swaps a page or a cluster of a few at a time (swap-in reads page-cluster's 8 pages), so
- * 32 KiB requests cost it little more than larger ones, and 4 queues compress faster than
- * any swap-out rate reclaim reaches. */
-#define UBLK_SWAP_DEPTH 32u
+ * 32 KiB requests cost it little more than larger ones, 16 of them in flight keep a queue
+ * thread busy, and 4 queues compress faster than any swap-out rate reclaim reaches. */
+#define UBLK_SWAP_DEPTH 16u
 #define UBLK_SWAP_IO_BYTES (32u << 10)
 #define UBLK_SWAP_QUEUES 4u
 /* Queues, at most (one per CPU up to the server's --threads). */
