@@ -41,9 +41,8 @@
 /* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
  * malloc() never grows the heap itself: requests allocate span headers of a growing pool
  * (0.5% of it measured), so 512 KiB lasts 100 MB of pool growth, and the keeper looks again
- * every 100 ms;
- * and the most it leaves there: above HEAP_TRIM (after a dictionary's training, say), it
- * gives the top back down to HEAP_HEADROOM. Checked every HEAP_KEEP_MS. */
+ * every HEAP_KEEP_MS. Above HEAP_TRIM free at the top (after a dictionary's training, say),
+ * it gives the top back down to HEAP_HEADROOM. */
 #define HEAP_HEADROOM (512u << 10)
 #define HEAP_TRIM (4u << 20)
 #define HEAP_KEEP_MS 100

@@ -173,6 +173,10 @@ case $mode in
     empty=$("$UZRAM" attr sw debug_stat | sed -n 's/^reserve_empty: //p')
     errors=$(dmesg | grep -c "Write-error on swap-device" || true)
     pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s"
+    # What the server holds beyond its pool and page table, within uzram(1) SWAP's budget for
+    # these options (16 MiB; tests/vm/swap-memory.sh measures the dense mode too).
+    server_memory sw
+    ((MEM_OVERHEAD_KIB <= 16 << 10)) || fail "the server holds $MEM_OVERHEAD_KIB KiB beyond its pool and page table, over the 16 MiB budget"
     result swap_run "$touch_mib" "$rounds" "$took" "${mm[0]}" "${mm[2]}"
     swap_off sw
     stop_server sw
