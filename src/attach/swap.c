@@ -34,10 +34,11 @@
 
 #define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
 
-/* Heap faulted in at the start: what a swap server allocates before and during its first
- * requests (its devices' structures, codec contexts, control and attach replies; 0.5 MiB
- * measured in tests/vm/swap-memory.sh) with room to spare, below HEAP_TRIM. */
-#define HEAP_RESERVE (1u << 20)
+/* Heap faulted in at the start, free at its top until used (below HEAP_TRIM, the keeper
+ * leaves it): what a swap server allocates before its first requests (0.5 MiB measured in
+ * tests/vm/swap-memory.sh) and then in them: each request thread makes its codec contexts at
+ * its first write (lz4 16 KiB, zstd up to 300 KiB, deflate levels 2-9 650 KiB). */
+#define HEAP_RESERVE (2u << 20)
 /* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
  * malloc() never grows the heap itself: requests allocate span headers of a growing pool
  * (0.5% of it measured), so 512 KiB lasts 100 MB of pool growth, and the keeper looks again
@@ -46,6 +47,11 @@
 #define HEAP_HEADROOM (512u << 10)
 #define HEAP_TRIM (4u << 20)
 #define HEAP_KEEP_MS 100
+/* Blocks this large get mappings of their own, unmapped when freed: a request never
+ * allocates one (its largest blocks are a few KiB: span headers, codec contexts of at most
+ * 300 KiB), the background work does (a dictionary's training: tables of 2 and 4 MiB,
+ * contexts for a bundle at a high level), and from the heap they would stay. */
+#define HEAP_OWN_MAPPING (1 << 20)
 /* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */
 #define POOL_RESERVE (4u << 20)
 /* What a device with a state file keeps besides in its reserve for its successor: after a
@@ -160,17 +166,14 @@ static void *heap_keeper_main(void *arg)
 }
 
 /* One heap for every thread (a thread's own arena would fault its memory in as it grows),
- * blocks up to 32 MiB from it rather than from mappings of their own (fresh pages each
- * time), never trimmed by free() (brk in a request: it waits for the address space's lock),
+ * blocks below HEAP_OWN_MAPPING from it, never trimmed by free() (brk in a request: it waits
+ * for the address space's lock),
  * HEAP_RESERVE of it faulted in now, before the server's own threads start, and its keeper
  * started, which keeps room at its top: the heap must not grow while a swap-out waits, since
  * glibc faults the new memory in with its lock held, which every other malloc() then waits
  * for. (A sanitizer's allocator ignores these settings.) */
 void swap_memory_ahead(void)
 {
-    mallopt(M_ARENA_MAX, 1);
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, INT_MAX);
     unsigned char *heap = malloc(HEAP_RESERVE);
     if (heap != NULL) {
         /* Not zero: the compiler would make malloc + memset 0 a calloc(), which fresh
@@ -253,6 +256,13 @@ int swap_safety_enable(char *message, size_t message_size)
         return -err;
     }
     util_thread_prefault_stack(STACK_PREFAULT);
+    /* The heap's settings (swap_memory_ahead() says why) before the devices are made: the
+     * threads they start (the reserve's, the recompressor) would otherwise get arenas of
+     * their own, which nothing trims (a recompressor's held 17 MiB after a dictionary's
+     * training, measured). */
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, HEAP_OWN_MAPPING);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
     return 0;
 }
 
