@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "codec/codec_table.h"
@@ -64,6 +65,9 @@ static int train_dictionary(struct uzram *dev, struct codec_config *config, size
     int rc = -ENOMEM;
     if (samples == MAP_FAILED || !sizes || !dict)
         goto out;
+    /* Faulted in here, before any slot is locked: a page fault while sampling would wait for
+     * memory with the slot's lock held (serve --swap: on a swap-out to this very device). */
+    memset(samples, 0, TRAIN_PAGES * UZRAM_PAGE_SIZE);
     uint64_t stored = counter_get(&dev->pages_stored);
     /* One page from each stretch of the disk, the first stored one in it. */
     uint64_t stride = dev->page_count / TRAIN_PAGES;

@@ -174,14 +174,19 @@ static void *heap_keeper_main(void *arg)
  * for. (A sanitizer's allocator ignores these settings.) */
 void swap_memory_ahead(void)
 {
-    unsigned char *heap = malloc(HEAP_RESERVE);
-    if (heap != NULL) {
-        /* Not zero: the compiler would make malloc + memset 0 a calloc(), which fresh
-         * memory from the kernel lets glibc skip. */
-        memset(heap, 0x5a, HEAP_RESERVE);
-        __asm__ volatile("" : : "r"(heap) : "memory");
-        free(heap);
-    }
+    /* In blocks below HEAP_OWN_MAPPING, so that they come from the heap, and all held at
+     * once, so that the heap grows by all of them. */
+    enum { BLOCK = HEAP_OWN_MAPPING / 2, BLOCKS = HEAP_RESERVE / BLOCK };
+    unsigned char *heap[BLOCKS];
+    for (size_t i = 0; i < BLOCKS; i++)
+        if ((heap[i] = malloc(BLOCK)) != NULL) {
+            /* Not zero: the compiler would make malloc + memset 0 a calloc(), which fresh
+             * memory from the kernel lets glibc skip. */
+            memset(heap[i], 0x5a, BLOCK);
+            __asm__ volatile("" : : "r"(heap[i]) : "memory");
+        }
+    for (size_t i = 0; i < BLOCKS; i++)
+        free(heap[i]);
     heap_populate();
     /* Every signal blocked in it: the server takes its signals through a signalfd. */
     sigset_t all, old;
