@@ -148,6 +148,7 @@ static void *heap_keeper_main(void *arg)
     (void)arg;
     struct sched_param below = {.sched_priority = 1};
     pthread_setschedparam(pthread_self(), SCHED_FIFO, &below);
+    pthread_setname_np(pthread_self(), "uzram-heap");
     for (;;) {
         struct mallinfo2 heap = mallinfo2();
         if (heap.keepcost > HEAP_TRIM)

@@ -73,7 +73,8 @@ swap_on() {
     reserve_below_requests "$name"
 }
 
-# serve --swap runs its threads SCHED_FIFO at priority 2 and the reserve's at 1: at the same
+# serve --swap runs its threads SCHED_FIFO at priority 2 and the reserve's and the heap keeper's
+# (src/attach/swap.c) at 1: at the same
 # priority its page faults spun in reclaim and kept the thread that completes swap-outs off
 # the one CPU of a guest for minutes (lib/pool/pool_reserve.c).
 reserve_below_requests() { # NAME
@@ -82,6 +83,8 @@ reserve_below_requests() { # NAME
         policy=$(chrt -p "${task##*/}" | sed -n 's/.*scheduling policy: //p; s/.*scheduling priority: / /p' | paste -sd '')
         if [[ $(cat "$task/comm") == uzram-reserve ]]; then
             reserve=$policy
+        elif [[ $(cat "$task/comm") == uzram-heap ]]; then # the heap's keeper, as the reserve's
+            [[ $policy == "SCHED_FIFO 1" ]] || fail "the heap keeper's thread runs $policy (SCHED_FIFO 1 expected)"
         else
             [[ $policy == "SCHED_FIFO 2" ]] || fail "thread ${task##*/} ($(cat "$task/comm")) runs $policy (SCHED_FIFO 2 expected)"
             others=$((others + 1))
