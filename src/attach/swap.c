@@ -37,8 +37,9 @@
 /* Heap faulted in at the start, free at its top until used (below HEAP_TRIM, the keeper
  * leaves it): what a swap server allocates before its first requests (0.5 MiB measured in
  * tests/vm/swap-memory.sh) and then in them: each request thread makes its codec contexts at
- * its first write (lz4 16 KiB, zstd up to 300 KiB, deflate levels 2-9 650 KiB). */
-#define HEAP_RESERVE (2u << 20)
+ * its first write (lz4 16 KiB, zstd up to 300 KiB, deflate levels 2-9 650 KiB: two threads
+ * of it at once outrun this and the keeper's room, and the second grows the heap once). */
+#define HEAP_RESERVE (1u << 20)
 /* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
  * malloc() never grows the heap itself: requests allocate span headers of a growing pool
  * (0.5% of it measured), so 512 KiB lasts 100 MB of pool growth, and the keeper looks again
