@@ -726,7 +726,10 @@ UZRAM_API int uzram_state_quiesce(struct uzram *dev);
       "(writes among them failed: failed_writes)")                                                 \
     X(bundle_mem, DEBUG, LEVEL, "memory the bundles' records take, bytes (in meta_data_size)")     \
     X(state_lock_timeouts, DEBUG, EVENTS,                                                          \
-      "waits on a lock word of the state file that passed their deadline (answered EIO)")
+      "waits on a lock word of the state file that passed their deadline (answered EIO)")          \
+    X(cached_mem, DEBUG, LEVEL,                                                                    \
+      "bytes of pool memory resident that hold no object: the reserve of serve --swap and "        \
+      "emptied spans kept for the next ones (not in mem_used_total)")
 
 /* One snapshot of all counters: a uint64_t field per counter of
  * UZRAM_STATS, in its order. */

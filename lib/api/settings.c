@@ -202,6 +202,7 @@ int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
         .recomp_passes = counter_get(&dev->events->recomp_passes),
         .reserve_empty = reserve.empty,
         .state_lock_timeouts = counter_get(&dev->events->state_lock_timeouts),
+        .cached_mem = pool_span_cache_bytes(dev->pool),
     };
     /* Callers built against another version of the struct: an older one
      * gets the prefix it knows, a newer one zeros past what we have. */

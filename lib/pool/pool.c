@@ -408,7 +408,10 @@ static bool cache_window(struct pool *pool, uint32_t window, unsigned pages)
         atomic_load_explicit(&group->used, memory_order_relaxed) + bytes <= group_limit;
     pthread_mutex_lock(&pool->window_lock);
     uint64_t cached = atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
-    uint64_t capacity = POOL_SPAN_CACHE_BYTES + atomic_load(&pool->reserve_target);
+    /* With a reserve (serve --swap), the reserve is the cache: its memory is locked, and
+     * emptied spans beyond it would be held for nothing (the refiller keeps it full). */
+    uint64_t reserve = atomic_load(&pool->reserve_target);
+    uint64_t capacity = reserve != 0 ? reserve : POOL_SPAN_CACHE_BYTES;
     if (group_room && cached + bytes <= capacity && pool->cache_count < CACHE_ENTRIES &&
         (limit == 0 ||
          atomic_load_explicit(&pool->mem_used, memory_order_relaxed) + cached + bytes <= limit)) {
@@ -834,12 +837,10 @@ uint64_t pool_compact(struct pool *pool, const struct pool_owner_ops *ops)
     return freed;
 }
 
-#ifdef UZRAM_TEST_HOOKS
 uint64_t pool_span_cache_bytes(struct pool *pool)
 {
     return atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed);
 }
-#endif
 
 double pool_object_cost(size_t size)
 {

@@ -79,7 +79,8 @@ int pool_set_owner(struct pool *pool, uint64_t handle, uint64_t owner);
 void *pool_map(struct pool *pool, uint64_t handle);
 
 /* Span cache: a span that becomes empty in pool_free() keeps its pages
- * resident, up to POOL_SPAN_CACHE_BYTES per pool, and the next span made
+ * resident, up to POOL_SPAN_CACHE_BYTES per pool (with a reserve, up to the
+ * reserve's size: pool_reserve.h), and the next span made
  * takes them, so a device that is written, trimmed and written again does
  * not fault its memory in again (1.1-1.6 us a page). The cache is NOT in
  * pool_mem_used() (which counts spans holding objects, as zsmalloc's pages
@@ -87,9 +88,7 @@ void *pool_map(struct pool *pool, uint64_t handle);
  * included, above the limit (near it the cache is emptied first), and
  * pool_compact() empties it. */
 #define POOL_SPAN_CACHE_BYTES (16u << 20)
-#ifdef UZRAM_TEST_HOOKS
-uint64_t pool_span_cache_bytes(struct pool *pool); /* test archive only */
-#endif
+uint64_t pool_span_cache_bytes(struct pool *pool); /* cached_mem of debug_stat */
 /* The most the reserve (pool_reserve.h) keeps in the span cache besides. */
 #define POOL_RESERVE_MAX (64ull << 20)
 

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "codec/codec_table.h"
 #include "codec/comp.h"
@@ -52,13 +54,20 @@
 static int train_dictionary(struct uzram *dev, struct codec_config *config, size_t size,
                             void **content, size_t *content_size)
 {
-    unsigned char *samples =
-        FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * UZRAM_PAGE_SIZE);
+    /* The samples in a mapping of their own, given back whole after the training: from the
+     * heap, a process that never trims it (serve --swap) would keep their 8 MiB for good. */
+    unsigned char *samples = FAULT_POINT(FAULT_ALLOC)
+                                 ? MAP_FAILED
+                                 : mmap(NULL, TRAIN_PAGES * UZRAM_PAGE_SIZE, PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     size_t *sizes = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(TRAIN_PAGES * sizeof *sizes);
     void *dict = FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(size);
     int rc = -ENOMEM;
-    if (!samples || !sizes || !dict)
+    if (samples == MAP_FAILED || !sizes || !dict)
         goto out;
+    /* Faulted in here, before any slot is locked: a page fault while sampling would wait for
+     * memory with the slot's lock held (serve --swap: on a swap-out to this very device). */
+    memset(samples, 0, TRAIN_PAGES * UZRAM_PAGE_SIZE);
     uint64_t stored = counter_get(&dev->pages_stored);
     /* One page from each stretch of the disk, the first stored one in it. */
     uint64_t stride = dev->page_count / TRAIN_PAGES;
@@ -87,7 +96,8 @@ static int train_dictionary(struct uzram *dev, struct codec_config *config, size
         counter_add(&dev->events->dict_trainings, 1);
     }
 out:
-    free(samples);
+    if (samples != MAP_FAILED)
+        munmap(samples, TRAIN_PAGES * UZRAM_PAGE_SIZE);
     free(sizes);
     if (rc == 0)
         *content = dict;

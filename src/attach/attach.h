@@ -212,13 +212,14 @@ int run_program(const char *const argv[], int timeout_seconds, char *message, si
 struct ublk_server;
 
 /* Add /dev/ublkbN of `size` bytes served from `dev` by `queues` queues (at most one per
- * CPU), each a thread of this process, and start it. `recoverable` (a server whose device state
- * outlives it): made with UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE, so that when
- * this process dies the node stays and its I/O waits for ublk_recover() in a successor (the
+ * CPU), each a thread of this process, and start it. `swap`: a swap device, whose queues
+ * hold less memory (fewer, shallower, smaller requests: ublk.c). `recoverable` (a server whose
+ * device state outlives it): made with UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE, so that
+ * when this process dies the node stays and its I/O waits for ublk_recover() in a successor (the
  * requests this one had taken are sent again). Returns 0, or a negative errno with a message
  * (-ENOENT: no ublk driver). */
 int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues, bool recoverable,
-               struct ublk_server **out, char *message, size_t message_size);
+               bool swap, struct ublk_server **out, char *message, size_t message_size);
 /* "/dev/ublkbN". */
 const char *ublk_path(const struct ublk_server *server);
 /* N of /dev/ublkbN: what a successor gives ublk_recover(). */
@@ -273,6 +274,11 @@ struct swap_safety {
     bool io_flusher;     /* PR_GET_IO_FLUSHER of the calling thread */
     int oom_score_adj;   /* /proc/self/oom_score_adj */
     uint64_t locked_kib; /* VmLck of /proc/self/status */
+    /* Where the server's memory is (uzram(1), SWAP): VmRSS, and of it the heap (mallinfo2):
+     * its size (arena: under --swap all of it faulted in and never given back), the part in
+     * use, and the blocks allocated as mappings of their own (hblkhd). */
+    uint64_t resident_kib;
+    uint64_t heap_bytes, heap_used, heap_mapped;
 };
 
 /* Lock the process's memory (present and future, as it is touched), mark it an I/O flusher

@@ -199,7 +199,7 @@ static int attach_ublk(struct attachment *attachment, bool swap, char *reply, si
     struct uzram_config config;
     uzram_get_config(attachment->settings.dev, &config);
     int rc = ublk_start(attachment->settings.dev, config.disksize, attachment->settings.read_only,
-                        attachment->settings.threads, attachment->settings.persistent,
+                        attachment->settings.threads, attachment->settings.persistent, swap,
                         &attachment->ublk, message, message_size);
     if (rc < 0)
         return rc;

@@ -39,9 +39,18 @@
  * when that process was killed. */
 #define UBLK_UZRAM_MARK 0x727a75ULL
 #define UBLK_OWNER(pid) ((UBLK_UZRAM_MARK << 32) | (uint32_t)(pid))
-/* Requests in flight per queue, and the largest (the buffer each has). */
+/* Requests in flight per queue, and the largest (the buffer each has): 8 MiB of buffers a
+ * queue, locked and faulted in under serve --swap. */
 #define UBLK_DEPTH 64u
 #define UBLK_IO_BYTES (128u << 10)
+/* The same for a swap device, whose buffers are part of the memory the server holds for swap
+ * (uzram(1) SWAP budgets it): 512 KiB a queue, at most UBLK_SWAP_QUEUES of them. The kernel
+ * swaps a page or a cluster of a few at a time (swap-in reads page-cluster's 8 pages), so
+ * 32 KiB requests cost it little more than larger ones, 16 of them in flight keep a queue
+ * thread busy, and 4 queues compress faster than any swap-out rate reclaim reaches. */
+#define UBLK_SWAP_DEPTH 16u
+#define UBLK_SWAP_IO_BYTES (32u << 10)
+#define UBLK_SWAP_QUEUES 4u
 /* Queues, at most (one per CPU up to the server's --threads). */
 #define UBLK_QUEUES_MAX 32u
 /* A recovery waits this long for the driver to let go of the dead server's device. */
@@ -65,7 +74,7 @@ struct ublk_queue {
     struct io_uring ring;
     bool ring_ready;
     struct ublksrv_io_desc *descs; /* MAP_FAILED until mapped */
-    unsigned char *buffers;        /* UBLK_DEPTH buffers of UBLK_IO_BYTES, faulted in */
+    unsigned char *buffers;        /* server->depth buffers of server->io_bytes, faulted in */
     pthread_t thread;
     bool thread_started;
     /* Commits the ring had no room for, by tag, and their results: sent at the next turn. */
@@ -83,6 +92,7 @@ struct ublk_server {
     int control_fd, char_fd;
     struct io_uring control;
     unsigned nr_queues;
+    unsigned depth, io_bytes; /* requests per queue, bytes each: as the device was made */
     struct ublk_queue queues[UBLK_QUEUES_MAX];
     atomic_bool stopping; /* the queue threads leave within QUEUE_POLL_MS */
     /* The queue threads' start: how many have fetched their requests, the first error. */
@@ -202,7 +212,7 @@ static int queue_command(struct ublk_queue *q, unsigned op, unsigned tag, int re
     cmd->q_id = (uint16_t)q->id;
     cmd->tag = (uint16_t)tag;
     cmd->result = result;
-    cmd->addr = (uint64_t)(uintptr_t)(q->buffers + (size_t)tag * UBLK_IO_BYTES);
+    cmd->addr = (uint64_t)(uintptr_t)(q->buffers + (size_t)tag * q->server->io_bytes);
     return 0;
 }
 
@@ -257,12 +267,12 @@ static void *queue_main(void *arg)
      * runs beside it: pinned was the slower in the VM's fio runs (bench/vm-block.sh), by far
      * for reads at QD16 (the note of issue 22 has the figures). */
     int rc = 0;
-    for (unsigned tag = 0; tag < UBLK_DEPTH && rc == 0; tag++)
+    for (unsigned tag = 0; tag < s->depth && rc == 0; tag++)
         rc = queue_command(q, UBLK_IO_FETCH_REQ, tag, 0);
     if (rc == 0)
         rc = io_uring_submit(&q->ring);
     queue_ready(s, rc < 0 ? rc : 0);
-    unsigned live = rc < 0 ? 0 : UBLK_DEPTH;
+    unsigned live = rc < 0 ? 0 : s->depth;
     while (live > 0 && !atomic_load(&s->stopping)) {
         struct io_uring_cqe *cqe;
         struct __kernel_timespec wait = {0, QUEUE_POLL_MS * 1000000LL};
@@ -278,14 +288,13 @@ static void *queue_main(void *arg)
         {
             seen++;
             unsigned tag = (unsigned)cqe->user_data;
-            if (cqe->res != UBLK_IO_RES_OK || tag >= UBLK_DEPTH) {
+            if (cqe->res != UBLK_IO_RES_OK || tag >= s->depth) {
                 live--; /* UBLK_IO_RES_ABORT: the device stops */
                 continue;
             }
             queue_commit(q, tag,
                          ublk_request_serve(s->dev, s->read_only, &q->descs[tag],
-                                            q->buffers + (size_t)tag * UBLK_IO_BYTES,
-                                            UBLK_IO_BYTES));
+                                            q->buffers + (size_t)tag * s->io_bytes, s->io_bytes));
         }
         io_uring_cq_advance(&q->ring, seen);
     }
@@ -311,6 +320,11 @@ static int open_char_device(struct ublk_server *s)
     return s->char_fd < 0 ? -errno : 0;
 }
 
+static size_t buffers_bytes(const struct ublk_server *s)
+{
+    return (size_t)s->depth * s->io_bytes;
+}
+
 /* Map a queue's request descriptors, fault its buffers in, make its ring. */
 static int setup_queue(struct ublk_server *s, unsigned id, char *message, size_t message_size)
 {
@@ -319,14 +333,16 @@ static int setup_queue(struct ublk_server *s, unsigned id, char *message, size_t
     q->id = id;
     q->descs = mmap(NULL, DESCS_BYTES, PROT_READ, MAP_SHARED | MAP_POPULATE, s->char_fd,
                     UBLKSRV_CMD_BUF_OFFSET + id * DESCS_STRIDE);
-    q->buffers = aligned_alloc(4096, (size_t)UBLK_DEPTH * UBLK_IO_BYTES);
-    if (q->descs == MAP_FAILED || q->buffers == NULL) {
+    /* A mapping of their own, not the heap: given back whole when the device goes. */
+    q->buffers =
+        mmap(NULL, buffers_bytes(s), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q->descs == MAP_FAILED || q->buffers == MAP_FAILED) {
         snprintf(message, message_size, "ublk: out of memory for queue %u's request buffers", id);
         return -ENOMEM;
     }
     /* Faulted in now: a write to a swap device must not wait for memory. */
-    memset(q->buffers, 0, (size_t)UBLK_DEPTH * UBLK_IO_BYTES);
-    int rc = io_uring_queue_init(2 * UBLK_DEPTH, &q->ring, 0);
+    memset(q->buffers, 0, buffers_bytes(s));
+    int rc = io_uring_queue_init(2 * s->depth, &q->ring, 0);
     if (rc < 0) {
         snprintf(message, message_size, "ublk: io_uring: %s", strerror(-rc));
         return rc;
@@ -340,8 +356,8 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
 {
     struct ublksrv_ctrl_dev_info info = {
         .nr_hw_queues = (uint16_t)s->nr_queues,
-        .queue_depth = UBLK_DEPTH,
-        .max_io_buf_bytes = UBLK_IO_BYTES,
+        .queue_depth = (uint16_t)s->depth,
+        .max_io_buf_bytes = s->io_bytes,
         .dev_id = (uint32_t)-1,
         .ublksrv_pid = getpid(),
         .ublksrv_flags = UBLK_OWNER(getpid()),
@@ -364,7 +380,7 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
                   .physical_bs_shift = 12,
                   .io_opt_shift = 12,
                   .io_min_shift = 12,
-                  .max_sectors = UBLK_IO_BYTES >> 9,
+                  .max_sectors = s->io_bytes >> 9,
                   .dev_sectors = size >> 9},
         /* A discard or write-zeroes of up to 4 GiB - 4 KiB in one request (zram allows as
          * much): one call into the engine, which keeps no memory for the range, and a
@@ -423,8 +439,12 @@ static int server_new(struct uzram *dev, bool read_only, struct ublk_server **ou
     s->read_only = read_only;
     s->dev_id = -1;
     s->control_fd = s->char_fd = -1;
-    for (unsigned id = 0; id < UBLK_QUEUES_MAX; id++)
+    for (unsigned id = 0; id < UBLK_QUEUES_MAX; id++) {
         s->queues[id].descs = MAP_FAILED;
+        s->queues[id].buffers = MAP_FAILED;
+    }
+    s->depth = UBLK_DEPTH;
+    s->io_bytes = UBLK_IO_BYTES;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->ready_cond, NULL);
     s->control_fd = open(UBLK_CONTROL, O_RDWR | O_CLOEXEC);
@@ -482,7 +502,8 @@ static void server_free(struct ublk_server *s, bool delete)
             io_uring_queue_exit(&q->ring);
         if (q->descs != MAP_FAILED)
             munmap(q->descs, DESCS_BYTES);
-        free(q->buffers);
+        if (q->buffers != MAP_FAILED)
+            munmap(q->buffers, buffers_bytes(s));
     }
     if (s->char_fd >= 0)
         close(s->char_fd);
@@ -496,7 +517,7 @@ static void server_free(struct ublk_server *s, bool delete)
 }
 
 int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues, bool recoverable,
-               struct ublk_server **out, char *message, size_t message_size)
+               bool swap, struct ublk_server **out, char *message, size_t message_size)
 {
     struct ublk_server *s;
     int rc = server_new(dev, read_only, &s, message, message_size);
@@ -505,6 +526,11 @@ int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus > 0 && queues > (unsigned long)cpus)
         queues = (unsigned)cpus;
+    if (swap) {
+        s->depth = UBLK_SWAP_DEPTH;
+        s->io_bytes = UBLK_SWAP_IO_BYTES;
+        queues = queues > UBLK_SWAP_QUEUES ? UBLK_SWAP_QUEUES : queues;
+    }
     s->nr_queues = queues < 1 ? 1 : queues > UBLK_QUEUES_MAX ? UBLK_QUEUES_MAX : queues;
     s->recoverable = recoverable;
     delete_leftovers(s);
@@ -658,13 +684,14 @@ static int fits(const struct ublk_recoverable *found, uint64_t size, bool read_o
         snprintf(message, message_size,
                  "ublk: /dev/ublkb%d has %llu bytes, the device to serve it from %llu",
                  found->dev_id, (unsigned long long)found->size, (unsigned long long)size);
-    else if (found->depth != UBLK_DEPTH || found->max_io_bytes != UBLK_IO_BYTES ||
+    else if (!((found->depth == UBLK_DEPTH && found->max_io_bytes == UBLK_IO_BYTES) ||
+               (found->depth == UBLK_SWAP_DEPTH && found->max_io_bytes == UBLK_SWAP_IO_BYTES)) ||
              found->queues < 1 || found->queues > UBLK_QUEUES_MAX)
         snprintf(message, message_size,
                  "ublk: /dev/ublkb%d has %u queues of %u requests of %u bytes; this uzram serves "
-                 "at most %u queues of %u requests of %u bytes",
+                 "at most %u queues of %u requests of %u bytes (%u of %u bytes for swap)",
                  found->dev_id, found->queues, found->depth, found->max_io_bytes, UBLK_QUEUES_MAX,
-                 UBLK_DEPTH, UBLK_IO_BYTES);
+                 UBLK_DEPTH, UBLK_IO_BYTES, UBLK_SWAP_DEPTH, UBLK_SWAP_IO_BYTES);
     else if (found->read_only != read_only)
         snprintf(message, message_size, "ublk: /dev/ublkb%d is %s, the device to serve it not",
                  found->dev_id, found->read_only ? "read-only" : "writable");
@@ -719,6 +746,8 @@ int ublk_recover(struct uzram *dev, int dev_id, uint64_t size, bool read_only,
         rc = fits(&found, size, read_only, message, message_size);
     if (rc == 0) {
         s->nr_queues = found.queues;
+        s->depth = found.depth;
+        s->io_bytes = found.max_io_bytes;
         rc = start_recovery(s, message, message_size);
     }
     if (rc == 0 && (rc = open_char_device(s)) < 0)

@@ -99,10 +99,14 @@ static void handle_stats(const struct peer *peer, struct nbd_server *server,
     attachment_device(nbd_export_attachment(export), device, sizeof device);
     swap_safety_read(&safety);
     n = snprintf(body + used, sizeof body - used,
-                 "attached %s\nfuse_uring_requests %llu\nswap %d\nio_flusher %d\nmem_locked %llu\n",
+                 "attached %s\nfuse_uring_requests %llu\nswap %d\nio_flusher %d\nmem_locked %llu\n"
+                 "mem_resident %llu\nheap_size %llu\nheap_used %llu\nheap_mapped %llu\n",
                  device[0] ? device : "-",
                  (unsigned long long)attachment_uring_requests(nbd_export_attachment(export)),
-                 export->swap, safety.io_flusher, (unsigned long long)safety.locked_kib * 1024);
+                 export->swap, safety.io_flusher, (unsigned long long)safety.locked_kib * 1024,
+                 (unsigned long long)safety.resident_kib * 1024,
+                 (unsigned long long)safety.heap_bytes, (unsigned long long)safety.heap_used,
+                 (unsigned long long)safety.heap_mapped);
     used = n < 0 || used >= sizeof body ? sizeof body : used + (size_t)n;
     if (used >= sizeof body) {
         reply_error(peer, ERANGE, "the statistics do not fit in one reply");

@@ -111,3 +111,48 @@ stop_under_mount() {
     STOPPED_AFTER="$(($(date +%s) - start)) s ($(tail -n 1 "$WORK/dd.err"))"
     timeout "$bound" umount "$mnt" || timeout "$bound" umount -l "$mnt" || fail "umount after SIG$signal"
 }
+
+# server_memory NAME: where the memory of server NAME (one device) is, from its /proc/PID
+# (status, smaps) and its own report (uzram status --json: mm_stat, debug_stat, mallinfo2).
+# Prints one line of parts in KiB and sets MEM_OVERHEAD_KIB: VmRSS less the pool
+# (mem_used_total) and the page table (table_mem), what uzram(1) SWAP budgets. Under --swap
+# every resident page is locked (mlockall), so VmRSS is the locked memory; VmLck counts the
+# address space of locked mappings, touched or not (MCL_ONFAULT), and says nothing here.
+server_memory() { # NAME
+    local name=$1 pid
+    pid=${SERVER_PID[$name]}
+    local -a status smaps engine
+    read -r -a status < <(awk '$1 == "VmRSS:" {r = $2} $1 == "VmHWM:" {h = $2}
+        $1 == "VmPTE:" {p = $2} $1 == "Threads:" {t = $2} END {print r, h, p, t}' /proc/"$pid"/status)
+    # Rss by kind of mapping: the heap, the main stack, files (program, libraries), the ublk
+    # driver's and io_uring's kernel buffers, anonymous mappings (pool, table, thread stacks,
+    # allocations mapped on their own).
+    read -r -a smaps < <(awk '
+        /^[0-9a-f]+-[0-9a-f]+ / {
+            name = $6
+            if (name == "") kind = "anon"
+            else if (name == "[heap]") kind = "heap"
+            else if (name == "[stack]") kind = "stack"
+            else if (name ~ /^\/dev\/|^anon_inode:/) kind = "kernel"
+            else if (name ~ /^\//) kind = "file"
+            else kind = "other"
+        }
+        $1 == "Rss:" {rss[kind] += $2}
+        END {print rss["heap"] + 0, rss["stack"] + 0, rss["file"] + 0, rss["kernel"] + 0,
+                   rss["anon"] + 0, rss["other"] + 0}' /proc/"$pid"/smaps)
+    read -r -a engine < <("$UZRAM" status --json "$name" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)[0]
+print(*(d.get(k, 0) // 1024 for k in ("mem_used_total", "table_mem", "cached_mem", "dict_mem",
+      "heap_size", "heap_used", "heap_mapped", "meta_data_size")))')
+    local rss=${status[0]} pool=${engine[0]} table=${engine[1]} cached=${engine[2]} dict=${engine[3]}
+    # anonymous memory that is neither the pool's (its objects and what it keeps cached) nor
+    # the table: thread stacks, blocks mapped on their own, the dedup index, bundle records
+    local other_anon=$((smaps[4] - (pool - dict) - cached - table))
+    MEM_OVERHEAD_KIB=$((rss - pool - table))
+    echo "server $name (pid $pid, ${status[3]} threads), KiB: VmRSS $rss VmHWM ${status[1]} VmPTE ${status[2]};" \
+        "pool $pool (dict $dict), table $table; beyond them $MEM_OVERHEAD_KIB:" \
+        "cached pool (reserve, emptied spans) $cached, heap ${smaps[0]} (in use ${engine[5]}, arena ${engine[4]}," \
+        "mapped blocks ${engine[6]}), other anonymous $other_anon (stacks, mapped blocks, meta ${engine[7]})," \
+        "main stack ${smaps[1]}, files ${smaps[2]}, kernel buffers ${smaps[3]}, other ${smaps[5]}"
+}

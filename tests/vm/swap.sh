@@ -73,7 +73,8 @@ swap_on() {
     reserve_below_requests "$name"
 }
 
-# serve --swap runs its threads SCHED_FIFO at priority 2 and the reserve's at 1: at the same
+# serve --swap runs its threads SCHED_FIFO at priority 2 and the reserve's and the heap keeper's
+# (src/attach/swap.c) at 1: at the same
 # priority its page faults spun in reclaim and kept the thread that completes swap-outs off
 # the one CPU of a guest for minutes (lib/pool/pool_reserve.c).
 reserve_below_requests() { # NAME
@@ -82,6 +83,8 @@ reserve_below_requests() { # NAME
         policy=$(chrt -p "${task##*/}" | sed -n 's/.*scheduling policy: //p; s/.*scheduling priority: / /p' | paste -sd '')
         if [[ $(cat "$task/comm") == uzram-reserve ]]; then
             reserve=$policy
+        elif [[ $(cat "$task/comm") == uzram-heap ]]; then # the heap's keeper, as the reserve's
+            [[ $policy == "SCHED_FIFO 1" ]] || fail "the heap keeper's thread runs $policy (SCHED_FIFO 1 expected)"
         else
             [[ $policy == "SCHED_FIFO 2" ]] || fail "thread ${task##*/} ($(cat "$task/comm")) runs $policy (SCHED_FIFO 2 expected)"
             others=$((others + 1))
@@ -173,6 +176,10 @@ case $mode in
     empty=$("$UZRAM" attr sw debug_stat | sed -n 's/^reserve_empty: //p')
     errors=$(dmesg | grep -c "Write-error on swap-device" || true)
     pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s"
+    # What the server holds beyond its pool and page table, within uzram(1) SWAP's budget for
+    # these options (16 MiB; tests/vm/swap-memory.sh measures the dense mode too).
+    server_memory sw
+    ((MEM_OVERHEAD_KIB <= 16 << 10)) || fail "the server holds $MEM_OVERHEAD_KIB KiB beyond its pool and page table, over the 16 MiB budget"
     result swap_run "$touch_mib" "$rounds" "$took" "${mm[0]}" "${mm[2]}"
     swap_off sw
     stop_server sw

@@ -103,7 +103,7 @@ int main(int argc, char **argv)
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    rc = serve ? ublk_start(dev, config.disksize, false, cpus > 0 ? (unsigned)cpus : 1, true,
+    rc = serve ? ublk_start(dev, config.disksize, false, cpus > 0 ? (unsigned)cpus : 1, true, false,
                             &server, message, sizeof message)
                : ublk_recover(dev, atoi(argv[2]), config.disksize, false, &server, message,
                               sizeof message);
