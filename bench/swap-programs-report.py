@@ -28,8 +28,8 @@ OUTCOMES = {
     "deadline-failure": "the guest could not end it; boot ended",
     "harness-failure": "harness failed",
     "guest-stopped": "guest stopped during it",
-    "livelocked": "guest livelocked (swap writes failing for {failing_for} s, the guest could not "
-                  "kill the program); boot ended by the host",
+    "livelocked": "guest livelocked: swap writes failing for {failing_for} s, the guest could "
+                  "not kill the program; boot ended by the host {ended_after} s into the run",
     "not-run": "not run (boots used up)",
 }
 
@@ -66,6 +66,7 @@ def outcome(run, meta):
     o = run.get("outcome", "?")
     text = OUTCOMES.get(o, o.replace("exit-", "exit status ")).format(
         stall=meta.get("stall"), failing_for=run.get("failing_for", "?"),
+        ended_after=run.get("ended_after", "?"),
         deadline=run.get("deadline", meta.get("deadline")))
     if o == "harness-failure":
         text += f" (exit {run.get('exit', '?')})"

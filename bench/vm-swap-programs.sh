@@ -27,8 +27,10 @@
 #                  apart) for this many seconds (default 180; 0: never): at its cap a device
 #                  fails them, and the kernel was seen to retry for minutes with no progress
 #                  and no OOM kill (tests/vm/swap.sh --limit; the smoke runs of this script)
-#     --boots      boots at most (default 4): a boot that ends early (a hang the kernel
-#                  reports, a guest that stops) is followed by one that runs what is left
+#     --boots      boots at most (default: as many as it takes, while each measures a run): a
+#                  boot that ends early (a hang the kernel reports, a livelocked guest the
+#                  host ends) is followed by one that runs what is left, kernel zram lz4 of
+#                  the size it ended in again first
 #   VM_SWAP_PROGRAMS_REUSE=1 bench/vm-swap-programs.sh   the doc again from the last results
 #
 # Inputs and the host's checksums are made once under build/vm/swap-programs (rm -rf it to take
@@ -40,7 +42,7 @@ source bench/doc.bash
 DIR=build/vm/swap-programs
 GUEST_MIB=512 CPUS=2 HUNG=120
 SIZES=0.5,1,1.5,2 PROGRAMS=sort,dpkg BACKENDS=zram-lz4,zram-zstd,uzram-lz4,uzram-dense
-CAP=256M DISKSIZE=2G DEADLINE=900 RATIO=3 DEADLINE_MIN=300 STALL=180 BOOTS=4
+CAP=256M DISKSIZE=2G DEADLINE=900 RATIO=3 DEADLINE_MIN=300 STALL=180 BOOTS=0
 CMDLINE="$*"
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -172,7 +174,7 @@ console_errors() {
 # its pid (vm.sh's child's child) and the run marked livelocked; the next boot goes on with
 # the runs left, instead of waiting for vm.sh's deadline.
 run_boot() {
-    local boot=$1 out=$DIR/boot-$1 vm now current count last=- seen=0 failing=0 child qemu
+    local boot=$1 out=$DIR/boot-$1 vm current count last=- seen=0 failing=0 since child qemu
     shift
     local scenarios=()
     for run; do scenarios+=("swap-programs:$run"); done
@@ -183,6 +185,7 @@ run_boot() {
         sleep 10
         ((STALL > 0)) || continue
         read -r current count < <(console_errors "$out/console.log") || continue
+        [[ $current == "$last" ]] || since=$(date +%s)
         if [[ $current != - && $current == "$last" ]] && ((count > seen)); then
             failing=$((failing + 10))
         else
@@ -191,7 +194,7 @@ run_boot() {
         last=$current seen=$count
         ((failing >= STALL + 120)) || continue
         echo "vm-swap-programs: $current: swap writes failing for $failing s, the guest did not end it: ending QEMU"
-        echo "$failing" >"$out/$current.livelock"
+        echo "$failing $(($(date +%s) - since))" >"$out/$current.livelock"
         for child in $(pgrep -P "$vm"); do
             for qemu in $(pgrep -P "$child"); do
                 [[ $(cat "/proc/$qemu/comm" 2>/dev/null) == qemu-system-* ]] && kill "$qemu"
@@ -205,7 +208,7 @@ run_boot() {
 # collect BOOT OUT RUN...: each run's result line (with boot=BOOT), or the line made here for a
 # run the guest did not finish; prints the runs to do again (not run, or a guest not clean).
 collect() {
-    local boot=$1 out=$2 run name status failure extra
+    local boot=$1 out=$2 run name status failure extra failing since
     shift 2
     for run in "$@"; do
         name=swap-programs-${run//,/-}
@@ -222,7 +225,8 @@ collect() {
             if [[ $status == 75 && -z $failure ]]; then echo "$run"; continue; fi
             failure="outcome=${failure:-harness}-failure exit=$status"
         elif [[ -e $out/$name.livelock ]]; then
-            failure="outcome=livelocked failing_for=$(cat "$out/$name.livelock")"
+            read -r failing since <"$out/$name.livelock"
+            failure="outcome=livelocked failing_for=$failing ended_after=$since"
         elif grep -q "=== uzram-vm: begin $name " "$out/console.log" 2>/dev/null; then
             failure="outcome=guest-stopped"
         else
@@ -256,12 +260,23 @@ if [[ ${VM_SWAP_PROGRAMS_REUSE:-0} != 1 ]]; then
     : >"$DIR/results.txt"
     : >"$DIR/vm.log"
     mapfile -t pending < <(plan)
-    boot=0
+    ((BOOTS > 0)) || BOOTS=$((${#pending[@]} + 1))
+    boot=0 done_runs=0
     while ((${#pending[@]} > 0 && boot < BOOTS)); do
         boot=$((boot + 1))
         echo "vm-swap-programs: boot $boot: ${#pending[@]} runs"
         run_boot "$boot" "${pending[@]}"
         mapfile -t pending < <(collect "$boot" "$DIR/boot-$boot" "${pending[@]}")
+        # a boot that measured nothing (its guest failed before the first run ended) ends it
+        (($(wc -l <"$DIR/results.txt") > done_runs)) || break
+        done_runs=$(wc -l <"$DIR/results.txt")
+        # A boot that ended inside a size leaves the rest of that size without its reference
+        # in the next boot: kernel zram lz4 runs there again first (both runs are in the
+        # table, each with its boot).
+        first=${pending[0]:-}
+        if [[ -n $first && ${first##*,} != zram-lz4 && " ${backends[*]} " == *" zram-lz4 "* ]]; then
+            pending=("${first%,*},zram-lz4" "${pending[@]}")
+        fi
     done
     for run in "${pending[@]}"; do echo "run boot=- ${run//,/ } outcome=not-run" >>"$DIR/results.txt"; done
     {
