@@ -154,7 +154,7 @@ def table(runs, sizes, meta):
             f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
             f"| {BACKENDS.get(r['backend'], r['backend'])} | {outcome(r, meta)} | {secs} | {ratio} "
             f"| {errors} | {oom} | {mib(r.get('mem_used_max'))} | {mib(r.get('swap_peak_kib'), 1024)} "
-            f"| {mib(r.get('server_hwm_kib'), 1024) if uz else '-'} "
+            f"| {mib(r.get('server_hwm_kib', r.get('rss_peak_kib')), 1024) if uz else '-'} "
             f"| {(mib(r.get('locked_peak_kib'), 1024) + ' (' + mib(r.get('vmlck_peak_kib'), 1024) + ')') if uz else '-'} "
             f"| {after} | {r['boot']} |")
     return out
@@ -179,15 +179,15 @@ def main():
             for b in BACKENDS}
     total = {b: sum(1 for r in runs if r["backend"] == b) for b in BACKENDS}
     out += ["", "Completed with the right output: " + ", ".join(
-        f"{BACKENDS[b]} {done[b]} of {total[b]}" for b in BACKENDS if total[b]) + ".", "",
+        f"{BACKENDS[b]} {done[b]} of {total[b]} runs" for b in BACKENDS if total[b]) + ".", "",
         "Columns: seconds of the program's run in the guest (emulated: only the ratios inside a "
         "boot mean anything; `/ zram lz4` is against kernel zram lz4's time for the same program "
         "and size in the same boot); swap write errors: the device's failed_writes (io_stat), and "
         "in brackets the kernel's \"Write-error on swap-device\" lines with the ones it says it "
         "suppressed; OOM kills: vmstat's oom_kill during the run (the victims' names); peak "
         "compressed: the device's mem_used_max; peak swap in use: SwapTotal - SwapFree, sampled "
-        "every second; the server's peak RSS: VmHWM; locked: the peak of its locked resident "
-        "pages (smaps_rollup Locked) and of what its locked mappings span (VmLck; with "
+        "every second; the server's peak RSS: VmHWM (sampled VmRSS for a run the guest did not "
+        "end); locked: the peak of its locked resident pages (smaps_rollup Locked) and of what its locked mappings span (VmLck; with "
         "MCL_ONFAULT most of it never touched), sampled every second; after exit, 5 s after the "
         "program ended: what the device still stores (orig_data_size) against what the kernel "
         "still has swapped out (SwapTotal - SwapFree): the difference is pages the kernel freed "
