@@ -379,9 +379,15 @@ soak: deps
 #               a restart: `ublk-restart:swap`, by name: minutes more under TCG); then the
 #               installed uzram@.service under a real systemd with the state in its descriptor
 #               store (tests/vm/systemd.sh: reload, SIGKILL, restart, stop; ~3 min under TCG)
+# vm-swap-bench: real programs as swap workloads (issue 40): GNU sort and python3 on real data at
+#               footprints of 0.5 to 2.5 times a 512 MiB guest, swap on kernel zram lz4 and zstd
+#               and on uzram lz4 and dense, one cap on compressed memory, into docs/BENCHMARKS.md
+#               (bench/vm-swap-programs.sh; hours under TCG; VM_SWAP_BENCH_ARGS=--quick: one
+#               size, sort only, every backend)
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
-.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart
+VM_SWAP_BENCH_ARGS ?=
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart vm-swap-bench
 vm-check: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --check
@@ -397,6 +403,9 @@ vm-docs: deps
 vm-bench: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./bench/vm-block.sh
+vm-swap-bench: deps
+	$(MAKE) programs $(VM_TOOLS)
+	./bench/vm-swap-programs.sh $(VM_SWAP_BENCH_ARGS)
 vm-recovery: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --mem 512 --deadline $$(( 60 + $(VM_KILLS) * 20 )) ublk-recovery:$(VM_KILLS)

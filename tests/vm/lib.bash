@@ -39,6 +39,13 @@ wait_for() {
     done
 }
 
+# unit_command KEY NAME: the uzram-swap@ unit's ExecStart or ExecStop as sh runs it, for the
+# device NAME (tests/vm/swap.sh and swap-programs.sh set swap up exactly as the unit does).
+unit_command() {
+    sed -n "s/^$1=//p" "$REPO/systemd/uzram-swap@.service.in" |
+        sed -e "s|@bindir@/uzram|$UZRAM|g" -e "s/%i/$2/g" -e 's/\$\$/$/g'
+}
+
 vmstat() { awk -v key="$1" '$1 == key {print $2}' /proc/vmstat; }
 meminfo_kib() { awk -v key="$1:" '$1 == key {print $2}' /proc/meminfo; }
 

@@ -45,17 +45,11 @@ touch_mib=$((total_kib * 3 / 2 / 1024))
 [[ -z $percent ]] || touch_mib=$((total_kib * percent / 100 / 1024))
 rounds=2
 [[ $mode == --quick ]] && rounds=1
-UNIT=$REPO/systemd/uzram-swap@.service.in
 # A deadline (tests/vm/guest.sh: timeout signals the scenario's process group) must reach
 # memtouch and this script but not the servers: with a server gone while its device is still
 # swap, every process with a page there is killed, the guest's init among them, and the
 # scenarios after this one never run. The cleanup runs swapoff, then stops the server.
 SERVER_OWN_SESSION=1
-
-# The unit's ExecStart / ExecStop as sh runs them, for device NAME.
-unit_command() { # KEY NAME
-    sed -n "s/^$1=//p" "$UNIT" | sed -e "s|@bindir@/uzram|$UZRAM|g" -e "s/%i/$2/g" -e 's/\$\$/$/g'
-}
 
 # swap_on NAME SIZE LIMIT [serve options]: a --swap server and the unit's ExecStart.
 swap_on() {

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+# swap-programs-report.py - the docs/BENCHMARKS.md block of bench/vm-swap-programs.sh, from its
+# folder (build/vm/swap-programs): meta (command, commit, date, load, kernel), sizes.tsv (each
+# size's input and footprint on the host), results.txt (one "run" line of key=value pairs per
+# run, from tests/vm/swap-programs.sh or, for a run the guest did not finish, from the host).
+#
+#   swap-programs-report.py DIR
+import os
+import sys
+
+BACKENDS = {
+    "zram-lz4": "kernel zram lz4",
+    "zram-zstd": "kernel zram zstd",
+    "uzram-lz4": "uzram lz4",
+    "uzram-dense": "uzram dense",
+}
+PROGRAMS = {
+    "sort": "GNU sort of real text",
+    "dpkg": "python3 indexing dpkg's database",
+}
+OUTCOMES = {
+    "completed": "**completed**",
+    "deadline": "killed at its deadline ({deadline} s)",
+    "stalled": "killed: swap writes failing for {stall} s",
+    "oom-killed": "OOM-killed",
+    "wrong-output": "WRONG OUTPUT",
+    "kernel-failure": "guest's kernel reported a hang or oops; boot ended",
+    "deadline-failure": "the guest could not end it; boot ended",
+    "harness-failure": "harness failed",
+    "guest-stopped": "guest stopped during it",
+    "livelocked": "guest livelocked: swap writes failing for {failing_for} s, the guest could "
+                  "not kill the program; boot ended by the host {ended_after} s into the run",
+    "not-run": "not run (boots used up)",
+}
+
+
+def mib(value, unit=1):
+    try:
+        return f"{int(value) * unit / 1048576:.0f}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+def read_meta(path):
+    meta = {}
+    for line in open(path):
+        for part in line.split(" ") if line.startswith("cap=") else [line]:
+            key, _, value = part.strip().partition("=")
+            meta[key] = value
+    return meta
+
+
+def read_runs(path):
+    runs = []
+    for line in open(path):
+        f = line.split()
+        if not f or f[0] != "run":
+            continue
+        run = {"boot": f[1].split("=")[1], "program": f[2], "size": f[3], "backend": f[4]}
+        run.update(p.split("=", 1) for p in f[5:] if "=" in p)
+        runs.append(run)
+    return runs
+
+
+def outcome(run, meta):
+    o = run.get("outcome", "?")
+    text = OUTCOMES.get(o, o.replace("exit-", "exit status ")).format(
+        stall=meta.get("stall"), failing_for=run.get("failing_for", "?"),
+        ended_after=run.get("ended_after", "?"),
+        deadline=run.get("deadline", meta.get("deadline")))
+    if o == "harness-failure":
+        text += f" (exit {run.get('exit', '?')})"
+    if run.get("note") == "guest-not-cleaned-after":
+        text += "; guest not clean after"
+    return text
+
+
+def header(meta, sizes, manifest):
+    command = " ".join(["bench/vm-swap-programs.sh"] + meta["args"].split())
+    out = [f"### Real programs as swap workloads in a VM: `{command}`",
+           "",
+           f"Commit {meta['commit']}, {meta['date']}; kernel {meta.get('kernel', '?')} under QEMU, "
+           f"{meta['cpus']} vCPUs, {meta['guest_mib']} MiB guest; {meta.get('boots', '?')} boot(s). "
+           f"The host's 2 cores are shared with other work: load average (1, 5, 15 min) "
+           f"{meta['load_start']} at the start, {meta.get('load_end', '?')} at the end.",
+           "",
+           f"Every backend: {meta['disksize']} of swap (the disk size, four times the guest's memory, so "
+           f"that the bound is the cap), compressed memory capped at **{meta['cap']}**, swap priority "
+           f"100, a fresh device for each run, the page cache dropped before it. The program is killed "
+           f"at its deadline, {meta.get('ratio', '-')} times kernel zram lz4's time for the same "
+           f"program and size in the boot (zram lz4 runs first of each size's backends), at least "
+           f"{meta.get('deadline_min', '-')} s, at most {meta['deadline']} s (zram lz4's own, and "
+           f"every run's when it did not complete), or once swap writes had failed at every check "
+           f"(10 s apart) for {meta['stall']} s: a device at its cap fails them, and the kernel "
+           f"was seen to retry them for minutes without progress or an OOM kill. Kernel zram: `modprobe zram`, `comp_algorithm`, `mem_limit`, "
+           f"`disksize`, mkswap, swapon. uzram as the `uzram-swap@` unit sets it up: "
+           f"`uzram serve --swap -s {meta['disksize']} --mem-limit {meta['cap']}`, then the unit's "
+           f"`uzram attach --swap` (ublk), mkswap, `swapon --priority 100`; dense adds "
+           f"`--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1`.",
+           "",
+           "Programs, each run with its output piped to sha256sum and checked against the host's:",
+           "",
+           "- sort: `LC_ALL=C sort -S <3 x input> --parallel=1 INPUT` (the whole input in one "
+           "buffer, no temporary files); INPUT the first bytes of a corpus of this machine's "
+           "text files, cut at a line's end (`bench/swap-programs-corpus.py`: "
+           + "; ".join(manifest) + "; sources interleaved in proportion, files whose bytes "
+           "an earlier one had left out; past its end, copy k has `~k ` before every line);",
+           "- dpkg: `python3 bench/swap-programs-dpkg.py DPKG COPIES`: dpkg's status file, "
+           "info/*.list and info/*.md5sums (a snapshot of this machine's) parsed into per-package "
+           "records, a file-owner index, a directory index and reverse dependencies, held whole "
+           "and written as one sorted JSON document; COPIES more systems' worth (package names "
+           "suffixed `~k`, paths prefixed `/k<k>`, a fraction takes that share of the packages).",
+           "",
+           "Size: the program's footprint, its maximum RSS on the host without swap pressure "
+           "(GNU time), against the guest's memory:",
+           "",
+           "| program | size | input | footprint MiB |",
+           "| --- | --- | --- | --- |"]
+    for s in sizes:
+        inp = f"{int(s['param'][5:-4]) / 1e6:.0f} MB of text" if s["program"] == "sort" \
+            else f"{s['param']} copies"
+        out.append(f"| {s['program']} | {s['factor']}x | {inp} | {int(s['rss']) / 1024:.0f} "
+                   f"({int(s['rss']) / 1024 / int(meta['guest_mib']):.2f}x) |")
+    return out
+
+
+def table(runs, sizes, meta):
+    factor = {(s["program"], s["index"]): s["factor"] for s in sizes}
+    ref = {(r["program"], r["size"], r["boot"]): float(r["seconds"]) for r in runs
+           if r["backend"] == "zram-lz4" and r.get("outcome") == "completed"}
+    out = ["| program | size | backend | outcome | seconds | / zram lz4 | swap write errors: "
+           "device (kernel log) | OOM kills | peak compressed MiB | peak swap in use MiB | "
+           "server peak RSS MiB | server locked MiB: resident (VmLck) | after exit: stored / "
+           "swapped MiB | boot |",
+           "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    order = {b: i for i, b in enumerate(BACKENDS)}
+    for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
+        key = (r["program"], r["size"], r["boot"])
+        secs = r.get("seconds", "-")
+        ratio = "-"
+        if r.get("outcome") == "completed" and key in ref:
+            ratio = f"{float(secs) / ref[key]:.2f}"
+        elif r.get("outcome") in ("deadline", "stalled") and key in ref:
+            ratio = f"> {float(secs) / ref[key]:.2f}"
+        oom = r.get("oom_kills", "-")
+        if r.get("victims", "-") != "-":
+            oom += f" ({r['victims']})"
+        uz = r["backend"].startswith("uzram")
+        errors = f"{r.get('failed_writes', '-')} ({r.get('log_write_errors', '-')})"
+        after = "-"
+        if "orig_after" in r:
+            after = f"{mib(r['orig_after'])} / {mib(r.get('swap_used_after_kib'), 1024)}"
+        out.append(
+            f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
+            f"| {BACKENDS.get(r['backend'], r['backend'])} | {outcome(r, meta)} | {secs} | {ratio} "
+            f"| {errors} | {oom} | {mib(r.get('mem_used_max'))} | {mib(r.get('swap_peak_kib'), 1024)} "
+            f"| {mib(r.get('server_hwm_kib', r.get('rss_peak_kib')), 1024) if uz else '-'} "
+            f"| {(mib(r.get('locked_peak_kib'), 1024) + ' (' + mib(r.get('vmlck_peak_kib'), 1024) + ')') if uz else '-'} "
+            f"| {after} | {r['boot']} |")
+    return out
+
+
+def main():
+    d = sys.argv[1]
+    meta = read_meta(os.path.join(d, "meta"))
+    sizes = []
+    for line in open(os.path.join(d, "sizes.tsv")):
+        f = line.split()
+        sizes.append(dict(zip(["program", "index", "factor", "param", "rss", "sha"], f)))
+    manifest = [line.strip().split(", from")[0]
+                for line in open(os.path.join(d, "corpus.txt.manifest"))]
+    runs = read_runs(os.path.join(d, "results.txt"))
+    out = header(meta, sizes, manifest)
+    out += ["", "Results, by program and size (the runs themselves went size by size; in each, "
+            "program by program, kernel zram lz4 first, the other backends' order rotated from one "
+            "size to the next):", ""]
+    out += table(runs, sizes, meta)
+    done = {b: sum(1 for r in runs if r["backend"] == b and r.get("outcome") == "completed")
+            for b in BACKENDS}
+    total = {b: sum(1 for r in runs if r["backend"] == b) for b in BACKENDS}
+    out += ["", "Completed with the right output: " + ", ".join(
+        f"{BACKENDS[b]} {done[b]} of {total[b]} runs" for b in BACKENDS if total[b]) + ".", "",
+        "Columns: seconds of the program's run in the guest (emulated: only the ratios inside a "
+        "boot mean anything; `/ zram lz4` is against kernel zram lz4's time for the same program "
+        "and size in the same boot); swap write errors: the device's failed_writes (io_stat), and "
+        "in brackets the kernel's \"Write-error on swap-device\" lines with the ones it says it "
+        "suppressed; OOM kills: vmstat's oom_kill during the run (the victims' names); peak "
+        "compressed: the device's mem_used_max; peak swap in use: SwapTotal - SwapFree, sampled "
+        "every second; the server's peak RSS: VmHWM (sampled VmRSS for a run the guest did not "
+        "end); locked: the peak of its locked resident pages (smaps_rollup Locked) and of what its locked mappings span (VmLck; with "
+        "MCL_ONFAULT most of it never touched), sampled every second; after exit, 5 s after the "
+        "program ended: what the device still stores (orig_data_size) against what the kernel "
+        "still has swapped out (SwapTotal - SwapFree): the difference is pages the kernel freed "
+        "that the device still holds (kernel zram is told of every freed slot; a ublk device only "
+        "of discards, and the unit's swapon asks for none)."]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+#!/bin/bash
+# vm-swap-programs.sh - real programs as swap workloads, in a VM (issue 40; make vm-swap-bench):
+# unmodified programs that hold real data in their heap, at footprints from half to twice the
+# guest's memory (2.5 times on request), with swap on the guest's kernel zram (lz4, zstd) and on
+# uzram (lz4, and its densest swap mode), every backend capped at the same compressed memory.
+# Runs tests/vm/swap-programs.sh once per (program, size, backend) in one boot of Debian's 6.12
+# kernel (tests/vm/vm.sh, 512 MiB, 2 vCPUs), sizes in order; in each, kernel zram lz4 first
+# (the reference the others' deadlines are a multiple of), the other backends' order rotated
+# from one size to the next. Writes the table between the VM SWAP PROGRAMS markers of
+# docs/BENCHMARKS.md. Only ratios inside one boot mean anything under emulation.
+#
+#   bench/vm-swap-programs.sh [--quick] [--sizes F,...] [--programs P,...] [--backends B,...]
+#                             [--cap SIZE] [--deadline S] [--ratio K] [--stall S] [--boots N]
+#     --quick      one size (1x), sort only, every backend, 300 s a run at most: 20 minutes
+#     --sizes      footprints as multiples of the guest's memory (default 0.5,1,1.5,2: at 2.5
+#                  no lz4 backend can hold the program in a 512 MiB guest, at any cap, and
+#                  under emulation every run takes its whole deadline)
+#     --programs   sort (GNU sort of real text), dpkg (python3 indexing dpkg's database)
+#     --backends   zram-lz4, zram-zstd, uzram-lz4, uzram-dense (default all four)
+#     --cap        the compressed memory of every backend (zram mem_limit, serve --mem-limit;
+#                  default 256M, half the guest's memory)
+#     --ratio      a run's deadline is K times kernel zram lz4's time for the same program and
+#                  size in the boot (default 3), at least 300 s
+#     --deadline   and at most this many seconds (default 900), which is also the deadline
+#                  of zram lz4 itself and of every run when it did not complete
+#     --stall      the program is killed once swap writes have failed at every check (10 s
+#                  apart) for this many seconds (default 180; 0: never): at its cap a device
+#                  fails them, and the kernel was seen to retry for minutes with no progress
+#                  and no OOM kill (tests/vm/swap.sh --limit; the smoke runs of this script)
+#     --boots      boots at most (default: as many as it takes, while each measures a run): a
+#                  boot that ends early (a hang the kernel reports, a livelocked guest the
+#                  host ends) is followed by one that runs what is left, kernel zram lz4 of
+#                  the size it ended in again first
+#   VM_SWAP_PROGRAMS_REUSE=1 bench/vm-swap-programs.sh   the doc again from the last results
+#
+# Inputs and the host's checksums are made once under build/vm/swap-programs (rm -rf it to take
+# them again from this machine's files); each size's footprint is measured here, without swap
+# pressure, as GNU time's maximum resident set size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/doc.bash
+DIR=build/vm/swap-programs
+GUEST_MIB=512 CPUS=2 HUNG=120
+SIZES=0.5,1,1.5,2 PROGRAMS=sort,dpkg BACKENDS=zram-lz4,zram-zstd,uzram-lz4,uzram-dense
+CAP=256M DISKSIZE=2G DEADLINE=900 RATIO=3 DEADLINE_MIN=300 STALL=180 BOOTS=0
+CMDLINE="$*"
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --quick) SIZES=1 PROGRAMS=sort DEADLINE=300 ;;
+    --sizes) SIZES=$2; shift ;;
+    --programs) PROGRAMS=$2; shift ;;
+    --backends) BACKENDS=$2; shift ;;
+    --cap) CAP=$2; shift ;;
+    --deadline) DEADLINE=$2; shift ;;
+    --ratio) RATIO=$2; shift ;;
+    --stall) STALL=$2; shift ;;
+    --boots) BOOTS=$2; shift ;;
+    *) echo "usage: see the head of $0" >&2; exit 2 ;;
+    esac
+    shift
+done
+IFS=, read -r -a sizes <<<"$SIZES"
+IFS=, read -r -a programs <<<"$PROGRAMS"
+IFS=, read -r -a backends <<<"$BACKENDS"
+for p in "${programs[@]}"; do [[ $p == sort || $p == dpkg ]] || { echo "no program $p" >&2; exit 2; }; done
+mkdir -p "$DIR"
+touch "$DIR/host-runs.tsv"
+
+# --- inputs, made once ---
+if [[ ! -s $DIR/corpus.txt ]]; then
+    echo "vm-swap-programs: the corpus (this machine's text files)"
+    python3 bench/swap-programs-corpus.py corpus "$DIR/corpus.txt"
+    rm -f "$DIR"/sort-*.txt
+    : >"$DIR/host-runs.tsv"
+fi
+if [[ ! -s $DIR/dpkg/status ]]; then
+    rm -rf "$DIR/dpkg" "$DIR/dpkg.tmp"
+    mkdir -p "$DIR/dpkg.tmp/info"
+    cp /var/lib/dpkg/status "$DIR/dpkg.tmp/"
+    cp /var/lib/dpkg/info/*.list /var/lib/dpkg/info/*.md5sums "$DIR/dpkg.tmp/info/"
+    mv "$DIR/dpkg.tmp" "$DIR/dpkg"
+    sed -i '/^dpkg /d' "$DIR/host-runs.tsv" 2>/dev/null || true
+fi
+
+# measure PROGRAM PARAM: the program on the host, no swap pressure: prints its maximum RSS in
+# KiB and its output's sha256 (kept in host-runs.tsv). PARAM: sort's input bytes (the first
+# that many of the corpus, cut at a line's end: sort-PARAM.txt), dpkg's copies.
+measure() {
+    local program=$1 param=$2 cmd row
+    row=$(awk -v p="$program" -v a="$param" '$1 == p && $2 == a {print $3, $4}' "$DIR/host-runs.tsv" | tail -n 1)
+    # (a sort input removed since is cut again: the same bytes, the same checksum)
+    if [[ $program == sort && ! -s $DIR/sort-$param.txt ]]; then
+        python3 bench/swap-programs-corpus.py cut "$DIR/corpus.txt" "$param" "$DIR/sort-$param.txt"
+    fi
+    if [[ -z $row ]]; then
+        if [[ $program == sort ]]; then
+            cmd=(env LC_ALL=C sort -S "$((3 * $(stat -c %s "$DIR/sort-$param.txt")))b" --parallel=1 "$DIR/sort-$param.txt")
+        else
+            cmd=(python3 bench/swap-programs-dpkg.py "$DIR/dpkg" "$param")
+        fi
+        local sha
+        sha=$(/usr/bin/time -f %M -o "$DIR/time.out" "${cmd[@]}" | sha256sum | cut -d' ' -f1)
+        row="$(tail -n 1 "$DIR/time.out") $sha"
+        echo "$program $param $row" >>"$DIR/host-runs.tsv"
+    fi
+    echo "$row"
+}
+
+# choose PROGRAM FACTOR...: the PARAM whose footprint is FACTOR times the guest's memory, from a
+# straight line through two measured points, corrected once by the measured slope; appends
+# the rows of sizes.tsv (PROGRAM INDEX FACTOR INPUT RSS_KIB SHA256).
+choose() {
+    local program=$1 a b ra rb i=0 factor target param rss sha best
+    shift
+    if [[ $program == sort ]]; then a=64000000 b=256000000; else a=1 b=3; fi
+    read -r ra _ < <(measure "$program" "$a")
+    read -r rb _ < <(measure "$program" "$b")
+    for factor; do
+        target=$(awk -v f="$factor" -v m="$GUEST_MIB" 'BEGIN {print int(f * m * 1024)}')
+        param=$(awk -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" -v t="$target" -v p="$program" \
+            'BEGIN {x = a + (t - ra) * (b - a) / (rb - ra); print (p == "sort") ? int(x) : sprintf("%.2f", x)}')
+        read -r rss sha < <(measure "$program" "$param")
+        best=$(awk -v x="$param" -v r="$rss" -v t="$target" -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" -v p="$program" \
+            'BEGIN {d = r - t; if (d < 0) d = -d; if (d <= t * 0.03) exit
+                    x += (t - r) * (b - a) / (rb - ra); print (p == "sort") ? int(x) : sprintf("%.2f", x)}')
+        if [[ -n $best ]]; then
+            read -r r2 s2 < <(measure "$program" "$best")
+            if (((r2 > target ? r2 - target : target - r2) < (rss > target ? rss - target : target - rss))); then
+                param=$best rss=$r2 sha=$s2
+            fi
+        fi
+        [[ $program == sort ]] && param=sort-$param.txt
+        echo "$program $i $factor $param $rss $sha" >>"$DIR/sizes.tsv"
+        echo "vm-swap-programs: $program at ${factor}x: $param, $((rss / 1024)) MiB on the host"
+        i=$((i + 1))
+    done
+}
+
+# The runs in order: size by size; in each, program by program, kernel zram lz4 first (the
+# others' deadlines are a multiple of its time), the other backends' order rotated by one from
+# one size to the next, so that none of them is always first or last.
+plan() {
+    local i p j others=() b
+    for b in "${backends[@]}"; do [[ $b == zram-lz4 ]] || others+=("$b"); done
+    local n=${#others[@]}
+    for ((i = 0; i < ${#sizes[@]}; i++)); do
+        for p in "${programs[@]}"; do
+            [[ " ${backends[*]} " != *" zram-lz4 "* ]] || echo "$p,$i,zram-lz4"
+            for ((j = 0; j < n; j++)); do echo "$p,$i,${others[(i + j) % n]}"; done
+        done
+    done
+}
+
+# console_errors CONSOLE [NAME]: the failed swap-outs the kernel logged (its lines plus the ones
+# it says it suppressed) during run NAME, from the console log; without NAME, during the run
+# going on: prints "NAME COUNT" (NAME "-" between runs).
+console_errors() {
+    awk -v want="${2:-}" '
+        /=== uzram-vm: begin / {run = $4; n = 0; next}
+        /=== uzram-vm: / {if (run == want && want != "") {print n; done = 1; exit} run = ""; next}
+        run == "" {next}
+        /Write-error on swap-device/ {n++}
+        /__end_swap_bio_write: [0-9]+ callbacks suppressed/ {
+            for (i = 1; i < NF; i++) if ($(i + 1) == "callbacks") n += $i }
+        END {if (done) exit; if (want == "") print (run == "" ? "-" : run), n; else if (run == want) print n; else print 0}
+    ' "$1" 2>/dev/null
+}
+
+# run_boot BOOT RUN...: one boot of tests/vm/vm.sh with the runs as scenarios. Its console is
+# watched meanwhile: a run whose swap writes keep failing for STALL + 120 s, well past the
+# point where the guest's own check would have killed the program, is in a guest that can no
+# longer act (the smoke runs' sysrq-t: every task, timeout(1) and the guest's init included,
+# runnable in reclaim, with uzram's locked memory taking what was left). QEMU is then ended by
+# its pid (vm.sh's child's child) and the run marked livelocked; the next boot goes on with
+# the runs left, instead of waiting for vm.sh's deadline.
+run_boot() {
+    local boot=$1 out=$DIR/boot-$1 vm current count last=- seen=0 failing=0 since child qemu
+    shift
+    local scenarios=()
+    for run; do scenarios+=("swap-programs:$run"); done
+    ./tests/vm/vm.sh --mem "$GUEST_MIB" --cpus "$CPUS" --hung "$HUNG" --deadline $((DEADLINE + 240)) \
+        --out "$out" "${scenarios[@]}" > >(tee -a "$DIR/vm.log") 2>&1 &
+    vm=$!
+    while kill -0 "$vm" 2>/dev/null; do
+        sleep 10
+        ((STALL > 0)) || continue
+        read -r current count < <(console_errors "$out/console.log") || continue
+        [[ $current == "$last" ]] || since=$(date +%s)
+        if [[ $current != - && $current == "$last" ]] && ((count > seen)); then
+            failing=$((failing + 10))
+        else
+            failing=0
+        fi
+        last=$current seen=$count
+        ((failing >= STALL + 120)) || continue
+        echo "vm-swap-programs: $current: swap writes failing for $failing s, the guest did not end it: ending QEMU"
+        echo "$failing $(($(date +%s) - since))" >"$out/$current.livelock"
+        for child in $(pgrep -P "$vm"); do
+            for qemu in $(pgrep -P "$child"); do
+                [[ $(cat "/proc/$qemu/comm" 2>/dev/null) == qemu-system-* ]] && kill "$qemu"
+            done
+        done
+        failing=0
+    done
+    wait "$vm" || true
+}
+
+# collect BOOT OUT RUN...: each run's result line (with boot=BOOT), or the line made here for a
+# run the guest did not finish; prints the runs to do again (not run, or a guest not clean).
+collect() {
+    local boot=$1 out=$2 run name status failure extra failing since
+    shift 2
+    for run in "$@"; do
+        name=swap-programs-${run//,/-}
+        if [[ -s $out/$name.results ]]; then
+            extra=
+            read -r status _ <"$out/$name.status"
+            [[ $status == 0 ]] || extra=" note=guest-not-cleaned-after"
+            sed "s/^run /run boot=$boot /; s/\$/$extra/" "$out/$name.results" >>"$DIR/results.txt"
+            continue
+        fi
+        if [[ -e $out/$name.status ]]; then
+            read -r status _ <"$out/$name.status"
+            failure=$(cat "$out/$name.failure" 2>/dev/null || true)
+            if [[ $status == 75 && -z $failure ]]; then echo "$run"; continue; fi
+            failure="outcome=${failure:-harness}-failure exit=$status"
+        elif [[ -e $out/$name.livelock ]]; then
+            read -r failing since <"$out/$name.livelock"
+            failure="outcome=livelocked failing_for=$failing ended_after=$since"
+        elif grep -q "=== uzram-vm: begin $name " "$out/console.log" 2>/dev/null; then
+            failure="outcome=guest-stopped"
+        else
+            echo "$run"
+            continue
+        fi
+        echo "run boot=$boot ${run//,/ } $failure log_write_errors=$(console_errors "$out/console.log" "$name")" \
+            "$(cat "$out/$name.peaks" 2>/dev/null)" >>"$DIR/results.txt"
+    done
+}
+
+if [[ ${VM_SWAP_PROGRAMS_REUSE:-0} != 1 ]]; then
+    : >"$DIR/sizes.tsv"
+    for p in "${programs[@]}"; do choose "$p" "${sizes[@]}"; done
+    # keep only the inputs in use: each size's sort input is up to 600 MB
+    for f in "$DIR"/sort-*.txt; do
+        [[ -e $f ]] && ! grep -q " ${f##*/} " "$DIR/sizes.tsv" && rm -f "$f"
+    done
+    {
+        printf 'CAP=%q DISKSIZE=%q RUN_DEADLINE=%q DEADLINE_RATIO=%q DEADLINE_MIN=%q STALL_SECONDS=%q\n' \
+            "$CAP" "$DISKSIZE" "$DEADLINE" "$RATIO" "$DEADLINE_MIN" "$STALL"
+        echo 'DENSE_OPTIONS=(--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1)'
+    } >"$DIR/settings.bash"
+    {
+        echo "args=$CMDLINE"
+        echo "commit=$(bench_git)"
+        echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+        echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "cap=$CAP disksize=$DISKSIZE deadline=$DEADLINE ratio=$RATIO deadline_min=$DEADLINE_MIN stall=$STALL guest_mib=$GUEST_MIB cpus=$CPUS hung=$HUNG"
+    } >"$DIR/meta"
+    : >"$DIR/results.txt"
+    : >"$DIR/vm.log"
+    mapfile -t pending < <(plan)
+    ((BOOTS > 0)) || BOOTS=$((${#pending[@]} + 1))
+    boot=0 done_runs=0
+    while ((${#pending[@]} > 0 && boot < BOOTS)); do
+        boot=$((boot + 1))
+        echo "vm-swap-programs: boot $boot: ${#pending[@]} runs"
+        run_boot "$boot" "${pending[@]}"
+        mapfile -t pending < <(collect "$boot" "$DIR/boot-$boot" "${pending[@]}")
+        # a boot that measured nothing (its guest failed before the first run ended) ends it
+        (($(wc -l <"$DIR/results.txt") > done_runs)) || break
+        done_runs=$(wc -l <"$DIR/results.txt")
+        # A boot that ended inside a size leaves the rest of that size without its reference
+        # in the next boot: kernel zram lz4 runs there again first (both runs are in the
+        # table, each with its boot).
+        first=${pending[0]:-}
+        if [[ -n $first && ${first##*,} != zram-lz4 && " ${backends[*]} " == *" zram-lz4 "* ]]; then
+            pending=("${first%,*},zram-lz4" "${pending[@]}")
+        fi
+    done
+    for run in "${pending[@]}"; do echo "run boot=- ${run//,/ } outcome=not-run" >>"$DIR/results.txt"; done
+    {
+        echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "boots=$boot"
+        echo "kernel=$(sed -n 's/^vm.sh: \([^,]*\), \([a-z]*\).*/\1 (\2)/p' "$DIR/vm.log" | head -n 1)"
+    } >>"$DIR/meta"
+fi
+text=$(mktemp)
+python3 bench/swap-programs-report.py "$DIR" >"$text"
+doc_block docs/BENCHMARKS.md "<!-- BEGIN VM SWAP PROGRAMS (bench/vm-swap-programs.sh; do not edit by hand) -->" \
+    "<!-- END VM SWAP PROGRAMS -->" "$text"
+rm -f "$text"
+echo "vm-swap-programs: wrote the VM SWAP PROGRAMS part of docs/BENCHMARKS.md"

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# swap-programs.sh - VM scenario: one run of the real-program swap benchmark (issue 40,
+# bench/vm-swap-programs.sh): an unmodified program that holds real data in its heap (GNU sort
+# of real text, or python3 indexing a copy of dpkg's database) at a footprint a multiple of
+# the guest's memory, with swap on one backend capped at the same compressed memory; its
+# output's sha256 against the host's. Measures the outcome (completed, wrong output, OOM kill,
+# other exit, deadline, stalled), wall time, swap write errors, OOM kills, the device's peak
+# memory, the server's peak RSS and locked memory, and, after the program's exit, what the
+# device still holds against what the kernel still has swapped out.
+#
+#   swap-programs.sh PROGRAM SIZE BACKEND
+#     PROGRAM  sort | dpkg (the row of bench/vm-swap-programs.sh's sizes.tsv, with SIZE)
+#     BACKEND  zram-lz4 | zram-zstd   the guest's kernel zram (comp_algorithm, mem_limit)
+#              uzram-lz4 | uzram-dense  `uzram serve --swap` + the uzram-swap@ unit's commands
+#
+# The host script prepares everything under build/vm/swap-programs (the inputs, sizes.tsv with
+# the host's checksums, settings.bash: the cap, the disk size, the deadlines and the stall
+# bound, the dense options). The program is killed at its deadline (run_deadline: a multiple
+# of kernel zram lz4's time in this boot), or once swap writes have failed for STALL_SECONDS on
+# end (0: never). Exit status: 0 measured (whatever the program
+# did: the result line says it); 75 not run, the guest was not clean (swap on, a server left)
+# after an earlier run; 1 the harness failed, or the guest could not be cleaned after the run
+# (its result line is written first).
+set -euo pipefail
+source "$(dirname "$0")/lib.bash"
+
+program=${1:?PROGRAM} size=${2:?SIZE} backend=${3:?BACKEND}
+SP_DIR=$REPO/build/vm/swap-programs
+TEST_NAME=$TEST_NAME-$program-$size-$backend # vm.sh's name of the run: its results, its peaks
+vm_init
+[[ -r $SP_DIR/settings.bash && -r $SP_DIR/sizes.tsv ]] ||
+    fail "no $SP_DIR/settings.bash or sizes.tsv (bench/vm-swap-programs.sh writes them)"
+# shellcheck source=/dev/null
+# CAP DISKSIZE RUN_DEADLINE DEADLINE_RATIO DEADLINE_MIN STALL_SECONDS DENSE_OPTIONS
+source "$SP_DIR/settings.bash"
+read -r _ _ factor param rss_kib expected < <(awk -v p="$program" -v s="$size" \
+    '$1 == p && $2 == s' "$SP_DIR/sizes.tsv") || fail "no row $program $size in sizes.tsv"
+# Peaks sampled while the program runs, written where the host finds them even if the guest
+# stops during the run.
+PEAKS=$VM_OUT/$TEST_NAME.peaks
+SERVER_OWN_SESSION=1 # a deadline's signal to this group must not stop a server under swap
+
+# A run starts from a clean guest: no swap, no server, zram0 unused.
+guest_clean() {
+    [[ $(awk 'NR > 1' /proc/swaps) == "" ]] && ! pgrep -x uzram >/dev/null &&
+        [[ ! -e /sys/block/zram0/disksize || $(cat /sys/block/zram0/disksize) == 0 ]]
+}
+if ! guest_clean; then
+    echo "not run: the guest is not clean: $(awk 'NR > 1 {print $1}' /proc/swaps | paste -sd ' ') $(pgrep -ax uzram | head -n 3 | paste -sd ' ')"
+    exit 75
+fi
+
+SERVER='' SWAPDEV=''
+swap_on() {
+    case $backend in
+    zram-lz4 | zram-zstd)
+        modprobe zram num_devices=1 2>/dev/null || [[ -e /sys/block/zram0 ]] || fail "no zram module"
+        echo "${backend#zram-}" >/sys/block/zram0/comp_algorithm
+        echo "$CAP" >/sys/block/zram0/mem_limit
+        echo "$DISKSIZE" >/sys/block/zram0/disksize
+        at_exit "timeout 60 swapoff /dev/zram0; echo 1 >/sys/block/zram0/reset"
+        mkswap /dev/zram0 >/dev/null && swapon -p 100 /dev/zram0 || fail "mkswap/swapon /dev/zram0"
+        SWAPDEV=/dev/zram0
+        ;;
+    uzram-lz4 | uzram-dense)
+        need_module ublk_drv
+        local options=()
+        [[ $backend == uzram-lz4 ]] || options=("${DENSE_OPTIONS[@]}")
+        start_server swap0 -s "$DISKSIZE" --swap --mem-limit "$CAP" "${options[@]}"
+        SERVER=${SERVER_PID[swap0]}
+        at_exit "timeout 60 sh -c $(printf '%q' "$(unit_command ExecStop swap0)")"
+        sh -ec "$(unit_command ExecStart swap0)" >"$WORK/unit.out" 2>&1 ||
+            fail "the unit's ExecStart: $(cat "$WORK/unit.out")"
+        SWAPDEV=$("$UZRAM" status -n --raw -o attached swap0)
+        ;;
+    *) fail "unknown backend $backend" ;;
+    esac
+    grep -q "^$SWAPDEV " /proc/swaps || fail "$SWAPDEV is not swap"
+}
+
+dev_attr() { # NAME: the device's attribute (mm_stat, io_stat)
+    if [[ $backend == zram-* ]]; then cat "/sys/block/zram0/$1"; else timeout 10 "$UZRAM" attr swap0 "$1"; fi
+}
+swap_used_kib() { echo $(($(meminfo_kib SwapTotal) - $(meminfo_kib SwapFree))); }
+status_kib() { awk -v key="$2:" '$1 == key {print $2}' "/proc/$1/status" 2>/dev/null || echo -; }
+
+# Every second: the peaks of the server's VmRSS, VmLck (what its locked mappings span: with
+# MCL_ONFAULT far more than it has touched) and Locked (smaps_rollup: its resident pages that
+# are locked), and of the swap in use, to PEAKS. Builtins only: no fork under memory pressure.
+sampler() {
+    local fd key value lck=0 rss=0 locked=0 swap=0 total=0 free=0 used
+    # the last values written whole when it is stopped (a kill between the truncation and the
+    # write of the loop's echo left the file empty)
+    trap 'echo "rss_peak_kib=$rss locked_peak_kib=$locked vmlck_peak_kib=$lck swap_peak_kib=$swap" >"$PEAKS"; exit 0' TERM
+    exec {fd}<> <(:)
+    while :; do
+        if [[ -n $SERVER ]]; then
+            while read -r key value _; do
+                [[ $key == VmLck: ]] && ((value > lck)) && lck=$value
+                [[ $key == VmRSS: ]] && ((value > rss)) && rss=$value
+            done <"/proc/$SERVER/status" 2>/dev/null || true
+            while read -r key value _; do
+                [[ $key == Locked: ]] && ((value > locked)) && locked=$value
+            done <"/proc/$SERVER/smaps_rollup" 2>/dev/null || true
+        fi
+        while read -r key value _; do
+            [[ $key == SwapTotal: ]] && total=$value
+            [[ $key == SwapFree: ]] && free=$value
+        done </proc/meminfo
+        used=$((total - free))
+        ((used > swap)) && swap=$used
+        echo "rss_peak_kib=$rss locked_peak_kib=$locked vmlck_peak_kib=$lck swap_peak_kib=$swap" >"$PEAKS"
+        read -r -t 1 -u "$fd" _ || true
+    done
+}
+
+# The failed swap-outs the kernel logged since the run began (guest.sh clears the log before
+# each scenario): its ratelimited lines plus the ones it says it suppressed. From the kernel,
+# not the device: a server too busy to answer must not hide them.
+log_write_errors() {
+    dmesg | awk '/Write-error on swap-device/ {n++}
+        /__end_swap_bio_write: [0-9]+ callbacks suppressed/ {for (i = 1; i < NF; i++) if ($(i + 1) == "callbacks") n += $i}
+        END {print n + 0}'
+}
+
+# The run's deadline: DEADLINE_RATIO times kernel zram lz4's time for the same program and size
+# in this boot (it runs first of each size's backends), at least DEADLINE_MIN, at most
+# RUN_DEADLINE; RUN_DEADLINE without such a time (zram lz4 itself, or it did not complete).
+run_deadline() {
+    local ref
+    ref=$(sed -n 's/.* outcome=completed seconds=\([0-9.]*\) .*/\1/p' \
+        "$VM_OUT/swap-programs-$program-$size-zram-lz4.results" 2>/dev/null | head -n 1)
+    if [[ -z $ref || $backend == zram-lz4 ]]; then
+        echo "$RUN_DEADLINE"
+        return
+    fi
+    awk -v r="$ref" -v k="$DEADLINE_RATIO" -v lo="$DEADLINE_MIN" -v hi="$RUN_DEADLINE" \
+        'BEGIN {d = int(r * k + 0.5); if (d < lo) d = lo; if (d > hi) d = hi; print d}'
+}
+
+# watch PID: every 10 s, until it kills the program's session PID: at DEADLINE, or once the
+# kernel's swap writes have failed between every two checks for STALL_SECONDS (a device full
+# at its cap, or a server that cannot store: tests/vm/swap.sh --limit saw the kernel retry
+# them for 8 minutes without progress or an OOM kill); says which in $WORK/ended.
+watch() {
+    local pid=$1 start=$SECONDS last=-1 now failing=0
+    while sleep 10; do
+        if ((SECONDS - start >= DEADLINE)); then
+            echo deadline >"$WORK/ended"
+            break
+        fi
+        now=$(log_write_errors) || now=
+        if [[ -n $now ]] && ((last >= 0 && now > last)); then failing=$((failing + 10)); else failing=0; fi
+        last=${now:--1}
+        if ((STALL_SECONDS > 0 && failing >= STALL_SECONDS)); then
+            echo stalled >"$WORK/ended"
+            break
+        fi
+    done
+    kill -KILL -- "-$pid"
+}
+
+# The program, its output piped into sha256sum, in a session of its own (watch kills the
+# whole of it); sets STATUS, SECONDS_TAKEN, ENDED (deadline, stalled or nothing) and SHA.
+run_program() {
+    local cmd pid watcher start
+    case $program in
+    sort) cmd="LC_ALL=C sort -S $((3 * $(stat -c %s "$SP_DIR/$param")))b --parallel=1 $(printf %q "$SP_DIR/$param")" ;;
+    dpkg) cmd="python3 $(printf %q "$REPO/bench/swap-programs-dpkg.py") $(printf %q "$SP_DIR/dpkg") $param" ;;
+    *) fail "unknown program $program" ;;
+    esac
+    echo "$cmd | sha256sum"
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    start=$(date +%s.%N)
+    setsid bash -c "set -o pipefail; $cmd | sha256sum >$WORK/sha" </dev/null >"$WORK/program.out" 2>&1 &
+    pid=$!
+    watch "$pid" >/dev/null 2>&1 &
+    watcher=$!
+    set +e
+    wait "$pid"
+    STATUS=$?
+    set -e
+    SECONDS_TAKEN=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+    ENDED=$(cat "$WORK/ended" 2>/dev/null || true)
+    # Its processes gone (a task in the kernel's swap-in leaves at its next return).
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    local waited=0
+    while pgrep -s "$pid" >/dev/null && ((waited < 120)); do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    ! pgrep -s "$pid" >/dev/null || GONE_LATE="the program's processes outlived SIGKILL by 120 s"
+    SHA=$(cut -d' ' -f1 "$WORK/sha" 2>/dev/null || true)
+}
+
+outcome() {
+    local ooms=$1
+    if ((STATUS == 0)) && [[ $SHA == "$expected" ]]; then
+        echo completed
+    elif [[ -n $ENDED ]]; then
+        echo "$ENDED"
+    elif ((STATUS == 0)); then
+        echo wrong-output
+    elif ((ooms > 0)); then
+        echo oom-killed
+    else
+        echo "exit-$STATUS"
+    fi
+}
+
+GONE_LATE=
+DEADLINE=$(run_deadline)
+swap_on
+echo "$program size $size (${factor}x, $((rss_kib / 1024)) MiB on the host) on $backend ($SWAPDEV): cap $CAP, disksize $DISKSIZE, deadline $DEADLINE s, stall bound $STALL_SECONDS s"
+oom_before=$(vmstat oom_kill) in_before=$(vmstat pswpin) out_before=$(vmstat pswpout)
+sampler &
+sampler_pid=$!
+at_exit "kill $sampler_pid"
+run_program
+# What the device holds once the program's pages are free: zram hears of every freed slot,
+# a ublk device only of discards (the unit's swapon asks for none).
+sleep 5
+swap_after=$(swap_used_kib)
+# (a server that died answers nothing: zeroes, and server_alive=0 below)
+read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null || echo 0 0 0 0 0)"
+read -r -a io <<<"$(dev_attr io_stat 2>/dev/null || echo 0 0)"
+kill -TERM "$sampler_pid" 2>/dev/null || true
+wait "$sampler_pid" 2>/dev/null || true
+ooms=$(($(vmstat oom_kill) - oom_before))
+victims=$(dmesg | sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
+log_errors=$(log_write_errors)
+server=
+if [[ -n $SERVER ]]; then
+    alive=0
+    [[ $(cat "/proc/$SERVER/comm" 2>/dev/null) == uzram ]] && alive=1
+    empty=$("$UZRAM" attr swap0 debug_stat 2>/dev/null | sed -n 's/^reserve_empty: //p')
+    server="server_alive=$alive server_hwm_kib=$(status_kib "$SERVER" VmHWM) server_lck_kib=$(status_kib "$SERVER" VmLck) reserve_empty=${empty:--}"
+fi
+held_freed=$((mm[0] / 1024 - swap_after))
+((held_freed > 0)) || held_freed=0
+line="$program $size $backend outcome=$(outcome "$ooms") seconds=$SECONDS_TAKEN deadline=$DEADLINE exit=$STATUS"
+line+=" sha_ok=$([[ $SHA == "$expected" ]] && echo 1 || echo 0) oom_kills=$ooms victims=${victims:--}"
+line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]} orig_after=${mm[0]}"
+line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
+line+=" pswpout=$(($(vmstat pswpout) - out_before)) $(cat "$PEAKS") $server"
+result run "$line"
+
+# Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
+# be done, the guest is left as it is (no second swapoff without a bound, no server killed
+# under swap: every process with a page there would crash, the guest's init among them); the
+# runs after this one find it unclean and exit 75, and the host runs them in another boot.
+unclean() {
+    unset "SERVER_PID[swap0]"
+    CLEANUP_HOOKS=()
+    fail "$* (the guest is left unclean)"
+}
+[[ -z $GONE_LATE ]] || unclean "$GONE_LATE"
+[[ ${alive:-1} == 1 ]] || unclean "the server died during the run"
+if [[ $backend == zram-* ]]; then
+    timeout 180 swapoff /dev/zram0 || unclean "swapoff /dev/zram0 did not finish within 180 s"
+    echo 1 >/sys/block/zram0/reset
+else
+    timeout 180 sh -ec "$(unit_command ExecStop swap0)" >"$WORK/unit.out" 2>&1 ||
+        unclean "the unit's ExecStop did not finish within 180 s: $(cat "$WORK/unit.out")"
+    stop_server swap0
+fi
+guest_clean || fail "the guest is not clean after the run"
+pass "$program size $size on $backend: $(outcome "$ooms") in $SECONDS_TAKEN s"
