@@ -37,7 +37,7 @@ MEM=1024 CPUS=2 TIMEOUT= DEADLINE=300 HUNG=30 OUT=$VM_DIR/run SHELL_MODE=0 PROBE
 # interleaved: 101 and 139 CPU-s against 73 and 74 with one; host load 4-6), a vCPU spinning
 # while its peer waits for the host. ublk (a queue per CPU) and scale-out (two nbd connections:
 # blk-mq gives a device no more hardware queues than CPUs) keep two.
-CHECK_SET=(nbd@1 ublk:--quick scale-out oracle:--quick@1 swap:--quick@1
+CHECK_SET=(attach:nbd@1 ublk:--quick scale-out oracle:--quick@1 swap:--quick@1
     integration:zramgen-setup@1)
 
 skip() {
