@@ -367,7 +367,10 @@ soak: deps
 # ---- VM tests (issue 21; tests/vm/, tests/vm/README.md) ----
 # vm-check:     what make check runs: one boot of Debian's 6.12 kernel under QEMU (KVM when
 #               /dev/kvm is usable, else TCG) with every scenario class in its short form
-# vm-shell:     a shell in that guest, the host's root under a tmpfs overlay
+# vm-shell:     a shell in that guest, the host's root under a tmpfs overlay (VM_KERNEL=6.1:
+#               Debian 12's stock kernel)
+# vm-matrix:    every scenario in a short form on both kernels, Debian 12's 6.12 and its stock
+#               6.1 (no ublk: those skip, saying so), one line per scenario and kernel
 # vm-swap-soak: swap under memory pressure, the full run, VM_SOAK_RUNS times (default 10)
 # vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
 # vm-bench:     the /dev node paths (ublk, nbd-client) against the guest's zram, fio in the VM,
@@ -381,10 +384,13 @@ soak: deps
 #               store (tests/vm/systemd.sh: reload, SIGKILL, restart, stop; ~3 min under TCG)
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
-.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart vm-matrix
 vm-check: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --check
+vm-matrix: deps
+	$(MAKE) lib programs $(VM_TOOLS)
+	./tests/vm/vm.sh --matrix
 vm-shell: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --shell
