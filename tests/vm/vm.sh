@@ -2,9 +2,9 @@
 # vm.sh - runs scenario scripts (tests/vm/*.sh) inside a virtual machine with a real Linux
 # kernel, against this machine's build: one of Debian 12's kernels, its stock 6.1 or the 6.12
 # of bookworm-backports (fetched with apt-get download and cached under build/vm/kernel), a
-# busybox initramfs, this machine's root file system
-# read-only over virtio-9p with a tmpfs overlay, QEMU with KVM when a probe boot shows that it
-# runs the kernel, else software emulation (TCG). See tests/vm/README.md.
+# busybox initramfs, this machine's root file system read-only over virtio-9p with a tmpfs
+# overlay, QEMU with KVM when a probe boot shows that it runs the kernel, else software
+# emulation (TCG). See tests/vm/README.md.
 #
 #   tests/vm/vm.sh [OPTION]... SCENARIO[:ARG,...][@N]...   run them, in order, in one boot
 #   tests/vm/vm.sh --check                             the set make check runs
@@ -23,8 +23,8 @@
 #   --hung S        kernel.hung_task_timeout_secs in the guest (default 30)
 #   --out DIR       where the console log and results go (default build/vm/run)
 # Environment: UZRAM (default build/uzram), VM_KERNEL (as --kernel), VM_KERNEL_DEB (a kernel
-# package file to use instead of apt-get download), VM_ACCEL (auto: KVM once a probe boot shows it runs the
-# kernel, else TCG; tcg; kvm: no probe, no fallback).
+# package file to use instead of apt-get download), VM_ACCEL (auto: KVM once a probe boot
+# shows it runs the kernel, else TCG; tcg; kvm: no probe, no fallback).
 #
 # Prints one line per scenario (PASS, FAIL with the reason and the end of its log, SKIP with
 # the reason) and writes them to OUT/results as "NAME STATUS REASON" (STATUS 0, 1 or 77).
