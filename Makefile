@@ -367,7 +367,10 @@ soak: deps
 # ---- VM tests (issue 21; tests/vm/, tests/vm/README.md) ----
 # vm-check:     what make check runs: one boot of Debian's 6.12 kernel under QEMU (KVM when
 #               /dev/kvm is usable, else TCG) with every scenario class in its short form
-# vm-shell:     a shell in that guest, the host's root under a tmpfs overlay
+# vm-shell:     a shell in that guest, the host's root under a tmpfs overlay (VM_KERNEL=6.1:
+#               Debian 12's stock kernel)
+# vm-matrix:    every scenario in a short form on both kernels, Debian 12's 6.12 and its stock
+#               6.1 (no ublk: those skip, saying so), one line per scenario and kernel
 # vm-swap-soak: swap under memory pressure, the full run, VM_SOAK_RUNS times (default 10)
 # vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
 # vm-bench:     the /dev node paths (ublk, nbd-client) against the guest's zram, fio in the VM,
@@ -387,10 +390,14 @@ soak: deps
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
 VM_SWAP_BENCH_ARGS ?=
-.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart vm-swap-bench
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart vm-swap-bench \
+	vm-matrix
 vm-check: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --check
+vm-matrix: deps
+	$(MAKE) lib programs $(VM_TOOLS)
+	./tests/vm/vm.sh --matrix
 vm-shell: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./tests/vm/vm.sh --shell

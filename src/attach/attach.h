@@ -171,7 +171,7 @@ int leftover_clean(const char *dir, const char *name, char *report, size_t repor
 /* Seconds the kernel waits for a reply before it drops the connection and fails the
  * request (nbd-client -timeout). Without one the kernel waits forever for a request that
  * was in flight when the server died: the file system's journal, then every writer, hang
- * in D state (tests/vm/nbd.sh, SIGKILL under a mounted node). Well above what a live local
+ * in D state (tests/vm/attach.sh, SIGKILL under a mounted node). Well above what a live local
  * server takes for one request (32 MiB at most). */
 #define NBD_REQUEST_TIMEOUT "20"
 

@@ -161,8 +161,8 @@ static int attach_nbd(struct attachment *attachment, bool swap, char *reply, siz
         snprintf(message, message_size,
                  nbd_module_loaded() ? "every /dev/nbdN is connected; load the module with "
                                        "more (modprobe nbd nbds_max=32) or use --via loop"
-                                     : "the kernel has no NBD client (modprobe nbd); or use "
-                                       "--via loop");
+                                     : "the kernel has no NBD client (nbd, CONFIG_BLK_DEV_NBD: "
+                                       "modprobe nbd); or use --via loop");
         return -ENODEV;
     }
     struct nbd_client_plan plan = {

@@ -498,6 +498,12 @@ static ssize_t worker_writev(int fd, struct iovec *iov, int count, void *userdat
                 "uzram: %s: FUSE requests go through /dev/fuse; FUSE over io_uring takes less CPU: "
                 "echo Y > %s before the attach\n",
                 file->path, FUSE_URING_PARAMETER);
+    else if (iov[0].iov_len >= sizeof *out && out->unique == file->init_unique &&
+             fuse_uring_missing())
+        fprintf(stderr,
+                "uzram: %s: FUSE requests go through /dev/fuse: this kernel has no FUSE over "
+                "io_uring (CONFIG_FUSE_IO_URING, Linux 6.14 and later), which takes less CPU\n",
+                file->path);
     n = writev(current_worker ? current_worker->fd : fd, iov, count);
     if (init && n > 0)
         start_rings(file);
@@ -629,6 +635,12 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
     if (strlen(options->path) >= FUSE_FILE_PATH_MAX) {
         snprintf(message, message_size, "file path too long: %s", options->path);
         return -ENAMETOOLONG;
+    }
+    if (access("/dev/fuse", F_OK) < 0 && errno == ENOENT) {
+        snprintf(message, message_size,
+                 "no /dev/fuse: the kernel's FUSE module is not loaded (fuse, CONFIG_FUSE_FS: "
+                 "modprobe fuse), which --via loop needs; or use --via nbd");
+        return -ENODEV;
     }
     struct fuse_file *file = calloc(1, sizeof *file + count * sizeof file->workers[0]);
     if (file == NULL) {

@@ -116,6 +116,11 @@ bool fuse_uring_off(void)
     return off;
 }
 
+bool fuse_uring_missing(void)
+{
+    return access(FUSE_URING_PARAMETER, F_OK) < 0 && errno == ENOENT;
+}
+
 void fuse_uring_accept(struct iovec *iov, int count)
 {
     if (count < 2 || iov[0].iov_len < sizeof(struct fuse_out_header) ||

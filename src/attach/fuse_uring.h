@@ -47,6 +47,9 @@ void fuse_uring_accept(struct iovec *iov, int count);
  * enable_uring): the server's log then says how to turn it on. */
 #define FUSE_URING_PARAMETER "/sys/module/fuse/parameters/enable_uring"
 bool fuse_uring_off(void);
+/* Whether the kernel has no FUSE over io_uring at all (no enable_uring: before Linux 6.14, or
+ * built without CONFIG_FUSE_IO_URING): the server's log says so. */
+bool fuse_uring_missing(void);
 
 struct fuse_uring;
 

@@ -151,9 +151,16 @@ static int control_command(struct ublk_server *s, unsigned op, void *buffer, uns
  * DEL_DEV_ASYNC, it is the only way. */
 static int delete_device(struct ublk_server *s, int dev_id)
 {
+    static atomic_bool said;
     int rc = control_command_of(s, dev_id, UBLK_U_CMD_DEL_DEV_ASYNC, NULL, 0, 0);
-    if (rc == -EOPNOTSUPP || rc == -EINVAL || rc == -ENOTTY)
+    if (rc == -EOPNOTSUPP || rc == -EINVAL || rc == -ENOTTY) {
+        if (!atomic_exchange(&said, true))
+            fprintf(stderr,
+                    "uzram: ublk: this kernel has no DEL_DEV_ASYNC (Linux 6.9 and later): "
+                    "deleting /dev/ublkb%d waits until nothing holds it open (umount it)\n",
+                    dev_id);
         rc = control_command_of(s, dev_id, UBLK_CMD_DEL_DEV, NULL, 0, 0);
+    }
     return rc;
 }
 
@@ -372,6 +379,14 @@ static int add_device(struct ublk_server *s, uint64_t size, char *message, size_
     }
     s->dev_id = (int)info.dev_id;
     s->nr_queues = info.nr_hw_queues; /* the driver may give fewer */
+    /* The driver answers with the flags it took: one without user recovery drops it, and the
+     * device would die with its server instead of waiting for the next. */
+    if (s->recoverable && !(info.flags & UBLK_F_USER_RECOVERY)) {
+        snprintf(message, message_size,
+                 "ublk: this kernel's ublk driver has no user recovery (UBLK_F_USER_RECOVERY: "
+                 "Linux 6.1 and later), which a device whose state outlives its server needs");
+        return -EOPNOTSUPP;
+    }
     struct ublk_params params = {
         .len = sizeof params,
         .types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD,
@@ -451,8 +466,9 @@ static int server_new(struct uzram *dev, bool read_only, struct ublk_server **ou
     if (s->control_fd < 0) {
         int err = errno;
         snprintf(message, message_size,
-                 err == ENOENT ? "the kernel has no ublk driver (modprobe ublk_drv); or use "
-                                 "--via nbd or --via loop"
+                 err == ENOENT ? "the kernel has no ublk driver (ublk_drv, CONFIG_BLK_DEV_UBLK: "
+                                 "Linux 6.0 and later where the distribution builds it; "
+                                 "modprobe ublk_drv); or use --via nbd or --via loop"
                                : "cannot open " UBLK_CONTROL ": %s",
                  strerror(err));
         free(s);

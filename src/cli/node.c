@@ -19,31 +19,34 @@
 
 static void attach_usage(FILE *out)
 {
-    fputs(
-        "Usage: uzram attach [OPTION]... DEVICE\n"
-        "Give a served device a /dev node and print its path (like losetup --show).\n"
-        "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
-        ".ctl control socket.\n"
-        "\n"
-        "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
-        "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver,\n"
-        "                          served by the server's queue threads over io_uring,\n"
-        "                          /dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
-        "                          in uzram(1)); loop: the server shows the disk as a file\n"
-        "                          through FUSE and a loop device with direct I/O sits on\n"
-        "                          it, /dev/loopN. Default: ublk where the kernel has it,\n"
-        "                          else nbd, else loop (modprobe is tried for each)\n"
-        "  --file PATH             with --via loop: the file the server mounts (default\n"
-        "                          NAME.disk beside the control socket)\n"
-        "  --swap                  the device is for swap: the server must run with\n"
-        "                          serve --swap; prints the mkswap/swapon lines. Without\n"
-        "                          --via, refused on a kernel without ublk (swap through\n"
-        "                          nbd or loop is not safe: SWAP in uzram(1))\n" CONTROL_PLACE_USAGE
-        "  -h, --help              show this help\n"
-        "\n"
-        "uzram detach DEVICE undoes it. Example:\n"
-        "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
-        out);
+    fputs("Usage: uzram attach [OPTION]... DEVICE\n"
+          "Give a served device a /dev node and print its path (like losetup --show).\n"
+          "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
+          ".ctl control socket.\n"
+          "\n"
+          "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
+          "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver\n"
+          "                          (ublk_drv, Linux 6.0+ where the distribution builds it),\n"
+          "                          served by the server's queue threads over io_uring,\n"
+          "                          /dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
+          "                          in uzram(1)); loop: the server shows the disk as a file\n"
+          "                          through FUSE and a loop device with direct I/O sits on\n"
+          "                          it, /dev/loopN. Default: ublk where the kernel has it,\n"
+          "                          else nbd, else loop (modprobe is tried for each; Debian\n"
+          "                          12's own 6.1 kernel has no ublk: nbd). KERNELS in\n"
+          "                          uzram(1) says which path each kernel has\n"
+          "  --file PATH             with --via loop: the file the server mounts (default\n"
+          "                          NAME.disk beside the control socket)\n"
+          "  --swap                  the device is for swap: the server must run with\n"
+          "                          serve --swap; prints the mkswap/swapon lines. Without\n"
+          "                          --via, refused on a kernel without ublk (swap through\n"
+          "                          nbd or loop fails under memory pressure: SWAP and\n"
+          "                          KERNELS in uzram(1))\n" CONTROL_PLACE_USAGE
+          "  -h, --help              show this help\n"
+          "\n"
+          "uzram detach DEVICE undoes it. Example:\n"
+          "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
+          out);
 }
 
 static void detach_usage(FILE *out)
@@ -124,6 +127,14 @@ static const char *default_via(void)
     return module_ready("nbd", "/sys/module/nbd") ? "nbd" : "loop";
 }
 
+/* The loop path's FUSE file needs /dev/fuse: on a system without udev (a container, a minimal
+ * VM) the node appears only once the module is loaded. Loaded here as for the other paths;
+ * the server says what is missing if it still is not there. */
+static void fuse_ready(void)
+{
+    (void)module_ready("fuse", "/dev/fuse");
+}
+
 int cmd_attach(int argc, char **argv)
 {
     enum { OPT_VIA = 256, OPT_FILE, OPT_SWAP };
@@ -198,18 +209,20 @@ int attach_node(const char *device, const char *via, bool swap, const char *file
         snprintf(message, message_size,
                  "cannot attach %s for swap: this kernel has no ublk driver (ublk_drv, "
                  "CONFIG_BLK_DEV_UBLK: Linux 6.0 and later where the distribution builds it, "
-                 "e.g. Debian 12's backports kernel or Debian 13), and swap through nbd or "
-                 "loop is not safe under memory pressure (uzram(1), SWAP); use kernel zram "
-                 "here, or a kernel with ublk",
+                 "e.g. Debian 12's backports kernel or Debian 13; not Debian 12's own 6.1), "
+                 "and swap through nbd or loop fails under memory pressure (uzram(1), SWAP "
+                 "and KERNELS); use kernel zram here, or a kernel with ublk",
                  device);
         return -EOPNOTSUPP;
     }
     if (via == NULL)
         via = file != NULL ? "loop" : default_via();
+    if (strcmp(via, "loop") == 0)
+        fuse_ready();
     if (swap && strcmp(via, "ublk") != 0)
         fprintf(stderr,
-                "uzram: warning: swap through %s is not safe under memory pressure (uzram(1), "
-                "SWAP): a swap-out needs kernel memory in the server\n",
+                "uzram: warning: swap through %s fails under memory pressure (uzram(1), SWAP "
+                "and KERNELS): a swap-out needs kernel memory in the server\n",
                 via);
     /* The server mounts the file: give it a path that does not depend on our directory. */
     char absolute[PATH_MAX] = "";

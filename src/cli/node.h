@@ -7,9 +7,9 @@
 #include <stddef.h>
 
 /* Ask the server of DEVICE (a name, or its .ctl path) for a /dev node: via "nbd", "ublk" or
- * "loop" (NULL: nbd when the kernel has its client, else loop; ublk for swap where it can),
- * for swap, on `file` (loop only; NULL: NAME.disk), found where -u's `place` says (NULL: the
- * runtime directory, and for root under sudo the invoking user's; control_locate()). Fills
+ * "loop" (NULL: ublk where the kernel has it, else nbd, else loop; for swap ublk or a
+ * refusal), for swap, on `file` (loop only; NULL: NAME.disk), found where -u's `place` says (NULL:
+ * the runtime directory, and for root under sudo the invoking user's; control_locate()). Fills
  * `node` ("/dev/loopN"). 0, or -errno with a message. */
 int attach_node(const char *device, const char *via, bool swap, const char *file, const char *place,
                 char *node, size_t node_size, char *message, size_t message_size);

@@ -10,8 +10,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.bash"
 lib_init
 
-# --- setup and reset: a swap and an ext2 mount (root, FUSE, loop devices; swap: serve --swap,
-# which needs CAP_SYS_RESOURCE) ---
+# --- setup and reset: a swap and an ext2 mount (root, FUSE, loop devices; swap: ublk, and
+# serve --swap, which needs CAP_SYS_RESOURCE) ---
 if [[ $(id -u) -ne 0 || ! -c /dev/fuse || ! -e /dev/loop-control ]]; then
     skip "--setup-device and --reset-device: need root, /dev/fuse and loop devices"
 fi
@@ -34,7 +34,18 @@ serve_zram() { # NAME
 }
 zg_conf() { "$UZRAM" zram-generator --config "$WORK/zram.conf" "$@"; }
 
-if ! (((0x$cap_eff >> 24) & 1)); then
+if [[ ! -e /dev/ublk-control ]] && ! modprobe -q ublk_drv 2>/dev/null; then
+    # A kernel without ublk (Debian 12's own 6.1): swap through nbd or loop fails under memory
+    # pressure, so the swap's setup refuses before it asks any server, saying why; the unit
+    # fails with that in its journal instead of making an unsafe swap (uzram(1), KERNELS).
+    if zg_conf --setup-device zram6 >"$WORK/setup.out" 2>&1; then
+        fail "--setup-device zram6 made a swap on a kernel without ublk: $(cat "$WORK/setup.out")"
+    fi
+    grep -q "cannot attach zram6 for swap: this kernel has no ublk driver" "$WORK/setup.out" ||
+        fail "--setup-device zram6 without ublk said: $(cat "$WORK/setup.out")"
+    grep -q "Debian 12's backports" "$WORK/setup.out" || fail "the refusal does not say where a kernel with ublk is: $(cat "$WORK/setup.out")"
+    pass "swap on a kernel without ublk: --setup-device refuses at once: $(head -c 120 "$WORK/setup.out")..."
+elif ! (((0x$cap_eff >> 24) & 1)); then
     skip_check "swap --setup-device and --reset-device: serve --swap needs CAP_SYS_RESOURCE, which this process lacks (CapEff $cap_eff)"
 else
     serve_zram zram6

@@ -9,6 +9,7 @@ source "$(dirname "$0")/lib.bash"
 vm_init
 modprobe -q nbd
 modprobe -q loop
+modprobe -q fuse # no udev in the guest: /dev/fuse comes with the module
 for name; do
     log=$WORK/$name.log
     UZRAM=$UZRAM bash "$REPO/tests/integration/$name.sh" >"$log" 2>&1 || { cat "$log"; fail "tests/integration/$name.sh failed in the guest"; }

@@ -23,7 +23,7 @@ need_module() { # MODULE...
     local module
     for module; do
         modprobe "$module" 2>/dev/null || [[ -e /sys/module/$module ]] ||
-            skip "the guest kernel has no $module module"
+            skip "the guest kernel ($(uname -r)) has no $module module"
     done
 }
 
@@ -85,6 +85,17 @@ fs_round_trip() {
     after=$(mm_stat_field "$name" 0)
     ((after < before - (4 << 20))) || fail "fstrim: orig_data_size $before -> $after, not down by the 4 MiB file at least"
     pass "rm + fstrim: orig_data_size $before -> $after"
+}
+
+# mounted_then_clean NAME DEV MNT: detach of device NAME is refused while DEV is mounted on MNT,
+# saying so; then umount, and e2fsck finds DEV clean.
+mounted_then_clean() {
+    local name=$1 dev=$2 mnt=$3
+    if "$UZRAM" detach "$name" 2>"$WORK/detach.err"; then fail "detach succeeded while $dev is mounted"; fi
+    grep -q "mounted" "$WORK/detach.err" || fail "detach while mounted said: $(cat "$WORK/detach.err")"
+    pass "detach refused while mounted: $(cat "$WORK/detach.err")"
+    umount "$mnt"
+    e2fsck -fn "$dev" >"$WORK/fsck" 2>&1 || fail "e2fsck: $(tail -n 5 "$WORK/fsck")"
 }
 
 # stop_under_mount SIGNAL VIA BOUND MNT: a server (srvSIGNAL) whose device is attached --via VIA,
@@ -163,3 +174,62 @@ print(*(d.get(k, 0) // 1024 for k in ("mem_used_total", "table_mem", "cached_mem
         "mapped blocks ${engine[6]}), other anonymous $other_anon (stacks, mapped blocks, meta ${engine[7]})," \
         "main stack ${smaps[1]}, files ${smaps[2]}, kernel buffers ${smaps[3]}, other ${smaps[5]}"
 }
+
+# systemd_namespace: Debian's systemd (/lib/systemd/systemd) as PID 1 of a new PID + mount
+# namespace, running this build's units as `make install` writes them. Its /usr/local is the
+# `make install DESTDIR=$WORK/root prefix=/usr/local sysconfdir=/usr/local/etc` tree (the
+# units in /usr/local/lib/systemd/system, where systemd looks; the configuration in
+# $SD_ROOT/usr/local/etc/uzram); the host's unit folders and generators are hidden behind the
+# few units a service's default dependencies need (sysinit, basic, sockets and shutdown
+# targets, all empty) and journald, so nothing of the host's starts. Sets SD_ROOT, SD_PID and
+# SD_VERSION; sd COMMAND... runs COMMAND in the manager's namespaces (its /run, /usr/local,
+# pids).
+systemd_namespace() {
+    local systemd=/lib/systemd/systemd units=$WORK/units unit unshare_pid _
+    need_tools unshare nsenter make
+    [[ -x $systemd ]] || skip "no $systemd (Debian's systemd package)"
+    SD_ROOT=$WORK/root
+    # make install would build what is not up to date, for minutes under emulation: refused.
+    make -s -q -C "$REPO" O="$(dirname "$UZRAM")" lib programs ||
+        fail "the build in $(dirname "$UZRAM") is not up to date: make lib programs first"
+    make -s -C "$REPO" O="$(dirname "$UZRAM")" install DESTDIR="$SD_ROOT" prefix=/usr/local \
+        sysconfdir=/usr/local/etc >"$WORK/install.log" 2>&1 || fail "make install: $(tail -n 5 "$WORK/install.log")"
+    mkdir -p "$SD_ROOT/usr/local/etc/uzram" "$units" "$WORK/empty"
+    for unit in systemd-journald.service systemd-journald.socket systemd-journald-dev-log.socket; do
+        cp "/usr/lib/systemd/system/$unit" "$units/"
+    done
+    printf '[Unit]\n%s\n' "Description=System Initialization (the VM test's: nothing of the host's)" \
+        "Wants=systemd-journald.service systemd-journald.socket" "After=systemd-journald.socket" \
+        >"$units/sysinit.target"
+    printf '[Unit]\n%s\n' "Description=Basic System (the VM test's)" "Requires=sysinit.target" \
+        "After=sysinit.target sockets.target" >"$units/basic.target"
+    printf '[Unit]\n%s\n' "Description=Sockets (the VM test's)" >"$units/sockets.target"
+    printf '[Unit]\n%s\n' "Description=Shutdown (the VM test's)" "DefaultDependencies=no" \
+        >"$units/shutdown.target"
+    printf '[Unit]\n%s\n' "Description=uzram VM test" "Requires=basic.target" "After=basic.target" \
+        >"$units/uzram-vm.target"
+    cat >"$WORK/pid1.sh" <<PID1
+set -e
+mount -t tmpfs -o mode=755 tmpfs /run
+mount --bind "$units" /usr/lib/systemd/system
+mount -t tmpfs tmpfs /etc/systemd/system
+mount --bind "$WORK/empty" /usr/lib/systemd/system-generators
+mount --bind "$SD_ROOT/usr/local" /usr/local
+exec env -i container=uzram-vm PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin \
+    $systemd --system --unit=uzram-vm.target --log-target=console --log-level=info
+PID1
+    unshare --pid --fork --mount --mount-proc --propagation private bash "$WORK/pid1.sh" \
+        </dev/null >"$WORK/pid1.log" 2>&1 &
+    unshare_pid=$!
+    SD_PID=
+    at_exit "kill -KILL \${SD_PID:-$unshare_pid}; wait $unshare_pid"
+    for _ in $(seq 150); do
+        SD_PID=$(pgrep -P "$unshare_pid" || true)
+        [[ -n $SD_PID && $(cat /proc/"$SD_PID"/comm 2>/dev/null) == systemd ]] && break
+        sleep 0.2
+    done
+    [[ $(cat /proc/"$SD_PID"/comm 2>/dev/null) == systemd ]] || fail "systemd did not start: $(tail -n 20 "$WORK/pid1.log")"
+    wait_for 60 "systemd reaching uzram-vm.target" sd systemctl is-active -q uzram-vm.target
+    SD_VERSION=$($systemd --version | head -n 1 | cut -d' ' -f2)
+}
+sd() { nsenter -t "$SD_PID" -m -p -- env -u XDG_RUNTIME_DIR "$@"; }

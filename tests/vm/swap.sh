@@ -13,7 +13,8 @@
 #                          instead (--quick=110 hung when each write waited 2 s for a dry pool
 #                          reserve); with VIA (nbd, loop, ublk), attach --via VIA --swap,
 #                          mkswap and swapon by hand instead of the unit's commands
-#   swap.sh --soak N       the two-round run N times (make vm-swap-soak)
+#   swap.sh --soak N [VIA] the two-round run N times (make vm-swap-soak), each with a new
+#                          server; every run's outcome is printed (RESULT soak_run)
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
 #                          swap with the same workload: the time ratio (bench/vm-swap.sh)
 #   swap.sh --writeback    --mem-limit 48M with --writeback-when-full to the VM's scratch disk:
@@ -35,8 +36,16 @@ if [[ $mode == --quick=* || $mode == --full=* ]]; then
 fi
 via=
 [[ $mode == --quick || $mode == --full ]] && via=${2:-}
+[[ $mode == --soak ]] && via=${3:-}
+[[ -z $via || $via =~ ^(nbd|loop|ublk)$ ]] || fail "VIA is nbd, loop or ublk, not '$via'"
 vm_init
-need_module ublk_drv
+# What the path needs from the kernel: without VIA the unit's attach --swap, which takes
+# ublk and refuses a kernel without it (uzram(1), KERNELS).
+case ${via:-ublk} in
+ublk) need_module ublk_drv ;;
+nbd) need_module nbd; need_tools nbd-client ;;
+loop) need_module loop fuse ;;
+esac
 [[ -x $MEMTOUCH ]] || fail "no $MEMTOUCH (make all builds it)"
 total_kib=$(meminfo_kib MemTotal)
 touch_mib=$((total_kib * 3 / 2 / 1024))
@@ -94,15 +103,37 @@ swap_off() { # NAME
     ! grep -q "^$SWAPDEV " /proc/swaps || fail "$SWAPDEV is still swap after the unit's ExecStop"
 }
 
+# How swap went since the scenario began (guest.sh clears the kernel log before it).
+swap_errors() { dmesg | grep -c "Write-error on swap-device" || true; }
+oom_kills() { dmesg | grep -cE "Out of memory: Killed process" || true; }
+# The kernel's NBD client gave up its connection to the server: every swap-out from then
+# on fails (on 6.1, a send under memory pressure failed with EAGAIN).
+NBD_DEAD='Dead connection|shutting down sockets|Receive control failed'
+
+elapsed() { awk -v start="$1" -v end="$(date +%s.%N)" 'BEGIN {printf "%.1f", end - start}'; }
+
 # One pressure run on the current swap: memtouch, then the checks. Prints its seconds.
 pressure_run() { # NAME (a uzram server, or "zram") ROUNDS
-    local name=$1 rounds=$2 out_before start took pid
+    local name=$1 rounds=$2 out_before start took pid touch seconds first
     out_before=$(vmstat pswpout)
     [[ $name == zram ]] || pid=${SERVER_PID[$name]}
     start=$(date +%s.%N)
-    "$MEMTOUCH" "$touch_mib" "$rounds" "$RANDOM" >"$WORK/memtouch.out" 2>&1 ||
-        fail "memtouch on $name swap: $(tail -n 5 "$WORK/memtouch.out")"
-    took=$(awk -v start="$start" -v end="$(date +%s.%N)" 'BEGIN {printf "%.1f", end - start}')
+    "$MEMTOUCH" "$touch_mib" "$rounds" "$RANDOM" >"$WORK/memtouch.out" 2>&1 &
+    touch=$!
+    while :; do
+        if [[ $via == nbd ]] && kernel_log_has "$NBD_DEAD"; then
+            kill -KILL "$touch" 2>/dev/null
+            wait "$touch" || true
+            seconds=$(elapsed "$start")
+            first=$(dmesg | grep -m 1 -E "block nbd|$NBD_DEAD" | sed 's/^[][ 0-9.]*//')
+            fail "the kernel's NBD client lost its connection to the server after $seconds s: $first; $(swap_errors) swap write errors logged"
+        fi
+        kill -0 "$touch" 2>/dev/null || break
+        sleep 2
+    done
+    wait "$touch" ||
+        fail "memtouch on $name swap: $(tail -n 5 "$WORK/memtouch.out"); $(oom_kills) OOM kills, $(swap_errors) swap write errors logged"
+    took=$(elapsed "$start")
     grep -q " 0 pages differed" "$WORK/memtouch.out" || fail "memtouch: $(tail -n 3 "$WORK/memtouch.out")"
     [[ $(vmstat pswpout) -gt $out_before ]] || fail "no page went out to swap (pswpout stayed $out_before)"
     if [[ $name != zram ]]; then
@@ -168,7 +199,7 @@ case $mode in
     read -r -a io <<<"$("$UZRAM" attr sw io_stat)"
     ((mm[0] > 0)) || fail "mm_stat shows no page in the server: ${mm[*]}"
     empty=$("$UZRAM" attr sw debug_stat | sed -n 's/^reserve_empty: //p')
-    errors=$(dmesg | grep -c "Write-error on swap-device" || true)
+    errors=$(swap_errors)
     pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s"
     # What the server holds beyond its pool and page table, within uzram(1) SWAP's budget for
     # these options (16 MiB; tests/vm/swap-memory.sh measures the dense mode too).
@@ -184,7 +215,7 @@ case $mode in
         took=$(pressure_run "sw$run" 2)
         swap_off "sw$run"
         stop_server "sw$run"
-        pass "soak run $run of $count: $touch_mib MiB touched twice, every page verified, $took s"
+        pass "soak run $run of $count: $touch_mib MiB touched twice on $SWAPDEV, every page verified, $(swap_errors) swap write errors logged so far, $took s"
         result soak_run "$run" "$touch_mib" "$took"
     done
     ;;

@@ -31,66 +31,17 @@ source "$(dirname "$0")/lib.bash"
 
 vm_init
 need_module ublk_drv
-need_tools unshare nsenter fio sha256sum make nbdinfo
-SYSTEMD=/lib/systemd/systemd
-[[ -x $SYSTEMD ]] || skip "no $SYSTEMD (Debian's systemd package)"
+need_tools fio sha256sum nbdinfo
 NAME=sd0
 UNIT=uzram@$NAME.service
 ROOT=$WORK/root
 DATA=$WORK/data
 BIN=/usr/local/bin/uzram # the installed program, in the namespace
 
-# --- the installed tree and the namespace's units ---
-# make install would build what is not up to date, for minutes under emulation: refused.
-make -s -q -C "$REPO" O="$(dirname "$UZRAM")" lib programs ||
-    fail "the build in $(dirname "$UZRAM") is not up to date: make lib programs first (make vm-restart does)"
-make -s -C "$REPO" O="$(dirname "$UZRAM")" install DESTDIR="$ROOT" prefix=/usr/local \
-    sysconfdir=/usr/local/etc >"$WORK/install.log" 2>&1 || fail "make install: $(tail -n 5 "$WORK/install.log")"
-mkdir -p "$ROOT/usr/local/etc/uzram"
+# --- systemd as PID 1 of a new PID and mount namespace, the installed tree ---
+systemd_namespace
+ROOT=$SD_ROOT
 printf '[%s]\nsize = 256M\npersist = yes\n' "$NAME" >"$ROOT/usr/local/etc/uzram/uzram.conf"
-UNITS=$WORK/units
-mkdir -p "$UNITS" "$WORK/empty"
-for unit in systemd-journald.service systemd-journald.socket systemd-journald-dev-log.socket; do
-    cp "/usr/lib/systemd/system/$unit" "$UNITS/"
-done
-unit() { # FILE LINE...: a unit of the namespace's own
-    local file=$1
-    shift
-    printf '%s\n' "[Unit]" "$@" >"$UNITS/$file"
-}
-unit sysinit.target "Description=System Initialization (the VM test's: nothing of the host's)" \
-    "Wants=systemd-journald.service systemd-journald.socket" "After=systemd-journald.socket"
-unit basic.target "Description=Basic System (the VM test's)" "Requires=sysinit.target" \
-    "After=sysinit.target sockets.target"
-unit sockets.target "Description=Sockets (the VM test's)"
-unit shutdown.target "Description=Shutdown (the VM test's)" "DefaultDependencies=no"
-unit uzram-vm.target "Description=uzram VM test" "Requires=basic.target" "After=basic.target"
-pass "make install DESTDIR=$ROOT prefix=/usr/local, the namespace's units"
-
-# --- systemd as PID 1 of a new PID and mount namespace ---
-cat >"$WORK/pid1.sh" <<EOF
-set -e
-mount -t tmpfs -o mode=755 tmpfs /run
-mount --bind "$UNITS" /usr/lib/systemd/system
-mount -t tmpfs tmpfs /etc/systemd/system
-mount --bind "$WORK/empty" /usr/lib/systemd/system-generators
-mount --bind "$ROOT/usr/local" /usr/local
-exec env -i container=uzram-vm PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin \
-    $SYSTEMD --system --unit=uzram-vm.target --log-target=console --log-level=info
-EOF
-unshare --pid --fork --mount --mount-proc --propagation private bash "$WORK/pid1.sh" \
-    </dev/null >"$WORK/pid1.log" 2>&1 &
-UNSHARE_PID=$!
-SD_PID=
-at_exit "kill -KILL \${SD_PID:-$UNSHARE_PID}; wait $UNSHARE_PID"
-for _ in $(seq 150); do
-    SD_PID=$(pgrep -P "$UNSHARE_PID" || true)
-    [[ -n $SD_PID && $(cat /proc/"$SD_PID"/comm 2>/dev/null) == systemd ]] && break
-    sleep 0.2
-done
-[[ $(cat /proc/"$SD_PID"/comm 2>/dev/null) == systemd ]] || fail "systemd did not start: $(tail -n 20 "$WORK/pid1.log")"
-# sd COMMAND...: COMMAND in the manager's namespaces (its /run, /usr/local and pids).
-sd() { nsenter -t "$SD_PID" -m -p -- env -u XDG_RUNTIME_DIR "$@"; }
 # A failure shows the unit's journal: lib.bash's fail prints $WORK/server-*.err.
 eval "lib_$(declare -f fail)"
 fail() {
@@ -99,8 +50,7 @@ fail() {
     lib_fail "$@"
 }
 at_exit "sd systemctl stop uzram@$NAME.socket $UNIT"
-wait_for 60 "systemd reaching uzram-vm.target" sd systemctl is-active -q uzram-vm.target
-pass "systemd $($SYSTEMD --version | head -n 1 | cut -d' ' -f2) is PID 1 of its namespace (pid $SD_PID here), uzram-vm.target reached"
+pass "systemd $SD_VERSION is PID 1 of its namespace (pid $SD_PID here), uzram-vm.target reached"
 
 show() { sd systemctl show -p "$1" --value "$UNIT"; }
 # stored: how many descriptors of the state the manager (PID 1) holds.

@@ -32,11 +32,7 @@ queues=$(find "/sys/block/${DEV#/dev/}/mq" -mindepth 1 -maxdepth 1 -type d | wc 
 pass "attach took ublk: $DEV with $queues queues"
 fs_round_trip "$DEV" ub "$MNT"
 
-if "$UZRAM" detach ub 2>"$WORK/detach.err"; then fail "detach succeeded while $DEV is mounted"; fi
-grep -q "mounted" "$WORK/detach.err" || fail "detach while mounted said: $(cat "$WORK/detach.err")"
-pass "detach refused while mounted: $(cat "$WORK/detach.err")"
-umount "$MNT"
-e2fsck -fn "$DEV" >"$WORK/fsck" 2>&1 || fail "e2fsck: $(tail -n 5 "$WORK/fsck")"
+mounted_then_clean ub "$DEV" "$MNT"
 exec {held}<"$DEV"
 if "$UZRAM" detach ub 2>"$WORK/detach.err"; then fail "detach succeeded while $DEV is open"; fi
 exec {held}<&-
