@@ -5,16 +5,16 @@
 #include <errno.h>
 #include <string.h>
 
-#include "tier/backing.h"
+#include "backing/backing.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "pool/group.h"
 #include "pool/pool.h"
 #include "pool/pool_reserve.h"
 #include "state/state.h"
-#include "core/store.h"
-#include "core/table.h"
+#include "store/store.h"
+#include "store/table.h"
 #include "tier/writeback.h"
 
 /* zram refuses these once the device is in use; here "in use" means a page

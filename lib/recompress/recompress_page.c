@@ -10,9 +10,9 @@
 
 #include "dedup/dedup.h"
 #include "pool/pool.h"
-#include "core/slot.h"
-#include "core/store.h"
-#include "core/store_internal.h"
+#include "store/slot.h"
+#include "store/store.h"
+#include "store/store_internal.h"
 
 /* Recompression's own buffers: the old object's bytes, its page, and the new object. */
 static __thread unsigned char old_copy[UZRAM_PAGE_SIZE];

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 
 /*
  * The file, at fixed offsets recorded in its header (a later version refuses a layout it

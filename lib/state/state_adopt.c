@@ -10,15 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tier/backing.h"
-#include "recompress/bundle.h"
+#include "backing/backing.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
 #include "common/file_extents.h"
 #include "pool/pool.h"
 #include "state/state.h"
-#include "core/store.h"
-#include "state/sums.h"
+#include "store/store.h"
+#include "common/sums.h"
 
 /* The codec table as the header has it, each entry with no user yet but its settings', its
  * dictionary made again from the file (dict=auto: the one trained before, not retrained). */

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tier/backing.h"
+#include "backing/backing.h"
 #include "state/state.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
                        struct backing **out)

@@ -11,13 +11,13 @@
 #include <unistd.h>
 
 #include "common/background.h"
-#include "tier/backing.h"
+#include "backing/backing.h"
 #include "tier/coldest.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/fault.h"
 #include "pool/pool.h"
 #include "state/state.h"
-#include "core/store.h"
+#include "store/store.h"
 #include "tier/writeback_batch.h"
 #include "tier/writeback_page.h"
 

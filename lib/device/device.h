@@ -14,7 +14,7 @@
 
 #include "common/backoff.h"
 #include "codec/codec_table.h"
-#include "state/sums.h"
+#include "common/sums.h"
 #include "uzram.h"
 
 struct backing;

@@ -6,22 +6,22 @@
  * allocation) before it takes the slot lock, which then only covers the swap of the old form
  * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
  * on the backing store pins it and reads it without the lock (see read_held). */
-#include "core/store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "tier/backing.h"
-#include "recompress/bundle.h"
+#include "backing/backing.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "pool/pool.h"
-#include "core/same.h"
-#include "core/slot.h"
-#include "core/store_internal.h"
+#include "store/same.h"
+#include "store/slot.h"
+#include "store/store_internal.h"
 
 /* Scratch pages per thread: compression output, and the old page of a
  * partial write or a page that the caller wants only part of. */

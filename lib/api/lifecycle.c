@@ -7,19 +7,19 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/disksize.h"
 #include "common/fault.h"
 #include "pool/pool.h"
 #include "pool/pool_reserve.h"
 #include "recompress/recompress.h"
 #include "state/state.h"
-#include "core/store.h"
-#include "core/store_index.h"
-#include "core/table.h"
+#include "store/store.h"
+#include "store/store_index.h"
+#include "store/table.h"
 #include "tier/writeback.h"
 
 void uzram_config_init(struct uzram_config *config)

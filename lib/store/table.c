@@ -3,7 +3,7 @@
  * pages whose slots are all empty (the disk trimmed or reset there) given back to the system
  * by uzram_compact(), as a fresh device holds none. Nothing about a slot changes: an empty
  * slot reads as zero bytes either way. */
-#include "core/table.h"
+#include "store/table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "core/slot.h"
+#include "store/slot.h"
 #include "state/state.h"
 
 /* ThreadSanitizer does not see the kernel put a page of zeros, that is empty and unlocked

@@ -4,7 +4,7 @@
 #ifndef UZRAM_SLOT_H
 #define UZRAM_SLOT_H
 
-#include "core/device.h"
+#include "device/device.h"
 #include "state/state.h"
 
 /* ---- slot lock ---------------------------------------------------------- */
