@@ -200,7 +200,7 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
             struct dedup_object replaced;
             if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
                 /* Written back meanwhile: the copy on the backing store goes. */
-                const struct page_object form = store_dedup_form(&replaced);
+                const struct page_object form = dedup_object_form(&replaced);
                 store_free_object(dev, &form);
                 tally->recompressed++;
                 tally->bytes_before += expected.size;

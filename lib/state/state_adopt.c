@@ -17,7 +17,6 @@
 #include "common/file_extents.h"
 #include "pool/pool.h"
 #include "state/state.h"
-#include "store/store.h"
 #include "common/sums.h"
 
 /* The codec table as the header has it, each entry with no user yet but its settings', its
@@ -167,7 +166,7 @@ static int adopt_dedup_slot(struct uzram *dev, uint64_t index, uint32_t info, ui
     *huge = dedup_is_huge(dedup, id);
     if (rc == 0)
         return 0;
-    const struct page_object form = store_dedup_form(&object);
+    const struct page_object form = dedup_object_form(&object);
     return adopt_object(dev, &form, OWNER_DEDUP_BIT | id, why);
 }
 

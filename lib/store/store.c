@@ -180,32 +180,15 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
 
 /* ---- objects of dedup entries ------------------------------------------------------ */
 
-struct page_object store_dedup_form(const struct dedup_object *object)
-{
-    if (object->handle & OBJECT_BACKED)
-        return (struct page_object){
-            .state = SLOT_BACKED,
-            .value = object->handle & ~OBJECT_BACKED,
-            .codec = object->codec,
-            .size = object->size,
-        };
-    return (struct page_object){
-        .state = object->size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
-        .value = object->handle,
-        .codec = object->codec,
-        .size = object->size,
-    };
-}
-
 static int dedup_object_load(void *arg, const struct dedup_object *object, void *page)
 {
-    const struct page_object form = store_dedup_form(object);
+    const struct page_object form = dedup_object_form(object);
     return store_load_object(arg, &form, page);
 }
 
 static void dedup_object_free(void *arg, const struct dedup_object *object)
 {
-    const struct page_object form = store_dedup_form(object);
+    const struct page_object form = dedup_object_form(object);
     store_free_object(arg, &form);
 }
 
