@@ -50,8 +50,8 @@ int uzram_set_same_filled(struct uzram *dev, bool on)
         rc = -EBUSY;
     else
         atomic_store(&dev->same_filled, on);
-    if (rc == 0 && dev->state)
-        dev->state->header->same_filled = on;
+    if (rc == 0)
+        state_save_setting(dev, STATE_SAME_FILLED, on);
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
@@ -76,8 +76,8 @@ int uzram_set_dedup(struct uzram *dev, bool on)
         }
         /* a successor adopts the index when the state says dedup is on: said before a page
          * names it (the device holds none now) */
-        if (rc == 0 && dev->state)
-            dev->state->header->use_dedup = on;
+        if (rc == 0)
+            state_save_setting(dev, STATE_USE_DEDUP, on);
         if (rc == 0)
             atomic_store_explicit(&dev->use_dedup, on, memory_order_release);
     }
@@ -88,8 +88,7 @@ int uzram_set_dedup(struct uzram *dev, bool on)
 int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes)
 {
     atomic_store(&dev->mem_limit, bytes);
-    if (dev->state)
-        dev->state->header->mem_limit = bytes; /* kept for a successor */
+    state_save_setting(dev, STATE_MEM_LIMIT, bytes); /* kept for a successor */
     pool_set_limit(dev->pool, bytes);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include "dedup/dedup.h"
 #include "device/device.h"
 #include "pool/pool.h"
+#include "state/state.h"
 #include "store/same.h"
 #include "store/slot.h"
 #include "store/store_internal.h"
@@ -209,14 +210,15 @@ int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out)
         .rehome = dedup_object_rehome,
         .arg = dev,
     };
+    const struct state_region region = state_region(dev, STATE_DEDUP);
     const struct dedup_file file = {
-        .fd = dev->state ? dev->state->fd : -1,
-        .offset = dev->state ? dev->state->header->dedup_offset : 0,
-        .limited = dev->state && dev->state->limited,
+        .fd = region.fd,
+        .offset = region.offset,
+        .limited = region.limited,
         .adopt = adopt,
         .lock_timeouts = &dev->events->state_lock_timeouts,
     };
-    return dedup_create_in(dev->page_count, &ops, dev->state ? &file : NULL, out);
+    return dedup_create_in(dev->page_count, &ops, region.fd >= 0 ? &file : NULL, out);
 }
 
 _Static_assert(POOL_HANDLE_BITS <= 47 && BACKING_MAX_BYTES <= OBJECT_BACKED &&
