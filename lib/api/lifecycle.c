@@ -18,7 +18,7 @@
 #include "recompress/recompress.h"
 #include "state/state.h"
 #include "store/store.h"
-#include "store/store_index.h"
+#include "store/compact_index.h"
 #include "store/table.h"
 #include "tier/writeback.h"
 

@@ -19,7 +19,7 @@
 #include "recompress/recompress_dict.h"
 #include "recompress/recompress_page.h"
 #include "store/store.h"
-#include "store/store_index.h"
+#include "store/compact_index.h"
 
 /* The background recompressor of a device: a thread the library starts when recompress_idle
  * is set and stops when it is 0, at reset (paused) and at destroy; and the passes by request,

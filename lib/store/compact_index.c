@@ -1,7 +1,7 @@
-/* store_index.c - index compaction, the store's half: walk the page table for the slots that
+/* compact_index.c - index compaction, the store's half: walk the page table for the slots that
  * name the dedup entries worth moving (dedup_compact_from), hold each entry's slots locked
  * while the index moves it (dedup_move), and point them at its new id. */
-#include "store/store_index.h"
+#include "store/compact_index.h"
 
 #include <signal.h>
 #include <stdatomic.h>
