@@ -1,7 +1,9 @@
 /* state.h - a device's state in a shareable file (internal; state.c, state_adopt.c): the
  * file's layout and header, the slot-change helper every slot change goes through (intent
- * records), and the private bitmap of the page table's pages ever written. What each part of
- * the metadata carries so that adoption finds damage is sums.h's. */
+ * records), the private bitmap of the page table's pages ever written, and what the other
+ * parts ask of the state (state_hooks.c). FORMAT.md, beside this file, is the whole format,
+ * its order of writes and what adoption does; what each part of the metadata carries so that
+ * adoption finds damage is sums.h's. */
 #ifndef UZRAM_STATE_H
 #define UZRAM_STATE_H
 
