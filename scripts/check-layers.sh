@@ -11,7 +11,7 @@
 #
 # Subfolders that say in a README.md what they own (lib/pool/README.md): once one of DIR's
 # subfolders has one, each must, with an "Includes:" line naming the folders its files may
-# include ("none" for none), which is checked; and a folder stands above every folder one of
+# include ("none" for none; words in brackets are comments), which is checked; and a folder stands above every folder one of
 # its rooms includes, in layers too, with no circle. (src/'s folders have no README yet: its
 # nbd/ and attach/ include each other.)
 #
@@ -114,7 +114,8 @@ done
 # A folder's README says which folders it may include: what its files include must be among them.
 for folder in "${!folder_uses[@]}"; do
     readme=$dir/$folder/README.md
-    allowed=$(sed -n 's/^Includes: *//p' "$readme" 2>/dev/null | tr -d '`.' | tr ',' ' ')
+    allowed=$(sed -n 's/^Includes: *//p' "$readme" 2>/dev/null | sed 's/([^)]*)//g' | tr -d '`.' |
+        tr ',' ' ')
     if [[ -z $allowed ]]; then
         echo "check-layers: $readme is missing or has no \"Includes:\" line" >&2
         exit 1
