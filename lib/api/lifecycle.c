@@ -1,7 +1,8 @@
 /* lifecycle.c - a device made, reset, compacted and destroyed: the one file that puts the
  * parts together (page table, pool, dedup index, codecs, store, recompression, writeback) and
  * so the one that knows them all. Each part sets itself up and tears itself down; this file
- * says in which order, and hands the store its hooks into writeback (dev->tier). */
+ * says in which order, and hands the store its hooks into writeback (dev->tier). A state file
+ * is the state layer's to use: its calls here do the same for a device without one. */
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
