@@ -73,11 +73,9 @@ void state_backing_record(struct uzram *dev, const struct backing *backing, unsi
     if (!dev->state)
         return;
     struct state_header *header = dev->state->header;
-    if (!backing) {
-        atomic_store(&header->backing_bytes, 0);
+    atomic_store(&header->backing_bytes, 0); /* detached (NULL): forgotten */
+    if (!backing)
         return;
-    }
-    atomic_store(&header->backing_bytes, 0);
     atomic_thread_fence(memory_order_seq_cst); /* the other fields only after */
     header->backing_flags = flags;
     memset(header->backing_path, 0, sizeof header->backing_path);
