@@ -170,7 +170,7 @@ asan-test-lib:
 # ---- make check's stages: each is one target here, and only here ----
 # scripts/check.sh runs them (some side by side: it says which and why) and sums them up:
 #   format-check       clang-format                 check-exports   the shared library's API
-#   layers-check       no include circle in lib/, src/
+#   layers-check       no include circle in lib/, src/, nor among lib/'s folders
 #   unit-check         unit and model tests (plain) asan-unit-check the same under ASan+UBSan
 #   tsan               concurrent cases under TSan  fault-check     fault-injection sweeps
 #   fuzz-check         fuzz corpus and a short run  integration-check  real clients, real server

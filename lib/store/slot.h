@@ -4,7 +4,7 @@
 #ifndef UZRAM_SLOT_H
 #define UZRAM_SLOT_H
 
-#include "core/device.h"
+#include "device/device.h"
 #include "state/state.h"
 
 /* ---- slot lock ---------------------------------------------------------- */
@@ -105,7 +105,7 @@ slot_set_value(struct uzram *dev, struct slot *slot, uint64_t value)
 }
 
 /* A locked slot that names dedup entry `from` points at `to`, where an index move put it
- * (store_index.c): without an intent record, as the index's move record is what a process
+ * (compact_index.c): without an intent record, as the index's move record is what a process
  * killed meanwhile leaves (adoption points every slot naming `from` at `to`), so that this
  * never fails. */
 static inline void slot_set_moved(struct uzram *dev, struct slot *slot, uint64_t to)

@@ -1,6 +1,6 @@
 /* backing_file.c - which file or block device may become a backing store, and opening it so
  * that nobody else can swap another one in (see backing_file.h). */
-#include "tier/backing_file.h"
+#include "backing/backing_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

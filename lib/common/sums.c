@@ -1,5 +1,5 @@
 /* sums.c - check bits, sums and the damage report of a state file's metadata (sums.h). */
-#include "state/sums.h"
+#include "common/sums.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/device.h"
+#include "device/device.h"
 
 /* A record: a 56-byte header (bundle.c's struct bundle) and 8 bytes a piece. Region r takes
  * bundles of up to 4 << r pieces: 88-byte records up to 4 pieces (a frame of 16 KiB; most

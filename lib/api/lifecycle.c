@@ -1,25 +1,26 @@
 /* lifecycle.c - a device made, reset, compacted and destroyed: the one file that puts the
  * parts together (page table, pool, dedup index, codecs, store, recompression, writeback) and
  * so the one that knows them all. Each part sets itself up and tears itself down; this file
- * says in which order, and hands the store its hooks into writeback (dev->tier). */
+ * says in which order, and hands the store its hooks into writeback (dev->tier). A state file
+ * is the state layer's to use: its calls here do the same for a device without one. */
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/disksize.h"
 #include "common/fault.h"
 #include "pool/pool.h"
 #include "pool/pool_reserve.h"
 #include "recompress/recompress.h"
 #include "state/state.h"
-#include "core/store.h"
-#include "core/store_index.h"
-#include "core/table.h"
+#include "store/store.h"
+#include "store/compact_index.h"
+#include "store/table.h"
 #include "tier/writeback.h"
 
 void uzram_config_init(struct uzram_config *config)
@@ -46,19 +47,14 @@ static int create_parts(struct uzram *dev, bool use_dedup, bool adopted)
     int rc = table_map(dev);
     if (rc < 0)
         return rc;
-    if (dev->state)
-        rc = bundle_records_map(dev, dev->state->fd, dev->state->header->bundle_offset,
-                                dev->state->limited);
-    else
-        rc = bundle_records_map(dev, -1, 0, false);
+    struct state_region records = state_region(dev, STATE_BUNDLES);
+    rc = bundle_records_map(dev, records.fd, records.offset, records.limited);
     if (rc < 0)
         goto fail_records;
     rc = pool_create(&dev->pool);
     if (rc < 0)
         goto fail_pool;
-    if (dev->state)
-        pool_set_file(dev->pool, dev->state->fd, dev->state->header->pool_offset,
-                      dev->state->span_dir, dev->state->header->dir_offset);
+    state_pool_file(dev);
     rc = recompressor_create(dev);
     if (rc < 0)
         goto fail_recompressor;
@@ -91,21 +87,16 @@ fail_records:
 static int codecs_start(struct uzram *dev, int algo, int level, bool adopted)
 {
     codec_table_init(&dev->codecs);
-    if (dev->state && !adopted) {
-        dev->codecs.saved = state_save_codecs;
-        dev->codecs.save_dict = state_save_dict;
-        dev->codecs.saved_arg = dev->state;
-    }
-    if (!adopted)
+    if (!adopted) {
+        state_follow_codecs(dev);
         /* The first entry of an empty table: nothing to allocate, cannot fail. */
         return codec_table_set(&dev->codecs,
                                &(struct codec_config){.algorithm = algo, .level = level});
+    }
     int rc = state_rebuild(dev);
     if (rc == 0)
         rc = writeback_adopted(dev);
-    dev->codecs.saved = state_save_codecs;
-    dev->codecs.save_dict = state_save_dict;
-    dev->codecs.saved_arg = dev->state;
+    state_follow_codecs(dev);
     /* The entries no page used any more are freed: so in the file too (only after a whole
      * rebuild: a partial one has not counted every page's entry). */
     if (rc == 0)
@@ -132,8 +123,7 @@ static int device_build(const struct uzram_config *config, struct state_file *st
         return -ENOMEM;
     dev->disksize = config->disksize;
     dev->page_count = config->disksize / UZRAM_PAGE_SIZE;
-    dev->state = state;
-    dev->events = state ? state_events(state) : &dev->own_events;
+    state_bind(dev, state);
     rc = create_parts(dev, config->use_dedup, adopted);
     if (rc < 0) {
         free(dev);
@@ -146,14 +136,7 @@ static int device_build(const struct uzram_config *config, struct state_file *st
     atomic_init(&dev->use_dedup, config->use_dedup);
     atomic_init(&dev->mem_limit, config->mem_limit);
     pool_set_limit(dev->pool, config->mem_limit);
-    if (state && adopted)
-        dev->clock_base = state->header->clock_base;
-    else if (state) {
-        state->header->clock_base = dev->clock_base;
-        state->header->same_filled = config->same_filled;
-        state->header->use_dedup = config->use_dedup;
-        state->header->mem_limit = config->mem_limit;
-    }
+    state_start(dev, adopted);
     rc = codecs_start(dev, algo, level, adopted);
     if (rc < 0) {
         dev->state = NULL; /* destroyed without touching the state further */
@@ -225,9 +208,7 @@ void uzram_destroy(struct uzram *dev)
     codec_table_destroy(&dev->codecs);
     bundle_records_unmap(dev);
     table_unmap(dev);
-    /* The state file keeps everything for a successor. */
-    if (dev->state)
-        state_close(dev->state, true);
+    state_let_go(dev); /* which keeps everything for a successor */
     pthread_mutex_destroy(&dev->settings_lock);
     free(dev);
 }

@@ -14,7 +14,8 @@
 
 #include "common/backoff.h"
 #include "codec/codec_table.h"
-#include "state/sums.h"
+#include "common/sums.h"
+#include "dedup/dedup_object.h"
 #include "uzram.h"
 
 struct backing;
@@ -161,6 +162,24 @@ struct page_object {
     unsigned codec;
     unsigned size;
 };
+
+/* The form of a dedup entry's object: COMPRESSED, HUGE, or (written back) BACKED. */
+static inline struct page_object dedup_object_form(const struct dedup_object *object)
+{
+    if (object->handle & OBJECT_BACKED)
+        return (struct page_object){
+            .state = SLOT_BACKED,
+            .value = object->handle & ~OBJECT_BACKED,
+            .codec = object->codec,
+            .size = object->size,
+        };
+    return (struct page_object){
+        .state = object->size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
+        .value = object->handle,
+        .codec = object->codec,
+        .size = object->size,
+    };
+}
 
 /* A page whose compressed form takes this many bytes or more (3585) is
  * stored raw: saving less than an eighth of a page is not worth a

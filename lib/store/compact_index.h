@@ -1,6 +1,6 @@
-/* store_index.h - index compaction, the store's half (internal; store_index.c). */
-#ifndef UZRAM_STORE_INDEX_H
-#define UZRAM_STORE_INDEX_H
+/* compact_index.h - index compaction, the store's half (internal; compact_index.c). */
+#ifndef UZRAM_COMPACT_INDEX_H
+#define UZRAM_COMPACT_INDEX_H
 
 #include <stdint.h>
 

@@ -6,22 +6,23 @@
  * allocation) before it takes the slot lock, which then only covers the swap of the old form
  * for the new; a partial write holds the lock throughout (see write_partial). A read of a page
  * on the backing store pins it and reads it without the lock (see read_held). */
-#include "core/store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "tier/backing.h"
-#include "recompress/bundle.h"
+#include "backing/backing.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "pool/pool.h"
-#include "core/same.h"
-#include "core/slot.h"
-#include "core/store_internal.h"
+#include "state/state.h"
+#include "store/same.h"
+#include "store/slot.h"
+#include "store/store_internal.h"
 
 /* Scratch pages per thread: compression output, and the old page of a
  * partial write or a page that the caller wants only part of. */
@@ -180,32 +181,15 @@ static int store_load_object(struct uzram *dev, const struct page_object *object
 
 /* ---- objects of dedup entries ------------------------------------------------------ */
 
-struct page_object store_dedup_form(const struct dedup_object *object)
-{
-    if (object->handle & OBJECT_BACKED)
-        return (struct page_object){
-            .state = SLOT_BACKED,
-            .value = object->handle & ~OBJECT_BACKED,
-            .codec = object->codec,
-            .size = object->size,
-        };
-    return (struct page_object){
-        .state = object->size == UZRAM_PAGE_SIZE ? SLOT_HUGE : SLOT_COMPRESSED,
-        .value = object->handle,
-        .codec = object->codec,
-        .size = object->size,
-    };
-}
-
 static int dedup_object_load(void *arg, const struct dedup_object *object, void *page)
 {
-    const struct page_object form = store_dedup_form(object);
+    const struct page_object form = dedup_object_form(object);
     return store_load_object(arg, &form, page);
 }
 
 static void dedup_object_free(void *arg, const struct dedup_object *object)
 {
-    const struct page_object form = store_dedup_form(object);
+    const struct page_object form = dedup_object_form(object);
     store_free_object(arg, &form);
 }
 
@@ -226,14 +210,15 @@ int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out)
         .rehome = dedup_object_rehome,
         .arg = dev,
     };
+    const struct state_region region = state_region(dev, STATE_DEDUP);
     const struct dedup_file file = {
-        .fd = dev->state ? dev->state->fd : -1,
-        .offset = dev->state ? dev->state->header->dedup_offset : 0,
-        .limited = dev->state && dev->state->limited,
+        .fd = region.fd,
+        .offset = region.offset,
+        .limited = region.limited,
         .adopt = adopt,
         .lock_timeouts = &dev->events->state_lock_timeouts,
     };
-    return dedup_create_in(dev->page_count, &ops, dev->state ? &file : NULL, out);
+    return dedup_create_in(dev->page_count, &ops, region.fd >= 0 ? &file : NULL, out);
 }
 
 _Static_assert(POOL_HANDLE_BITS <= 47 && BACKING_MAX_BYTES <= OBJECT_BACKED &&

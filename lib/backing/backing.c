@@ -1,7 +1,7 @@
 /* backing.c - the backing store (see backing.h): blocks of a file or block device, their live
  * bytes and pins, the free-space bitmap, hole punching, the appender and aligned reads checked
  * against the checksums of what was written. */
-#include "tier/backing.h"
+#include "backing/backing.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "tier/backing_file.h"
+#include "backing/backing_file.h"
 #include "common/fault.h"
 
 /* Released blocks wait for their hole to be punched in batches: one

@@ -2,7 +2,7 @@
  * fixed-size records mapped from the state file or anonymous memory, records taken and given
  * back (a private bitmap per region, the lowest free first so that chunks stay dense), chunks
  * with none in use given back, and the file's records claimed again at adoption. */
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 
 #include <errno.h>
 #include <fcntl.h>

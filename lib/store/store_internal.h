@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 
 /* Put `length` bytes of `data` (a compressed object of codec `codec`, on
  * which the caller holds a user that passes to the object, or the raw page

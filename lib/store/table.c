@@ -3,7 +3,7 @@
  * pages whose slots are all empty (the disk trimmed or reset there) given back to the system
  * by uzram_compact(), as a fresh device holds none. Nothing about a slot changes: an empty
  * slot reads as zero bytes either way. */
-#include "core/table.h"
+#include "store/table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/fault.h"
-#include "core/slot.h"
+#include "store/slot.h"
 #include "state/state.h"
 
 /* ThreadSanitizer does not see the kernel put a page of zeros, that is empty and unlocked
@@ -48,11 +48,12 @@ uint64_t table_bytes(const struct uzram *dev)
 int table_map(struct uzram *dev)
 {
     void *table = MAP_FAILED;
+    struct state_region region = state_region(dev, STATE_TABLE);
     if (FAULT_POINT(FAULT_ALLOC))
         ;
-    else if (dev->state) /* the state file's table, shared */
+    else if (region.fd >= 0) /* the state file's table, shared */
         table = mmap(NULL, table_bytes(dev), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
-                     dev->state->fd, (off_t)dev->state->header->table_offset);
+                     region.fd, (off_t)region.offset);
     else
         table = mmap(NULL, table_bytes(dev), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -92,13 +93,13 @@ static bool page_empty(struct slot *slots)
  * memory's dropped. */
 static bool drop_page(struct uzram *dev, struct slot *slots)
 {
-    if (!dev->state)
+    struct state_region region = state_region(dev, STATE_TABLE);
+    if (region.fd < 0)
         return madvise(slots, TABLE_PAGE, MADV_DONTNEED) == 0;
     uint64_t page = (uint64_t)(slots - dev->slots) / SLOTS_PER_PAGE;
     state_table_page_gone(dev->state, page);
-    return fallocate(dev->state->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                     (off_t)(dev->state->header->table_offset + page * TABLE_PAGE),
-                     TABLE_PAGE) == 0;
+    return fallocate(region.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                     (off_t)(region.offset + page * TABLE_PAGE), TABLE_PAGE) == 0;
 }
 
 /* Give back the table page at `slots` if all its slots are empty: with all their locks held,
@@ -129,7 +130,7 @@ uint64_t table_give_back(struct uzram *dev)
 {
     /* on a tmpfs with a size the table stays whole: touching a page given back could find
      * the tmpfs full (state.c's hold_mapped) */
-    if (sysconf(_SC_PAGESIZE) != TABLE_PAGE || (dev->state && dev->state->limited))
+    if (sysconf(_SC_PAGESIZE) != TABLE_PAGE || state_region(dev, STATE_TABLE).limited)
         return 0;
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (fd < 0)

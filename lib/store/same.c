@@ -3,7 +3,7 @@
 
 /* defines page-analysis helpers of uzram.h's static-linking-only part */
 #define UZRAM_STATIC_LINKING_ONLY
-#include "core/same.h"
+#include "store/same.h"
 
 #include <string.h>
 

@@ -1,16 +1,16 @@
-/* store_index.c - index compaction, the store's half: walk the page table for the slots that
+/* compact_index.c - index compaction, the store's half: walk the page table for the slots that
  * name the dedup entries worth moving (dedup_compact_from), hold each entry's slots locked
  * while the index moves it (dedup_move), and point them at its new id. */
-#include "core/store_index.h"
+#include "store/compact_index.h"
 
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/fault.h"
-#include "core/slot.h"
+#include "store/slot.h"
 
 /* Slots named per walk: an entry whose slots do not all fit is split in two by id range. */
 #define NAMERS_MAX 8192u

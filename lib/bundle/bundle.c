@@ -1,19 +1,19 @@
 /* bundle.c - bundles of neighbouring pages compressed as one object (bundle.h): their pieces in
  * the pool, their members and holds, reads through a per-thread cache of the last bundle
  * decompressed, the compaction of their pieces, and their counters. */
-#include "recompress/bundle.h"
+#include "bundle/bundle.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/fault.h"
 #include "pool/pool.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 /* A bundle's record, in a region of bundle_records.c (in the state file when the device has
  * one): 88 bytes for a bundle of up to 4 pieces, 120 up to 8, 184 up to 16, counted in

@@ -38,7 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 
 struct uzram;
 struct bundle;

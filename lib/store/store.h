@@ -12,8 +12,6 @@
 
 struct uzram;
 struct dedup;
-struct dedup_object;
-struct page_object;
 
 /* The clock of a slot's ac_time: ticks of 1/8 s since the device was
  * created. */
@@ -56,9 +54,6 @@ uint64_t store_compact_pool(struct uzram *dev);
  * device's pool, and the store loads and frees them. With a state file, the index is in its
  * dedup region: `adopt`, as a process before left it (dedup_adopt_begin follows), else new. */
 int store_dedup_create(struct uzram *dev, bool adopt, struct dedup **out);
-
-/* The form of a dedup entry's object: COMPRESSED, HUGE, or (written back) BACKED. */
-struct page_object store_dedup_form(const struct dedup_object *object);
 
 /* Reset: free every page (counted in notify_free as a discard is). -EIO: a page whose slot
  * lock, a word of the state file, stayed held (it keeps its data); the others are freed. */
