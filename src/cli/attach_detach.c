@@ -1,6 +1,6 @@
-/* node.c - `uzram attach` and `uzram detach`, and their work for zram-generator's setup too
- * (node.h): a served device as a /dev node, and back. Picks the way (nbd-client, ublk, or a
- * FUSE file with a loop device); the server does the work. */
+/* attach_detach.c - `uzram attach` and `uzram detach`, and their work for zram-generator's setup
+ * too (attach_detach.h): a served device as a /dev node, and back. Picks the way (nbd-client, ublk,
+ * or a FUSE file with a loop device); the server does the work. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 
 #include "attach/attach.h"
 #include "cli/commands.h"
-#include "cli/node.h"
+#include "cli/attach_detach.h"
 #include "cli/server_options.h"
 #include "control/control.h"
 #include "common/progress.h"

@@ -12,9 +12,9 @@
 #include "cli/server_options.h"
 #include "control/control.h"
 #include "common/util.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 
-/* serve's device options (server/options.c's table), one line each, for --help. */
+/* serve's device options (server/serve_options.c's table), one line each, for --help. */
 static void device_options_usage(FILE *out)
 {
     for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {

@@ -1,5 +1,5 @@
 /* restart.c - `uzram restart`: a planned restart of a running `uzram serve` in place (the
- * control request "restart", server/restart.c), waiting until the new program answers; and
+ * control request "restart", server/reexec.c), waiting until the new program answers; and
  * `uzram state-check`, which the server runs with the program now installed to learn whether
  * it can take every state over before it stops (a user may run it on a state file too). */
 #include <errno.h>

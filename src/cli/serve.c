@@ -1,6 +1,6 @@
 /* serve.c - `uzram serve`: its command line and configuration file, and the sockets it
  * listens on. Every bad setting ends with one line saying what to do. The options are
- * server/options.c's table; the devices are made by server/devices.c (which hot-add uses
+ * server/serve_options.c's table; the devices are made by server/devices.c (which hot-add uses
  * too); the server itself is nbd/server.c. */
 #include <errno.h>
 #include <getopt.h>
@@ -25,10 +25,10 @@
 #include "common/util.h"
 #include "server/config.h"
 #include "server/devices.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 #include "server/persist.h"
 #include "server/recover.h"
-#include "server/restart.h"
+#include "server/reexec.h"
 
 static void serve_usage(FILE *out)
 {

@@ -12,7 +12,7 @@
 
 #include "attach/attach.h"
 #include "cli/commands.h"
-#include "cli/node.h"
+#include "cli/attach_detach.h"
 #include "cli/zramgen.h"
 #include "control/control.h"
 #include "common/util.h"

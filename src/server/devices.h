@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "server/config.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 #include "uzram.h"
 
 /* One device to make: its settings as given, checked by device_check(). */

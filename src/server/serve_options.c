@@ -1,5 +1,5 @@
-/* options.c - the table of `uzram serve`'s options (options.h), the lookups and getopt tables
- * made from it, how a message names where a setting came from, and the parsers of the values
+/* serve_options.c - the table of `uzram serve`'s options (serve_options.h), the lookups and getopt
+ * tables made from it, how a message names where a setting came from, and the parsers of the values
  * several options share. */
 #include <errno.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #include "common/sizes.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 
 /* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
  * the configuration file are all made from this list, so an option added here is a key

@@ -1,10 +1,10 @@
-/* options.h - the options of `uzram serve`, in one table: getopt's options, the lines of
+/* serve_options.h - the options of `uzram serve`, in one table: getopt's options, the lines of
  * --help, the keys of a configuration file and the keys of a device SPEC (--device, hot-add)
  * are all made from it. Also where a setting came from, how a message names it, and the
  * parsers of the values several options share. Used by cli/serve.c (the command line),
  * server/devices.c (a device's settings, also at run time) and cli/hotplug.c (hot-add). */
-#ifndef UZRAM_SERVER_OPTIONS_H
-#define UZRAM_SERVER_OPTIONS_H
+#ifndef UZRAM_SERVER_SERVE_OPTIONS_H
+#define UZRAM_SERVER_SERVE_OPTIONS_H
 
 #include <getopt.h>
 #include <limits.h>
@@ -55,7 +55,7 @@ struct serve_option {
     bool command_line_only;
 };
 
-/* The rows of the table (options.c checks the count). */
+/* The rows of the table (serve_options.c checks the count). */
 #define SERVE_OPTION_COUNT 38
 extern const struct serve_option serve_options[SERVE_OPTION_COUNT];
 
