@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "nbd/limits.h"
-#include "nbd/options.h"
+#include "nbd/server_settings.h"
 
 struct nbd_server;
 
