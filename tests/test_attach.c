@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/clock.h"
 #include "test_util.h"
 
 static void assert_argv(const char *const *argv, const char *const *expected)

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 extern char **environ;
 

@@ -12,7 +12,7 @@
 #include "bench/bench.h"
 #include "cli/commands.h"
 #include "common/datagen.h"
-#include "common/util.h"
+#include "common/text.h"
 
 static const char *const default_algorithms[] = {"lz4", "lz4hc", "zstd", "lzo", "deflate"};
 static const int default_kinds[] = {DATAGEN_SAME, DATAGEN_HALF, DATAGEN_TEXT, DATAGEN_RANDOM};

@@ -15,7 +15,6 @@
 #include "cli/server_options.h"
 #include "control/control.h"
 #include "common/progress.h"
-#include "common/util.h"
 
 static void attach_usage(FILE *out)
 {

@@ -11,7 +11,6 @@
 #include "cli/pass.h"
 #include "cli/server_options.h"
 #include "control/control.h"
-#include "common/util.h"
 #include "uzram.h"
 
 /* The attributes the server adds to the library's (control/service.c): the clients of a

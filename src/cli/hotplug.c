@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "cli/server_options.h"
 #include "control/control.h"
-#include "common/util.h"
+#include "common/text.h"
 #include "server/serve_options.h"
 
 /* serve's device options (server/serve_options.c's table), one line each, for --help. */

@@ -18,7 +18,8 @@
 #include "attach/attach.h"
 #include "cli/commands.h"
 #include "cli/server_options.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text.h"
 #include "control/control.h"
 #include "uzram.h"
 

@@ -12,7 +12,8 @@
 
 #include "cli/commands.h"
 #include "control/control.h"
-#include "common/util.h"
+#include "common/runtime_dir.h"
+#include "common/text.h"
 #include "uzram.h"
 
 /* One device as the "stats" control request reports it: "key value" lines, in the server's

@@ -15,7 +15,6 @@
 #include "cli/attach_detach.h"
 #include "cli/zramgen.h"
 #include "control/control.h"
-#include "common/util.h"
 
 /* mkfs, mkswap and mount get this long (a large ext2 writes its inode tables). */
 #define SETUP_TIMEOUT 300

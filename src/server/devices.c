@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/text.h"
 #include "server/devices.h"
 #include "server/persist.h"
 #include "server/recover.h"

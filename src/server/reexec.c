@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/systemd.h"
-#include "common/util.h"
+#include "common/clock.h"
 #include "server/persist.h"
 #include "server/reexec.h"
 
