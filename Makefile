@@ -124,7 +124,7 @@ $(UZRAM): $(SRC_OBJS) $(UZRAM_ENGINE)
 $(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
 $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
-$(O)/tests/test_attach: $(O)/src/attach/nbd_client.o
+$(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/process.o
 $(O)/tests/test_sizes: $(O)/src/common/sizes.o
 $(O)/tests/test_state $(O)/tests/test_state_kept $(O)/tests/test_state_dedup \
 	$(O)/tests/test_state_bundle: $(O)/tests/state_util.o

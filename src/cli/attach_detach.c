@@ -14,6 +14,7 @@
 #include "cli/attach_detach.h"
 #include "cli/server_options.h"
 #include "control/control.h"
+#include "common/process.h"
 #include "common/progress.h"
 
 static void attach_usage(FILE *out)

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/attach_detach.h"
 #include "cli/zramgen.h"
+#include "common/process.h"
 #include "control/control.h"
 
 /* mkfs, mkswap and mount get this long (a large ext2 writes its inode tables). */
