@@ -126,6 +126,7 @@ $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
 $(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/process.o
 $(O)/tests/test_sizes: $(O)/src/common/sizes.o
+$(O)/tests/test_command: $(O)/src/cli/command.o
 $(O)/tests/test_state $(O)/tests/test_state_kept $(O)/tests/test_state_dedup \
 	$(O)/tests/test_state_bundle: $(O)/tests/state_util.o
 $(O)/tests/test_model $(O)/tests/test_overlap: $(O)/tests/model_util.o
