@@ -232,7 +232,7 @@ void cli_print_option(FILE *out, const struct cli_option *o, bool first_line)
         snprintf(left, sizeof left, "  %s", o->arg);
     else
         snprintf(left, sizeof left, "  %c%c%c --%s%s%s", letter ? '-' : ' ', letter ? o->code : ' ',
-                 letter ? ',' : ' ', o->name, o->arg && o->arg[0] != '[' ? " " : "",
+                 letter ? ',' : ' ', o->name, o->arg && strncmp(o->arg, "[=", 2) != 0 ? " " : "",
                  o->arg ? o->arg : "");
     /* The description from CLI_HELP_COLUMN, or two blanks after a longer option. */
     fprintf(out, "%-*s%s", CLI_HELP_COLUMN - 1, left,

@@ -4,7 +4,8 @@
 # `CMD --help` and `CMD -h` print the same help, starting "Usage: uzram CMD", on stdout and
 # nothing on stderr, exit 0; an unknown option is getopt's line and "Try 'uzram CMD --help'
 # for more information.", exit 2; every option the help lists (long and short) is one the
-# command takes (given before --help it is never "unrecognized"); and every option is in the
+# command takes (given before --help it is never "unrecognized", and it ends in the help or
+# in a line saying what is wrong with its value, exit 0 or 2); and every option is in the
 # man page, docs/uzram.1: in the command's own section, -u/--runtime-dir and -S/--server under
 # RUNTIME DIRECTORY, -h/--help in DESCRIPTION, hot-add's device options under UZRAM SERVE.
 # No server runs. Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
@@ -85,6 +86,9 @@ for command in commands:
             # Given before --help, the option is read (a bad value is said, not "unknown").
             given = [form] + (["1"] if arg and not arg.startswith("[") else [])
             status, _, err = run(command, *given, "--help")
+            if status not in (0, 2):  # a crash, or an option that did something
+                errors.append("%s %s --help: status %d, stderr %r" %
+                              (command, " ".join(given), status, err))
             if re.search(r"unrecognized option|invalid option|requires an argument", err):
                 errors.append("%s --help lists %s, which it does not take: %s" %
                               (command, form, err.strip()))
