@@ -1,9 +1,9 @@
-/* restart.h - planned restart of `uzram serve` in place (restart.c): the control request
+/* reexec.h - planned restart of `uzram serve` in place (reexec.c): the control request
  * `restart` checks that the program now installed can take every state over, then the server
  * stops and executes that program again, same pid, with its states and listening sockets.
  * Used by cli/serve.c (start and the handover) and control/service.c (the request). */
-#ifndef UZRAM_SERVER_RESTART_H
-#define UZRAM_SERVER_RESTART_H
+#ifndef UZRAM_SERVER_REEXEC_H
+#define UZRAM_SERVER_REEXEC_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,19 +1,21 @@
-/* options.h - the options of `uzram serve`, in one table: getopt's options, the lines of
- * --help, the keys of a configuration file and the keys of a device SPEC (--device, hot-add)
- * are all made from it. Also where a setting came from, how a message names it, and the
- * parsers of the values several options share. Used by cli/serve.c (the command line),
- * server/devices.c (a device's settings, also at run time) and cli/hotplug.c (hot-add). */
-#ifndef UZRAM_SERVER_OPTIONS_H
-#define UZRAM_SERVER_OPTIONS_H
+/* serve_options.h - the options of `uzram serve`, in one table of the command framework's rows
+ * (cli/command.h): getopt's options, the lines of --help, the keys of a configuration file
+ * and the keys of a device SPEC (--device, hot-add) are all made from it. Also where a
+ * setting came from, how a message names it, and the parsers of the values several options
+ * share. Used by cli/serve.c (the command line), server/devices.c (a device's settings, also
+ * at run time) and cli/hotplug.c (hot-add). */
+#ifndef UZRAM_SERVER_SERVE_OPTIONS_H
+#define UZRAM_SERVER_SERVE_OPTIONS_H
 
-#include <getopt.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli/command.h"
+
 enum {
-    OPT_NO_SAME_FILLED = 256,
+    OPT_NO_SAME_FILLED = CLI_LONG_ONLY,
     OPT_NO_UNIX,
     OPT_SOCKET_MODE,
     OPT_SOCKET_GROUP,
@@ -37,49 +39,27 @@ enum {
     OPT_PERSIST,
 };
 
-/* The `code` of a row that starts a group of --help: what the options below it set. */
-enum { SETS_SERVER = 0, SETS_DEVICE = 1 };
+/* The tags of serve's rows (struct cli_option's `tags`). A heading's: what the options below
+ * it set, a device's own settings (each --device, configuration section and hot-add may set
+ * them) or the whole server's. An option's: SERVE_COMMAND_LINE_ONLY, not a configuration
+ * key. Flags (optional_argument) take `=yes` or `=no` in their long form, so the command
+ * line can undo a file's setting; a flag with an argument name ("[=PATH]": --persist) takes
+ * a value besides yes and no: a yes/no word is the flag's value, any other the option's. */
+enum { SETS_SERVER = 0, SETS_DEVICE = 1, SERVE_COMMAND_LINE_ONLY = 2 };
 
-/* One row of the table. A row without a name starts a group of --help; the options of a
- * SETS_DEVICE group are a device's own settings (each --device, configuration section and
- * hot-add may set them), the others the whole server's. Flags (optional_argument) take
- * `=yes` or `=no` in their long form, so the command line can undo a file's setting. */
-struct serve_option {
-    const char *name; /* long option and configuration key */
-    int code;         /* short option letter, or OPT_* */
-    int has_arg;      /* required_argument, optional_argument (a flag), no_argument */
-    /* What --help calls the argument. A flag with one ("[=PATH]": --persist) takes a value
-     * besides yes and no: a yes/no word is the flag's value, any other the option's. */
-    const char *arg;
-    const char *help; /* lines after the first are indented under it */
-    bool command_line_only;
-};
-
-/* The rows of the table (options.c checks the count). */
-#define SERVE_OPTION_COUNT 38
-extern const struct serve_option serve_options[SERVE_OPTION_COUNT];
-
-/* The column where --help's descriptions start. */
-#define SERVE_HELP_COLUMN 26
+/* The rows of the table (serve_options.c checks the count); --help is the framework's. */
+#define SERVE_OPTION_COUNT 37
+extern const struct cli_option serve_options[SERVE_OPTION_COUNT];
 
 /* The configuration key that makes a section a server's: the sections of its devices. */
 #define DEVICES_KEY "devices"
 
 /* The option a configuration key names, or NULL: every option but the command-line-only ones. */
-const struct serve_option *option_by_key(const char *key);
+const struct cli_option *option_by_key(const char *key);
 /* The option of getopt's `code`, or NULL. */
-const struct serve_option *option_by_code(int code);
+const struct cli_option *option_by_code(int code);
 /* Is `option` a device's own setting (in a SETS_DEVICE group of the table)? */
-bool option_sets_device(const struct serve_option *option);
-
-/* getopt_long's tables for the rows `keep` accepts (NULL: every named row): `long_options`
- * holds SERVE_OPTION_COUNT + 1, `short_options` 3 * SERVE_OPTION_COUNT + 2, and starts with
- * `prefix` ("" or "+"). */
-void option_getopt_tables(bool (*keep)(const struct serve_option *), const char *prefix,
-                          struct option *long_options, char *short_options);
-
-/* The left column of --help for `option`: "  -s, --size SIZE". */
-void option_left_column(const struct serve_option *option, char *left, size_t size);
+bool option_sets_device(const struct cli_option *option);
 
 /* Where a setting came from: the command line (file and spec NULL), a line of the
  * configuration, or a device SPEC (--device, hot-add). */
@@ -98,7 +78,7 @@ struct label {
     char name[64];
 };
 
-const struct label *option_label(const struct serve_option *option, const struct origin *from,
+const struct label *option_label(const struct cli_option *option, const struct origin *from,
                                  struct label *label);
 /* Whether option `code` was set at all, among the origins `from` (a device's, the server's:
  * one per row of the table). */
@@ -111,7 +91,7 @@ struct complaints;
  * `label` for messages, and a flag's value (yes when given alone) in *flag. The first step
  * of applying an option. Returns 0, or -1 after a complaint about a bad flag value. */
 int option_note(const struct complaints *to, struct origin *origins,
-                const struct serve_option *option, const char *arg, const struct origin *from,
+                const struct cli_option *option, const char *arg, const struct origin *from,
                 struct label *label, bool *flag);
 
 /* Where a complaint goes: stderr ("uzram: ...\n") when `message` is NULL; else the first

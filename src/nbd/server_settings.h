@@ -1,6 +1,7 @@
-/* options.h - the settings of `uzram serve` that its server takes, filled by cli/serve.c. */
-#ifndef UZRAM_NBD_OPTIONS_H
-#define UZRAM_NBD_OPTIONS_H
+/* server_settings.h - the settings of `uzram serve` that its server takes, filled by cli/serve.c.
+ */
+#ifndef UZRAM_NBD_SERVER_SETTINGS_H
+#define UZRAM_NBD_SERVER_SETTINGS_H
 
 #include <stdbool.h>
 #include <stddef.h>

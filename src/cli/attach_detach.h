@@ -1,7 +1,7 @@
-/* node.h - a served device's /dev node, for the commands that make or take one away:
- * `uzram attach`, `uzram detach` and zram-generator's device setup (node.c). */
-#ifndef UZRAM_NODE_H
-#define UZRAM_NODE_H
+/* attach_detach.h - a served device's /dev node, for the commands that make or take one away:
+ * `uzram attach`, `uzram detach` and zram-generator's device setup (attach_detach.c). */
+#ifndef UZRAM_CLI_ATTACH_DETACH_H
+#define UZRAM_CLI_ATTACH_DETACH_H
 
 #include <stdbool.h>
 #include <stddef.h>

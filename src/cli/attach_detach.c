@@ -1,8 +1,7 @@
-/* node.c - `uzram attach` and `uzram detach`, and their work for zram-generator's setup too
- * (node.h): a served device as a /dev node, and back. Picks the way (nbd-client, ublk, or a
- * FUSE file with a loop device); the server does the work. */
+/* attach_detach.c - `uzram attach` and `uzram detach`, and their work for zram-generator's setup
+ * too (attach_detach.h): a served device as a /dev node, and back. Picks the way (nbd-client, ublk,
+ * or a FUSE file with a loop device); the server does the work. */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,54 +10,10 @@
 
 #include "attach/attach.h"
 #include "cli/commands.h"
-#include "cli/node.h"
-#include "cli/server_options.h"
+#include "cli/attach_detach.h"
 #include "control/control.h"
+#include "common/process.h"
 #include "common/progress.h"
-#include "common/util.h"
-
-static void attach_usage(FILE *out)
-{
-    fputs("Usage: uzram attach [OPTION]... DEVICE\n"
-          "Give a served device a /dev node and print its path (like losetup --show).\n"
-          "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
-          ".ctl control socket.\n"
-          "\n"
-          "  --via nbd|ublk|loop     nbd: the kernel's NBD client (nbd-client) on the server's\n"
-          "                          Unix socket, /dev/nbdN; ublk: the kernel's ublk driver\n"
-          "                          (ublk_drv, Linux 6.0+ where the distribution builds it),\n"
-          "                          served by the server's queue threads over io_uring,\n"
-          "                          /dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
-          "                          in uzram(1)); loop: the server shows the disk as a file\n"
-          "                          through FUSE and a loop device with direct I/O sits on\n"
-          "                          it, /dev/loopN. Default: ublk where the kernel has it,\n"
-          "                          else nbd, else loop (modprobe is tried for each; Debian\n"
-          "                          12's own 6.1 kernel has no ublk: nbd). KERNELS in\n"
-          "                          uzram(1) says which path each kernel has\n"
-          "  --file PATH             with --via loop: the file the server mounts (default\n"
-          "                          NAME.disk beside the control socket)\n"
-          "  --swap                  the device is for swap: the server must run with\n"
-          "                          serve --swap; prints the mkswap/swapon lines. Without\n"
-          "                          --via, refused on a kernel without ublk (swap through\n"
-          "                          nbd or loop fails under memory pressure: SWAP and\n"
-          "                          KERNELS in uzram(1))\n" CONTROL_PLACE_USAGE
-          "  -h, --help              show this help\n"
-          "\n"
-          "uzram detach DEVICE undoes it. Example:\n"
-          "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
-          out);
-}
-
-static void detach_usage(FILE *out)
-{
-    fputs("Usage: uzram detach [-u PLACE] DEVICE\n"
-          "Take away the /dev node `uzram attach` gave a served device: the loop device and\n"
-          "the FUSE file under it, or the nbd-client connection. Refused while the node is\n"
-          "mounted, used as swap, held by another device or open in a program; the message\n"
-          "says what to end first. The served device and its data stay.\n"
-          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
-          out);
-}
 
 /* No server serves DEVICE: take away what a stopped one left (leftover_clean) in the
  * directory -u (`given`, NULL: none) names, or say that nothing serves it. `why` is
@@ -135,64 +90,92 @@ static void fuse_ready(void)
     (void)module_ready("fuse", "/dev/fuse");
 }
 
-int cmd_attach(int argc, char **argv)
+/* What `uzram attach` was asked for. */
+struct attach_args {
+    const char *via, *file;
+    bool swap;
+};
+
+static int set_via(void *where, char *arg)
 {
-    enum { OPT_VIA = 256, OPT_FILE, OPT_SWAP };
-    static const struct option long_options[] = {
-        {"via", required_argument, NULL, OPT_VIA}, {"file", required_argument, NULL, OPT_FILE},
-        {"swap", no_argument, NULL, OPT_SWAP},     {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
-    };
-    const char *via = NULL, *file = NULL, *place = NULL;
-    bool swap = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case OPT_VIA:
-            if (strcmp(optarg, "nbd") != 0 && strcmp(optarg, "loop") != 0 &&
-                strcmp(optarg, "ublk") != 0) {
-                fprintf(stderr, "uzram: bad --via '%s'; use nbd, ublk or loop\n", optarg);
-                return 2;
-            }
-            via = optarg;
-            break;
-        case OPT_FILE:
-            file = optarg;
-            break;
-        case OPT_SWAP:
-            swap = true;
-            break;
-        case 'u':
-            place = optarg;
-            break;
-        case 'h':
-            attach_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram attach --help' for more information.\n", stderr);
-            return 2;
-        }
+    if (strcmp(arg, "nbd") != 0 && strcmp(arg, "loop") != 0 && strcmp(arg, "ublk") != 0) {
+        fprintf(stderr, "uzram: bad --via '%s'; use nbd, ublk or loop\n", arg);
+        return -1;
     }
-    if (argc - optind != 1) {
-        fputs("uzram attach: expected one DEVICE\n"
-              "Try 'uzram attach --help' for more information.\n",
-              stderr);
-        return 2;
-    }
-    const char *device = argv[optind];
-    if (file != NULL && via != NULL && strcmp(via, "loop") != 0) {
+    *(const char **)where = arg;
+    return 0;
+}
+
+enum { OPT_VIA = CLI_LONG_ONLY, OPT_FILE, OPT_SWAP };
+static const struct cli_option attach_options[] = {
+    {"via", OPT_VIA, required_argument, "nbd|ublk|loop",
+     "nbd: the kernel's NBD client (nbd-client) on the server's\n"
+     "Unix socket, /dev/nbdN; ublk: the kernel's ublk driver\n"
+     "(ublk_drv, Linux 6.0+ where the distribution builds it),\n"
+     "served by the server's queue threads over io_uring,\n"
+     "/dev/ublkbN (the fastest, and what swap needs: see SWAP\n"
+     "in uzram(1)); loop: the server shows the disk as a file\n"
+     "through FUSE and a loop device with direct I/O sits on\n"
+     "it, /dev/loopN. Default: ublk where the kernel has it,\n"
+     "else nbd, else loop (modprobe is tried for each; Debian\n"
+     "12's own 6.1 kernel has no ublk: nbd). KERNELS in\n"
+     "uzram(1) says which path each kernel has",
+     0, set_via, offsetof(struct attach_args, via)},
+    {"file", OPT_FILE, required_argument, "PATH",
+     "with --via loop: the file the server mounts (default\n"
+     "NAME.disk beside the control socket)",
+     0, CLI_TEXT(struct attach_args, file)},
+    {"swap", OPT_SWAP, no_argument, NULL,
+     "the device is for swap: the server must run with\n"
+     "serve --swap; prints the mkswap/swapon lines. Without\n"
+     "--via, refused on a kernel without ublk (swap through\n"
+     "nbd or loop fails under memory pressure: SWAP and\n"
+     "KERNELS in uzram(1))",
+     0, CLI_TRUE(struct attach_args, swap)},
+};
+
+static int attach_run(int argc, char **argv);
+
+const struct cli_command attach_command = {
+    .name = "attach",
+    .summary = "give a running device a /dev node (ublk, nbd-client or FUSE + loop)",
+    .synopsis = "[OPTION]... DEVICE",
+    .description =
+        "Give a served device a /dev node and print its path (like losetup --show).\n"
+        "DEVICE is a device name (looked up in the runtime directory) or the path of its\n"
+        ".ctl control socket.\n",
+    .options = attach_options,
+    .option_count = sizeof attach_options / sizeof attach_options[0],
+    .common = CLI_RUNTIME_DIR,
+    .min_operands = 1,
+    .max_operands = 1,
+    .operands = "one DEVICE",
+    .epilog = "\n"
+              "uzram detach DEVICE undoes it. Example:\n"
+              "  dev=$(uzram attach uzram0) && mkfs.ext4 -q $dev && mount $dev /mnt\n",
+    .run = attach_run,
+};
+
+static int attach_run(int argc, char **argv)
+{
+    struct attach_args args = {0};
+    struct cli_args given;
+    int status = cli_parse(&attach_command, argc, argv, &args, &given);
+    if (status != CLI_GO_ON)
+        return status;
+    const char *device = argv[given.first];
+    if (args.file != NULL && args.via != NULL && strcmp(args.via, "loop") != 0) {
         fputs("uzram: --file goes with --via loop\n", stderr);
         return 2;
     }
     char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512];
-    if (attach_node(device, via, swap, file, place, node, sizeof node, message, sizeof message) <
-        0) {
+    if (attach_node(device, args.via, args.swap, args.file, given.runtime_dir, node, sizeof node,
+                    message, sizeof message) < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
     printf("%s\n", node);
-    if (swap)
+    if (args.swap)
         fprintf(stderr,
                 "uzram: for swap: mkswap %s && swapon %s; before stopping: swapoff %s "
                 "&& uzram detach %s\n",
@@ -301,19 +284,32 @@ int attached_node(const char *device, char *node, size_t node_size, char *messag
     return 0;
 }
 
-int cmd_detach(int argc, char **argv)
+static int detach_run(int argc, char **argv);
+
+const struct cli_command detach_command = {
+    .name = "detach",
+    .summary = "take the /dev node of a running device away again",
+    .synopsis = "[-u PLACE] DEVICE",
+    .description =
+        "Take away the /dev node `uzram attach` gave a served device: the loop device and\n"
+        "the FUSE file under it, or the nbd-client connection. Refused while the node is\n"
+        "mounted, used as swap, held by another device or open in a program; the message\n"
+        "says what to end first. The served device and its data stay.\n",
+    .common = CLI_RUNTIME_DIR,
+    .min_operands = 1,
+    .max_operands = 1,
+    .operands = "one DEVICE",
+    .run = detach_run,
+};
+
+static int detach_run(int argc, char **argv)
 {
-    static const struct server_command command = {.name = "detach",
-                                                  .usage = detach_usage,
-                                                  .operands = "one DEVICE",
-                                                  .min_operands = 1,
-                                                  .max_operands = 1};
-    struct server_choice choice;
-    int status = server_options(argc, argv, &command, &choice);
-    if (status >= 0)
+    struct cli_args args;
+    int status = cli_parse(&detach_command, argc, argv, NULL, &args);
+    if (status != CLI_GO_ON)
         return status;
-    const char *place = choice.place;
-    const char *device = argv[optind];
+    const char *place = args.runtime_dir;
+    const char *device = argv[args.first];
     char message[2 * PATH_MAX + 512];
     int rc = detach_node(device, place, message, sizeof message);
     if (rc == -ENOENT && strchr(device, '/') == NULL)

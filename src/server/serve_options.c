@@ -1,5 +1,5 @@
-/* options.c - the table of `uzram serve`'s options (options.h), the lookups and getopt tables
- * made from it, how a message names where a setting came from, and the parsers of the values
+/* serve_options.c - the table of `uzram serve`'s options (serve_options.h) and the lookups made
+ * from it, how a message names where a setting came from, and the parsers of the values
  * several options share. */
 #include <errno.h>
 #include <stdarg.h>
@@ -8,139 +8,142 @@
 #include <strings.h>
 
 #include "common/sizes.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 
-/* Every option of `uzram serve`, once: getopt's table, the lines of --help and the keys of
- * the configuration file are all made from this list, so an option added here is a key
- * too. */
-const struct serve_option serve_options[] = {
-    {NULL, SETS_DEVICE, 0, NULL, "Device (with several, each --device may set these):", false},
-    {"size", 's', required_argument, "SIZE", "disk size: 512M, 4G, 50% (of RAM); default 1G",
-     false},
-    {"algorithm", 'a', required_argument, "NAME", "compression algorithm (default lz4)", false},
-    {"level", 'l', required_argument, "N", "compression level (default: the algorithm's)", false},
+/* Every option of `uzram serve`, once: getopt's table and the lines of --help (through the
+ * command framework, cli/command.c) and the keys of the configuration file are all made from
+ * this list, so an option added here is a key too. */
+const struct cli_option serve_options[] = {
+    CLI_HEADING("Device (with several, each --device may set these):", SETS_DEVICE),
+    {"size", 's', required_argument, "SIZE", "disk size: 512M, 4G, 50% (of RAM); default 1G", 0,
+     CLI_BY_COMMAND},
+    {"algorithm", 'a', required_argument, "NAME", "compression algorithm (default lz4)", 0,
+     CLI_BY_COMMAND},
+    {"level", 'l', required_argument, "N", "compression level (default: the algorithm's)", 0,
+     CLI_BY_COMMAND},
     {"no-same-filled", OPT_NO_SAME_FILLED, optional_argument, NULL,
-     "do not store same-filled pages as one word", false},
-    {"dedup", 'd', optional_argument, NULL, "store identical pages once", false},
+     "do not store same-filled pages as one word", 0, CLI_BY_COMMAND},
+    {"dedup", 'd', optional_argument, NULL, "store identical pages once", 0, CLI_BY_COMMAND},
     {"mem-limit", 'm', required_argument, "SIZE",
-     "most memory the compressed pages may use (default none)", false},
+     "most memory the compressed pages may use (default none)", 0, CLI_BY_COMMAND},
     {"recompress-idle", OPT_RECOMPRESS_IDLE, required_argument, "N",
      "recompress pages unused for N seconds, in the\n"
      "background at the lowest CPU priority (default 0: off)",
-     false},
+     0, CLI_BY_COMMAND},
     {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
      "the algorithm that recompresses: algo=NAME[,level=N]\n"
      "[,dict=PATH|auto][,group=N] (default algo=zstd,level=7);\n"
      "group=N packs idle neighbours N (2..16) to an object",
-     false},
+     0, CLI_BY_COMMAND},
     {"backing-file", OPT_BACKING_FILE, required_argument, "PATH",
      "write pages back to PATH, a new or empty file of\n"
      "yours (mode 0600, sized sparsely) or a block device;\n"
      "what it holds is as volatile as the memory part",
-     false},
+     0, CLI_BY_COMMAND},
     {"overwrite-backing-file", OPT_OVERWRITE_BACKING_FILE, optional_argument, NULL,
-     "let --backing-file empty a file that holds data", false},
+     "let --backing-file empty a file that holds data", 0, CLI_BY_COMMAND},
     {"backing-size", OPT_BACKING_SIZE, required_argument, "SIZE",
      "size of the backing file (default twice --size; a\n"
      "block device: all of it)",
-     false},
+     0, CLI_BY_COMMAND},
     {"writeback-when-full", OPT_WRITEBACK_WHEN_FULL, optional_argument, NULL,
      "a write past --mem-limit writes back the coldest\n"
      "pages instead of failing (needs --backing-file)",
-     false},
+     0, CLI_BY_COMMAND},
     {"writeback-idle", OPT_WRITEBACK_IDLE, required_argument, "N",
      "write back pages unused for N seconds, in the\n"
      "background, paced by --writeback-rate (default 0: off)",
-     false},
+     0, CLI_BY_COMMAND},
     {"writeback-rate", OPT_WRITEBACK_RATE, required_argument, "N",
      "pages a second the background writeback may write\n"
      "(default 4096; 0: no limit)",
-     false},
-    {"read-only", 'r', optional_argument, NULL, "refuse writes", false},
+     0, CLI_BY_COMMAND},
+    {"read-only", 'r', optional_argument, NULL, "refuse writes", 0, CLI_BY_COMMAND},
     {"persist", OPT_PERSIST, optional_argument, "[=PATH]",
      "keep the device's state (its pages) where it outlives\n"
      "the server: in PATH, a file on tmpfs (created, or\n"
      "taken over if it holds a state), or alone, in systemd's\n"
      "file descriptor store; for uzram restart and crashes",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "Server:", false},
+     0, CLI_BY_COMMAND},
+    CLI_HEADING("Server:", SETS_SERVER),
     {"name", 'n', required_argument, "NAME",
      "device and export name (default uzram0); with --device\n"
      "or a devices key, the server's name (default: its first\n"
      "device's); with --config, the section to serve",
-     true},
+     SERVE_COMMAND_LINE_ONLY, CLI_BY_COMMAND},
     {"device", OPT_DEVICE, required_argument, "SPEC",
      "serve one more device, SPEC = NAME[:SIZE[:KEY=VALUE]...]\n"
      "with the keys of the device options above (dedup alone\n"
      "for dedup=yes); a bare NAME with --config: its section.\n"
      "Repeat it for several; the first is the default export",
-     true},
+     SERVE_COMMAND_LINE_ONLY, CLI_BY_COMMAND},
     {"server-mem-limit", OPT_SERVER_MEM_LIMIT, required_argument, "SIZE",
      "most memory the compressed pages of all the devices\n"
      "together may use (default none)",
-     false},
+     0, CLI_BY_COMMAND},
     {"swap", OPT_SWAP, optional_argument, NULL,
      "for swap: lock memory, allocate without waiting for\n"
      "I/O, no OOM kill (needs --mem-limit or\n"
      "--server-mem-limit, and root)",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "Listening:", false},
+     0, CLI_BY_COMMAND},
+    CLI_HEADING("Listening:", SETS_SERVER),
     {"unix", 'u', required_argument, "PATH",
      "NBD Unix socket (default NAME.sock in the runtime\n"
      "directory, $XDG_RUNTIME_DIR/uzram; see uzram(1))",
-     false},
-    {"no-unix", OPT_NO_UNIX, optional_argument, NULL, "no Unix socket (needs --tcp)", false},
+     0, CLI_BY_COMMAND},
+    {"no-unix", OPT_NO_UNIX, optional_argument, NULL, "no Unix socket (needs --tcp)", 0,
+     CLI_BY_COMMAND},
     {"tcp", 't', required_argument, "[ADDR:]PORT", "also listen on TCP (default address 127.0.0.1)",
-     false},
+     0, CLI_BY_COMMAND},
     {"socket-mode", OPT_SOCKET_MODE, required_argument, "OCTAL",
-     "mode of the NBD Unix socket (default 0600)", false},
+     "mode of the NBD Unix socket (default 0600)", 0, CLI_BY_COMMAND},
     {"socket-group", OPT_SOCKET_GROUP, required_argument, "GROUP", "group of the NBD Unix socket",
-     false},
+     0, CLI_BY_COMMAND},
     {"threads", OPT_THREADS, required_argument, "N",
      "most worker threads per client connection (default:\n"
      "number of CPUs, at least 2); helpers start only while\n"
      "costly requests queue up; also the FUSE threads and\n"
      "ublk queues of attach",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "TLS (clients use nbds:// URIs):", false},
+     0, CLI_BY_COMMAND},
+    CLI_HEADING("TLS (clients use nbds:// URIs):", SETS_SERVER),
     {"tls", OPT_TLS, required_argument, "off|on|require",
      "on: offer TLS (NBD_OPT_STARTTLS); require: refuse\n"
      "clients that do not start it (default: require when\n"
      "credentials are given, else off)",
-     false},
+     0, CLI_BY_COMMAND},
     {"tls-certificates", OPT_TLS_CERTIFICATES, required_argument, "DIR",
      "X.509: DIR holds server-cert.pem, server-key.pem and\n"
      "ca-cert.pem (certtool makes them)",
-     false},
+     0, CLI_BY_COMMAND},
     {"tls-psk", OPT_TLS_PSK, required_argument, "FILE",
      "pre-shared keys, USERNAME:HEXKEY lines (psktool\n"
      "-u NAME -p FILE)",
-     false},
+     0, CLI_BY_COMMAND},
     {"tls-verify-peer", OPT_TLS_VERIFY_PEER, optional_argument, NULL,
      "X.509: clients must show a certificate signed by\n"
      "DIR/ca-cert.pem",
-     false},
-    {NULL, SETS_SERVER, 0, NULL, "Other:", false},
+     0, CLI_BY_COMMAND},
+    CLI_HEADING("Other:", SETS_SERVER),
     {"config", OPT_CONFIG, required_argument, "FILE",
      "read the options of device NAME from the [NAME] section\n"
      "of FILE; options on the command line win",
-     true},
-    {"quiet", 'q', optional_argument, NULL, "print no banner and no per-client messages", false},
-    {"help", 'h', no_argument, NULL, "show this help", true},
+     SERVE_COMMAND_LINE_ONLY, CLI_BY_COMMAND},
+    {"quiet", 'q', optional_argument, NULL, "print no banner and no per-client messages", 0,
+     CLI_BY_COMMAND},
 };
 _Static_assert(sizeof serve_options / sizeof serve_options[0] == SERVE_OPTION_COUNT,
                "SERVE_OPTION_COUNT is the number of rows of serve_options");
 
-const struct serve_option *option_by_key(const char *key)
+const struct cli_option *option_by_key(const char *key)
 {
     for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
-        if (serve_options[i].name != NULL && !serve_options[i].command_line_only &&
+        if (serve_options[i].name != NULL && !(serve_options[i].tags & SERVE_COMMAND_LINE_ONLY) &&
             strcmp(serve_options[i].name, key) == 0)
             return &serve_options[i];
     return NULL;
 }
 
-const struct serve_option *option_by_code(int code)
+const struct cli_option *option_by_code(int code)
 {
     for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
         if (serve_options[i].name != NULL && serve_options[i].code == code)
@@ -148,43 +151,15 @@ const struct serve_option *option_by_code(int code)
     return NULL;
 }
 
-bool option_sets_device(const struct serve_option *option)
+bool option_sets_device(const struct cli_option *option)
 {
-    for (const struct serve_option *row = option; row >= serve_options; row--)
+    for (const struct cli_option *row = option; row >= serve_options; row--)
         if (row->name == NULL)
-            return row->code == SETS_DEVICE;
+            return row->tags == SETS_DEVICE;
     return false;
 }
 
-void option_getopt_tables(bool (*keep)(const struct serve_option *), const char *prefix,
-                          struct option *long_options, char *short_options)
-{
-    size_t long_count = 0, short_length = strlen(prefix);
-    memcpy(short_options, prefix, short_length);
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
-        const struct serve_option *o = &serve_options[i];
-        if (o->name == NULL || (keep != NULL && !keep(o)))
-            continue;
-        long_options[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
-        if (o->code < 256) {
-            short_options[short_length++] = (char)o->code;
-            if (o->has_arg == required_argument)
-                short_options[short_length++] = ':';
-        }
-    }
-    long_options[long_count] = (struct option){NULL, 0, NULL, 0};
-    short_options[short_length] = '\0';
-}
-
-void option_left_column(const struct serve_option *o, char *left, size_t size)
-{
-    bool letter = o->code < 256;
-    snprintf(left, size, "  %c%c%c --%s%s%s", letter ? '-' : ' ', letter ? o->code : ' ',
-             letter ? ',' : ' ', o->name, o->arg && o->arg[0] != '[' ? " " : "",
-             o->arg ? o->arg : "");
-}
-
-const struct label *option_label(const struct serve_option *option, const struct origin *from,
+const struct label *option_label(const struct cli_option *option, const struct origin *from,
                                  struct label *label)
 {
     if (from->file == NULL && from->spec == NULL) {
@@ -207,12 +182,12 @@ bool option_given(const struct origin *from, int code)
 
 const struct label *option_label_of(const struct origin *from, int code, struct label *label)
 {
-    const struct serve_option *option = option_by_code(code);
+    const struct cli_option *option = option_by_code(code);
     return option_label(option, &from[option - serve_options], label);
 }
 
 int option_note(const struct complaints *to, struct origin *origins,
-                const struct serve_option *option, const char *arg, const struct origin *from,
+                const struct cli_option *option, const char *arg, const struct origin *from,
                 struct label *label, bool *flag)
 {
     option_label(option, from, label);

@@ -1,4 +1,4 @@
-/* restart.c - planned restart of `uzram serve` in place (restart.h). The program installed now
+/* reexec.c - planned restart of `uzram serve` in place (reexec.h). The program installed now
  * (at the path this one was started from) first reads every state's header as a child,
  * `PROGRAM state-check --fd N=NAME...`, with a deadline: a version that cannot read the
  * states refuses, and the old process keeps serving. Then, once the server has stopped (no
@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "common/systemd.h"
-#include "common/util.h"
+#include "common/clock.h"
 #include "server/persist.h"
-#include "server/restart.h"
+#include "server/reexec.h"
 
 extern char **environ;
 

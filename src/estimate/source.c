@@ -1,4 +1,4 @@
-/* input.c - the sources of `uzram estimate`: files, block devices, stdin, processes (directories:
+/* source.c - the sources of `uzram estimate`: files, block devices, stdin, processes (directories:
  * walk.c). Large sequential reads; a process is read through /proc/PID/mem, mapping by mapping. */
 #include <errno.h>
 #include <fcntl.h>
