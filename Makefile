@@ -376,6 +376,8 @@ soak: deps
 # vm-docs:      regenerates docs/ZRAM-ORACLE.md and the VM swap table of docs/BENCHMARKS.md
 # vm-bench:     the /dev node paths (ublk, nbd-client) against the guest's zram, fio in the VM,
 #               into docs/BENCHMARKS.md (bench/vm-block.sh)
+# vm-bench-ab:  the same paths of this build against an older one, OLD=path/to/old/build/uzram,
+#               rounds interleaved in one boot (bench/vm-block.sh --ab)
 # vm-recovery:  ublk user recovery's handshake, VM_KILLS (20) SIGKILLs of a stand-in server
 #               under fio (tests/vm/ublk-recovery.sh; not in make check: ~54 s a kill under TCG)
 # vm-restart:   issue 29's scenarios through `serve --persist` (tests/vm/ublk-restart.sh):
@@ -391,7 +393,7 @@ soak: deps
 VM_SOAK_RUNS ?= 10
 VM_KILLS ?= 20
 VM_SWAP_BENCH_ARGS ?=
-.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-recovery vm-restart vm-swap-bench \
+.PHONY: vm-check vm-shell vm-swap-soak vm-docs vm-bench vm-bench-ab vm-recovery vm-restart vm-swap-bench \
 	vm-matrix
 vm-check: deps
 	$(MAKE) programs $(VM_TOOLS)
@@ -411,6 +413,10 @@ vm-docs: deps
 vm-bench: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./bench/vm-block.sh
+vm-bench-ab: deps
+	@[ -n "$(OLD)" ] || { echo "make vm-bench-ab OLD=path/to/another/build/uzram" >&2; exit 2; }
+	$(MAKE) programs $(VM_TOOLS)
+	./bench/vm-block.sh --ab $(OLD)
 vm-swap-bench: deps
 	$(MAKE) programs $(VM_TOOLS)
 	./bench/vm-swap-programs.sh $(VM_SWAP_BENCH_ARGS)

@@ -8,25 +8,69 @@
 #
 #   bench/vm-block.sh [ROUNDS [SECONDS]]   (default 3 rounds, 10 s per run)
 #   VM_BLOCK_REUSE=1 bench/vm-block.sh     write the doc from the last run's output again
+#   bench/vm-block.sh --ab OLD_UZRAM [ROUNDS [SECONDS]]
+#       an A/B of this build against another (e.g. an older commit's build/uzram): both
+#       servers' ublk and nbd paths measured in the same rounds; the table of this build over
+#       the other goes between the VM-BLOCK-AB markers instead (make vm-bench-ab OLD=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
+AB=
+if [[ ${1:-} == --ab ]]; then
+    [[ -x ${2:-} ]] || { echo "vm-block: --ab needs a uzram program" >&2; exit 2; }
+    AB=$(realpath "$2")
+    shift 2
+fi
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-10}
-OUT=build/vm/block
+OUT=build/vm/block${AB:+-ab}
+LOG=build/vm-block${AB:+-ab}.log
+TARGETS=3
+[[ -z $AB ]] || TARGETS=5
 if [[ ${VM_BLOCK_REUSE:-0} != 1 ]]; then
-    bench_git >build/vm-block.commit
-    ./tests/vm/vm.sh --mem 1024 --deadline $((ROUNDS * 12 * (SECONDS_PER_RUN + 8) + 300)) \
-        --out "$OUT" "blockbench:$ROUNDS,$SECONDS_PER_RUN" | tee build/vm-block.log
+    bench_git >"$LOG.commit"
+    ./tests/vm/vm.sh --mem 1024 --deadline $((ROUNDS * TARGETS * 4 * (SECONDS_PER_RUN + 8) + 300)) \
+        --out "$OUT" "blockbench:$ROUNDS,$SECONDS_PER_RUN${AB:+,$AB}" | tee "$LOG"
 fi
-grep -q '^PASS vm blockbench' build/vm-block.log ||
+grep -q '^PASS vm blockbench' "$LOG" ||
     { echo "vm-block: the scenario did not pass: docs/BENCHMARKS.md left as it was" >&2; exit 1; }
-kernel=$(sed -n 's/^vm.sh: \([^,]*\), \([^,]*\), .*/\1 (\2)/p' build/vm-block.log | head -n 1)
+if [[ -n $AB ]]; then
+    text=$(mktemp)
+    old=$(git -C "$(dirname "$AB")/.." rev-parse --short HEAD 2>/dev/null || echo "$AB")
+    {
+        echo "### This build against an older one, in a VM: \`bench/vm-block.sh --ab OLD $ROUNDS $SECONDS_PER_RUN\`"
+        echo
+        echo "Commit $(cat "$LOG.commit") (new) against $old (old), one boot, both servers"
+        echo "\`-s 256M -a lz4\`, each attached through ublk and then nbd-client in every round, fio as in"
+        echo "the table above. IOPS are medians of the rounds; only the ratios mean anything."
+        echo
+        /usr/bin/python3 - "$OUT/blockbench.results" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "blockbench":
+        runs.setdefault((f[2], f[3]), []).append(float(f[4]))
+med = {k: statistics.median(v) for k, v in runs.items()}
+print("| job | ublk new | ublk old | new / old | nbd new | nbd old | new / old |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for job in ["randread:1", "randread:16", "randwrite:1", "randwrite:16"]:
+    u, ub, n, nb = (med[(t, job)] for t in ("ublk", "ublk-b", "nbd", "nbd-b"))
+    print(f"| {job.replace(':', ' QD')} | {u:.0f} | {ub:.0f} | **{u / ub:.2f}x** | {n:.0f} | {nb:.0f} | **{n / nb:.2f}x** |")
+PY
+    } >"$text"
+    doc_block docs/BENCHMARKS.md "<!-- BEGIN VM-BLOCK-AB (bench/vm-block.sh --ab; do not edit by hand) -->" \
+        "<!-- END VM-BLOCK-AB -->" "$text"
+    rm -f "$text"
+    echo "vm-block: wrote the VM-BLOCK-AB part of docs/BENCHMARKS.md"
+    exit 0
+fi
+kernel=$(sed -n 's/^vm.sh: \([^,]*\), \([^,]*\), .*/\1 (\2)/p' "$LOG" | head -n 1)
 text=$(mktemp)
 {
     echo "### /dev node paths in a VM: \`bench/vm-block.sh $ROUNDS $SECONDS_PER_RUN\`"
     echo
-    echo "Commit $(cat build/vm-block.commit), kernel $kernel, 2 vCPUs, 1024 MiB; one boot."
+    echo "Commit $(cat "$LOG.commit"), kernel $kernel, 2 vCPUs, 1024 MiB; one boot."
     echo "One \`uzram serve -s 256M -a lz4\` device attached through ublk, then through nbd-client"
     echo "(the same device, detached and attached again each round), and the guest's \`/dev/zram0\`"
     echo "(lz4, 256 MiB); each filled first. fio 4 KiB, libaio, direct, half-compressible data,"

@@ -6,20 +6,29 @@
 # round every (target, job) pair runs once, in the same order. Data half compressible
 # (fio --buffer_compress_percentage=50), the whole 256 MiB written before the reads.
 # Writes "blockbench ROUND TARGET JOB IOPS USR_S SYS_S" result lines: only ratios within one
-# boot mean anything under emulation.
+# boot mean anything under emulation. With UZRAM_B (another build of uzram, e.g. an older
+# commit's), a second server of that build is measured the same way in the same rounds, as
+# targets ublk-b and nbd-b: an A/B of the two builds' /dev node paths.
 #
-#   blockbench.sh [ROUNDS] [SECONDS]   (default 3 rounds of 10 s per run)
+#   blockbench.sh [ROUNDS] [SECONDS] [UZRAM_B]   (default 3 rounds of 10 s per run)
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-10}
+UZRAM_B=${3:-}
 SIZE=256M
 vm_init
 need_module ublk_drv nbd zram
 need_tools fio nbd-client
 
 start_server bench -s "$SIZE" -a lz4
+TARGETS=(ublk nbd zram)
+if [[ -n $UZRAM_B ]]; then
+    [[ -x $UZRAM_B ]] || fail "UZRAM_B $UZRAM_B is not a program"
+    UZRAM=$UZRAM_B start_server benchb -s "$SIZE" -a lz4
+    TARGETS=(ublk nbd ublk-b nbd-b zram)
+fi
 echo 1 >/sys/block/zram0/reset
 echo lz4 >/sys/block/zram0/comp_algorithm
 echo "$SIZE" >/sys/block/zram0/disksize
@@ -46,17 +55,24 @@ fill() {
         fail "filling $1"
 }
 
-# attach_as VIA: the server's device through VIA (the previous node detached first)
+# attach_as TARGET: a server's device through ublk or nbd (the previous node detached first):
+# server bench (this build), or benchb (UZRAM_B) for TARGET ublk-b or nbd-b
 attach_as() {
-    [[ -z ${NODE:-} ]] || "$UZRAM" detach bench || fail "detach $NODE"
-    NODE=$("$UZRAM" attach --via "$1" bench) || fail "attach --via $1"
+    [[ -z ${NODE:-} ]] || "$NODE_UZRAM" detach "$NODE_SERVER" || fail "detach $NODE"
+    NODE_UZRAM=$UZRAM NODE_SERVER=bench
+    [[ $1 != *-b ]] || NODE_UZRAM=$UZRAM_B NODE_SERVER=benchb
+    NODE=$("$NODE_UZRAM" attach --via "${1%-b}" "$NODE_SERVER") || fail "attach --via ${1%-b}"
 }
 
 fill /dev/zram0
 attach_as ublk
 fill "$NODE"
+if [[ -n $UZRAM_B ]]; then
+    attach_as ublk-b
+    fill "$NODE"
+fi
 for ((round = 1; round <= ROUNDS; round++)); do
-    for target in ublk nbd zram; do
+    for target in "${TARGETS[@]}"; do
         case $target in
         zram) dev=/dev/zram0 ;;
         *) attach_as "$target" && dev=$NODE ;;
@@ -67,7 +83,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
         done
     done
 done
-"$UZRAM" detach bench
+"$NODE_UZRAM" detach "$NODE_SERVER"
 stop_server bench
-pass "$ROUNDS rounds of fio on ublk, nbd and zram"
+[[ -z $UZRAM_B ]] || stop_server benchb
+pass "$ROUNDS rounds of fio on ${TARGETS[*]}"
 echo "PASS: blockbench.sh"
