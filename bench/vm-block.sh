@@ -7,12 +7,18 @@
 # emulation (TCG) only the ratios inside the one boot mean anything.
 #
 #   bench/vm-block.sh [ROUNDS [SECONDS]]   (default 3 rounds, 10 s per run)
+#   bench/vm-block.sh --help               this text
 #   VM_BLOCK_REUSE=1 bench/vm-block.sh     write the doc from the last run's output again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
+source bench/args.bash
+bench_help "$@"
+[[ $# -le 2 ]] || { echo "vm-block.sh: at most ROUNDS and SECONDS (try --help)" >&2; exit 2; }
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-10}
+bench_count ROUNDS "$ROUNDS"
+bench_count SECONDS "$SECONDS_PER_RUN"
 OUT=build/vm/block
 if [[ ${VM_BLOCK_REUSE:-0} != 1 ]]; then
     bench_git >build/vm-block.commit
