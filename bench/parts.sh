@@ -75,7 +75,7 @@ is_root() { [[ $(id -u) == 0 ]]; }
 smoke() {
     run estimate-speed '^\| lz4 \| 2 \|' env SIZE=16 REPEAT=1 bench/estimate-speed.sh "$UZRAM"
     run state-ab 'uzram_adopt\(\) of that state' bench/state-ab.sh 16 8 1
-    run server-ab '^write +B ' bench/server-ab.sh nbd "$UZRAM" "$UZRAM" 1 2000
+    run server-ab '^write +B ' env REGION_MIB=16 bench/server-ab.sh nbd "$UZRAM" "$UZRAM" 1 2000
     run tls-memory '^Measured by .* 4 idle connections' \
         env CONNECTIONS=4 ROUNDS=1 bench/tls-memory.sh "$UZRAM"
     run scale-out 'the client goes on with the other copy' \
@@ -123,7 +123,7 @@ full() { # NAME
             skip "$1" "needs root and perf (linux-perf)"
             return
         fi
-        run "$1" 'SERVER-PROFILE|\| nbd ' bench/server-profile.sh --doc 300000
+        run "$1" '^nbd-write [0-9.]+ ' bench/server-profile.sh --doc 300000
         ;;
     recompress_gap)
         local image=${IMAGE:-$LOG/usr-include.img}

@@ -53,6 +53,8 @@ psktool -u bench -p "$WORK/psk/keys.psk" >/dev/null 2>&1
 
 # start NAME SIZE: a server on TCP 127.0.0.1 (a free port) requiring TLS with the PSK.
 start() {
+    # made here, not by the background job's redirection, which may come after the first sed
+    : >"$WORK/$1.out"
     "$UZRAM" serve -n "$1" -s "$2" --no-unix --tcp 127.0.0.1:0 --tls require \
         --tls-psk "$WORK/psk/keys.psk" >"$WORK/$1.out" 2>"$WORK/$1.err" &
     PID[$1]=$!
