@@ -29,7 +29,7 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-FIO=(fio --name=ab --ioengine=libaio --direct=1 --iodepth=16 --numjobs=1 --size=${REGION_MIB}M
+FIO=(fio --name=ab --ioengine=libaio --direct=1 --iodepth=16 --numjobs=1 "--size=${REGION_MIB}M"
     --buffer_compress_percentage=50 --refill_buffers --buffer_pattern=0xdeadbeef
     --output-format=json)
 
