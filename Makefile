@@ -176,6 +176,8 @@ asan-test-lib:
 #   tsan               concurrent cases under TSan  fault-check     fault-injection sweeps
 #   fuzz-check         fuzz corpus and a short run  integration-check  real clients, real server
 #   vm-check           the kernel's clients in a VM (tests/vm/)
+#   bench-check        each benchmark outside bench/run.sh on tiny data, its output checked;
+#                      the VM benchmarks' --help and argument checks (bench/parts.sh --smoke)
 .PHONY: layers-check unit-check asan-unit-check tsan-build integration-check
 layers-check:
 	./scripts/check-layers.sh lib
@@ -205,6 +207,7 @@ valgrind: deps
 bench: deps
 	$(MAKE) programs
 	./bench/run.sh
+	UZRAM=$(UZRAM) ./bench/parts.sh
 
 FORMAT_FILES = include/*.h lib/*/*.[ch] src/*/*.[ch] tests/*.[ch] tests/vm/*.c $(wildcard fuzz/*.[ch] bench/*.c)
 format:
@@ -347,10 +350,21 @@ fault-check: fault
 #              docs/BENCHMARKS.md and the plots in docs/bench/
 # bench-quick: the same report layout, fewer cells and smaller data, written to
 #              build/bench-quick/ (how long each took: docs/BENCHMARKS.md, "How to run")
-.PHONY: bench-quick
+# bench-parts: the benchmarks bench/run.sh does not run (bench/parts.sh: TLS, scale-out,
+#              bundles, the pool against zsmalloc, a state file, estimate's speed, A/B of two
+#              builds, server limits and profile), each at full size, writing its block of
+#              docs/BENCHMARKS.md or docs/SECURITY.md; BENCH_PARTS=NAME... runs only those
+# bench-check: make check's stage (above): the same on tiny data in seconds, output checked
+BENCH_PARTS ?=
+.PHONY: bench-quick bench-parts bench-check
 bench-quick: deps
 	$(MAKE) programs
 	UZRAM=$(UZRAM) ./bench/run.sh --quick
+bench-parts: deps
+	$(MAKE) programs
+	UZRAM=$(UZRAM) ./bench/parts.sh $(BENCH_PARTS)
+bench-check: programs lib
+	UZRAM=$(UZRAM) ./bench/parts.sh --smoke
 # ---- end of benchmarks block ----
 
 # ---- soak (issue 7; tests/soak/soak.sh, docs/TESTING.md) ----

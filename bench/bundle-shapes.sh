@@ -39,7 +39,7 @@ text=$WORK/table.md
         "/usr/lib/x86_64-linux-gnu (tar), same-filled pages left out; zstd level 7 with a 64 KiB" \
         "dictionary trained on every 8th page; each aligned window of N pages one frame in blocks" \
         "of B pages where that takes less pool memory than its pages alone. Memory: pool bytes" \
-        "(pool_object_cost, bundle_pool_cost) against each page alone. A random read of a bundled" \
+        "(pool_object_cost; bundle_cost: its pieces and its record) against each page alone. A random read of a bundled" \
         "page: the pages its decode goes through, (on average over every place) and the CPU time" \
         "of comp_span_decode from a fresh begin, against comp_decompress_dict of a page alone;" \
         "medians of $ROUNDS rounds. Decoding only: no NBD, no copy out of the pool."

@@ -161,11 +161,11 @@ static void build(struct shape *shape, unsigned n, unsigned block, const struct 
         double raw = 0;
         for (size_t i = w * n; i < (w + 1) * n && i < pages->count; i++)
             raw += pages->single[i] < PAGE ? 0 : PAGE;
-        if (length <= 0 || bundle_pool_cost((unsigned)length) + raw >= alone) {
+        if (length <= 0 || bundle_cost((unsigned)length) + raw >= alone) {
             shape->memory += alone;
             continue;
         }
-        shape->memory += bundle_pool_cost((unsigned)length) + raw;
+        shape->memory += bundle_cost((unsigned)length) + raw;
         shape->frames[w] = malloc((size_t)length);
         memcpy(shape->frames[w], frame, (size_t)length);
         shape->lengths[w] = (size_t)length;

@@ -53,6 +53,8 @@ psktool -u bench -p "$WORK/psk/keys.psk" >/dev/null 2>&1
 
 # start NAME SIZE: a server on TCP 127.0.0.1 (a free port) requiring TLS with the PSK.
 start() {
+    # made here, not by the background job's redirection, which may come after the first sed
+    : >"$WORK/$1.out"
     "$UZRAM" serve -n "$1" -s "$2" --no-unix --tcp 127.0.0.1:0 --tls require \
         --tls-psk "$WORK/psk/keys.psk" >"$WORK/$1.out" 2>"$WORK/$1.err" &
     PID[$1]=$!
@@ -107,8 +109,10 @@ for round in $(seq "$ROUNDS"); do
 done
 
 # What a dead server does. The mirror through qemu's quorum driver (vote-threshold=1: one
-# good copy is enough, reads from the first child that answers): one qemu-io writes 16 MiB,
-# sleeps while the FIRST server (ma) is stopped, then reads the pattern back and writes on.
+# good copy is enough, reads from the first child that answers): one qemu-io writes 16 MiB
+# (half the disk when DATA_MIB is under 32: a mirror's disk is DATA_MIB), sleeps while the
+# FIRST server (ma) is stopped, then reads the pattern back and writes on.
+PATTERN_MIB=$((DATA_MIB < 32 ? DATA_MIB / 2 : 16))
 # The stripe: stripe.py once server b is gone.
 mkdir -p "$WORK/qemu-psk"
 cp "$WORK/psk/keys.psk" "$WORK/qemu-psk/keys.psk"
@@ -121,10 +125,10 @@ done
 (sleep 2 && kill "${PID[ma]}") &
 killer=$!
 if qemu-io --object "tls-creds-psk,id=tls0,endpoint=client,dir=$WORK/qemu-psk,username=bench" \
-    --image-opts "$quorum" -c "write -P 0x5a 0 16M" -c "sleep 4000" -c "read -P 0x5a 0 16M" \
+    --image-opts "$quorum" -c "write -P 0x5a 0 ${PATTERN_MIB}M" -c "sleep 4000" -c "read -P 0x5a 0 ${PATTERN_MIB}M" \
     -c "write -P 0x33 0 1M" -c "read -P 0x33 0 1M" >"$WORK/q" 2>&1 && ! kill -0 "${PID[ma]}" 2>/dev/null
 then
-    mirror_dead="the client goes on with the other copy: a qemu-io that wrote a 16 MiB pattern before the first server was stopped read it back intact from the second, and wrote and read 1 MiB more (one copy left: the next death loses the data)"
+    mirror_dead="the client goes on with the other copy: a qemu-io that wrote a $PATTERN_MIB MiB pattern before the first server was stopped read it back intact from the second, and wrote and read 1 MiB more (one copy left: the next death loses the data)"
 else
     mirror_dead="FAILED: $(tail -n 3 "$WORK/q" | tr '\n' ' ')"
 fi

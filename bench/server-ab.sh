@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # server-ab.sh - an A/B of two uzram builds as servers, rounds interleaved (issue 25): each
-# build serves `-s 1G --threads 1`, 512 MiB are filled, then random 4 KiB reads and rewrites
+# build serves `-s 1G --threads 1`, REGION_MIB (512) are filled, then random 4 KiB reads and rewrites
 # (16 in flight, 50% compressible) reach it by one path:
 #   nbd     `uzram bench nbd` over the Unix socket (the load generator is UZRAM_A's for both);
 #   attach  fio (libaio, direct) on `uzram attach --via loop` (FUSE file + loop device; root);
@@ -10,10 +10,14 @@
 #
 # Usage: bench/server-ab.sh nbd|attach UZRAM_A UZRAM_B [ROUNDS] [REQUESTS]
 #        (defaults 5 rounds, 200000 requests a run)
+# Environment: REGION_MIB (default 512, at most 1024: the MiB filled and then read and rewritten).
 set -euo pipefail
-[[ $# -ge 3 ]] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ $# -ge 3 ]] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 MODE=$1 A=$(realpath "$2") B=$(realpath "$3") ROUNDS=${4:-5} REQUESTS=${5:-200000}
 [[ $MODE == nbd || $MODE == attach ]] || { echo "server-ab: the path is nbd or attach" >&2; exit 2; }
+REGION_MIB=${REGION_MIB:-512}
+[[ $REGION_MIB =~ ^[1-9][0-9]*$ && $REGION_MIB -le 1024 ]] ||
+    { echo "server-ab: REGION_MIB is 1 to 1024, not '$REGION_MIB'" >&2; exit 2; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-ab.XXXXXX")
 export XDG_RUNTIME_DIR=$WORK
 SOCK=$WORK/uzram/ab.sock
@@ -25,7 +29,7 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-FIO=(fio --name=ab --ioengine=libaio --direct=1 --iodepth=16 --numjobs=1 --size=512M
+FIO=(fio --name=ab --ioengine=libaio --direct=1 --iodepth=16 --numjobs=1 "--size=${REGION_MIB}M"
     --buffer_compress_percentage=50 --refill_buffers --buffer_pattern=0xdeadbeef
     --output-format=json)
 
@@ -60,10 +64,10 @@ side() { # BIN LABEL ROUND
     for _ in $(seq 100); do [[ -S $SOCK ]] && break; sleep 0.1; done
     [[ -S $SOCK ]] || { echo "server-ab: $bin did not start: $(cat "$WORK/server.out")" >&2; exit 2; }
     if [[ $MODE == nbd ]]; then
-        "$A" bench nbd --unix "$SOCK" --rw write --pattern seq --region 512M --block-size 1M \
-            --requests 512 >/dev/null
+        "$A" bench nbd --unix "$SOCK" --rw write --pattern seq --region ${REGION_MIB}M --block-size 1M \
+            --requests "$REGION_MIB" >/dev/null
         for rw in read write; do
-            "$A" bench nbd --unix "$SOCK" --rw "$rw" --region 512M --requests "$REQUESTS" \
+            "$A" bench nbd --unix "$SOCK" --rw "$rw" --region ${REGION_MIB}M --requests "$REQUESTS" \
                 --server-pid "$SERVER" --json >"$WORK/run.json"
             row "$label" "$rw" "$round" "$(/usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["server_cpu_us_per_request"], r["requests_per_s"])' "$WORK/run.json")"
         done

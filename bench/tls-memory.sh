@@ -104,7 +104,7 @@ done
 
 GIT=$(bench_git)
 # The server's connection cap, from the source (one place for the number).
-CAP=$(sed -n 's/^#define NBD_SERVER_MAX_CONNECTIONS \([0-9]*\)u$/\1/p' src/nbd/server.h)
+CAP=$(sed -n 's/^#define NBD_SERVER_MAX_CONNECTIONS \([0-9]*\)u$/\1/p' src/nbd/limits.h)
 $PY - "$WORK/results" "$CONNECTIONS" "$ROUNDS" "$GIT" "$(cut -d' ' -f1-3 /proc/loadavg)" "$CAP" >"$WORK/text" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]

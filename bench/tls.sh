@@ -58,6 +58,7 @@ certtool --generate-certificate --load-ca-certificate "$C/ca-cert.pem" --load-ca
 cp "$C/ca-cert.pem" "$WORK/home/.pki/libnbd/ca-cert.pem"
 chown -R nobody "$WORK/home" "$WORK/fio"
 
+: >"$WORK/server.out" # before the server: its redirection may come after the first sed below
 "$UZRAM" serve -n tlsbench -s 1G --no-unix --tcp 127.0.0.1:0 --tls on --tls-certificates "$C" \
     >"$WORK/server.out" 2>"$WORK/server.err" &
 SERVER=$!

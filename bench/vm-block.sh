@@ -7,6 +7,7 @@
 # emulation (TCG) only the ratios inside the one boot mean anything.
 #
 #   bench/vm-block.sh [ROUNDS [SECONDS]]   (default 3 rounds, 10 s per run)
+#   bench/vm-block.sh --help               this text
 #   VM_BLOCK_REUSE=1 bench/vm-block.sh     write the doc from the last run's output again
 #   bench/vm-block.sh --ab OLD_UZRAM [ROUNDS [SECONDS]]
 #       an A/B of this build against another (e.g. an older commit's build/uzram): both
@@ -15,14 +16,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
+source bench/args.bash
+bench_help "$@"
 AB=
 if [[ ${1:-} == --ab ]]; then
-    [[ -x ${2:-} ]] || { echo "vm-block: --ab needs a uzram program" >&2; exit 2; }
+    [[ -x ${2:-} ]] || { echo "vm-block.sh: --ab needs a uzram program (try --help)" >&2; exit 2; }
     AB=$(realpath "$2")
     shift 2
 fi
+[[ $# -le 2 ]] || { echo "vm-block.sh: at most ROUNDS and SECONDS (try --help)" >&2; exit 2; }
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-10}
+bench_count ROUNDS "$ROUNDS"
+bench_count SECONDS "$SECONDS_PER_RUN"
 OUT=build/vm/block${AB:+-ab}
 LOG=build/vm-block${AB:+-ab}.log
 TARGETS=3

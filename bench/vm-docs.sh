@@ -8,12 +8,17 @@
 # under emulation: never compare these seconds with the host's.
 #
 #   bench/vm-docs.sh [ROUNDS]   (default 2 rounds of each)
+#   bench/vm-docs.sh --help     this text
 #   VM_DOCS_REUSE=1 bench/vm-docs.sh   write the docs from the last run's output again
 # Each document is written only from a scenario that passed; the exit status is 1 when one
 # did not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/args.bash
+bench_help "$@"
+[[ $# -le 1 ]] || { echo "vm-docs.sh: at most ROUNDS (try --help)" >&2; exit 2; }
 ROUNDS=${1:-2}
+bench_count ROUNDS "$ROUNDS"
 OUT=build/vm/docs
 if [[ ${VM_DOCS_REUSE:-0} != 1 ]]; then
     dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo " (with uncommitted changes)" || true)

@@ -32,6 +32,7 @@
 #                  host ends) is followed by one that runs what is left, kernel zram lz4 of
 #                  the size it ended in again first
 #   VM_SWAP_PROGRAMS_REUSE=1 bench/vm-swap-programs.sh   the doc again from the last results
+#   bench/vm-swap-programs.sh --help                       this text
 #
 # Inputs and the host's checksums are made once under build/vm/swap-programs (rm -rf it to take
 # them again from this machine's files); each size's footprint is measured here, without swap
@@ -39,13 +40,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
+source bench/args.bash
+bench_help "$@"
 DIR=build/vm/swap-programs
 GUEST_MIB=512 CPUS=2 HUNG=120
 SIZES=0.5,1,1.5,2 PROGRAMS=sort,dpkg BACKENDS=zram-lz4,zram-zstd,uzram-lz4,uzram-dense
 CAP=256M DISKSIZE=2G DEADLINE=900 RATIO=3 DEADLINE_MIN=300 STALL=180 BOOTS=0
 CMDLINE="$*"
+usage() { echo "vm-swap-programs.sh: $* (try --help)" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
     case $1 in
+    --sizes | --programs | --backends | --cap | --deadline | --ratio | --stall | --boots)
+        [[ $# -ge 2 ]] || usage "$1 needs a value" ;;&
     --quick) SIZES=1 PROGRAMS=sort DEADLINE=300 ;;
     --sizes) SIZES=$2; shift ;;
     --programs) PROGRAMS=$2; shift ;;
@@ -55,14 +61,21 @@ while [[ $# -gt 0 ]]; do
     --ratio) RATIO=$2; shift ;;
     --stall) STALL=$2; shift ;;
     --boots) BOOTS=$2; shift ;;
-    *) echo "usage: see the head of $0" >&2; exit 2 ;;
+    *) usage "unknown argument '$1'" ;;
     esac
     shift
 done
 IFS=, read -r -a sizes <<<"$SIZES"
 IFS=, read -r -a programs <<<"$PROGRAMS"
 IFS=, read -r -a backends <<<"$BACKENDS"
-for p in "${programs[@]}"; do [[ $p == sort || $p == dpkg ]] || { echo "no program $p" >&2; exit 2; }; done
+for p in "${programs[@]}"; do [[ $p == sort || $p == dpkg ]] || usage "no program $p"; done
+for b in "${backends[@]}"; do
+    [[ $b =~ ^(zram-lz4|zram-zstd|uzram-lz4|uzram-dense)$ ]] || usage "no backend $b"
+done
+for f in "${sizes[@]}"; do [[ $f =~ ^[0-9]+(\.[0-9]+)?$ && $f != 0 ]] || usage "no size $f"; done
+bench_count --deadline "$DEADLINE"
+bench_count --ratio "$RATIO"
+[[ $STALL =~ ^[0-9]+$ && $BOOTS =~ ^[0-9]+$ ]] || usage "--stall and --boots take whole numbers"
 mkdir -p "$DIR"
 touch "$DIR/host-runs.tsv"
 

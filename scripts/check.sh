@@ -126,6 +126,8 @@ unit_pid=$!
 (
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1
     stage fault fault-check build/fault-check.log
+    # The benchmarks' smoke runs (seconds, mostly waiting on their servers) after the sweeps.
+    stage bench bench-check build/bench-check.log
 ) &
 fault_pid=$!
 fuzz_log=build/fuzz-check.log
@@ -169,6 +171,14 @@ else
     echo "FAIL fault-check: last lines of build/fault-check.log:"
     tail -n 30 build/fault-check.log | sed 's/^/    /'
 fi
+
+echo "== benchmarks on tiny data (make bench-check)"
+status=$(awk '$1 == "bench" {print $3}' "$STAGES")
+sed -n '/^\(PASS\|FAIL\) bench /p; /^    /p; /^SKIPPED CHECK: /p' build/bench-check.log
+while IFS= read -r line; do skips+=("$line"); done \
+    < <(sed -n 's/^SKIPPED CHECK: //p' build/bench-check.log)
+count bench-check "${status:-1}"
+[[ ${status:-1} == 0 ]] || { echo "FAIL bench-check: last lines of build/bench-check.log:"; tail -n 20 build/bench-check.log | sed 's/^/    /'; }
 
 echo "== fuzz corpus and a short run (make fuzz-check)"
 wait "$fuzz_pid"

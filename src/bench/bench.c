@@ -418,9 +418,9 @@ static int bench_run(int argc, char **argv)
     memset(&opt, 0, sizeof opt);
     char *trees[argc + 1]; /* never more --tree options than arguments */
     opt.trees = trees;
-    int rc = parse_options(argc, argv, &opt);
-    if (rc != CLI_GO_ON)
-        return rc;
+    int status = parse_options(argc, argv, &opt);
+    if (status != CLI_GO_ON)
+        return status;
     if (opt.dump_kind)
         return bench_dump(&opt);
     if (opt.nbd_job)
@@ -455,6 +455,7 @@ static int bench_run(int argc, char **argv)
     }
     fflush(stdout);
 
+    int rc = 0;
     if (opt.file || opt.tree_count)
         rc = bench_real_data(&opt, &out);
     if (rc == 0 && opt.run_sweep)
