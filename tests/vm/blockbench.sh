@@ -3,7 +3,7 @@
 # writes, libaio, direct, at QD1 and QD16, on one uzram server's device attached through ublk
 # (/dev/ublkbN) and through the kernel's NBD client (/dev/nbdN: the same device, one after
 # the other), and on the guest's own /dev/zram0 (lz4, as uzram). Rounds interleaved: in each
-# round every (target, job) pair runs once, in the same order. Data half compressible
+# round every (target, job) pair runs once, each round starting one target further on. Data half compressible
 # (fio --buffer_compress_percentage=50), the whole 256 MiB written before the reads.
 # Writes "blockbench ROUND TARGET JOB IOPS USR_S SYS_S" result lines: only ratios within one
 # boot mean anything under emulation. With UZRAM_B (another build of uzram, e.g. an older
@@ -72,7 +72,9 @@ if [[ -n $UZRAM_B ]]; then
     fill "$NODE"
 fi
 for ((round = 1; round <= ROUNDS; round++)); do
-    for target in "${TARGETS[@]}"; do
+    # each round starts one target further on, so that no target always runs first or last
+    shift_by=$(((round - 1) % ${#TARGETS[@]}))
+    for target in "${TARGETS[@]:shift_by}" "${TARGETS[@]:0:shift_by}"; do
         case $target in
         zram) dev=/dev/zram0 ;;
         *) attach_as "$target" && dev=$NODE ;;
