@@ -3,8 +3,8 @@
 # writes, libaio, direct, at QD1 and QD16, on one uzram server's device attached through ublk
 # (/dev/ublkbN) and through the kernel's NBD client (/dev/nbdN: the same device, one after
 # the other), and on the guest's own /dev/zram0 (lz4, as uzram). Rounds interleaved: in each
-# round every (target, job) pair runs once, each round starting one target further on. Data half compressible
-# (fio --buffer_compress_percentage=50), the whole 256 MiB written before the reads.
+# round every (target, job) pair runs once, each round starting one target further on. Data
+# half compressible (fio --buffer_compress_percentage=50), all 256 MiB written before the reads.
 # Writes "blockbench ROUND TARGET JOB IOPS USR_S SYS_S" result lines: only ratios within one
 # boot mean anything under emulation. With UZRAM_B (another build of uzram, e.g. an older
 # commit's), a second server of that build is measured the same way in the same rounds, as
