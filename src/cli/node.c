@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/node.h"
 #include "cli/server_options.h"
+#include "cli/swap_setup.h"
 #include "control/control.h"
 #include "common/progress.h"
 #include "common/util.h"
@@ -41,7 +42,12 @@ static void attach_usage(FILE *out)
           "                          serve --swap; prints the mkswap/swapon lines. Without\n"
           "                          --via, refused on a kernel without ublk (swap through\n"
           "                          nbd or loop fails under memory pressure: SWAP and\n"
-          "                          KERNELS in uzram(1))\n" CONTROL_PLACE_USAGE
+          "                          KERNELS in uzram(1))\n"
+          "  --swapon                --swap, and make the node swap: mkswap, then swapon\n"
+          "                          --discard (the only way the device hears of freed\n"
+          "                          swap slots: SWAP in uzram(1)); the uzram-swap@ unit\n"
+          "                          runs this\n"
+          "  --priority N            swapon's priority with --swapon (default 100)\n" CONTROL_PLACE_USAGE
           "  -h, --help              show this help\n"
           "\n"
           "uzram detach DEVICE undoes it. Example:\n"
@@ -135,17 +141,37 @@ static void fuse_ready(void)
     (void)module_ready("fuse", "/dev/fuse");
 }
 
+/* attach --swapon: mkswap and swapon on the node just attached; if either fails, the node is
+ * taken away again (nothing uses it) and the exit status says so. */
+static int swap_on_attached(const char *device, const char *place, const char *node, int priority)
+{
+    char message[2 * PATH_MAX + 512], undo[2 * PATH_MAX + 512];
+    if (swap_start(node, true, priority, NULL, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: %s: %s\n", node, message);
+        if (detach_node(device, place, undo, sizeof undo) < 0)
+            fprintf(stderr, "uzram: and it stays attached: %s\n", undo);
+        return 1;
+    }
+    printf("%s\n", node);
+    return 0;
+}
+
 int cmd_attach(int argc, char **argv)
 {
-    enum { OPT_VIA = 256, OPT_FILE, OPT_SWAP };
+    enum { OPT_VIA = 256, OPT_FILE, OPT_SWAP, OPT_SWAPON, OPT_PRIORITY };
     static const struct option long_options[] = {
-        {"via", required_argument, NULL, OPT_VIA}, {"file", required_argument, NULL, OPT_FILE},
-        {"swap", no_argument, NULL, OPT_SWAP},     {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"via", required_argument, NULL, OPT_VIA},
+        {"file", required_argument, NULL, OPT_FILE},
+        {"swap", no_argument, NULL, OPT_SWAP},
+        {"swapon", no_argument, NULL, OPT_SWAPON},
+        {"priority", required_argument, NULL, OPT_PRIORITY},
+        {"runtime-dir", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *via = NULL, *file = NULL, *place = NULL;
-    bool swap = false;
-    int c;
+    bool swap = false, swapon = false, priority_given = false;
+    int c, priority = SWAP_PRIORITY_DEFAULT;
     optind = 1;
     while ((c = getopt_long(argc, argv, "u:h", long_options, NULL)) != -1) {
         switch (c) {
@@ -163,6 +189,21 @@ int cmd_attach(int argc, char **argv)
         case OPT_SWAP:
             swap = true;
             break;
+        case OPT_SWAPON:
+            swap = swapon = true;
+            break;
+        case OPT_PRIORITY: {
+            char *end;
+            long value = strtol(optarg, &end, 10);
+            /* swapon's range: -1 (the kernel picks) to 32767 */
+            if (end == optarg || *end != '\0' || value < -1 || value > 32767) {
+                fprintf(stderr, "uzram: bad --priority '%s'; use -1 to 32767\n", optarg);
+                return 2;
+            }
+            priority = (int)value;
+            priority_given = true;
+            break;
+        }
         case 'u':
             place = optarg;
             break;
@@ -185,18 +226,27 @@ int cmd_attach(int argc, char **argv)
         fputs("uzram: --file goes with --via loop\n", stderr);
         return 2;
     }
+    if (priority_given && !swapon) {
+        fputs("uzram: --priority goes with --swapon\n", stderr);
+        return 2;
+    }
     char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512];
     if (attach_node(device, via, swap, file, place, node, sizeof node, message, sizeof message) <
         0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
+    if (swapon)
+        return swap_on_attached(device, place, node, priority);
     printf("%s\n", node);
-    if (swap)
+    if (swap) {
+        char line[BLOCKDEV_PATH_MAX + 128];
+        swapon_line(node, SWAP_PRIORITY_DEFAULT, NULL, line, sizeof line);
         fprintf(stderr,
-                "uzram: for swap: mkswap %s && swapon %s; before stopping: swapoff %s "
-                "&& uzram detach %s\n",
-                node, node, node, device);
+                "uzram: for swap: mkswap %s && %s (or attach --swapon); before stopping: "
+                "swapoff %s && uzram detach %s\n",
+                node, line, node, device);
+    }
     return 0;
 }
 

@@ -68,7 +68,8 @@ pass "VmRSS $rss_before -> $rss_full kB after 96 MiB written, -> $rss_empty kB a
 swap_recipe() { # VIA
     local via=$1 dev
     dev=$("$UZRAM" attach --via "$via" --swap sw 2>"$WORK/attach.err") || fail "attach --via $via --swap: $(cat "$WORK/attach.err")"
-    grep -q "mkswap $dev && swapon $dev" "$WORK/attach.err" || fail "attach --swap did not print the recipe"
+    grep -q "mkswap $dev && swapon --discard --priority 100 $dev" "$WORK/attach.err" ||
+        fail "attach --swap did not print the recipe: $(cat "$WORK/attach.err")"
     at_exit "swapoff $dev"
     mkswap "$dev" >/dev/null 2>&1 || fail "mkswap $dev"
     if ! swapon -p 0 "$dev" 2>"$WORK/swapon.err"; then

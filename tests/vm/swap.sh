@@ -11,8 +11,10 @@
 #                          one round of 1.2 times the memory (make check), or two of 1.5
 #                          (the default); =PERCENT touches that many percent of the memory
 #                          instead (--quick=110 hung when each write waited 2 s for a dry pool
-#                          reserve); with VIA (nbd, loop, ublk), attach --via VIA --swap,
-#                          mkswap and swapon by hand instead of the unit's commands
+#                          reserve); with VIA (nbd, loop, ublk), attach --via VIA --swap
+#                          --swapon instead of the unit's commands. After the workload the
+#                          device must hold no more than 8 MiB beyond the kernel's swap in use
+#                          (the freed slots' pages dropped by swapon --discard)
 #   swap.sh --soak N [VIA] the two-round run N times (make vm-swap-soak), each with a new
 #                          server; every run's outcome is printed (RESULT soak_run)
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
@@ -68,7 +70,7 @@ swap_on() {
     at_exit "sh -c $(printf '%q' "$(unit_command ExecStop "$name")")"
     local start
     start=$(unit_command ExecStart "$name")
-    [[ -z $via ]] || start="dev=\$($UZRAM attach --via $via --swap $name); mkswap \"\$dev\" >/dev/null; swapon -p 100 \"\$dev\""
+    [[ -z $via ]] || start="$UZRAM attach --via $via --swap --swapon $name"
     [[ $via != loop ]] || modprobe -q loop
     sh -ec "$start" >"$WORK/unit.out" 2>&1 || fail "attach, mkswap, swapon: $(cat "$WORK/unit.out")"
     SWAPDEV=$("$UZRAM" status -n --raw -o attached "$name")
@@ -111,6 +113,22 @@ oom_kills() { dmesg | grep -cE "Out of memory: Killed process" || true; }
 NBD_DEAD='Dead connection|shutting down sockets|Receive control failed'
 
 elapsed() { awk -v start="$1" -v end="$(date +%s.%N)" 'BEGIN {printf "%.1f", end - start}'; }
+
+# held_freed NAME: once the workload has exited, what the device NAME still holds beyond the
+# kernel's swap in use (KiB): pages of slots the kernel freed that the device never heard of.
+# The kernel tells uzram of freed slots only by discards (swapon --discard), issued from a
+# work item once a whole 2 MiB cluster is free: waits up to 30 s for them to arrive.
+held_freed() {
+    local mm held waited=0
+    while :; do
+        read -r -a mm <<<"$("$UZRAM" attr "$1" mm_stat)"
+        held=$((mm[0] / 1024 - ($(meminfo_kib SwapTotal) - $(meminfo_kib SwapFree))))
+        ((held > 8192 && waited < 30)) || break
+        sleep 1
+        waited=$((waited + 1))
+    done
+    echo "$held"
+}
 
 # One pressure run on the current swap: memtouch, then the checks. Prints its seconds.
 pressure_run() { # NAME (a uzram server, or "zram") ROUNDS
@@ -197,10 +215,13 @@ case $mode in
     took=$(pressure_run sw "$rounds")
     read -r -a mm <<<"$("$UZRAM" attr sw mm_stat)"
     read -r -a io <<<"$("$UZRAM" attr sw io_stat)"
-    ((mm[0] > 0)) || fail "mm_stat shows no page in the server: ${mm[*]}"
+    ((mm[4] > 0)) || fail "mm_stat shows no page ever in the server: ${mm[*]}"
     empty=$("$UZRAM" attr sw debug_stat | sed -n 's/^reserve_empty: //p')
     errors=$(swap_errors)
-    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s"
+    held=$(held_freed sw)
+    ((held <= 8192)) || fail "after the workload the device holds $held KiB beyond the swap in use: pages of freed slots (mm_stat $("$UZRAM" attr sw mm_stat), io_stat $("$UZRAM" attr sw io_stat))"
+    read -r -a io <<<"$("$UZRAM" attr sw io_stat)"
+    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s; after it $held KiB held beyond the swap in use, notify_free ${io[3]}"
     # What the server holds beyond its pool and page table, within uzram(1) SWAP's budget for
     # these options (16 MiB; tests/vm/swap-memory.sh measures the dense mode too).
     server_memory sw
