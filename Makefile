@@ -124,8 +124,9 @@ $(UZRAM): $(SRC_OBJS) $(UZRAM_ENGINE)
 $(O)/tests/%.o: ALL_CFLAGS += -Isrc -DUZRAM_TEST_HOOKS
 $(O)/tests/%: $(O)/tests/%.o $(O)/tests/test_util.o $(O)/src/common/datagen.o $(LIBUZRAM_TEST)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBUZRAM_TEST) $(CMOCKA_LIBS) $(DEP_LIBS) -lm
-$(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/util.o
+$(O)/tests/test_attach: $(O)/src/attach/nbd_client.o $(O)/src/common/process.o
 $(O)/tests/test_sizes: $(O)/src/common/sizes.o
+$(O)/tests/test_command: $(O)/src/cli/command.o
 $(O)/tests/test_state $(O)/tests/test_state_kept $(O)/tests/test_state_dedup \
 	$(O)/tests/test_state_bundle: $(O)/tests/state_util.o
 $(O)/tests/test_model $(O)/tests/test_overlap: $(O)/tests/model_util.o
@@ -135,13 +136,13 @@ $(O)/tests/vm/%: tests/vm/%.c $(O)/src/common/datagen.o $(HEADERS) Makefile
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/datagen.o $(ALL_LDFLAGS)
 $(O)/tests/test_config: $(O)/src/server/config.o
 # The locked killer and starter of a swap device's server (tests/vm/ublk-restart.sh swap).
-$(O)/tests/vm/locked_restart: tests/vm/locked_restart.c $(O)/src/common/util.o $(LIBUZRAM) $(HEADERS) Makefile
+$(O)/tests/vm/locked_restart: tests/vm/locked_restart.c $(O)/src/common/process.o $(LIBUZRAM) $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/util.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) -lm
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/process.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) -lm
 # The stand-in server of the ublk recovery scenarios: the program's ublk code on the engine.
-$(O)/tests/vm/ublk_handover: tests/vm/ublk_handover.c $(O)/src/attach/ublk.o $(O)/src/common/util.o $(LIBUZRAM) $(HEADERS) Makefile
+$(O)/tests/vm/ublk_handover: tests/vm/ublk_handover.c $(O)/src/attach/ublk.o $(O)/src/common/threads.o $(O)/src/common/process.o $(LIBUZRAM) $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/attach/ublk.o $(O)/src/common/util.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) $(URING_LIBS) -lm
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/attach/ublk.o $(O)/src/common/threads.o $(O)/src/common/process.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) $(URING_LIBS) -lm
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
@@ -170,7 +171,7 @@ asan-test-lib:
 # ---- make check's stages: each is one target here, and only here ----
 # scripts/check.sh runs them (some side by side: it says which and why) and sums them up:
 #   format-check       clang-format                 check-exports   the shared library's API
-#   layers-check       no include circle in lib/, src/
+#   layers-check       no include circle in lib/, src/, nor among lib/'s folders
 #   unit-check         unit and model tests (plain) asan-unit-check the same under ASan+UBSan
 #   tsan               concurrent cases under TSan  fault-check     fault-injection sweeps
 #   fuzz-check         fuzz corpus and a short run  integration-check  real clients, real server

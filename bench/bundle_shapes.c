@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "recompress/bundle.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
 #include "pool/pool.h"
 #include "uzram.h"

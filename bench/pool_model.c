@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "pool/pool_class.h"
 
 #define ZS_MIN_ALLOC 32u

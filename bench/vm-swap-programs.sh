@@ -109,29 +109,45 @@ measure() {
     echo "$row"
 }
 
-# choose PROGRAM FACTOR...: the PARAM whose footprint is FACTOR times the guest's memory, from a
-# straight line through two measured points, corrected once by the measured slope; appends
-# the rows of sizes.tsv (PROGRAM INDEX FACTOR INPUT RSS_KIB SHA256).
+# next_param PROGRAM TARGET_KIB SLOPE [best]: from every measured point of PROGRAM (host-runs.tsv),
+# "done PARAM" for the one nearest the target when it is within 3% or nothing new is left to
+# try, else "try PARAM": between the nearest points below and above the target, or from the
+# nearest one along SLOPE (PARAM per KiB); with "best", the nearest so far. The footprint is not a straight line in the input
+# (python's dicts and lists grow in steps), hence the search.
+next_param() {
+    awk -v p="$1" -v t="$2" -v slope="$3" -v only_best="${4:-}" '
+        function round(x) { return p == "sort" ? int(x) : sprintf("%.2f", x) }
+        $1 == p { x = $2; r = $3; seen[round(x)] = 1; d = r > t ? r - t : t - r
+                  if (best == "" || d < bestd) { best = x; bestd = d; bestr = r }
+                  if (r <= t && (lo == "" || r > lor)) { lo = x; lor = r }
+                  if (r >= t && (hi == "" || r < hir)) { hi = x; hir = r } }
+        END { if (bestd <= t * 0.03 || only_best != "") { print "done", best; exit }
+              if (lo != "" && hi != "" && hir > lor) x = lo + (t - lor) * (hi - lo) / (hir - lor)
+              else x = best + (t - bestr) * slope
+              x = round(x)
+              if (x in seen || x <= 0) print "done", best; else print "try", x }
+    ' "$DIR/host-runs.tsv"
+}
+
+# choose PROGRAM FACTOR...: the PARAM whose footprint is FACTOR times the guest's memory,
+# searched from two measured points (at most 6 more measurements a size); appends the rows of
+# sizes.tsv (PROGRAM INDEX FACTOR INPUT RSS_KIB SHA256).
 choose() {
-    local program=$1 a b ra rb i=0 factor target param rss sha best
+    local program=$1 a b ra rb i=0 factor target slope step verdict param rss sha
     shift
     if [[ $program == sort ]]; then a=64000000 b=256000000; else a=1 b=3; fi
     read -r ra _ < <(measure "$program" "$a")
     read -r rb _ < <(measure "$program" "$b")
+    slope=$(awk -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" 'BEGIN {print (b - a) / (rb - ra)}')
     for factor; do
         target=$(awk -v f="$factor" -v m="$GUEST_MIB" 'BEGIN {print int(f * m * 1024)}')
-        param=$(awk -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" -v t="$target" -v p="$program" \
-            'BEGIN {x = a + (t - ra) * (b - a) / (rb - ra); print (p == "sort") ? int(x) : sprintf("%.2f", x)}')
+        for ((step = 0; step < 6; step++)); do
+            read -r verdict param < <(next_param "$program" "$target" "$slope")
+            [[ $verdict == try ]] || break
+            measure "$program" "$param" >/dev/null
+        done
+        read -r _ param < <(next_param "$program" "$target" "$slope" best)
         read -r rss sha < <(measure "$program" "$param")
-        best=$(awk -v x="$param" -v r="$rss" -v t="$target" -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" -v p="$program" \
-            'BEGIN {d = r - t; if (d < 0) d = -d; if (d <= t * 0.03) exit
-                    x += (t - r) * (b - a) / (rb - ra); print (p == "sort") ? int(x) : sprintf("%.2f", x)}')
-        if [[ -n $best ]]; then
-            read -r r2 s2 < <(measure "$program" "$best")
-            if (((r2 > target ? r2 - target : target - r2) < (rss > target ? rss - target : target - rss))); then
-                param=$best rss=$r2 sha=$s2
-            fi
-        fi
         [[ $program == sort ]] && param=sort-$param.txt
         echo "$program $i $factor $param $rss $sha" >>"$DIR/sizes.tsv"
         echo "vm-swap-programs: $program at ${factor}x: $param, $((rss / 1024)) MiB on the host"

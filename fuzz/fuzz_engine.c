@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "uzram.h"
 
 /*

@@ -22,7 +22,7 @@
 #include "nbd/tls.h"
 #include "socket_client.h"
 #include "uzram.h"
-#include "common/util.h"
+#include "common/big_endian.h"
 
 /*
  * The input is exactly what a client would send after reading the greeting:
@@ -46,7 +46,7 @@
  * and "other" (read-only, another size), whose holds are counted, so that a
  * handshake that keeps a hold it should have given back is caught.
  * fuzz-link: fuzz/socket_client.c src/nbd/handshake.c src/nbd/request.c src/nbd/io.c src/nbd/tls.c
- * fuzz-link: src/common/util.c
+ * fuzz-link: src/common/socket_io.c
  * fuzz-options: -max_len=16384
  */
 

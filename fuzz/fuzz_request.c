@@ -20,7 +20,7 @@
 #include "nbd/transmission.h"
 #include "socket_client.h"
 #include "uzram.h"
-#include "common/util.h"
+#include "common/big_endian.h"
 
 /*
  * Input: byte 0 chooses the session, the rest is sent as the client's byte
@@ -45,7 +45,7 @@
  * the transmission files and the socket helpers are linked.
  * fuzz-link: fuzz/socket_client.c src/nbd/transmission.c src/nbd/input.c src/nbd/reply.c
  * fuzz-link: src/nbd/reads.c src/nbd/request.c src/nbd/budget.c src/nbd/log.c src/nbd/io.c
- * fuzz-link: src/nbd/tls.c src/common/util.c
+ * fuzz-link: src/nbd/tls.c src/common/socket_io.c src/common/threads.c
  * fuzz-options: -max_len=131072
  */
 

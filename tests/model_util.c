@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/store.h" /* store_test_advance_clock */
+#include "store/store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 /* Under valgrind (make valgrind) the same runs would take minutes: test_ops() gives fewer

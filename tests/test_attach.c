@@ -1,5 +1,6 @@
-/* test_attach.c - unit tests of `uzram attach`'s command lines (src/attach/nbd_client.c).
- * The nbd-client branch cannot run without the kernel's nbd module: its command is checked here. */
+/* test_attach.c - unit tests of `uzram attach`'s command lines (src/attach/nbd_client.c) and of
+ * running its helpers (run_program, src/common/process.c). The nbd-client branch cannot run
+ * without the kernel's nbd module: its command is checked here. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +11,8 @@
 #include <cmocka.h>
 
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/process.h"
 #include "test_util.h"
 
 static void assert_argv(const char *const *argv, const char *const *expected)

@@ -1,4 +1,4 @@
-/* test_bundle.c - unit and concurrency tests of bundles (lib/recompress/bundle.h): idle neighbours
+/* test_bundle.c - unit and concurrency tests of bundles (lib/bundle/bundle.h): idle neighbours
  * packed by recompression into one object read back intact; writes and discards of members; a
  * bundle more than half dead split; shared dedup pages, same-filled and raw pages never
  * bundled, a dedup page no other shares bundled (its entry leaving the index); a bundle's
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "core/store.h" /* store_test_advance_clock */
+#include "store/store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

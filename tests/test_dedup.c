@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "test_util.h"
 
 #define DISK (16u << 20)

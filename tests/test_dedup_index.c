@@ -514,7 +514,7 @@ static void test_fault_move(void **unused)
     assert_true(nth > 1); /* the hole's chunk */
 }
 
-/* Index compaction of a device (store_index.c): each allocation it makes fails in turn;
+/* Index compaction of a device (compact_index.c): each allocation it makes fails in turn;
  * whatever moved or not, every page reads back and the index's counts hold. */
 #define COMPACT_FAULT_PAGES 2048u
 static bool compact_fault_run(uint64_t nth)
@@ -555,7 +555,7 @@ static void test_fault_index_compaction(void **unused)
         nth++;
     bool listed = false; /* the list of slots failed once */
     for (unsigned i = 0; i < fault_site_count(); i++)
-        listed = listed || strstr(fault_site_name(i), "store_index.c") != NULL;
+        listed = listed || strstr(fault_site_name(i), "compact_index.c") != NULL;
     printf("%llu fault points swept in index compaction\n", (unsigned long long)nth - 1);
     assert_true(listed);
 }

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "recompress/recompress.h" /* recompressor_test_passes */
-#include "core/store.h"            /* store_test_advance_clock */
+#include "store/store.h"           /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

@@ -1,4 +1,4 @@
-/* test_same.c - unit tests of same-filled page detection and fill (lib/core/same.c).
+/* test_same.c - unit tests of same-filled page detection and fill (lib/store/same.c).
  * Every word position, unaligned pages, and the fast scan against the plain forward scan. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "core/same.h"
+#include "store/same.h"
 #include "test_util.h"
 /* for uzram_page_same_filled, in uzram.h's static-linking-only part */
 #define UZRAM_STATIC_LINKING_ONLY

@@ -1,5 +1,5 @@
 /* test_state_bundle.c - bundles kept in a device's state file (issue 29;
- * lib/recompress/bundle_records.c, lib/recompress/bundle.c's adoption): pages packed into bundles
+ * lib/bundle/bundle_records.c, lib/bundle/bundle.c's adoption): pages packed into bundles
  * read back after adoption with the bundle counters unchanged, their members leaving afterwards
  * free the records; a child SIGKILLed while it writes, discards, packs, splits and compacts: after
  * each adoption every page old or new and the counters exact (everything discarded leaves no

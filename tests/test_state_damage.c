@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 #include "common/datagen.h"
 #include "dedup/dedup_ids.h"
 #include "state/state.h"

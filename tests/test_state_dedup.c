@@ -27,7 +27,7 @@
 #include "common/fault.h"
 #include "state/state.h" /* the table's place, to damage a slot */
 #include "state_util.h"
-#include "core/store_index.h" /* the kill in the middle of an index move */
+#include "store/compact_index.h" /* the kill in the middle of an index move */
 
 #define PAGE STATE_TEST_PAGE
 

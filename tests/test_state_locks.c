@@ -20,9 +20,9 @@
 #include <cmocka.h>
 
 #include "common/backoff.h"
-#include "recompress/bundle_records.h"
+#include "bundle/bundle_records.h"
 #include "common/datagen.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "state/state.h"
 #include "test_util.h"
 #include "uzram.h"

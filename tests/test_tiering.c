@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "core/device.h"    /* slots */
-#include "core/store.h"     /* store_test_advance_clock */
+#include "device/device.h"  /* slots */
+#include "store/store.h"    /* store_test_advance_clock */
 #include "tier/writeback.h" /* writeback_test_no_thread */
 #include "test_util.h"
 

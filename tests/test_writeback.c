@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "core/store.h" /* store_test_advance_clock */
+#include "store/store.h" /* store_test_advance_clock */
 #include "test_util.h"
 
 #define PAGE UZRAM_PAGE_SIZE

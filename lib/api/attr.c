@@ -12,7 +12,7 @@
 #include "api/attr_words.h"
 #include "codec/codec_table.h"
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "recompress/recompress.h"
 #include "api/stats.h"
 #include "uzram.h"

@@ -11,7 +11,7 @@
 
 #include "codec/codec_table.h"
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 
 /* A whole unsigned decimal number, with an optional trailing newline. */
 int attr_parse_count(const char *value, uint64_t *out)

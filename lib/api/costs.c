@@ -4,9 +4,9 @@
 
 /* defines the page-analysis helpers of uzram.h's static-linking-only part */
 #define UZRAM_STATIC_LINKING_ONLY
-#include "recompress/bundle.h"
+#include "bundle/bundle.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "pool/pool.h"
 
 double uzram_pool_object_cost(size_t length)

@@ -1,21 +1,18 @@
 /* settings.c - device settings that zram takes before initialisation, mem_limit, the reserve
- * (serve --swap), the group whose limit a device shares (uzram_set_group), and the snapshots
- * of config and stats.
+ * (serve --swap), the group whose limit a device shares (uzram_set_group), and the snapshot of
+ * the config (the statistics' is stats.c's).
  * Settings are read lock-free on the I/O path; changes are serialised by settings_lock. */
 #include <errno.h>
-#include <string.h>
 
-#include "tier/backing.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "pool/group.h"
 #include "pool/pool.h"
 #include "pool/pool_reserve.h"
 #include "state/state.h"
-#include "core/store.h"
-#include "core/table.h"
-#include "tier/writeback.h"
+#include "store/store.h"
+#include "store/table.h"
 
 /* zram refuses these once the device is in use; here "in use" means a page
  * is stored. Each page records its own algorithm, so a write that races
@@ -50,8 +47,8 @@ int uzram_set_same_filled(struct uzram *dev, bool on)
         rc = -EBUSY;
     else
         atomic_store(&dev->same_filled, on);
-    if (rc == 0 && dev->state)
-        dev->state->header->same_filled = on;
+    if (rc == 0)
+        state_save_setting(dev, STATE_SAME_FILLED, on);
     pthread_mutex_unlock(&dev->settings_lock);
     return rc;
 }
@@ -76,8 +73,8 @@ int uzram_set_dedup(struct uzram *dev, bool on)
         }
         /* a successor adopts the index when the state says dedup is on: said before a page
          * names it (the device holds none now) */
-        if (rc == 0 && dev->state)
-            dev->state->header->use_dedup = on;
+        if (rc == 0)
+            state_save_setting(dev, STATE_USE_DEDUP, on);
         if (rc == 0)
             atomic_store_explicit(&dev->use_dedup, on, memory_order_release);
     }
@@ -88,8 +85,7 @@ int uzram_set_dedup(struct uzram *dev, bool on)
 int uzram_set_mem_limit(struct uzram *dev, uint64_t bytes)
 {
     atomic_store(&dev->mem_limit, bytes);
-    if (dev->state)
-        dev->state->header->mem_limit = bytes; /* kept for a successor */
+    state_save_setting(dev, STATE_MEM_LIMIT, bytes); /* kept for a successor */
     pool_set_limit(dev->pool, bytes);
     return 0;
 }
@@ -141,74 +137,5 @@ int uzram_get_config(struct uzram *dev, struct uzram_config *config)
         .use_dedup = atomic_load(&dev->use_dedup),
         .mem_limit = atomic_load(&dev->mem_limit),
     };
-    return 0;
-}
-
-int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
-{
-    if (!stats)
-        return -EINVAL;
-    uint64_t pages = counter_get(&dev->pages_stored);
-    uint64_t dict_mem = codec_table_dict_mem(&dev->codecs);
-    struct dedup *dedup = device_dedup(dev);
-    struct backing *backing = device_backing(dev);
-    struct writeback_settings writeback;
-    writeback_settings(dev, &writeback);
-    struct pool_reserve_counts reserve;
-    pool_reserve_counts(dev->pool, &reserve);
-    const struct uzram_stats all = {
-        .orig_data_size = pages * UZRAM_PAGE_SIZE,
-        .compr_data_size = counter_get(&dev->compr_data_size),
-        .mem_used_total = pool_mem_used(dev->pool) + dict_mem,
-        .mem_limit = atomic_load(&dev->mem_limit),
-        .mem_used_max = pool_mem_used_max(dev->pool) + dict_mem,
-        .same_pages = counter_get(&dev->same_pages),
-        .pages_compacted = counter_get(&dev->events->pages_compacted),
-        .huge_pages = counter_get(&dev->huge_pages),
-        .huge_pages_since = counter_get(&dev->events->huge_pages_since),
-        .dup_data_size = dedup_dup_data_size(dedup),
-        .meta_data_size = dedup_meta_size(dedup) + counter_get(&dev->bundle_mem),
-        .failed_reads = counter_get(&dev->events->failed_reads),
-        .failed_writes = counter_get(&dev->events->failed_writes),
-        .invalid_io = counter_get(&dev->events->invalid_io),
-        .notify_free = counter_get(&dev->events->notify_free),
-        .dedup_hash_collisions = dedup_hash_collisions(dedup),
-        .pages_stored = pages,
-        .zero_pages = counter_get(&dev->zero_pages),
-        .idle_pages = counter_get(&dev->idle_pages),
-        .recomp_pages = counter_get(&dev->events->recomp_pages),
-        .recomp_bytes = counter_get(&dev->events->recomp_bytes),
-        .recomp_saved_bytes = counter_get(&dev->events->recomp_saved_bytes),
-        .incompressible_pages = counter_get(&dev->incompressible_pages),
-        .dict_mem = dict_mem,
-        .bd_count = backing ? backing_blocks_used(backing) : 0,
-        .bd_reads = counter_get(&dev->events->bd_reads),
-        .bd_writes = counter_get(&dev->events->bd_writes),
-        .bd_objects = counter_get(&dev->bd_objects),
-        .bd_data_size = counter_get(&dev->bd_data_size),
-        .bd_write_errors = counter_get(&dev->events->bd_write_errors),
-        .bd_nospace = counter_get(&dev->events->bd_nospace),
-        .writeback_limit = writeback.limit,
-        .writeback_limit_enable = writeback.limit_enable,
-        .bd_checksum_errors = counter_get(&dev->events->bd_checksum_errors),
-        .table_mem = table_bytes(dev),
-        .dedup_entries = dedup_entries(dedup),
-        .bundles = counter_get(&dev->bundles),
-        .bundled_pages = counter_get(&dev->bundled_pages),
-        .bundle_dead_pages = counter_get(&dev->bundle_dead_pages),
-        .bundle_saved_bytes = counter_get(&dev->bundle_saved_bytes),
-        .bundle_mem = counter_get(&dev->bundle_mem),
-        .dict_trainings = counter_get(&dev->events->dict_trainings),
-        .recomp_passes = counter_get(&dev->events->recomp_passes),
-        .reserve_empty = reserve.empty,
-        .state_lock_timeouts = counter_get(&dev->events->state_lock_timeouts),
-        .cached_mem = pool_span_cache_bytes(dev->pool),
-    };
-    /* Callers built against another version of the struct: an older one
-     * gets the prefix it knows, a newer one zeros past what we have. */
-    size_t known = size < sizeof all ? size : sizeof all;
-    memcpy(stats, &all, known);
-    if (size > known)
-        memset((char *)stats + known, 0, size - known);
     return 0;
 }

@@ -1,5 +1,6 @@
-/* stats.c - the counters by name and the text forms of a snapshot: mm_stat, io_stat,
- * bd_stat, debug_stat, JSON. All of them follow the one list UZRAM_STATS in uzram.h. */
+/* stats.c - the statistics: a snapshot gathered from the device's parts (uzram_get_stats), the
+ * counters by name and the text forms of a snapshot: mm_stat, io_stat, bd_stat, debug_stat,
+ * JSON. All of them follow the one list UZRAM_STATS in uzram.h. */
 #include "api/stats.h"
 
 #include <errno.h>
@@ -7,6 +8,14 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "backing/backing.h"
+#include "dedup/dedup.h"
+#include "device/device.h"
+#include "pool/pool.h"
+#include "pool/pool_reserve.h"
+#include "store/table.h"
+#include "tier/writeback.h"
 
 enum stat_form { STAT_FORM_MM, STAT_FORM_IO, STAT_FORM_BD, STAT_FORM_DEBUG };
 
@@ -136,4 +145,73 @@ int uzram_format_json(const struct uzram_stats *stats, char *buf, size_t size)
     if (rc == 0)
         rc = text_append(buf, size, &used, "}\n");
     return rc < 0 ? rc : (int)used;
+}
+
+int uzram_get_stats(struct uzram *dev, struct uzram_stats *stats, size_t size)
+{
+    if (!stats)
+        return -EINVAL;
+    uint64_t pages = counter_get(&dev->pages_stored);
+    uint64_t dict_mem = codec_table_dict_mem(&dev->codecs);
+    struct dedup *dedup = device_dedup(dev);
+    struct backing *backing = device_backing(dev);
+    struct writeback_settings writeback;
+    writeback_settings(dev, &writeback);
+    struct pool_reserve_counts reserve;
+    pool_reserve_counts(dev->pool, &reserve);
+    const struct uzram_stats all = {
+        .orig_data_size = pages * UZRAM_PAGE_SIZE,
+        .compr_data_size = counter_get(&dev->compr_data_size),
+        .mem_used_total = pool_mem_used(dev->pool) + dict_mem,
+        .mem_limit = atomic_load(&dev->mem_limit),
+        .mem_used_max = pool_mem_used_max(dev->pool) + dict_mem,
+        .same_pages = counter_get(&dev->same_pages),
+        .pages_compacted = counter_get(&dev->events->pages_compacted),
+        .huge_pages = counter_get(&dev->huge_pages),
+        .huge_pages_since = counter_get(&dev->events->huge_pages_since),
+        .dup_data_size = dedup_dup_data_size(dedup),
+        .meta_data_size = dedup_meta_size(dedup) + counter_get(&dev->bundle_mem),
+        .failed_reads = counter_get(&dev->events->failed_reads),
+        .failed_writes = counter_get(&dev->events->failed_writes),
+        .invalid_io = counter_get(&dev->events->invalid_io),
+        .notify_free = counter_get(&dev->events->notify_free),
+        .dedup_hash_collisions = dedup_hash_collisions(dedup),
+        .pages_stored = pages,
+        .zero_pages = counter_get(&dev->zero_pages),
+        .idle_pages = counter_get(&dev->idle_pages),
+        .recomp_pages = counter_get(&dev->events->recomp_pages),
+        .recomp_bytes = counter_get(&dev->events->recomp_bytes),
+        .recomp_saved_bytes = counter_get(&dev->events->recomp_saved_bytes),
+        .incompressible_pages = counter_get(&dev->incompressible_pages),
+        .dict_mem = dict_mem,
+        .bd_count = backing ? backing_blocks_used(backing) : 0,
+        .bd_reads = counter_get(&dev->events->bd_reads),
+        .bd_writes = counter_get(&dev->events->bd_writes),
+        .bd_objects = counter_get(&dev->bd_objects),
+        .bd_data_size = counter_get(&dev->bd_data_size),
+        .bd_write_errors = counter_get(&dev->events->bd_write_errors),
+        .bd_nospace = counter_get(&dev->events->bd_nospace),
+        .writeback_limit = writeback.limit,
+        .writeback_limit_enable = writeback.limit_enable,
+        .bd_checksum_errors = counter_get(&dev->events->bd_checksum_errors),
+        .table_mem = table_bytes(dev),
+        .dedup_entries = dedup_entries(dedup),
+        .bundles = counter_get(&dev->bundles),
+        .bundled_pages = counter_get(&dev->bundled_pages),
+        .bundle_dead_pages = counter_get(&dev->bundle_dead_pages),
+        .bundle_saved_bytes = counter_get(&dev->bundle_saved_bytes),
+        .bundle_mem = counter_get(&dev->bundle_mem),
+        .dict_trainings = counter_get(&dev->events->dict_trainings),
+        .recomp_passes = counter_get(&dev->events->recomp_passes),
+        .reserve_empty = reserve.empty,
+        .state_lock_timeouts = counter_get(&dev->events->state_lock_timeouts),
+        .cached_mem = pool_span_cache_bytes(dev->pool),
+    };
+    /* Callers built against another version of the struct: an older one
+     * gets the prefix it knows, a newer one zeros past what we have. */
+    size_t known = size < sizeof all ? size : sizeof all;
+    memcpy(stats, &all, known);
+    if (size > known)
+        memset((char *)stats + known, 0, size - known);
+    return 0;
 }

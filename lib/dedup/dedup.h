@@ -69,7 +69,7 @@ void dedup_prefault(struct dedup *dedup);
  * Nothing after dedup_prefault(). */
 void dedup_trim(struct dedup *dedup);
 
-/* Index compaction (dedup_move.c; the store's table walk, store_index.c, drives it): the
+/* Index compaction (dedup_move.c; the store's table walk, compact_index.c, drives it): the
  * entries at and past dedup_compact_from() (UINT32_MAX: none, or under a reserve) are worth
  * moving down, so that dedup_trim() can give their chunks back. dedup_move() moves entry
  * `id` to a free id in a lower chunk, stored in *moved, if its references are exactly

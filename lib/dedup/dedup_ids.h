@@ -12,7 +12,7 @@
 
 #include "common/backoff.h"
 #include "dedup/dedup_object.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 /*
  * Each unique stored object has one entry (20 bytes), in chunks (below); an

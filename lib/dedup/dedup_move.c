@@ -1,6 +1,6 @@
 /* dedup_move.c - index compaction, the index's half: move a live entry to a free id in a lower
  * chunk, so that the chunks its entries leave can be given back (dedup_trim). The store's
- * half (store_index.c) finds the page slots that name an entry and holds them locked. */
+ * half (compact_index.c) finds the page slots that name an entry and holds them locked. */
 #include <errno.h>
 
 #include "dedup/dedup.h"

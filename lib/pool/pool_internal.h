@@ -10,7 +10,7 @@
 
 #include "pool/pool.h"
 #include "pool/pool_class.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 /* Address space: chunks of CHUNK_BYTES cut into windows, one per span (see pool.c). */
 #define WINDOW_BYTES (MAX_SPAN_PAGES * PAGE_BYTES)

@@ -9,17 +9,17 @@
 #include <unistd.h>
 
 #include "common/background.h"
-#include "recompress/bundle.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/fault.h"
 #include "pool/pool.h"
 #include "pool/pool_reserve.h"
 #include "recompress/recompress_bundle.h"
 #include "recompress/recompress_dict.h"
 #include "recompress/recompress_page.h"
-#include "core/store.h"
-#include "core/store_index.h"
+#include "store/store.h"
+#include "store/compact_index.h"
 
 /* The background recompressor of a device: a thread the library starts when recompress_idle
  * is set and stops when it is 0, at reset (paused) and at destroy; and the passes by request,

@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "recompress/bundle.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
 #include "common/fault.h"
 #include "pool/pool.h"
-#include "core/slot.h"
-#include "core/store_internal.h"
+#include "store/slot.h"
+#include "store/store_internal.h"
 
 struct bundle_work {
     unsigned char copies[BUNDLE_MAX_PAGES][UZRAM_PAGE_SIZE]; /* the members' objects */

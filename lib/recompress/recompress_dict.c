@@ -10,7 +10,7 @@
 
 #include "codec/codec_table.h"
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/fault.h"
 #include "recompress/recompress_page.h"
 

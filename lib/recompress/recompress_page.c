@@ -10,9 +10,9 @@
 
 #include "dedup/dedup.h"
 #include "pool/pool.h"
-#include "core/slot.h"
-#include "core/store.h"
-#include "core/store_internal.h"
+#include "store/slot.h"
+#include "store/store.h"
+#include "store/store_internal.h"
 
 /* Recompression's own buffers: the old object's bytes, its page, and the new object. */
 static __thread unsigned char old_copy[UZRAM_PAGE_SIZE];
@@ -200,7 +200,7 @@ static int recompress_dedup(struct uzram *dev, struct slot *slot, const struct p
             struct dedup_object replaced;
             if (dedup_replace(dedup, id, &expected, &object, &replaced)) {
                 /* Written back meanwhile: the copy on the backing store goes. */
-                const struct page_object form = store_dedup_form(&replaced);
+                const struct page_object form = dedup_object_form(&replaced);
                 store_free_object(dev, &form);
                 tally->recompressed++;
                 tally->bytes_before += expected.size;

@@ -14,14 +14,14 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "tier/backing.h"
-#include "tier/backing_file.h"
-#include "recompress/bundle_records.h"
+#include "backing/backing.h"
+#include "backing/backing_file.h"
+#include "bundle/bundle_records.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
 #include "common/fault.h"
 #include "pool/pool.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 #define STATE_MAGIC "UZRAMST"
 #ifndef TMPFS_MAGIC

@@ -1,7 +1,9 @@
 /* state.h - a device's state in a shareable file (internal; state.c, state_adopt.c): the
  * file's layout and header, the slot-change helper every slot change goes through (intent
- * records), and the private bitmap of the page table's pages ever written. What each part of
- * the metadata carries so that adoption finds damage is sums.h's. */
+ * records), the private bitmap of the page table's pages ever written, and what the other
+ * parts ask of the state (state_hooks.c). FORMAT.md, beside this file, is the whole format,
+ * its order of writes and what adoption does; what each part of the metadata carries so that
+ * adoption finds damage is sums.h's. */
 #ifndef UZRAM_STATE_H
 #define UZRAM_STATE_H
 
@@ -11,7 +13,7 @@
 #include <stdint.h>
 
 #include "codec/comp.h"
-#include "core/device.h"
+#include "device/device.h"
 
 /*
  * The file, at fixed offsets recorded in its header (a later version refuses a layout it
@@ -192,14 +194,7 @@ void state_close(struct state_file *state, bool clean);
 /* Bring the device adopted with state `dev->state` back: intents undone, locks cleared,
  * pool, codec table and counters made again from the page table (state_adopt.c). */
 int state_rebuild(struct uzram *dev);
-/* The backing store of a device with a state file (state_backing.c): opened with its checksum
- * words in the state and recorded in the header (`dev`'s settings and writeback locks held,
- * no page stored); forgotten when detached; opened again at adoption. */
-struct backing;
-int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
-                       struct backing **out);
-void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags);
-void state_backing_forget(struct state_file *state);
+/* The backing store opened again as the header records it (adoption; state_backing.c). */
 int state_backing_adopt(struct uzram *dev);
 
 /* The device's counters of events in the state: they outlive the process (the file is new:
@@ -210,6 +205,40 @@ static inline struct device_events *state_events(struct state_file *state)
                    "the counters fit between the intent records and the span directory");
     return (struct device_events *)(state->map + STATE_EVENTS_OFFSET);
 }
+
+/* ---- what the rest of the device asks of its state file (state_hooks.c, state_backing.c) ----
+ * Each call is the same for a device without one: anonymous memory, or nothing to do. */
+
+/* The device's state (NULL: none) and where its counters of events are (device.h). */
+void state_bind(struct uzram *dev, struct state_file *state);
+/* Where a part keeps its memory: in the state file `fd` from byte `offset` (`limited`: a tmpfs
+ * with a size, whose pages are allocated with fallocate() before they are touched), or, fd -1,
+ * anonymous memory. */
+struct state_region {
+    int fd;
+    uint64_t offset;
+    bool limited;
+};
+enum state_part { STATE_TABLE, STATE_DEDUP, STATE_BUNDLES };
+struct state_region state_region(const struct uzram *dev, enum state_part part);
+/* The pool's memory and span directory in the state file (after pool_create). */
+void state_pool_file(struct uzram *dev);
+/* The clock's base from the header (`adopted`), or it and the settings to a new header. */
+void state_start(struct uzram *dev, bool adopted);
+/* A setting changed, saved for a successor. */
+enum state_setting { STATE_SAME_FILLED, STATE_USE_DEDUP, STATE_MEM_LIMIT };
+void state_save_setting(struct uzram *dev, enum state_setting setting, uint64_t value);
+/* From now on every change of the codec table is saved in the state (state_save_codecs). */
+void state_follow_codecs(struct uzram *dev);
+/* The backing store attached: opened (with a state file, with its checksum words in it), then
+ * recorded in the header before any page can go there (NULL: detached, forgotten). `dev`'s
+ * settings and writeback locks held, no page stored (state_backing.c). */
+struct backing;
+int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
+                       struct backing **out);
+void state_backing_record(struct uzram *dev, const struct backing *backing, unsigned flags);
+/* Destroy: the state let go, clean, everything in it kept for a successor. */
+void state_let_go(struct uzram *dev);
 
 /* Mark the state clean (quiesce). */
 void state_mark_clean(struct state_file *state);

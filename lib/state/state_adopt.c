@@ -10,15 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tier/backing.h"
-#include "recompress/bundle.h"
+#include "backing/backing.h"
+#include "bundle/bundle.h"
 #include "codec/comp.h"
 #include "dedup/dedup.h"
 #include "common/file_extents.h"
 #include "pool/pool.h"
 #include "state/state.h"
-#include "core/store.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 /* The codec table as the header has it, each entry with no user yet but its settings', its
  * dictionary made again from the file (dict=auto: the one trained before, not retrained). */
@@ -67,11 +66,12 @@ static int restore_codecs(struct uzram *dev)
  * killed process wrote for an entry it never saved as used, or left of one it had saved as
  * freed; nothing names them, and nothing else would free them. Only once the state was found
  * whole: a damaged record could say unused of an entry pages use. */
-static void forget_unused_dicts(struct state_file *state)
+static int forget_unused_dicts(struct uzram *dev)
 {
     for (unsigned id = 0; id < CODEC_TABLE_MAX; id++)
-        if (!state->header->codecs[id].used)
-            state_forget_dict(state, id);
+        if (!dev->state->header->codecs[id].used)
+            state_forget_dict(dev->state, id);
+    return 0;
 }
 
 /* Each change a killed process left half done: the slot's old form back (its object was not
@@ -167,7 +167,7 @@ static int adopt_dedup_slot(struct uzram *dev, uint64_t index, uint32_t info, ui
     *huge = dedup_is_huge(dedup, id);
     if (rc == 0)
         return 0;
-    const struct page_object form = store_dedup_form(&object);
+    const struct page_object form = dedup_object_form(&object);
     return adopt_object(dev, &form, OWNER_DEDUP_BIT | id, why);
 }
 
@@ -261,10 +261,19 @@ static int adopt_extent(void *arg, uint64_t from, uint64_t to)
     return 0;
 }
 
-/* The dedup index's rebuild around the slots' (dedup_adopt.c): its object that an index move
- * left named by the old id as its pool owner named by the new one. */
-static int dedup_finish(struct uzram *dev)
+/* The dedup index before the slots (dedup_adopt.c): half-changed objects put back from its
+ * records, references and pins forgotten. */
+static int dedup_begin(struct uzram *dev)
 {
+    return device_dedup(dev) ? dedup_adopt_begin(device_dedup(dev)) : 0;
+}
+
+/* and after them: the entries no slot named freed, and the object an index move left named by
+ * the old id as its pool owner named by the new one. */
+static int dedup_end(struct uzram *dev)
+{
+    if (!device_dedup(dev))
+        return 0;
     bool moved;
     uint32_t id;
     struct dedup_object object;
@@ -274,32 +283,51 @@ static int dedup_finish(struct uzram *dev)
     return rc;
 }
 
+/* The backing store's blocks no slot named punched. */
+static int backing_end(struct uzram *dev)
+{
+    if (device_backing(dev))
+        backing_adopt_finish(device_backing(dev));
+    return 0;
+}
+
+/* The pool's spans no slot's object is in given back (pool_adopt.c). */
+static int pool_end(struct uzram *dev)
+{
+    return pool_adopt_finish(dev->pool);
+}
+
+/* Each part of the device the state holds adopts through one row: `begin` before the page
+ * table's slots are walked (its records checked, the part made again from them; nothing
+ * punched or freed), `end` once every slot was adopted (what no slot named given back), in
+ * the reverse order. The slots, in between, each name their object's part (adopt_slot). The
+ * first failure ends the adoption. FORMAT.md has the order and why. */
+static const struct adopt_part {
+    int (*begin)(struct uzram *dev);
+    int (*end)(struct uzram *dev);
+} adopt_parts[] = {
+    {restore_codecs, forget_unused_dicts}, /* codec table, dictionaries */
+    {undo_intents, NULL},                  /* slots half changed */
+    {state_backing_adopt, backing_end},    /* first: the slots that name it make its map */
+    {dedup_begin, dedup_end},
+    {bundle_records_adopt_start, NULL}, /* chunks held, which slots then claim records of */
+    {NULL, pool_end},
+};
+#define ADOPT_PARTS (sizeof adopt_parts / sizeof adopt_parts[0])
+
 int state_rebuild(struct uzram *dev)
 {
-    int rc = restore_codecs(dev);
-    if (rc == 0)
-        rc = undo_intents(dev);
-    if (rc < 0)
-        return rc;
-    /* The backing store first: the slots that name it make its map. */
-    rc = state_backing_adopt(dev);
-    if (rc == 0 && device_dedup(dev))
-        rc = dedup_adopt_begin(device_dedup(dev));
-    /* and the bundle records' chunks, which the slots that name records claim */
-    if (rc == 0)
-        rc = bundle_records_adopt_start(dev);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < ADOPT_PARTS; i++)
+        if (adopt_parts[i].begin)
+            rc = adopt_parts[i].begin(dev);
     const struct state_header *header = dev->state->header;
     if (rc == 0)
         rc = file_each_data(dev->state->fd, header->table_offset,
                             header->table_offset + header->table_bytes, adopt_extent, dev);
-    if (rc == 0)
-        rc = pool_adopt_finish(dev->pool);
-    if (rc == 0 && device_dedup(dev))
-        rc = dedup_finish(dev);
-    if (rc == 0 && device_backing(dev))
-        backing_adopt_finish(device_backing(dev));
-    if (rc == 0)
-        forget_unused_dicts(dev->state);
+    for (size_t i = ADOPT_PARTS; rc == 0 && i-- > 0;)
+        if (adopt_parts[i].end)
+            rc = adopt_parts[i].end(dev);
     codec_table_restore_done(&dev->codecs);
     return rc;
 }

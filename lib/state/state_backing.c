@@ -20,14 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tier/backing.h"
+#include "backing/backing.h"
 #include "state/state.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 int state_backing_open(struct uzram *dev, const char *path, uint64_t size, unsigned flags,
                        struct backing **out)
 {
     struct state_file *state = dev->state;
+    if (!state)
+        return backing_open(path, size, flags, &dev->events->bd_checksum_errors, out);
     /* Stale words of a store attached before: nothing reads them (a block's word is set
      * when it is written), but they are memory. */
     (void)fallocate(state->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -66,10 +68,14 @@ static uint32_t record_sum(const struct state_header *header, uint64_t bytes)
     return sums_32(&record, sizeof record);
 }
 
-void state_backing_record(struct state_file *state, const struct backing *backing, unsigned flags)
+void state_backing_record(struct uzram *dev, const struct backing *backing, unsigned flags)
 {
-    struct state_header *header = state->header;
-    atomic_store(&header->backing_bytes, 0);
+    if (!dev->state)
+        return;
+    struct state_header *header = dev->state->header;
+    atomic_store(&header->backing_bytes, 0); /* detached (NULL): forgotten */
+    if (!backing)
+        return;
     atomic_thread_fence(memory_order_seq_cst); /* the other fields only after */
     header->backing_flags = flags;
     memset(header->backing_path, 0, sizeof header->backing_path);
@@ -77,11 +83,6 @@ void state_backing_record(struct state_file *state, const struct backing *backin
     header->backing_sum = record_sum(header, backing_capacity(backing));
     atomic_thread_fence(memory_order_seq_cst);
     atomic_store(&header->backing_bytes, backing_capacity(backing)); /* last: whole */
-}
-
-void state_backing_forget(struct state_file *state)
-{
-    atomic_store(&state->header->backing_bytes, 0);
 }
 
 int state_backing_adopt(struct uzram *dev)

@@ -23,7 +23,7 @@
 
 #include "common/fault.h"
 #include "state/state.h"
-#include "state/sums.h"
+#include "common/sums.h"
 
 static off_t dict_at(const struct state_file *state, unsigned id)
 {

@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-#include "core/device.h"
+#include "device/device.h"
 #include "tier/writeback_page.h"
 
 /* The oldest 1/COLD_FRACTION of the pages in memory count as cold, as a sample of at most

@@ -11,13 +11,13 @@
 #include <unistd.h>
 
 #include "common/background.h"
-#include "tier/backing.h"
+#include "backing/backing.h"
 #include "tier/coldest.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "common/fault.h"
 #include "pool/pool.h"
 #include "state/state.h"
-#include "core/store.h"
+#include "store/store.h"
 #include "tier/writeback_batch.h"
 #include "tier/writeback_page.h"
 
@@ -718,17 +718,12 @@ int uzram_set_backing_dev_flags(struct uzram *dev, const char *path, uint64_t si
     } else if (!detach) {
         rc = batch_buffers_make(&buffers);
         if (rc == 0)
-            rc = dev->state
-                     ? state_backing_open(dev, path, size, flags, &opened)
-                     : backing_open(path, size, flags, &dev->events->bd_checksum_errors, &opened);
+            rc = state_backing_open(dev, path, size, flags, &opened);
     }
     if (rc == 0) {
         struct backing *old = device_backing(dev);
         /* In the state before any page can go there (state_backing.c) */
-        if (dev->state && opened)
-            state_backing_record(dev->state, opened, flags);
-        else if (dev->state)
-            state_backing_forget(dev->state);
+        state_backing_record(dev, opened, flags);
         atomic_store_explicit(&dev->backing, opened, memory_order_release);
         backing_close_emptied(old);
         batch_buffers_free(&writeback->buffers);

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/store.h"
+#include "store/store.h"
 
 struct uzram;
 

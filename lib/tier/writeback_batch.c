@@ -6,8 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "tier/backing.h"
-#include "core/device.h"
+#include "backing/backing.h"
+#include "device/device.h"
 #include "common/fault.h"
 #include "tier/writeback_page.h"
 

@@ -9,11 +9,11 @@
 #include <errno.h>
 #include <string.h>
 
-#include "tier/backing.h"
-#include "recompress/bundle.h"
+#include "backing/backing.h"
+#include "bundle/bundle.h"
 #include "pool/pool.h"
-#include "core/slot.h"
-#include "core/store_internal.h"
+#include "store/slot.h"
+#include "store/store_internal.h"
 
 /* Whether `filter` takes a page with this info and ac_time at `now`,
  * leaving out huge-ness (it needs the slot locked for a dedup reference):

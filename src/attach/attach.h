@@ -200,11 +200,6 @@ int nbd_client_argv(const struct nbd_client_plan *plan, const char *argv[NBD_CLI
 /* The command line that disconnects `device`. */
 int nbd_client_disconnect_argv(const char *device, const char *argv[NBD_CLIENT_ARGS_MAX]);
 
-/* Run a program (argv[0] looked up in PATH) with no input, waiting at most
- * `timeout_seconds` (then it is killed). Returns its exit status (0..255), or a negative
- * errno; `message` gets the last line it wrote to stderr, or why it did not run. */
-int run_program(const char *const argv[], int timeout_seconds, char *message, size_t message_size);
-
 /* ------------------------------------------------------------------------
  * The kernel's ublk driver (ublk.c)
  * ---------------------------------------------------------------------- */

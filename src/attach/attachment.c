@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "common/process.h"
 #include "nbd/limits.h"
 
 /* nbd-client connects, negotiates and configures the device in well under a second; the

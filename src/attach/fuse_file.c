@@ -24,7 +24,7 @@
 #include "attach/attach.h"
 #include "attach/fuse_uring.h"
 #include "nbd/limits.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 /* The one inode: the mount point itself is the file (FUSE mounts a regular file over a
  * regular file, as nbdfuse does), so there is nothing to look up. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
+#include "common/process.h"
 
 /* Whether /proc/self/mountinfo has a mount of type `type` on `path`. */
 static bool mounted_as(const char *path, const char *type)

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/threads.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23

@@ -25,7 +25,8 @@
 
 #include "attach/attach.h"
 #include "attach/ublk_request.h"
-#include "common/util.h"
+#include "common/process.h"
+#include "common/threads.h"
 #include "nbd/limits.h"
 
 #define UBLK_CONTROL "/dev/ublk-control"

@@ -2,7 +2,6 @@
  * engine, measured in-process through include/uzram.h only (no engine internals).
  * This file parses the options and runs the jobs; each job has its own file. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +11,7 @@
 #include "bench/bench.h"
 #include "cli/commands.h"
 #include "common/datagen.h"
-#include "common/util.h"
+#include "common/text.h"
 
 static const char *const default_algorithms[] = {"lz4", "lz4hc", "zstd", "lzo", "deflate"};
 static const int default_kinds[] = {DATAGEN_SAME, DATAGEN_HALF, DATAGEN_TEXT, DATAGEN_RANDOM};
@@ -45,8 +44,9 @@ static int split_option(char *storage, size_t size, const char *arg, const char 
 
 /* ---- each option's check and effect: 0, or -EINVAL after a message ---- */
 
-static int apply_algorithms(struct bench_options *opt, char *arg)
+static int apply_algorithms(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     static char list[1024]; /* the names point into it */
     char *items[BENCH_MAX_LIST];
     int n = split_option(list, sizeof list, arg, "algorithm", items);
@@ -70,8 +70,9 @@ static int apply_algorithms(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_kinds(struct bench_options *opt, char *arg)
+static int apply_kinds(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     static char list[1024];
     char *items[BENCH_MAX_LIST];
     int n = split_option(list, sizeof list, arg, "data kind", items);
@@ -89,8 +90,9 @@ static int apply_kinds(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_threads(struct bench_options *opt, char *arg)
+static int apply_threads(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     static char list[1024];
     char *items[BENCH_MAX_LIST];
     int n = split_option(list, sizeof list, arg, "thread", items);
@@ -111,8 +113,9 @@ static int apply_threads(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_size(struct bench_options *opt, char *arg)
+static int apply_size(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (uzram_parse_size(arg, &opt->size) != 0 || opt->size < BENCH_PAGE) {
         fprintf(stderr, "uzram bench: bad size '%s' (at least 4K, e.g. 256M)\n", arg);
         return -EINVAL;
@@ -122,8 +125,9 @@ static int apply_size(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_disksize(struct bench_options *opt, char *arg)
+static int apply_disksize(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (uzram_parse_size(arg, &opt->disksize) != 0 || opt->disksize < BENCH_PAGE) {
         fprintf(stderr, "uzram bench: bad disk size '%s' (at least 4K, e.g. 4G)\n", arg);
         return -EINVAL;
@@ -132,8 +136,9 @@ static int apply_disksize(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_repeat(struct bench_options *opt, char *arg)
+static int apply_repeat(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     char *end;
     unsigned long value = strtoul(arg, &end, 10);
     if (*end || value < 1 || value > 1000) {
@@ -144,8 +149,9 @@ static int apply_repeat(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_budget(struct bench_options *opt, char *arg)
+static int apply_budget(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     char *end;
     opt->budget = strtod(arg, &end);
     if (*end || !(opt->budget > 0) || opt->budget > 3600) {
@@ -155,8 +161,9 @@ static int apply_budget(struct bench_options *opt, char *arg)
     return 0;
 }
 
-static int apply_seed(struct bench_options *opt, char *arg)
+static int apply_seed(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     char *end;
     opt->seed = strtoull(arg, &end, 0);
     if (*end || !*arg) {
@@ -167,7 +174,7 @@ static int apply_seed(struct bench_options *opt, char *arg)
 }
 
 enum {
-    OPT_SEED = 256,
+    OPT_SEED = CLI_LONG_ONLY,
     OPT_JSON,
     OPT_DEDUP,
     OPT_SAME,
@@ -190,169 +197,160 @@ enum {
     OPT_DISKSIZE
 };
 
-/* The options that only set a flag, a section or a path: nothing to check. */
-static void apply_setting(struct bench_options *opt, int code, char *arg)
+/* --all: every section. */
+static int apply_all(void *context, char *arg)
 {
-    switch (code) {
-    case OPT_JSON:
-        opt->json = true;
-        break;
-    case OPT_DEDUP:
-        opt->run_dedup = true;
-        break;
-    case OPT_SAME:
-        opt->run_same_check = true;
-        break;
-    case OPT_ALL:
-        opt->run_sweep = opt->run_same_check = opt->run_dedup = true;
-        break;
-    case OPT_DUMP:
-        opt->dump_kind = arg;
-        break;
-    case OPT_FILE:
-        opt->file = arg;
-        break;
-    case OPT_TREE:
-        opt->trees[opt->tree_count++] = arg;
-        break;
-    case OPT_VERIFY:
-        opt->nbd.verify = true;
-        break;
-    }
+    struct bench_options *opt = context;
+    (void)arg;
+    opt->run_sweep = opt->run_same_check = opt->run_dedup = true;
+    return 0;
 }
 
-/* Every option of `uzram bench`, once: getopt's table and the lines of --help are made from
- * this list (as `uzram serve` does). A row without a name starts a group of --help, its code
- * the width of the group's option column; the rows after it are that group's options. The
- * options' column leaves room for a short option, the sections' (which have none) does not. */
-enum { SECTIONS_COLUMN = 21, OPTIONS_COLUMN = 26 };
-/* Which job an option belongs to: the engine's (`uzram bench`) or `uzram bench nbd`. */
+/* --tree DIR, as often as given. */
+static int apply_tree(void *context, char *arg)
+{
+    struct bench_options *opt = context;
+    opt->trees[opt->tree_count++] = arg;
+    return 0;
+}
+
+/* Every option of `uzram bench`, once, as the command framework's rows (cli/command.h):
+ * getopt's table and the lines of --help are made from this list. A row's tags say which job
+ * it belongs to, the engine's (`uzram bench`) or `uzram bench nbd`, so that the other job's
+ * options are refused (check_job). */
 enum { ENGINE = 1, NBD = 2, BOTH = ENGINE | NBD };
-static const struct bench_option {
-    const char *name; /* long option */
-    int code;         /* short option letter, or OPT_*; a group's column */
-    int has_arg;      /* required_argument or no_argument */
-    const char *arg;  /* what --help calls the argument */
-    const char *help; /* lines after the first are indented under it */
-    int (*apply)(struct bench_options *opt, char *arg); /* NULL: apply_setting() */
-    int jobs;                                           /* ENGINE, NBD or BOTH */
-} bench_option_table[] = {
-    {NULL, SECTIONS_COLUMN, 0, NULL, "sections:", NULL, ENGINE},
+static const struct cli_option bench_rows[] = {
+    CLI_HEADING("Sections:", ENGINE),
     {"dedup", OPT_DEDUP, no_argument, NULL,
-     "dedup off vs on side by side (unique and identical pages);\n"
-     "with --file/--tree: the real data with dedup off and on",
-     NULL, ENGINE},
-    {"same-check", OPT_SAME, no_argument, NULL, "only the same-filled check", NULL, ENGINE},
-    {"all", OPT_ALL, no_argument, NULL, "throughput, same-filled check and dedup", NULL, ENGINE},
+     "dedup off vs on side by side (unique and identical\n"
+     "pages); with --file/--tree: the real data with dedup\n"
+     "off and on",
+     ENGINE, CLI_TRUE(struct bench_options, run_dedup)},
+    {"same-check", OPT_SAME, no_argument, NULL, "only the same-filled check", ENGINE,
+     CLI_TRUE(struct bench_options, run_same_check)},
+    {"all", OPT_ALL, no_argument, NULL, "throughput, same-filled check and dedup", ENGINE,
+     apply_all, 0},
     {"file", OPT_FILE, required_argument, "PATH",
-     "store the pages of a file (- for stdin) and report memory", NULL, ENGINE},
+     "store the pages of a file (- for stdin) and report\n"
+     "memory",
+     ENGINE, CLI_TEXT(struct bench_options, file)},
     {"tree", OPT_TREE, required_argument, "DIR",
-     "store every regular file under DIR, each from a page boundary\n"
-     "(may be given many times; the trees are stored one after another)",
-     NULL, ENGINE},
+     "store every regular file under DIR, each from a page\n"
+     "boundary (may be given many times; the trees are\n"
+     "stored one after another)",
+     ENGINE, apply_tree, 0},
     {"dump-data", OPT_DUMP, required_argument, "KIND",
-     "write --size bytes of generated pages of KIND to stdout;\n"
-     "KIND 'loaded' writes the pages of --file/--tree as stored",
-     NULL, ENGINE},
-    {NULL, OPTIONS_COLUMN, 0, NULL, "options:", NULL, ENGINE},
+     "write --size bytes of generated pages of KIND to\n"
+     "stdout; KIND 'loaded' writes the pages of --file/--tree\n"
+     "as stored",
+     ENGINE, CLI_TEXT(struct bench_options, dump_kind)},
+    CLI_HEADING("Options:", ENGINE),
     {"algorithms", 'a', required_argument, "LIST",
      "comma-separated (default lz4,lz4hc,zstd,lzo,deflate;\n"
      "lz4 for --dedup, --file, --tree)",
-     apply_algorithms, ENGINE},
+     ENGINE, apply_algorithms, 0},
     {"kinds", 'k', required_argument, "LIST",
-     "data kinds: same,half,text,random,zero (default same,half,text,random)", apply_kinds, ENGINE},
+     "data kinds: same,half,text,random,zero (default\n"
+     "same,half,text,random)",
+     ENGINE, apply_kinds, 0},
     {"threads", 't', required_argument, "LIST", "thread counts (default 1,2; 1 for --file/--tree)",
-     apply_threads, ENGINE},
+     ENGINE, apply_threads, 0},
     {"size", 's', required_argument, "SIZE",
-     "bytes of pages per measurement (default 256M; for --file/--tree\n"
-     "the most to load, default all)",
-     apply_size, ENGINE},
+     "bytes of pages per measurement (default 256M; for\n"
+     "--file/--tree the most to load, default all)",
+     ENGINE, apply_size, 0},
     {"disksize", OPT_DISKSIZE, required_argument, "SIZE",
-     "--file/--tree: the device's size (default just the data; larger:\n"
-     "a disk the data fills in part, as a file system image)",
-     apply_disksize, ENGINE},
+     "--file/--tree: the device's size (default just the\n"
+     "data; larger: a disk the data fills in part, as a file\n"
+     "system image)",
+     ENGINE, apply_disksize, 0},
     {"repeat", 'r', required_argument, "N",
-     "repetitions of each measurement, best is kept (default 3)", apply_repeat, ENGINE},
+     "repetitions of each measurement, best is kept\n"
+     "(default 3)",
+     ENGINE, apply_repeat, 0},
     {"budget", 'b', required_argument, "SECONDS",
-     "a timed phase stops early after this long (default 0.25)", apply_budget, ENGINE},
-    {"seed", OPT_SEED, required_argument, "N", "data generator seed (default 1)", apply_seed, BOTH},
-    {"json", OPT_JSON, no_argument, NULL, "one JSON document instead of tables", NULL, BOTH},
-    {"help", 'h', no_argument, NULL, NULL, NULL, BOTH},
-    {NULL, OPTIONS_COLUMN, 0, NULL, "uzram bench nbd options:", NULL, NBD},
-    {"unix", OPT_UNIX, required_argument, "PATH", "the server's NBD Unix socket",
-     bench_nbd_apply_unix, NBD},
+     "a timed phase stops early after this long (default\n"
+     "0.25)",
+     ENGINE, apply_budget, 0},
+    CLI_HEADING("uzram bench nbd options:", NBD),
+    {"unix", OPT_UNIX, required_argument, "PATH", "the server's NBD Unix socket", NBD,
+     bench_nbd_apply_unix, 0},
     {"uri", OPT_URI, required_argument, "URI",
-     "nbd+unix:///NAME?socket=PATH, or nbd://HOST[:PORT]/NAME (TCP)", bench_nbd_apply_uri, NBD},
+     "nbd+unix:///NAME?socket=PATH, or nbd://HOST[:PORT]/NAME\n"
+     "(TCP)",
+     NBD, bench_nbd_apply_uri, 0},
     {"export", OPT_EXPORT, required_argument, "NAME",
-     "export name (default \"\": the first device)", bench_nbd_apply_export, NBD},
+     "export name (default \"\": the first device)", NBD, bench_nbd_apply_export, 0},
     {"depth", OPT_DEPTH, required_argument, "N",
-     "requests kept in flight (default 16, at most 512)", bench_nbd_apply_depth, NBD},
-    {"requests", OPT_REQUESTS, required_argument, "N", "requests to complete (default 200000)",
-     bench_nbd_apply_requests, NBD},
+     "requests kept in flight (default 16, at most 512)", NBD, bench_nbd_apply_depth, 0},
+    {"requests", OPT_REQUESTS, required_argument, "N", "requests to complete (default 200000)", NBD,
+     bench_nbd_apply_requests, 0},
     {"block-size", OPT_BLOCK_SIZE, required_argument, "SIZE",
-     "bytes a request, a multiple of 512 up to 1M (default 4K)", bench_nbd_apply_block_size, NBD},
+     "bytes a request, a multiple of 512 up to 1M (default\n"
+     "4K)",
+     NBD, bench_nbd_apply_block_size, 0},
     {"rw", OPT_RW, required_argument, "RW",
-     "read, write or mix (default read; mix: 70% reads, 30% writes)", bench_nbd_apply_rw, NBD},
+     "read, write or mix (default read; mix: 70% reads, 30%\n"
+     "writes)",
+     NBD, bench_nbd_apply_rw, 0},
     {"pattern", OPT_PATTERN, required_argument, "ORDER",
-     "random or seq: offsets at random or one after another (default random)",
-     bench_nbd_apply_pattern, NBD},
+     "random or seq: offsets at random or one after another\n"
+     "(default random)",
+     NBD, bench_nbd_apply_pattern, 0},
     {"region", OPT_REGION, required_argument, "SIZE",
-     "the requests fall in the first SIZE bytes (default the whole export)", bench_nbd_apply_region,
-     NBD},
+     "the requests fall in the first SIZE bytes (default the\n"
+     "whole export)",
+     NBD, bench_nbd_apply_region, 0},
     {"verify", OPT_VERIFY, no_argument, NULL,
-     "check every read's bytes: a block reads as written by a run\n"
-     "with the same --seed and --block-size (or zeros if never written)",
-     NULL, NBD},
+     "check every read's bytes: a block reads as written by\n"
+     "a run with the same --seed and --block-size (or zeros\n"
+     "if never written)",
+     NBD, CLI_TRUE(struct bench_options, nbd.verify)},
     {"timeout", OPT_TIMEOUT, required_argument, "SECONDS",
-     "give up when no reply has come for this long (default 30)", bench_nbd_apply_timeout, NBD},
+     "give up when no reply has come for this long (default\n"
+     "30)",
+     NBD, bench_nbd_apply_timeout, 0},
     {"server-pid", OPT_SERVER_PID, required_argument, "PID",
-     "also report the CPU time of this process (the server) a request", bench_nbd_apply_server_pid,
-     NBD},
+     "also report the CPU time of this process (the server)\n"
+     "a request",
+     NBD, bench_nbd_apply_server_pid, 0},
+    CLI_HEADING("Options of both:", BOTH),
+    {"seed", OPT_SEED, required_argument, "N", "data generator seed (default 1)", BOTH, apply_seed,
+     0},
+    {"json", OPT_JSON, no_argument, NULL, "one JSON document instead of tables", BOTH,
+     CLI_TRUE(struct bench_options, json)},
 };
-#define BENCH_OPTION_COUNT (sizeof bench_option_table / sizeof bench_option_table[0])
 
-static void usage(FILE *to)
+/* An option of the other job is refused, saying whose it is. */
+static int check_job(void *context, const struct cli_option *option)
 {
-    fputs("usage: uzram bench [options]\n"
-          "       uzram bench nbd (--unix PATH | --uri URI) [options]\n"
-          "  Measures the engine in-process through its public API.\n"
-          "  With no section option: throughput of every algorithm x data kind x thread\n"
-          "  count, then the same-filled check alone.\n"
-          "  `uzram bench nbd` loads a running NBD server from one thread with many requests\n"
-          "  in flight and reports requests/s and CPU time a request (its own, the server's).\n",
-          to);
-    int column = 0;
-    for (size_t i = 0; i < BENCH_OPTION_COUNT; i++) {
-        const struct bench_option *o = &bench_option_table[i];
-        if (o->name == NULL) {
-            fprintf(to, "\n%s\n", o->help);
-            column = o->code;
-            continue;
-        }
-        char left[64];
-        if (o->code < 256)
-            snprintf(left, sizeof left, "  -%c, --%s%s%s", o->code, o->name, o->arg ? " " : "",
-                     o->arg ? o->arg : "");
-        else if (column == OPTIONS_COLUMN)
-            snprintf(left, sizeof left, "      --%s%s%s", o->name, o->arg ? " " : "",
-                     o->arg ? o->arg : "");
-        else
-            snprintf(left, sizeof left, "  --%s%s%s", o->name, o->arg ? " " : "",
-                     o->arg ? o->arg : "");
-        if (o->help == NULL) {
-            fprintf(to, "%s\n", left);
-            continue;
-        }
-        fprintf(to, "%-*s", column, left);
-        for (const char *line = o->help; line != NULL;) {
-            const char *end = strchr(line, '\n');
-            fprintf(to, "%.*s\n", end ? (int)(end - line) : (int)strlen(line), line);
-            line = end ? end + 1 : NULL;
-            if (line != NULL)
-                fprintf(to, "%*s", column, "");
-        }
-    }
+    const struct bench_options *opt = context;
+    if (option->tags & (opt->nbd_job ? NBD : ENGINE))
+        return 0;
+    fprintf(stderr, "uzram bench: --%s is %s\n", option->name,
+            opt->nbd_job ? "not an option of `uzram bench nbd`"
+                         : "an option of `uzram bench nbd` only");
+    return -1;
 }
+
+static int bench_run(int argc, char **argv);
+
+const struct cli_command bench_command = {
+    .name = "bench",
+    .summary = "measure the engine on generated data, or an NBD server (bench nbd)",
+    .synopsis = "[OPTION]...\n"
+                "nbd (--unix PATH | --uri URI) [OPTION]...",
+    .description =
+        "Measure the engine in-process through its public API. With no section option:\n"
+        "throughput of every algorithm x data kind x thread count, then the same-filled\n"
+        "check alone. `uzram bench nbd` loads a running NBD server from one thread with\n"
+        "many requests in flight and reports requests/s and CPU time a request (its own,\n"
+        "the server's).\n",
+    .options = bench_rows,
+    .option_count = sizeof bench_rows / sizeof bench_rows[0],
+    .check = check_job,
+    .run = bench_run,
+};
 
 /* The defaults that depend on what was asked: the sections, and the algorithms, kinds and
  * thread counts for them. */
@@ -382,26 +380,9 @@ static void settle_defaults(struct bench_options *opt)
     }
 }
 
-/* Returns 0, 1 after --help, or -EINVAL after a message. */
+/* Returns CLI_GO_ON, or the exit status: 0 after --help, 2 after a message. */
 static int parse_options(int argc, char **argv, struct bench_options *opt)
 {
-    struct option longopts[BENCH_OPTION_COUNT + 1];
-    char shortopts[2 * BENCH_OPTION_COUNT + 1];
-    size_t long_count = 0, short_length = 0;
-    for (size_t i = 0; i < BENCH_OPTION_COUNT; i++) {
-        const struct bench_option *o = &bench_option_table[i];
-        if (o->name == NULL)
-            continue;
-        longopts[long_count++] = (struct option){o->name, o->has_arg, NULL, o->code};
-        if (o->code < 256) {
-            shortopts[short_length++] = (char)o->code;
-            if (o->has_arg == required_argument)
-                shortopts[short_length++] = ':';
-        }
-    }
-    longopts[long_count] = (struct option){NULL, 0, NULL, 0};
-    shortopts[short_length] = '\0';
-
     opt->repeat = 3;
     opt->budget = 0.25;
     opt->seed = 1;
@@ -413,73 +394,33 @@ static int parse_options(int argc, char **argv, struct bench_options *opt)
         argv++;
         argc--;
     }
-    optind = 0; /* full re-initialisation, in case main() used getopt too */
-    int c;
-    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
-        const struct bench_option *option = NULL;
-        for (size_t i = 0; i < BENCH_OPTION_COUNT && !option; i++)
-            if (bench_option_table[i].name && bench_option_table[i].code == c)
-                option = &bench_option_table[i];
-        if (c == 'h') {
-            usage(stdout);
-            return 1;
-        }
-        if (!option) {
-            usage(stderr);
-            return -EINVAL;
-        }
-        if (!(option->jobs & (opt->nbd_job ? NBD : ENGINE))) {
-            fprintf(stderr, "uzram bench: --%s is %s\n", option->name,
-                    opt->nbd_job ? "not an option of `uzram bench nbd`"
-                                 : "an option of `uzram bench nbd` only");
-            return -EINVAL;
-        }
-        if (!option->apply)
-            apply_setting(opt, c, optarg);
-        else if (option->apply(opt, optarg) < 0)
-            return -EINVAL;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "uzram bench: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return -EINVAL;
-    }
+    struct cli_args args;
+    int status = cli_parse(&bench_command, argc, argv, opt, &args);
+    if (status != CLI_GO_ON)
+        return status;
     if (opt->nbd_job)
-        return bench_nbd_settle(opt);
+        return bench_nbd_settle(opt) < 0 ? 2 : CLI_GO_ON;
     if (opt->file && opt->tree_count) {
         fprintf(stderr, "uzram bench: --file and --tree exclude each other\n");
-        return -EINVAL;
+        return 2;
     }
     if (opt->disksize && !opt->file && !opt->tree_count) {
         fprintf(stderr, "uzram bench: --disksize is for --file or --tree\n");
-        return -EINVAL;
+        return 2;
     }
     settle_defaults(opt);
-    return 0;
+    return CLI_GO_ON;
 }
 
-int cmd_bench(int argc, char **argv)
+static int bench_run(int argc, char **argv)
 {
-    /* getopt wants argv[0] to be a program name. Accept both conventions a
-     * dispatcher may use: argv[0] == "bench", or argv[0] already the first
-     * option. */
-    char *args[argc + 2];
-    int count = 0;
-    if (argc == 0 || argv[0][0] == '-')
-        args[count++] = (char *)"bench";
-    for (int i = 0; i < argc; i++)
-        args[count++] = argv[i];
-    args[count] = NULL;
-
     struct bench_options opt;
     memset(&opt, 0, sizeof opt);
     char *trees[argc + 1]; /* never more --tree options than arguments */
     opt.trees = trees;
-    int rc = parse_options(count, args, &opt);
-    if (rc == 1)
-        return 0; /* --help */
-    if (rc)
-        return 2;
+    int rc = parse_options(argc, argv, &opt);
+    if (rc != CLI_GO_ON)
+        return rc;
     if (opt.dump_kind)
         return bench_dump(&opt);
     if (opt.nbd_job)

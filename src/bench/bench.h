@@ -152,18 +152,19 @@ int bench_dedup(const struct bench_options *opt, struct bench_output *out);
 /* real_data.c: the pages of --file or --tree, memory and speed. */
 int bench_real_data(const struct bench_options *opt, struct bench_output *out);
 /* nbd_options.c: the checks and effects of `uzram bench nbd`'s options, for bench.c's
- * option table: 0, or -EINVAL after a message. */
-int bench_nbd_apply_unix(struct bench_options *opt, char *arg);
-int bench_nbd_apply_uri(struct bench_options *opt, char *arg);
-int bench_nbd_apply_export(struct bench_options *opt, char *arg);
-int bench_nbd_apply_depth(struct bench_options *opt, char *arg);
-int bench_nbd_apply_requests(struct bench_options *opt, char *arg);
-int bench_nbd_apply_block_size(struct bench_options *opt, char *arg);
-int bench_nbd_apply_rw(struct bench_options *opt, char *arg);
-int bench_nbd_apply_pattern(struct bench_options *opt, char *arg);
-int bench_nbd_apply_region(struct bench_options *opt, char *arg);
-int bench_nbd_apply_timeout(struct bench_options *opt, char *arg);
-int bench_nbd_apply_server_pid(struct bench_options *opt, char *arg);
+ * option table (setters of the command framework, cli/command.h; `context` is the
+ * struct bench_options): 0, or -EINVAL after a message. */
+int bench_nbd_apply_unix(void *context, char *arg);
+int bench_nbd_apply_uri(void *context, char *arg);
+int bench_nbd_apply_export(void *context, char *arg);
+int bench_nbd_apply_depth(void *context, char *arg);
+int bench_nbd_apply_requests(void *context, char *arg);
+int bench_nbd_apply_block_size(void *context, char *arg);
+int bench_nbd_apply_rw(void *context, char *arg);
+int bench_nbd_apply_pattern(void *context, char *arg);
+int bench_nbd_apply_region(void *context, char *arg);
+int bench_nbd_apply_timeout(void *context, char *arg);
+int bench_nbd_apply_server_pid(void *context, char *arg);
 /* The defaults and the checks between options, after parsing: 0 or -EINVAL. */
 int bench_nbd_settle(struct bench_options *opt);
 

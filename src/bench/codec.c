@@ -7,7 +7,8 @@
 
 #include "bench/bench.h"
 #include "common/datagen.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text.h"
 
 int bench_codec(const struct bench_options *opt, struct bench_output *out)
 {

@@ -6,7 +6,7 @@
 
 #include "bench/bench.h"
 #include "common/datagen.h"
-#include "common/util.h"
+#include "common/text.h"
 
 struct dedup_cell {
     bool valid;

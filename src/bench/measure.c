@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 struct worker {
     struct uzram *dev;

@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "bench/nbd_connect.h"
-#include "common/util.h"
+#include "common/big_endian.h"
+#include "common/clock.h"
+#include "common/socket_io.h"
 #include "nbd/protocol.h"
 
 /* Longest option reply payload read: NBD_REP_INFO and error messages are far shorter. */

@@ -18,7 +18,9 @@
 #include "bench/nbd_connect.h"
 #include "bench/nbd_load.h"
 #include "common/datagen.h"
-#include "common/util.h"
+#include "common/big_endian.h"
+#include "common/clock.h"
+#include "common/socket_io.h"
 #include "nbd/protocol.h"
 
 /* A write's header and the 8 bytes that make its block's contents its own. */

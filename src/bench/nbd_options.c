@@ -27,8 +27,9 @@ static int number(const char *what, const char *arg, unsigned long long min, uns
     return 0;
 }
 
-int bench_nbd_apply_unix(struct bench_options *opt, char *arg)
+int bench_nbd_apply_unix(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (!*arg) {
         fprintf(stderr, "uzram bench nbd: --unix needs a socket path\n");
         return -EINVAL;
@@ -40,8 +41,9 @@ int bench_nbd_apply_unix(struct bench_options *opt, char *arg)
 
 /* nbd+unix:///NAME?socket=PATH (the export name may be empty), or nbd://HOST[:PORT]/NAME:
  * the two forms `uzram status -o uri` and nbdinfo use. */
-int bench_nbd_apply_uri(struct bench_options *opt, char *arg)
+int bench_nbd_apply_uri(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     static const char unix_scheme[] = "nbd+unix://", tcp_scheme[] = "nbd://";
     char *rest;
     if (strncmp(arg, unix_scheme, strlen(unix_scheme)) == 0) {
@@ -85,8 +87,9 @@ bad:
     return -EINVAL;
 }
 
-int bench_nbd_apply_export(struct bench_options *opt, char *arg)
+int bench_nbd_apply_export(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (strlen(arg) > NBD_MAX_STRING) {
         fprintf(stderr, "uzram bench nbd: export name longer than %d bytes\n", NBD_MAX_STRING);
         return -EINVAL;
@@ -95,8 +98,9 @@ int bench_nbd_apply_export(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_depth(struct bench_options *opt, char *arg)
+int bench_nbd_apply_depth(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     unsigned long long value;
     if (number("depth", arg, 1, BENCH_NBD_MAX_DEPTH, &value))
         return -EINVAL;
@@ -104,8 +108,9 @@ int bench_nbd_apply_depth(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_requests(struct bench_options *opt, char *arg)
+int bench_nbd_apply_requests(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     unsigned long long value;
     if (number("requests", arg, 1, UINT32_MAX, &value))
         return -EINVAL;
@@ -113,8 +118,9 @@ int bench_nbd_apply_requests(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_block_size(struct bench_options *opt, char *arg)
+int bench_nbd_apply_block_size(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     uint64_t value;
     if (uzram_parse_size(arg, &value) != 0 || value < 512 || value > BENCH_NBD_MAX_BLOCK ||
         value % 512) {
@@ -126,8 +132,9 @@ int bench_nbd_apply_block_size(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_rw(struct bench_options *opt, char *arg)
+int bench_nbd_apply_rw(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (strcmp(arg, "read") == 0)
         opt->nbd.rw = BENCH_NBD_READ;
     else if (strcmp(arg, "write") == 0)
@@ -141,8 +148,9 @@ int bench_nbd_apply_rw(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_pattern(struct bench_options *opt, char *arg)
+int bench_nbd_apply_pattern(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (strcmp(arg, "random") == 0 || strcmp(arg, "rand") == 0)
         opt->nbd.sequential = false;
     else if (strcmp(arg, "seq") == 0 || strcmp(arg, "sequential") == 0)
@@ -154,8 +162,9 @@ int bench_nbd_apply_pattern(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_region(struct bench_options *opt, char *arg)
+int bench_nbd_apply_region(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     if (uzram_parse_size(arg, &opt->nbd.region) != 0 || opt->nbd.region == 0) {
         fprintf(stderr, "uzram bench nbd: bad --region '%s' (e.g. 256M)\n", arg);
         return -EINVAL;
@@ -163,8 +172,9 @@ int bench_nbd_apply_region(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_timeout(struct bench_options *opt, char *arg)
+int bench_nbd_apply_timeout(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     unsigned long long value;
     if (number("timeout", arg, 1, 3600, &value))
         return -EINVAL;
@@ -172,8 +182,9 @@ int bench_nbd_apply_timeout(struct bench_options *opt, char *arg)
     return 0;
 }
 
-int bench_nbd_apply_server_pid(struct bench_options *opt, char *arg)
+int bench_nbd_apply_server_pid(void *context, char *arg)
 {
+    struct bench_options *opt = context;
     unsigned long long value;
     if (number("server-pid", arg, 1, INT_MAX, &value))
         return -EINVAL;

@@ -7,7 +7,7 @@
 
 #include "bench/bench.h"
 #include "bench/nbd_load.h"
-#include "common/util.h"
+#include "common/text.h"
 
 static const char *rw_name(enum bench_nbd_rw rw)
 {

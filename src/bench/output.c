@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "bench/bench.h"
-#include "common/util.h"
+#include "common/text.h"
 
 void bench_json_ratio(double value)
 {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/util.h"
+#include "common/text.h"
 
 int bench_real_data(const struct bench_options *opt, struct bench_output *out)
 {

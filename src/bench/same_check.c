@@ -5,7 +5,8 @@
 #include <stdlib.h>
 
 #include "bench/bench.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text.h"
 
 /* Calls per second of uzram_page_same_filled on one page, best of repeats.
  * The function lives in the library, so the compiler cannot drop the calls;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "bench/bench.h"
-#include "common/util.h"
+#include "common/text.h"
 
 int bench_throughput(const struct bench_options *opt, struct bench_output *out)
 {

@@ -1,7 +1,6 @@
 /* attr.c - `uzram attr`: read or write one attribute of a running device, or list them all.
  * Sends "get NAME" or "set NAME VALUE" about the device to its server's control socket. */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/pass.h"
-#include "cli/server_options.h"
 #include "control/control.h"
-#include "common/util.h"
 #include "uzram.h"
 
 /* The attributes the server adds to the library's (control/service.c): the clients of a
@@ -39,19 +36,12 @@ static void print_wrapped(FILE *out, const char *name, const char *text)
     fputc('\n', out);
 }
 
-/* The list and what each write takes come from the library's table of attributes
- * (uzram_attr_names, uzram_attr_usage: exactly the writable ones have a usage). */
-static void attr_usage(FILE *out)
+/* --help after the options: the attributes, and what each write takes, from the library's
+ * table of attributes (uzram_attr_names, uzram_attr_usage: exactly the writable ones have a
+ * usage). */
+static void attributes_help(FILE *out)
 {
-    fputs("Usage: uzram attr [-u PLACE] DEVICE [NAME [VALUE]]\n"
-          "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
-          "without NAME, list every attribute with its value. DEVICE is a device name\n"
-          "(looked up among the servers of the runtime directory) or the path of a .ctl\n"
-          "control socket (its server's first device).\n"
-          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
-          "\n",
-          out);
-    fprintf(out, "Attributes: %s " SERVER_ATTRIBUTES "\n", uzram_attr_names());
+    fprintf(out, "\nAttributes: %s " SERVER_ATTRIBUTES "\n", uzram_attr_names());
     fputs("\nWritable, and what a write takes (disksize is set when the device is served:\n"
           "uzram serve --size; reset only while no client is connected):\n",
           out);
@@ -107,22 +97,35 @@ static int list_attributes(const struct control_target *target)
     return status;
 }
 
-int cmd_attr(int argc, char **argv)
+static int attr_run(int argc, char **argv);
+
+const struct cli_command attr_command = {
+    .name = "attr",
+    .summary = "read or write an attribute of a running device",
+    .synopsis = "[-u PLACE] DEVICE [NAME [VALUE]]",
+    .description =
+        "Read (or, with VALUE, write) an attribute of a served device, with zram's names;\n"
+        "without NAME, list every attribute with its value. DEVICE is a device name\n"
+        "(looked up among the servers of the runtime directory) or the path of a .ctl\n"
+        "control socket (its server's first device).\n",
+    .common = CLI_RUNTIME_DIR,
+    .order = CLI_OPTIONS_FIRST, /* so that VALUE may start with '-' */
+    .min_operands = 1,
+    .max_operands = 3,
+    .operands = "DEVICE [NAME [VALUE]]",
+    .more_help = attributes_help,
+    .run = attr_run,
+};
+
+static int attr_run(int argc, char **argv)
 {
-    /* options first, so that VALUE may start with '-' */
-    static const struct server_command command = {.name = "attr",
-                                                  .usage = attr_usage,
-                                                  .operands = "DEVICE [NAME [VALUE]]",
-                                                  .min_operands = 1,
-                                                  .max_operands = 3,
-                                                  .options_first = true};
-    struct server_choice choice;
-    int status = server_options(argc, argv, &command, &choice);
-    if (status >= 0)
+    struct cli_args args;
+    int status = cli_parse(&attr_command, argc, argv, NULL, &args);
+    if (status != CLI_GO_ON)
         return status;
-    int operands = argc - optind;
-    const char *device = argv[optind], *name = operands >= 2 ? argv[optind + 1] : NULL;
-    const char *value = operands == 3 ? argv[optind + 2] : NULL;
+    char **operands = argv + args.first;
+    const char *device = operands[0], *name = args.count >= 2 ? operands[1] : NULL;
+    const char *value = args.count == 3 ? operands[2] : NULL;
     if ((name != NULL && strpbrk(name, " \n") != NULL) ||
         (value != NULL && strchr(value, '\n') != NULL) || (value != NULL && value[0] == '\0')) {
         fprintf(stderr, "uzram: bad attribute name or value\n");
@@ -131,7 +134,7 @@ int cmd_attr(int argc, char **argv)
 
     char message[2 * PATH_MAX + 256], request[PATH_MAX + 64], *body;
     struct control_target target;
-    int rc = control_locate(choice.place, device, NULL, &target, message, sizeof message);
+    int rc = control_locate(args.runtime_dir, device, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

@@ -1,19 +1,15 @@
-/* commands.h - the subcommands of the uzram program.
- * Each takes the arguments after its name and returns the exit status. */
+/* commands.h - the commands of the uzram program, each declared for the command framework
+ * (cli/command.h) in its own file; main.c lists them. zram-generator --serve runs serve's. */
 #ifndef UZRAM_COMMANDS_H
 #define UZRAM_COMMANDS_H
 
+#include "cli/command.h"
+
+extern const struct cli_command serve_command, status_command, attr_command, attach_command,
+    detach_command, hot_add_command, hot_remove_command, restart_command, state_check_command,
+    estimate_command, bench_command, zram_generator_command;
+
+/* `uzram serve` with `argv` (argv[0] "uzram serve"): the exit status. */
 int cmd_serve(int argc, char **argv);
-int cmd_status(int argc, char **argv);
-int cmd_attr(int argc, char **argv);
-int cmd_attach(int argc, char **argv);
-int cmd_detach(int argc, char **argv);
-int cmd_hot_add(int argc, char **argv);
-int cmd_hot_remove(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_estimate(int argc, char **argv);
-int cmd_zram_generator(int argc, char **argv);
-int cmd_restart(int argc, char **argv);
-int cmd_state_check(int argc, char **argv);
 
 #endif

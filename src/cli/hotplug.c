@@ -9,31 +9,50 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/server_options.h"
 #include "control/control.h"
-#include "common/util.h"
-#include "server/options.h"
-
-/* serve's device options (server/options.c's table), one line each, for --help. */
-static void device_options_usage(FILE *out)
-{
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
-        const struct serve_option *o = &serve_options[i];
-        if (o->name == NULL || !option_sets_device(o))
-            continue;
-        char left[64];
-        option_left_column(o, left, sizeof left);
-        const char *end = strchr(o->help, '\n');
-        fprintf(out, "%-*s %.*s%s\n", SERVE_HELP_COLUMN - 1, left,
-                end ? (int)(end - o->help) : (int)strlen(o->help), o->help, end ? " ..." : "");
-    }
-}
+#include "common/text.h"
+#include "server/serve_options.h"
 
 /* Is `option` one hot-add takes after NAME [SIZE]: a device's setting other than its size? */
-static bool hot_add_option(const struct serve_option *option)
+static bool hot_add_option(const struct cli_option *option)
 {
     return option_sets_device(option) && option->code != 's';
 }
+
+/* --help after the options: serve's device options (server/serve_options.c's table), one
+ * line each. */
+static void device_options_help(FILE *out)
+{
+    fputs("\n"
+          "Device options (as uzram serve takes them; the server's own defaults apply to\n"
+          "what is not given):\n",
+          out);
+    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++)
+        if (serve_options[i].name != NULL && option_sets_device(&serve_options[i]))
+            cli_print_option(out, &serve_options[i], true);
+}
+
+static int hot_add_run(int argc, char **argv);
+
+const struct cli_command hot_add_command = {
+    .name = "hot-add",
+    .summary = "add a device to a running server (zram's hot_add)",
+    .synopsis = "[-S SERVER | -u PLACE] NAME [SIZE] [DEVICE OPTION]...",
+    .description =
+        "Add device NAME of SIZE (default: the server's) to a running `uzram serve`, as\n"
+        "zram's hot_add does: a new NBD export of that server, at once.\n",
+    .common = CLI_SERVER | CLI_RUNTIME_DIR,
+    /* options first: the device options after NAME are serve's, read by device_spec() */
+    .order = CLI_OPTIONS_FIRST,
+    .min_operands = 1,
+    .max_operands = INT_MAX,
+    .operands = "NAME [SIZE] [DEVICE OPTION]...",
+    .more_help = device_options_help,
+    .epilog = "\n"
+              "Example:\n"
+              "  uzram hot-add -S pool scratch 2G --algorithm zstd --dedup\n",
+    .run = hot_add_run,
+};
 
 /* Make the device SPEC that serve --device and the control socket's hot-add take
  * (NAME:SIZE[:KEY=VALUE]...) from NAME, SIZE (NULL: the server's default) and serve's
@@ -44,16 +63,17 @@ static int device_spec(const char *name, const char *size, int argc, char **argv
 {
     struct option long_options[SERVE_OPTION_COUNT + 1];
     char short_options[3 * SERVE_OPTION_COUNT + 2];
-    option_getopt_tables(hot_add_option, "+", long_options, short_options);
+    cli_getopt_tables(serve_options, SERVE_OPTION_COUNT, hot_add_option, "+", long_options,
+                      short_options);
 
     size_t used = (size_t)snprintf(spec, spec_size, "%s:%s", name, size ? size : "");
-    int c, index;
-    optind = 1;
+    int c;
+    optind = 0; /* afresh, as cli_parse() */
     opterr = 1;
-    while ((c = getopt_long(argc, argv, short_options, long_options, &index)) != -1) {
-        const struct serve_option *option = option_by_code(c);
+    while ((c = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
+        const struct cli_option *option = option_by_code(c);
         if (option == NULL)
-            return 2;
+            return cli_try_help(&hot_add_command);
         if (optarg != NULL && strchr(optarg, ':') != NULL) {
             fprintf(stderr,
                     "uzram: --%s '%s': a value with ':' cannot go in a device's settings; "
@@ -64,10 +84,8 @@ static int device_spec(const char *name, const char *size, int argc, char **argv
         used += (size_t)snprintf(spec + used, used < spec_size ? spec_size - used : 0, ":%s%s%s",
                                  option->name, optarg ? "=" : "", optarg ? optarg : "");
     }
-    if (optind < argc) {
-        fprintf(stderr, "uzram hot-add: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    if (optind < argc)
+        return cli_misused(&hot_add_command, "unexpected argument '%s'", argv[optind]);
     if (used >= spec_size) {
         fputs("uzram hot-add: the settings are too long for one request\n", stderr);
         return 2;
@@ -75,47 +93,14 @@ static int device_spec(const char *name, const char *size, int argc, char **argv
     return 0;
 }
 
-static void hot_add_usage(FILE *out)
+static int hot_add_run(int argc, char **argv)
 {
-    fputs("Usage: uzram hot-add [-S SERVER | -u PLACE] NAME [SIZE] [DEVICE OPTION]...\n"
-          "Add device NAME of SIZE (default: the server's) to a running `uzram serve`, as\n"
-          "zram's hot_add does: a new NBD export of that server, at once.\n"
-          "\n" SERVER_OPTION_USAGE CONTROL_PLACE_USAGE "  -h, --help              show this help\n"
-          "\n"
-          "Device options (as uzram serve takes them; the server's own defaults apply to\n"
-          "what is not given):\n",
-          out);
-    device_options_usage(out);
-    fputs("\n"
-          "Example:\n"
-          "  uzram hot-add -S pool scratch 2G --algorithm zstd --dedup\n",
-          out);
-}
-
-static void hot_remove_usage(FILE *out)
-{
-    fputs("Usage: uzram hot-remove [-u PLACE] NAME\n"
-          "Remove device NAME from the server that serves it, as zram's hot_remove does: its\n"
-          "data is dropped. Refused while a client is connected to it; disconnect them first.\n"
-          "\n" CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
-          out);
-}
-
-int cmd_hot_add(int argc, char **argv)
-{
-    /* options first: the device options after NAME are serve's, read by device_spec() */
-    static const struct server_command command = {.name = "hot-add",
-                                                  .usage = hot_add_usage,
-                                                  .operands = "NAME [SIZE] [DEVICE OPTION]...",
-                                                  .min_operands = 1,
-                                                  .max_operands = INT_MAX,
-                                                  .takes_server = true,
-                                                  .options_first = true};
-    struct server_choice choice;
-    int status = server_options(argc, argv, &command, &choice);
-    if (status >= 0)
+    struct cli_args args;
+    int status = cli_parse(&hot_add_command, argc, argv, NULL, &args);
+    if (status != CLI_GO_ON)
         return status;
-    const char *name = argv[optind++];
+    int next = args.first;
+    const char *name = argv[next++];
     if (!util_valid_name(name)) {
         fprintf(stderr,
                 "uzram: bad device name '%s'; use 1-64 characters from A-Z a-z 0-9 . _ -, not "
@@ -124,21 +109,22 @@ int cmd_hot_add(int argc, char **argv)
         return 2;
     }
     const char *size = NULL;
-    if (optind < argc && argv[optind][0] != '-')
-        size = argv[optind++];
+    if (next < argc && argv[next][0] != '-')
+        size = argv[next++];
     if (size != NULL && strchr(size, ':') != NULL) {
         fprintf(stderr, "uzram: bad size '%s'\n", size);
         return 2;
     }
     /* The device options, as serve's getopt reads them: argv[0] stays the program. */
     char spec[1024];
-    argv[optind - 1] = argv[0];
-    status = device_spec(name, size, argc - optind + 1, argv + optind - 1, spec, sizeof spec);
+    argv[next - 1] = argv[0];
+    status = device_spec(name, size, argc - next + 1, argv + next - 1, spec, sizeof spec);
     if (status != 0)
         return status;
 
     char ctl[PATH_MAX], request[1100], message[1024], *body;
-    if (control_choose_server(choice.place, choice.server, command.name, ctl, sizeof ctl) < 0)
+    if (control_choose_server(args.runtime_dir, args.server, hot_add_command.name, ctl,
+                              sizeof ctl) < 0)
         return 1;
     snprintf(request, sizeof request, "hot-add %s", spec);
     int rc = control_request(ctl, request, &body, message, sizeof message);
@@ -151,25 +137,36 @@ int cmd_hot_add(int argc, char **argv)
     return 0;
 }
 
-int cmd_hot_remove(int argc, char **argv)
+static int hot_remove_run(int argc, char **argv);
+
+const struct cli_command hot_remove_command = {
+    .name = "hot-remove",
+    .summary = "remove a device from its server (zram's hot_remove)",
+    .synopsis = "[-u PLACE] NAME",
+    .description =
+        "Remove device NAME from the server that serves it, as zram's hot_remove does: its\n"
+        "data is dropped. Refused while a client is connected to it; disconnect them first.\n",
+    .common = CLI_RUNTIME_DIR,
+    .min_operands = 1,
+    .max_operands = 1,
+    .operands = "NAME",
+    .run = hot_remove_run,
+};
+
+static int hot_remove_run(int argc, char **argv)
 {
-    static const struct server_command command = {.name = "hot-remove",
-                                                  .usage = hot_remove_usage,
-                                                  .operands = "NAME",
-                                                  .min_operands = 1,
-                                                  .max_operands = 1};
-    struct server_choice choice;
-    int status = server_options(argc, argv, &command, &choice);
-    if (status >= 0)
+    struct cli_args args;
+    int status = cli_parse(&hot_remove_command, argc, argv, NULL, &args);
+    if (status != CLI_GO_ON)
         return status;
-    const char *name = argv[optind];
+    const char *name = argv[args.first];
     if (!util_valid_name(name)) {
         fprintf(stderr, "uzram: '%s' is not a device name\n", name);
         return 2;
     }
     char message[2 * PATH_MAX + 256], request[128], *body;
     struct control_target target;
-    int rc = control_locate(choice.place, name, NULL, &target, message, sizeof message);
+    int rc = control_locate(args.runtime_dir, name, NULL, &target, message, sizeof message);
     if (rc < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;

@@ -1,5 +1,5 @@
-/* main.c - entry point of the uzram program: picks the subcommand.
- * Prints the overall help and version; each subcommand parses its own options. */
+/* main.c - entry point of the uzram program: picks the command. Prints the overall help and
+ * version; each command reads its own command line through the framework (cli/command.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,25 +7,11 @@
 #include "cli/commands.h"
 #include "uzram.h"
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} commands[] = {
-    {"serve", cmd_serve, "create a compressed RAM disk and serve it over NBD"},
-    {"status", cmd_status, "show running devices and their statistics, like zramctl"},
-    {"attr", cmd_attr, "read or write an attribute of a running device"},
-    {"attach", cmd_attach, "give a running device a /dev node (ublk, nbd-client or FUSE + loop)"},
-    {"detach", cmd_detach, "take the /dev node of a running device away again"},
-    {"hot-add", cmd_hot_add, "add a device to a running server (zram's hot_add)"},
-    {"hot-remove", cmd_hot_remove, "remove a device from its server (zram's hot_remove)"},
-    {"restart", cmd_restart, "restart a server in place (an upgrade) without losing a page"},
-    {"state-check", cmd_state_check, "say whether this uzram can take over a device's state"},
-    {"estimate", cmd_estimate,
-     "estimate what same-filled pages, compression and dedup save on data"},
-    {"bench", cmd_bench, "measure the engine on generated data, or an NBD server (bench nbd)"},
-    {"zram-generator", cmd_zram_generator,
-     "serve and set up zram-generator.conf's devices (swap, mounts)"},
+/* In the order `uzram --help` lists them. */
+static const struct cli_command *const commands[] = {
+    &serve_command,       &status_command,   &attr_command,       &attach_command,
+    &detach_command,      &hot_add_command,  &hot_remove_command, &restart_command,
+    &state_check_command, &estimate_command, &bench_command,      &zram_generator_command,
 };
 
 static void usage(FILE *out)
@@ -37,8 +23,8 @@ static void usage(FILE *out)
           "Commands:\n",
           out);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, strlen(commands[i].name) > 10 ? "  %s\n%13s%s\n" : "  %-10s %.0s%s\n",
-                commands[i].name, "", commands[i].summary);
+        fprintf(out, strlen(commands[i]->name) > 10 ? "  %s\n%13s%s\n" : "  %-10s %.0s%s\n",
+                commands[i]->name, "", commands[i]->summary);
     fputs("\n"
           "Run 'uzram COMMAND --help' for the options of a command; see uzram(1).\n"
           "Example:\n"
@@ -68,12 +54,12 @@ int main(int argc, char **argv)
     if (strcmp(name, "__hold-loop") == 0)
         return loop_holder_main();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (strcmp(name, commands[i].name) == 0) {
+        if (strcmp(name, commands[i]->name) == 0) {
             /* getopt prefixes its messages with argv[0]: make it "uzram serve". */
             char program[32];
-            snprintf(program, sizeof program, "uzram %s", commands[i].name);
+            snprintf(program, sizeof program, "uzram %s", commands[i]->name);
             argv[1] = program;
-            return commands[i].run(argc - 1, argv + 1);
+            return commands[i]->run(argc - 1, argv + 1);
         }
     }
     fprintf(stderr, "uzram: unknown command '%s'; try 'uzram --help'\n", name);

@@ -1,10 +1,9 @@
 /* restart.c - `uzram restart`: a planned restart of a running `uzram serve` in place (the
- * control request "restart", server/restart.c), waiting until the new program answers; and
+ * control request "restart", server/reexec.c), waiting until the new program answers; and
  * `uzram state-check`, which the server runs with the program now installed to learn whether
  * it can take every state over before it stops (a user may run it on a state file too). */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,8 +16,8 @@
 
 #include "attach/attach.h"
 #include "cli/commands.h"
-#include "cli/server_options.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text.h"
 #include "control/control.h"
 #include "uzram.h"
 
@@ -28,22 +27,6 @@
 /* How long one question to the restarting server may wait: a request queued on a socket that
  * systemd holds for a server that has died would wait for the whole reply time. */
 #define RESTART_ASK_MS 2000ull
-
-static void restart_usage(FILE *out)
-{
-    fputs("Usage: uzram restart [-S SERVER | -u PLACE] [DEVICE]\n"
-          "Restart a running `uzram serve` in place, with the uzram program installed now (an\n"
-          "upgrade), without losing a page: its devices must keep their state (serve\n"
-          "--persist). The program first checks that it can read every state; if it cannot,\n"
-          "nothing happens and the server keeps serving. Else the server stops accepting,\n"
-          "answers the requests in flight, and runs the program again in the same process\n"
-          "with the states and the listening sockets: NBD clients reconnect (nbd-client\n"
-          "-persist, qemu's reconnect-delay), ublk devices recover, FUSE attachments end.\n"
-          "Waits until the new program answers. `systemctl reload uzram@NAME` runs this.\n"
-          "DEVICE names the server that serves it.\n"
-          "\n" SERVER_OPTION_USAGE CONTROL_PLACE_USAGE "  -h, --help              show this help\n",
-          out);
-}
 
 /* The number in reply line `key` of the server at `ctl`, waiting `reply_ms` at most; -1 when
  * it cannot be asked. */
@@ -105,30 +88,47 @@ static int wait_restarted(const char *ctl, long before, long pid, int pidfd)
     return 1;
 }
 
-int cmd_restart(int argc, char **argv)
+static int restart_run(int argc, char **argv);
+
+const struct cli_command restart_command = {
+    .name = "restart",
+    .summary = "restart a server in place (an upgrade) without losing a page",
+    .synopsis = "[-S SERVER | -u PLACE] [DEVICE]",
+    .description =
+        "Restart a running `uzram serve` in place, with the uzram program installed now (an\n"
+        "upgrade), without losing a page: its devices must keep their state (serve\n"
+        "--persist). The program first checks that it can read every state; if it cannot,\n"
+        "nothing happens and the server keeps serving. Else the server stops accepting,\n"
+        "answers the requests in flight, and runs the program again in the same process\n"
+        "with the states and the listening sockets: NBD clients reconnect (nbd-client\n"
+        "-persist, qemu's reconnect-delay), ublk devices recover, FUSE attachments end.\n"
+        "Waits until the new program answers. `systemctl reload uzram@NAME` runs this.\n"
+        "DEVICE names the server that serves it.\n",
+    .common = CLI_SERVER | CLI_RUNTIME_DIR,
+    .max_operands = 1,
+    .operands = "one DEVICE, or -S SERVER",
+    .run = restart_run,
+};
+
+static int restart_run(int argc, char **argv)
 {
-    static const struct server_command command = {.name = "restart",
-                                                  .usage = restart_usage,
-                                                  .operands = "one DEVICE, or -S SERVER",
-                                                  .max_operands = 1,
-                                                  .takes_server = true};
-    struct server_choice choice;
-    int status = server_options(argc, argv, &command, &choice);
-    if (status >= 0)
+    struct cli_args args;
+    int status = cli_parse(&restart_command, argc, argv, NULL, &args);
+    if (status != CLI_GO_ON)
         return status;
-    if (optind < argc && choice.server != NULL)
-        return server_options_misused(&command);
+    if (args.count > 0 && args.server != NULL)
+        return cli_misused(&restart_command, "expected %s", restart_command.operands);
     char ctl[PATH_MAX], message[2048], value[32], *body;
     struct control_target target;
-    if (optind < argc) {
-        if (control_locate(choice.place, argv[optind], NULL, &target, message, sizeof message) <
-            0) {
+    if (args.count > 0) {
+        if (control_locate(args.runtime_dir, argv[args.first], NULL, &target, message,
+                           sizeof message) < 0) {
             fprintf(stderr, "uzram: %s\n", message);
             return 1;
         }
         snprintf(ctl, sizeof ctl, "%s", target.ctl);
-    } else if (control_choose_server(choice.place, choice.server, command.name, ctl, sizeof ctl) <
-               0) {
+    } else if (control_choose_server(args.runtime_dir, args.server, restart_command.name, ctl,
+                                     sizeof ctl) < 0) {
         return 1;
     }
     /* Its process, watched so that its end does not go unseen for the whole wait. */
@@ -185,50 +185,66 @@ static int check_one(int fd, const char *name)
     return 0;
 }
 
-int cmd_state_check(int argc, char **argv)
+/* What `uzram state-check` found so far. */
+struct state_check {
+    int failed, checked;
+};
+
+/* --fd N[=NAME]: the state open on descriptor N (a restarting server's). */
+static int check_fd(void *where, char *arg)
 {
-    static const struct option long_options[] = {
-        {"fd", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c, failed = 0, checked = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
-        if (c == 'h') {
-            fputs("Usage: uzram state-check [--fd N[=NAME]]... [PATH]...\n"
-                  "Say whether this uzram can take over each device state (serve --persist):\n"
-                  "its format version, size and algorithm. Exit status 0 when it can take\n"
-                  "every one. `uzram restart` runs it first, with the program installed now.\n",
-                  stdout);
-            return 0;
-        }
-        if (c != 'f') {
-            fputs("Try 'uzram state-check --help' for more information.\n", stderr);
-            return 2;
-        }
-        char *end;
-        long fd = strtol(optarg, &end, 10);
-        if (end == optarg || fd < 0 || fd > INT_MAX || (*end != '\0' && *end != '=')) {
-            fprintf(stderr, "uzram state-check: bad --fd '%s'; use N or N=NAME\n", optarg);
-            return 2;
-        }
-        failed |= check_one((int)fd, *end == '=' ? end + 1 : optarg);
-        checked++;
+    struct state_check *check = where;
+    char *end;
+    long fd = strtol(arg, &end, 10);
+    if (end == arg || fd < 0 || fd > INT_MAX || (*end != '\0' && *end != '=')) {
+        fprintf(stderr, "uzram state-check: bad --fd '%s'; use N or N=NAME\n", arg);
+        return -1;
     }
-    for (; optind < argc; optind++, checked++) {
-        int fd = open(argv[optind], O_RDONLY | O_CLOEXEC);
+    check->failed |= check_one((int)fd, *end == '=' ? end + 1 : arg);
+    check->checked++;
+    return 0;
+}
+
+static const struct cli_option state_check_options[] = {
+    {"fd", CLI_LONG_ONLY, required_argument, "N[=NAME]",
+     "the state open on descriptor N, named NAME in the\n"
+     "report (what a restarting server gives it)",
+     0, check_fd, 0},
+};
+
+static int state_check_run(int argc, char **argv);
+
+const struct cli_command state_check_command = {
+    .name = "state-check",
+    .summary = "say whether this uzram can take over a device's state",
+    .synopsis = "[--fd N[=NAME]]... [PATH]...",
+    .description = "Say whether this uzram can take over each device state (serve --persist):\n"
+                   "its format version, size and algorithm. Exit status 0 when it can take\n"
+                   "every one. `uzram restart` runs it first, with the program installed now.\n",
+    .options = state_check_options,
+    .option_count = sizeof state_check_options / sizeof state_check_options[0],
+    .max_operands = INT_MAX,
+    .run = state_check_run,
+};
+
+static int state_check_run(int argc, char **argv)
+{
+    struct state_check check = {0};
+    struct cli_args args;
+    int status = cli_parse(&state_check_command, argc, argv, &check, &args);
+    if (status != CLI_GO_ON)
+        return status;
+    for (int i = args.first; i < argc; i++, check.checked++) {
+        int fd = open(argv[i], O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
-            printf("%s: %s\n", argv[optind], strerror(errno));
-            failed = 1;
+            printf("%s: %s\n", argv[i], strerror(errno));
+            check.failed = 1;
             continue;
         }
-        failed |= check_one(fd, argv[optind]);
+        check.failed |= check_one(fd, argv[i]);
         close(fd);
     }
-    if (checked == 0) {
-        fputs("uzram state-check: expected a state: --fd N or PATH\n", stderr);
-        return 2;
-    }
-    return failed;
+    if (check.checked == 0)
+        return cli_misused(&state_check_command, "expected a state: --fd N or PATH");
+    return check.failed;
 }

@@ -1,9 +1,8 @@
 /* serve.c - `uzram serve`: its command line and configuration file, and the sockets it
  * listens on. Every bad setting ends with one line saying what to do. The options are
- * server/options.c's table; the devices are made by server/devices.c (which hot-add uses
+ * server/serve_options.c's table; the devices are made by server/devices.c (which hot-add uses
  * too); the server itself is nbd/server.c. */
 #include <errno.h>
-#include <getopt.h>
 #include <grp.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -22,56 +21,14 @@
 #include "attach/attach.h"
 #include "common/sizes.h"
 #include "common/systemd.h"
-#include "common/util.h"
+#include "common/runtime_dir.h"
+#include "common/text.h"
 #include "server/config.h"
 #include "server/devices.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 #include "server/persist.h"
 #include "server/recover.h"
-#include "server/restart.h"
-
-static void serve_usage(FILE *out)
-{
-    fputs("Usage: uzram serve [OPTION]...\n"
-          "Create compressed RAM disks and serve them over NBD until SIGINT/SIGTERM\n"
-          "(SIGHUP is ignored): one (uzram0), or one per --device.\n",
-          out);
-    for (size_t i = 0; i < SERVE_OPTION_COUNT; i++) {
-        const struct serve_option *o = &serve_options[i];
-        if (o->name == NULL) {
-            fprintf(out, "\n%s\n", o->help);
-            continue;
-        }
-        char left[64];
-        option_left_column(o, left, sizeof left);
-        int n = (int)strlen(left);
-        fprintf(out, "%-*s", SERVE_HELP_COLUMN - 1, left);
-        if (n >= SERVE_HELP_COLUMN - 1)
-            fputc(' ', out);
-        for (const char *line = o->help; line != NULL;) {
-            const char *end = strchr(line, '\n');
-            fprintf(out, " %.*s\n", end ? (int)(end - line) : (int)strlen(line), line);
-            line = end ? end + 1 : NULL;
-            if (line != NULL)
-                fprintf(out, "%*s", SERVE_HELP_COLUMN - 1, "");
-        }
-    }
-    fputs("\n"
-          "Flags take an optional =yes or =no in their long form (--dedup=no). The keys of a\n"
-          "--config file are the long options above, one 'KEY = VALUE' a line, in a [NAME]\n"
-          "section per device; a section with a 'devices = NAME...' key is a server of those\n"
-          "devices, and its device keys are their defaults. With several devices the device\n"
-          "options given alone apply to each (a --device's own keys win). The control socket\n"
-          "NAME.ctl is created in the runtime directory (only you can write there); see uzram\n"
-          "status, uzram attr, uzram hot-add and hot-remove. The disks live only in this\n"
-          "process, like zram and tmpfs: they are lost when the server stops, unless\n"
-          "--persist keeps their state for the next server (uzram restart). Examples:\n"
-          "  uzram serve -s 4G -a zstd --dedup &\n"
-          "  nbdcopy disk.img \"$(uzram status -n -o uri uzram0)\"\n"
-          "  uzram serve --name pool --device db:4G:dedup --device tmp:1G:algorithm=zstd &\n"
-          "  nbdinfo \"$(uzram status -n -o uri tmp)\"\n",
-          out);
-}
+#include "server/reexec.h"
 
 /* What `uzram serve` was asked for: the devices, and where to listen. */
 struct serve_plan {
@@ -100,6 +57,10 @@ struct serve_plan {
     int inherited[SYSTEMD_MAX_LISTEN_FDS]; /* sockets handed over (socket activation) */
     char **spec_copies;                    /* per device: its --device text, cut by the factory */
     bool name_given;                       /* --name */
+    /* The command line as collect_option() found it, before it is applied. */
+    const char *config_path, *name;    /* --config, --name */
+    struct given_option *server_given; /* the server's options, in order */
+    size_t server_given_count;
 };
 
 /* The GO_ON-or-status steps below return GO_ON, or the exit status to stop with. */
@@ -110,8 +71,8 @@ struct serve_plan {
 
 /* The server options whose values are checked: a name, a mode, a group, a count, a TLS mode.
  * Returns 0, or -1 after one line that names where the bad value came from. */
-static int apply_checked(struct serve_plan *plan, const struct serve_option *option,
-                         const char *arg, const struct label *label)
+static int apply_checked(struct serve_plan *plan, const struct cli_option *option, const char *arg,
+                         const struct label *label)
 {
     struct nbd_server_options *options = &plan->options;
     static const char *const tls_modes[] = {
@@ -170,7 +131,7 @@ static int apply_checked(struct serve_plan *plan, const struct serve_option *opt
 /* One option of the whole server, from the command line or the configuration (a device's
  * own settings are the factory's: server/devices.c). Returns 0, or -1 after one line that
  * names where the bad value came from and says what is allowed. */
-static int apply_server_option(struct serve_plan *plan, const struct serve_option *option,
+static int apply_server_option(struct serve_plan *plan, const struct cli_option *option,
                                const char *arg, const struct origin *from)
 {
     struct nbd_server_options *options = &plan->options;
@@ -222,7 +183,7 @@ static int apply_server_section(struct serve_plan *plan, const struct config_sec
     for (size_t e = 0; e < section->entry_count; e++) {
         const struct config_entry *entry = &section->entries[e];
         const struct origin from = {plan->file->path, entry->line, NULL, false};
-        const struct serve_option *option = option_by_key(entry->key);
+        const struct cli_option *option = option_by_key(entry->key);
         if (strcmp(entry->key, DEVICES_KEY) == 0 || option_sets_device(option))
             continue;
         if (apply_server_option(plan, option, entry->value, &from) < 0)
@@ -281,7 +242,7 @@ static int load_config(struct serve_plan *plan, const char *path, const char *na
     char keys[1024] = "";
     size_t used = 0;
     for (size_t i = 0; i < SERVE_OPTION_COUNT && used < sizeof keys; i++)
-        if (serve_options[i].name != NULL && !serve_options[i].command_line_only)
+        if (serve_options[i].name != NULL && !(serve_options[i].tags & SERVE_COMMAND_LINE_ONLY))
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", used ? ", " : "",
                                      serve_options[i].name);
     if (used < sizeof keys)
@@ -297,7 +258,7 @@ static int load_config(struct serve_plan *plan, const char *path, const char *na
         }
         for (size_t e = 0; e < section->entry_count; e++) {
             const struct config_entry *entry = &section->entries[e];
-            const struct serve_option *option = option_by_key(entry->key);
+            const struct cli_option *option = option_by_key(entry->key);
             if (option == NULL && strcmp(entry->key, "name") == 0) {
                 fprintf(stderr,
                         "uzram: %s:%u: 'name' is not a key: the section [%s] names its device\n",
@@ -347,16 +308,58 @@ static int load_config(struct serve_plan *plan, const char *path, const char *na
  * The command line
  * ---------------------------------------------------------------------- */
 
+/* Each option as the command line gives it, into its list: --config first of all, a device's
+ * own options for the factory, the server's for apply_server_option(). */
+static int collect_option(void *context, const struct cli_option *option, char *arg)
+{
+    struct serve_plan *plan = context;
+    if (option->code == OPT_CONFIG)
+        plan->config_path = arg;
+    else if (option->code == OPT_DEVICE)
+        plan->specs[plan->spec_count++] = arg;
+    else if (option_sets_device(option))
+        plan->given[plan->given_count++] = (struct given_option){option, arg};
+    else
+        plan->server_given[plan->server_given_count++] = (struct given_option){option, arg};
+    if (option->code == 'n') {
+        plan->name = arg;
+        plan->name_given = true;
+    }
+    return 0;
+}
+
+const struct cli_command serve_command = {
+    .name = "serve",
+    .summary = "create a compressed RAM disk and serve it over NBD",
+    .synopsis = "[OPTION]...",
+    .description = "Create compressed RAM disks and serve them over NBD until SIGINT/SIGTERM\n"
+                   "(SIGHUP is ignored): one (uzram0), or one per --device.\n",
+    .options = serve_options,
+    .option_count = SERVE_OPTION_COUNT,
+    .apply = collect_option,
+    .epilog = "\n"
+              "Flags take an optional =yes or =no in their long form (--dedup=no). The keys of a\n"
+              "--config file are the long options above, one 'KEY = VALUE' a line, in a [NAME]\n"
+              "section per device; a section with a 'devices = NAME...' key is a server of those\n"
+              "devices, and its device keys are their defaults. With several devices the device\n"
+              "options given alone apply to each (a --device's own keys win). The control socket\n"
+              "NAME.ctl is created in the runtime directory (only you can write there); see uzram\n"
+              "status, uzram attr, uzram hot-add and hot-remove. The disks live only in this\n"
+              "process, like zram and tmpfs: they are lost when the server stops, unless\n"
+              "--persist keeps their state for the next server (uzram restart). Examples:\n"
+              "  uzram serve -s 4G -a zstd --dedup &\n"
+              "  nbdcopy disk.img \"$(uzram status -n -o uri uzram0)\"\n"
+              "  uzram serve --name pool --device db:4G:dedup --device tmp:1G:algorithm=zstd &\n"
+              "  nbdinfo \"$(uzram status -n -o uri tmp)\"\n",
+    .run = cmd_serve,
+};
+
 /* The command line: options are collected first, so that the configuration file (which
  * --config names, anywhere on the line) is applied before them and they override it. Values
  * that need no context are checked as they are applied, each with its own message; the
  * rest waits for the factory (device_settings()) and socket_paths(). */
 static int parse_options(int argc, char **argv, struct serve_plan *plan, struct config **loaded)
 {
-    struct option long_options[SERVE_OPTION_COUNT + 1];
-    char short_options[3 * SERVE_OPTION_COUNT + 2];
-    option_getopt_tables(NULL, "", long_options, short_options);
-
     struct nbd_server_options *options = &plan->options;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *options = (struct nbd_server_options){.name = "uzram0", .socket_mode = 0600, .socket_gid = -1};
@@ -366,49 +369,20 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
                        : cpus > NBD_SERVER_MAX_THREADS ? NBD_SERVER_MAX_THREADS
                                                        : (unsigned)cpus;
 
-    struct given_option server_given[argc > 0 ? argc : 1];
-    size_t server_count = 0;
-    plan->given = calloc((size_t)(argc > 0 ? argc : 1), sizeof *plan->given);
-    plan->specs = calloc((size_t)(argc > 0 ? argc : 1), sizeof *plan->specs);
-    if (plan->given == NULL || plan->specs == NULL) {
+    size_t most = (size_t)(argc > 0 ? argc : 1); /* never more options than arguments */
+    plan->given = calloc(most, sizeof *plan->given);
+    plan->specs = calloc(most, sizeof *plan->specs);
+    plan->server_given = calloc(most, sizeof *plan->server_given);
+    if (plan->given == NULL || plan->specs == NULL || plan->server_given == NULL) {
         fputs("uzram: out of memory\n", stderr);
         return 1;
     }
-    const char *config_path = NULL, *name = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
-        const struct serve_option *option = option_by_code(c);
-        if (c == 'h') {
-            serve_usage(stdout);
-            return 0;
-        }
-        if (option == NULL) {
-            fputs("Try 'uzram serve --help' for more information.\n", stderr);
-            return 2;
-        }
-        if (c == OPT_CONFIG)
-            config_path = optarg;
-        else if (c == OPT_DEVICE)
-            plan->specs[plan->spec_count++] = optarg;
-        else if (option_sets_device(option))
-            plan->given[plan->given_count++] = (struct given_option){option, optarg};
-        else
-            server_given[server_count++] = (struct given_option){option, optarg};
-        if (c == 'n') {
-            name = optarg;
-            plan->name_given = true;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr,
-                "uzram serve: unexpected argument '%s'\n"
-                "Try 'uzram serve --help' for more information.\n",
-                argv[optind]);
-        return 2;
-    }
-    if (config_path != NULL) {
-        int status = load_config(plan, config_path, name, loaded);
+    struct cli_args args;
+    int status = cli_parse(&serve_command, argc, argv, plan, &args);
+    if (status != CLI_GO_ON)
+        return status;
+    if (plan->config_path != NULL) {
+        status = load_config(plan, plan->config_path, plan->name, loaded);
         if (status != GO_ON)
             return status;
     }
@@ -421,9 +395,9 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
     if (plan->server != NULL && apply_server_section(plan, plan->server) < 0)
         return 1;
     const struct origin command_line = {NULL, 0, NULL, false};
-    for (size_t i = 0; i < server_count; i++)
-        if (apply_server_option(plan, server_given[i].option, server_given[i].arg, &command_line) <
-            0)
+    for (size_t i = 0; i < plan->server_given_count; i++)
+        if (apply_server_option(plan, plan->server_given[i].option, plan->server_given[i].arg,
+                                &command_line) < 0)
             return 1;
     /* The client deadlines, shorter for tests that wait for them. */
     const char *timeout = getenv("UZRAM_SERVE_TIMEOUT");
@@ -878,6 +852,7 @@ int cmd_serve(int argc, char **argv)
     free(plan->devices);
     free(plan->given);
     free(plan->specs);
+    free(plan->server_given);
     free(plan->listed_text);
     free(plan);
     return status;

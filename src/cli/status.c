@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,7 +11,8 @@
 
 #include "cli/commands.h"
 #include "control/control.h"
-#include "common/util.h"
+#include "common/runtime_dir.h"
+#include "common/text.h"
 #include "uzram.h"
 
 /* One device as the "stats" control request reports it: "key value" lines, in the server's
@@ -500,26 +500,10 @@ static bool several_servers(const struct device_status *rows, size_t row_count)
     return false;
 }
 
-static void status_usage(FILE *out)
+/* --help after the options: the columns, and the counters that are columns too. */
+static void status_columns_help(FILE *out)
 {
-    fputs("Usage: uzram status [OPTION]... [NAME]...\n"
-          "Show the devices served by `uzram serve`, like zramctl shows zram's: every device\n"
-          "of every server, or the NAMEs (wherever they are served).\n"
-          "\n"
-          "  -o, --output LIST       columns to show, comma-separated (default\n"
-          "                          " DEFAULT_COLUMNS ")\n"
-          "      --output-all        every column of the table below\n"
-          "  -b, --bytes             sizes in bytes, not in K, M, G\n"
-          "  -n, --noheadings        no header line\n"
-          "      --raw               no alignment: one space between values\n"
-          "  -j, --json              a JSON array of objects with every field, raw numbers\n"
-          "      --prometheus        Prometheus text format with every counter (for\n"
-          "                          node_exporter's textfile collector)\n" CONTROL_PLACE_USAGE
-          "                          (-u SOCKET: that server's devices alone)\n"
-          "  -h, --help              show this help\n"
-          "\n"
-          "Columns:\n",
-          out);
+    fputs("\nColumns:\n", out);
     for (size_t i = 0; i < COLUMN_COUNT_ALL; i++)
         fprintf(out, "  %-11s %s\n", columns[i].name, columns[i].help);
     fputs("Any counter (see 'uzram attr NAME stat_json') is a column too, by its name:\n"
@@ -566,76 +550,78 @@ static int add_directory_rows(struct row_list *list, const char *dir)
     return status;
 }
 
-enum { OPT_OUTPUT_ALL = 256, OPT_RAW, OPT_PROMETHEUS };
+enum { OPT_OUTPUT_ALL = CLI_LONG_ONLY, OPT_RAW, OPT_PROMETHEUS };
 
-/* What `uzram status` was asked for: its options, then the NAMEs at argv[first]... */
+/* What `uzram status` was asked for: its options, then the NAMEs. */
 struct status_args {
-    bool json, prometheus, bytes, headings, raw;
+    bool json, prometheus, bytes, no_headings, raw;
     const char *output;
-    const char *given_place; /* -u */
-    char all[512];           /* --output-all's column list */
+    char all[512]; /* --output-all's column list */
     struct chosen_column chosen[MAX_COLUMNS];
     size_t column_count;
 };
 
-/* The options. Returns -1 to go on, or the exit status to stop with. */
-static int status_options(int argc, char **argv, struct status_args *args)
+/* --output-all: every column of the table. */
+static int output_all(void *where, char *arg)
 {
-    static const struct option long_options[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"output-all", no_argument, NULL, OPT_OUTPUT_ALL},
-        {"bytes", no_argument, NULL, 'b'},
-        {"noheadings", no_argument, NULL, 'n'},
-        {"raw", no_argument, NULL, OPT_RAW},
-        {"json", no_argument, NULL, 'j'},
-        {"prometheus", no_argument, NULL, OPT_PROMETHEUS},
-        {"runtime-dir", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    args->headings = true;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:bnju:h", long_options, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            args->output = optarg;
-            break;
-        case OPT_OUTPUT_ALL:
-            for (size_t i = 0; i < COLUMN_COUNT_ALL; i++)
-                snprintf(args->all + strlen(args->all), sizeof args->all - strlen(args->all),
-                         "%s%s", i ? "," : "", columns[i].name);
-            args->output = args->all;
-            break;
-        case 'b':
-            args->bytes = true;
-            break;
-        case 'n':
-            args->headings = false;
-            break;
-        case OPT_RAW:
-            args->raw = true;
-            break;
-        case 'j':
-            args->json = true;
-            break;
-        case OPT_PROMETHEUS:
-            args->prometheus = true;
-            break;
-        case 'u':
-            args->given_place = optarg;
-            break;
-        case 'h':
-            status_usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram status --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
+    struct status_args *args = where;
+    (void)arg;
+    args->all[0] = '\0';
+    for (size_t i = 0; i < COLUMN_COUNT_ALL; i++)
+        snprintf(args->all + strlen(args->all), sizeof args->all - strlen(args->all), "%s%s",
+                 i ? "," : "", columns[i].name);
+    args->output = args->all;
+    return 0;
+}
+
+static const struct cli_option status_options[] = {
+    {"output", 'o', required_argument, "LIST",
+     "columns to show, comma-separated (default\n" DEFAULT_COLUMNS ")", 0,
+     CLI_TEXT(struct status_args, output)},
+    {"output-all", OPT_OUTPUT_ALL, no_argument, NULL, "every column of the table below", 0,
+     output_all, 0},
+    {"bytes", 'b', no_argument, NULL, "sizes in bytes, not in K, M, G", 0,
+     CLI_TRUE(struct status_args, bytes)},
+    {"noheadings", 'n', no_argument, NULL, "no header line", 0,
+     CLI_TRUE(struct status_args, no_headings)},
+    {"raw", OPT_RAW, no_argument, NULL, "no alignment: one space between values", 0,
+     CLI_TRUE(struct status_args, raw)},
+    {"json", 'j', no_argument, NULL, "a JSON array of objects with every field, raw numbers", 0,
+     CLI_TRUE(struct status_args, json)},
+    {"prometheus", OPT_PROMETHEUS, no_argument, NULL,
+     "Prometheus text format with every counter (for\n"
+     "node_exporter's textfile collector)",
+     0, CLI_TRUE(struct status_args, prometheus)},
+};
+
+static int status_run(int argc, char **argv);
+
+const struct cli_command status_command = {
+    .name = "status",
+    .summary = "show running devices and their statistics, like zramctl",
+    .synopsis = "[OPTION]... [NAME]...",
+    .description =
+        "Show the devices served by `uzram serve`, like zramctl shows zram's: every device\n"
+        "of every server, or the NAMEs (wherever they are served).\n",
+    .options = status_options,
+    .option_count = sizeof status_options / sizeof status_options[0],
+    .common = CLI_RUNTIME_DIR,
+    .runtime_dir_note = "(-u SOCKET: that server's devices alone)",
+    .max_operands = INT_MAX,
+    .more_help = status_columns_help,
+    .run = status_run,
+};
+
+/* The options, and how they go together. Returns CLI_GO_ON, or the exit status to stop with. */
+static int status_options_read(int argc, char **argv, struct status_args *args,
+                               struct cli_args *given)
+{
+    int status = cli_parse(&status_command, argc, argv, args, given);
+    if (status != CLI_GO_ON)
+        return status;
     /* JSON and Prometheus carry every field as a raw number: table options do not apply. */
     if ((args->json || args->prometheus) &&
-        (args->json == args->prometheus || args->output || args->raw || !args->headings)) {
+        (args->json == args->prometheus || args->output || args->raw || args->no_headings)) {
         fputs("uzram status: --json and --prometheus show every field, in bytes, without a "
               "table: drop --output, --raw, --noheadings (or one of the two)\n",
               stderr);
@@ -645,7 +631,7 @@ static int status_options(int argc, char **argv, struct status_args *args)
         choose_columns(args->output ? args->output : DEFAULT_COLUMNS, args->chosen,
                        &args->column_count) < 0)
         return 2;
-    return -1;
+    return CLI_GO_ON;
 }
 
 /* The rows: every device of the server -u led to, the devices named (argv[first]...), or
@@ -686,24 +672,26 @@ static int collect_rows(const struct status_args *args, const struct control_pla
     return status;
 }
 
-int cmd_status(int argc, char **argv)
+static int status_run(int argc, char **argv)
 {
     struct status_args args = {0};
-    int status = status_options(argc, argv, &args);
-    if (status >= 0)
+    struct cli_args given;
+    int status = status_options_read(argc, argv, &args, &given);
+    if (status != CLI_GO_ON)
         return status;
     struct control_place place;
     char place_message[PATH_MAX + 256];
-    if (control_place(args.given_place, &place, place_message, sizeof place_message) < 0) {
+    if (control_place(given.runtime_dir, &place, place_message, sizeof place_message) < 0) {
         fprintf(stderr, "uzram: %s\n", place_message);
         return 1;
     }
-    if (place.ctl[0] && optind < argc) {
-        fprintf(stderr, "uzram status: -u %s names one server; drop the NAMEs\n", args.given_place);
+    if (place.ctl[0] && given.count > 0) {
+        fprintf(stderr, "uzram status: -u %s names one server; drop the NAMEs\n",
+                given.runtime_dir);
         return 2;
     }
     struct row_list list = {0};
-    status = collect_rows(&args, &place, optind, argc, argv, &list);
+    status = collect_rows(&args, &place, given.first, argc, argv, &list);
     struct device_status *rows = list.rows;
     size_t row_count = list.count;
     if (!args.json && !args.prometheus && args.output == NULL && several_servers(rows, row_count) &&
@@ -716,7 +704,7 @@ int cmd_status(int argc, char **argv)
         print_prometheus(rows, row_count);
     else if (row_count > 0)
         print_table(rows, row_count, args.chosen, args.column_count, args.bytes, args.raw,
-                    args.headings);
+                    !args.no_headings);
     free(rows);
     return status;
 }

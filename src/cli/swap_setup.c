@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "attach/attach.h"
 #include "cli/swap_setup.h"
+#include "common/process.h"
 
 /* mkswap and swapon get this long (swapon's discard of a whole device is one request). */
 #define SWAP_SETUP_TIMEOUT 60
@@ -60,7 +60,7 @@ static int run(const char *const argv[], char *message, size_t message_size)
     if (rc == 0)
         return 0;
     snprintf(message, message_size, "%s failed: %s", argv[0],
-             rc < 0     ? strerror(-rc)
+             rc < 0    ? strerror(-rc)
              : said[0] ? said
                        : "(no message)");
     return -1;

@@ -13,9 +13,10 @@
 /* The most words swapon_argv() fills, its NULL included. */
 #define SWAPON_ARGS_MAX 8
 
-/* swapon's argv for `node` (NULL: none, for printing): always with discard (see swap_setup.c for why), the priority, and
- * `options` (swapon -o, e.g. zram-generator's; NULL or "": none). `priority_text` holds the
- * priority's digits (16 bytes). Returns the number of words before the NULL. */
+/* swapon's argv for `node` (NULL: none, for printing): always with discard (see swap_setup.c for
+ * why), the priority, and `options` (swapon -o, e.g. zram-generator's; NULL or "": none).
+ * `priority_text` holds the priority's digits (16 bytes). Returns the number of words before the
+ * NULL. */
 int swapon_argv(const char *node, int priority, const char *options, char priority_text[16],
                 const char *argv[SWAPON_ARGS_MAX]);
 

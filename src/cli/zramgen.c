@@ -3,7 +3,6 @@
  * sets up its swap or mount and takes it down again (--setup-device, --reset-device), and,
  * run by systemd as a generator, enables the units that do all that at boot. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,45 +11,14 @@
 
 #include "attach/attach.h"
 #include "cli/commands.h"
-#include "cli/node.h"
+#include "cli/attach_detach.h"
 #include "cli/swap_setup.h"
 #include "cli/zramgen.h"
+#include "common/process.h"
 #include "control/control.h"
-#include "common/util.h"
 
 /* mkfs, mkswap and mount get this long (a large ext2 writes its inode tables). */
 #define SETUP_TIMEOUT 300
-
-static void zramgen_usage(FILE *out)
-{
-    fputs("Usage: uzram zram-generator [--config FILE] [NAME]...\n"
-          "       uzram zram-generator [--config FILE] --serve NAME\n"
-          "       uzram zram-generator [--config FILE] --setup-device NAME | --reset-device NAME\n"
-          "       uzram zram-generator --generate [--unit-dir DIR] NORMAL_DIR [EARLY LATE]\n"
-          "zram-generator's devices, served by uzram: the [zramN] sections of\n"
-          "/etc/systemd/zram-generator.conf and its zram-generator.conf.d/ drop-ins (the\n"
-          "places and precedence of zram-generator.conf(5)), or of FILE and FILE.d/.\n"
-          "\n"
-          "  (no mode)               print what each device becomes: its uzram serve command\n"
-          "                          line and its swap or mount, or why it is not created\n"
-          "      --serve NAME        serve the device (uzram serve with those options)\n"
-          "      --setup-device NAME attach the served device, make the swap (mkswap,\n"
-          "                          swapon --discard with its swap-priority and options) or\n"
-          "                          the file\n"
-          "                          system (fs-type, mounted on mount-point with options)\n"
-          "      --reset-device NAME swapoff or umount, detach, and empty the device\n"
-          "      --generate DIR...   as a systemd generator: enable uzram-zram-setup@NAME\n"
-          "                          (which pulls in uzram-zram@NAME, the server) for each\n"
-          "                          device with a swap or a mount point\n"
-          "      --unit-dir DIR      where the uzram-zram-setup@.service template is\n"
-          "  -c, --config FILE       read FILE (and FILE.d/*.conf) instead\n"
-          "  -h, --help              show this help\n"
-          "\n"
-          "ZRAM_GENERATOR_ROOT reads the files, /proc/meminfo and /proc/cmdline under another\n"
-          "root, as zram-generator does. Sizes are zram-generator's (MB, expressions of ram);\n"
-          "see uzram(1), ZRAM-GENERATOR, for what maps to what.\n",
-          out);
-}
 
 /* One program, its failure said with what it printed last. 0, or -1 after a message. */
 static int run(const char *const argv[], const char *device)
@@ -307,61 +275,101 @@ static int run_mode(struct zramgen_config *config, enum mode mode, int count, ch
     return cmd_serve(argc, argv);
 }
 
-int cmd_zram_generator(int argc, char **argv)
+/* What `uzram zram-generator` was asked for. */
+struct zramgen_args {
+    const char *path, *unit_dir;
+    enum mode mode;
+};
+
+enum { OPT_SERVE = CLI_LONG_ONLY, OPT_SETUP, OPT_RESET, OPT_GENERATE, OPT_UNIT_DIR };
+
+/* A mode's option: one at a time. */
+static int set_mode(void *context, const struct cli_option *option, char *arg);
+
+static const struct cli_option zramgen_options[] = {
+    CLI_ENTRY("(no mode)", "print what each device becomes: its uzram serve command\n"
+                           "line and its swap or mount, or why it is not created"),
+    {"serve", OPT_SERVE, no_argument, "NAME", "serve the device (uzram serve with those options)",
+     0, CLI_BY_COMMAND},
+    {"setup-device", OPT_SETUP, no_argument, "NAME",
+     "attach the served device, make the swap (mkswap,\n"
+     "swapon --discard with its swap-priority and options)\n"
+     "or the file system (fs-type, mounted on mount-point\n"
+     "with options)",
+     0, CLI_BY_COMMAND},
+    {"reset-device", OPT_RESET, no_argument, "NAME",
+     "swapoff or umount, detach, and empty the device", 0, CLI_BY_COMMAND},
+    {"generate", OPT_GENERATE, no_argument, "DIR...",
+     "as a systemd generator: enable uzram-zram-setup@NAME\n"
+     "(which pulls in uzram-zram@NAME, the server) for each\n"
+     "device with a swap or a mount point",
+     0, CLI_BY_COMMAND},
+    {"unit-dir", OPT_UNIT_DIR, required_argument, "DIR",
+     "where the uzram-zram-setup@.service template is", 0, CLI_TEXT(struct zramgen_args, unit_dir)},
+    {"config", 'c', required_argument, "FILE", "read FILE (and FILE.d/*.conf) instead", 0,
+     CLI_TEXT(struct zramgen_args, path)},
+};
+
+static int zramgen_run(int argc, char **argv);
+
+const struct cli_command zram_generator_command = {
+    .name = "zram-generator",
+    .summary = "serve and set up zram-generator.conf's devices (swap, mounts)",
+    .synopsis = "[--config FILE] [NAME]...\n"
+                "[--config FILE] --serve NAME\n"
+                "[--config FILE] --setup-device NAME | --reset-device NAME\n"
+                "--generate [--unit-dir DIR] NORMAL_DIR [EARLY LATE]",
+    .description = "zram-generator's devices, served by uzram: the [zramN] sections of\n"
+                   "/etc/systemd/zram-generator.conf and its zram-generator.conf.d/ drop-ins (the\n"
+                   "places and precedence of zram-generator.conf(5)), or of FILE and FILE.d/.\n",
+    .options = zramgen_options,
+    .option_count = sizeof zramgen_options / sizeof zramgen_options[0],
+    .max_operands = INT_MAX,
+    .apply = set_mode,
+    .epilog = "\n"
+              "ZRAM_GENERATOR_ROOT reads the files, /proc/meminfo and /proc/cmdline under another\n"
+              "root, as zram-generator does. Sizes are zram-generator's (MB, expressions of ram);\n"
+              "see uzram(1), ZRAM-GENERATOR, for what maps to what.\n",
+    .run = zramgen_run,
+};
+
+static int set_mode(void *context, const struct cli_option *option, char *arg)
 {
-    enum { OPT_SERVE = 256, OPT_SETUP, OPT_RESET, OPT_GENERATE, OPT_UNIT_DIR };
-    static const struct option long_options[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"serve", no_argument, NULL, OPT_SERVE},
-        {"setup-device", no_argument, NULL, OPT_SETUP},
-        {"reset-device", no_argument, NULL, OPT_RESET},
-        {"generate", no_argument, NULL, OPT_GENERATE},
-        {"unit-dir", required_argument, NULL, OPT_UNIT_DIR},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *path = NULL, *unit_dir = "/usr/lib/systemd/system";
-    enum mode mode = PRINT;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "c:h", long_options, NULL)) != -1) {
-        if (c == 'c') {
-            path = optarg;
-        } else if (c == OPT_UNIT_DIR) {
-            unit_dir = optarg;
-        } else if (c >= OPT_SERVE && c <= OPT_GENERATE && mode == PRINT) {
-            mode = c == OPT_SERVE   ? SERVE
-                   : c == OPT_SETUP ? SETUP
-                   : c == OPT_RESET ? RESET
-                                    : GENERATE;
-        } else if (c == 'h') {
-            zramgen_usage(stdout);
-            return 0;
-        } else {
-            fputs(c >= OPT_SERVE ? "uzram zram-generator: one mode at a time\n" : "", stderr);
-            fputs("Try 'uzram zram-generator --help' for more information.\n", stderr);
-            return 2;
-        }
-    }
-    int count = argc - optind;
-    if ((mode == GENERATE && (count < 1 || count > 3 || path)) ||
-        (mode != GENERATE && mode != PRINT && count != 1)) {
-        fputs(mode == GENERATE ? "uzram zram-generator: --generate takes 1 to 3 directories and "
-                                 "reads zram-generator's own places\n"
-                               : "uzram zram-generator: expected one NAME\n",
-              stderr);
-        fputs("Try 'uzram zram-generator --help' for more information.\n", stderr);
-        return 2;
-    }
+    struct zramgen_args *args = context;
+    (void)arg;
+    if (args->mode != PRINT)
+        return cli_misused(&zram_generator_command, "one mode at a time");
+    args->mode = option->code == OPT_SERVE   ? SERVE
+                 : option->code == OPT_SETUP ? SETUP
+                 : option->code == OPT_RESET ? RESET
+                                             : GENERATE;
+    return 0;
+}
+
+static int zramgen_run(int argc, char **argv)
+{
+    struct zramgen_args args = {.unit_dir = "/usr/lib/systemd/system", .mode = PRINT};
+    struct cli_args given;
+    int status = cli_parse(&zram_generator_command, argc, argv, &args, &given);
+    if (status != CLI_GO_ON)
+        return status;
+    enum mode mode = args.mode;
+    int count = given.count;
+    if (mode == GENERATE && (count < 1 || count > 3 || args.path))
+        return cli_misused(&zram_generator_command,
+                           "--generate takes 1 to 3 directories and reads zram-generator's own "
+                           "places");
+    if (mode != GENERATE && mode != PRINT && count != 1)
+        return cli_misused(&zram_generator_command, "expected one NAME");
     struct zramgen_config *config;
     char error[PATH_MAX + 512];
-    if (zramgen_load(path, &config, error, sizeof error) < 0) {
+    if (zramgen_load(args.path, &config, error, sizeof error) < 0) {
         fprintf(stderr, "uzram: %s\n", error);
         return 1;
     }
     if (config->disabled && mode != PRINT)
         fprintf(stderr, "uzram: systemd.zram=0 on the kernel command line: no devices\n");
-    int status = run_mode(config, mode, count, argv + optind, unit_dir);
+    status = run_mode(config, mode, count, argv + given.first, args.unit_dir);
     /* serve's strings point into the configuration until it returns */
     zramgen_free(config);
     return status;

@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "common/progress.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text.h"
 
 #define REDRAW_MS 250
 

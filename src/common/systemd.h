@@ -2,7 +2,7 @@
  * notification (sd_notify(3): NOTIFY_SOCKET), the descriptor store (sd_pid_notify_with_fds(3):
  * FDSTORE=1, FDNAME=) and socket activation (sd_listen_fds(3): LISTEN_PID, LISTEN_FDS,
  * LISTEN_FDNAMES), which also hands the store's descriptors back. Any manager that speaks
- * them will do; `uzram serve`'s planned restart (server/restart.c) speaks the last to itself. */
+ * them will do; `uzram serve`'s planned restart (server/reexec.c) speaks the last to itself. */
 #ifndef UZRAM_SYSTEMD_H
 #define UZRAM_SYSTEMD_H
 

@@ -16,7 +16,10 @@
 #include <unistd.h>
 
 #include "control/control.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/runtime_dir.h"
+#include "common/socket_io.h"
+#include "common/text.h"
 
 /* The client reads at most this much of a reply (the longest, `devices` of 256 devices, is
  * 17 KiB), within its deadline (CONTROL_REPLY_MS, or a pass's). */

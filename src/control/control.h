@@ -74,14 +74,6 @@ struct control_place {
     bool sudo_too;      /* no -u: root under sudo also looks in the invoking user's */
 };
 
-/* -u as every subcommand's --help shows it (control_place() reads it; uzram(1) says it
- * once, under RUNTIME DIRECTORY). */
-#define CONTROL_PLACE_USAGE                                                                        \
-    "  -u, --runtime-dir PLACE where to look for servers: a directory of NAME.ctl\n"               \
-    "                          sockets (default: the runtime directory, see uzram(1)),\n"          \
-    "                          or one server's NBD socket (serve --unix PATH) or its\n"            \
-    "                          control socket (NAME.ctl)\n"
-
 /* Fill `place` from -u's argument (NULL: the runtime directory). Returns 0, or -errno with
  * a message saying what was looked at. */
 int control_place(const char *given, struct control_place *place, char *message,

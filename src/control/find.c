@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/util.h"
+#include "common/runtime_dir.h"
+#include "common/text.h"
 #include "control/control.h"
 
 int control_find(const char *device, const char *runtime_dir, bool also_sudo,

@@ -22,10 +22,13 @@
 #include "attach/attach.h"
 #include "nbd/exports.h"
 #include "nbd/server.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/socket_io.h"
+#include "common/text.h"
+#include "common/threads.h"
 #include "server/persist.h"
 #include "server/recover.h"
-#include "server/restart.h"
+#include "server/reexec.h"
 
 #define REQUEST_MAX CONTROL_REQUEST_MAX
 #define REPLY_MAX 8192
@@ -289,7 +292,7 @@ static void drain(const struct peer *peer)
     "DEVICE), "                                                                                    \
     "devices, server, hot-add SPEC, hot-remove DEVICE, restart"
 
-/* "restart": check that the program can take every state over (server/restart.c), then end
+/* "restart": check that the program can take every state over (server/reexec.c), then end
  * the accept loop for the handover; the answer says how many restarts there were before, so
  * the client sees when the next process answers. Refused (and the server keeps serving)
  * when a device has no state or the program cannot read one. */

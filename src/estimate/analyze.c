@@ -14,7 +14,6 @@
 
 #include "estimate/estimate.h"
 #include "common/progress.h"
-#include "common/util.h"
 #include "uzram.h"
 
 /* Pages handled under one hold of the index's read lock: small enough that a

@@ -1,7 +1,6 @@
 /* estimate.c - `uzram estimate`: what same-filled pages, compression and dedup would save.
  * Parses the options, opens every source first (so a typo fails at once), runs, reports. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,48 +9,6 @@
 #include "cli/commands.h"
 #include "estimate/estimate.h"
 #include "uzram.h"
-
-static void usage(FILE *out)
-{
-    fputs("Usage: uzram estimate [OPTION]... SOURCE...\n"
-          "Estimate what zram, zram with dedup and uzram would save on your own data.\n"
-          "A SOURCE is a file, a block device (read only), a directory (its files, walked\n"
-          "in name order; devices, sockets, symbolic links, other file systems and\n"
-          "unreadable files are skipped and counted), '-' for standard input, or\n"
-          "--pid PID for the memory of a live process. Several sources are each\n"
-          "reported, then totalled; a duplicate is a page seen earlier in the run.\n"
-          "\n"
-          "  -p, --pid PID          a live process: its private anonymous and private\n"
-          "                         writable mappings, read through /proc/PID/mem\n"
-          "      --all-mappings     with --pid: every readable mapping\n"
-          "  -a, --algorithms LIST  comma-separated algorithms to try (default: lz4, the\n"
-          "                         engine's default; 'all' for every one it has; 'none'\n"
-          "                         for classes and dedup only)\n"
-          "  -r, --recompress SPEC  also project recompression (uzram serve\n"
-          "                         --recompress-idle): the hot pages stay lz4 (or the\n"
-          "                         first algorithm), the others are recompressed with\n"
-          "                         SPEC = NAME[:LEVEL] (e.g. " ESTIMATE_RECOMPRESS_EXAMPLE
-          "), with and without a\n"
-          "                         dictionary trained on the first pages read\n"
-          "      --hot PERCENT      with -r: share of pages taken as hot (default 20)\n"
-          "      --dict-size SIZE   with -r: dictionary size (default 64K)\n"
-          "      --group N          with -r zstd: also bundles of N (2 to 16) neighbouring\n"
-          "                         cold pages compressed together (serve's group=N)\n"
-          "      --page-size SIZE   page size (default 4096; compression only at 4096)\n"
-          "  -j, --jobs N           worker threads (default: number of CPUs)\n"
-          "      --json             print JSON instead of tables\n"
-          "  -q, --quiet            no progress line on the terminal\n"
-          "  -h, --help             show this help\n"
-          "\n"
-          "Examples:\n"
-          "  uzram estimate /var/tmp/build.img\n"
-          "  uzram estimate --algorithms all ~/src\n"
-          "  uzram estimate -a lz4,zstd --pid $(pidof firefox)\n"
-          "  tar cf - ~/src | uzram estimate --json -\n",
-          out);
-}
-
-enum { OPT_PAGE_SIZE = 256, OPT_ALL_MAPPINGS, OPT_JSON, OPT_HOT, OPT_DICT_SIZE, OPT_GROUP };
 
 /* Split `list` (commas or spaces) into options->algorithms, checked against
  * the engine. `storage` keeps the strings. Returns 0, or -1 after a message. */
@@ -182,12 +139,22 @@ struct estimate_command {
     uint64_t dict_size;
 };
 
+enum {
+    OPT_PAGE_SIZE = CLI_LONG_ONLY,
+    OPT_ALL_MAPPINGS,
+    OPT_JSON,
+    OPT_HOT,
+    OPT_DICT_SIZE,
+    OPT_GROUP
+};
+
 /* The options that take a number: check `arg` and store it. Returns 0, or -1 after a message. */
-static int parse_number_option(int c, const char *arg, struct estimate_command *cmd)
+static int parse_number_option(void *context, const struct cli_option *option, char *arg)
 {
+    struct estimate_command *cmd = context;
     struct estimate_options *options = &cmd->options;
     char *end;
-    switch (c) {
+    switch (option->code) {
     case OPT_PAGE_SIZE: {
         uint64_t size;
         if (uzram_parse_size(arg, &size) < 0 || size < 512 || size > 65536 || (size & (size - 1))) {
@@ -237,78 +204,101 @@ static int parse_number_option(int c, const char *arg, struct estimate_command *
     }
 }
 
+/* A source, in its place on the command line (between --pid's). */
+static int add_source(void *context, char *arg)
+{
+    struct estimate_command *cmd = context;
+    cmd->args[cmd->arg_count++] = (struct source_arg){arg, false};
+    return 0;
+}
+
+static int add_pid(void *where, char *arg)
+{
+    struct estimate_command *cmd = where;
+    cmd->args[cmd->arg_count++] = (struct source_arg){arg, true};
+    return 0;
+}
+
+static const struct cli_option estimate_rows[] = {
+    {"pid", 'p', required_argument, "PID",
+     "a live process: its private anonymous and private\n"
+     "writable mappings, read through /proc/PID/mem",
+     0, add_pid, 0},
+    {"all-mappings", OPT_ALL_MAPPINGS, no_argument, NULL, "with --pid: every readable mapping", 0,
+     CLI_TRUE(struct estimate_command, options.all_mappings)},
+    {"algorithms", 'a', required_argument, "LIST",
+     "comma-separated algorithms to try (default: lz4, the\n"
+     "engine's default; 'all' for every one it has; 'none'\n"
+     "for classes and dedup only)",
+     0, CLI_TEXT(struct estimate_command, algorithm_list)},
+    {"algorithm", 'a', required_argument, NULL, NULL, 0,
+     CLI_TEXT(struct estimate_command, algorithm_list)},
+    {"recompress", 'r', required_argument, "SPEC",
+     "also project recompression (uzram serve\n"
+     "--recompress-idle): the hot pages stay lz4 (or the\n"
+     "first algorithm), the others are recompressed with\n"
+     "SPEC = NAME[:LEVEL] (e.g. " ESTIMATE_RECOMPRESS_EXAMPLE "), with and without a\n"
+     "dictionary trained on the first pages read",
+     0, CLI_TEXT(struct estimate_command, recompress)},
+    {"hot", OPT_HOT, required_argument, "PERCENT",
+     "with -r: share of pages taken as hot (default 20)", 0, CLI_BY_COMMAND},
+    {"dict-size", OPT_DICT_SIZE, required_argument, "SIZE",
+     "with -r: dictionary size (default 64K)", 0, CLI_BY_COMMAND},
+    {"group", OPT_GROUP, required_argument, "N",
+     "with -r zstd: also bundles of N (2 to 16)\n"
+     "neighbouring cold pages compressed together\n"
+     "(serve's group=N)",
+     0, CLI_BY_COMMAND},
+    {"page-size", OPT_PAGE_SIZE, required_argument, "SIZE",
+     "page size (default 4096; compression only at 4096)", 0, CLI_BY_COMMAND},
+    {"jobs", 'j', required_argument, "N", "worker threads (default: number of CPUs)", 0,
+     CLI_BY_COMMAND},
+    {"json", OPT_JSON, no_argument, NULL, "print JSON instead of tables", 0,
+     CLI_TRUE(struct estimate_command, options.json)},
+    {"quiet", 'q', no_argument, NULL, "no progress line on the terminal", 0,
+     CLI_FALSE(struct estimate_command, options.progress)},
+};
+
+static int estimate_run(int argc, char **argv);
+
+const struct cli_command estimate_command = {
+    .name = "estimate",
+    .summary = "estimate what same-filled pages, compression and dedup save on data",
+    .synopsis = "[OPTION]... SOURCE...",
+    .description =
+        "Estimate what zram, zram with dedup and uzram would save on your own data.\n"
+        "A SOURCE is a file, a block device (read only), a directory (its files, walked\n"
+        "in name order; devices, sockets, symbolic links, other file systems and\n"
+        "unreadable files are skipped and counted), '-' for standard input, or\n"
+        "--pid PID for the memory of a live process. Several sources are each\n"
+        "reported, then totalled; a duplicate is a page seen earlier in the run.\n",
+    .options = estimate_rows,
+    .option_count = sizeof estimate_rows / sizeof estimate_rows[0],
+    /* The sources stay in command-line order, interleaved with --pid, so the report lists
+     * them as given. */
+    .order = CLI_IN_ORDER,
+    .apply = parse_number_option,
+    .operand = add_source,
+    .epilog = "\n"
+              "Examples:\n"
+              "  uzram estimate /var/tmp/build.img\n"
+              "  uzram estimate --algorithms all ~/src\n"
+              "  uzram estimate -a lz4,zstd --pid $(pidof firefox)\n"
+              "  tar cf - ~/src | uzram estimate --json -\n",
+    .run = estimate_run,
+};
+
 /* Read the command line into `cmd` (whose args has room for argc sources). Returns -1 to go
  * on, or the exit status: 0 after --help, 2 after a message about a bad command line. */
 static int parse_command_line(int argc, char **argv, struct estimate_command *cmd)
 {
-    static const struct option long_options[] = {
-        {"pid", required_argument, NULL, 'p'},
-        {"all-mappings", no_argument, NULL, OPT_ALL_MAPPINGS},
-        {"algorithms", required_argument, NULL, 'a'},
-        {"algorithm", required_argument, NULL, 'a'},
-        {"page-size", required_argument, NULL, OPT_PAGE_SIZE},
-        {"jobs", required_argument, NULL, 'j'},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"recompress", required_argument, NULL, 'r'},
-        {"hot", required_argument, NULL, OPT_HOT},
-        {"dict-size", required_argument, NULL, OPT_DICT_SIZE},
-        {"group", required_argument, NULL, OPT_GROUP},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    /* A leading '-' in optstring keeps the sources in command-line order,
-     * interleaved with --pid, so the report lists them as given. */
-    optind = 1;
-    opterr = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "-p:a:j:r:qh", long_options, NULL)) != -1) {
-        switch (c) {
-        case 1:
-            cmd->args[cmd->arg_count++] = (struct source_arg){optarg, false};
-            break;
-        case 'p':
-            cmd->args[cmd->arg_count++] = (struct source_arg){optarg, true};
-            break;
-        case OPT_ALL_MAPPINGS:
-            cmd->options.all_mappings = true;
-            break;
-        case 'a':
-            cmd->algorithm_list = optarg;
-            break;
-        case OPT_PAGE_SIZE:
-        case 'j':
-        case OPT_HOT:
-        case OPT_DICT_SIZE:
-        case OPT_GROUP:
-            if (parse_number_option(c, optarg, cmd) < 0)
-                return 2;
-            break;
-        case OPT_JSON:
-            cmd->options.json = true;
-            break;
-        case 'r':
-            cmd->recompress = optarg;
-            break;
-        case 'q':
-            cmd->options.progress = false;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fputs("Try 'uzram estimate --help'.\n", stderr);
-            return 2;
-        }
-    }
-    for (; optind < argc; optind++) /* after "--" */
-        cmd->args[cmd->arg_count++] = (struct source_arg){argv[optind], false};
-    if (!cmd->arg_count) {
-        fputs("uzram estimate: no source given (a file, a device, '-' or --pid PID)\n"
-              "Try 'uzram estimate --help'.\n",
-              stderr);
-        return 2;
-    }
+    struct cli_args args;
+    int status = cli_parse(&estimate_command, argc, argv, cmd, &args);
+    if (status != CLI_GO_ON)
+        return status;
+    if (!cmd->arg_count)
+        return cli_misused(&estimate_command,
+                           "no source given (a file, a device, '-' or --pid PID)");
     return -1;
 }
 
@@ -451,7 +441,7 @@ out:
     return status;
 }
 
-int cmd_estimate(int argc, char **argv)
+static int estimate_run(int argc, char **argv)
 {
     struct estimate_command cmd = {
         .options = {.page_size = UZRAM_PAGE_SIZE, .progress = true},

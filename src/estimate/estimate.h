@@ -1,5 +1,5 @@
 /* estimate.h - internal interfaces of `uzram estimate`: sources, page analysis, report.
- * Split by job: estimate.c parses the command line and runs the passes, input.c reads files,
+ * Split by job: estimate.c parses the command line and runs the passes, source.c reads files,
  * devices, stdin and processes, walk.c directories, analyze.c classifies, report.c prints. */
 #ifndef UZRAM_ESTIMATE_H
 #define UZRAM_ESTIMATE_H
@@ -124,7 +124,7 @@ void estimate_close(struct estimate_source *source);
 
 /* Pad the last partial page of buffer[0..got) with zeros, counting the real bytes in
  * counts.partial_bytes; returns got rounded up to a whole page. In walk.c, the file below
- * input.c, because both read files that can end mid-page. */
+ * source.c, because both read files that can end mid-page. */
 size_t estimate_pad_page(struct estimate_source *source, unsigned char *buffer, size_t got,
                          size_t page_size);
 /* A directory (walk.c): start the walk at the directory open as `fd` (taken over), whose

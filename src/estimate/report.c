@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "estimate/estimate.h"
-#include "common/util.h"
+#include "common/text.h"
 #include "uzram.h"
 
 /*

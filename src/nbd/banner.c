@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "nbd/banner.h"
-#include "nbd/options.h"
+#include "nbd/server_settings.h"
 #include "nbd/tls.h"
 
 /* `text` in single quotes for a POSIX shell ('\'' for a quote inside). */

@@ -9,7 +9,7 @@
 
 #include "nbd/exports.h"
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/text.h"
 
 /* A device the server serves: its export and who uses it. */
 struct device {

@@ -14,7 +14,7 @@
 #include "nbd/request.h"
 #include "nbd/session.h"
 #include "nbd/tls.h"
-#include "common/util.h"
+#include "common/big_endian.h"
 
 /* Options are small (names up to 4096 bytes plus a few lists); anything larger
  * than this is skipped with ERR_TOO_BIG, or drops the client past the cap. */

@@ -14,7 +14,8 @@
 #include "nbd/limits.h"
 #include "nbd/protocol.h"
 #include "nbd/request.h"
-#include "common/util.h"
+#include "common/big_endian.h"
+#include "common/clock.h"
 
 /* Receive up to `length` bytes into `to`. `wait`: until some arrive or the
  * socket's receive timeout passes (SO_RCVTIMEO, NBD_SERVER_IDLE_MS); else

@@ -8,7 +8,8 @@
 #include "nbd/io.h"
 #include "nbd/session.h"
 #include "nbd/tls.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/socket_io.h"
 
 ssize_t nbd_io_recv(struct nbd_session *s, void *buf, size_t length, int flags)
 {

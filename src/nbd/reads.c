@@ -13,7 +13,7 @@
 #include "nbd/reads.h"
 #include "nbd/reply.h"
 #include "nbd/request.h"
-#include "common/util.h"
+#include "common/big_endian.h"
 #include "uzram.h"
 
 struct read_segment {

@@ -16,7 +16,7 @@
 #include "nbd/protocol.h"
 #include "nbd/reply.h"
 #include "nbd/request.h"
-#include "common/util.h"
+#include "common/big_endian.h"
 
 /* READ data in a worker's buffer starts at multiples of this. */
 #define WORKER_SPACE_ALIGN 64u

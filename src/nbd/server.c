@@ -32,7 +32,9 @@
 #include "nbd/transmission.h"
 #include "attach/attach.h"
 #include "common/systemd.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text.h"
+#include "common/threads.h"
 
 /* Most listening NBD sockets: one Unix and one TCP of its own, or what a service manager
  * hands over. */

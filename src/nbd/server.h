@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "nbd/limits.h"
-#include "nbd/options.h"
+#include "nbd/server_settings.h"
 
 struct nbd_server;
 
@@ -29,7 +29,7 @@ int nbd_server_create(const struct nbd_server_options *options, struct nbd_serve
 int nbd_server_serve(struct nbd_server *server);
 void nbd_server_destroy(struct nbd_server *server);
 
-/* Planned restart (server/restart.c). nbd_server_restart_soon(), from any thread, ends
+/* Planned restart (server/reexec.c). nbd_server_restart_soon(), from any thread, ends
  * nbd_server_serve() without closing the sockets, and then nbd_server_restarting() is true;
  * nbd_server_hand_over() gives the listening sockets into `fds`, with their names in `names`
  * (NBD ones "nbd", the control socket "control"; at most `max`; returns how many) for the

@@ -14,7 +14,7 @@
 #include "nbd/log.h"
 #include "nbd/session.h"
 #include "nbd/tls.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 /* The largest plaintext of one TLS record: small pieces of a reply (headers) are gathered
  * into records of up to this size, so a reply is one record or a few, not one per piece. */

@@ -25,7 +25,9 @@
 #include "nbd/request.h"
 #include "nbd/session.h"
 #include "nbd/transmission.h"
-#include "common/util.h"
+#include "common/big_endian.h"
+#include "common/clock.h"
+#include "common/threads.h"
 
 /* Run one checked request on the engine and send its reply. A WRITE's
  * payload (*payload) is given back before the reply goes out, so a client

@@ -1,5 +1,6 @@
 /* config.h - the configuration file of `uzram serve`: systemd's INI syntax, a [NAME] section
- * per device. This file only reads the syntax; server/options.c knows the keys (serve's options).
+ * per device. This file only reads the syntax; server/serve_options.c knows the keys (serve's
+ * options).
  */
 #ifndef UZRAM_SERVER_CONFIG_H
 #define UZRAM_SERVER_CONFIG_H

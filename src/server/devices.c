@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "attach/attach.h"
-#include "common/util.h"
+#include "common/text.h"
 #include "server/devices.h"
 #include "server/persist.h"
 #include "server/recover.h"
@@ -27,8 +27,7 @@ static void device_defaults(struct device_plan *device, const char *name)
 
 /* --recompress-idle, --writeback-idle, --writeback-rate: a number of seconds or pages. */
 static int apply_number(const struct device_factory *factory, struct device_plan *device,
-                        const struct serve_option *option, const char *arg,
-                        const struct label *label)
+                        const struct cli_option *option, const char *arg, const struct label *label)
 {
     unsigned long value;
     bool idle = option->code != OPT_WRITEBACK_RATE;
@@ -44,8 +43,7 @@ static int apply_number(const struct device_factory *factory, struct device_plan
 }
 
 int device_apply_option(const struct device_factory *factory, struct device_plan *device,
-                        const struct serve_option *option, const char *arg,
-                        const struct origin *from)
+                        const struct cli_option *option, const char *arg, const struct origin *from)
 {
     struct label label;
     bool flag;
@@ -111,7 +109,7 @@ int device_apply_section(const struct device_factory *factory, struct device_pla
         const struct origin from = {factory->file->path, entry->line, NULL, false};
         if (strcmp(entry->key, DEVICES_KEY) == 0)
             continue;
-        const struct serve_option *option = option_by_key(entry->key);
+        const struct cli_option *option = option_by_key(entry->key);
         bool sets_device = option_sets_device(option);
         if (own && !sets_device) {
             complain(factory,
@@ -146,7 +144,7 @@ static int apply_spec(const struct device_factory *factory, struct device_plan *
         char *value = strchr(key, '=');
         if (value != NULL)
             *value++ = '\0';
-        const struct serve_option *option = option_by_key(key);
+        const struct cli_option *option = option_by_key(key);
         if (option == NULL || !option_sets_device(option)) {
             char keys[512] = "";
             size_t used = 0;

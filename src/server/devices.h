@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "server/config.h"
-#include "server/options.h"
+#include "server/serve_options.h"
 #include "uzram.h"
 
 /* One device to make: its settings as given, checked by device_check(). */
@@ -34,7 +34,7 @@ struct device_plan {
 
 /* A device option given on the command line without --device: applied to every device. */
 struct given_option {
-    const struct serve_option *option;
+    const struct cli_option *option;
     const char *arg;
 };
 
@@ -67,7 +67,7 @@ struct device_made {
  * 0, or -1 after one line that names where the bad value came from and says what is
  * allowed. */
 int device_apply_option(const struct device_factory *factory, struct device_plan *device,
-                        const struct serve_option *option, const char *arg,
+                        const struct cli_option *option, const char *arg,
                         const struct origin *from);
 
 /* The device options of a configuration section into `device`: with `own` the section is

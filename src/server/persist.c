@@ -18,7 +18,7 @@
 
 #include "attach/attach.h"
 #include "common/systemd.h"
-#include "common/util.h"
+#include "common/text.h"
 #include "server/persist.h"
 
 #define complain(to, ...) option_complain(to, __VA_ARGS__)

@@ -1,14 +1,14 @@
 /* persist.h - `serve --persist[=PATH]`: the state of a device (its pages, table and codecs:
  * include/uzram.h, uzram_create_in) kept where it outlives the server process, found again at
  * start, and listed for a planned restart. Used by server/devices.c (making a device),
- * cli/serve.c (at start), control/service.c (hot-remove) and server/restart.c (handing on). */
+ * cli/serve.c (at start), control/service.c (hot-remove) and server/reexec.c (handing on). */
 #ifndef UZRAM_SERVER_PERSIST_H
 #define UZRAM_SERVER_PERSIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "server/options.h"
+#include "server/serve_options.h"
 #include "uzram.h"
 
 /* Check --persist's value `persist` ("" for systemd's descriptor store, else a PATH) for

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/util.h"
+#include "common/process.h"
 
 #define GONE_WITHIN_MS 30000
 
