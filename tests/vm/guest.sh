@@ -33,13 +33,6 @@ hostname uzram-vm 2>/dev/null
 modprobe -q virtio_blk # the scratch disk, /dev/vda
 # shellcheck source=/dev/null
 source "$OUT/plan.bash" || { echo "uzram-vm: no plan in $OUT"; power_off; }
-# VM_UBLK_KO (vm.sh): a ublk driver built for this kernel instead of its own (the prototype
-# of docs/design/swap-free-notify.md); uzram does not depend on it.
-if [[ -n ${UBLK_KO:-} ]]; then
-    rmmod ublk_drv 2>/dev/null
-    insmod "$UBLK_KO" && echo "uzram-vm: ublk_drv from $UBLK_KO" ||
-        { echo "uzram-vm: insmod $UBLK_KO failed"; power_off; }
-fi
 
 # Blocked tasks are reported after HUNG_SECONDS (the kernel's default is 120) and every time,
 # and sysrq-w can print the blocked tasks' stacks.

@@ -216,14 +216,6 @@ DEADLINE=$(run_deadline)
 swap_on
 echo "$program size $size (${factor}x, $((rss_kib / 1024)) MiB on the host) on $backend ($SWAPDEV): cap $CAP, disksize $DISKSIZE, deadline $DEADLINE s, stall bound $STALL_SECONDS s"
 oom_before=$(vmstat oom_kill) in_before=$(vmstat pswpin) out_before=$(vmstat pswpout)
-# With the ublk driver of docs/design/swap-free-notify.md (vm.sh's VM_UBLK_KO): its counts.
-SWAP_FREE=/sys/module/ublk_drv/parameters
-swap_free_counts() {
-    local key
-    [[ $backend == uzram-* && -r $SWAP_FREE/swap_free_notified ]] || return 0
-    for key in notified discarded superseded waits; do echo "$(<"$SWAP_FREE/swap_free_$key")"; done
-}
-mapfile -t swap_free_before < <(swap_free_counts)
 sampler &
 sampler_pid=$!
 at_exit "kill $sampler_pid"
@@ -255,14 +247,6 @@ line+=" sha_ok=$([[ $SHA == "$expected" ]] && echo 1 || echo 0) oom_kills=$ooms 
 line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]} orig_after=${mm[0]}"
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
 line+=" pswpout=$(($(vmstat pswpout) - out_before)) $(cat "$PEAKS") $server"
-if ((${#swap_free_before[@]} > 0)); then
-    mapfile -t swap_free_after < <(swap_free_counts)
-    i=0
-    for key in notified discarded superseded waits; do
-        line+=" swap_free_$key=$((swap_free_after[i] - swap_free_before[i]))"
-        i=$((i + 1))
-    done
-fi
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot

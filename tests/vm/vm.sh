@@ -24,8 +24,7 @@
 #   --out DIR       where the console log and results go (default build/vm/run)
 # Environment: UZRAM (default build/uzram), VM_KERNEL (as --kernel), VM_KERNEL_DEB (a kernel
 # package file to use instead of apt-get download), VM_ACCEL (auto: KVM once a probe boot
-# shows it runs the kernel, else TCG; tcg; kvm: no probe, no fallback), VM_UBLK_KO (a ublk_drv.ko
-# built for the guest's kernel, loaded instead of its own: docs/design/swap-free-notify.md).
+# shows it runs the kernel, else TCG; tcg; kvm: no probe, no fallback).
 #
 # Prints one line per scenario (PASS, FAIL with the reason and the end of its log, SKIP with
 # the reason) and writes them to OUT/results as "NAME STATUS REASON" (STATUS 0, 1 or 77).
@@ -288,8 +287,7 @@ fi
 head -c $((4 << 20)) /dev/urandom >"$OUT/tree/random"
 names=()
 {
-    printf 'HUNG_SECONDS=%q\nSHELL_MODE=%q\nHOST_OUT=%q\nUBLK_KO=%q\n' "$HUNG" "$SHELL_MODE" "$OUT" \
-        "${VM_UBLK_KO:+$(realpath "$VM_UBLK_KO")}"
+    printf 'HUNG_SECONDS=%q\nSHELL_MODE=%q\nHOST_OUT=%q\n' "$HUNG" "$SHELL_MODE" "$OUT"
     printf 'export UZRAM=%q REPO=%q VM_OUT=/vm VM_MEM_MIB=%q VM_SCRATCH=/dev/vda VM_TREE=%q\n' \
         "$UZRAM" "$REPO" "$MEM" "$OUT/tree"
     echo 'declare -A DEADLINE=() COMMAND=() ONLINE=()'
