@@ -10,7 +10,8 @@
 # docs/BENCHMARKS.md. Only ratios inside one boot mean anything under emulation.
 #
 #   bench/vm-swap-programs.sh [--quick] [--sizes F,...] [--programs P,...] [--backends B,...]
-#                             [--cap SIZE] [--deadline S] [--ratio K] [--stall S] [--boots N]
+#                             [--cap SIZE] [--disksize SIZE] [--deadline S] [--ratio K]
+#                             [--stall S] [--boots N]
 #     --quick      one size (1x), sort only, every backend, 300 s a run at most: 20 minutes
 #     --sizes      footprints as multiples of the guest's memory (default 0.5,1,1.5,2: at 2.5
 #                  no lz4 backend can hold the program in a 512 MiB guest, at any cap, and
@@ -19,6 +20,7 @@
 #     --backends   zram-lz4, zram-zstd, uzram-lz4, uzram-dense (default all four)
 #     --cap        the compressed memory of every backend (zram mem_limit, serve --mem-limit;
 #                  default 256M, half the guest's memory)
+#     --disksize   the swap device's size, every backend (default 2G)
 #     --ratio      a run's deadline is K times kernel zram lz4's time for the same program and
 #                  size in the boot (default 3), at least 300 s
 #     --deadline   and at most this many seconds (default 900), which is also the deadline
@@ -57,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --programs) PROGRAMS=$2; shift ;;
     --backends) BACKENDS=$2; shift ;;
     --cap) CAP=$2; shift ;;
+    --disksize) DISKSIZE=$2; shift ;;
     --deadline) DEADLINE=$2; shift ;;
     --ratio) RATIO=$2; shift ;;
     --stall) STALL=$2; shift ;;

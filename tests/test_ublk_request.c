@@ -3,7 +3,8 @@
  * never-written pages hold nothing), with requests built as Linux 6.12's ublk_setup_iod()
  * builds them. Discards and write-zeroes of every size the advertised limits allow end with
  * 0 (issue 39: the length as an int, negative from 2 GiB, failed them); a write-zeroes with
- * UBLK_IO_F_NOUNMAP stores zero pages, one without drops them. */
+ * UBLK_IO_F_NOUNMAP stores zero pages, one without drops them; a swap device's write at the
+ * memory limit drops the dead page of its slot to make room (issue 40). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,7 +44,7 @@ static int serve(struct uzram *dev, bool read_only, unsigned op_flags, uint64_t 
                  uint64_t length)
 {
     struct ublksrv_io_desc iod = request(op_flags, offset, length);
-    return ublk_request_serve(dev, read_only, &iod, buffer, sizeof buffer);
+    return ublk_request_serve(dev, read_only, false, &iod, buffer, sizeof buffer);
 }
 
 /* Page contents of their own at each page of `pages`. */
@@ -194,6 +195,31 @@ static void test_read_only(void **state)
     assert_int_equal(test_stats(dev).pages_stored, 2);
 }
 
+/* At the memory limit, a write over a slot whose page fills it: a swap device's (the slot's
+ * page is dead: the kernel writes only slots it holds the page of) succeeds in its room, with
+ * the new data read back; any other device's fails with ENOSPC and keeps the old page. */
+static void test_swap_write_at_limit(void **state)
+{
+    struct uzram *dev = *state;
+    unsigned char old_pages[4 * PAGE], new_pages[4 * PAGE];
+    test_fill_kind(11, DATAGEN_RANDOM, old_pages, sizeof old_pages);
+    test_fill_kind(12, DATAGEN_RANDOM, new_pages, sizeof new_pages);
+    test_write_pages(dev, 100, old_pages, 4);
+    assert_int_equal(uzram_set_mem_limit(dev, test_stats(dev).mem_used_total), 0);
+    struct ublksrv_io_desc iod = request(UBLK_IO_OP_WRITE, 100 * PAGE, sizeof new_pages);
+    memcpy(buffer, new_pages, sizeof new_pages);
+    assert_int_equal(ublk_request_serve(dev, false, false, &iod, buffer, sizeof buffer), -ENOSPC);
+    test_expect_pages(dev, 100, old_pages, 4);
+    /* and one more page elsewhere fails for either: no dead page to drop there */
+    struct ublksrv_io_desc elsewhere = request(UBLK_IO_OP_WRITE, 200 * PAGE, PAGE);
+    assert_int_equal(ublk_request_serve(dev, false, true, &elsewhere, buffer, sizeof buffer),
+                     -ENOSPC);
+    assert_int_equal(ublk_request_serve(dev, false, true, &iod, buffer, sizeof buffer),
+                     (int)sizeof new_pages);
+    test_expect_pages(dev, 100, new_pages, 4);
+    assert_true(test_stats(dev).mem_used_total <= test_stats(dev).mem_limit);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -203,6 +229,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_write_zeroes_nounmap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reads_and_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_swap_write_at_limit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

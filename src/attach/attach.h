@@ -296,6 +296,13 @@ void swap_safety_read(struct swap_safety *safety);
 /* A device of a server in swap mode keeps pool memory faulted in ahead of need
  * (uzram_set_mem_reserve()). Returns 0 or a negative errno. */
 int swap_device_prepare(struct uzram *dev);
+/* A write to a swap device refused as the pool is at its memory limit (ENOSPC): counted for
+ * the guard (swap_guard.c), from any request thread. */
+void swap_guard_note_nospace(void);
+/* The guard's look, once a second, by the heap's keeper: after SWAP_GUARD_SECONDS in which
+ * every second a swap-out failed at the limit while memory stalled tasks, it asks the kernel's
+ * OOM killer to end a task (uzram(1), SWAP). */
+void swap_guard_tick(void);
 
 /* ------------------------------------------------------------------------
  * The attachment of a served device (attachment.c)

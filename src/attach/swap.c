@@ -143,7 +143,8 @@ static void heap_populate(void)
  * that the heap grows (brk, which waits for the address space's lock, and page faults, which
  * wait for memory) here and not in a request; and what a burst of the background work left
  * free at the top beyond HEAP_TRIM given back (malloc_trim). At real-time priority 1, below
- * the request threads, as the pool reserve's thread (lib/pool/pool_reserve.c says why). */
+ * the request threads, as the pool reserve's thread (lib/pool/pool_reserve.c says why). It
+ * also runs the guard on a stall at the memory limit (swap_guard.c), a look once a second. */
 static void *heap_keeper_main(void *arg)
 {
     (void)arg;
@@ -161,6 +162,7 @@ static void *heap_keeper_main(void *arg)
             free(grow);
         }
         heap_populate();
+        swap_guard_tick();
         struct timespec pause = {0, HEAP_KEEP_MS * 1000000L};
         nanosleep(&pause, NULL);
     }

@@ -89,6 +89,7 @@ struct ublk_server {
     struct uzram *dev;
     bool read_only;
     bool recoverable; /* UBLK_F_USER_RECOVERY: a successor may take the device over */
+    bool swap;        /* attached for swap (ublk_request_serve, swap_guard.c) */
     int dev_id;
     int control_fd, char_fd;
     struct io_uring control;
@@ -300,9 +301,11 @@ static void *queue_main(void *arg)
                 live--; /* UBLK_IO_RES_ABORT: the device stops */
                 continue;
             }
-            queue_commit(q, tag,
-                         ublk_request_serve(s->dev, s->read_only, &q->descs[tag],
-                                            q->buffers + (size_t)tag * s->io_bytes, s->io_bytes));
+            int result = ublk_request_serve(s->dev, s->read_only, s->swap, &q->descs[tag],
+                                            q->buffers + (size_t)tag * s->io_bytes, s->io_bytes);
+            if (s->swap && result == -ENOSPC)
+                swap_guard_note_nospace();
+            queue_commit(q, tag, result);
         }
         io_uring_cq_advance(&q->ring, seen);
     }
@@ -543,6 +546,7 @@ int ublk_start(struct uzram *dev, uint64_t size, bool read_only, unsigned queues
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus > 0 && queues > (unsigned long)cpus)
         queues = (unsigned)cpus;
+    s->swap = swap;
     if (swap) {
         s->depth = UBLK_SWAP_DEPTH;
         s->io_bytes = UBLK_SWAP_IO_BYTES;

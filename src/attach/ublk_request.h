@@ -29,13 +29,27 @@ static inline int ublk_request_result(unsigned op, uint64_t length, int rc)
     return length <= INT32_MAX ? (int)length : -EINVAL;
 }
 
+/* A write to a swap device that found the pool at its memory limit: the kernel writes a swap
+ * slot only from a page it holds in memory (a slot it has just taken, or the slot of a page it
+ * read back and changed since), so what the range held is dead, and is dropped to make room
+ * before the write is tried once more. Kernel zram, told of every slot freed, holds no such
+ * pages; a ublk device hears only of whole free clusters (swapon --discard), and without this
+ * a slot the kernel reused while its dead page still filled the limit could never be written. */
+static inline int ublk_swap_rewrite(struct uzram *dev, uint64_t offset, const void *buffer,
+                                    uint64_t length)
+{
+    int rc = uzram_discard(dev, offset, length);
+    return rc < 0 ? rc : uzram_write(dev, offset, buffer, length);
+}
+
 /* Serve request `iod` on `dev`, its data in `buffer` of `buffer_bytes` (the tag's): the result
- * to commit. A write-zeroes with UBLK_IO_F_NOUNMAP (the block layer's REQ_NOUNMAP: BLKZEROOUT,
- * which `blkdiscard -z` sends, and fallocate's ZERO_RANGE) keeps its pages allocated, stored
- * as zero pages, as NBD's NO_HOLE does; without it (fallocate's PUNCH_HOLE) they are dropped
- * as by a discard. The flag is a bit of op_flags itself, not of ublksrv_get_flags()'s shifted
- * value. */
-static inline int ublk_request_serve(struct uzram *dev, bool read_only,
+ * to commit. `swap`: a swap device's (attach --swap), whose writes at the memory limit drop
+ * what their range held (ublk_swap_rewrite). A write-zeroes with UBLK_IO_F_NOUNMAP (the block
+ * layer's REQ_NOUNMAP: BLKZEROOUT, which `blkdiscard -z` sends, and fallocate's ZERO_RANGE) keeps
+ * its pages allocated, stored as zero pages, as NBD's NO_HOLE does; without it (fallocate's
+ * PUNCH_HOLE) they are dropped as by a discard. The flag is a bit of op_flags itself, not of
+ * ublksrv_get_flags()'s shifted value. */
+static inline int ublk_request_serve(struct uzram *dev, bool read_only, bool swap,
                                      const struct ublksrv_io_desc *iod, void *buffer,
                                      size_t buffer_bytes)
 {
@@ -51,6 +65,8 @@ static inline int ublk_request_serve(struct uzram *dev, bool read_only,
         rc = read_only               ? -EROFS
              : length > buffer_bytes ? -EINVAL
                                      : uzram_write(dev, offset, buffer, length);
+        if (rc == -ENOSPC && swap)
+            rc = ublk_swap_rewrite(dev, offset, buffer, length);
         break;
     case UBLK_IO_OP_FLUSH:
         rc = 0;

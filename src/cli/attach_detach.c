@@ -11,6 +11,7 @@
 #include "attach/attach.h"
 #include "cli/commands.h"
 #include "cli/attach_detach.h"
+#include "cli/swap_setup.h"
 #include "control/control.h"
 #include "common/process.h"
 #include "common/progress.h"
@@ -90,10 +91,26 @@ static void fuse_ready(void)
     (void)module_ready("fuse", "/dev/fuse");
 }
 
+/* attach --swapon: mkswap and swapon on the node just attached; if either fails, the node is
+ * taken away again (nothing uses it) and the exit status says so. */
+static int swap_on_attached(const char *device, const char *place, const char *node, int priority)
+{
+    char message[2 * PATH_MAX + 512], undo[2 * PATH_MAX + 512];
+    if (swap_start(node, true, priority, NULL, message, sizeof message) < 0) {
+        fprintf(stderr, "uzram: %s: %s\n", node, message);
+        if (detach_node(device, place, undo, sizeof undo) < 0)
+            fprintf(stderr, "uzram: and it stays attached: %s\n", undo);
+        return 1;
+    }
+    printf("%s\n", node);
+    return 0;
+}
+
 /* What `uzram attach` was asked for. */
 struct attach_args {
     const char *via, *file;
-    bool swap;
+    bool swap, swapon, priority_given;
+    int priority;
 };
 
 static int set_via(void *where, char *arg)
@@ -106,7 +123,32 @@ static int set_via(void *where, char *arg)
     return 0;
 }
 
-enum { OPT_VIA = CLI_LONG_ONLY, OPT_FILE, OPT_SWAP };
+/* --swapon is --swap and the swap itself. */
+static int set_swapon(void *where, char *arg)
+{
+    struct attach_args *args = where;
+    (void)arg;
+    args->swap = args->swapon = true;
+    return 0;
+}
+
+static int set_priority(void *where, char *arg)
+{
+    struct attach_args *args = where;
+    char *end;
+    errno = 0;
+    long value = strtol(arg, &end, 10);
+    /* swapon's range: -1 (the kernel picks, lower than every other area) to 32767 */
+    if (errno != 0 || end == arg || *end != '\0' || value < -1 || value > 32767) {
+        fprintf(stderr, "uzram: bad --priority '%s'; use -1 to 32767\n", arg);
+        return -1;
+    }
+    args->priority = (int)value;
+    args->priority_given = true;
+    return 0;
+}
+
+enum { OPT_VIA = CLI_LONG_ONLY, OPT_FILE, OPT_SWAP, OPT_SWAPON, OPT_PRIORITY };
 static const struct cli_option attach_options[] = {
     {"via", OPT_VIA, required_argument, "nbd|ublk|loop",
      "nbd: the kernel's NBD client (nbd-client) on the server's\n"
@@ -132,6 +174,16 @@ static const struct cli_option attach_options[] = {
      "nbd or loop fails under memory pressure: SWAP and\n"
      "KERNELS in uzram(1))",
      0, CLI_TRUE(struct attach_args, swap)},
+    {"swapon", OPT_SWAPON, no_argument, NULL,
+     "--swap, and make the node swap: mkswap, then swapon\n"
+     "--discard (the only way the device hears of freed\n"
+     "swap slots: SWAP in uzram(1)); the uzram-swap@ unit\n"
+     "runs this. Prints the node once it is swap",
+     0, CLI_SET(set_swapon)},
+    {"priority", OPT_PRIORITY, required_argument, "N",
+     "swapon's priority with --swapon, -1 to 32767 (default\n"
+     "100, zram-generator's)",
+     0, CLI_SET(set_priority)},
 };
 
 static int attach_run(int argc, char **argv);
@@ -158,7 +210,7 @@ const struct cli_command attach_command = {
 
 static int attach_run(int argc, char **argv)
 {
-    struct attach_args args = {0};
+    struct attach_args args = {.priority = SWAP_PRIORITY_DEFAULT};
     struct cli_args given;
     int status = cli_parse(&attach_command, argc, argv, &args, &given);
     if (status != CLI_GO_ON)
@@ -168,18 +220,25 @@ static int attach_run(int argc, char **argv)
         fputs("uzram: --file goes with --via loop\n", stderr);
         return 2;
     }
+    if (args.priority_given && !args.swapon)
+        return cli_misused(&attach_command, "--priority goes with --swapon");
     char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512];
     if (attach_node(device, args.via, args.swap, args.file, given.runtime_dir, node, sizeof node,
                     message, sizeof message) < 0) {
         fprintf(stderr, "uzram: %s\n", message);
         return 1;
     }
+    if (args.swapon)
+        return swap_on_attached(device, given.runtime_dir, node, args.priority);
     printf("%s\n", node);
-    if (args.swap)
+    if (args.swap) {
+        char line[BLOCKDEV_PATH_MAX + 128];
+        swapon_line(node, SWAP_PRIORITY_DEFAULT, NULL, line, sizeof line);
         fprintf(stderr,
-                "uzram: for swap: mkswap %s && swapon %s; before stopping: swapoff %s "
-                "&& uzram detach %s\n",
-                node, node, node, device);
+                "uzram: for swap: mkswap %s && %s (or attach --swapon); before stopping: "
+                "swapoff %s && uzram detach %s\n",
+                node, line, node, device);
+    }
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "attach/attach.h"
 #include "cli/commands.h"
 #include "cli/attach_detach.h"
+#include "cli/swap_setup.h"
 #include "cli/zramgen.h"
 #include "common/process.h"
 #include "control/control.h"
@@ -51,7 +52,7 @@ static int make_filesystem(const struct zramgen_device *device, const char *node
 
 static int setup_device(const struct zramgen_device *device)
 {
-    char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512], priority[16];
+    char node[BLOCKDEV_PATH_MAX], message[2 * PATH_MAX + 512];
     if (!device->swap && device->mount_point == NULL) {
         fprintf(stderr, "uzram: %s has neither swap nor a mount-point: nothing to set up\n",
                 device->name);
@@ -64,18 +65,15 @@ static int setup_device(const struct zramgen_device *device)
     }
     if (make_filesystem(device, node) < 0)
         return 1;
-    snprintf(priority, sizeof priority, "%d", device->swap_priority);
     bool options = device->options[0] != '\0';
     if (device->swap) {
-        const char *swapon[] = {"swapon", "--priority", priority, node, NULL, NULL, NULL};
-        if (options) {
-            swapon[3] = "-o"; /* util-linux 2.38's swapon takes no value after --options */
-            swapon[4] = device->options;
-            swapon[5] = node;
-        }
-        if (run(swapon, device->name) < 0)
+        /* uzram's one swap setup: swapon with discard besides the section's options */
+        if (swap_start(node, false, device->swap_priority, device->options, message,
+                       sizeof message) < 0) {
+            fprintf(stderr, "uzram: %s: %s\n", device->name, message);
             return 1;
-        printf("%s: swap on %s, priority %s\n", device->name, node, priority);
+        }
+        printf("%s: swap on %s, priority %d\n", device->name, node, device->swap_priority);
         return 0;
     }
     if (mkdir(device->mount_point, 0755) < 0 && errno != EEXIST) {
@@ -173,10 +171,11 @@ static void print_device(const struct zramgen_device *device)
     printf("\n");
     if (device->mem_limit_is_size)
         printf("  mem-limit: the disk size (no zram-resident-limit): swap needs a bound\n");
-    if (device->swap)
-        printf("  swap: mkswap, swapon --priority %d%s%s\n", device->swap_priority,
-               device->options[0] ? " -o " : "", device->options);
-    else if (device->mount_point != NULL)
+    if (device->swap) {
+        char line[BLOCKDEV_PATH_MAX + 512];
+        swapon_line(NULL, device->swap_priority, device->options, line, sizeof line);
+        printf("  swap: mkswap, %s\n", line);
+    } else if (device->mount_point != NULL)
         printf("  file system: %s on %s%s%s\n", device->fs_type, device->mount_point,
                device->options[0] ? ", mount options " : "", device->options);
     else
@@ -294,8 +293,9 @@ static const struct cli_option zramgen_options[] = {
      0, CLI_BY_COMMAND},
     {"setup-device", OPT_SETUP, no_argument, "NAME",
      "attach the served device, make the swap (mkswap,\n"
-     "swapon with its swap-priority and options) or the file\n"
-     "system (fs-type, mounted on mount-point with options)",
+     "swapon --discard with its swap-priority and options)\n"
+     "or the file system (fs-type, mounted on mount-point\n"
+     "with options)",
      0, CLI_BY_COMMAND},
     {"reset-device", OPT_RESET, no_argument, "NAME",
      "swapoff or umount, detach, and empty the device", 0, CLI_BY_COMMAND},

@@ -60,6 +60,9 @@ grep -qx "uzram $VERSION" <<<"$("$DEST$P/bin/uzram" --version)" || fail "install
 grep -qx "ExecStart=$P/bin/uzram serve --config /etc/uzram/uzram.conf --name %i" \
     "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service ExecStart: $(grep Exec "$DEST$P/lib/systemd/system/uzram@.service")"
 grep -qx 'Type=notify' "$DEST$P/lib/systemd/system/uzram@.service" || fail "uzram@.service is not Type=notify"
+# uzram's one swap setup (mkswap, swapon --discard: how the device hears of freed slots)
+grep -qx "ExecStart=$P/bin/uzram attach --swap --swapon %i" "$DEST$P/lib/systemd/system/uzram-swap@.service" ||
+    fail "uzram-swap@.service ExecStart: $(grep ExecStart "$DEST$P/lib/systemd/system/uzram-swap@.service")"
 grep -qx 'ListenStream=%t/uzram/%i.sock' "$DEST$P/lib/systemd/system/uzram@.socket" || fail "uzram@.socket ListenStream"
 grep -qx "exec $P/bin/uzram zram-generator --generate --unit-dir $P/lib/systemd/system \"\$@\"" \
     "$DEST$P/lib/systemd/system-generators/uzram-zram-generator" || fail "the generator's command: $(tail -n 1 "$DEST$P/lib/systemd/system-generators/uzram-zram-generator")"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # swap.sh - integration test of `serve --swap`: refused without a memory limit or without the
 # privileges it needs; where it runs, its settings read back from /proc (VmLck, oom_score_adj)
-# and from the server (PR_GET_IO_FLUSHER), memory given back under mlockall, and the swap
-# recipe (attach --swap, mkswap, swapon, detach refused, swapoff, detach) on each /dev path.
+# and from the server (PR_GET_IO_FLUSHER), memory given back under mlockall, the swap recipe
+# (attach --swap, mkswap, swapon, detach refused, swapoff, detach) on each /dev path, and
+# attach --swapon: --priority checked (refused without --swapon and out of swapon's range),
+# swapon --discard (what the device held before it is dropped), the priority in /proc/swaps,
+# and the node detached again when swapon fails.
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,6 +21,21 @@ if "$UZRAM" serve --config "$WORK/swap.conf" >"$WORK/out" 2>"$WORK/err"; then fa
 grep -q "$WORK/swap.conf:3: swap needs a memory limit: add 'mem-limit = SIZE'" "$WORK/err" ||
     fail "the configuration said: $(cat "$WORK/err")"
 pass "--swap without a memory limit is refused: $(cat "$WORK/err")"
+
+# --- attach --swapon's command line: --priority only with it, only in swapon's range ---
+refused() { # EXPECTED-MESSAGE ATTACH-ARGS...: exit status 2 and the message, no server asked
+    local want=$1 status=0
+    shift
+    "$UZRAM" attach "$@" >"$WORK/out" 2>"$WORK/err" || status=$?
+    [[ $status == 2 ]] || fail "attach $* exited $status: $(cat "$WORK/out" "$WORK/err")"
+    grep -qF -- "$want" "$WORK/err" || fail "attach $* said: $(cat "$WORK/err")"
+}
+refused "uzram attach: --priority goes with --swapon" --priority 5 nosuch
+refused "uzram attach: --priority goes with --swapon" --swap --priority 5 nosuch
+for bad in 32768 -2 x 5x "" 99999999999999999999; do
+    refused "uzram: bad --priority '$bad'; use -1 to 32767" --swapon --priority "$bad" nosuch
+done
+pass "attach --priority: refused without --swapon and outside -1..32767 (exit 2, before any server is asked)"
 
 # --- the privileges: PR_SET_IO_FLUSHER and oom_score_adj -1000 need CAP_SYS_RESOURCE ---
 cap_eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
@@ -68,7 +86,8 @@ pass "VmRSS $rss_before -> $rss_full kB after 96 MiB written, -> $rss_empty kB a
 swap_recipe() { # VIA
     local via=$1 dev
     dev=$("$UZRAM" attach --via "$via" --swap sw 2>"$WORK/attach.err") || fail "attach --via $via --swap: $(cat "$WORK/attach.err")"
-    grep -q "mkswap $dev && swapon $dev" "$WORK/attach.err" || fail "attach --swap did not print the recipe"
+    grep -q "mkswap $dev && swapon --discard --priority 100 $dev" "$WORK/attach.err" ||
+        fail "attach --swap did not print the recipe: $(cat "$WORK/attach.err")"
     at_exit "swapoff $dev"
     mkswap "$dev" >/dev/null 2>&1 || fail "mkswap $dev"
     if ! swapon -p 0 "$dev" 2>"$WORK/swapon.err"; then
@@ -85,6 +104,40 @@ swap_recipe() { # VIA
     pass "swap recipe --via $via: attach --swap, mkswap, swapon $dev, detach refused, swapoff, detach"
 }
 swap_recipe loop
+
+# --- attach --swapon: mkswap and swapon --discard with the priority, or nothing attached ---
+# Pages the device held before swapon are dead to swap: swapon --discard drops them (and the
+# kernel discards each swap cluster it frees later, the only news of freed slots a ublk, nbd
+# or loop device gets).
+head -c $((16 * MiB)) /dev/urandom >"$WORK/old-pages"
+nbdcopy "$WORK/old-pages" "$(uri_of sw)" || fail "nbdcopy into sw"
+status=0
+dev=$("$UZRAM" attach --via loop --swapon --priority 7 sw 2>"$WORK/attach.err") || status=$?
+if [[ $status == 1 ]] && grep -q "swapon failed" "$WORK/attach.err"; then
+    # (as swap_recipe: swapon may refuse a loop device on FUSE)
+    skip_check "attach --swapon: swapon does not take a loop device on FUSE here: $(cat "$WORK/attach.err")"
+else
+    [[ $status == 0 ]] || fail "attach --swapon --priority 7 exited $status: $(cat "$WORK/attach.err")"
+    at_exit "swapoff $dev"
+    [[ $dev == "$("$UZRAM" status -n --raw -o attached sw)" ]] || fail "attach --swapon printed '$dev'"
+    awk -v n="$dev" '$1 == n {print $5}' /proc/swaps | grep -qx 7 || fail "$dev is not swap of priority 7: $(cat /proc/swaps)"
+    orig=$(mm_stat_field sw 0)
+    ((orig <= 64 * 1024)) || fail "16 MiB written before attach --swapon still held after it ($orig bytes): no discard"
+    swapoff "$dev" || fail "swapoff $dev"
+    "$UZRAM" detach sw || fail "detach $dev"
+    pass "attach --swapon --priority 7: $dev swap of priority 7, the 16 MiB it held before discarded (orig_data_size $orig)"
+fi
+# a swapon that fails: its message, exit status 1, and the node taken away again
+mkdir -p "$WORK/bin"
+printf '#!/bin/sh\necho "swapon: refused by this test" >&2\nexit 1\n' >"$WORK/bin/swapon"
+chmod +x "$WORK/bin/swapon"
+status=0
+PATH="$WORK/bin:$PATH" "$UZRAM" attach --via loop --swapon sw >"$WORK/out" 2>"$WORK/err" || status=$?
+[[ $status == 1 ]] || fail "attach --swapon with a failing swapon exited $status: $(cat "$WORK/out" "$WORK/err")"
+grep -q "swapon failed: swapon: refused by this test" "$WORK/err" || fail "attach --swapon said: $(cat "$WORK/err")"
+[[ ! -s $WORK/out ]] || fail "attach --swapon printed a node though swapon failed: $(cat "$WORK/out")"
+[[ $("$UZRAM" status -n --raw -o attached sw) == - ]] || fail "the node stayed attached after swapon failed"
+pass "attach --swapon whose swapon fails: exit 1, swapon's message, node detached again"
 
 # --- the same recipe as the shipped unit runs it (systemd/uzram-swap@.service.in) ---
 unit_command() { # KEY: the unit's ExecStart or ExecStop as sh would run it for device sw

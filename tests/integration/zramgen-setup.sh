@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zramgen-setup.sh - integration test of `uzram zram-generator --setup-device` and
 # `--reset-device` (issue 28), what uzram-zram-setup@NAME runs: as root with FUSE and loop
-# devices, a swap made and undone (priority; serve --swap needs CAP_SYS_RESOURCE) and an ext2
+# devices, a swap made and undone (priority, discard: what was on the device goes at swapon;
+# serve --swap needs CAP_SYS_RESOURCE) and an ext2
 # mount (mkfs, mount options, data reaching the device; umount, detach, empty). Apart from
 # zramgen.sh so that make check's VM, where none of these checks skips, runs only these
 # (tests/vm/vm.sh CHECK_SET). Skips and fails as tests/integration/lib.bash says (exit 0/1/77).
@@ -20,6 +21,7 @@ cat >"$WORK/zram.conf" <<EOF
 [zram6]
 zram-size = 64
 swap-priority = 7
+options = nofail
 [zram8]
 zram-size = 64
 mount-point = $WORK/mnt
@@ -49,16 +51,23 @@ elif ! (((0x$cap_eff >> 24) & 1)); then
     skip_check "swap --setup-device and --reset-device: serve --swap needs CAP_SYS_RESOURCE, which this process lacks (CapEff $cap_eff)"
 else
     serve_zram zram6
+    # Pages there before swapon: the swap's discard (uzram's one swap setup adds it to the
+    # section's options) must reach the server, as a swap slot's page will when it is freed.
+    head -c $((16 * MiB)) /dev/urandom >"$WORK/old-pages"
+    nbdcopy "$WORK/old-pages" "$(uri_of zram6)" || fail "nbdcopy into zram6"
     zg_conf --setup-device zram6 >"$WORK/setup.out" 2>&1 || fail "--setup-device zram6: $(cat "$WORK/setup.out")"
     node=$("$UZRAM" status -n --raw -o attached zram6)
     grep -qx "zram6: swap on $node, priority 7" "$WORK/setup.out" || fail "setup said: $(cat "$WORK/setup.out")"
     awk -v n="$node" '$1 == n {print $5}' /proc/swaps | grep -qx 7 || fail "$node is not swap of priority 7: $(cat /proc/swaps)"
+    # swapon --discard discards the area at once, all but mkswap's header page
+    orig=$(mm_stat_field zram6 0)
+    ((orig <= 64 * 1024)) || fail "16 MiB written before swapon still held after it ($orig bytes): swapon without --discard?"
     zg_conf --reset-device zram6 >"$WORK/reset.out" 2>&1 || fail "--reset-device zram6: $(cat "$WORK/reset.out")"
     if grep -q "^$node " /proc/swaps; then fail "$node still swap after --reset-device"; fi
     [[ $("$UZRAM" status -n --raw -o attached zram6) == - ]] || fail "zram6 still attached after --reset-device"
     [[ $(mm_stat_field zram6 0) -eq 0 ]] || fail "zram6 not emptied by --reset-device: $("$UZRAM" attr zram6 mm_stat)"
     stop_server zram6
-    pass "swap: --setup-device attaches, mkswap, swapon priority 7; --reset-device swapoff, detach, empty"
+    pass "swap: --setup-device attaches, mkswap, swapon --discard (orig_data_size $orig after 16 MiB) priority 7; --reset-device swapoff, detach, empty"
 fi
 
 serve_zram zram8

@@ -57,6 +57,7 @@ zram-resident-limit = 256
 compression-algorithm = zstd(level=5)
 swap-priority = 5
 writeback-device = /dev/disk/by-partlabel/wb
+options = nofail
 EOF
 cat >"$R/etc/systemd/zram-generator.conf.d/10-first.conf" <<'EOF'
 [zram3]
@@ -82,14 +83,14 @@ cat >"$WORK/want" <<EOF
 zram0 (${E}:4):
   uzram serve --name zram0 --size 4006400K --algorithm lzo --mem-limit 4006400K --recompress algo=zstd,level=3 --swap
   mem-limit: the disk size (no zram-resident-limit): swap needs a bound
-  swap: mkswap, swapon --priority 100 -o discard
+  swap: mkswap, swapon --discard --priority 100 -o discard
 zram1 (${E}:9):
   uzram serve --name zram1 --size 801280K
   file system: ext4 on /run/compressed, mount options discard,noatime
 zram2 (${E}:18): not created: this machine has 7825 MB, more than its host-memory-limit of 4000 MB
 zram3 (${E}.d/10-first.conf:2):
   uzram serve --name zram3 --size 1G --algorithm zstd --level 5 --mem-limit 256M --backing-file /dev/disk/by-partlabel/wb --swap
-  swap: mkswap, swapon --priority 5 -o discard
+  swap: mkswap, swapon --discard --priority 5 -o nofail
 zram5 ($R/usr/lib/systemd/zram-generator.conf.d/40-obsolete.conf:2):
   uzram serve --name zram5 --size 1G
   neither swap nor a mount-point: served, not set up (no units)

@@ -221,7 +221,8 @@ sampler_pid=$!
 at_exit "kill $sampler_pid"
 run_program
 # What the device holds once the program's pages are free: zram hears of every freed slot,
-# a ublk device only of discards (the unit's swapon asks for none).
+# a ublk device only of discards (swapon --discard: of each 2 MiB cluster once all of it is
+# free).
 sleep 5
 swap_after=$(swap_used_kib)
 # (a server that died answers nothing: zeroes, and server_alive=0 below)

@@ -11,8 +11,11 @@
 #                          one round of 1.2 times the memory (make check), or two of 1.5
 #                          (the default); =PERCENT touches that many percent of the memory
 #                          instead (--quick=110 hung when each write waited 2 s for a dry pool
-#                          reserve); with VIA (nbd, loop, ublk), attach --via VIA --swap,
-#                          mkswap and swapon by hand instead of the unit's commands
+#                          reserve); with VIA (nbd, loop, ublk), attach --via VIA --swap
+#                          --swapon instead of the unit's commands. After the workload the
+#                          device must hold no more than 32 MiB beyond the kernel's swap in
+#                          use (the freed slots' pages dropped by swapon --discard: 11 MiB
+#                          held measured, 415 MiB without discard)
 #   swap.sh --soak N [VIA] the two-round run N times (make vm-swap-soak), each with a new
 #                          server; every run's outcome is printed (RESULT soak_run)
 #   swap.sh --compare N    N rounds each, interleaved, of uzram and the guest's kernel zram as
@@ -21,9 +24,10 @@
 #                          the pages that do not fit go to the backing device (bd_stat), no
 #                          swap write error, and every page still comes back exact
 #   swap.sh --limit        the server's --mem-limit far below what is swapped: the kernel
-#                          gets write errors, the guest must not hang, the server lives on
-#                          and what it stored reads back; then the guest's kernel zram at the
-#                          same mem_limit; what the workload did in each is reported
+#                          gets write errors, the guest must not hang, the workload must end
+#                          (done, or OOM-killed) before 180 s, the server lives on and what
+#                          it stored reads back; then the guest's kernel zram at the same
+#                          mem_limit; what the workload did in each is reported
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
 
@@ -68,7 +72,7 @@ swap_on() {
     at_exit "sh -c $(printf '%q' "$(unit_command ExecStop "$name")")"
     local start
     start=$(unit_command ExecStart "$name")
-    [[ -z $via ]] || start="dev=\$($UZRAM attach --via $via --swap $name); mkswap \"\$dev\" >/dev/null; swapon -p 100 \"\$dev\""
+    [[ -z $via ]] || start="$UZRAM attach --via $via --swap --swapon $name"
     [[ $via != loop ]] || modprobe -q loop
     sh -ec "$start" >"$WORK/unit.out" 2>&1 || fail "attach, mkswap, swapon: $(cat "$WORK/unit.out")"
     SWAPDEV=$("$UZRAM" status -n --raw -o attached "$name")
@@ -112,6 +116,25 @@ NBD_DEAD='Dead connection|shutting down sockets|Receive control failed'
 
 elapsed() { awk -v start="$1" -v end="$(date +%s.%N)" 'BEGIN {printf "%.1f", end - start}'; }
 
+# held_freed NAME: once the workload has exited, what the device NAME still holds beyond the
+# kernel's swap in use (KiB): pages of slots the kernel freed that the device never heard of.
+# The kernel tells uzram of freed slots only by discards (swapon --discard), issued from a
+# work item once a whole 2 MiB cluster is free: waits up to 30 s for them to arrive. What
+# stays is the freed slots of clusters that still hold a page in use (the guest's other
+# processes') or a slot in a CPU's slot cache: HELD_FREED_MAX_KIB, 16 such clusters.
+HELD_FREED_MAX_KIB=$((32 << 10))
+held_freed() {
+    local mm held waited=0
+    while :; do
+        read -r -a mm <<<"$("$UZRAM" attr "$1" mm_stat)"
+        held=$((mm[0] / 1024 - ($(meminfo_kib SwapTotal) - $(meminfo_kib SwapFree))))
+        ((held > HELD_FREED_MAX_KIB && waited < 30)) || break
+        sleep 1
+        waited=$((waited + 1))
+    done
+    echo "$held"
+}
+
 # One pressure run on the current swap: memtouch, then the checks. Prints its seconds.
 pressure_run() { # NAME (a uzram server, or "zram") ROUNDS
     local name=$1 rounds=$2 out_before start took pid touch seconds first
@@ -145,8 +168,10 @@ pressure_run() { # NAME (a uzram server, or "zram") ROUNDS
 
 # One run of memtouch at a mem_limit far below what it swaps out, on WHO (uzram or zram),
 # bounded by LIMIT_S: it finishes, the OOM killer takes it, or it makes no progress and is
-# killed at the bound. Each is an outcome to report; a hung task (guest.sh), a dead server
-# or a swapoff that cannot read everything back fails.
+# killed at the bound. Each is an outcome to report for zram; uzram must not reach the bound
+# (its guard asks for an OOM kill after 30 s of failed swap-outs under memory stall: uzram(1),
+# SWAP). A hung task (guest.sh), a dead server or a swapoff that cannot read everything back
+# fails.
 LIMIT_S=180
 limit_run() { # WHO
     local who=$1 pid status outcome errors_before errors out_before ooms_before ooms
@@ -166,9 +191,13 @@ limit_run() { # WHO
         SWAPDEV=/dev/zram0
     fi
     set +e
+    local start
+    start=$(date +%s.%N)
     timeout -s KILL "$LIMIT_S" "$MEMTOUCH" "$touch_mib" 1 >"$WORK/memtouch.out" 2>&1
     status=$?
     set -e
+    local took
+    took=$(elapsed "$start")
     errors=$(($(dmesg | grep -c "Write-error on swap-device" || true) - errors_before))
     ooms=$(($(dmesg | grep -cE "Killed process [0-9]+ \(memtouch\)" || true) - ooms_before))
     case $status in
@@ -176,10 +205,19 @@ limit_run() { # WHO
     137) outcome="memtouch killed $( ((ooms > 0)) && echo "by the OOM killer" || echo "at the ${LIMIT_S} s bound, no OOM kill")" ;;
     *) fail "$who: memtouch ended with status $status: $(tail -n 3 "$WORK/memtouch.out")" ;;
     esac
+    local failed=
     if [[ $who == uzram ]]; then
         [[ $(cat /proc/"$pid"/comm 2>/dev/null) == uzram ]] || fail "the server is gone"
         read -r -a mm <<<"$("$UZRAM" attr lim mm_stat)"
+        read -r -a io <<<"$("$UZRAM" attr lim io_stat)"
+        failed=", failed_writes ${io[1]}"
         ((mm[2] <= 24 << 20)) || fail "mem_used_total ${mm[2]} passed the 24 MiB limit"
+        [[ $outcome != *"at the ${LIMIT_S} s bound"* ]] ||
+            fail "uzram at mem_limit 24M: no progress and no OOM kill in $LIMIT_S s ($errors swap write errors, failed_writes ${io[1]}): a livelock"
+        # the kill the server asked for, and said so
+        [[ $outcome != *"by the OOM killer"* ]] ||
+            grep -q "asked the kernel's OOM killer to end a task" "$WORK/server-lim.err" ||
+            fail "memtouch was OOM-killed but the server's log does not say it asked: $(tail -n 3 "$WORK/server-lim.err")"
         swap_off lim # every page still swapped out comes back from the server
         stop_server lim
     else
@@ -187,8 +225,8 @@ limit_run() { # WHO
         swapoff /dev/zram0 || fail "swapoff /dev/zram0"
         echo 1 >/sys/block/zram0/reset
     fi
-    pass "$who at mem_limit 24M: $outcome, $errors swap write errors, pswpout +$(($(vmstat pswpout) - out_before)), mem_used_max ${mm[4]}, swapoff read everything back"
-    result limit_outcome "$who" "$status" "$errors"
+    pass "$who at mem_limit 24M: $outcome after $took s, $errors swap write errors$failed, pswpout +$(($(vmstat pswpout) - out_before)), mem_used_max ${mm[4]}, swapoff read everything back"
+    result limit_outcome "$who" "$status" "$errors" "$took"
 }
 
 case $mode in
@@ -197,10 +235,13 @@ case $mode in
     took=$(pressure_run sw "$rounds")
     read -r -a mm <<<"$("$UZRAM" attr sw mm_stat)"
     read -r -a io <<<"$("$UZRAM" attr sw io_stat)"
-    ((mm[0] > 0)) || fail "mm_stat shows no page in the server: ${mm[*]}"
+    ((mm[4] > 0)) || fail "mm_stat shows no page ever in the server: ${mm[*]}"
     empty=$("$UZRAM" attr sw debug_stat | sed -n 's/^reserve_empty: //p')
     errors=$(swap_errors)
-    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s"
+    held=$(held_freed sw)
+    ((held <= HELD_FREED_MAX_KIB)) || fail "after the workload the device holds $held KiB beyond the swap in use: pages of freed slots (mm_stat $("$UZRAM" attr sw mm_stat), io_stat $("$UZRAM" attr sw io_stat))"
+    read -r -a io <<<"$("$UZRAM" attr sw io_stat)"
+    pass "$touch_mib MiB touched $rounds time(s) in $((total_kib / 1024)) MiB on $SWAPDEV: every page verified, pswpout $(vmstat pswpout), mm_stat ${mm[*]}, failed_writes ${io[1]}, reserve_empty $empty, swap write errors logged $errors, $took s; after it $held KiB held beyond the swap in use, notify_free ${io[3]}"
     # What the server holds beyond its pool and page table, within uzram(1) SWAP's budget for
     # these options (16 MiB; tests/vm/swap-memory.sh measures the dense mode too).
     server_memory sw
