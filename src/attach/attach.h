@@ -304,6 +304,13 @@ void swap_guard_note_nospace(void);
  * OOM killer to end a task (uzram(1), SWAP). */
 void swap_guard_tick(void);
 
+/* The most seconds --swap-stall-limit takes (an hour). */
+#define SWAP_STALL_LIMIT_MAX 3600u
+
+/* --swap-stall-limit: how long the stall must last before the guard asks the OOM killer
+ * (default SWAP_GUARD_SECONDS); 0: never. Before the first swap_guard_tick(). */
+void swap_guard_set_limit(unsigned seconds);
+
 /* ------------------------------------------------------------------------
  * The attachment of a served device (attachment.c)
  * ---------------------------------------------------------------------- */

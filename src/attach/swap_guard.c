@@ -21,9 +21,9 @@
 
 #include "attach/attach.h"
 
-/* How long the stall must last: long enough that a burst of failed swap-outs while the
- * program frees memory, or while the kernel turns to other pages, is not taken for one;
- * short enough to end a livelock well before the kernel's hung task reports (120 s). */
+/* How long the stall must last by default (--swap-stall-limit): long enough that a burst of failed
+ * swap-outs while the program frees memory, or while the kernel turns to other pages, is not taken
+ * for one; short enough to end a livelock well before the kernel's hung task reports (120 s). */
 #define SWAP_GUARD_SECONDS 30
 /* PSI "some" share of each of those seconds (at least one task waiting on memory): a program
  * whose working set fits in memory, while background reclaim fails to swap out cold pages at
@@ -32,6 +32,9 @@
 
 #define PRESSURE_PATH "/proc/pressure/memory"
 #define SYSRQ_PATH "/proc/sysrq-trigger"
+
+/* --swap-stall-limit's seconds; 0: the guard never acts. */
+static unsigned guard_limit = SWAP_GUARD_SECONDS;
 
 /* Writes refused for lack of room (ENOSPC), by every queue of every swap device. */
 static _Atomic uint64_t nospace_writes;
@@ -44,6 +47,11 @@ static struct {
     uint64_t last_writes, last_some_us;
     double stalled_seconds;
 } guard = {.pressure_fd = -1, .sysrq_fd = -1};
+
+void swap_guard_set_limit(unsigned seconds)
+{
+    guard_limit = seconds;
+}
 
 void swap_guard_note_nospace(void)
 {
@@ -91,6 +99,8 @@ static void guard_start(void)
 
 void swap_guard_tick(void)
 {
+    if (guard_limit == 0)
+        return;
     if (!guard.started)
         guard_start();
     if (guard.off)
@@ -112,13 +122,13 @@ void swap_guard_tick(void)
     guard.last = now;
     guard.last_writes = writes;
     guard.last_some_us = (uint64_t)some;
-    if (guard.stalled_seconds < SWAP_GUARD_SECONDS)
+    if (guard.stalled_seconds < guard_limit)
         return;
     guard.stalled_seconds = 0;
     int rc = pwrite(guard.sysrq_fd, "f", 1, 0) == 1 ? 0 : errno;
     fprintf(stderr,
-            "uzram: --swap: for %d s swap-outs failed at the memory limit every second while "
+            "uzram: --swap: for %u s swap-outs failed at the memory limit every second while "
             "tasks waited on memory (%.0f%% of the last second): %s\n",
-            SWAP_GUARD_SECONDS, pressed * 100,
+            guard_limit, pressed * 100,
             rc == 0 ? "asked the kernel's OOM killer to end a task (sysrq f)" : strerror(rc));
 }

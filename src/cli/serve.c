@@ -144,6 +144,16 @@ static int apply_server_option(struct serve_plan *plan, const struct cli_option 
     case OPT_SWAP:
         options->swap = flag;
         break;
+    case OPT_SWAP_STALL_LIMIT: {
+        unsigned long seconds;
+        if (option_parse_uint(arg, SWAP_STALL_LIMIT_MAX, 10, &seconds) < 0) {
+            complain("%sbad %s '%s'; use seconds from 0 (never) to %u", label.where, label.name,
+                     arg, SWAP_STALL_LIMIT_MAX);
+            return -1;
+        }
+        options->swap_stall_limit = (long)seconds;
+        break;
+    }
     case OPT_SERVER_MEM_LIMIT:
         return option_parse_size(NULL, &label, arg, &options->server_mem_limit);
     case 'u':
@@ -362,7 +372,8 @@ static int parse_options(int argc, char **argv, struct serve_plan *plan, struct 
 {
     struct nbd_server_options *options = &plan->options;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    *options = (struct nbd_server_options){.name = "uzram0", .socket_mode = 0600, .socket_gid = -1};
+    *options = (struct nbd_server_options){
+        .name = "uzram0", .socket_mode = 0600, .socket_gid = -1, .swap_stall_limit = -1};
     /* Per connection: with 2 workers one can run a request while the other
      * reads the next, so one pipelining client keeps 2 cores busy. */
     options->threads = cpus < 2                        ? 2
@@ -668,6 +679,19 @@ static int tls_settings(struct serve_plan *plan)
     return GO_ON;
 }
 
+/* --swap-stall-limit is a setting of --swap's guard (attach/swap_guard.c): refused without it
+ * rather than ignored. */
+static int swap_settings(struct serve_plan *plan)
+{
+    struct label limit;
+    if (plan->options.swap_stall_limit < 0 || plan->options.swap)
+        return GO_ON;
+    option_label_of(plan->from, OPT_SWAP_STALL_LIMIT, &limit);
+    fprintf(stderr, "uzram: %s%s goes with %s\n", limit.where, limit.name,
+            *limit.where ? "swap = yes" : "--swap");
+    return 1;
+}
+
 /* Socket activation (uzram@.socket): a service manager listens and hands its sockets over
  * (sd_listen_fds(3)); they are served instead of sockets of our own. The one named "control"
  * (FileDescriptorName=control) is the control socket; the others serve NBD. Options that say
@@ -751,6 +775,8 @@ static int create_and_serve(struct serve_plan *plan)
     /* Before the devices and every thread: threads inherit the I/O flusher mark. */
     if (plan->options.swap) {
         char message[512];
+        if (plan->options.swap_stall_limit >= 0)
+            swap_guard_set_limit((unsigned)plan->options.swap_stall_limit);
         if (swap_safety_enable(message, sizeof message) < 0) {
             fprintf(stderr, "uzram: %s\n", message);
             return 1;
@@ -841,6 +867,8 @@ int cmd_serve(int argc, char **argv)
         status = plan_devices(plan);
     if (status == GO_ON)
         status = tls_settings(plan);
+    if (status == GO_ON)
+        status = swap_settings(plan);
     if (status == GO_ON)
         status = socket_paths(plan);
     if (status == GO_ON)

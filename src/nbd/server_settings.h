@@ -37,6 +37,7 @@ struct nbd_server_options {
     unsigned timeout; /* client deadlines in seconds; 0: NBD_SERVER_TIMEOUT */
     bool quiet;
     bool swap; /* swap safety is on (cli/serve.c set it up): `attach --swap` may go on */
+    long swap_stall_limit; /* --swap-stall-limit's seconds (swap_guard.c); -1: not given */
     struct nbd_tls_options tls;
 };
 

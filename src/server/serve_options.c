@@ -86,6 +86,11 @@ const struct cli_option serve_options[] = {
      "I/O, no OOM kill (needs --mem-limit or\n"
      "--server-mem-limit, and root)",
      0, CLI_BY_COMMAND},
+    {"swap-stall-limit", OPT_SWAP_STALL_LIMIT, required_argument, "SECONDS",
+     "with --swap: once swap-outs have failed at the memory\n"
+     "limit for SECONDS while tasks wait on memory, ask the\n"
+     "kernel's OOM killer to end a task (default 30; 0: never)",
+     0, CLI_BY_COMMAND},
     CLI_HEADING("Listening:", SETS_SERVER),
     {"unix", 'u', required_argument, "PATH",
      "NBD Unix socket (default NAME.sock in the runtime\n"

@@ -30,6 +30,7 @@ enum {
     OPT_WRITEBACK_IDLE,
     OPT_WRITEBACK_RATE,
     OPT_SWAP,
+    OPT_SWAP_STALL_LIMIT,
     OPT_TLS,
     OPT_TLS_CERTIFICATES,
     OPT_TLS_PSK,
@@ -48,7 +49,7 @@ enum {
 enum { SETS_SERVER = 0, SETS_DEVICE = 1, SERVE_COMMAND_LINE_ONLY = 2 };
 
 /* The rows of the table (serve_options.c checks the count); --help is the framework's. */
-#define SERVE_OPTION_COUNT 37
+#define SERVE_OPTION_COUNT 38
 extern const struct cli_option serve_options[SERVE_OPTION_COUNT];
 
 /* The configuration key that makes a section a server's: the sections of its devices. */

@@ -22,6 +22,21 @@ grep -q "$WORK/swap.conf:3: swap needs a memory limit: add 'mem-limit = SIZE'" "
     fail "the configuration said: $(cat "$WORK/err")"
 pass "--swap without a memory limit is refused: $(cat "$WORK/err")"
 
+# --- --swap-stall-limit: only with --swap, only 0 to 3600 seconds, on the command line and in a file ---
+for args in "--swap-stall-limit 5|uzram: --swap-stall-limit goes with --swap" \
+    "--swap --mem-limit 8M --swap-stall-limit x|uzram: bad --swap-stall-limit 'x'; use seconds from 0 (never) to 3600" \
+    "--swap --mem-limit 8M --swap-stall-limit 3601|uzram: bad --swap-stall-limit '3601'; use seconds from 0 (never) to 3600" \
+    "--swap --mem-limit 8M --swap-stall-limit -1|uzram: bad --swap-stall-limit '-1'; use seconds from 0 (never) to 3600"; do
+    read -r -a argv <<<"${args%%|*}"
+    if "$UZRAM" serve -n stall -s 16M "${argv[@]}" >"$WORK/out" 2>"$WORK/err"; then fail "serve ${args%%|*} started"; fi
+    grep -qxF -- "${args#*|}" "$WORK/err" || fail "serve ${args%%|*} said: $(cat "$WORK/err")"
+    [[ ! -e $(sock_of stall) ]] || fail "serve ${args%%|*} left its socket"
+done
+printf '[cfg]\nsize = 64M\nswap-stall-limit = 10\n' >"$WORK/stall.conf"
+if "$UZRAM" serve --config "$WORK/stall.conf" >"$WORK/out" 2>"$WORK/err"; then fail "swap-stall-limit without swap started"; fi
+grep -q "swap-stall-limit goes with --swap" "$WORK/err" || fail "the configuration said: $(cat "$WORK/err")"
+pass "--swap-stall-limit: refused without --swap and outside 0..3600, from the command line and a file"
+
 # --- attach --swapon's command line: --priority only with it, only in swapon's range ---
 refused() { # EXPECTED-MESSAGE ATTACH-ARGS...: exit status 2 and the message, no server asked
     local want=$1 status=0
