@@ -34,7 +34,7 @@ for args in "--swap-stall-limit 5|uzram: --swap-stall-limit goes with --swap" \
 done
 printf '[cfg]\nsize = 64M\nswap-stall-limit = 10\n' >"$WORK/stall.conf"
 if "$UZRAM" serve --config "$WORK/stall.conf" >"$WORK/out" 2>"$WORK/err"; then fail "swap-stall-limit without swap started"; fi
-grep -q "swap-stall-limit goes with --swap" "$WORK/err" || fail "the configuration said: $(cat "$WORK/err")"
+grep -q "stall.conf:3: swap-stall-limit goes with swap = yes" "$WORK/err" || fail "the configuration said: $(cat "$WORK/err")"
 pass "--swap-stall-limit: refused without --swap and outside 0..3600, from the command line and a file"
 
 # --- attach --swapon's command line: --priority only with it, only in swapon's range ---
