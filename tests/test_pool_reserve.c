@@ -287,6 +287,57 @@ static void test_reserve_file_punched_by_refiller(void **state)
     close(fd);
 }
 
+/* How many of the pages holding `count` addresses are resident (mincore). */
+static unsigned resident_pages(unsigned char *const *at, unsigned count)
+{
+    unsigned resident = 0;
+    for (unsigned i = 0; i < count; i++) {
+        unsigned char in_core = 0;
+        void *page = (void *)((uintptr_t)at[i] & ~(uintptr_t)4095);
+        assert_int_equal(mincore(page, 4096, &in_core), 0);
+        resident += in_core & 1;
+    }
+    return resident;
+}
+
+/* A pool in anonymous memory with a reserve: the pages of the spans a thread frees are given
+ * back (madvise) by the reserve's thread, never by the thread that frees. madvise takes the
+ * address space's lock, which the reserve's thread holds while it faults pages in, in reclaim
+ * under swap pressure, and behind which another thread's munmap (the recompressor's) queued
+ * and stopped the freeing thread (tests/vm/swap-memory.sh dense stalled so). With the
+ * reserve's thread paused the frees return and the pages stay; once it is back they go. */
+static void test_reserve_pages_given_back_by_refiller(void **state)
+{
+    (void)state;
+    enum { OBJECTS = 14000, SIZE = 3000 };
+    struct pool *pool = new_pool();
+    assert_int_equal(pool_set_reserve(pool, 1 << 20), 0);
+    assert_true(cache_reaches(pool, 1 << 20));
+    uint64_t *handles = calloc(OBJECTS, sizeof *handles);
+    unsigned char **at = calloc(OBJECTS, sizeof *at);
+    assert_non_null(handles);
+    assert_non_null(at);
+    for (unsigned i = 0; i < OBJECTS; i++) {
+        assert_int_equal(pool_alloc(pool, SIZE, i + 1, &handles[i]), 0);
+        at[i] = pool_map(pool, handles[i]);
+        memset(at[i], (int)(i & 0xff), SIZE);
+    }
+    pool_reserve_pause(pool, true);
+    unsigned before = resident_pages(at, OBJECTS);
+    for (unsigned i = 0; i < OBJECTS; i++)
+        pool_free(pool, handles[i]);
+    /* Beyond the reserve the spans were given back: not one page by this thread */
+    assert_int_equal(resident_pages(at, OBJECTS), before);
+    pool_reserve_pause(pool, false);
+    for (double end = seconds_now() + 10;
+         resident_pages(at, OBJECTS) > before / 4 && seconds_now() < end;)
+        usleep(1000);
+    assert_true(resident_pages(at, OBJECTS) <= before / 4);
+    free(at);
+    free(handles);
+    pool_destroy(pool);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -295,6 +346,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reserve_dry),
         cmocka_unit_test(test_reserve_thread_below_creator),
         cmocka_unit_test(test_reserve_file_punched_by_refiller),
+        cmocka_unit_test(test_reserve_pages_given_back_by_refiller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,9 @@
-/* test_write_alloc.c - a swap device's writes allocate nothing once warm (uzram(1) SWAP): with
- * the settings of `uzram serve --swap` (a pool reserve, a limit) in its lz4 mode and its dense
- * mode (dedup, zstd recompression into bundles of 8), writes of new pages, overwrites with
- * other sizes, duplicates, discards and overwrites of bundled pages make no call to malloc,
- * calloc, realloc, aligned_alloc or posix_memalign on the writer's thread. A swap-out's
- * allocation waits for malloc's lock, which a low-priority thread of the server (the
+/* test_write_alloc.c - a swap device's requests allocate nothing once warm (uzram(1) SWAP):
+ * with the settings of `uzram serve --swap` (a pool reserve, a limit) in its lz4 mode and its
+ * dense mode (dedup, zstd recompression into bundles of 8), writes of new pages, overwrites
+ * with other sizes, duplicates, discards, overwrites of bundled pages and reads of them make no
+ * call to malloc, calloc, realloc, aligned_alloc or posix_memalign on the request's thread. A
+ * swap-out's allocation waits for malloc's lock, which a low-priority thread of the server (the
  * recompressor) may hold while it waits in reclaim for that very swap-out. The allocator is
  * wrapped at link time (-Wl,--wrap, the Makefile), so that the sanitizers' allocators still
  * serve the calls. */
@@ -229,6 +229,26 @@ static void test_dense_bundle_overwrites_allocate_nothing(void **state)
     uzram_destroy(dev);
 }
 
+/* Reads of bundled pages (a swap-in of a page the recompressor packed), counted after one
+ * read of a bundle (this thread's decoder and bundle cache): each page equal to what was
+ * written. */
+static void test_dense_bundle_reads_allocate_nothing(void **state)
+{
+    (void)state;
+    struct uzram *dev = swap_device(true);
+    write_range(dev, 0, 1024, 1);
+    assert_int_equal(uzram_mark_idle(dev, 0, NULL), 0);
+    struct uzram_recompress_result result;
+    assert_int_equal(uzram_recompress(dev, UZRAM_RECOMPRESS_IDLE, 0, 0, 0, &result), 0);
+    assert_true(test_stats(dev).bundled_pages > 512);
+    expect_range(dev, 0, 8, 1); /* warm-up */
+    start_counting();
+    for (uint64_t i = 0; i < 1024; i++)
+        expect_range(dev, (i * 167) % 1024, 1, 1);
+    expect_no_calls("bundle reads");
+    uzram_destroy(dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -236,6 +256,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lz4_writes_allocate_nothing),
         cmocka_unit_test(test_dense_writes_allocate_nothing),
         cmocka_unit_test(test_dense_bundle_overwrites_allocate_nothing),
+        cmocka_unit_test(test_dense_bundle_reads_allocate_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -343,14 +343,18 @@ static void give_back_window(struct pool *pool, uint32_t window)
 }
 
 /* Pages of `window` a request's thread gives back, and the window with them if `free_window`:
- * in a state file under a reserve, queued for the refiller, else given back here. A punch
- * takes the file's inode lock, which the refiller holds while it allocates the file's pages,
- * and under memory pressure that allocation waits for swap-out to this very device: a
- * request's thread that punched waited for itself (tests/vm/ublk-restart.sh swap hung so). */
+ * under a reserve, queued for the refiller, else given back here. A punch takes the file's
+ * inode lock, which the refiller holds while it allocates the file's pages, and under memory
+ * pressure that allocation waits for swap-out to this very device: a request's thread that
+ * punched waited for itself (tests/vm/ublk-restart.sh swap hung so). madvise() takes the
+ * address space's lock, which the refiller holds while it faults the reserve in, in reclaim
+ * under pressure, and behind which a munmap() of another thread (the recompressor's) queues
+ * and stops every new taker: a request's madvise waited for itself so
+ * (tests/vm/swap-memory.sh dense). */
 static void give_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages,
                       bool free_window)
 {
-    if (pool->file_fd >= 0 && atomic_load(&pool->reserve_target) != 0) {
+    if (atomic_load(&pool->reserve_target) != 0) {
         pthread_mutex_lock(&pool->window_lock);
         bool queued = atomic_load(&pool->reserve_target) != 0 && pool->refiller_running &&
                       pool->deferred_count < POOL_DEFERRED_MAX;

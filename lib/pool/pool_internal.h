@@ -126,8 +126,8 @@ struct pool {
     /* Spans that failed for want of a reserve window (reserve_empty), and waits that timed
      * out (one per dry spell). */
     _Atomic uint64_t reserve_empty, reserve_timeouts;
-    /* With a reserve, pages a request's thread gives back out of a state file, for the
-     * refiller to punch (pool_give_back_deferred), oldest first; `free_window` puts the
+    /* With a reserve, pages a request's thread gives back, for the refiller to punch or
+     * madvise away (pool_give_back_deferred), oldest first; `free_window` puts the
      * window on the free stack after the punch, never before. */
     struct deferred_give {
         uint32_t window;
