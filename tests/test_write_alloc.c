@@ -204,17 +204,24 @@ static void test_dense_writes_allocate_nothing(void **state)
     uzram_destroy(dev);
 }
 
-/* Overwrites and discards of pages the recompressor packed into bundles (their members die,
- * a bundle's last one frees it), counted; then every page read back. */
-static void test_dense_bundle_overwrites_allocate_nothing(void **state)
+/* A dense device whose pages 0..1023 (generation 1) the recompressor packed into bundles. */
+static struct uzram *bundled_device(void)
 {
-    (void)state;
     struct uzram *dev = swap_device(true);
     write_range(dev, 0, 1024, 1);
     assert_int_equal(uzram_mark_idle(dev, 0, NULL), 0);
     struct uzram_recompress_result result;
     assert_int_equal(uzram_recompress(dev, UZRAM_RECOMPRESS_IDLE, 0, 0, 0, &result), 0);
-    assert_true(test_stats(dev).bundles > 64);
+    assert_true(test_stats(dev).bundled_pages > 512);
+    return dev;
+}
+
+/* Overwrites and discards of pages the recompressor packed into bundles (their members die,
+ * a bundle's last one frees it), counted; then every page read back. */
+static void test_dense_bundle_overwrites_allocate_nothing(void **state)
+{
+    (void)state;
+    struct uzram *dev = bundled_device();
     write_range(dev, 2048, 256, 1); /* warm-up */
     start_counting();
     for (uint64_t i = 0; i < 1024; i += 3)
@@ -235,12 +242,7 @@ static void test_dense_bundle_overwrites_allocate_nothing(void **state)
 static void test_dense_bundle_reads_allocate_nothing(void **state)
 {
     (void)state;
-    struct uzram *dev = swap_device(true);
-    write_range(dev, 0, 1024, 1);
-    assert_int_equal(uzram_mark_idle(dev, 0, NULL), 0);
-    struct uzram_recompress_result result;
-    assert_int_equal(uzram_recompress(dev, UZRAM_RECOMPRESS_IDLE, 0, 0, 0, &result), 0);
-    assert_true(test_stats(dev).bundled_pages > 512);
+    struct uzram *dev = bundled_device();
     expect_range(dev, 0, 8, 1); /* warm-up */
     start_counting();
     for (uint64_t i = 0; i < 1024; i++)
