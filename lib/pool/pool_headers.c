@@ -41,6 +41,10 @@ _Static_assert(160 * HEADER_UNIT >= sizeof(struct header_slot) + sizeof(struct p
                                         PAGE_BYTES * MAX_SPAN_PAGES / 16 * sizeof(uint16_t),
                "the largest bucket holds the header of a span of 16-byte objects");
 
+/* How many sizes above its own a header may take a free slot of (the slot stays of its size:
+ * it goes back on its own list). 3: a slot at most 4 times the size of its own. */
+#define HEADER_REUSE_SPAN 3u
+
 static unsigned bucket_for(size_t bytes)
 {
     unsigned bucket = 0;
@@ -165,7 +169,12 @@ int pool_header_alloc(struct pool *pool, unsigned objects, bool reserve, struct 
         return -ENOMEM;
     unsigned bucket = bucket_for(sizeof(struct header_slot) + sizeof(struct pool_span) +
                                  (size_t)objects * sizeof(uint16_t));
-    struct header_slot *slot = pop(headers, bucket);
+    /* A free slot up to HEADER_REUSE_SPAN sizes larger before memory never used: as the
+     * objects' sizes move (dense mode's bundles), the free lists of sizes no longer made would
+     * otherwise hold memory that no header takes. */
+    struct header_slot *slot = NULL;
+    for (unsigned b = bucket; !slot && b < HEADER_BUCKETS && b <= bucket + HEADER_REUSE_SPAN; b++)
+        slot = pop(headers, b);
     while (!slot) {
         size_t bytes = (size_t)bucket_units[bucket] * HEADER_UNIT;
         /* With a reserve, only what its thread faulted in (pool_headers_stock). */

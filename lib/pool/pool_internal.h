@@ -69,7 +69,7 @@ struct pool_class {
 #define HEADER_BUCKETS 15u
 #define HEADER_CHUNK_BYTES ((uint64_t)1 << 20)
 #define HEADER_CHUNKS_MAX 4096u /* 4 GiB of headers: a pool of a terabyte of small objects */
-#define HEADER_STOCK_BYTES (512u << 10)
+#define HEADER_STOCK_BYTES (128u << 10)
 
 struct pool_headers {
     _Atomic(unsigned char *) *chunks; /* HEADER_CHUNKS_MAX entries, mapped in order */
