@@ -32,17 +32,21 @@ _Static_assert(sizeof(struct header_slot) == 16, "a span's header follows at 16 
 _Static_assert((uint64_t)HEADER_CHUNKS_MAX *HEADER_CHUNK_BYTES / HEADER_UNIT < UINT32_MAX,
                "every unit + 1 fits a free list's 32 bits");
 
-/* The slot sizes, in HEADER_UNIT: from a span of a few large objects (16 + 56 bytes) to one of
- * 4096 objects of 16 bytes (8 KiB of free list), about 1.4 apart, so that a header wastes at
- * most about a third of its slot. */
-static const uint16_t bucket_units[HEADER_BUCKETS] = {1,  2,  3,  4,  6,  8,   12, 16,
-                                                      24, 32, 48, 64, 96, 128, 160};
-_Static_assert(160 * HEADER_UNIT >= sizeof(struct header_slot) + sizeof(struct pool_span) +
+/* The slot sizes, in HEADER_UNIT: from a span of one object (16 + 56 + 2 bytes) to one of
+ * 4096 objects of 16 bytes (8 KiB of free list), at most a quarter apart, so that a header
+ * wastes at most a fifth of its slot (malloc's 16-byte steps waste less, but its arena's lock
+ * is shared). */
+static const uint16_t bucket_units[HEADER_BUCKETS] = {
+    5,  6,  7,  8,  10,  12,  14,  16,  20,  24,  28,  32,  40,  48,
+    56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 520};
+_Static_assert(5 * HEADER_UNIT >= sizeof(struct header_slot) + sizeof(struct pool_span) + 2,
+               "the smallest bucket holds the header of a span of one object");
+_Static_assert(520 * HEADER_UNIT >= sizeof(struct header_slot) + sizeof(struct pool_span) +
                                         PAGE_BYTES * MAX_SPAN_PAGES / 16 * sizeof(uint16_t),
                "the largest bucket holds the header of a span of 16-byte objects");
 
 /* How many sizes above its own a header may take a free slot of (the slot stays of its size:
- * it goes back on its own list). 3: a slot at most 4 times the size of its own. */
+ * it goes back on its own list). 3: a slot at most twice the size of its own. */
 #define HEADER_REUSE_SPAN 3u
 
 static unsigned bucket_for(size_t bytes)

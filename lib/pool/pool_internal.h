@@ -65,8 +65,8 @@ struct pool_class {
  * HEADER_CHUNKS_MAX of them (the bound: past it a span fails with -ENOMEM), cut into slots of
  * HEADER_BUCKETS sizes, multiples of HEADER_UNIT; with a reserve, the refiller keeps
  * HEADER_STOCK_BYTES beyond the last slot faulted in. */
-#define HEADER_UNIT 64u
-#define HEADER_BUCKETS 15u
+#define HEADER_UNIT 16u
+#define HEADER_BUCKETS 28u
 #define HEADER_CHUNK_BYTES ((uint64_t)1 << 20)
 #define HEADER_CHUNKS_MAX 4096u /* 4 GiB of headers: a pool of a terabyte of small objects */
 #define HEADER_STOCK_BYTES (128u << 10)
