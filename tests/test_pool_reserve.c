@@ -287,6 +287,45 @@ static void test_reserve_file_punched_by_refiller(void **state)
     close(fd);
 }
 
+/* Span headers under a reserve come from memory the reserve's thread faulted in ahead
+ * (lib/pool/pool_headers.c), not from malloc, as much as the reserve's windows can take: with
+ * that thread paused, spans of the class with the largest headers (256 objects of 16 bytes)
+ * made from a 64 MiB reserve fail with -ENOMEM only once its windows are used up, the
+ * failure counted as reserve_empty; once the thread is back, spans are made again. */
+static void test_reserve_headers_last(void **state)
+{
+    (void)state;
+    enum { MOST = 1100 * 256 };
+    struct pool *pool = new_pool();
+    assert_int_equal(pool_set_reserve(pool, POOL_RESERVE_MAX), 0);
+    assert_true(cache_reaches(pool, POOL_RESERVE_MAX));
+    pool_reserve_pause(pool, true);
+    uint64_t *handles = calloc(MOST + 1, sizeof *handles);
+    assert_non_null(handles);
+    unsigned stored = 0;
+    int rc = 0;
+    while (rc == 0 && stored < MOST) {
+        rc = pool_alloc(pool, 8, stored + 1, &handles[stored]);
+        if (rc == 0)
+            stored++;
+    }
+    assert_int_equal(rc, -ENOMEM);
+    assert_int_equal(pool_span_cache_bytes(pool), 0); /* the windows ran out, not the headers */
+    assert_int_equal(stored, POOL_RESERVE_MAX / (64 << 10) * 256);
+    struct pool_reserve_counts counts;
+    pool_reserve_counts(pool, &counts);
+    assert_int_equal(counts.empty, 1);
+    pool_reserve_pause(pool, false);
+    for (double end = seconds_now() + 10; rc != 0 && seconds_now() < end; usleep(1000))
+        rc = pool_alloc(pool, 8, stored + 1, &handles[stored]);
+    assert_int_equal(rc, 0);
+    stored++;
+    for (unsigned i = 0; i < stored; i++)
+        pool_free(pool, handles[i]);
+    free(handles);
+    pool_destroy(pool);
+}
+
 /* How many of the pages holding `count` addresses are resident (mincore). */
 static unsigned resident_pages(unsigned char *const *at, unsigned count)
 {
@@ -347,6 +386,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reserve_thread_below_creator),
         cmocka_unit_test(test_reserve_file_punched_by_refiller),
         cmocka_unit_test(test_reserve_pages_given_back_by_refiller),
+        cmocka_unit_test(test_reserve_headers_last),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,6 +49,18 @@ _Static_assert(520 * HEADER_UNIT >= sizeof(struct header_slot) + sizeof(struct p
  * it goes back on its own list). 3: a slot at most twice the size of its own. */
 #define HEADER_REUSE_SPAN 3u
 
+/* How much header memory the refiller keeps faulted in ahead: HEADER_STOCK_BYTES, or for a
+ * larger reserve what its windows can take (each span takes a window of its own, and no
+ * span has more than 256 objects, pool_class.c: a header of at most 16 + 56 + 512 bytes, a
+ * slot of 640), so that with the refiller stuck the windows run out before the headers. */
+static uint64_t stock_bytes(struct pool *pool)
+{
+    uint64_t windows =
+        atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) / WINDOW_BYTES;
+    uint64_t most = windows * 640;
+    return most > HEADER_STOCK_BYTES ? most : HEADER_STOCK_BYTES;
+}
+
 static unsigned bucket_for(size_t bytes)
 {
     unsigned bucket = 0;
@@ -198,7 +210,7 @@ int pool_header_alloc(struct pool *pool, unsigned objects, bool reserve, struct 
     /* The refiller tops the stock up before it runs out. */
     if (reserve && atomic_load_explicit(&headers->ready, memory_order_relaxed) -
                            atomic_load_explicit(&headers->carved, memory_order_relaxed) <
-                       HEADER_STOCK_BYTES / 2)
+                       stock_bytes(pool) / 2)
         pthread_cond_signal(&pool->reserve_wanted);
     *out = (struct pool_span *)(slot + 1);
     return 0;
@@ -217,7 +229,7 @@ bool pool_headers_stock(struct pool *pool)
     uint64_t carved = atomic_load(&headers->carved);
     if (carved > ready) /* carved without a reserve, as far as mapped: faulted in already */
         ready = carved;
-    if (ready - carved >= HEADER_STOCK_BYTES)
+    if (ready - carved >= stock_bytes(pool))
         return false;
     /* The next 64 KiB, or the rest of the chunk: never across chunks. */
     uint64_t step = 64u << 10;

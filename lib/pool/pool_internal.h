@@ -64,7 +64,8 @@ struct pool_class {
 /* The memory of span headers (pool_headers.c): mappings of HEADER_CHUNK_BYTES, at most
  * HEADER_CHUNKS_MAX of them (the bound: past it a span fails with -ENOMEM), cut into slots of
  * HEADER_BUCKETS sizes, multiples of HEADER_UNIT; with a reserve, the refiller keeps
- * HEADER_STOCK_BYTES beyond the last slot faulted in. */
+ * HEADER_STOCK_BYTES (more for a larger reserve: pool_headers.c) beyond the last slot faulted
+ * in. */
 #define HEADER_UNIT 16u
 #define HEADER_BUCKETS 28u
 #define HEADER_CHUNK_BYTES ((uint64_t)1 << 20)
