@@ -214,13 +214,19 @@ static ssize_t pick_cached(const struct pool *pool, unsigned pages, bool reserve
  * out and the refiller has cached nothing since: it is stuck faulting memory in, and a swap
  * device's request must not wait for it one by one, stalling the kernel's swap-out for
  * POOL_RESERVE_WAIT_MS each; zram's writes fail at once when zsmalloc finds no page). */
-static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
+static struct timespec reserve_deadline(void)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)POOL_RESERVE_WAIT_MS * 1000000;
     deadline.tv_sec += (time_t)(ns / 1000000000);
     deadline.tv_nsec = (long)(ns % 1000000000);
+    return deadline;
+}
+
+static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
+{
+    struct timespec deadline = reserve_deadline();
     uint64_t limit = atomic_load(&pool->limit), cached = atomic_load(&pool->cache_bytes);
     if (limit != 0 && atomic_load(&pool->mem_used) + cached + WINDOW_BYTES > limit)
         return -ENOSPC;
@@ -250,6 +256,36 @@ static int wait_for_reserve(struct pool *pool, unsigned pages, ssize_t *pick)
     pthread_cond_signal(&pool->reserve_wanted);
     atomic_fetch_add_explicit(&pool->reserve_empty, 1, memory_order_relaxed);
     return -ENOMEM;
+}
+
+/* The header of a new span of `objects` objects (pool_headers.c). With a reserve, from the
+ * memory its thread faulted in: when that is used up, a wait for the thread as for a window
+ * (wait_for_reserve), -ENOMEM when none comes in time or the reserve is dry. */
+static int make_header(struct pool *pool, unsigned objects, struct pool_span **span)
+{
+    bool reserve = atomic_load_explicit(&pool->reserve_target, memory_order_relaxed) != 0;
+    int rc = pool_header_alloc(pool, objects, reserve, span);
+    if (rc != -EAGAIN)
+        return rc;
+    struct timespec deadline = reserve_deadline();
+    pthread_mutex_lock(&pool->window_lock);
+    while ((rc = pool_header_alloc(pool, objects, true, span)) == -EAGAIN &&
+           pool->refiller_running && !pool->reserve_dry) {
+        pthread_cond_signal(&pool->reserve_wanted);
+        if (pthread_cond_timedwait(&pool->reserve_filled, &pool->window_lock, &deadline) != 0) {
+            if ((rc = pool_header_alloc(pool, objects, true, span)) == -EAGAIN) {
+                pool->reserve_dry = true;
+                atomic_fetch_add_explicit(&pool->reserve_timeouts, 1, memory_order_relaxed);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&pool->window_lock);
+    if (rc == -EAGAIN) {
+        atomic_fetch_add_explicit(&pool->reserve_empty, 1, memory_order_relaxed);
+        rc = -ENOMEM;
+    }
+    return rc;
 }
 
 /* A window for a span of `pages` pages: a cached one first (its resident pages in
@@ -307,14 +343,18 @@ static void give_back_window(struct pool *pool, uint32_t window)
 }
 
 /* Pages of `window` a request's thread gives back, and the window with them if `free_window`:
- * in a state file under a reserve, queued for the refiller, else given back here. A punch
- * takes the file's inode lock, which the refiller holds while it allocates the file's pages,
- * and under memory pressure that allocation waits for swap-out to this very device: a
- * request's thread that punched waited for itself (tests/vm/ublk-restart.sh swap hung so). */
+ * under a reserve, queued for the refiller, else given back here. A punch takes the file's
+ * inode lock, which the refiller holds while it allocates the file's pages, and under memory
+ * pressure that allocation waits for swap-out to this very device: a request's thread that
+ * punched waited for itself (tests/vm/ublk-restart.sh swap hung so). madvise() takes the
+ * address space's lock, which the refiller holds while it faults the reserve in, in reclaim
+ * under pressure, and behind which a munmap() of another thread (the recompressor's) queues
+ * and stops every new taker: a request's madvise waited for itself so
+ * (tests/vm/swap-memory.sh dense). */
 static void give_back(struct pool *pool, uint32_t window, unsigned first, unsigned pages,
                       bool free_window)
 {
-    if (pool->file_fd >= 0 && atomic_load(&pool->reserve_target) != 0) {
+    if (atomic_load(&pool->reserve_target) != 0) {
         pthread_mutex_lock(&pool->window_lock);
         bool queued = atomic_load(&pool->reserve_target) != 0 && pool->refiller_running &&
                       pool->deferred_count < POOL_DEFERRED_MAX;
@@ -471,19 +511,18 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
                 atomic_load_explicit(&pool->cache_bytes, memory_order_relaxed) >
             limit)
         pool_drain_cache(pool, 0);
-    struct pool_span *span =
-        FAULT_POINT(FAULT_ALLOC)
-            ? NULL
-            : malloc(sizeof *span + (size_t)objects * sizeof span->next_free[0]);
-    if (!span) {
+    /* Not from malloc: pool_headers.c says why. */
+    struct pool_span *span = NULL;
+    rc = make_header(pool, objects, &span);
+    if (rc) {
         unreserve_memory(pool, bytes);
-        return -ENOMEM;
+        return rc;
     }
     uint32_t window;
     unsigned resident;
     rc = take_window(pool, pages, &window, &resident);
     if (rc) {
-        free(span);
+        pool_header_free(pool, span);
         unreserve_memory(pool, bytes);
         return rc;
     }
@@ -492,7 +531,7 @@ static int create_span(struct pool *pool, unsigned class_index, bool small, uint
         if (resident)
             pool_give_pages_back(pool, window, 0, resident);
         give_back_window(pool, window);
-        free(span);
+        pool_header_free(pool, span);
         unreserve_memory(pool, bytes);
         return rc;
     }
@@ -535,7 +574,7 @@ static void release_span(struct pool *pool, struct pool_span *span, bool cache)
     /* After its last object went, before the window is used again. */
     if (pool->span_dir)
         atomic_store_explicit(&pool->span_dir[window], 0, memory_order_release);
-    free(span);
+    pool_header_free(pool, span);
     unreserve_memory(pool, bytes);
     if (cache && cache_window(pool, window, pages))
         return;
@@ -556,7 +595,8 @@ int pool_create(struct pool **out)
     memset(pool, 0, sizeof *pool);
     pool->file_fd = -1;
     pool->chunks = FAULT_POINT(FAULT_ALLOC) ? NULL : calloc(MAX_CHUNKS, sizeof *pool->chunks);
-    if (!pool->chunks) {
+    if (!pool->chunks || pool_headers_init(&pool->headers) < 0) {
+        free(pool->chunks);
         free(pool);
         return -ENOMEM;
     }
@@ -594,9 +634,7 @@ void pool_destroy(struct pool *pool)
     }
     for (uint32_t c = 0; c < pool->chunk_count; c++) {
         struct pool_chunk *chunk = atomic_load_explicit(&pool->chunks[c], memory_order_acquire);
-        for (unsigned s = 0; s < WINDOWS_PER_CHUNK; s++)
-            free(atomic_load_explicit(&chunk->spans[s], memory_order_relaxed));
-        munmap(chunk->base, CHUNK_BYTES);
+        munmap(chunk->base, CHUNK_BYTES); /* the spans' headers go with pool->headers */
         free(chunk);
     }
     for (unsigned i = 0; i < CLASS_COUNT; i++)
@@ -604,6 +642,7 @@ void pool_destroy(struct pool *pool)
     pthread_mutex_destroy(&pool->window_lock);
     pthread_cond_destroy(&pool->reserve_wanted);
     pthread_cond_destroy(&pool->reserve_filled);
+    pool_headers_destroy(&pool->headers);
     free(pool->free_windows);
     free(pool->chunks);
     free(pool);

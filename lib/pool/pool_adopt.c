@@ -62,10 +62,9 @@ static int adopted_span(struct pool *pool, uint32_t window, struct pool_span **o
         *out = span;
         return 0; /* made from this same entry */
     }
-    span =
-        FAULT_POINT(FAULT_ALLOC) ? NULL : malloc(sizeof *span + (size_t)objects * sizeof(uint16_t));
-    if (!span)
-        return -ENOMEM;
+    rc = pool_header_alloc(pool, objects, false, &span);
+    if (rc)
+        return rc;
     memset(span, 0, sizeof *span);
     span->base = pool_window_base(pool, window);
     span->window = window;

@@ -61,8 +61,36 @@ struct pool_class {
  * punches itself. */
 #define POOL_DEFERRED_MAX 1024
 
+/* The memory of span headers (pool_headers.c): mappings of HEADER_CHUNK_BYTES, at most
+ * HEADER_CHUNKS_MAX of them (the bound: past it a span fails with -ENOMEM), cut into slots of
+ * HEADER_BUCKETS sizes, multiples of HEADER_UNIT; with a reserve, the refiller keeps
+ * HEADER_STOCK_BYTES (more for a larger reserve: pool_headers.c) beyond the last slot faulted
+ * in. */
+#define HEADER_UNIT 16u
+#define HEADER_BUCKETS 28u
+#define HEADER_CHUNK_BYTES ((uint64_t)1 << 20)
+#define HEADER_CHUNKS_MAX 4096u /* 4 GiB of headers: a pool of a terabyte of small objects */
+#define HEADER_STOCK_BYTES (128u << 10)
+
+struct pool_headers {
+    _Atomic(unsigned char *) *chunks; /* HEADER_CHUNKS_MAX entries, mapped in order */
+    /* Offsets in the chunks laid end to end: the end of the mapped chunks, of the memory the
+     * refiller faulted in (with a reserve, slots are carved below it alone), of the slots
+     * carved so far. */
+    _Atomic uint64_t mapped, ready, carved;
+    /* Per bucket, the free list's top: the first free slot's unit + 1 (0: none) in the low
+     * 32 bits, a tag changed by every push and pop in the high 32 (pool_headers.c). */
+    _Atomic uint64_t free[HEADER_BUCKETS];
+    pthread_mutex_t grow_lock; /* a leaf: held while a chunk is mapped */
+};
+
+/* Set up and give back the headers' memory (every span's header with it). */
+int pool_headers_init(struct pool_headers *headers);
+void pool_headers_destroy(struct pool_headers *headers);
+
 struct pool {
     struct pool_class classes[CLASS_COUNT];
+    struct pool_headers headers;
 
     pthread_mutex_t window_lock;
     _Atomic(struct pool_chunk *) *chunks; /* MAX_CHUNKS entries */
@@ -99,8 +127,8 @@ struct pool {
     /* Spans that failed for want of a reserve window (reserve_empty), and waits that timed
      * out (one per dry spell). */
     _Atomic uint64_t reserve_empty, reserve_timeouts;
-    /* With a reserve, pages a request's thread gives back out of a state file, for the
-     * refiller to punch (pool_give_back_deferred), oldest first; `free_window` puts the
+    /* With a reserve, pages a request's thread gives back, for the refiller to punch or
+     * madvise away (pool_give_back_deferred), oldest first; `free_window` puts the
      * window on the free stack after the punch, never before. */
     struct deferred_give {
         uint32_t window;
@@ -183,6 +211,17 @@ static inline void list_push(struct pool_class *class, struct pool_span *span, u
         span->next->prev = span;
     class->groups[group] = span;
 }
+
+/* The header of a span of `objects` objects, from a free slot or memory never used, taking
+ * neither malloc's lock nor (`reserve`: from what the refiller faulted in alone) a page fault.
+ * -ENOMEM: the bound is reached; -EAGAIN: with `reserve`, the refiller's stock is used up
+ * (it is woken when the stock runs low). Lock-free: a request of a swap device never waits here for
+ * a thread that may itself wait for memory. */
+int pool_header_alloc(struct pool *pool, unsigned objects, bool reserve, struct pool_span **out);
+void pool_header_free(struct pool *pool, struct pool_span *span);
+/* The refiller's part: fault in the headers' memory up to HEADER_STOCK_BYTES beyond the
+ * slots carved. window_lock held, dropped while it faults. Returns whether it added any. */
+bool pool_headers_stock(struct pool *pool);
 
 /* Reserve one more chunk of address space. Called with window_lock held. */
 int pool_map_chunk(struct pool *pool);

@@ -123,6 +123,9 @@ static void *pool_refiller_main(void *arg)
             pool_give_back_deferred(pool);
         if (!pool->refiller_paused && top_up_window(pool))
             continue;
+        /* The span headers' memory, which new spans take as they take windows. */
+        if (!pool->refiller_paused && pool_headers_stock(pool))
+            continue;
         if (!pool->refiller_paused && reserve_short(pool)) {
             rc = 0;
             if (pool->free_window_count > 0)

@@ -40,18 +40,19 @@
  * its first write (lz4 16 KiB, zstd up to 300 KiB, deflate levels 2-9 650 KiB: two threads
  * of it at once outrun this and the keeper's room, and the second grows the heap once). */
 #define HEAP_RESERVE (1u << 20)
-/* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a request's
- * malloc() never grows the heap itself: requests allocate span headers of a growing pool
- * (0.5% of it measured), so 512 KiB lasts 100 MB of pool growth, and the keeper looks again
- * every HEAP_KEEP_MS. Above HEAP_TRIM free at the top (after a dictionary's training, say),
- * it gives the top back down to HEAP_HEADROOM. */
+/* Free heap the keeper thread keeps at the top of the heap, faulted in, so that a malloc()
+ * never grows the heap itself: requests allocate nothing once their thread's codec contexts
+ * are made (the pool's span headers have memory of their own, lib/pool/pool_headers.c), the
+ * background work does, and the keeper looks again every HEAP_KEEP_MS. Above HEAP_TRIM free
+ * at the top (after a dictionary's training, say), it gives the top back down to
+ * HEAP_HEADROOM. */
 #define HEAP_HEADROOM (512u << 10)
 #define HEAP_TRIM (4u << 20)
 #define HEAP_KEEP_MS 100
 /* Blocks this large get mappings of their own, unmapped when freed: a request never
- * allocates one (its largest blocks are a few KiB: span headers, codec contexts of at most
- * 300 KiB), the background work does (a dictionary's training: tables of 2 and 4 MiB,
- * contexts for a bundle at a high level), and from the heap they would stay. */
+ * allocates one (its largest blocks are codec contexts of at most 300 KiB), the background
+ * work does (a dictionary's training: tables of 2 and 4 MiB, contexts for a bundle at a high
+ * level), and from the heap they would stay. */
 #define HEAP_OWN_MAPPING (1 << 20)
 /* The pool memory each device keeps faulted in ahead of need (uzram_set_mem_reserve). */
 #define POOL_RESERVE (4u << 20)
