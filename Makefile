@@ -143,9 +143,11 @@ $(O)/tests/vm/locked_restart: tests/vm/locked_restart.c $(O)/src/common/process.
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/common/process.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) -lm
 # The stand-in server of the ublk recovery scenarios: the program's ublk code on the engine.
-$(O)/tests/vm/ublk_handover: tests/vm/ublk_handover.c $(O)/src/attach/ublk.o $(O)/src/common/threads.o $(O)/src/common/process.o $(LIBUZRAM) $(HEADERS) Makefile
+UBLK_HANDOVER_OBJS = $(O)/src/attach/ublk.o $(O)/src/attach/swap_guard.o $(O)/src/common/threads.o \
+	$(O)/src/common/process.o
+$(O)/tests/vm/ublk_handover: tests/vm/ublk_handover.c $(UBLK_HANDOVER_OBJS) $(LIBUZRAM) $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(O)/src/attach/ublk.o $(O)/src/common/threads.o $(O)/src/common/process.o $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) $(URING_LIBS) -lm
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(UBLK_HANDOVER_OBJS) $(LIBUZRAM) $(ALL_LDFLAGS) $(DEP_LIBS) $(URING_LIBS) -lm
 
 # The one command CI runs: installs what is missing, checks the formatting, builds
 # plain and ASan+UBSan, runs unit, model, concurrent (TSan), fault, fuzz-corpus and
