@@ -276,7 +276,7 @@ install: lib programs
 	$(INSTALL) -m 755 $(LIBUZRAM_SO) $(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO))
 	ln -sf $(notdir $(LIBUZRAM_SO)) $(DESTDIR)$(libdir)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(libdir)/libuzram.so
-	$(INSTALL) -m 644 include/uzram.h $(DESTDIR)$(includedir)/uzram.h
+	$(INSTALL) -m 644 include/uzram.h include/uzram_stats.h $(DESTDIR)$(includedir)/
 	$(SUBSTITUTE) lib/uzram.pc.in >$(DESTDIR)$(pkgconfigdir)/uzram.pc
 	chmod 644 $(DESTDIR)$(pkgconfigdir)/uzram.pc
 	$(INSTALL) -m 644 docs/uzram.1 $(DESTDIR)$(man1dir)/uzram.1
@@ -293,6 +293,7 @@ uninstall:
 	rm -f $(DESTDIR)$(bindir)/uzram $(DESTDIR)$(libdir)/libuzram.a \
 		$(DESTDIR)$(libdir)/$(notdir $(LIBUZRAM_SO)) $(DESTDIR)$(libdir)/$(SONAME) \
 		$(DESTDIR)$(libdir)/libuzram.so $(DESTDIR)$(includedir)/uzram.h \
+		$(DESTDIR)$(includedir)/uzram_stats.h \
 		$(DESTDIR)$(pkgconfigdir)/uzram.pc $(DESTDIR)$(man1dir)/uzram.1 \
 		$(DESTDIR)$(docdir)/uzram.conf.example \
 		$(addprefix $(DESTDIR)$(systemdsystemunitdir)/,$(SYSTEMD_UNITS)) \

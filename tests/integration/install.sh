@@ -33,6 +33,7 @@ P=/usr/local
 cat >"$WORK/want" <<EOF
 755 $P/bin/uzram
 644 $P/include/uzram.h
+644 $P/include/uzram_stats.h
 644 $P/lib/libuzram.a
 link $P/lib/libuzram.so -> libuzram.so.$MAJOR
 link $P/lib/libuzram.so.$MAJOR -> libuzram.so.$VERSION
@@ -54,7 +55,9 @@ pass "make install DESTDIR: the $(wc -l <"$WORK/want") files, modes and links"
 
 soname=$(objdump -p "$DEST$P/lib/libuzram.so.$VERSION" | awk '$1 == "SONAME" {print $2}')
 [[ $soname == "libuzram.so.$MAJOR" ]] || fail "installed library's soname is '$soname'"
-cmp -s "$REPO/include/uzram.h" "$DEST$P/include/uzram.h" || fail "installed uzram.h differs"
+for h in uzram.h uzram_stats.h; do
+    cmp -s "$REPO/include/$h" "$DEST$P/include/$h" || fail "installed $h differs"
+done
 cmp -s "$REPO/docs/uzram.1" "$DEST$P/share/man/man1/uzram.1" || fail "installed man page differs"
 grep -qx "uzram $VERSION" <<<"$("$DEST$P/bin/uzram" --version)" || fail "installed uzram --version"
 grep -qx "ExecStart=$P/bin/uzram serve --config /etc/uzram/uzram.conf --name %i" \
