@@ -1,8 +1,8 @@
 /* uzram_stats.h - the list of libuzram's counters (UZRAM_STATS), part of the public API:
  * uzram.h includes it, and programs include uzram.h, not this file. Apart so that the one
  * list every counter follows is one file of its own. */
-#ifndef UZRAM_STATS_H
-#define UZRAM_STATS_H
+#ifndef UZRAM_STATS_LIST_H
+#define UZRAM_STATS_LIST_H
 
 /* Every counter, in order: UZRAM_STATS(X) expands X(name, form, kind, help)
  * once per counter. This list is the one place a counter is named and
@@ -85,4 +85,4 @@
       "bytes of pool memory resident that hold no object: the reserve of serve --swap and "        \
       "emptied spans kept for the next ones (not in mem_used_total)")
 
-#endif /* UZRAM_STATS_H */
+#endif /* UZRAM_STATS_LIST_H */
