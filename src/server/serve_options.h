@@ -37,6 +37,7 @@ enum {
     OPT_DEVICE,
     OPT_SERVER_MEM_LIMIT,
     OPT_PERSIST,
+    OPT_RECOMPRESS_CPU,
 };
 
 /* The tags of serve's rows (struct cli_option's `tags`). A heading's: what the options below
@@ -48,7 +49,7 @@ enum {
 enum { SETS_SERVER = 0, SETS_DEVICE = 1, SERVE_COMMAND_LINE_ONLY = 2 };
 
 /* The rows of the table (serve_options.c checks the count); --help is the framework's. */
-#define SERVE_OPTION_COUNT 37
+#define SERVE_OPTION_COUNT 38
 extern const struct cli_option serve_options[SERVE_OPTION_COUNT];
 
 /* The configuration key that makes a section a server's: the sections of its devices. */
