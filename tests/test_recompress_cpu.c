@@ -3,6 +3,8 @@
  * from /proc/self/task/TID/stat, stays within its share of one CPU. (It ran at SCHED_IDLE and
  * did next to nothing while the CPUs were busy; issue 43.) */
 #include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -183,11 +185,61 @@ static void test_recompress_cpu_budget_busy(void **state)
     free(data);
 }
 
+/* Field 41 (policy) and 19 (nice) of thread `tid`'s stat. */
+static void thread_policy(pid_t tid, int *policy, int *nice)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *file = fopen(path, "r");
+    assert_non_null(file);
+    assert_non_null(fgets(line, sizeof line, file));
+    fclose(file);
+    const char *field = strrchr(line, ')') + 2; /* field 3 */
+    for (int number = 3; number < 41; number++) {
+        if (number == 19)
+            *nice = atoi(field);
+        field = strchr(field, ' ') + 1;
+    }
+    *policy = atoi(field);
+}
+
+/* A creator at a real-time priority (serve --swap runs its threads SCHED_FIFO) does not make
+ * the recompressor real-time: it runs at the ordinary policy, five nice steps down. */
+static void test_recompress_thread_not_realtime(void **state)
+{
+    (void)state;
+    struct sched_param param = {.sched_priority = 1};
+    if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &param) != 0)
+        skip(); /* no privilege for a real-time creator */
+    struct uzram *dev = test_device(1u << 20, "lz4", 0);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 7), 0);
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    param.sched_priority = 0;
+    assert_int_equal(pthread_setschedparam(pthread_self(), SCHED_OTHER, &param), 0);
+    struct timespec step = {0, 20 * 1000 * 1000};
+    pid_t tid = 0;
+    int policy = -1, nice = 0;
+    /* it sets its own priority as it starts: wait for that (up to 10 s) */
+    for (int i = 0; i < 500; i++, nanosleep(&step, NULL)) {
+        if (!tid)
+            tid = thread_named("uzram-recomp\n");
+        if (tid)
+            thread_policy(tid, &policy, &nice);
+        if (policy == SCHED_OTHER && nice == 5)
+            break;
+    }
+    assert_true(tid > 0);
+    assert_int_equal(policy, SCHED_OTHER);
+    assert_int_equal(nice, 5);
+    uzram_destroy(dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recompress_cpu_budget_busy),
+        cmocka_unit_test(test_recompress_thread_not_realtime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

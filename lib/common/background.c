@@ -24,6 +24,17 @@ int background_start(pthread_t *thread, void *(*main)(void *), void *arg, const 
 
 int background_nicer(int steps)
 {
+    /* A real-time creator (serve --swap runs its threads SCHED_FIFO) would make this thread
+     * real-time too, above every ordinary one: it goes to the ordinary policy first. */
+    int policy = SCHED_OTHER;
+    struct sched_param param = {0};
+    if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 &&
+        (policy == SCHED_FIFO || policy == SCHED_RR)) {
+        param.sched_priority = 0;
+        int rc = pthread_setschedparam(pthread_self(), SCHED_OTHER, &param);
+        if (rc != 0)
+            return -rc;
+    }
     id_t tid = (id_t)syscall(SYS_gettid);
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, tid);

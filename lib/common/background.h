@@ -13,9 +13,10 @@
  * or an errno value, as pthread_create() does. */
 int background_start(pthread_t *thread, void *(*main)(void *), void *arg, const char *name);
 
-/* Make the calling thread `steps` nicer than it is (at most nice 19): it still gets the CPU
- * when others want it too, a smaller share of it. Raising a thread's nice value needs no
- * privilege. Returns the nice value it has now, or a negative errno. */
+/* Make the calling thread `steps` nicer than it is (at most nice 19), at the ordinary policy
+ * (SCHED_OTHER, from a real-time one it inherited): it still gets the CPU when others want it
+ * too, a smaller share of it. Neither needs a privilege. Returns the nice value it has now, or
+ * a negative errno. */
 int background_nicer(int steps);
 
 /* Run the calling thread one real-time priority below the one it inherited from its creator
