@@ -23,7 +23,9 @@
 # sweep": run only some), SIDES (the memory part's sides, default all: zram lz4-dedup zstd-dedup
 # recompress recompress-dict recompress-dict-group), ZRAM (zram0), IMAGE (an
 # image to use instead of building bench/image.bash's), KEEP_IMAGE (a path: keep the image there,
-# with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh).
+# with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh), FULL_SPEED (1, the
+# default: the memory part lifts the thread's CPU budget, recompress_cpu 100, and rate; 0: it
+# keeps the library's budget and rate, as users run it, and takes minutes longer to settle).
 #
 # The image ("build-tree"): /usr/include, this project's sources with three builds of them
 # (-O2, ASan+UBSan, -O0 -g), and, with KERNEL=1, the Linux 6.1 source tree with a tinyconfig
@@ -55,6 +57,7 @@ STEPS=${STEPS:-memory throughput sweep}
 RATE=${RATE:-}
 RATES=${RATES:-}
 NORMAL=${NORMAL:-1}
+FULL_SPEED=${FULL_SPEED:-1}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 die() { echo "recompress.sh: $*" >&2; exit 2; }
@@ -147,7 +150,9 @@ memory() {
         ;;
     esac
     # memory only: the thread may go as fast as it can (the throughput part keeps the default rate)
-    case $side in recompress*) attr m recompress_rate 0; recomp_thread_full_speed "$SERVER_PID" m ;; esac
+    if [ "$FULL_SPEED" = 1 ]; then
+        case $side in recompress*) attr m recompress_rate 0; recomp_thread_full_speed "$SERVER_PID" m ;; esac
+    fi
     start=$(date +%s%N)
     nbdcopy --no-extents -S 0 "$WORK/image" "$(uri m)" || die "nbdcopy into $side failed"
     mid=$(date +%s%N)
