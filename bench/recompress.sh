@@ -18,12 +18,14 @@
 # default 8), RATE (recompress_rate of the throughput part; default: the library's), RATES (several
 # recompress_rate values: each round then has one busy run at each, beside its idle run; how the
 # default was chosen), NORMAL (1, the default: each round also has a busy run with the thread at
-# the normal CPU priority (chrt) instead of its own SCHED_IDLE, at the library's rate or RATE: what
-# the foreground pays when the thread gets its share; 0: none), STEPS ("memory throughput
+# the normal CPU priority and without its CPU budget (recompress_cpu 100), at the library's rate or
+# RATE: what the foreground pays when the thread gets all it wants; 0: none), STEPS ("memory throughput
 # sweep": run only some), SIDES (the memory part's sides, default all: zram lz4-dedup zstd-dedup
 # recompress recompress-dict recompress-dict-group), ZRAM (zram0), IMAGE (an
 # image to use instead of building bench/image.bash's), KEEP_IMAGE (a path: keep the image there,
-# with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh).
+# with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh), FULL_SPEED (1, the
+# default: the memory part lifts the thread's CPU budget, recompress_cpu 100, and rate; 0: it
+# keeps the library's budget and rate, as users run it, and takes minutes longer to settle).
 #
 # The image ("build-tree"): /usr/include, this project's sources with three builds of them
 # (-O2, ASan+UBSan, -O0 -g), and, with KERNEL=1, the Linux 6.1 source tree with a tinyconfig
@@ -55,6 +57,7 @@ STEPS=${STEPS:-memory throughput sweep}
 RATE=${RATE:-}
 RATES=${RATES:-}
 NORMAL=${NORMAL:-1}
+FULL_SPEED=${FULL_SPEED:-1}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 die() { echo "recompress.sh: $*" >&2; exit 2; }
@@ -147,7 +150,9 @@ memory() {
         ;;
     esac
     # memory only: the thread may go as fast as it can (the throughput part keeps the default rate)
-    case $side in recompress*) attr m recompress_rate 0; recomp_thread_full_speed "$SERVER_PID" ;; esac
+    if [ "$FULL_SPEED" = 1 ]; then
+        case $side in recompress*) attr m recompress_rate 0; recomp_thread_full_speed "$SERVER_PID" m ;; esac
+    fi
     start=$(date +%s%N)
     nbdcopy --no-extents -S 0 "$WORK/image" "$(uri m)" || die "nbdcopy into $side failed"
     mid=$(date +%s%N)
@@ -199,8 +204,8 @@ throughput() {
             if [ "$state" != idle ]; then
                 rate=${state##*-}
                 attr t recompress_rate "$rate"
-                attr t recompress_idle 1 # a new thread, at SCHED_IDLE
-                [ "$state" = "$normal" ] && recomp_thread_full_speed "$SERVER_PID"
+                attr t recompress_idle 1 # a new thread, within its CPU budget
+                [ "$state" = "$normal" ] && recomp_thread_full_speed "$SERVER_PID" t
             fi
             # the thread's work during the run: pages recompressed, and pages bundled (with
             # GROUP, most of its work, which recomp_pages does not count)
@@ -216,6 +221,7 @@ throughput() {
     # recompressed, not how fast it got there, and at the busy runs' rate it would also spend
     # minutes on the fio region's pages.
     attr t recompress_rate 0
+    recomp_thread_full_speed "$SERVER_PID" t
     settle t
     attr t recompress_idle 0
     run_fio "$RES/read-recompressed.json" 0 "$image_bytes" randread

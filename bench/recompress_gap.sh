@@ -96,13 +96,13 @@ for side in auto auto-late hand; do
     auto-late) serve --recompress-idle 0 --recompress "$spec" ;;
     hand) serve ;;
     esac
-    [ "$side" = auto ] && recomp_thread_full_speed "$SERVER_PID"
+    [ "$side" = auto ] && recomp_thread_full_speed "$SERVER_PID" g
     [ "$side" != hand ] && attr g recompress_rate 0
     [ "$side" != hand ] && attr g algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"
     write_image || die "writing the image failed"
     case $side in
     auto) settle ;;
-    auto-late) sleep 1.1; attr g recompress_idle 1; recomp_thread_full_speed "$SERVER_PID"; settle ;;
+    auto-late) sleep 1.1; attr g recompress_idle 1; recomp_thread_full_speed "$SERVER_PID" g; settle ;;
     hand)
         attr g recomp_algorithm "algo=zstd priority=1"
         attr g algorithm_params "priority=1 level=$LEVEL dict=auto dict_size=$(numfmt --from=iec "$DICT_SIZE")"

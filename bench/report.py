@@ -481,7 +481,7 @@ def recompress_throughput(rc):
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
                 "meanwhile%s at the `recompress_rate` in the first column, pages/s, at its own "
-                "SCHED_IDLE priority unless the row says normal priority (pages it recompressed or "
+                "CPU budget (recompress_cpu) unless the row says normal priority (pages it recompressed or "
                 "bundled during the run in brackets; the library's default is %s):" % (
                     rc["runtime"],
                     " (zstd level %d, `dict=auto`, bundles of %d pages)" % (rc["level"], rc["group"])
@@ -497,7 +497,7 @@ def recompress_throughput(rc):
         for rate, r in by_rate.items():
             rows.append(("busy, %s pages/s" % rate, r["randwrite_busy"], r["recompressed_during_busy"],
                          r["busy_vs_idle"]))
-        normal = rc.get("normal_priority")  # the thread at the normal priority, not SCHED_IDLE
+        normal = rc.get("normal_priority")  # the thread at the normal priority, without its CPU budget
         if normal:
             rows.append(("busy, %s pages/s, normal priority" % normal["rate"], normal["randwrite_busy"],
                          normal["recompressed_during_busy"], normal["busy_vs_idle"]))

@@ -293,15 +293,20 @@ UZRAM_API int uzram_recompress(struct uzram *dev, unsigned type, uint64_t thresh
 /* Automatic recompression (not in zram): with `seconds` > 0 a thread of the
  * library recompresses, as uzram_recompress() with priority 0 does, the
  * pages not accessed for that many seconds (their last-access time, not the
- * idle marks), again and again; 0 stops it. The thread runs at the lowest
- * CPU priority (SCHED_IDLE, else nice 19) and tries at most `rate` pages a
- * second (uzram_set_recompress_rate(); default 2048), so foreground I/O
- * keeps most of its speed (docs/BENCHMARKS.md measures how much).
+ * idle marks), again and again; 0 stops it. The thread runs 5 nice steps
+ * below its creator's priority, uses at most a share of one CPU (its own CPU
+ * time, uzram_set_recompress_cpu(); default 20%), also when the CPUs are busy,
+ * and tries at most `rate` pages a second (uzram_set_recompress_rate();
+ * default 2048), so foreground I/O keeps most of its speed (docs/BENCHMARKS.md
+ * measures how much).
  * uzram_reset() pauses it, uzram_destroy() stops it.
  * Errors: -ENOMEM / -EAGAIN the thread could not be made. */
 UZRAM_API int uzram_set_recompress_idle(struct uzram *dev, uint64_t seconds);
 /* Pages per second the background thread may try; 0: no limit. Returns 0. */
 UZRAM_API int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second);
+/* Percent of one CPU (1..100) the background thread may use: it sleeps as much as it
+ * needs to keep its CPU time within that share (100: no limit). Returns 0 or -EINVAL. */
+UZRAM_API int uzram_set_recompress_cpu(struct uzram *dev, unsigned percent);
 
 /* Bundles (not in zram): with `pages` 2..16, recompression passes (background and
  * uzram_recompress() without a threshold or the huge type) pack the idle pages of each
@@ -714,7 +719,7 @@ UZRAM_API int uzram_format_json(const struct uzram_stats *stats, char *buf, size
  * Names: disksize initstate comp_algorithm algorithm_params same_filled
  *        use_dedup mem_limit mem_used_max mm_stat io_stat debug_stat
  *        stat_json recomp_algorithm recompress_idle recompress_rate
- *        backing_dev (a path or "none") bd_stat writeback_limit
+ *        recompress_cpu backing_dev (a path or "none") bd_stat writeback_limit
  *        writeback_limit_enable writeback_when_full writeback_idle
  *        writeback_rate
  * algorithm_params shows "algo=NAME level=N" for the primary algorithm,
@@ -736,6 +741,7 @@ UZRAM_API int uzram_attr_get(struct uzram *dev, const char *name, char *buf, siz
  * [priority=1..3] [level=N]") recompress ("[type=idle|huge|huge_idle]
  * [threshold=BYTES] [max_pages=N] [algo=NAME|priority=N]") recompress_idle
  * (seconds, 0 off) recompress_rate (pages per second, 0 no limit)
+ * recompress_cpu (percent of one CPU, 1..100)
  * backing_dev (a path, or "none": uzram_set_backing_dev() with size 0)
  * writeback (zram's "idle|huge|huge_idle|incompressible", also as type=,
  * and/or "page_index=N" / "page=N" / "page_indexes=FIRST-LAST", several:

@@ -47,13 +47,18 @@ static struct writeback_settings writeback_of(struct uzram *dev)
     return settings;
 }
 
-/* recompress_idle (`rate` false) or recompress_rate. */
-static uint64_t recompressor_of(struct uzram *dev, bool rate)
+/* recompress_idle, recompress_rate or recompress_cpu (`which` 0, 1, 2). */
+static uint64_t recompressor_of(struct uzram *dev, int which)
 {
     uint64_t idle_seconds, pages_per_second;
-    int priority_class;
-    recompressor_settings(dev, &idle_seconds, &pages_per_second, &priority_class);
-    return rate ? pages_per_second : idle_seconds;
+    unsigned cpu_percent;
+    recompressor_settings(dev, &idle_seconds, &pages_per_second, &cpu_percent);
+    return which == 0 ? idle_seconds : which == 1 ? pages_per_second : cpu_percent;
+}
+
+static int set_recompress_cpu(struct uzram *dev, uint64_t percent)
+{
+    return percent > 100 ? -EINVAL : uzram_set_recompress_cpu(dev, (unsigned)percent);
 }
 
 static int set_recompress_group(struct uzram *dev, uint64_t pages)
@@ -74,8 +79,9 @@ SHOW_NUMBER(same_filled, config_of(dev).same_filled)
 SHOW_NUMBER(use_dedup, config_of(dev).use_dedup)
 SHOW_NUMBER(mem_limit, stats_of(dev).mem_limit)
 SHOW_NUMBER(mem_used_max, stats_of(dev).mem_used_max)
-SHOW_NUMBER(recompress_idle, recompressor_of(dev, false))
-SHOW_NUMBER(recompress_rate, recompressor_of(dev, true))
+SHOW_NUMBER(recompress_idle, recompressor_of(dev, 0))
+SHOW_NUMBER(recompress_rate, recompressor_of(dev, 1))
+SHOW_NUMBER(recompress_cpu, recompressor_of(dev, 2))
 SHOW_NUMBER(recompress_group, uzram_recompress_group(dev))
 SHOW_NUMBER(writeback_limit, writeback_of(dev).limit)
 SHOW_NUMBER(writeback_limit_enable, writeback_of(dev).limit_enable)
@@ -292,6 +298,8 @@ static const struct attr attrs[] = {
               "for off"},
     {"recompress_rate", .show = show_recompress_rate, .set_count = uzram_set_recompress_rate,
      .usage = "pages per second the background thread may recompress, 0 for no limit"},
+    {"recompress_cpu", .show = show_recompress_cpu, .set_count = set_recompress_cpu,
+     .usage = "percent of one CPU the background thread may use (1..100)"},
     {"recompress_group", .show = show_recompress_group, .set_count = set_recompress_group,
      .usage = "pages of neighbours recompression packs into one object (2..16), 0 for off"},
     {"backing_dev", .show = show_backing_dev, .store = store_backing_dev,

@@ -1,5 +1,5 @@
 /* background.h - the engine's own threads (recompression, writeback, the pool's reserve): started
- * with every signal blocked and named, the recompressor at the lowest CPU priority, the
+ * with every signal blocked and named, the recompressor nicer than its creator, the
  * reserve's thread below the threads that serve requests (internal). */
 #ifndef UZRAM_BACKGROUND_H
 #define UZRAM_BACKGROUND_H
@@ -13,10 +13,11 @@
  * or an errno value, as pthread_create() does. */
 int background_start(pthread_t *thread, void *(*main)(void *), void *arg, const char *name);
 
-/* Give the calling thread the lowest CPU priority it can have: SCHED_IDLE,
- * which runs it only when a CPU has nothing else to do, or nice 19 where
- * that is refused. Returns 1 (SCHED_IDLE), 2 (nice 19) or 0 (neither). */
-int background_lower_priority(void);
+/* Make the calling thread `steps` nicer than it is (at most nice 19), at the ordinary policy
+ * (SCHED_OTHER, from a real-time one it inherited): it still gets the CPU when others want it
+ * too, a smaller share of it. Neither needs a privilege. Returns the nice value it has now, or
+ * a negative errno. */
+int background_nicer(int steps);
 
 /* Run the calling thread one real-time priority below the one it inherited from its creator
  * (from priority 1: SCHED_OTHER), so that a thread of its creator's priority preempts it at

@@ -31,17 +31,20 @@ struct recompressor {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t thread;
-    bool running;           /* the thread exists (under lock) */
-    bool in_pass;           /* it is working through the table (under lock) */
-    unsigned requests;      /* passes by request (uzram_recompress) running (under lock) */
-    _Atomic bool stop;      /* leave: recompress_idle 0 or destroy */
-    _Atomic bool paused;    /* a reset is running: no pass begins, running ones end */
-    uint64_t idle_seconds;  /* under lock; 0: off */
-    unsigned idle_sets;     /* under lock: each set of recompress_idle wakes the thread */
-    uint64_t passes;        /* passes the thread finished (under lock) */
-    _Atomic uint64_t rate;  /* pages per second; 0: no limit */
-    _Atomic unsigned group; /* pages a bundle packs at most (recompress_group); 0: off */
-    int priority_class;     /* what the thread got: 1 SCHED_IDLE, 2 nice 19, 0 none */
+    bool running;                 /* the thread exists (under lock) */
+    bool in_pass;                 /* it is working through the table (under lock) */
+    unsigned requests;            /* passes by request (uzram_recompress) running (under lock) */
+    _Atomic bool stop;            /* leave: recompress_idle 0 or destroy */
+    _Atomic bool paused;          /* a reset is running: no pass begins, running ones end */
+    uint64_t idle_seconds;        /* under lock; 0: off */
+    unsigned idle_sets;           /* under lock: each set of recompress_idle wakes the thread */
+    uint64_t passes;              /* passes the thread finished (under lock) */
+    _Atomic uint64_t rate;        /* pages per second; 0: no limit */
+    _Atomic unsigned group;       /* pages a bundle packs at most (recompress_group); 0: off */
+    _Atomic unsigned cpu_percent; /* share of one CPU the thread may use (recompress_cpu) */
+    /* The thread's own: the window its CPU time is held to cpu_percent in (cpu_budget_wait),
+     * kept across passes so that a pass's compaction is paid for by the next one. */
+    uint64_t window_ns, window_cpu_ns;
 };
 
 /* ---- settings ----------------------------------------------------------- */
@@ -82,11 +85,57 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec used;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &used);
+    return (uint64_t)used.tv_sec * 1000000000u + (uint64_t)used.tv_nsec;
+}
+
 static bool background_should_leave(struct uzram *dev)
 {
     struct recompressor *r = dev->recompressor;
     return atomic_load_explicit(&r->stop, memory_order_relaxed) ||
            atomic_load_explicit(&r->paused, memory_order_relaxed);
+}
+
+/* Sleep in short steps until `due_ns` (CLOCK_MONOTONIC), or a stop or pause. */
+static void sleep_until(struct uzram *dev, uint64_t due_ns)
+{
+    for (;;) {
+        uint64_t now_ns = monotonic_ns();
+        if (now_ns >= due_ns || background_should_leave(dev))
+            return;
+        uint64_t wait_ns = due_ns - now_ns;
+        if (wait_ns > 50000000u)
+            wait_ns = 50000000u;
+        struct timespec step = {0, (long)wait_ns};
+        nanosleep(&step, NULL);
+    }
+}
+
+/* The CPU budget (recompress_cpu): the thread runs at an ordinary (nicer) priority, so that it
+ * gets on with its work when the CPUs are busy - under memory pressure they usually are - and
+ * holds itself to its share of one CPU by sleeping: its own CPU time since the window began,
+ * at `percent`, is due that much wall time; it sleeps off what it is ahead. A window ends
+ * after BUDGET_WINDOW_NS (once paid for), so time the thread did not get the CPU for is not
+ * saved up into a long burst later. */
+#define BUDGET_WINDOW_NS 1000000000u
+
+static void cpu_budget_wait(struct uzram *dev)
+{
+    struct recompressor *r = dev->recompressor;
+    unsigned percent = atomic_load_explicit(&r->cpu_percent, memory_order_relaxed);
+    uint64_t now_ns = monotonic_ns();
+    if (percent < 100) {
+        uint64_t used_ns = thread_cpu_ns() - r->window_cpu_ns;
+        sleep_until(dev, r->window_ns + used_ns / percent * 100);
+        now_ns = monotonic_ns();
+    }
+    if (now_ns - r->window_ns >= BUDGET_WINDOW_NS) {
+        r->window_ns = now_ns;
+        r->window_cpu_ns = thread_cpu_ns();
+    }
 }
 
 /* A pass by request counts itself, as the thread's does (in_pass), so that a reset can wait
@@ -112,19 +161,8 @@ static void request_end(struct recompressor *r)
  * steps so that a stop or pause is seen at once. */
 static void pace_wait(struct uzram *dev, struct pace *pace)
 {
-    if (pace->rate == 0)
-        return;
-    for (;;) {
-        uint64_t due_ns = pace->started_ns + pace->tried * 1000000000u / pace->rate;
-        uint64_t now_ns = monotonic_ns();
-        if (now_ns >= due_ns || background_should_leave(dev))
-            return;
-        uint64_t wait_ns = due_ns - now_ns;
-        if (wait_ns > 50000000u)
-            wait_ns = 50000000u;
-        struct timespec step = {0, (long)wait_ns};
-        nanosleep(&step, NULL);
-    }
+    if (pace->rate != 0)
+        sleep_until(dev, pace->started_ns + pace->tried * 1000000000u / pace->rate);
 }
 
 /* One pass over the page table. `pace` is the background thread's (NULL
@@ -158,6 +196,9 @@ static int run_pass(struct uzram *dev, const struct recompress_plan *plan, uint6
             pace->tried++;
             pace_wait(dev, pace);
         }
+        /* the budget after every page tried, and every 256 slots (those cost little each) */
+        if (pace && (tally->tried != before.tried || index % 256 == 0))
+            cpu_budget_wait(dev);
         if ((pace && background_should_leave(dev)) || atomic_load(&dev->recompressor->paused))
             break;
     }
@@ -174,6 +215,8 @@ static int run_pass_bundling(struct uzram *dev, struct recompress_plan *plan, ui
                              struct pace *pace, bool quiet, struct recompress_tally *tally)
 {
     recompress_dict_train_due(dev, quiet);
+    if (pace)
+        cpu_budget_wait(dev); /* a training takes a second or two of CPU */
     plan->stale_dicts = codec_table_stale_dicts(&dev->codecs, plan->stale_share, &plan->retry_kept);
     /* Priorities above the last one set have nothing to try: without this every page at
      * the last one set would be decoded by every pass for nothing. */
@@ -256,9 +299,16 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
 
 /* 2048 pages (8 MiB) a second: docs/BENCHMARKS.md ("Recompression rate") measures foreground
  * randwrite beside the thread at 512 to 4096 pages/s; on a shared machine no rate there costs
- * the foreground measurably less (SCHED_IDLE holds the thread back far below its rate when the
- * CPUs are busy), and this one recompresses a GiB of idle pages in about two minutes. */
+ * the foreground measurably less, and this one recompresses a GiB of idle pages in about two
+ * minutes when the CPU budget lets it. */
 #define DEFAULT_RATE 2048u
+/* A fifth of one CPU: on a machine whose CPUs are all busy the thread still gets on with its
+ * work (it used to run at SCHED_IDLE, and did nothing there), and the foreground keeps at
+ * least four fifths of a CPU. */
+#define DEFAULT_CPU_PERCENT 20u
+/* How much nicer than its creator the thread runs: nice 5 weighs about a third of nice 0, so
+ * that beside one busy thread of the creator's priority on a CPU it still gets its 20%. */
+#define NICER_STEPS 5
 
 int recompressor_create(struct uzram *dev)
 {
@@ -269,6 +319,7 @@ int recompressor_create(struct uzram *dev)
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     atomic_init(&r->rate, DEFAULT_RATE);
+    atomic_init(&r->cpu_percent, DEFAULT_CPU_PERCENT);
     dev->recompressor = r;
     return 0;
 }
@@ -294,9 +345,10 @@ static void *recompressor_main(void *arg)
     struct uzram *dev = arg;
     struct recompressor *r = dev->recompressor;
     uint64_t seen[2] = {UINT64_MAX, UINT64_MAX};
-    int priority_class = background_lower_priority();
+    (void)background_nicer(NICER_STEPS); /* best effort: the budget holds it back anyway */
+    r->window_ns = monotonic_ns();
+    r->window_cpu_ns = thread_cpu_ns();
     pthread_mutex_lock(&r->lock);
-    r->priority_class = priority_class;
     while (!atomic_load(&r->stop)) {
         uint64_t idle_seconds = r->idle_seconds;
         if (atomic_load(&r->paused) || idle_seconds == 0) {
@@ -313,13 +365,14 @@ static void *recompressor_main(void *arg)
         };
         struct pace pace = {.rate = atomic_load(&r->rate), .started_ns = monotonic_ns()};
         struct recompress_tally tally = {0};
+        cpu_budget_wait(dev); /* a new window after a wait between passes */
         if (any_secondary(dev, 1, UZRAM_RECOMPRESS_PRIORITY_MAX))
             run_pass_bundling(dev, &plan, 0, &pace, quiet_since(dev, seen),
                               &tally); /* a failed page waits */
         /* The replaced objects left holes in the pool's spans: the memory
          * only comes back once they are compacted. The pool only: compaction of the backing
-         * store holds the lock that writers making room wait for, which a thread at this
-         * priority must not (the writeback thread does it). */
+         * store holds the lock that writers making room wait for, which a thread held to a
+         * CPU budget must not (the writeback thread does it). */
         if (tally.recompressed || tally.bundled || tally.split) {
             store_compact_pool(dev);
             /* Bundling takes entries out of the dedup index all over it: the ones left move
@@ -410,6 +463,14 @@ int uzram_set_recompress_rate(struct uzram *dev, uint64_t pages_per_second)
     return 0;
 }
 
+int uzram_set_recompress_cpu(struct uzram *dev, unsigned percent)
+{
+    if (percent < 1 || percent > 100)
+        return -EINVAL;
+    atomic_store(&dev->recompressor->cpu_percent, percent);
+    return 0;
+}
+
 void recompressor_pause(struct uzram *dev)
 {
     struct recompressor *r = dev->recompressor;
@@ -453,12 +514,12 @@ uint64_t recompressor_test_passes(struct uzram *dev)
 
 /* Settings the attributes show (attr.c). */
 void recompressor_settings(struct uzram *dev, uint64_t *idle_seconds, uint64_t *rate,
-                           int *priority_class)
+                           unsigned *cpu_percent)
 {
     struct recompressor *r = dev->recompressor;
     pthread_mutex_lock(&r->lock);
     *idle_seconds = r->idle_seconds;
-    *priority_class = r->priority_class;
     pthread_mutex_unlock(&r->lock);
     *rate = atomic_load(&r->rate);
+    *cpu_percent = atomic_load(&r->cpu_percent);
 }

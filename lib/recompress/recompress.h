@@ -18,11 +18,9 @@ void recompressor_destroy(struct uzram *dev);
 void recompressor_pause(struct uzram *dev);
 void recompressor_resume(struct uzram *dev);
 
-/* What the attributes show: recompress_idle, recompress_rate, and how low
- * the thread's CPU priority went (1 SCHED_IDLE, 2 nice 19, 0 neither or no
- * thread yet). */
+/* What the attributes show: recompress_idle, recompress_rate, recompress_cpu. */
 void recompressor_settings(struct uzram *dev, uint64_t *idle_seconds, uint64_t *rate,
-                           int *priority_class);
+                           unsigned *cpu_percent);
 
 #ifdef UZRAM_TEST_HOOKS
 /* Passes the background thread has finished. */

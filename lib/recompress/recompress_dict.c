@@ -30,9 +30,13 @@
  *     for by hand) and pages_stored grew by RETRAIN_QUIET_GROWTH (a quarter) since the last
  *     training, or
  *   - pages_stored grew RETRAIN_GROWTH (4) times since it, quiet or not,
- * at most TRAININGS_MAX times in all (the first training included): the work is bounded, and
- * each retraining's recompression of the pages made with the older dictionary is too: each is
- * tried once, and replaced when the newer one's object is smaller than the old one plus the
+ * at most TRAININGS_SPARE times plus once for each fourfold growth of pages_stored beyond
+ * TRAIN_MIN_PAGES (the first training included): the work is bounded by the logarithm of the
+ * data, and a fourfold growth always finds a training left (it adds one), so the dictionary
+ * is never trained on less than a quarter of what is stored - with a fixed count (4, before
+ * issue 43) a disk filled slowly, as during a build, kept a dictionary of its first pages
+ * for good. Each retraining's recompression of the pages made with the older dictionary is too:
+ * each is tried once, and replaced when the newer one's object is smaller than the old one plus the
  * page's share of the older dictionary's memory (which goes with its last page: a handful of
  * pages kept on it would keep hundreds of KiB of dictionary); the others are marked
  * SLOT_DICT_KEPT and keep it. What moving them would have cost is counted as they are kept:
@@ -46,7 +50,18 @@
 #define RETRAIN_GROWTH 4u
 #define RETRAIN_QUIET_GROWTH_NUM 5u /* 5/4 */
 #define RETRAIN_QUIET_GROWTH_DEN 4u
-#define TRAININGS_MAX 4u
+#define TRAININGS_SPARE 4u
+
+/* How many trainings a setting may have had with `stored` pages stored: TRAININGS_SPARE, and
+ * one more for each fourfold growth past TRAIN_MIN_PAGES. */
+static uint32_t trainings_allowed(uint64_t stored)
+{
+    uint32_t allowed = TRAININGS_SPARE;
+    for (uint64_t pages = TRAIN_MIN_PAGES * RETRAIN_GROWTH; pages <= stored;
+         pages *= RETRAIN_GROWTH)
+        allowed++;
+    return allowed;
+}
 
 /* Train a dictionary of at most `size` bytes from pages spread over the
  * whole disk; its content in `*content` (`*content_size` bytes, the caller frees it), which
@@ -156,7 +171,7 @@ static bool training_due(const struct codec_config *config, uint64_t stored, boo
 {
     if (!config->dict)
         return true;
-    if (config->trainings >= TRAININGS_MAX)
+    if (config->trainings >= trainings_allowed(stored))
         return false;
     uint64_t trained = config->trained_pages;
     if (stored >= RETRAIN_GROWTH * trained)

@@ -82,6 +82,16 @@ int device_apply_option(const struct device_factory *factory, struct device_plan
     case OPT_RECOMPRESS:
         device->recompress = arg;
         break;
+    case OPT_RECOMPRESS_CPU: {
+        unsigned long percent;
+        if (option_parse_uint(arg, 100, 10, &percent) < 0 || percent == 0) {
+            complain(factory, "%sbad %s '%s'; use a percent of one CPU, 1 to 100", label.where,
+                     label.name, arg);
+            return -1;
+        }
+        device->recompress_cpu = (unsigned)percent;
+        break;
+    }
     case OPT_BACKING_FILE:
         device->backing_file = arg;
         break;
@@ -300,13 +310,16 @@ int device_settings(const struct device_factory *factory, struct device_plan *de
     return check_settings(factory, device);
 }
 
-/* --recompress algo=NAME[,level=N][,dict=PATH|auto][,group=N] and --recompress-idle: the
- * secondary algorithm of priority 1, bundles of N pages and the background thread, set
- * through the attributes that change them at run time (recomp_algorithm, algorithm_params,
- * recompress_group, recompress_idle). */
+/* --recompress algo=NAME[,level=N][,dict=PATH|auto][,group=N], --recompress-idle and
+ * --recompress-cpu: the secondary algorithm of priority 1, bundles of N pages and the
+ * background thread, set through the attributes that change them at run time
+ * (recomp_algorithm, algorithm_params, recompress_group, recompress_cpu, recompress_idle). */
 static int recompression(const struct device_factory *factory, struct uzram *dev,
                          const struct device_plan *device)
 {
+    /* also without a thread yet: recompress_idle may start one later */
+    if (device->recompress_cpu)
+        (void)uzram_set_recompress_cpu(dev, device->recompress_cpu); /* 1..100: checked */
     if (!device->recompress && device->recompress_idle == 0)
         return 0;
     /* zstd at level 7 unless told: docs/BENCHMARKS.md measured it the best trade on build

@@ -21,6 +21,7 @@ struct device_plan {
     const char *size_text, *level_text;
     const char *recompress; /* --recompress as given, checked once the device exists */
     uint64_t recompress_idle;
+    unsigned recompress_cpu; /* 0: the library's default */
     /* Writeback, set once the device exists. */
     const char *backing_file;
     uint64_t backing_size, writeback_idle, writeback_rate;

@@ -28,7 +28,12 @@ const struct cli_option serve_options[] = {
      "most memory the compressed pages may use (default none)", 0, CLI_BY_COMMAND},
     {"recompress-idle", OPT_RECOMPRESS_IDLE, required_argument, "N",
      "recompress pages unused for N seconds, in the\n"
-     "background at the lowest CPU priority (default 0: off)",
+     "background (default 0: off)",
+     0, CLI_BY_COMMAND},
+    {"recompress-cpu", OPT_RECOMPRESS_CPU, required_argument, "PERCENT",
+     "share of one CPU the background recompression\n"
+     "may use, also when the CPUs are busy (1..100;\n"
+     "default 20)",
      0, CLI_BY_COMMAND},
     {"recompress", OPT_RECOMPRESS, required_argument, "SPEC",
      "the algorithm that recompresses: algo=NAME[,level=N]\n"

@@ -38,6 +38,7 @@ enum {
     OPT_DEVICE,
     OPT_SERVER_MEM_LIMIT,
     OPT_PERSIST,
+    OPT_RECOMPRESS_CPU,
 };
 
 /* The tags of serve's rows (struct cli_option's `tags`). A heading's: what the options below

@@ -193,9 +193,10 @@ grep -q "c removed; its .* bytes of data" "$WORK/out" || fail "hot-remove answer
 nbdinfo --list "nbd+unix:///?socket=$SOCK" | grep -q '^export="c":' && fail "c still listed"
 if nbdinfo "nbd+unix:///c?socket=$SOCK" >/dev/null 2>&1; then fail "c still served"; fi
 if "$UZRAM" attr c disksize 2>/dev/null; then fail "attr c after hot-remove"; fi
-# A device's background threads start with it and stop with hot-remove: the recompressor
-# (uzram-recomp) at SCHED_IDLE (policy 5, field 41 of /proc/PID/task/TID/stat), the writeback
-# thread (uzram-writeback) at the normal policy (0): it holds the lock writers wait for.
+# A device's background threads start with it and stop with hot-remove: both at the normal
+# policy (0, field 41 of /proc/PID/task/TID/stat): the recompressor (uzram-recomp) held to its
+# CPU budget (it makes progress on a busy machine, as SCHED_IDLE did not), the writeback
+# thread (uzram-writeback) because it holds the lock writers wait for.
 threads_of() { # NAME POLICY: how many threads of the server have that name and policy
     local task n=0
     for task in /proc/"${SERVER_PID[pool]}"/task/*; do
@@ -204,12 +205,12 @@ threads_of() { # NAME POLICY: how many threads of the server have that name and 
     done
     echo $n
 }
-background() { echo "$(threads_of uzram-recomp 5) $(threads_of uzram-writeback 0)"; }
+background() { echo "$(threads_of uzram-recomp 0) $(threads_of uzram-writeback 0)"; }
 before=$(background)
 read -r recomp writeback <<<"$before"
 "$UZRAM" hot-add bg 8M --recompress-idle 60 --backing-file "$WORK/bg.back" --writeback-idle 60 \
     >/dev/null || fail "hot-add bg with background threads"
-# (The recompressor lowers its own priority once running: wait for it.)
+# (They start while hot-add answers: wait for them.)
 want="$((recomp + 1)) $((writeback + 1))"
 for _ in $(seq 50); do [[ $(background) == "$want" ]] && break; sleep 0.1; done
 [[ $(background) == "$want" ]] || fail "bg: background threads (recompressor, writeback) $(background), wanted $want"

@@ -99,11 +99,16 @@ pass "bad values refused with what to write"
 stop_server rc
 
 # ---- in the background: --recompress-idle with a trained dictionary -----------------------------
-start_server bg -s 32M -a lz4 --dedup --recompress-idle 1 --recompress algo=zstd,level=7,dict=auto
+if "$UZRAM" serve -n bad0 -s 8M --recompress-cpu 0 2>"$WORK/err"; then fail "--recompress-cpu 0 taken"; fi
+grep -q "bad --recompress-cpu '0'; use a percent of one CPU, 1 to 100" "$WORK/err" ||
+    fail "--recompress-cpu 0: $(cat "$WORK/err")"
+start_server bg -s 32M -a lz4 --dedup --recompress-idle 1 --recompress algo=zstd,level=7,dict=auto \
+    --recompress-cpu 50
 URI=$(uri_of bg)
 nbdcopy --no-extents "$DATA" "$URI" || fail "nbdcopy into the background device"
 mem_before=$(mm_stat_field bg 2)
 [[ $("$UZRAM" attr bg recompress_idle) -eq 1 ]] || fail "recompress_idle does not read 1"
+[[ $("$UZRAM" attr bg recompress_cpu) -eq 50 ]] || fail "recompress_cpu does not read 50"
 # pages unused for 1 s get recompressed
 settled bg recomp_pages ||
     fail "the background thread did not finish within 120 s (recomp_pages $(json bg recomp_pages))"

@@ -1,0 +1,245 @@
+/* test_recompress_cpu.c - the background recompressor's CPU budget (recompress_cpu): with every
+ * CPU kept busy by other processes, the thread still recompresses, and its own CPU time, read
+ * from /proc/self/task/TID/stat, stays within its share of one CPU. (It ran at SCHED_IDLE and
+ * did next to nothing while the CPUs were busy; issue 43.) */
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "recompress/recompress.h" /* recompressor_test_passes */
+#include "store/store.h"           /* store_test_advance_clock */
+#include "test_util.h"
+
+#define PAGE UZRAM_PAGE_SIZE
+/* Enough pages that one pass at zstd level 19 within 20% of a CPU outlasts the measurement
+ * (checked: the pass must not have ended when it is over). */
+#define PAGES 16384u
+#define BUDGET 20u
+#define MEASURE_SECONDS 4
+
+static double monotonic_seconds(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* The id of this process's thread called `name`, or 0. */
+static pid_t thread_named(const char *name)
+{
+    DIR *tasks = opendir("/proc/self/task");
+    assert_non_null(tasks);
+    pid_t found = 0;
+    for (struct dirent *entry; !found && (entry = readdir(tasks));) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", entry->d_name);
+        FILE *file = fopen(path, "r");
+        if (!file)
+            continue;
+        if (fgets(comm, sizeof comm, file) && strcmp(comm, name) == 0)
+            found = (pid_t)atoi(entry->d_name);
+        fclose(file);
+    }
+    closedir(tasks);
+    return found;
+}
+
+/* utime + stime of thread `tid`, in seconds (fields 14 and 15 of its stat). */
+static double thread_cpu_seconds(pid_t tid)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *file = fopen(path, "r");
+    assert_non_null(file);
+    assert_non_null(fgets(line, sizeof line, file));
+    fclose(file);
+    const char *after = strrchr(line, ')'); /* the name may hold spaces */
+    assert_non_null(after);
+    unsigned long long utime = 0, stime = 0;
+    /* after ") ": state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+     * utime(14) stime(15) */
+    assert_int_equal(
+        sscanf(after + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime),
+        2);
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The share of one CPU (percent) thread `tid` used over MEASURE_SECONDS, and the pages it
+ * recompressed meanwhile. */
+static double thread_share(struct uzram *dev, pid_t tid, uint64_t *pages)
+{
+    uint64_t pages_before = test_stats(dev).recomp_pages;
+    double cpu_before = thread_cpu_seconds(tid), wall_before = monotonic_seconds();
+    sleep(MEASURE_SECONDS);
+    double cpu = thread_cpu_seconds(tid) - cpu_before, wall = monotonic_seconds() - wall_before;
+    *pages = test_stats(dev).recomp_pages - pages_before;
+    return cpu / wall * 100;
+}
+
+/* The most a budget of `percent` may show: a quarter more (a page's work past a window's
+ * end, the sleep's granularity), and a clock tick each side of the measurement. */
+static double within(unsigned percent)
+{
+    return percent * 1.25 + 2 * 100.0 / (double)sysconf(_SC_CLK_TCK) / MEASURE_SECONDS;
+}
+
+/* A process that spins until killed (or for a minute at most, should the test die). */
+static pid_t start_spinner(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(60);
+        for (volatile unsigned long spin = 0;; spin++)
+            ;
+    }
+    return pid;
+}
+
+static void test_recompress_cpu_budget_busy(void **state)
+{
+    (void)state;
+    struct uzram *dev = test_device((uint64_t)PAGES * PAGE, "lz4", 0);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 19), 0);
+    assert_int_equal(uzram_set_recompress_rate(dev, 0), 0);
+    assert_int_equal(uzram_set_recompress_cpu(dev, 0), -EINVAL);
+    assert_int_equal(uzram_set_recompress_cpu(dev, 101), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "recompress_cpu", "0"), -EINVAL);
+    assert_int_equal(uzram_attr_set(dev, "recompress_cpu", "35"), 0);
+    char text[32];
+    assert_true(uzram_attr_get(dev, "recompress_cpu", text, sizeof text) > 0);
+    assert_string_equal(text, "35\n");
+    assert_int_equal(uzram_set_recompress_cpu(dev, BUDGET), 0);
+    unsigned char *data = malloc((size_t)PAGES * PAGE);
+    assert_non_null(data);
+    uint64_t seed = test_random_seed("recompress_cpu");
+    for (unsigned i = 0; i < PAGES; i++)
+        datagen_page(seed, DATAGEN_TEXT, i, data + (size_t)i * PAGE);
+    test_write_pages(dev, 0, data, PAGES);
+    store_test_advance_clock(dev, 61); /* every page is 60 s old */
+
+    /* every CPU busy with processes of the test's own priority */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    pid_t spinners[64];
+    long count = cpus < 1 ? 1 : cpus > 64 ? 64 : cpus;
+    for (long i = 0; i < count; i++)
+        spinners[i] = start_spinner();
+    struct timespec settle = {0, 300 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    pid_t tid = 0;
+    for (int i = 0; i < 100 && !(tid = thread_named("uzram-recomp\n")); i++)
+        nanosleep(&settle, NULL);
+    assert_true(tid > 0);
+    /* past the start (the thread sets itself up, and the budget's first window) */
+    nanosleep(&settle, NULL);
+    uint64_t pages = 0;
+    double share = thread_share(dev, tid, &pages);
+    uint64_t passes = recompressor_test_passes(dev);
+    for (long i = 0; i < count; i++) {
+        kill(spinners[i], SIGKILL);
+        waitpid(spinners[i], NULL, 0);
+    }
+    print_message("%ld CPUs busy: the thread used %.1f%% of one CPU (budget %u%%), recompressed "
+                  "%llu pages in %d s\n",
+                  count, share, BUDGET, (unsigned long long)pages, MEASURE_SECONDS);
+    /* the measurement held only while there was work left */
+    assert_int_equal(passes, 0);
+    /* progress, though every CPU is busy: at least an eighth of its budget (at nice 5 beside
+     * two busy processes a CPU it gets its budget; the machine may be busier than this test
+     * makes it). At SCHED_IDLE it got 0.2% here. */
+    assert_true(pages > 0);
+    assert_true(share >= BUDGET / 8.0);
+    assert_true(share <= within(BUDGET));
+    /* With the CPUs free (of this test's work) the budget alone holds it back: a smaller one,
+     * changed while it runs, is kept from the next window on. */
+    assert_int_equal(uzram_set_recompress_cpu(dev, BUDGET / 2), 0);
+    sleep(1);
+    share = thread_share(dev, tid, &pages);
+    passes = recompressor_test_passes(dev);
+    print_message("CPUs free: the thread used %.1f%% of one CPU (budget %u%%), recompressed %llu "
+                  "pages in %d s\n",
+                  share, BUDGET / 2, (unsigned long long)pages, MEASURE_SECONDS);
+    assert_int_equal(passes, 0);
+    assert_true(pages > 0);
+    assert_true(share <= within(BUDGET / 2));
+    assert_int_equal(uzram_set_recompress_idle(dev, 0), 0);
+    test_expect_pages(dev, 0, data, PAGES);
+    uzram_destroy(dev);
+    free(data);
+}
+
+/* Field 41 (policy) and 19 (nice) of thread `tid`'s stat. */
+static void thread_policy(pid_t tid, int *policy, int *nice)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *file = fopen(path, "r");
+    assert_non_null(file);
+    assert_non_null(fgets(line, sizeof line, file));
+    fclose(file);
+    const char *field = strrchr(line, ')') + 2; /* field 3 */
+    for (int number = 3; number < 41; number++) {
+        if (number == 19)
+            *nice = atoi(field);
+        field = strchr(field, ' ') + 1;
+    }
+    *policy = atoi(field);
+}
+
+/* A creator at a real-time priority (serve --swap runs its threads SCHED_FIFO) does not make
+ * the recompressor real-time: it runs at the ordinary policy, five nice steps down. */
+static void test_recompress_thread_not_realtime(void **state)
+{
+    (void)state;
+    struct sched_param param = {.sched_priority = 1};
+    if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &param) != 0)
+        skip(); /* no privilege for a real-time creator */
+    struct uzram *dev = test_device(1u << 20, "lz4", 0);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 7), 0);
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    param.sched_priority = 0;
+    assert_int_equal(pthread_setschedparam(pthread_self(), SCHED_OTHER, &param), 0);
+    struct timespec step = {0, 20 * 1000 * 1000};
+    pid_t tid = 0;
+    int policy = -1, nice = 0;
+    /* it sets its own priority as it starts: wait for that (up to 10 s) */
+    for (int i = 0; i < 500; i++, nanosleep(&step, NULL)) {
+        if (!tid)
+            tid = thread_named("uzram-recomp\n");
+        if (tid)
+            thread_policy(tid, &policy, &nice);
+        if (policy == SCHED_OTHER && nice == 5)
+            break;
+    }
+    assert_true(tid > 0);
+    assert_int_equal(policy, SCHED_OTHER);
+    assert_int_equal(nice, 5);
+    uzram_destroy(dev);
+}
+
+int main(int argc, char **argv)
+{
+    test_apply_filter(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_recompress_cpu_budget_busy),
+        cmocka_unit_test(test_recompress_thread_not_realtime),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
