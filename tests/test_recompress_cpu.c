@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,11 +59,10 @@ static pid_t thread_named(const char *name)
     return found;
 }
 
-/* utime + stime of thread `tid`, in seconds (fields 14 and 15 of its stat). */
-static double thread_cpu_seconds(pid_t tid)
+/* utime + stime in seconds (fields 14 and 15) of the stat file at `path`. */
+static double stat_cpu_seconds(const char *path)
 {
-    char path[64], line[1024];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    char line[1024];
     FILE *file = fopen(path, "r");
     assert_non_null(file);
     assert_non_null(fgets(line, sizeof line, file));
@@ -78,15 +78,37 @@ static double thread_cpu_seconds(pid_t tid)
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* The share of one CPU (percent) thread `tid` used over MEASURE_SECONDS, and the pages it
- * recompressed meanwhile. */
-static double thread_share(struct uzram *dev, pid_t tid, uint64_t *pages)
+/* The CPU time of this process's thread `tid`, or of process `pid` (tid 0). */
+static double cpu_seconds(pid_t tid, pid_t pid)
 {
+    char path[64];
+    if (tid)
+        snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    else
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    return stat_cpu_seconds(path);
+}
+
+/* The share of one CPU (percent) thread `tid` used over MEASURE_SECONDS, and the pages it
+ * recompressed meanwhile; with `count` spinners, the least share one of them had in
+ * `spinner_share` (what a process of the test's priority got on this machine, however busy
+ * other work keeps it). */
+static double thread_share(struct uzram *dev, pid_t tid, uint64_t *pages, const pid_t *spinners,
+                           long count, double *spinner_share)
+{
+    double spun[64];
+    for (long i = 0; i < count; i++)
+        spun[i] = cpu_seconds(0, spinners[i]);
     uint64_t pages_before = test_stats(dev).recomp_pages;
-    double cpu_before = thread_cpu_seconds(tid), wall_before = monotonic_seconds();
+    double cpu_before = cpu_seconds(tid, 0), wall_before = monotonic_seconds();
     sleep(MEASURE_SECONDS);
-    double cpu = thread_cpu_seconds(tid) - cpu_before, wall = monotonic_seconds() - wall_before;
+    double cpu = cpu_seconds(tid, 0) - cpu_before, wall = monotonic_seconds() - wall_before;
     *pages = test_stats(dev).recomp_pages - pages_before;
+    for (long i = 0; i < count; i++) {
+        double share = (cpu_seconds(0, spinners[i]) - spun[i]) / wall * 100;
+        if (i == 0 || share < *spinner_share)
+            *spinner_share = share;
+    }
     return cpu / wall * 100;
 }
 
@@ -150,28 +172,29 @@ static void test_recompress_cpu_budget_busy(void **state)
     /* past the start (the thread sets itself up, and the budget's first window) */
     nanosleep(&settle, NULL);
     uint64_t pages = 0;
-    double share = thread_share(dev, tid, &pages);
+    double spinner_share = 0;
+    double share = thread_share(dev, tid, &pages, spinners, count, &spinner_share);
     uint64_t passes = recompressor_test_passes(dev);
     for (long i = 0; i < count; i++) {
         kill(spinners[i], SIGKILL);
         waitpid(spinners[i], NULL, 0);
     }
-    print_message("%ld CPUs busy: the thread used %.1f%% of one CPU (budget %u%%), recompressed "
-                  "%llu pages in %d s\n",
-                  count, share, BUDGET, (unsigned long long)pages, MEASURE_SECONDS);
+    print_message("%ld CPUs busy: the thread used %.1f%% of one CPU (budget %u%%; a busy process "
+                  "of the test's priority %.1f%%), recompressed %llu pages in %d s\n",
+                  count, share, BUDGET, spinner_share, (unsigned long long)pages, MEASURE_SECONDS);
     /* the measurement held only while there was work left */
     assert_int_equal(passes, 0);
-    /* progress, though every CPU is busy: at least an eighth of its budget (at nice 5 beside
-     * two busy processes a CPU it gets its budget; the machine may be busier than this test
-     * makes it). At SCHED_IDLE it got 0.2% here. */
+    /* progress, though every CPU is busy: at least an eighth of its budget, or of what a busy
+     * process of the test's priority got where other work (make check's) leaves less (at nice
+     * 5 it weighs a third of such a process). At SCHED_IDLE it got 0.2% while those got 100%. */
     assert_true(pages > 0);
-    assert_true(share >= BUDGET / 8.0);
+    assert_true(share >= (spinner_share < BUDGET ? spinner_share : BUDGET) / 8.0);
     assert_true(share <= within(BUDGET));
     /* With the CPUs free (of this test's work) the budget alone holds it back: a smaller one,
      * changed while it runs, is kept from the next window on. */
     assert_int_equal(uzram_set_recompress_cpu(dev, BUDGET / 2), 0);
     sleep(1);
-    share = thread_share(dev, tid, &pages);
+    share = thread_share(dev, tid, &pages, NULL, 0, &spinner_share);
     passes = recompressor_test_passes(dev);
     print_message("CPUs free: the thread used %.1f%% of one CPU (budget %u%%), recompressed %llu "
                   "pages in %d s\n",
@@ -219,18 +242,23 @@ static void test_recompress_thread_not_realtime(void **state)
     struct timespec step = {0, 20 * 1000 * 1000};
     pid_t tid = 0;
     int policy = -1, nice = 0;
+    /* five steps below this thread's (make check runs the unit tests at nice 19: 19 stays) */
+    errno = 0;
+    int creator_nice = getpriority(PRIO_PROCESS, 0);
+    assert_int_equal(errno, 0);
+    int want_nice = creator_nice + 5 > 19 ? 19 : creator_nice + 5;
     /* it sets its own priority as it starts: wait for that (up to 10 s) */
     for (int i = 0; i < 500; i++, nanosleep(&step, NULL)) {
         if (!tid)
             tid = thread_named("uzram-recomp\n");
         if (tid)
             thread_policy(tid, &policy, &nice);
-        if (policy == SCHED_OTHER && nice == 5)
+        if (policy == SCHED_OTHER && nice == want_nice)
             break;
     }
     assert_true(tid > 0);
     assert_int_equal(policy, SCHED_OTHER);
-    assert_int_equal(nice, 5);
+    assert_int_equal(nice, want_nice);
     uzram_destroy(dev);
 }
 
