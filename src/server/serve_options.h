@@ -50,7 +50,7 @@ enum {
 enum { SETS_SERVER = 0, SETS_DEVICE = 1, SERVE_COMMAND_LINE_ONLY = 2 };
 
 /* The rows of the table (serve_options.c checks the count); --help is the framework's. */
-#define SERVE_OPTION_COUNT 38
+#define SERVE_OPTION_COUNT 39
 extern const struct cli_option serve_options[SERVE_OPTION_COUNT];
 
 /* The configuration key that makes a section a server's: the sections of its devices. */
