@@ -40,8 +40,35 @@ if [[ ${VM_BLOCK_REUSE:-0} != 1 ]]; then
 fi
 grep -q '^PASS vm blockbench' "$LOG" ||
     { echo "vm-block: the scenario did not pass: docs/BENCHMARKS.md left as it was" >&2; exit 1; }
+# medians_table MODE: the table of medians from the scenario's results: "paths" (ublk, nbd and
+# zram side by side) or "ab" (this build's ublk and nbd over the other build's)
+medians_table() {
+    /usr/bin/python3 - "$OUT/blockbench.results" "$1" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "blockbench":
+        runs.setdefault((f[2], f[3]), []).append(float(f[4]))
+med = {k: statistics.median(v) for k, v in runs.items()}
+if sys.argv[2] == "ab":
+    print("| job | ublk new | ublk old | new / old | nbd new | nbd old | new / old |")
+else:
+    print("| job | ublk IOPS | nbd IOPS | zram IOPS | ublk / nbd | ublk / zram | nbd / zram |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for job in ["randread:1", "randread:16", "randwrite:1", "randwrite:16"]:
+    name = job.replace(":", " QD")
+    if sys.argv[2] == "ab":
+        u, ub, n, nb = (med[(t, job)] for t in ("ublk", "ublk-b", "nbd", "nbd-b"))
+        print(f"| {name} | {u:.0f} | {ub:.0f} | **{u / ub:.2f}x** | {n:.0f} | {nb:.0f} | **{n / nb:.2f}x** |")
+    else:
+        u, n, z = (med[(t, job)] for t in ("ublk", "nbd", "zram"))
+        print(f"| {name} | {u:.0f} | {n:.0f} | {z:.0f} | **{u / n:.2f}x** | **{u / z:.2f}x** | {n / z:.2f}x |")
+PY
+}
+
+text=$(mktemp)
 if [[ -n $AB ]]; then
-    text=$(mktemp)
     old=$(git -C "$(dirname "$AB")/.." rev-parse --short HEAD 2>/dev/null || echo "$AB")
     {
         echo "### This build against an older one, in a VM: \`bench/vm-block.sh --ab OLD $ROUNDS $SECONDS_PER_RUN\`"
@@ -50,56 +77,25 @@ if [[ -n $AB ]]; then
         echo "\`-s 256M -a lz4\`, each attached through ublk and then nbd-client in every round, fio as in"
         echo "the table above. IOPS are medians of the rounds; only the ratios mean anything."
         echo
-        /usr/bin/python3 - "$OUT/blockbench.results" <<'PY'
-import statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    if f[0] == "blockbench":
-        runs.setdefault((f[2], f[3]), []).append(float(f[4]))
-med = {k: statistics.median(v) for k, v in runs.items()}
-print("| job | ublk new | ublk old | new / old | nbd new | nbd old | new / old |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
-for job in ["randread:1", "randread:16", "randwrite:1", "randwrite:16"]:
-    u, ub, n, nb = (med[(t, job)] for t in ("ublk", "ublk-b", "nbd", "nbd-b"))
-    print(f"| {job.replace(':', ' QD')} | {u:.0f} | {ub:.0f} | **{u / ub:.2f}x** | {n:.0f} | {nb:.0f} | **{n / nb:.2f}x** |")
-PY
+        medians_table ab
     } >"$text"
-    doc_block docs/BENCHMARKS.md "<!-- BEGIN VM-BLOCK-AB (bench/vm-block.sh --ab; do not edit by hand) -->" \
-        "<!-- END VM-BLOCK-AB -->" "$text"
-    rm -f "$text"
-    echo "vm-block: wrote the VM-BLOCK-AB part of docs/BENCHMARKS.md"
-    exit 0
+    block=VM-BLOCK-AB source="bench/vm-block.sh --ab"
+else
+    kernel=$(sed -n 's/^vm.sh: \([^,]*\), \([^,]*\), .*/\1 (\2)/p' "$LOG" | head -n 1)
+    {
+        echo "### /dev node paths in a VM: \`bench/vm-block.sh $ROUNDS $SECONDS_PER_RUN\`"
+        echo
+        echo "Commit $(cat "$LOG.commit"), kernel $kernel, 2 vCPUs, 1024 MiB; one boot."
+        echo "One \`uzram serve -s 256M -a lz4\` device attached through ublk, then through nbd-client"
+        echo "(the same device, detached and attached again each round), and the guest's \`/dev/zram0\`"
+        echo "(lz4, 256 MiB); each filled first. fio 4 KiB, libaio, direct, half-compressible data,"
+        echo "$SECONDS_PER_RUN s per run, $ROUNDS rounds interleaved; IOPS are medians of the rounds. The guest runs"
+        echo "under software emulation: only the ratios mean anything, never the IOPS against the host's."
+        echo
+        medians_table paths
+    } >"$text"
+    block=VM-BLOCK source=bench/vm-block.sh
 fi
-kernel=$(sed -n 's/^vm.sh: \([^,]*\), \([^,]*\), .*/\1 (\2)/p' "$LOG" | head -n 1)
-text=$(mktemp)
-{
-    echo "### /dev node paths in a VM: \`bench/vm-block.sh $ROUNDS $SECONDS_PER_RUN\`"
-    echo
-    echo "Commit $(cat "$LOG.commit"), kernel $kernel, 2 vCPUs, 1024 MiB; one boot."
-    echo "One \`uzram serve -s 256M -a lz4\` device attached through ublk, then through nbd-client"
-    echo "(the same device, detached and attached again each round), and the guest's \`/dev/zram0\`"
-    echo "(lz4, 256 MiB); each filled first. fio 4 KiB, libaio, direct, half-compressible data,"
-    echo "$SECONDS_PER_RUN s per run, $ROUNDS rounds interleaved; IOPS are medians of the rounds. The guest runs"
-    echo "under software emulation: only the ratios mean anything, never the IOPS against the host's."
-    echo
-    /usr/bin/python3 - "$OUT/blockbench.results" <<'PY'
-import statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    if f[0] == "blockbench":
-        runs.setdefault((f[2], f[3]), []).append(float(f[4]))
-med = {k: statistics.median(v) for k, v in runs.items()}
-print("| job | ublk IOPS | nbd IOPS | zram IOPS | ublk / nbd | ublk / zram | nbd / zram |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
-for job in ["randread:1", "randread:16", "randwrite:1", "randwrite:16"]:
-    u, n, z = (med[(t, job)] for t in ("ublk", "nbd", "zram"))
-    name = job.replace(":", " QD")
-    print(f"| {name} | {u:.0f} | {n:.0f} | {z:.0f} | **{u / n:.2f}x** | **{u / z:.2f}x** | {n / z:.2f}x |")
-PY
-} >"$text"
-doc_block docs/BENCHMARKS.md "<!-- BEGIN VM-BLOCK (bench/vm-block.sh; do not edit by hand) -->" \
-    "<!-- END VM-BLOCK -->" "$text"
+doc_block docs/BENCHMARKS.md "<!-- BEGIN $block ($source; do not edit by hand) -->" "<!-- END $block -->" "$text"
 rm -f "$text"
-echo "vm-block: wrote the VM-BLOCK part of docs/BENCHMARKS.md"
+echo "vm-block: wrote the $block part of docs/BENCHMARKS.md"
