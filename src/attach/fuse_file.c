@@ -626,6 +626,33 @@ static int make_mount_point(struct fuse_file *file, char *message, size_t messag
     return -err;
 }
 
+/* The FUSE session of `file`, mounted on its mount point (fsname uzram:NAME). 0, or -EIO with
+ * why in `message`; the caller stops the file either way on failure. */
+static int mount_session(struct fuse_file *file, const char *name, char *message,
+                         size_t message_size)
+{
+    char max_read[64], fsname[96];
+    snprintf(max_read, sizeof max_read, "-omax_read=%u", FUSE_FILE_MAX_IO);
+    snprintf(fsname, sizeof fsname, "-ofsname=uzram:%s,subtype=uzram", name);
+    char *argv[] = {"uzram", max_read, fsname, NULL};
+    struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+    file->session = fuse_session_new(&args, &file_ops, sizeof file_ops, file);
+    fuse_opt_free_args(&args);
+    if (file->session == NULL) {
+        snprintf(message, message_size, "cannot start a FUSE session (see the server's log)");
+        return -EIO;
+    }
+    if (fuse_session_mount(file->session, file->path) != 0) {
+        snprintf(message, message_size,
+                 "cannot mount FUSE on %s (is /dev/fuse there, and fusermount3 for a user "
+                 "other than root? see the server's log)",
+                 file->path);
+        return -EIO;
+    }
+    file->mounted = true;
+    return 0;
+}
+
 int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
                     struct fuse_file **out, char *message, size_t message_size)
 {
@@ -686,27 +713,11 @@ int fuse_file_start(struct uzram *dev, const struct fuse_file_options *options,
         fuse_file_stop(file, false);
         return rc;
     }
-    char max_read[64], fsname[96];
-    snprintf(max_read, sizeof max_read, "-omax_read=%u", FUSE_FILE_MAX_IO);
-    snprintf(fsname, sizeof fsname, "-ofsname=uzram:%s,subtype=uzram", options->name);
-    char *argv[] = {"uzram", max_read, fsname, NULL};
-    struct fuse_args args = FUSE_ARGS_INIT(3, argv);
-    file->session = fuse_session_new(&args, &file_ops, sizeof file_ops, file);
-    fuse_opt_free_args(&args);
-    if (file->session == NULL) {
-        snprintf(message, message_size, "cannot start a FUSE session (see the server's log)");
+    rc = mount_session(file, options->name, message, message_size);
+    if (rc < 0) {
         fuse_file_stop(file, false);
-        return -EIO;
+        return rc;
     }
-    if (fuse_session_mount(file->session, file->path) != 0) {
-        snprintf(message, message_size,
-                 "cannot mount FUSE on %s (is /dev/fuse there, and fusermount3 for a user "
-                 "other than root? see the server's log)",
-                 file->path);
-        fuse_file_stop(file, false);
-        return -EIO;
-    }
-    file->mounted = true;
 
     rc = open_worker_fds(file, message, message_size);
     if (rc == 0 &&
