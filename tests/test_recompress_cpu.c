@@ -133,6 +133,33 @@ static pid_t start_spinner(void)
     return pid;
 }
 
+/* PAGES pages of text written to `dev`, every one 60 s old; the caller frees what it returns. */
+static unsigned char *write_text(struct uzram *dev)
+{
+    unsigned char *data = malloc((size_t)PAGES * PAGE);
+    assert_non_null(data);
+    uint64_t seed = test_random_seed("recompress_cpu");
+    for (unsigned i = 0; i < PAGES; i++)
+        datagen_page(seed, DATAGEN_TEXT, i, data + (size_t)i * PAGE);
+    test_write_pages(dev, 0, data, PAGES);
+    store_test_advance_clock(dev, 61);
+    return data;
+}
+
+/* Starts `dev`'s recompressor (recompress_idle 60) and returns its thread's id once it runs. */
+static pid_t start_thread(struct uzram *dev)
+{
+    struct timespec settle = {0, 300 * 1000 * 1000};
+    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
+    pid_t tid = 0;
+    for (int i = 0; i < 100 && !(tid = thread_named("uzram-recomp\n")); i++)
+        nanosleep(&settle, NULL);
+    assert_true(tid > 0);
+    /* past the start (the thread sets itself up, and the budget's first window) */
+    nanosleep(&settle, NULL);
+    return tid;
+}
+
 static void test_recompress_cpu_budget_busy(void **state)
 {
     (void)state;
@@ -147,13 +174,7 @@ static void test_recompress_cpu_budget_busy(void **state)
     assert_true(uzram_attr_get(dev, "recompress_cpu", text, sizeof text) > 0);
     assert_string_equal(text, "35\n");
     assert_int_equal(uzram_set_recompress_cpu(dev, BUDGET), 0);
-    unsigned char *data = malloc((size_t)PAGES * PAGE);
-    assert_non_null(data);
-    uint64_t seed = test_random_seed("recompress_cpu");
-    for (unsigned i = 0; i < PAGES; i++)
-        datagen_page(seed, DATAGEN_TEXT, i, data + (size_t)i * PAGE);
-    test_write_pages(dev, 0, data, PAGES);
-    store_test_advance_clock(dev, 61); /* every page is 60 s old */
+    unsigned char *data = write_text(dev);
 
     /* every CPU busy with processes of the test's own priority */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -164,13 +185,7 @@ static void test_recompress_cpu_budget_busy(void **state)
     struct timespec settle = {0, 300 * 1000 * 1000};
     nanosleep(&settle, NULL);
 
-    assert_int_equal(uzram_set_recompress_idle(dev, 60), 0);
-    pid_t tid = 0;
-    for (int i = 0; i < 100 && !(tid = thread_named("uzram-recomp\n")); i++)
-        nanosleep(&settle, NULL);
-    assert_true(tid > 0);
-    /* past the start (the thread sets itself up, and the budget's first window) */
-    nanosleep(&settle, NULL);
+    pid_t tid = start_thread(dev);
     uint64_t pages = 0;
     double spinner_share = 0;
     double share = thread_share(dev, tid, &pages, spinners, count, &spinner_share);
@@ -202,6 +217,47 @@ static void test_recompress_cpu_budget_busy(void **state)
     assert_int_equal(passes, 0);
     assert_true(pages > 0);
     assert_true(share <= within(BUDGET / 2));
+    assert_int_equal(uzram_set_recompress_idle(dev, 0), 0);
+    test_expect_pages(dev, 0, data, PAGES);
+    uzram_destroy(dev);
+    free(data);
+}
+
+/* Near mem_limit the budget does not hold the thread back (a page packed there is room for
+ * the next write); away from it again, it does. It used to stay at its budget while writes
+ * failed at the limit (issue 43). */
+static void test_recompress_cpu_near_limit(void **state)
+{
+    (void)state;
+    enum { SMALL_BUDGET = 1 };
+    struct uzram *dev = test_device((uint64_t)PAGES * PAGE, "lz4", 0);
+    assert_int_equal(uzram_set_recomp_algorithm(dev, 1, "zstd", 19), 0);
+    assert_int_equal(uzram_set_recompress_cpu(dev, SMALL_BUDGET), 0);
+    unsigned char *data = write_text(dev);
+    uint64_t used = test_stats(dev).mem_used_total;
+    /* a quarter must be packed before it is away from the limit: more than one measurement */
+    assert_int_equal(uzram_set_mem_limit(dev, used), 0);
+    pid_t tid = start_thread(dev);
+    uint64_t pages = 0, pages_near = 0;
+    double unused = 0;
+    double near = thread_share(dev, tid, &pages_near, NULL, 0, &unused);
+    uint64_t passes = recompressor_test_passes(dev);
+    uint64_t used_near = test_stats(dev).mem_used_total;
+    assert_int_equal(uzram_set_mem_limit(dev, used * 4), 0);
+    sleep(1);
+    double away = thread_share(dev, tid, &pages, NULL, 0, &unused);
+    print_message("budget %d%%: at the limit the thread used %.1f%% of one CPU and recompressed "
+                  "%llu pages in %d s (pool %llu of %llu bytes); away from it %.1f%%, %llu pages\n",
+                  SMALL_BUDGET, near, (unsigned long long)pages_near, MEASURE_SECONDS,
+                  (unsigned long long)used_near, (unsigned long long)used, away,
+                  (unsigned long long)pages);
+    assert_int_equal(passes, 0);
+    assert_int_equal(recompressor_test_passes(dev), 0);
+    assert_true(used_near >= used / 4 * 3); /* it measured near the limit */
+    /* On the old code it stayed within its budget there (about 1.75%) */
+    assert_true(near > 3 * within(SMALL_BUDGET));
+    assert_true(pages_near > 4 * pages);
+    assert_true(away <= within(SMALL_BUDGET));
     assert_int_equal(uzram_set_recompress_idle(dev, 0), 0);
     test_expect_pages(dev, 0, data, PAGES);
     uzram_destroy(dev);
@@ -267,6 +323,7 @@ int main(int argc, char **argv)
     test_apply_filter(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recompress_cpu_budget_busy),
+        cmocka_unit_test(test_recompress_cpu_near_limit),
         cmocka_unit_test(test_recompress_thread_not_realtime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -122,11 +122,30 @@ static void sleep_until(struct uzram *dev, uint64_t due_ns)
  * saved up into a long burst later. */
 #define BUDGET_WINDOW_NS 1000000000u
 
+/* Near mem_limit (from PRESSURE_NUMERATOR / PRESSURE_DENOMINATOR of it) the budget and the
+ * rate no longer hold the thread back: a page it packs is room for the next write, and the
+ * alternative is the writes failing (a swap device's then push the program towards the OOM
+ * killer). Swap fills the pool fastest exactly when the CPUs are busy (issue 43). */
+#define PRESSURE_NUMERATOR 3u
+#define PRESSURE_DENOMINATOR 4u
+
+static bool near_limit(struct uzram *dev)
+{
+    uint64_t limit = atomic_load_explicit(&dev->mem_limit, memory_order_relaxed);
+    return limit != 0 &&
+           pool_mem_used(dev->pool) >= limit / PRESSURE_DENOMINATOR * PRESSURE_NUMERATOR;
+}
+
 static void cpu_budget_wait(struct uzram *dev)
 {
     struct recompressor *r = dev->recompressor;
     unsigned percent = atomic_load_explicit(&r->cpu_percent, memory_order_relaxed);
     uint64_t now_ns = monotonic_ns();
+    if (near_limit(dev)) { /* and what it uses there is not paid for later */
+        r->window_ns = now_ns;
+        r->window_cpu_ns = thread_cpu_ns();
+        return;
+    }
     if (percent < 100) {
         uint64_t used_ns = thread_cpu_ns() - r->window_cpu_ns;
         sleep_until(dev, r->window_ns + used_ns / percent * 100);
@@ -161,8 +180,14 @@ static void request_end(struct recompressor *r)
  * steps so that a stop or pause is seen at once. */
 static void pace_wait(struct uzram *dev, struct pace *pace)
 {
-    if (pace->rate != 0)
-        sleep_until(dev, pace->started_ns + pace->tried * 1000000000u / pace->rate);
+    if (pace->rate == 0)
+        return;
+    if (near_limit(dev)) { /* as the budget (cpu_budget_wait) */
+        pace->started_ns = monotonic_ns();
+        pace->tried = 0;
+        return;
+    }
+    sleep_until(dev, pace->started_ns + pace->tried * 1000000000u / pace->rate);
 }
 
 /* One pass over the page table. `pace` is the background thread's (NULL
@@ -394,7 +419,7 @@ static void *recompressor_main(void *arg)
          * pass of this thread each time). */
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += (time_t)pass_interval(idle_seconds);
+        until.tv_sec += near_limit(dev) ? 1 : (time_t)pass_interval(idle_seconds);
         unsigned idle_sets = r->idle_sets;
         while (!atomic_load(&r->stop) && !atomic_load(&r->paused) && r->idle_sets == idle_sets &&
                pthread_cond_timedwait(&r->wake, &r->lock, &until) != ETIMEDOUT)
