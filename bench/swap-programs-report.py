@@ -96,7 +96,7 @@ def header(meta, sizes, manifest):
            f"`disksize`, mkswap, swapon. uzram as the `uzram-swap@` unit sets it up: "
            f"`uzram serve --swap -s {meta['disksize']} --mem-limit {meta['cap']}`, then the unit's "
            f"`uzram attach --swap` (ublk), mkswap, `swapon --priority 100`; dense adds "
-           f"`--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1`.",
+           f"`{meta.get('dense_options', '--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1')}`.",
            "",
            "Programs, each run with its output piped to sha256sum and checked against the host's:",
            "",
@@ -160,6 +160,21 @@ def table(runs, sizes, meta):
     return out
 
 
+def density(runs, sizes):
+    """The device's orig_data_size / mem_used_total every 30 s of each run (issue 43)."""
+    factor = {(s["program"], s["index"]): s["factor"] for s in sizes}
+    order = {b: i for i, b in enumerate(BACKENDS)}
+    out = ["| program | size | backend | orig_data_size / mem_used_total at 30 s, 60 s, ... |",
+           "| --- | --- | --- | --- |"]
+    for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
+        series = r.get("ratio_series", "-")
+        if series != "-":
+            series = ", ".join(point.split(":")[1] for point in series.split(","))
+        out.append(f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
+                   f"| {BACKENDS.get(r['backend'], r['backend'])} | {series} |")
+    return out
+
+
 def main():
     d = sys.argv[1]
     meta = read_meta(os.path.join(d, "meta"))
@@ -192,7 +207,10 @@ def main():
         "program ended: what the device still stores (orig_data_size) against what the kernel "
         "still has swapped out (SwapTotal - SwapFree): the difference is pages the kernel freed "
         "that the device still holds (kernel zram is told of every freed slot; a ublk device only "
-        "of discards, and the unit's swapon asks for none)."]
+        "of discards: swapon --discard, of each cluster once all of it is free).", "",
+        "Density while the program runs (what the device stores per byte of memory it uses; "
+        "sampled every 30 s from the run's start until the program ended):", ""]
+    out += density(runs, sizes)
     print("\n".join(out))
 
 

@@ -43,6 +43,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/doc.bash
 source bench/args.bash
+source tests/vm/swap-dense.bash
 bench_help "$@"
 DIR=build/vm/swap-programs
 GUEST_MIB=512 CPUS=2 HUNG=120
@@ -280,13 +281,14 @@ if [[ ${VM_SWAP_PROGRAMS_REUSE:-0} != 1 ]]; then
     {
         printf 'CAP=%q DISKSIZE=%q RUN_DEADLINE=%q DEADLINE_RATIO=%q DEADLINE_MIN=%q STALL_SECONDS=%q\n' \
             "$CAP" "$DISKSIZE" "$DEADLINE" "$RATIO" "$DEADLINE_MIN" "$STALL"
-        echo 'DENSE_OPTIONS=(--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1)'
+        echo "DENSE_OPTIONS=(${SWAP_DENSE_OPTIONS[*]@Q})"
     } >"$DIR/settings.bash"
     {
         echo "args=$CMDLINE"
         echo "commit=$(bench_git)"
         echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
         echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "dense_options=${SWAP_DENSE_OPTIONS[*]}"
         echo "cap=$CAP disksize=$DISKSIZE deadline=$DEADLINE ratio=$RATIO deadline_min=$DEADLINE_MIN stall=$STALL guest_mib=$GUEST_MIB cpus=$CPUS hung=$HUNG"
     } >"$DIR/meta"
     : >"$DIR/results.txt"

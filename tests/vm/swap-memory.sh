@@ -8,10 +8,11 @@
 # dictionary training holds its samples and zstd's tables for a few seconds: reported).
 #
 #   swap-memory.sh [MODE]...   MODE: lz4 (the default options; budget 16 MiB) or dense
-#                              (--dedup --recompress algo=zstd,level=7,dict=auto,group=8
-#                              --recompress-idle 1; budget 32 MiB); both by default
+#                              (the densest swap mode's, swap-dense.bash; budget 32 MiB);
+#                              both by default
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/swap-dense.bash"
 
 modes=("$@")
 ((${#modes[@]} > 0)) || modes=(lz4 dense)
@@ -40,7 +41,7 @@ for mode in "${modes[@]}"; do
     case $mode in
     lz4) options=() budget_mib=16 during=1 ;;
     dense)
-        options=(--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1)
+        options=("${SWAP_DENSE_OPTIONS[@]}")
         budget_mib=32 during=0
         ;;
     *) fail "unknown mode $mode (lz4, dense)" ;;

@@ -114,6 +114,21 @@ sampler() {
     done
 }
 
+# Every 30 s: the device's orig_data_size / mem_used_total (hundredths), to SERIES as "SECONDS
+# RATIO" lines: the densest mode's density while the program runs, not only after (issue 43).
+# uzram's attribute is read by a process: a fork every 30 s, apart from the sampler above.
+SERIES=$VM_OUT/$TEST_NAME.series
+series_sampler() {
+    local fd t=0 mm
+    exec {fd}<> <(:)
+    while :; do
+        read -r -t 30 -u "$fd" _ || true
+        t=$((t + 30))
+        read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null)" || continue
+        ((${mm[2]:-0} > 0)) && echo "$t $((mm[0] * 100 / mm[2]))" >>"$SERIES"
+    done
+}
+
 # The failed swap-outs the kernel logged since the run began (guest.sh clears the log before
 # each scenario): its ratelimited lines plus the ones it says it suppressed. From the kernel,
 # not the device: a server too busy to answer must not hide them.
@@ -219,6 +234,10 @@ oom_before=$(vmstat oom_kill) in_before=$(vmstat pswpin) out_before=$(vmstat psw
 sampler &
 sampler_pid=$!
 at_exit "kill $sampler_pid"
+: >"$SERIES"
+series_sampler &
+series_pid=$!
+at_exit "kill $series_pid"
 run_program
 # What the device holds once the program's pages are free: zram hears of every freed slot,
 # a ublk device only of discards (swapon --discard: of each 2 MiB cluster once all of it is
@@ -228,8 +247,9 @@ swap_after=$(swap_used_kib)
 # (a server that died answers nothing: zeroes, and server_alive=0 below)
 read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null || echo 0 0 0 0 0)"
 read -r -a io <<<"$(dev_attr io_stat 2>/dev/null || echo 0 0)"
-kill -TERM "$sampler_pid" 2>/dev/null || true
-wait "$sampler_pid" 2>/dev/null || true
+kill -TERM "$sampler_pid" "$series_pid" 2>/dev/null || true
+wait "$sampler_pid" "$series_pid" 2>/dev/null || true
+series=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $2 / 100}' "$SERIES")
 ooms=$(($(vmstat oom_kill) - oom_before))
 victims=$(dmesg | sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
 log_errors=$(log_write_errors)
@@ -246,7 +266,7 @@ line="$program $size $backend outcome=$(outcome "$ooms") seconds=$SECONDS_TAKEN 
 line+=" sha_ok=$([[ $SHA == "$expected" ]] && echo 1 || echo 0) oom_kills=$ooms victims=${victims:--}"
 line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]} orig_after=${mm[0]}"
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
-line+=" pswpout=$(($(vmstat pswpout) - out_before)) $(cat "$PEAKS") $server"
+line+=" pswpout=$(($(vmstat pswpout) - out_before)) ratio_series=${series:--} $(cat "$PEAKS") $server"
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
