@@ -84,8 +84,10 @@ def header(meta, sizes, manifest):
            f"The host's 2 cores are shared with other work: load average (1, 5, 15 min) "
            f"{meta['load_start']} at the start, {meta.get('load_end', '?')} at the end.",
            "",
-           f"Every backend: {meta['disksize']} of swap (the disk size, four times the guest's memory, so "
-           f"that the bound is the cap), compressed memory capped at **{meta['cap']}**, swap priority "
+           f"Every backend: {meta['disksize']} of swap (the disk size; uzram(1) SWAP advises a "
+           f"size near what the cap can hold: on a larger area Linux frees the slots of pages read "
+           f"back only once half of it is in use, `vm_swap_full()`, and a ublk device keeps their "
+           f"pages meanwhile; kernel zram frees them at once), compressed memory capped at **{meta['cap']}**, swap priority "
            f"100, a fresh device for each run, the page cache dropped before it. The program is killed "
            f"at its deadline, {meta.get('ratio', '-')} times kernel zram lz4's time for the same "
            f"program and size in the boot (zram lz4 runs first of each size's backends), at least "

@@ -20,7 +20,9 @@
 #     --backends   zram-lz4, zram-zstd, uzram-lz4, uzram-dense (default all four)
 #     --cap        the compressed memory of every backend (zram mem_limit, serve --mem-limit;
 #                  default 256M, half the guest's memory)
-#     --disksize   the swap device's size, every backend (default 2G)
+#     --disksize   the swap device's size, every backend (default 1G: about what the default
+#                  cap holds at kernel zram zstd's ratio on sort's text, as uzram(1) SWAP
+#                  advises: docs/design/swap.md says what a larger one costs a ublk device)
 #     --ratio      a run's deadline is K times kernel zram lz4's time for the same program and
 #                  size in the boot (default 3), at least 300 s
 #     --deadline   and at most this many seconds (default 900), which is also the deadline
@@ -48,7 +50,7 @@ bench_help "$@"
 DIR=build/vm/swap-programs
 GUEST_MIB=512 CPUS=2 HUNG=120
 SIZES=0.5,1,1.5,2 PROGRAMS=sort,dpkg BACKENDS=zram-lz4,zram-zstd,uzram-lz4,uzram-dense
-CAP=256M DISKSIZE=2G DEADLINE=900 RATIO=3 DEADLINE_MIN=300 STALL=180 BOOTS=0
+CAP=256M DISKSIZE=1G DEADLINE=900 RATIO=3 DEADLINE_MIN=300 STALL=180 BOOTS=0
 CMDLINE="$*"
 usage() { echo "vm-swap-programs.sh: $* (try --help)" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
