@@ -211,7 +211,8 @@ def main():
         "that the device still holds (kernel zram is told of every freed slot; a ublk device only "
         "of discards: swapon --discard, of each cluster once all of it is free).", "",
         "Density while the program runs (what the device stores per byte of memory it uses; "
-        "sampled every 30 s from the run's start until the program ended):", ""]
+        "sampled every 30 s from the program's start until 5 s after it ended, when the "
+        "table's after-exit figures are read):", ""]
     out += density(runs, sizes)
     print("\n".join(out))
 
