@@ -235,28 +235,37 @@ static void test_recompress_cpu_near_limit(void **state)
     assert_int_equal(uzram_set_recompress_cpu(dev, SMALL_BUDGET), 0);
     unsigned char *data = write_text(dev);
     uint64_t used = test_stats(dev).mem_used_total;
-    /* a quarter must be packed before it is away from the limit: more than one measurement */
-    assert_int_equal(uzram_set_mem_limit(dev, used), 0);
+    /* Near it, not at it: a recompressed page has room for its new object (at the limit
+     * itself a pass can stop at its first page, when the one span it may go past the limit
+     * is full before a span is emptied). Packing a sixth takes it away from the limit: with
+     * a CPU free the thread does that within the measurement, and is held to its budget
+     * from then on. */
+    assert_int_equal(uzram_set_mem_limit(dev, used / 8 * 9), 0);
     pid_t tid = start_thread(dev);
     uint64_t pages = 0, pages_near = 0;
-    double unused = 0;
-    double near = thread_share(dev, tid, &pages_near, NULL, 0, &unused);
+    double unused = 0, peer = 0;
+    /* A process of the test's priority beside it, as the measure of what the scheduler leaves
+     * (make check runs the tests at nice 19 beside other work). */
+    pid_t spinner = start_spinner();
+    double near = thread_share(dev, tid, &pages_near, &spinner, 1, &peer);
+    kill(spinner, SIGKILL);
+    waitpid(spinner, NULL, 0);
     uint64_t passes = recompressor_test_passes(dev);
     uint64_t used_near = test_stats(dev).mem_used_total;
     assert_int_equal(uzram_set_mem_limit(dev, used * 4), 0);
     sleep(1);
     double away = thread_share(dev, tid, &pages, NULL, 0, &unused);
-    print_message("budget %d%%: at the limit the thread used %.1f%% of one CPU and recompressed "
-                  "%llu pages in %d s (pool %llu of %llu bytes); away from it %.1f%%, %llu pages\n",
+    print_message("budget %d%%: near the limit the thread used %.1f%% of one CPU and recompressed "
+                  "%llu pages in %d s (pool %llu of %llu bytes; a process of the test's priority "
+                  "%.1f%%); away from it %.1f%%, %llu pages\n",
                   SMALL_BUDGET, near, (unsigned long long)pages_near, MEASURE_SECONDS,
-                  (unsigned long long)used_near, (unsigned long long)used, away,
+                  (unsigned long long)used_near, (unsigned long long)used, peer, away,
                   (unsigned long long)pages);
     assert_int_equal(passes, 0);
     assert_int_equal(recompressor_test_passes(dev), 0);
-    assert_true(used_near >= used / 4 * 3); /* it measured near the limit */
-    /* On the old code it stayed within its budget there (about 1.75%) */
-    assert_true(near > 3 * within(SMALL_BUDGET));
-    assert_true(pages_near > 4 * pages);
+    /* On the old code it stayed within its budget there (1.0% where such a process got 50) */
+    assert_true(near > 2 * within(SMALL_BUDGET));
+    assert_true(near >= peer / 4);
     assert_true(away <= within(SMALL_BUDGET));
     assert_int_equal(uzram_set_recompress_idle(dev, 0), 0);
     test_expect_pages(dev, 0, data, PAGES);
