@@ -135,15 +135,20 @@ static void test_dict_retrain_on_growth(void **state)
     }
 }
 
-/* The pages stored when the setting's dictionary was trained ("from N pages stored" in
- * algorithm_params). */
-static uint64_t trained_from(struct uzram *dev)
+/* The number after `key` in algorithm_params: "from " the pages stored when the setting's
+ * dictionary was trained, "(trained, " the memory of the dictionary it names. */
+static uint64_t params_number(struct uzram *dev, const char *key)
 {
     char text[512];
     assert_true(uzram_attr_get(dev, "algorithm_params", text, sizeof text) > 0);
-    const char *from = strstr(text, "from ");
-    assert_non_null(from);
-    return strtoull(from + strlen("from "), NULL, 10);
+    const char *at = strstr(text, key);
+    assert_non_null(at);
+    return strtoull(at + strlen(key), NULL, 10);
+}
+
+static uint64_t trained_from(struct uzram *dev)
+{
+    return params_number(dev, "from ");
 }
 
 /* The bound, and a dictionary that follows the data: a disk filled slowly (here by a fifth
@@ -181,11 +186,7 @@ static void test_dict_retrain_bounded(void **state)
 /* The dictionary a retraining's setting names, from algorithm_params. */
 static uint64_t setting_dict_mem(struct uzram *dev)
 {
-    char text[512];
-    assert_true(uzram_attr_get(dev, "algorithm_params", text, sizeof text) > 0);
-    const char *held = strstr(text, "(trained, ");
-    assert_non_null(held);
-    return strtoull(held + strlen("(trained, "), NULL, 10);
+    return params_number(dev, "(trained, ");
 }
 
 /* One dictionary stays (issue 27): 4,096 text pages, then 5,120 binary ones and a retraining.
