@@ -19,3 +19,11 @@ bench_count() {
     echo "$(basename "$0"): $1 must be a whole number above 0, not '$2' (try --help)" >&2
     exit 2
 }
+
+# bench_size NAME VALUE: VALUE must be a size as serve and zram take it, a whole number above 0
+# with an optional K, M, G or T suffix, else one line and exit 2.
+bench_size() {
+    [[ $2 =~ ^[1-9][0-9]*[KMGT]?$ ]] && return 0
+    echo "$(basename "$0"): $1 must be a size such as 256M or 1G, not '$2' (try --help)" >&2
+    exit 2
+}

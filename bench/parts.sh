@@ -94,6 +94,7 @@ smoke() {
     expect vm-block-args 2 'ROUNDS must be a whole number' bench/vm-block.sh 0
     expect vm-docs-args 2 'at most ROUNDS' bench/vm-docs.sh 1 2
     expect vm-swap-programs-args 2 'no backend zram-lzma' bench/vm-swap-programs.sh --backends zram-lzma
+    expect vm-swap-programs-size 2 '--disksize must be a size' bench/vm-swap-programs.sh --disksize x
     echo "(not in the smoke run: tls, 6 fio runs of 1 s at least; server-limits, whose waits are" \
         "what it measures (about 40 s); server-profile, perf and a loop device; recompress_gap," \
         "runs until memory settles (about 15 s): make bench-parts runs them)"

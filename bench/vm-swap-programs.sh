@@ -81,6 +81,8 @@ done
 for f in "${sizes[@]}"; do [[ $f =~ ^[0-9]+(\.[0-9]+)?$ && $f != 0 ]] || usage "no size $f"; done
 bench_count --deadline "$DEADLINE"
 bench_count --ratio "$RATIO"
+bench_size --cap "$CAP"
+bench_size --disksize "$DISKSIZE"
 [[ $STALL =~ ^[0-9]+$ && $BOOTS =~ ^[0-9]+$ ]] || usage "--stall and --boots take whole numbers"
 mkdir -p "$DIR"
 touch "$DIR/host-runs.tsv"
