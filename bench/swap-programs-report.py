@@ -177,6 +177,31 @@ def density(runs, sizes):
     return out
 
 
+def cpu(runs, sizes):
+    """Where the guest's two CPUs went while the program ran (seconds, from USER_HZ ticks)."""
+    factor = {(s["program"], s["index"]): s["factor"] for s in sizes}
+    order = {b: i for i, b in enumerate(BACKENDS)}
+    out = ["| program | size | backend | seconds | user s | system s | idle s | server s "
+           "(recompressor s) | kswapd s | swap I/Os | server us per swap I/O | pages read ahead "
+           "(used) |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
+        if "cpu_user" not in r:
+            continue
+        t = {k: int(r[f"cpu_{k}"]) / 100 for k in
+             ("user", "system", "idle", "server", "recomp", "kswapd")}
+        ios = int(r.get("pswpin", 0)) + int(r.get("pswpout", 0))
+        uz = r["backend"].startswith("uzram")
+        server = f"{t['server']:.1f} ({t['recomp']:.1f})" if uz else "-"
+        per_io = f"{t['server'] * 1e6 / ios:.0f}" if uz and ios else "-"
+        out.append(f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
+                   f"| {BACKENDS.get(r['backend'], r['backend'])} | {r.get('seconds', '-')} "
+                   f"| {t['user']:.1f} | {t['system']:.1f} | {t['idle']:.1f} | {server} "
+                   f"| {t['kswapd']:.1f} | {ios} | {per_io} "
+                   f"| {r.get('swap_ra', '-')} ({r.get('swap_ra_hit', '-')}) |")
+    return out
+
+
 def main():
     d = sys.argv[1]
     meta = read_meta(os.path.join(d, "meta"))
@@ -214,6 +239,15 @@ def main():
         "sampled every 30 s from the program's start until 5 s after it ended, when the "
         "table's after-exit figures are read):", ""]
     out += density(runs, sizes)
+    rows = cpu(runs, sizes)
+    if len(rows) > 2:
+        out += ["", "Where the guest's CPU went while the program ran (user, system and idle: all "
+                "of the guest's CPUs, idle with iowait; the server's process, its recompression "
+                "thread in brackets, includes the kernel's ublk work done in its threads; kernel "
+                "zram compresses in reclaim: in kswapd or the program's own system time; swap "
+                "I/Os: pswpin + pswpout; pages read ahead: vmstat's swap_ra, and swap_ra_hit, "
+                "the ones a fault then used; kernel zram, a synchronous device, reads none):", ""]
+        out += rows
     print("\n".join(out))
 
 

@@ -5,8 +5,8 @@
 # the guest's memory, with swap on one backend capped at the same compressed memory; its
 # output's sha256 against the host's. Measures the outcome (completed, wrong output, OOM kill,
 # other exit, deadline, stalled), wall time, swap write errors, OOM kills, the device's peak
-# memory, the server's peak RSS and locked memory, and, after the program's exit, what the
-# device still holds against what the kernel still has swapped out.
+# memory, the server's peak RSS and locked memory, where the CPU went, and, after the
+# program's exit, what the device still holds against what the kernel still has swapped out.
 #
 #   swap-programs.sh PROGRAM SIZE BACKEND
 #     PROGRAM  sort | dpkg (the row of bench/vm-swap-programs.sh's sizes.tsv, with SIZE)
@@ -129,6 +129,35 @@ series_sampler() {
     done
 }
 
+# Where the guest's CPU went while the program ran, in ticks of USER_HZ (100 a second): the
+# guest's user, system (irq and softirq with it) and idle+iowait time; the server's process and
+# its recompression thread; kswapd (kernel zram compresses in reclaim: there, or in the
+# program's own system time). Printed as one line of numbers; cpu_delta subtracts two.
+task_ticks() { # STAT_FILE: utime + stime (the fields after the comm's closing bracket)
+    local stat
+    stat=$(cat "$1" 2>/dev/null) || { echo 0; return; }
+    awk '{print $12 + $13}' <<<"${stat##*) }"
+}
+cpu_now() {
+    local guest server=0 recomp=0 task kswapd=0 pid
+    guest=$(awk '$1 == "cpu" {print $2 + $3, $4 + $7 + $8, $5 + $6}' /proc/stat)
+    if [[ -n $SERVER && -d /proc/$SERVER ]]; then
+        server=$(task_ticks "/proc/$SERVER/stat")
+        for task in /proc/"$SERVER"/task/*; do
+            [[ $(cat "$task/comm" 2>/dev/null) == uzram-recomp ]] && recomp=$((recomp + $(task_ticks "$task/stat")))
+        done
+    fi
+    for pid in $(pgrep -x 'kswapd[0-9]*'); do kswapd=$((kswapd + $(task_ticks "/proc/$pid/stat"))); done
+    echo "$guest $server $recomp $kswapd"
+}
+cpu_delta() { # BEFORE AFTER: key=value pairs for the result line
+    local -a a b
+    read -r -a a <<<"$1"
+    read -r -a b <<<"$2"
+    echo "cpu_user=$((b[0] - a[0])) cpu_system=$((b[1] - a[1])) cpu_idle=$((b[2] - a[2]))" \
+        "cpu_server=$((b[3] - a[3])) cpu_recomp=$((b[4] - a[4])) cpu_kswapd=$((b[5] - a[5]))"
+}
+
 # The failed swap-outs the kernel logged since the run began (guest.sh clears the log before
 # each scenario): its ratelimited lines plus the ones it says it suppressed. From the kernel,
 # not the device: a server too busy to answer must not hide them.
@@ -231,6 +260,8 @@ DEADLINE=$(run_deadline)
 swap_on
 echo "$program size $size (${factor}x, $((rss_kib / 1024)) MiB on the host) on $backend ($SWAPDEV): cap $CAP, disksize $DISKSIZE, deadline $DEADLINE s, stall bound $STALL_SECONDS s"
 oom_before=$(vmstat oom_kill) in_before=$(vmstat pswpin) out_before=$(vmstat pswpout)
+ra_before=$(vmstat swap_ra) ra_hit_before=$(vmstat swap_ra_hit)
+cpu_before=$(cpu_now)
 sampler &
 sampler_pid=$!
 at_exit "kill $sampler_pid"
@@ -239,6 +270,7 @@ series_sampler &
 series_pid=$!
 at_exit "kill $series_pid"
 run_program
+cpu=$(cpu_delta "$cpu_before" "$(cpu_now)")
 # What the device holds once the program's pages are free: zram hears of every freed slot,
 # a ublk device only of discards (swapon --discard: of each 2 MiB cluster once all of it is
 # free).
@@ -266,7 +298,8 @@ line="$program $size $backend outcome=$(outcome "$ooms") seconds=$SECONDS_TAKEN 
 line+=" sha_ok=$([[ $SHA == "$expected" ]] && echo 1 || echo 0) oom_kills=$ooms victims=${victims:--}"
 line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]} orig_after=${mm[0]}"
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
-line+=" pswpout=$(($(vmstat pswpout) - out_before)) ratio_series=${series:--} $(cat "$PEAKS") $server"
+line+=" pswpout=$(($(vmstat pswpout) - out_before)) swap_ra=$(($(vmstat swap_ra) - ra_before))"
+line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) ratio_series=${series:--} $cpu $(cat "$PEAKS") $server"
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
