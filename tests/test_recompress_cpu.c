@@ -235,11 +235,10 @@ static void test_recompress_cpu_near_limit(void **state)
     assert_int_equal(uzram_set_recompress_cpu(dev, SMALL_BUDGET), 0);
     unsigned char *data = write_text(dev);
     uint64_t used = test_stats(dev).mem_used_total;
-    /* Near it, not at it: a recompressed page has room for its new object (at the limit
-     * itself a pass can stop at its first page, when the one span it may go past the limit
-     * is full before a span is emptied). Packing a sixth takes it away from the limit: with
-     * a CPU free the thread does that within the measurement, and is held to its budget
-     * from then on. */
+    /* Near it, not at it (test_recompress_limit.c is the pass at the limit itself): a
+     * recompressed page has room for its new object. Packing a sixth takes it away from the limit:
+     * with a CPU free the thread does that within the measurement, and is held to its budget from
+     * then on. */
     assert_int_equal(uzram_set_mem_limit(dev, used / 8 * 9), 0);
     pid_t tid = start_thread(dev);
     uint64_t pages = 0, pages_near = 0;

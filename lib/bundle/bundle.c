@@ -136,7 +136,10 @@ int bundle_create(struct uzram *dev, const void *object, unsigned length, unsign
     for (unsigned piece = 0; piece < bundle->piece_count; piece++) {
         uint64_t handle;
         unsigned length = piece_length(bundle, piece);
-        rc = pool_alloc_over(dev->pool, length, owner_of(bundle), POOL_SPAN_MAX_BYTES, &handle);
+        rc = pool_alloc(dev->pool, length, owner_of(bundle), &handle);
+        if (rc == -ENOSPC) /* a bundle replaces its members' larger objects */
+            rc = pool_alloc_over(dev->pool, length, owner_of(bundle), pool_replace_grace(dev->pool),
+                                 &handle);
         if (rc < 0) {
             free_bundle(dev, bundle, piece);
             return rc;

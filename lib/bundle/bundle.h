@@ -48,8 +48,8 @@ struct bundle;
 
 /* Make a bundle of `count` (2..16) pages whose frame is `length` bytes of `object`, made by
  * codec `codec` (whose user passes to the bundle on success), page k being page
- * first + offsets[k] of the disk. Its pieces go into the pool (at mem_limit, up to one span
- * past it, as a recompressed object; it replaces larger ones) and are counted in
+ * first + offsets[k] of the disk. Its pieces go into the pool (at mem_limit, past it within
+ * pool_replace_grace() as a recompressed object; it replaces larger ones) and are counted in
  * compr_data_size. It starts with no
  * member and one hold, the caller's. -ENOMEM, -ENOSPC: nothing was kept. */
 int bundle_create(struct uzram *dev, const void *object, unsigned length, unsigned codec,

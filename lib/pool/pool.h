@@ -55,10 +55,10 @@ int pool_adopt_object(struct pool *pool, uint64_t handle, uint64_t owner, size_t
 int pool_adopt_finish(struct pool *pool);
 
 /* Allocate an object of `size` bytes (1..4096) owned by `owner` (non-zero), taking the pool
- * at most `grace` bytes past its limit (and its group's): 0, or more for an object that
- * replaces a larger one, freed right after. POOL_SPAN_MAX_BYTES, the largest span, lets any
- * object through at the limit. Errors: -ENOSPC the pool would exceed its limit by more,
- * -ENOMEM, -EINVAL. */
+ * at most `grace` bytes past its limit (and its group's): 0, or pool_replace_grace() for an
+ * object that replaces larger ones, freed right after. POOL_SPAN_MAX_BYTES, the largest span,
+ * lets any object through at the limit. Errors: -ENOSPC the pool would exceed its limit by
+ * more, -ENOMEM, -EINVAL. */
 #define POOL_SPAN_MAX_BYTES (16u * 4096u)
 int pool_alloc_over(struct pool *pool, size_t size, uint64_t owner, uint64_t grace,
                     uint64_t *handle);
@@ -66,6 +66,18 @@ static inline int pool_alloc(struct pool *pool, size_t size, uint64_t owner, uin
 {
     return pool_alloc_over(pool, size, owner, 0, handle);
 }
+
+/* ---- at the limit (pool_limit.c) ----
+ * The bytes of the free objects in the spans of every class: the holes freed objects left,
+ * which compaction gathers (all but less than a span of each class). */
+uint64_t pool_hole_bytes(struct pool *pool);
+/* The grace of an object that replaces larger ones (recompression, bundling), once a
+ * compaction left the pool still at its limit: a span, and the holes the pool has, at most
+ * pool_replace_grace_max(). Such objects thus never take the pool more than
+ * pool_replace_grace_max() bytes past its limit (one span, and one span of each class: 5.7 MiB),
+ * and past it only by holes and a span. */
+uint64_t pool_replace_grace(struct pool *pool);
+uint64_t pool_replace_grace_max(void);
 
 /* Free an object. The caller must be the only one still using the handle. */
 void pool_free(struct pool *pool, uint64_t handle);

@@ -303,8 +303,8 @@ int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold, uint6
     request_begin(dev->recompressor);
     int rc = run_pass_bundling(dev, &plan, max_pages, NULL, true, &tally);
     request_end(dev->recompressor);
-    /* At mem_limit objects may have gone past it by a span (store_put_object): the holes of
-     * the ones they replaced bring the pool back under it. */
+    /* At mem_limit objects may have gone past it by the pool's holes and a span
+     * (store_put_object): compaction gathers the holes of the ones they replaced. */
     uint64_t limit = atomic_load(&dev->mem_limit);
     if ((tally.recompressed || tally.bundled || tally.split) && limit &&
         pool_mem_used(dev->pool) > limit)

@@ -74,10 +74,12 @@ int store_put_object(struct uzram *dev, const void *data, unsigned length, unsig
     int rc = pool_alloc(dev->pool, length, owner, &object->value);
     if (rc == -ENOSPC && replacing) {
         /* Recompression, which makes room: at the limit the holes of the objects it
-         * replaced are gathered, and its object may take one span past the limit until its
-         * larger old form is freed (zram does not hold recompression to the limit at all). */
+         * replaced are gathered, and its object may take the pool past the limit by the holes
+         * that are left and a span, within a bound (pool_replace_grace; zram does not hold
+         * recompression to the limit at all). */
         store_compact_pool(dev);
-        rc = pool_alloc_over(dev->pool, length, owner, POOL_SPAN_MAX_BYTES, &object->value);
+        rc = pool_alloc_over(dev->pool, length, owner, pool_replace_grace(dev->pool),
+                             &object->value);
     }
     if (rc < 0)
         return rc;
