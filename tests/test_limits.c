@@ -1,6 +1,7 @@
 /* test_limits.c - unit tests of memory limits and compaction (libuzram's public contract):
  * mem_limit on one device, a group's limit shared by several (and devices joining it while
- * others write), and compaction giving pool pages back with every page intact. */
+ * others write), and compaction giving pool pages back with every page intact, by request or
+ * when a write the limit refuses finds the pool full of holes. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -274,6 +275,63 @@ static void test_compaction(void **state)
     uzram_destroy(dev);
 }
 
+/* A device filled to its limit, then mostly discarded, has its memory in holes: a write the
+ * limit refuses compacts the pool and goes through (pages_compacted moves), as zsmalloc is
+ * compacted by its shrinker under pressure. (Nothing compacted: every write that needed a new
+ * span was refused while three quarters of the pool were holes.) */
+static void test_limit_compacts_holes(void **state)
+{
+    (void)state;
+    enum { PAGES = 8192 };
+    struct uzram *dev = test_device((uint64_t)PAGES * PAGE, NULL, 0);
+    uint8_t *content = malloc((size_t)PAGES * PAGE);
+    assert_non_null(content);
+    uint64_t seed = test_random_seed("limit_holes");
+    for (unsigned p = 0; p < PAGES; p++)
+        test_fill_kind(seed + p, p % 3 == 0 ? DATAGEN_HALF : DATAGEN_TEXT,
+                       content + (size_t)p * PAGE, PAGE);
+    assert_int_equal(uzram_write(dev, 0, content, (size_t)PAGES * PAGE), 0);
+    uint64_t limit = test_stats(dev).mem_used_total;
+    assert_int_equal(uzram_set_mem_limit(dev, limit), 0);
+    /* Three of every four pages go: what spans they emptied is room, the rest holes. */
+    for (unsigned p = 0; p < PAGES; p++)
+        if (p % 4 != 1) {
+            assert_int_equal(uzram_discard(dev, (uint64_t)p * PAGE, PAGE), 0);
+            memset(content + (size_t)p * PAGE, 0, PAGE);
+        }
+    struct uzram_stats s0 = test_stats(dev);
+    /* Incompressible pages, a span of their own each: first the room the emptied spans left,
+     * then as much again, a quarter of the limit, which only the holes can give. */
+    uint64_t room = (limit - s0.mem_used_total) / PAGE;
+    uint64_t count = room + limit / PAGE / 4;
+    assert_true(count < PAGES / 2);
+    unsigned failed = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t p = i * 2; /* discarded slots: 0, 2, 4, ... */
+        uint8_t *page = content + (size_t)p * PAGE;
+        test_fill_kind(seed + PAGES + p, DATAGEN_RANDOM, page, PAGE);
+        int rc = uzram_write(dev, p * PAGE, page, PAGE);
+        if (rc != 0) {
+            assert_int_equal(rc, -ENOSPC);
+            memset(page, 0, PAGE);
+            failed++;
+        }
+        assert_true(test_stats(dev).mem_used_total <= limit);
+    }
+    struct uzram_stats s1 = test_stats(dev);
+    print_message("limit %llu bytes, %llu after the discards (%llu of objects): %llu writes of a "
+                  "page, %u refused, %llu pages compacted\n",
+                  (unsigned long long)limit, (unsigned long long)s0.mem_used_total,
+                  (unsigned long long)s0.compr_data_size, (unsigned long long)count, failed,
+                  (unsigned long long)(s1.pages_compacted - s0.pages_compacted));
+    assert_int_equal(failed, 0);
+    assert_true(s1.pages_compacted > s0.pages_compacted);
+    assert_true(s1.mem_used_total <= limit);
+    test_expect_pages(dev, 0, content, PAGES);
+    free(content);
+    uzram_destroy(dev);
+}
+
 int main(int argc, char **argv)
 {
     test_apply_filter(argc, argv);
@@ -282,6 +340,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_group_mem_limit),
         cmocka_unit_test(test_group_concurrent),
         cmocka_unit_test(test_compaction),
+        cmocka_unit_test(test_limit_compacts_holes),
     };
     return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
 }

@@ -78,6 +78,10 @@ uint64_t pool_hole_bytes(struct pool *pool);
  * and past it only by holes and a span. */
 uint64_t pool_replace_grace(struct pool *pool);
 uint64_t pool_replace_grace_max(void);
+/* Whether a write the limit refused should compact the pool and try again: at most one
+ * writer of the pool every 100 ms (it claims the turn: the others do not wait), and only when
+ * holes are an eighth of the pool's memory or more. */
+bool pool_compact_due(struct pool *pool);
 
 /* Free an object. The caller must be the only one still using the handle. */
 void pool_free(struct pool *pool, uint64_t handle);

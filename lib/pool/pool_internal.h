@@ -146,6 +146,8 @@ struct pool {
     uint64_t group_fixed;
     _Atomic uint64_t pages_compacted; /* read by the tests alone: pool_pages_compacted() */
     _Atomic uint64_t compact_gen;
+    /* When a write the limit refused last compacted (pool_compact_due; CLOCK_MONOTONIC ns) */
+    _Atomic uint64_t pressure_compact_ns;
     /* A pool in a state file (pool_set_file()): chunk k is the file's bytes from
      * file_offset + k * CHUNK_BYTES, mapped shared, and span_dir[window] says what span a
      * window holds (POOL_SPAN_DIR_ENTRY; 0 none), so that another process can adopt the

@@ -1,7 +1,9 @@
 /* pool_limit.c - the pool at its limit: the holes compaction can gather (pool_hole_bytes), how
  * far an object that replaces larger ones may take the pool past the limit
- * (pool_replace_grace). pool.c allocates, frees and compacts; this file only decides. */
+ * (pool_replace_grace), and when a write refused there should compact first
+ * (pool_compact_due). pool.c allocates, frees and compacts; this file only decides. */
 #include <stdatomic.h>
+#include <time.h>
 
 #include "pool/pool.h"
 #include "pool/pool_internal.h"
@@ -61,4 +63,34 @@ uint64_t pool_replace_grace(struct pool *pool)
     uint64_t grace = POOL_SPAN_MAX_BYTES + pool_hole_bytes(pool);
     uint64_t most = pool_replace_grace_max();
     return grace < most ? grace : most;
+}
+
+/* A write refused at the limit compacts at most once per PRESSURE_COMPACT_NS for all
+ * writers of the pool: a compaction that gathered little is not tried again by every refused
+ * write, and one that gathered much leaves room for the writes after it anyway. */
+#define PRESSURE_COMPACT_NS 100000000u
+/* ... and only when holes are at least this share of the pool's memory (1 / N): below it,
+ * compaction has little to give back. */
+#define PRESSURE_HOLES_SHARE 8u
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec now;
+    /* coarse: cheap on every refused write, and a few ms off are nothing beside 100 ms */
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+bool pool_compact_due(struct pool *pool)
+{
+    uint64_t now = monotonic_ns();
+    uint64_t last = atomic_load_explicit(&pool->pressure_compact_ns, memory_order_relaxed);
+    if (last != 0 && now - last < PRESSURE_COMPACT_NS)
+        return false;
+    /* One writer claims the turn; the others go on (their writes refused) without waiting. */
+    if (!atomic_compare_exchange_strong_explicit(&pool->pressure_compact_ns, &last, now,
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return false;
+    uint64_t holes = pool_hole_bytes(pool);
+    return holes >= POOL_SPAN_MAX_BYTES && holes >= pool_mem_used(pool) / PRESSURE_HOLES_SHARE;
 }

@@ -80,6 +80,15 @@ int store_put_object(struct uzram *dev, const void *data, unsigned length, unsig
         store_compact_pool(dev);
         rc = pool_alloc_over(dev->pool, length, owner, pool_replace_grace(dev->pool),
                              &object->value);
+    } else if (rc == -ENOSPC && pool_compact_due(dev->pool)) {
+        /* A write refused at the limit while freed, discarded and overwritten pages left
+         * holes in the spans: gathered here, as zsmalloc's shrinker does under pressure, and
+         * tried once more. In the request's thread, as the shrinker runs in the thread that
+         * reclaims, rather than by a thread of its own (the pool has one only under a reserve,
+         * recompression only when set): pool_compact_due lets one writer do it every 100 ms,
+         * and compaction works in bounded steps, so writers neither pile up nor stall a class. */
+        store_compact_pool(dev);
+        rc = pool_alloc(dev->pool, length, owner, &object->value);
     }
     if (rc < 0)
         return rc;

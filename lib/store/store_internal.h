@@ -18,7 +18,8 @@
  * when `length` is 4096) into the pool, owned by `owner` (a slot's index + 1, or
  * OWNER_DEDUP_BIT | an entry's id), and count them in compr_data_size. `replacing`: it
  * replaces a larger object (recompression), and may go past mem_limit by the pool's holes and
- * a span, within pool_replace_grace_max(). */
+ * a span, within pool_replace_grace_max(); else a write the limit refuses compacts the pool
+ * and tries again when pool_compact_due() says so. */
 int store_put_object(struct uzram *dev, const void *data, unsigned length, unsigned codec,
                      uint64_t owner, bool replacing, struct page_object *object);
 
