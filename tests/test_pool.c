@@ -502,6 +502,65 @@ static void test_compact(void **state)
     pool_destroy(pool);
 }
 
+/* pool_limit.c's decisions: a freed object's footprint adds to the holes; the grace of a
+ * replacing object is a span and the holes, within pool_replace_grace_max(), and lets it past
+ * a limit the pool is at; a refused write compacts only with holes, and one every 100 ms. */
+static void test_limit_decisions(void **state)
+{
+    (void)state;
+    struct pool *pool = new_pool();
+    uint64_t first, second, third;
+    assert_int_equal(pool_alloc(pool, 1000, 1, &first), 0);
+    assert_int_equal(pool_alloc(pool, 1000, 2, &second), 0);
+    assert_int_equal(pool_alloc(pool, 1000, 3, &third), 0);
+    uint64_t holes = pool_hole_bytes(pool);
+    pool_free(pool, first);
+    uint64_t footprint = pool_hole_bytes(pool) - holes;
+    assert_true(footprint >= 1000 + 8 && footprint < 2 * 1000);
+    pool_free(pool, second);
+    assert_int_equal(pool_hole_bytes(pool), holes + 2 * footprint);
+    assert_int_equal(pool_replace_grace(pool), POOL_SPAN_MAX_BYTES + holes + 2 * footprint);
+    /* a span of each class and one more: 5.7 MiB with the classes of pool_class.c */
+    assert_true(pool_replace_grace_max() > 100 * POOL_SPAN_MAX_BYTES / 2);
+    assert_true(pool_replace_grace_max() < (6u << 20));
+    /* At the limit a new span is refused, but not to a replacing object. */
+    pool_set_limit(pool, pool_mem_used(pool));
+    uint64_t huge;
+    assert_int_equal(pool_alloc(pool, 4096, 4, &huge), -ENOSPC);
+    assert_int_equal(pool_alloc_over(pool, 4096, 4, pool_replace_grace(pool), &huge), 0);
+    pool_free(pool, huge);
+    pool_free(pool, third);
+    pool_set_limit(pool, 0);
+
+    struct owner_table table;
+    table_init(&table, COMPACT_OBJECTS);
+    fill_and_thin(pool, &table, 7);
+    assert_true(pool_hole_bytes(pool) >= pool_mem_used(pool) / 2);
+    uint64_t grace = POOL_SPAN_MAX_BYTES + pool_hole_bytes(pool);
+    assert_int_equal(pool_replace_grace(pool),
+                     grace < pool_replace_grace_max() ? grace : pool_replace_grace_max());
+    struct timespec claimed, asked;
+    clock_gettime(CLOCK_MONOTONIC, &claimed);
+    assert_true(pool_compact_due(pool));
+    bool again = pool_compact_due(pool);
+    clock_gettime(CLOCK_MONOTONIC, &asked);
+    /* taken: the next writer does not compact (unless this thread lost the CPU for 100 ms) */
+    if ((asked.tv_sec - claimed.tv_sec) * 1000000000l + asked.tv_nsec - claimed.tv_nsec < 90000000l)
+        assert_false(again);
+    struct timespec turn = {0, 120 * 1000 * 1000};
+    nanosleep(&turn, NULL);
+    assert_true(pool_compact_due(pool));
+    struct pool_owner_ops ops = table_ops(&table);
+    assert_true(pool_compact(pool, &ops) > 0);
+    assert_true(pool_hole_bytes(pool) < pool_replace_grace_max());
+    verify_and_free_all(pool, &table);
+    table_fini(&table);
+    assert_int_equal(pool_hole_bytes(pool), 0);
+    nanosleep(&turn, NULL);
+    assert_false(pool_compact_due(pool)); /* no holes */
+    pool_destroy(pool);
+}
+
 static void test_compact_with_refusals(void **state)
 {
     (void)state;
@@ -764,6 +823,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_span_cache),
         cmocka_unit_test(test_object_cost),
         cmocka_unit_test(test_compact),
+        cmocka_unit_test(test_limit_decisions),
         cmocka_unit_test(test_compact_with_refusals),
         cmocka_unit_test(test_destroy_with_live_objects),
         cmocka_unit_test(test_locked_memory_goes_back),
