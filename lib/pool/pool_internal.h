@@ -1,5 +1,6 @@
 /* pool_internal.h - the pool's state, shared by pool.c (spans, objects, accounting,
- * compaction) and pool_reserve.c (the reserve's refiller thread); nothing else includes it. */
+ * compaction), pool_reserve.c (the reserve's refiller thread) and the pool's other files
+ * (pool_adopt.c, pool_headers.c, pool_limit.c); nothing outside lib/pool includes it. */
 #ifndef UZRAM_POOL_INTERNAL_H
 #define UZRAM_POOL_INTERNAL_H
 
