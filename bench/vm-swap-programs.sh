@@ -147,6 +147,20 @@ next_param() {
     ' "$DIR/host-runs.tsv"
 }
 
+# sort_fits FACTOR INPUT_BYTES: sort's buffer (-S, 3 times its input) must fit in the guest's
+# memory and swap area together, or the guest's overcommit heuristic refuses it and sort falls
+# back to temporary files in the guest's RAM disk (at 2.5x with a 1G area it then failed with
+# exit status 1 on every backend): that is not a swap workload, so it stops here. The guest's
+# memory counts at 3/4: what its kernel keeps leaves less (it refused 1,493 MiB with 1G of swap).
+sort_fits() {
+    local buffer=$((3 * $2)) guest=$((GUEST_MIB * 1048576 * 3 / 4)) room need
+    room=$((guest + $(numfmt --from=iec "$DISKSIZE")))
+    ((buffer < room)) && return 0
+    need=$(((buffer - guest) / 268435456 * 256 + 512))
+    echo "vm-swap-programs: sort at ${1}x needs a buffer of $((buffer / 1048576)) MiB (-S, 3 times its input): more than the guest's $GUEST_MIB MiB and the $DISKSIZE swap area together, which the guest's overcommit heuristic refuses; use --disksize ${need}M or more" >&2
+    exit 2
+}
+
 # choose PROGRAM FACTOR...: the PARAM whose footprint is FACTOR times the guest's memory,
 # searched from two measured points (at most 6 more measurements a size); appends the rows of
 # sizes.tsv (PROGRAM INDEX FACTOR INPUT RSS_KIB SHA256).
@@ -166,6 +180,7 @@ choose() {
         done
         read -r _ param < <(next_param "$program" "$target" "$slope" best)
         read -r rss sha < <(measure "$program" "$param")
+        [[ $program != sort ]] || sort_fits "$factor" "$param"
         [[ $program == sort ]] && param=sort-$param.txt
         echo "$program $i $factor $param $rss $sha" >>"$DIR/sizes.tsv"
         echo "vm-swap-programs: $program at ${factor}x: $param, $((rss / 1024)) MiB on the host"
