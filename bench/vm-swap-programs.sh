@@ -15,7 +15,8 @@
 #     --quick      one size (1x), sort only, every backend, 300 s a run at most: 20 minutes
 #     --sizes      footprints as multiples of the guest's memory (default 0.5,1,1.5,2: at 2.5
 #                  no lz4 backend can hold the program in a 512 MiB guest, at any cap, and
-#                  under emulation every run takes its whole deadline)
+#                  under emulation every run takes its whole deadline; sort's buffer there
+#                  needs --disksize 1536M or more, which the script checks)
 #     --programs   sort (GNU sort of real text), dpkg (python3 indexing dpkg's database)
 #     --backends   zram-lz4, zram-zstd, uzram-lz4, uzram-dense (default all four)
 #     --cap        the compressed memory of every backend (zram mem_limit, serve --mem-limit;
@@ -149,8 +150,8 @@ next_param() {
 
 # sort_fits FACTOR INPUT_BYTES: sort's buffer (-S, 3 times its input) must fit in the guest's
 # memory and swap area together, or the guest's overcommit heuristic refuses it and sort falls
-# back to temporary files in the guest's RAM disk (at 2.5x with a 1G area it then failed with
-# exit status 1 on every backend): that is not a swap workload, so it stops here. The guest's
+# back to temporary files in the guest's RAM disk (at 2.5x with a 1G area it then exited 1 on
+# kernel zram zstd after 235 s): that is not a swap workload, so it stops here. The guest's
 # memory counts at 3/4: what its kernel keeps leaves less (it refused 1,493 MiB with 1G of swap).
 sort_fits() {
     local buffer=$((3 * $2)) guest=$((GUEST_MIB * 1048576 * 3 / 4)) room need
