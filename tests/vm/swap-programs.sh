@@ -12,6 +12,9 @@
 #     PROGRAM  sort | dpkg (the row of bench/vm-swap-programs.sh's sizes.tsv, with SIZE)
 #     BACKEND  zram-lz4 | zram-zstd   the guest's kernel zram (comp_algorithm, mem_limit)
 #              uzram-lz4 | uzram-dense  `uzram serve --swap` + the uzram-swap@ unit's commands
+#              uzram-lz4-sync | uzram-dense-sync  the same on the prototype ublk driver
+#                (bench/ublk-sync: synchronous swap, freed slots discarded), loaded for the
+#                run in place of the stock one (it fails without it: no fallback)
 #
 # The host script prepares everything under build/vm/swap-programs (the inputs, sizes.tsv with
 # the host's checksums, settings.bash: the cap, the disk size, the deadlines and the stall
@@ -40,15 +43,37 @@ read -r _ _ factor param rss_kib expected < <(awk -v p="$program" -v s="$size" \
 PEAKS=$VM_OUT/$TEST_NAME.peaks
 SERVER_OWN_SESSION=1 # a deadline's signal to this group must not stop a server under swap
 
-# A run starts from a clean guest: no swap, no server, zram0 unused.
+# The prototype ublk driver (bench/ublk-sync/build.sh) is out of tree: its taint has an O.
+PROTOTYPE_KO=$REPO/build/ublk-sync/ublk_drv.ko
+prototype_loaded() { [[ $(cat /sys/module/ublk_drv/taint 2>/dev/null) == *O* ]]; }
+
+# A run starts from a clean guest: no swap, no server, zram0 unused, the stock ublk driver.
 guest_clean() {
     [[ $(awk 'NR > 1' /proc/swaps) == "" ]] && ! pgrep -x uzram >/dev/null &&
-        [[ ! -e /sys/block/zram0/disksize || $(cat /sys/block/zram0/disksize) == 0 ]]
+        [[ ! -e /sys/block/zram0/disksize || $(cat /sys/block/zram0/disksize) == 0 ]] &&
+        ! prototype_loaded
 }
 if ! guest_clean; then
     echo "not run: the guest is not clean: $(awk 'NR > 1 {print $1}' /proc/swaps | paste -sd ' ') $(pgrep -ax uzram | head -n 3 | paste -sd ' ')"
     exit 75
 fi
+
+# prototype_on: the prototype driver in place of the stock one (unused between runs), for this
+# run only; stock_ublk puts the stock one back once no device is left.
+prototype_on() {
+    [[ -r $PROTOTYPE_KO ]] || fail "no $PROTOTYPE_KO (bench/ublk-sync/build.sh builds it)"
+    if [[ -e /sys/module/ublk_drv ]]; then
+        rmmod ublk_drv 2>"$WORK/rmmod.out" || fail "rmmod of the stock ublk_drv: $(cat "$WORK/rmmod.out")"
+    fi
+    at_exit stock_ublk
+    insmod "$PROTOTYPE_KO" 2>"$WORK/insmod.out" || fail "insmod $PROTOTYPE_KO: $(cat "$WORK/insmod.out")"
+    prototype_loaded || fail "insmod $PROTOTYPE_KO: ublk_drv loaded, but not the prototype"
+    echo "ublk_drv: $(modinfo -F description "$PROTOTYPE_KO")"
+}
+stock_ublk() {
+    if prototype_loaded; then rmmod ublk_drv || return 1; fi
+    modprobe ublk_drv
+}
 
 SERVER='' SWAPDEV=''
 swap_on() {
@@ -62,10 +87,10 @@ swap_on() {
         mkswap /dev/zram0 >/dev/null && swapon -p 100 /dev/zram0 || fail "mkswap/swapon /dev/zram0"
         SWAPDEV=/dev/zram0
         ;;
-    uzram-lz4 | uzram-dense)
-        need_module ublk_drv
+    uzram-lz4 | uzram-dense | uzram-lz4-sync | uzram-dense-sync)
+        if [[ $backend == *-sync ]]; then prototype_on; else need_module ublk_drv; fi
         local options=()
-        [[ $backend == uzram-lz4 ]] || options=("${DENSE_OPTIONS[@]}")
+        [[ ${backend%-sync} == uzram-lz4 ]] || options=("${DENSE_OPTIONS[@]}")
         start_server swap0 -s "$DISKSIZE" --swap --mem-limit "$CAP" "${options[@]}"
         SERVER=${SERVER_PID[swap0]}
         at_exit "timeout 60 sh -c $(printf '%q' "$(unit_command ExecStop swap0)")"
@@ -320,6 +345,7 @@ else
     timeout 180 sh -ec "$(unit_command ExecStop swap0)" >"$WORK/unit.out" 2>&1 ||
         unclean "the unit's ExecStop did not finish within 180 s: $(cat "$WORK/unit.out")"
     stop_server swap0
+    if [[ $backend == *-sync ]]; then stock_ublk || fail "the stock ublk driver is not back"; fi
 fi
 guest_clean || fail "the guest is not clean after the run"
 pass "$program size $size on $backend: $(outcome "$ooms") in $SECONDS_TAKEN s"
