@@ -13,6 +13,8 @@ BACKENDS = {
     "zram-zstd": "kernel zram zstd",
     "uzram-lz4": "uzram lz4",
     "uzram-dense": "uzram dense",
+    "uzram-lz4-sync": "uzram lz4, synchronous ublk (prototype)",
+    "uzram-dense-sync": "uzram dense, synchronous ublk (prototype)",
 }
 PROGRAMS = {
     "sort": "GNU sort of real text",
@@ -217,6 +219,11 @@ def main():
             "program by program, kernel zram lz4 first, the other backends' order rotated from one "
             "size to the next):", ""]
     out += table(runs, sizes, meta)
+    if any(r["backend"].endswith("-sync") for r in runs):
+        out += ["", "The synchronous ublk backends run on a prototype of the driver, loaded for their "
+                "runs only (`bench/ublk-sync/build.sh`: Debian's ublk_drv.c with "
+                "BLK_FEAT_SYNCHRONOUS and freed slots forwarded as discards; a proposal, "
+                "docs/design/swap.md, nothing uzram needs)."]
     done = {b: sum(1 for r in runs if r["backend"] == b and r.get("outcome") == "completed")
             for b in BACKENDS}
     total = {b: sum(1 for r in runs if r["backend"] == b) for b in BACKENDS}
