@@ -70,8 +70,12 @@ prototype_on() {
     prototype_loaded || fail "insmod $PROTOTYPE_KO: ublk_drv loaded, but not the prototype"
     echo "ublk_drv: $(modinfo -F description "$PROTOTYPE_KO")"
 }
-stock_ublk() {
-    if prototype_loaded; then rmmod ublk_drv || return 1; fi
+stock_ublk() { # (the last device's release may trail its deletion by a moment)
+    local tries=0
+    while prototype_loaded && ! rmmod ublk_drv 2>/dev/null; do
+        ((++tries < 20)) || return 1
+        sleep 0.5
+    done
     modprobe ublk_drv
 }
 
