@@ -27,6 +27,31 @@ need_module() { # MODULE...
     done
 }
 
+# The prototype ublk driver of bench/ublk-sync (docs/design/swap.md), for the scenarios that
+# load it in place of the stock one: it is out of tree, so its taint has an O.
+PROTOTYPE_KO=$REPO/build/ublk-sync/ublk_drv.ko
+prototype_loaded() { [[ $(cat /sys/module/ublk_drv/taint 2>/dev/null) == *O* ]]; }
+
+# prototype_on [PARAM=VALUE...]: the prototype in place of the stock driver (unused between
+# scenarios); stock_ublk puts the stock one back, once no device is left (the last device's
+# release may trail its deletion by a moment). No fallback: it fails when it cannot.
+prototype_on() {
+    if [[ -e /sys/module/ublk_drv ]]; then
+        rmmod ublk_drv 2>"$WORK/rmmod.out" || fail "rmmod of the stock ublk_drv: $(cat "$WORK/rmmod.out")"
+    fi
+    at_exit stock_ublk
+    insmod "$PROTOTYPE_KO" "$@" 2>"$WORK/insmod.out" || fail "insmod $PROTOTYPE_KO: $(cat "$WORK/insmod.out")"
+    prototype_loaded || fail "insmod $PROTOTYPE_KO: ublk_drv loaded, but not the prototype"
+}
+stock_ublk() {
+    local tries=0
+    while prototype_loaded && ! rmmod ublk_drv 2>/dev/null; do
+        ((++tries < 20)) || return 1
+        sleep 0.5
+    done
+    modprobe ublk_drv
+}
+
 # wait_for SECONDS DESCRIPTION COMMAND...: run COMMAND every 0.2 s until it succeeds; fail the
 # scenario with DESCRIPTION after SECONDS.
 wait_for() {

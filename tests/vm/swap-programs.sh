@@ -43,10 +43,6 @@ read -r _ _ factor param rss_kib expected < <(awk -v p="$program" -v s="$size" \
 PEAKS=$VM_OUT/$TEST_NAME.peaks
 SERVER_OWN_SESSION=1 # a deadline's signal to this group must not stop a server under swap
 
-# The prototype ublk driver (bench/ublk-sync/build.sh) is out of tree: its taint has an O.
-PROTOTYPE_KO=$REPO/build/ublk-sync/ublk_drv.ko
-prototype_loaded() { [[ $(cat /sys/module/ublk_drv/taint 2>/dev/null) == *O* ]]; }
-
 # A run starts from a clean guest: no swap, no server, zram0 unused, the stock ublk driver.
 guest_clean() {
     [[ $(awk 'NR > 1' /proc/swaps) == "" ]] && ! pgrep -x uzram >/dev/null &&
@@ -57,27 +53,6 @@ if ! guest_clean; then
     echo "not run: the guest is not clean: $(awk 'NR > 1 {print $1}' /proc/swaps | paste -sd ' ') $(pgrep -ax uzram | head -n 3 | paste -sd ' ')"
     exit 75
 fi
-
-# prototype_on: the prototype driver in place of the stock one (unused between runs), for this
-# run only; stock_ublk puts the stock one back once no device is left.
-prototype_on() {
-    [[ -r $PROTOTYPE_KO ]] || fail "no $PROTOTYPE_KO (bench/ublk-sync/build.sh builds it)"
-    if [[ -e /sys/module/ublk_drv ]]; then
-        rmmod ublk_drv 2>"$WORK/rmmod.out" || fail "rmmod of the stock ublk_drv: $(cat "$WORK/rmmod.out")"
-    fi
-    at_exit stock_ublk
-    insmod "$PROTOTYPE_KO" 2>"$WORK/insmod.out" || fail "insmod $PROTOTYPE_KO: $(cat "$WORK/insmod.out")"
-    prototype_loaded || fail "insmod $PROTOTYPE_KO: ublk_drv loaded, but not the prototype"
-    echo "ublk_drv: $(modinfo -F description "$PROTOTYPE_KO")"
-}
-stock_ublk() { # (the last device's release may trail its deletion by a moment)
-    local tries=0
-    while prototype_loaded && ! rmmod ublk_drv 2>/dev/null; do
-        ((++tries < 20)) || return 1
-        sleep 0.5
-    done
-    modprobe ublk_drv
-}
 
 SERVER='' SWAPDEV=''
 swap_on() {
@@ -92,7 +67,13 @@ swap_on() {
         SWAPDEV=/dev/zram0
         ;;
     uzram-lz4 | uzram-dense | uzram-lz4-sync | uzram-dense-sync)
-        if [[ $backend == *-sync ]]; then prototype_on; else need_module ublk_drv; fi
+        if [[ $backend == *-sync ]]; then
+            [[ -r $PROTOTYPE_KO ]] || fail "no $PROTOTYPE_KO (bench/ublk-sync/build.sh builds it)"
+            prototype_on
+            echo "ublk_drv: $(modinfo -F description "$PROTOTYPE_KO")"
+        else
+            need_module ublk_drv
+        fi
         local options=()
         [[ ${backend%-sync} == uzram-lz4 ]] || options=("${DENSE_OPTIONS[@]}")
         start_server swap0 -s "$DISKSIZE" --swap --mem-limit "$CAP" "${options[@]}"
