@@ -15,6 +15,8 @@ BACKENDS = {
     "uzram-dense": "uzram dense",
     "uzram-lz4-sync": "uzram lz4, synchronous ublk (prototype)",
     "uzram-dense-sync": "uzram dense, synchronous ublk (prototype)",
+    "uzram-lz4-notify": "uzram lz4, ublk forwarding freed slots (prototype)",
+    "uzram-dense-notify": "uzram dense, ublk forwarding freed slots (prototype)",
 }
 PROGRAMS = {
     "sort": "GNU sort of real text",
@@ -219,7 +221,7 @@ def main():
             "program by program, kernel zram lz4 first, the other backends' order rotated from one "
             "size to the next):", ""]
     out += table(runs, sizes, meta)
-    if any(r["backend"].endswith("-sync") for r in runs):
+    if any(r["backend"].endswith(("-sync", "-notify")) for r in runs):
         out += ["", "The synchronous ublk backends run on a prototype of the driver, loaded for their "
                 "runs only (`bench/ublk-sync/build.sh`: Debian's ublk_drv.c with "
                 "BLK_FEAT_SYNCHRONOUS and freed slots forwarded as discards; a proposal, "

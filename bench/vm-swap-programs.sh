@@ -22,7 +22,8 @@
 #                  uzram-lz4-sync and uzram-dense-sync: uzram-lz4 and uzram-dense on a
 #                  prototype ublk driver that Linux treats as it treats zram (synchronous,
 #                  freed slots discarded: bench/ublk-sync/build.sh, run first; a proposal,
-#                  docs/design/swap.md, nothing uzram itself needs)
+#                  docs/design/swap.md, nothing uzram itself needs); uzram-lz4-notify and
+#                  uzram-dense-notify: the same driver with synchronous=0 (the discards alone)
 #     --cap        the compressed memory of every backend (zram mem_limit, serve --mem-limit;
 #                  default 256M, half the guest's memory)
 #     --disksize   the swap device's size, every backend (default 1G: about what the default
@@ -81,7 +82,7 @@ IFS=, read -r -a programs <<<"$PROGRAMS"
 IFS=, read -r -a backends <<<"$BACKENDS"
 for p in "${programs[@]}"; do [[ $p == sort || $p == dpkg ]] || usage "no program $p"; done
 for b in "${backends[@]}"; do
-    [[ $b =~ ^(zram-lz4|zram-zstd|uzram-lz4|uzram-dense|uzram-lz4-sync|uzram-dense-sync)$ ]] || usage "no backend $b"
+    [[ $b =~ ^(zram-lz4|zram-zstd|uzram-lz4|uzram-dense|uzram-lz4-sync|uzram-dense-sync|uzram-lz4-notify|uzram-dense-notify)$ ]] || usage "no backend $b"
 done
 for f in "${sizes[@]}"; do [[ $f =~ ^[0-9]+(\.[0-9]+)?$ && $f != 0 ]] || usage "no size $f"; done
 bench_count --deadline "$DEADLINE"
@@ -297,7 +298,7 @@ collect() {
 
 if [[ ${VM_SWAP_PROGRAMS_REUSE:-0} != 1 ]]; then
     # the -sync backends' driver, built against the guest's kernel (the guest loads it)
-    [[ " ${backends[*]} " != *-sync\ * ]] || bench/ublk-sync/build.sh
+    [[ " ${backends[*]} " != *-sync\ * && " ${backends[*]} " != *-notify\ * ]] || bench/ublk-sync/build.sh
     : >"$DIR/sizes.tsv"
     for p in "${programs[@]}"; do choose "$p" "${sizes[@]}"; done
     # keep only the inputs in use: each size's sort input is up to 600 MB

@@ -15,6 +15,8 @@
 #              uzram-lz4-sync | uzram-dense-sync  the same on the prototype ublk driver
 #                (bench/ublk-sync: synchronous swap, freed slots discarded), loaded for the
 #                run in place of the stock one (it fails without it: no fallback)
+#              uzram-lz4-notify | uzram-dense-notify  the prototype with synchronous=0: freed
+#                slots discarded, swap-in and swap-out as on the stock driver
 #
 # The host script prepares everything under build/vm/swap-programs (the inputs, sizes.tsv with
 # the host's checksums, settings.bash: the cap, the disk size, the deadlines and the stall
@@ -66,16 +68,16 @@ swap_on() {
         mkswap /dev/zram0 >/dev/null && swapon -p 100 /dev/zram0 || fail "mkswap/swapon /dev/zram0"
         SWAPDEV=/dev/zram0
         ;;
-    uzram-lz4 | uzram-dense | uzram-lz4-sync | uzram-dense-sync)
-        if [[ $backend == *-sync ]]; then
+    uzram-lz4 | uzram-dense | uzram-lz4-sync | uzram-dense-sync | uzram-lz4-notify | uzram-dense-notify)
+        if [[ $backend == *-sync || $backend == *-notify ]]; then
             [[ -r $PROTOTYPE_KO ]] || fail "no $PROTOTYPE_KO (bench/ublk-sync/build.sh builds it)"
-            prototype_on
+            prototype_on synchronous=$([[ $backend == *-sync ]] && echo 1 || echo 0)
             echo "ublk_drv: $(modinfo -F description "$PROTOTYPE_KO")"
         else
             need_module ublk_drv
         fi
         local options=()
-        [[ ${backend%-sync} == uzram-lz4 ]] || options=("${DENSE_OPTIONS[@]}")
+        [[ $backend == uzram-lz4* ]] || options=("${DENSE_OPTIONS[@]}")
         start_server swap0 -s "$DISKSIZE" --swap --mem-limit "$CAP" "${options[@]}"
         SERVER=${SERVER_PID[swap0]}
         at_exit "timeout 60 sh -c $(printf '%q' "$(unit_command ExecStop swap0)")"
@@ -330,7 +332,7 @@ else
     timeout 180 sh -ec "$(unit_command ExecStop swap0)" >"$WORK/unit.out" 2>&1 ||
         unclean "the unit's ExecStop did not finish within 180 s: $(cat "$WORK/unit.out")"
     stop_server swap0
-    if [[ $backend == *-sync ]]; then stock_ublk || fail "the stock ublk driver is not back"; fi
+    if [[ $backend == *-sync || $backend == *-notify ]]; then stock_ublk || fail "the stock ublk driver is not back"; fi
 fi
 guest_clean || fail "the guest is not clean after the run"
 pass "$program size $size on $backend: $(outcome "$ooms") in $SECONDS_TAKEN s"
