@@ -167,17 +167,23 @@ def table(runs, sizes, meta):
 
 
 def density(runs, sizes):
-    """The device's orig_data_size / mem_used_total every 30 s of each run (issue 43)."""
+    """The device's orig_data_size / mem_used_total every 30 s of each run (issue 43), and
+    compr_data_size / mem_used_total: the share of its memory that holds objects."""
     factor = {(s["program"], s["index"]): s["factor"] for s in sizes}
     order = {b: i for i, b in enumerate(BACKENDS)}
-    out = ["| program | size | backend | orig_data_size / mem_used_total at 30 s, 60 s, ... |",
-           "| --- | --- | --- | --- |"]
+    out = ["| program | size | backend | orig_data_size / mem_used_total at 30 s, 60 s, ... "
+           "| compr_data_size / mem_used_total at the same times |",
+           "| --- | --- | --- | --- | --- |"]
+
+    def points(series):
+        if series == "-":
+            return series
+        return ", ".join(point.split(":")[1] for point in series.split(","))
+
     for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
-        series = r.get("ratio_series", "-")
-        if series != "-":
-            series = ", ".join(point.split(":")[1] for point in series.split(","))
         out.append(f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
-                   f"| {BACKENDS.get(r['backend'], r['backend'])} | {series} |")
+                   f"| {BACKENDS.get(r['backend'], r['backend'])} "
+                   f"| {points(r.get('ratio_series', '-'))} | {points(r.get('fill_series', '-'))} |")
     return out
 
 

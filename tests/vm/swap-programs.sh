@@ -126,8 +126,10 @@ sampler() {
     done
 }
 
-# Every 30 s: the device's orig_data_size / mem_used_total (hundredths), to SERIES as "SECONDS
-# RATIO" lines: the densest mode's density while the program runs, not only after (issue 43).
+# Every 30 s: the device's orig_data_size / mem_used_total and compr_data_size / mem_used_total
+# (hundredths), to SERIES as "SECONDS RATIO FILL" lines: the densest mode's density while the
+# program runs, not only after (issue 43), and how much of the memory holds objects (the rest:
+# holes and span tails; uzram lz4 at the cap once stored 0.80 of its memory's size).
 # uzram's attribute is read by a process: a fork every 30 s, apart from the sampler above.
 SERIES=$VM_OUT/$TEST_NAME.series
 series_sampler() {
@@ -137,7 +139,7 @@ series_sampler() {
         read -r -t 30 -u "$fd" _ || true
         t=$((t + 30))
         read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null)" || continue
-        ((${mm[2]:-0} > 0)) && echo "$t $((mm[0] * 100 / mm[2]))" >>"$SERIES"
+        ((${mm[2]:-0} > 0)) && echo "$t $((mm[0] * 100 / mm[2])) $((mm[1] * 100 / mm[2]))" >>"$SERIES"
     done
 }
 
@@ -294,6 +296,7 @@ read -r -a io <<<"$(dev_attr io_stat 2>/dev/null || echo 0 0)"
 kill -TERM "$sampler_pid" "$series_pid" 2>/dev/null || true
 wait "$sampler_pid" "$series_pid" 2>/dev/null || true
 series=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $2 / 100}' "$SERIES")
+fill=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $3 / 100}' "$SERIES")
 ooms=$(($(vmstat oom_kill) - oom_before))
 victims=$(dmesg | sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
 log_errors=$(log_write_errors)
@@ -311,7 +314,8 @@ line+=" sha_ok=$([[ $SHA == "$expected" ]] && echo 1 || echo 0) oom_kills=$ooms 
 line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]} orig_after=${mm[0]}"
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
 line+=" pswpout=$(($(vmstat pswpout) - out_before)) swap_ra=$(($(vmstat swap_ra) - ra_before))"
-line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) ratio_series=${series:--} $cpu $(cat "$PEAKS") $server"
+line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) ratio_series=${series:--}"
+line+=" fill_series=${fill:--} pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $(cat "$PEAKS") $server"
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
