@@ -129,7 +129,7 @@ sampler() {
 # Every 30 s: the device's orig_data_size / mem_used_total and compr_data_size / mem_used_total
 # (hundredths), to SERIES as "SECONDS RATIO FILL" lines: the densest mode's density while the
 # program runs, not only after (issue 43), and how much of the memory holds objects (the rest:
-# holes and span tails; uzram lz4 at the cap once stored 0.80 of its memory's size).
+# holes and span tails).
 # uzram's attribute is read by a process: a fork every 30 s, apart from the sampler above.
 SERIES=$VM_OUT/$TEST_NAME.series
 series_sampler() {
