@@ -374,7 +374,9 @@ static void give_back(struct pool *pool, uint32_t window, unsigned first, unsign
 
 void pool_give_back_deferred(struct pool *pool)
 {
-    while (pool->deferred_count > 0) {
+    /* A pause (test builds) holds from the next batch on, not only from the refiller's next
+     * round: a drain under way gave back pages freed after the pause (test_pool_reserve). */
+    while (pool->deferred_count > 0 && !(pool->refiller_paused && !pool->refiller_stop)) {
         struct deferred_give batch[64];
         size_t n = pool->deferred_count < 64 ? pool->deferred_count : 64;
         memcpy(batch, pool->deferred, n * sizeof *batch);
