@@ -167,18 +167,21 @@ def table(runs, sizes, meta):
 
 
 def density(runs, sizes):
-    """The device's orig_data_size / mem_used_total every 30 s of each run (issue 43), and
-    compr_data_size / mem_used_total: the share of its memory that holds objects."""
+    """The device's orig_data_size / mem_used_total about every 30 s of each run (issue 43), and
+    compr_data_size / mem_used_total: the share of its memory that holds objects. Each point
+    says when it was read (seconds since the program started): under pressure the sampler runs
+    late. Runs recorded before it stamped real times show every 30th second instead."""
     factor = {(s["program"], s["index"]): s["factor"] for s in sizes}
     order = {b: i for i, b in enumerate(BACKENDS)}
-    out = ["| program | size | backend | orig_data_size / mem_used_total at 30 s, 60 s, ... "
-           "| compr_data_size / mem_used_total at the same times |",
+    out = ["| program | size | backend | orig_data_size / mem_used_total (at SECONDS s) "
+           "| compr_data_size / mem_used_total (at the same times) |",
            "| --- | --- | --- | --- | --- |"]
 
     def points(series):
         if series == "-":
             return series
-        return ", ".join(point.split(":")[1] for point in series.split(","))
+        return ", ".join(f"{ratio} ({at} s)" for at, ratio in
+                         (point.split(":") for point in series.split(",")))
 
     for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
         out.append(f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
@@ -251,8 +254,9 @@ def main():
         "that the device still holds (kernel zram is told of every freed slot; a ublk device only "
         "of discards: swapon --discard, of each cluster once all of it is free).", "",
         "Density while the program runs (what the device stores per byte of memory it uses; "
-        "sampled every 30 s from the program's start until 5 s after it ended, when the "
-        "table's after-exit figures are read):", ""]
+        "sampled about every 30 s from the program's start until 5 s after it ended, when the "
+        "table's after-exit figures are read; each point with the second it was read at, since "
+        "under pressure the sampler runs late):", ""]
     out += density(runs, sizes)
     rows = cpu(runs, sizes)
     if len(rows) > 2:

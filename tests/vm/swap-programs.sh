@@ -129,17 +129,19 @@ sampler() {
 # Every 30 s: the device's orig_data_size / mem_used_total and compr_data_size / mem_used_total
 # (hundredths), to SERIES as "SECONDS RATIO FILL" lines: the densest mode's density while the
 # program runs, not only after (issue 43), and how much of the memory holds objects (the rest:
-# holes and span tails).
+# holes and span tails). SECONDS is when the sample was read, counted from just before the
+# program started: under memory pressure the sampler runs late, and a sample stamped "30 s" by
+# count was once read after the program's OOM kill, showing a pool far below its cap.
 # uzram's attribute is read by a process: a fork every 30 s, apart from the sampler above.
 SERIES=$VM_OUT/$TEST_NAME.series
 series_sampler() {
-    local fd t=0 mm
+    local fd start=$SECONDS mm
     exec {fd}<> <(:)
     while :; do
         read -r -t 30 -u "$fd" _ || true
-        t=$((t + 30))
         read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null)" || continue
-        ((${mm[2]:-0} > 0)) && echo "$t $((mm[0] * 100 / mm[2])) $((mm[1] * 100 / mm[2]))" >>"$SERIES"
+        ((${mm[2]:-0} > 0)) &&
+            echo "$((SECONDS - start)) $((mm[0] * 100 / mm[2])) $((mm[1] * 100 / mm[2]))" >>"$SERIES"
     done
 }
 
