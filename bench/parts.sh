@@ -29,20 +29,24 @@ LOG=build/bench-parts
 mkdir -p "$LOG"
 passed=0 failed=0 skipped=0
 
-# run NAME PATTERN COMMAND...: COMMAND's output in $LOG/NAME.log; it passes when it exits 0
-# and its output has a line matching PATTERN (an extended regular expression).
+# run NAME PATTERN [--targets] COMMAND...: COMMAND's output in $LOG/NAME.log; it passes when
+# it exits 0 and its output has a line matching PATTERN (an extended regular expression).
+# --targets: COMMAND exits 1 when a speed target it judges is not met, which passes the smoke
+# run too: tiny data on a shared machine measures that the bench works, not how fast uzram is
+# (speed is judged by full runs, never by a test).
 run() {
-    local name=$1 pattern=$2 start status
+    local name=$1 pattern=$2 start status want=0
     shift 2
+    [[ $1 != --targets ]] || { want=1 && shift; }
     start=$(date +%s)
     "$@" >"$LOG/$name.log" 2>&1
     status=$?
-    if [[ $status -eq 0 ]] && grep -Eq -- "$pattern" "$LOG/$name.log"; then
+    if ((status == 0 || (status == 1 && want == 1))) && grep -Eq -- "$pattern" "$LOG/$name.log"; then
         passed=$((passed + 1))
         echo "PASS bench $name ($(($(date +%s) - start)) s)"
     else
         failed=$((failed + 1))
-        echo "FAIL bench $name (status $status; no line /$pattern/ unless it exited 0 without):" \
+        echo "FAIL bench $name (status $status, want 0$( ((want)) && echo ' or 1'); and a line /$pattern/):" \
             "last lines of $LOG/$name.log:"
         tail -n 8 "$LOG/$name.log" | sed 's/^/    /'
     fi
@@ -85,7 +89,7 @@ smoke() {
         env ZRAM=none-in-bench-check SIZE=16M SETS='text:/usr/include' bench/pool-vs-zram.sh
     run bundle '^\| zstd-7 \+ dict, bundles of 16 \|' env REQUESTS=2000 ROUNDS=1 bench/bundle.sh 8
     run bundle-shapes "^\| bundles of 16 \| 4 \(the engine's\) \|" env ROUNDS=1 bench/bundle-shapes.sh 8
-    run fio-nbd '^\| randread \| 1 \| [0-9.]+k? \|' \
+    run fio-nbd '^\| randread \| 1 \| [0-9.]+k? \|' --targets \
         env ROUNDS=1 RUNTIME=1 REGION=16M JOBS=1 SERVERS=uzram bench/fio-nbd.sh "$UZRAM"
     local vm
     for vm in vm-block vm-docs vm-swap-programs; do
