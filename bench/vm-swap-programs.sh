@@ -90,6 +90,11 @@ bench_count --ratio "$RATIO"
 bench_size --cap "$CAP"
 bench_size --disksize "$DISKSIZE"
 [[ $STALL =~ ^[0-9]+$ && $BOOTS =~ ^[0-9]+$ ]] || usage "--stall and --boots take whole numbers"
+# tests/vm/vm.sh runs the guest's uzram from there, and refuses to boot without it
+[[ -x ${UZRAM:-build/uzram} ]] || {
+    echo "vm-swap-programs.sh: no uzram binary at ${UZRAM:-build/uzram} (make programs vm-tools, or make vm-swap-bench)" >&2
+    exit 2
+}
 mkdir -p "$DIR"
 touch "$DIR/host-runs.tsv"
 
@@ -342,6 +347,11 @@ if [[ ${VM_SWAP_PROGRAMS_REUSE:-0} != 1 ]]; then
             pending=("${first%,*},zram-lz4" "${pending[@]}")
         fi
     done
+    # a table of runs that never ran says nothing: the doc keeps what it had
+    [[ -s $DIR/results.txt ]] || {
+        echo "vm-swap-programs: no run was measured (the boot's log: $DIR/vm.log); docs/BENCHMARKS.md left as it was" >&2
+        exit 1
+    }
     for run in "${pending[@]}"; do echo "run boot=- ${run//,/ } outcome=not-run" >>"$DIR/results.txt"; done
     {
         echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
