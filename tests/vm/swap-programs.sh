@@ -174,13 +174,18 @@ cpu_delta() { # BEFORE AFTER: key=value pairs for the result line
         "cpu_server=$((b[3] - a[3])) cpu_recomp=$((b[4] - a[4])) cpu_kswapd=$((b[5] - a[5]))"
 }
 
-# The failed swap-outs the kernel logged since the run began (guest.sh clears the log before
-# each scenario): its ratelimited lines plus the ones it says it suppressed. From the kernel,
-# not the device: a server too busy to answer must not hide them.
+# The failed swap-outs the kernel logged since the run began: its ratelimited lines plus the
+# ones it says it suppressed. From the kernel, not the device: a server too busy to answer
+# must not hide them. Counted in KMSG, what a follower of the kernel's log (dmesg -W, started
+# before the program) wrote, not in the log read back: that is a ring (128 KiB in Debian's
+# kernel), and once a stall's lines had filled it, a count read back stopped growing and the
+# stall was never seen (sort at 2.5x on the dense mode: writes failing for 300 s, past the
+# 180 s bound, until the host ended the boot).
+KMSG=$WORK/kmsg
 log_write_errors() {
-    dmesg | awk '/Write-error on swap-device/ {n++}
+    awk '/Write-error on swap-device/ {n++}
         /__end_swap_bio_write: [0-9]+ callbacks suppressed/ {for (i = 1; i < NF; i++) if ($(i + 1) == "callbacks") n += $i}
-        END {print n + 0}'
+        END {print n + 0}' "$KMSG"
 }
 
 # The run's deadline: DEADLINE_RATIO times kernel zram lz4's time for the same program and size
@@ -275,6 +280,9 @@ GONE_LATE=
 DEADLINE=$(run_deadline)
 swap_on
 echo "$program size $size (${factor}x, $((rss_kib / 1024)) MiB on the host) on $backend ($SWAPDEV): cap $CAP, disksize $DISKSIZE, deadline $DEADLINE s, stall bound $STALL_SECONDS s"
+stdbuf -oL dmesg -W >"$KMSG" &
+kmsg_pid=$!
+at_exit "kill $kmsg_pid"
 oom_before=$(vmstat oom_kill) in_before=$(vmstat pswpin) out_before=$(vmstat pswpout)
 ra_before=$(vmstat swap_ra) ra_hit_before=$(vmstat swap_ra_hit)
 cpu_before=$(cpu_now)
@@ -300,7 +308,7 @@ wait "$sampler_pid" "$series_pid" 2>/dev/null || true
 series=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $2 / 100}' "$SERIES")
 fill=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $3 / 100}' "$SERIES")
 ooms=$(($(vmstat oom_kill) - oom_before))
-victims=$(dmesg | sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
+victims=$(sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' "$KMSG" | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
 log_errors=$(log_write_errors)
 server=
 if [[ -n $SERVER ]]; then
