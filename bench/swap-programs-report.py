@@ -170,12 +170,14 @@ def density(runs, sizes):
     """The device's orig_data_size / mem_used_total about every 30 s of each run (issue 43), and
     compr_data_size / mem_used_total: the share of its memory that holds objects. Each point
     says when it was read (seconds since the program started): under pressure the sampler runs
-    late. Runs recorded before it stamped real times show every 30th second instead."""
+    late. Runs recorded before it stamped real times show every 30th second instead. And what
+    the device stores beyond the swap in use (dead pages), beside PSI's memory pressure."""
     factor = {(s["program"], s["index"]): s["factor"] for s in sizes}
     order = {b: i for i, b in enumerate(BACKENDS)}
     out = ["| program | size | backend | orig_data_size / mem_used_total (at SECONDS s) "
-           "| compr_data_size / mem_used_total (at the same times) |",
-           "| --- | --- | --- | --- | --- |"]
+           "| compr_data_size / mem_used_total (at the same times) "
+           "| stored beyond the swap in use MiB / PSI memory some avg10 % (at the same times) |",
+           "| --- | --- | --- | --- | --- | --- |"]
 
     def points(series):
         if series == "-":
@@ -186,7 +188,8 @@ def density(runs, sizes):
     for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
         out.append(f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
                    f"| {BACKENDS.get(r['backend'], r['backend'])} "
-                   f"| {points(r.get('ratio_series', '-'))} | {points(r.get('fill_series', '-'))} |")
+                   f"| {points(r.get('ratio_series', '-'))} | {points(r.get('fill_series', '-'))} "
+                   f"| {points(r.get('held_series', '-'))} |")
     return out
 
 
@@ -256,7 +259,13 @@ def main():
         "Density while the program runs (what the device stores per byte of memory it uses; "
         "sampled about every 30 s from the program's start until 5 s after it ended, when the "
         "table's after-exit figures are read; each point with the second it was read at, since "
-        "under pressure the sampler runs late):", ""]
+        "under pressure the sampler runs late). Beside it, at the same times, orig_data_size "
+        "less the swap in use (SwapTotal - SwapFree), in MiB: pages the device stores that the "
+        "kernel no longer has in swap (slots it freed without telling the device: a discard comes "
+        "only for a whole free cluster; about 0 for kernel zram, which is told of every freed "
+        "slot), and the "
+        "memory line of /proc/pressure (some, avg10): the share of time tasks waited on memory, "
+        "which the server's stall guard (uzram(1) SWAP) asks to be at least half:", ""]
     out += density(runs, sizes)
     rows = cpu(runs, sizes)
     if len(rows) > 2:

@@ -268,6 +268,16 @@ run_boot() {
     wait "$vm" || true
 }
 
+# series_fields FILE: the density samples of a run the guest did not finish (the scenario's
+# SERIES lines), as its result line would have given them.
+series_fields() {
+    [[ -s $1 ]] || return 0
+    awk '{r = r (NR > 1 ? "," : "") sprintf("%d:%.2f", $1, $2 / 100)
+          f = f (NR > 1 ? "," : "") sprintf("%d:%.2f", $1, $3 / 100)
+          if (NF >= 5) h = h (NR > 1 ? "," : "") $1 ":" $4 "/" $5}
+        END {printf "ratio_series=%s fill_series=%s%s", r, f, (h == "" ? "" : " held_series=" h)}' "$1"
+}
+
 # collect BOOT OUT RUN...: each run's result line (with boot=BOOT), or the line made here for a
 # run the guest did not finish; prints the runs to do again (not run, or a guest not clean).
 collect() {
@@ -297,7 +307,7 @@ collect() {
             continue
         fi
         echo "run boot=$boot ${run//,/ } $failure log_write_errors=$(console_errors "$out/console.log" "$name")" \
-            "$(cat "$out/$name.peaks" 2>/dev/null)" >>"$DIR/results.txt"
+            "$(cat "$out/$name.peaks" 2>/dev/null) $(series_fields "$out/$name.series")" >>"$DIR/results.txt"
     done
 }
 

@@ -127,21 +127,25 @@ sampler() {
 }
 
 # Every 30 s: the device's orig_data_size / mem_used_total and compr_data_size / mem_used_total
-# (hundredths), to SERIES as "SECONDS RATIO FILL" lines: the densest mode's density while the
-# program runs, not only after (issue 43), and how much of the memory holds objects (the rest:
-# holes and span tails). SECONDS is when the sample was read, counted from just before the
+# (hundredths), to SERIES as "SECONDS RATIO FILL HELD PRESSURE" lines: the densest mode's
+# density while the program runs, not only after (issue 43), and how much of the memory holds
+# objects (the rest: holes and span tails); what the device stores beyond the swap in use
+# (MiB: pages of slots the kernel freed that it was not told of) and PSI's memory "some"
+# avg10 (percent: what the server's stall guard weighs). SECONDS is when the sample was read, counted from just before the
 # program started: under memory pressure the sampler runs late, and a sample stamped "30 s" by
 # count was once read after the program's OOM kill, showing a pool far below its cap.
 # uzram's attribute is read by a process: a fork every 30 s, apart from the sampler above.
 SERIES=$VM_OUT/$TEST_NAME.series
 series_sampler() {
-    local fd start=$SECONDS mm
+    local fd start=$SECONDS mm held psi
     exec {fd}<> <(:)
     while :; do
         read -r -t 30 -u "$fd" _ || true
         read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null)" || continue
+        held=$(((mm[0] / 1024 - $(swap_used_kib)) / 1024))
+        psi=$(sed -n 's/^some avg10=\([0-9]*\).*/\1/p' /proc/pressure/memory 2>/dev/null)
         ((${mm[2]:-0} > 0)) &&
-            echo "$((SECONDS - start)) $((mm[0] * 100 / mm[2])) $((mm[1] * 100 / mm[2]))" >>"$SERIES"
+            echo "$((SECONDS - start)) $((mm[0] * 100 / mm[2])) $((mm[1] * 100 / mm[2])) $held ${psi:--}" >>"$SERIES"
     done
 }
 
@@ -307,6 +311,7 @@ kill -TERM "$sampler_pid" "$series_pid" 2>/dev/null || true
 wait "$sampler_pid" "$series_pid" 2>/dev/null || true
 series=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $2 / 100}' "$SERIES")
 fill=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $3 / 100}' "$SERIES")
+held=$(awk '{printf "%s%d:%s/%s", (NR > 1 ? "," : ""), $1, $4, $5}' "$SERIES")
 ooms=$(($(vmstat oom_kill) - oom_before))
 victims=$(sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' "$KMSG" | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
 log_errors=$(log_write_errors)
@@ -325,7 +330,7 @@ line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
 line+=" pswpout=$(($(vmstat pswpout) - out_before)) swap_ra=$(($(vmstat swap_ra) - ra_before))"
 line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) ratio_series=${series:--}"
-line+=" fill_series=${fill:--} pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $(cat "$PEAKS") $server"
+line+=" fill_series=${fill:--} held_series=${held:--} pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $(cat "$PEAKS") $server"
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
