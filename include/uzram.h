@@ -283,9 +283,11 @@ struct uzram_recompress_result {
  * Errors: -EINVAL bad type or priority, -ENOENT no secondary algorithm set
  * (at `priority`), -ENOMEM / -ENOSPC (no memory for a new object; the page
  * keeps its old form and the pass stops). Recompression makes room, so it
- * runs at mem_limit too: its new objects may take the pool up to 64 KiB past
- * the limit (or the group's) until the larger old ones are freed, and the
- * pool is compacted when a pass leaves it over the limit. Thread-safe. */
+ * runs at mem_limit too: its new objects may take the pool past the limit
+ * (or the group's) by the holes the replaced objects left and one span, at
+ * most about 5.7 MiB (a span of each size class and one more), until
+ * compaction gives the holes back; the pool is compacted when a pass leaves
+ * it over the limit. Thread-safe. */
 UZRAM_API int uzram_recompress(struct uzram *dev, unsigned type, uint64_t threshold,
                                uint64_t max_pages, unsigned priority,
                                struct uzram_recompress_result *result);

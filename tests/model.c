@@ -1,6 +1,7 @@
 /* model.c - the model of test_model.c (model.h): random operations on a device's region and
  * on a plain array beside it, each checked, and the device's statistics against the array. */
 #include "model.h"
+#include "pool/pool.h" /* pool_replace_grace_max */
 
 #include <errno.h>
 #include <pthread.h>
@@ -401,15 +402,21 @@ void check_stats(struct model *m)
           U(s.mem_limit), U(m->limit_active ? m->limit : 0));
     if (m->limit_active) {
         /* the limit is the pool's: dictionaries come on top, and recompression, which makes
-         * room, may go up to 64 KiB past it (uzram.h) */
+         * room, may go past it by the pool's holes and a span (uzram.h), at most
+         * pool_replace_grace_max() */
         uint64_t pool = s.mem_used_total - s.dict_mem;
-        uint64_t grace = m->recompress ? 64 * 1024 : 0;
+        uint64_t grace = m->recompress ? pool_replace_grace_max() : 0;
         if (!m->limit_enforceable && pool <= m->limit)
             m->limit_enforceable = true;
-        else if (m->limit_enforceable)
+        else if (m->limit_enforceable) {
             check(m, pool <= m->limit + grace,
                   "pool memory %llu (mem_used_total - dict_mem) past mem_limit %llu (+ %llu)",
                   U(pool), U(m->limit), U(grace));
+            /* ... and past it only by holes: the objects themselves stay within a span of it */
+            check(m, s.compr_data_size <= m->limit + (m->recompress ? POOL_SPAN_MAX_BYTES : 0),
+                  "compr_data_size %llu past mem_limit %llu (+ a span)", U(s.compr_data_size),
+                  U(m->limit));
+        }
     }
     if (!m->use_dedup) {
         check(m, s.dup_data_size == 0, "dup_data_size %llu without dedup", U(s.dup_data_size));
