@@ -52,6 +52,7 @@ cd "$(dirname "$0")/.."
 source bench/doc.bash
 source bench/args.bash
 source tests/vm/swap-dense.bash
+source tests/vm/swap-series.bash
 bench_help "$@"
 DIR=build/vm/swap-programs
 GUEST_MIB=512 CPUS=2 HUNG=120
@@ -266,16 +267,6 @@ run_boot() {
         failing=0
     done
     wait "$vm" || true
-}
-
-# series_fields FILE: the density samples of a run the guest did not finish (the scenario's
-# SERIES lines), as its result line would have given them.
-series_fields() {
-    [[ -s $1 ]] || return 0
-    awk '{r = r (NR > 1 ? "," : "") sprintf("%d:%.2f", $1, $2 / 100)
-          f = f (NR > 1 ? "," : "") sprintf("%d:%.2f", $1, $3 / 100)
-          if (NF >= 5) h = h (NR > 1 ? "," : "") $1 ":" $4 "/" $5}
-        END {printf "ratio_series=%s fill_series=%s%s", r, f, (h == "" ? "" : " held_series=" h)}' "$1"
 }
 
 # collect BOOT OUT RUN...: each run's result line (with boot=BOOT), or the line made here for a

@@ -28,6 +28,7 @@
 # (its result line is written first).
 set -euo pipefail
 source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/swap-series.bash"
 
 program=${1:?PROGRAM} size=${2:?SIZE} backend=${3:?BACKEND}
 SP_DIR=$REPO/build/vm/swap-programs
@@ -309,9 +310,6 @@ read -r -a mm <<<"$(dev_attr mm_stat 2>/dev/null || echo 0 0 0 0 0)"
 read -r -a io <<<"$(dev_attr io_stat 2>/dev/null || echo 0 0)"
 kill -TERM "$sampler_pid" "$series_pid" 2>/dev/null || true
 wait "$sampler_pid" "$series_pid" 2>/dev/null || true
-series=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $2 / 100}' "$SERIES")
-fill=$(awk '{printf "%s%d:%.2f", (NR > 1 ? "," : ""), $1, $3 / 100}' "$SERIES")
-held=$(awk '{printf "%s%d:%s/%s", (NR > 1 ? "," : ""), $1, $4, $5}' "$SERIES")
 ooms=$(($(vmstat oom_kill) - oom_before))
 victims=$(sed -n 's/.*Killed process [0-9]* (\([^)]*\)).*/\1/p' "$KMSG" | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}')
 log_errors=$(log_write_errors)
@@ -329,8 +327,8 @@ line+=" sha_ok=$([[ $SHA == "$expected" ]] && echo 1 || echo 0) oom_kills=$ooms 
 line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]} orig_after=${mm[0]}"
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
 line+=" pswpout=$(($(vmstat pswpout) - out_before)) swap_ra=$(($(vmstat swap_ra) - ra_before))"
-line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) ratio_series=${series:--}"
-line+=" fill_series=${fill:--} held_series=${held:--} pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $(cat "$PEAKS") $server"
+line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) $(series_fields "$SERIES")"
+line+=" pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $(cat "$PEAKS") $server"
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
