@@ -11,8 +11,9 @@
 # bench/vm-swap-programs.sh's backends uzram-lz4-sync and uzram-dense-sync load it (in the
 # guest, in place of the stock module, for their run only).
 #
-#   bench/ublk-sync/build.sh     (as root: it installs the kernel's headers with apt-get when
-#                                 they are missing, and downloads the kernel's source package)
+#   bench/ublk-sync/build.sh     (downloads the kernel's headers, kbuild and source packages
+#                                 with apt-get download and unpacks them under build/; it
+#                                 installs nothing)
 #   bench/ublk-sync/build.sh --help
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,12 +30,21 @@ ORIG=$OUT/ublk_drv.c.orig
 mkdir -p "$OUT"
 
 # The headers (with the matching kbuild): the module's vermagic and symbol versions are theirs.
-if [[ ! -e /lib/modules/$KVER/build/Makefile ]]; then
-    echo "build.sh: installing linux-headers-$KVER"
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "linux-headers-$KVER"; then
-        apt-get update
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "linux-headers-$KVER"
-    fi
+# Downloaded and unpacked under build/, never installed: installing linux-headers-<kver> pulls in
+# that kernel's image package, which runs update-initramfs and repoints /vmlinuz on the host.
+HDR=$OUT/headers
+KBUILD=$HDR/usr/src/linux-headers-$KVER
+if [[ ! -e $HDR/.unpacked ]]; then
+    pkgs=("linux-headers-$KVER" "linux-headers-${KVER%-amd64}-common" "linux-kbuild-${KVER%-amd64}")
+    echo "build.sh: downloading ${pkgs[*]}"
+    rm -rf "$HDR" "$OUT/debs"
+    mkdir -p "$HDR" "$OUT/debs"
+    (cd "$OUT/debs" && apt-get download "${pkgs[@]}") ||
+        (apt-get update && cd "$OUT/debs" && apt-get download "${pkgs[@]}")
+    for deb in "$OUT"/debs/*.deb; do dpkg-deb -x "$deb" "$HDR"; done
+    # The flavour's Makefile includes the common one by its installed path; point it here.
+    sed -i "s|/usr/src/|$PWD/$HDR/usr/src/|" "$KBUILD/Makefile"
+    touch "$HDR/.unpacked"
 fi
 
 # The driver's source, exactly the kernel's: from the source package of the same version (its
@@ -59,7 +69,7 @@ mkdir -p "$OUT/src/drivers/block"
 cp "$ORIG" "$OUT/src/drivers/block/ublk_drv.c"
 patch -s -p1 -d "$OUT/src" <bench/ublk-sync/ublk-sync.patch
 cp bench/ublk-sync/Kbuild "$OUT/src/drivers/block/Kbuild"
-make -s -C "/lib/modules/$KVER/build" M="$PWD/$OUT/src/drivers/block" modules
+make -s -C "$KBUILD" M="$PWD/$OUT/src/drivers/block" modules
 cp "$OUT/src/drivers/block/ublk_drv.ko" "$OUT/ublk_drv.ko"
 magic=$(modinfo -F vermagic "$OUT/ublk_drv.ko")
 [[ $magic == "$KVER "* ]] || { echo "build.sh: vermagic '$magic' is not $KVER's" >&2; exit 1; }
