@@ -199,8 +199,8 @@ def cpu(runs, sizes):
     order = {b: i for i, b in enumerate(BACKENDS)}
     out = ["| program | size | backend | seconds | user s | system s | idle s | server s "
            "(recompressor s) | kswapd s | swap I/Os | server us per swap I/O | pages read ahead "
-           "(used) |",
-           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "(used) | device requests, read / write (pages each) |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in sorted(runs, key=lambda r: (r["program"], int(r["size"]), order.get(r["backend"], 9))):
         if "cpu_user" not in r:
             continue
@@ -210,11 +210,17 @@ def cpu(runs, sizes):
         uz = r["backend"].startswith("uzram")
         server = f"{t['server']:.1f} ({t['recomp']:.1f})" if uz else "-"
         per_io = f"{t['server'] * 1e6 / ios:.0f}" if uz and ios else "-"
+        requests = "-"
+        if "dev_reads" in r:
+            reads, writes = int(r["dev_reads"]), int(r["dev_writes"])
+            each = [f"{int(r[k]) / n:.1f}" if n else "-"
+                    for k, n in (("pswpin", reads), ("pswpout", writes))]
+            requests = f"{reads} / {writes} ({each[0]} / {each[1]})"
         out.append(f"| {r['program']} | {factor.get((r['program'], r['size']), r['size'])}x "
                    f"| {BACKENDS.get(r['backend'], r['backend'])} | {r.get('seconds', '-')} "
                    f"| {t['user']:.1f} | {t['system']:.1f} | {t['idle']:.1f} | {server} "
                    f"| {t['kswapd']:.1f} | {ios} | {per_io} "
-                   f"| {r.get('swap_ra', '-')} ({r.get('swap_ra_hit', '-')}) |")
+                   f"| {r.get('swap_ra', '-')} ({r.get('swap_ra_hit', '-')}) | {requests} |")
     return out
 
 
@@ -274,7 +280,10 @@ def main():
                 "thread in brackets, includes the kernel's ublk work done in its threads; kernel "
                 "zram compresses in reclaim: in kswapd or the program's own system time; swap "
                 "I/Os: pswpin + pswpout; pages read ahead: vmstat's swap_ra, and swap_ra_hit, "
-                "the ones a fault then used; kernel zram, a synchronous device, reads none):", ""]
+                "the ones a fault then used; kernel zram, a synchronous device, reads none; "
+                "device requests: the block layer's reads and writes completed on the swap "
+                "device, each one a round trip to a ublk server, and the swap I/Os in each):",
+                ""]
         out += rows
     print("\n".join(out))
 

@@ -179,6 +179,17 @@ cpu_delta() { # BEFORE AFTER: key=value pairs for the result line
         "cpu_server=$((b[3] - a[3])) cpu_recomp=$((b[4] - a[4])) cpu_kswapd=$((b[5] - a[5]))"
 }
 
+# The block layer's requests to the swap device (reads, writes, discards completed: fields 1, 5
+# and 12 of its stat): a ublk request is a round trip to the server, whatever its size, and
+# swap I/Os per request show what the queue's limits let the kernel merge.
+device_requests() { awk '{print $1, $5, $12}' "/sys/block/${SWAPDEV#/dev/}/stat"; }
+requests_delta() { # BEFORE AFTER: key=value pairs for the result line
+    local -a a b
+    read -r -a a <<<"$1"
+    read -r -a b <<<"$2"
+    echo "dev_reads=$((b[0] - a[0])) dev_writes=$((b[1] - a[1])) dev_discards=$((b[2] - a[2]))"
+}
+
 # The failed swap-outs the kernel logged since the run began: its ratelimited lines plus the
 # ones it says it suppressed. From the kernel, not the device: a server too busy to answer
 # must not hide them. Counted in KMSG, what a follower of the kernel's log (dmesg -W, started
@@ -291,6 +302,7 @@ at_exit "kill $kmsg_pid"
 oom_before=$(vmstat oom_kill) in_before=$(vmstat pswpin) out_before=$(vmstat pswpout)
 ra_before=$(vmstat swap_ra) ra_hit_before=$(vmstat swap_ra_hit)
 cpu_before=$(cpu_now)
+requests_before=$(device_requests)
 sampler &
 sampler_pid=$!
 at_exit "kill $sampler_pid"
@@ -300,6 +312,7 @@ series_pid=$!
 at_exit "kill $series_pid"
 run_program
 cpu=$(cpu_delta "$cpu_before" "$(cpu_now)")
+requests=$(requests_delta "$requests_before" "$(device_requests)")
 # What the device holds once the program's pages are free: zram hears of every freed slot,
 # a ublk device only of discards (swapon --discard: of each 2 MiB cluster once all of it is
 # free).
@@ -328,7 +341,7 @@ line+=" failed_writes=${io[1]} log_write_errors=$log_errors mem_used_max=${mm[4]
 line+=" swap_used_after_kib=$swap_after held_freed_kib=$held_freed pswpin=$(($(vmstat pswpin) - in_before))"
 line+=" pswpout=$(($(vmstat pswpout) - out_before)) swap_ra=$(($(vmstat swap_ra) - ra_before))"
 line+=" swap_ra_hit=$(($(vmstat swap_ra_hit) - ra_hit_before)) $(series_fields "$SERIES")"
-line+=" pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $(cat "$PEAKS") $server"
+line+=" pages_compacted=${mm[6]:-0} huge_pages=${mm[7]:-0} $cpu $requests $(cat "$PEAKS") $server"
 result run "$line"
 
 # Back to a clean guest, bounded: swapoff reads back what is still swapped out. If it cannot
