@@ -153,7 +153,7 @@ series_sampler() {
 # Where the guest's CPU went while the program ran, in ticks of USER_HZ (100 a second): the
 # guest's user, system (irq and softirq with it) and idle+iowait time; the server's process and
 # its recompression thread; kswapd (kernel zram compresses in reclaim: there, or in the
-# program's own system time). Printed as one line of numbers; cpu_delta subtracts two.
+# program's own system time). Printed as one line of numbers; fields_delta subtracts two.
 task_ticks() { # STAT_FILE: utime + stime (the fields after the comm's closing bracket)
     local stat
     stat=$(cat "$1" 2>/dev/null) || { echo 0; return; }
@@ -171,24 +171,21 @@ cpu_now() {
     for pid in $(pgrep -x 'kswapd[0-9]*'); do kswapd=$((kswapd + $(task_ticks "/proc/$pid/stat"))); done
     echo "$guest $server $recomp $kswapd"
 }
-cpu_delta() { # BEFORE AFTER: key=value pairs for the result line
-    local -a a b
-    read -r -a a <<<"$1"
-    read -r -a b <<<"$2"
-    echo "cpu_user=$((b[0] - a[0])) cpu_system=$((b[1] - a[1])) cpu_idle=$((b[2] - a[2]))" \
-        "cpu_server=$((b[3] - a[3])) cpu_recomp=$((b[4] - a[4])) cpu_kswapd=$((b[5] - a[5]))"
+# fields_delta "NAME ..." BEFORE AFTER: NAME=after-before for each column, for the result line
+fields_delta() {
+    local -a names a b
+    local i out=()
+    read -r -a names <<<"$1"
+    read -r -a a <<<"$2"
+    read -r -a b <<<"$3"
+    for i in "${!names[@]}"; do out+=("${names[i]}=$((b[i] - a[i]))"); done
+    echo "${out[*]}"
 }
 
 # The block layer's requests to the swap device (reads, writes, discards completed: fields 1, 5
 # and 12 of its stat): a ublk request is a round trip to the server, whatever its size, and
 # swap I/Os per request show what the queue's limits let the kernel merge.
 device_requests() { awk '{print $1, $5, $12}' "/sys/block/${SWAPDEV#/dev/}/stat"; }
-requests_delta() { # BEFORE AFTER: key=value pairs for the result line
-    local -a a b
-    read -r -a a <<<"$1"
-    read -r -a b <<<"$2"
-    echo "dev_reads=$((b[0] - a[0])) dev_writes=$((b[1] - a[1])) dev_discards=$((b[2] - a[2]))"
-}
 
 # The failed swap-outs the kernel logged since the run began: its ratelimited lines plus the
 # ones it says it suppressed. From the kernel, not the device: a server too busy to answer
@@ -311,8 +308,8 @@ series_sampler &
 series_pid=$!
 at_exit "kill $series_pid"
 run_program
-cpu=$(cpu_delta "$cpu_before" "$(cpu_now)")
-requests=$(requests_delta "$requests_before" "$(device_requests)")
+cpu=$(fields_delta "cpu_user cpu_system cpu_idle cpu_server cpu_recomp cpu_kswapd" "$cpu_before" "$(cpu_now)")
+requests=$(fields_delta "dev_reads dev_writes dev_discards" "$requests_before" "$(device_requests)")
 # What the device holds once the program's pages are free: zram hears of every freed slot,
 # a ublk device only of discards (swapon --discard: of each 2 MiB cluster once all of it is
 # free).
