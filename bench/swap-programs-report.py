@@ -12,6 +12,7 @@ BACKENDS = {
     "zram-lz4": "kernel zram lz4",
     "zram-zstd": "kernel zram zstd",
     "uzram-lz4": "uzram lz4",
+    "uzram-zstd": "uzram zstd",
     "uzram-dense": "uzram dense",
     "uzram-lz4-sync": "uzram lz4, synchronous ublk (prototype)",
     "uzram-dense-sync": "uzram dense, synchronous ublk (prototype)",
@@ -101,7 +102,8 @@ def header(meta, sizes, manifest):
            f"was seen to retry them for minutes without progress or an OOM kill. Kernel zram: `modprobe zram`, `comp_algorithm`, `mem_limit`, "
            f"`disksize`, mkswap, swapon. uzram as the `uzram-swap@` unit sets it up: "
            f"`uzram serve --swap -s {meta['disksize']} --mem-limit {meta['cap']}`, then the unit's "
-           f"`uzram attach --swap` (ublk), mkswap, `swapon --priority 100`; dense adds "
+           f"`uzram attach --swap` (ublk), mkswap, `swapon --priority 100`; zstd adds `--algorithm zstd` (kernel zram "
+           f"zstd's codec and level, 3), dense adds "
            f"`{meta.get('dense_options', '--dedup --recompress algo=zstd,level=7,dict=auto,group=8 --recompress-idle 1')}`.",
            "",
            "Programs, each run with its output piped to sha256sum and checked against the host's:",

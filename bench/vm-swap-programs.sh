@@ -19,11 +19,14 @@
 #                  needs --disksize 1536M or more, which the script checks)
 #     --programs   sort (GNU sort of real text), dpkg (python3 indexing dpkg's database)
 #     --backends   zram-lz4, zram-zstd, uzram-lz4, uzram-dense (default all four); also
-#                  uzram-lz4-sync and uzram-dense-sync: uzram-lz4 and uzram-dense on a
-#                  prototype ublk driver that Linux treats as it treats zram (synchronous,
-#                  freed slots discarded: bench/ublk-sync/build.sh, run first; a proposal,
-#                  docs/design/swap.md, nothing uzram itself needs); uzram-lz4-notify and
-#                  uzram-dense-notify: the same driver with synchronous=0 (the discards alone)
+#                  uzram-zstd: `serve --swap --algorithm zstd`, kernel zram zstd's
+#                  counterpart (the same codec and level, no dedup, no packing: what the
+#                  path through ublk costs by itself); uzram-lz4-sync and uzram-dense-sync:
+#                  uzram-lz4 and uzram-dense on a prototype ublk driver that Linux treats as
+#                  it treats zram (synchronous, freed slots discarded: bench/ublk-sync/build.sh,
+#                  run first; a proposal, docs/design/swap.md, nothing uzram itself needs);
+#                  uzram-lz4-notify and uzram-dense-notify: the same driver with
+#                  synchronous=0 (the discards alone)
 #     --cap        the compressed memory of every backend (zram mem_limit, serve --mem-limit;
 #                  default 256M, half the guest's memory)
 #     --disksize   the swap device's size, every backend (default 1G: about what the default
@@ -41,6 +44,9 @@
 #                  boot that ends early (a hang the kernel reports, a livelocked guest the
 #                  host ends) is followed by one that runs what is left, kernel zram lz4 of
 #                  the size it ended in again first
+#     --dense      the serve options of the dense backends instead of uzram(1)'s densest swap
+#                  mode (tests/vm/swap-dense.bash), as one word: "--dedup --recompress ..."
+#                  (the block names the options used)
 #   VM_SWAP_PROGRAMS_REUSE=1 bench/vm-swap-programs.sh   the doc again from the last results
 #   bench/vm-swap-programs.sh --help                       this text
 #
@@ -62,7 +68,7 @@ CMDLINE="$*"
 usage() { echo "vm-swap-programs.sh: $* (try --help)" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
     case $1 in
-    --sizes | --programs | --backends | --cap | --deadline | --ratio | --stall | --boots)
+    --sizes | --programs | --backends | --cap | --disksize | --deadline | --ratio | --stall | --boots | --dense)
         [[ $# -ge 2 ]] || usage "$1 needs a value" ;;&
     --quick) SIZES=1 PROGRAMS=sort DEADLINE=300 ;;
     --sizes) SIZES=$2; shift ;;
@@ -74,6 +80,7 @@ while [[ $# -gt 0 ]]; do
     --ratio) RATIO=$2; shift ;;
     --stall) STALL=$2; shift ;;
     --boots) BOOTS=$2; shift ;;
+    --dense) read -r -a SWAP_DENSE_OPTIONS <<<"$2"; shift ;;
     *) usage "unknown argument '$1'" ;;
     esac
     shift
@@ -83,7 +90,7 @@ IFS=, read -r -a programs <<<"$PROGRAMS"
 IFS=, read -r -a backends <<<"$BACKENDS"
 for p in "${programs[@]}"; do [[ $p == sort || $p == dpkg ]] || usage "no program $p"; done
 for b in "${backends[@]}"; do
-    [[ $b =~ ^(zram-lz4|zram-zstd|uzram-lz4|uzram-dense|uzram-lz4-sync|uzram-dense-sync|uzram-lz4-notify|uzram-dense-notify)$ ]] || usage "no backend $b"
+    [[ $b =~ ^(zram-lz4|zram-zstd|uzram-lz4|uzram-zstd|uzram-dense|uzram-lz4-sync|uzram-dense-sync|uzram-lz4-notify|uzram-dense-notify)$ ]] || usage "no backend $b"
 done
 for f in "${sizes[@]}"; do [[ $f =~ ^[0-9]+(\.[0-9]+)?$ && $f != 0 ]] || usage "no size $f"; done
 bench_count --deadline "$DEADLINE"

@@ -11,7 +11,8 @@
 #   swap-programs.sh PROGRAM SIZE BACKEND
 #     PROGRAM  sort | dpkg (the row of bench/vm-swap-programs.sh's sizes.tsv, with SIZE)
 #     BACKEND  zram-lz4 | zram-zstd   the guest's kernel zram (comp_algorithm, mem_limit)
-#              uzram-lz4 | uzram-dense  `uzram serve --swap` + the uzram-swap@ unit's commands
+#              uzram-lz4 | uzram-zstd | uzram-dense  `uzram serve --swap` (zstd: --algorithm zstd;
+#                dense: DENSE_OPTIONS) + the uzram-swap@ unit's commands
 #              uzram-lz4-sync | uzram-dense-sync  the same on the prototype ublk driver
 #                (bench/ublk-sync: synchronous swap, freed slots discarded), loaded for the
 #                run in place of the stock one (it fails without it: no fallback)
@@ -69,7 +70,7 @@ swap_on() {
         mkswap /dev/zram0 >/dev/null && swapon -p 100 /dev/zram0 || fail "mkswap/swapon /dev/zram0"
         SWAPDEV=/dev/zram0
         ;;
-    uzram-lz4 | uzram-dense | uzram-lz4-sync | uzram-dense-sync | uzram-lz4-notify | uzram-dense-notify)
+    uzram-lz4 | uzram-zstd | uzram-dense | uzram-lz4-sync | uzram-dense-sync | uzram-lz4-notify | uzram-dense-notify)
         if [[ $backend == *-sync || $backend == *-notify ]]; then
             [[ -r $PROTOTYPE_KO ]] || fail "no $PROTOTYPE_KO (bench/ublk-sync/build.sh builds it)"
             prototype_on synchronous=$([[ $backend == *-sync ]] && echo 1 || echo 0)
@@ -78,7 +79,8 @@ swap_on() {
             need_module ublk_drv
         fi
         local options=()
-        [[ $backend == uzram-lz4* ]] || options=("${DENSE_OPTIONS[@]}")
+        [[ $backend != uzram-dense* ]] || options=("${DENSE_OPTIONS[@]}")
+        [[ $backend != uzram-zstd ]] || options=(--algorithm zstd)
         start_server swap0 -s "$DISKSIZE" --swap --mem-limit "$CAP" "${options[@]}"
         SERVER=${SERVER_PID[swap0]}
         at_exit "timeout 60 sh -c $(printf '%q' "$(unit_command ExecStop swap0)")"
