@@ -45,7 +45,12 @@ LIB_SRCS := $(sort $(wildcard lib/*/*.c))
 LIB_HOOK_SRCS := lib/common/fault.c
 LIB_ENGINE_SRCS := $(filter-out $(LIB_HOOK_SRCS),$(LIB_SRCS))
 LIB_PIC_OBJS := $(LIB_ENGINE_SRCS:%.c=$(O)/shared/%.o)
-LIB_TEST_OBJS := $(LIB_SRCS:%.c=$(O)/test-hooks/%.o)
+# FAULT_INJECTION=1 (the ASan+UBSan build's, ASAN_MAKE): the test archive's fault points are
+# compiled in, doing nothing until a test arms one (lib/common/fault.h), so that the fault
+# sweeps run in that build and need no build of their own. Its objects have their own folder.
+TEST_HOOKS_DIR := test-hooks$(if $(FAULT_INJECTION),-fault)
+TEST_HOOKS_CFLAGS := -DUZRAM_TEST_HOOKS $(if $(FAULT_INJECTION),-DUZRAM_FAULT_INJECTION)
+LIB_TEST_OBJS := $(LIB_SRCS:%.c=$(O)/$(TEST_HOOKS_DIR)/%.o)
 LIBUZRAM := $(O)/libuzram.a
 LIBUZRAM_SO := $(O)/libuzram.so.$(VERSION)
 LIBUZRAM_TEST := $(O)/libuzram-test.a
@@ -73,13 +78,13 @@ $(O)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(O)/shared/lib/%.o $(O)/test-hooks/lib/%.o: ALL_CFLAGS += -fvisibility=hidden
+$(O)/shared/lib/%.o $(O)/$(TEST_HOOKS_DIR)/lib/%.o: ALL_CFLAGS += -fvisibility=hidden
 $(O)/shared/lib/%.o: lib/%.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fPIC -c $< -o $@
-$(O)/test-hooks/lib/%.o: lib/%.c $(HEADERS) Makefile
+$(O)/$(TEST_HOOKS_DIR)/lib/%.o: lib/%.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -DUZRAM_TEST_HOOKS -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(TEST_HOOKS_CFLAGS) -c $< -o $@
 
 # libuzram.a holds the same position-independent objects as the shared library (with hidden
 # visibility they cost nothing over -fPIE code, which Debian's compiler makes by default): the
@@ -164,8 +169,9 @@ deps:
 
 # The ASan+UBSan build in build/asan: `asan` makes everything there; `asan-tests` the unit
 # tests and the program (what make check runs) and `asan-test-lib` only the engine with its
-# test hooks (the fuzz corpus replay links it: scripts/fuzz.sh).
-ASAN_MAKE = $(MAKE) O=build/asan SAN=address,undefined OPT=-O1
+# test hooks (the fuzz corpus replay links it: scripts/fuzz.sh). Its test archive has the
+# fault points in (FAULT_INJECTION): the fault sweeps run there too (fault-check).
+ASAN_MAKE = $(MAKE) O=build/asan SAN=address,undefined OPT=-O1 FAULT_INJECTION=1
 asan:
 	+$(ASAN_MAKE) all
 asan-tests:
@@ -191,8 +197,9 @@ layers-check:
 unit-check: tests
 	./scripts/run-tests.sh $(O)
 
+# The binaries with fault cases run in fault-check, beside these (the same build).
 asan-unit-check: asan-tests
-	./scripts/run-tests.sh build/asan
+	./scripts/run-tests.sh build/asan all $(filter-out $(FAULT_TESTS),$(TEST_SRCS:tests/%.c=%))
 
 # ThreadSanitizer run of the concurrent tests: only the test binaries that have
 # concurrent cases (scripts/run-tests.sh finds them) are built and run.
@@ -321,9 +328,10 @@ deb-check: deps
 # fuzz-replay: the same targets as plain programs (gcc, ASan+UBSan) in
 #              build/fuzz-replay, run over the committed fuzz/corpus/<name>/
 # fuzz-check:  replay plus a short libFuzzer run (FUZZ_CHECK_SECONDS, 10)
-# fault:       build/fault, where every allocation and compression call can
-#              be made to fail (-DUZRAM_FAULT_INJECTION, ASan+UBSan)
-# fault-check: the fault injection sweeps of FAULT_TESTS in build/fault
+# fault:       FAULT_TESTS in build/asan, whose test archive lets every allocation,
+#              compression call and backing-store I/O be made to fail (FAULT_INJECTION)
+# fault-check: the fault injection sweeps: FAULT_TESTS in build/asan (asan-unit-check
+#              runs the other binaries there)
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 10
 .PHONY: fuzz fuzz-replay fuzz-check fault fault-check
@@ -338,16 +346,15 @@ fuzz-check: deps
 	./scripts/fuzz.sh replay
 	./scripts/fuzz.sh run $(FUZZ_CHECK_SECONDS)
 
-# The binaries with fault cases (they skip them in every other build).
+# The binaries with fault cases (they skip them in every build but build/asan).
 FAULT_TESTS := test_fault test_dedup_index test_state test_state_kept test_state_dedup \
 	test_state_bundle
 fault: deps
-	$(MAKE) O=build/fault SAN=address,undefined OPT=-O1 \
-		EXTRA_CFLAGS=-DUZRAM_FAULT_INJECTION $(FAULT_TESTS:%=build/fault/tests/%)
+	+$(ASAN_MAKE) $(FAULT_TESTS:%=build/asan/tests/%)
 
 fault-check: fault
-	./scripts/run-tests.sh build/fault all $(FAULT_TESTS)
-	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/fault/tests/test_fault.log
+	RUN_TESTS_SET=fault ./scripts/run-tests.sh build/asan all $(FAULT_TESTS)
+	@sed -n 's/^\(.*fault points swept in total.*\):$$/\1/p' build/asan/tests/test_fault.log
 # ---- end of reliability block ----
 
 # ---- benchmarks (issue 6; bench/run.sh, docs/BENCHMARKS.md) ----

@@ -33,18 +33,19 @@ stage() {
     return $status
 }
 
-# What scripts/run-tests.sh found in one build folder: its skips (binaries, and cases skipped
-# inside passing binaries) are its lines of tests/skipped.
-collect_unit() { # build folder, what it was
-    local p f line
-    if [[ ! -s $1/tests/summary ]]; then
+# What scripts/run-tests.sh found in one build folder (or one set of its binaries: its
+# RUN_TESTS_SET): its skips (binaries, and cases skipped inside passing binaries) are its
+# lines of tests/[SET.]skipped.
+collect_unit() { # build folder, what it was[, set]
+    local p f line results=$1/tests/${3:+$3.}
+    if [[ ! -s ${results}summary ]]; then
         failed=$((failed + 1)); failures+=("$2 (no summary: see its log)")
         return
     fi
-    read -r p _ f _ <"$1/tests/summary"
+    read -r p _ f _ <"${results}summary"
     passed=$((passed + p)); failed=$((failed + f))
     [[ $f -eq 0 ]] || failures+=("$2")
-    while IFS= read -r line; do skips+=("$line"); done <"$1/tests/skipped"
+    while IFS= read -r line; do skips+=("$line"); done <"${results}skipped"
 }
 
 echo "== format (make format-check)"
@@ -102,31 +103,40 @@ else
     sed 's/^/    /' build/check-layers.log
 fi
 
-# The unit lane (plain, ASan+UBSan, then the concurrent ones under TSan), the fault sweeps and
-# the fuzzers are CPU work that may wait: they run beside the integration tests, which mostly
+# The unit lane (plain, then the concurrent ones under TSan), the ASan+UBSan unit tests, the
+# fault sweeps (in the same build) and the benchmarks' smoke runs, and the fuzzers are CPU work
+# that may wait, each a lane of its own: they run beside the integration tests, which mostly
 # wait on servers, clients and the kernel, at the lowest priority (nice 19), in what the VM
 # and the integration tests, whose deadlines are in wall-clock time, leave (with nice 5, at
 # 8cff2a1, the VM's swap scenario took 208 s, against 109 s at 5b0f427 when the unit tests
-# ran before the integration tests). Their lines come after the integration tests'.
+# ran before the integration tests). Their lines come after the integration tests'. The CPU
+# work is split in lanes of about equal length, so that no lane is left running alone on one
+# CPU at the end while the other CPU idles.
 unit_log=build/unit-lane.log
-rm -f build/tests/summary build/asan/tests/summary build/tsan/tests/summary \
-    build/fault/tests/summary
+rm -f build/tests/summary build/asan/tests/summary build/asan/tests/fault.summary \
+    build/tsan/tests/summary
 (
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1
-    # TSan's build starts at once, beside the plain and ASan runs: built after them it left
-    # the lane alone at the end with a compile, once the integration tests were done.
+    # TSan's build starts at once, beside the plain run: built after it, it left the lane
+    # alone at the end with a compile, once the integration tests were done.
     stage tsan-build tsan-build build/tsan-build.log &
     tsan_build=$!
     stage unit unit-check build/unit-plain.log
-    stage asan-unit asan-unit-check build/unit-asan.log
     wait "$tsan_build" && stage tsan tsan build/unit-tsan.log
-    cat build/unit-plain.log build/unit-asan.log build/tsan-build.log build/unit-tsan.log 2>/dev/null
+    cat build/unit-plain.log build/tsan-build.log build/unit-tsan.log 2>/dev/null
 ) >"$unit_log" 2>&1 &
 unit_pid=$!
 (
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1
+    stage asan-unit asan-unit-check build/unit-asan.log
+) &
+asan_pid=$!
+(
+    renice -n 19 -p "$BASHPID" >/dev/null 2>&1
+    # The sweeps run in build/asan, whose test archive has the fault points in (the
+    # Makefile's FAULT_INJECTION): a build of their own compiled the engine under ASan twice.
     stage fault fault-check build/fault-check.log
-    # The benchmarks' smoke runs (seconds, mostly waiting on their servers) after the sweeps.
+    # The benchmarks' smoke runs (seconds, mostly waiting on their servers) after them.
     stage bench bench-check build/bench-check.log
 ) &
 fault_pid=$!
@@ -136,7 +146,7 @@ fuzz_log=build/fuzz-check.log
     stage fuzz fuzz-check "$fuzz_log" FUZZ_CHECK_SECONDS=10
 ) &
 fuzz_pid=$!
-trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; for p in ${unit_pid:-} ${fuzz_pid:-} ${fault_pid:-}; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done' EXIT
+trap '[[ -n ${vm_pid:-} ]] && kill -- "-$vm_pid" 2>/dev/null; for p in ${unit_pid:-} ${fuzz_pid:-} ${asan_pid:-} ${fault_pid:-}; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done' EXIT
 
 # A script exits 77 to skip as a whole; a check inside it that cannot run prints
 # "SKIPPED CHECK: reason" (tests/integration/lib.bash, skip_check) and is listed below.
@@ -150,22 +160,27 @@ done <build/integration/results
 
 wait "$unit_pid"
 unit_pid=
-echo "== unit and model tests (make unit-check, asan-unit-check, tsan)"
+echo "== unit and model tests (make unit-check, tsan)"
 cat "$unit_log"
 collect_unit build "unit tests in build"
-collect_unit build/asan "unit tests in build/asan"
 if grep -q '^tsan-build tsan-build 0 ' "$STAGES"; then
     collect_unit build/tsan "concurrent tests under TSan"
 else
     failed=$((failed + 1)); failures+=("TSan build (build/tsan-build.log)")
 fi
 
+echo "== unit tests under ASan+UBSan (make asan-unit-check)"
+wait "$asan_pid"
+asan_pid=
+cat build/unit-asan.log
+collect_unit build/asan "unit tests in build/asan"
+
 echo "== fault injection sweeps (make fault-check)"
 wait "$fault_pid"
 fault_pid=
 sed -n '/^\(PASS\|FAIL\|SKIP\) /p; /^    /p; /fault points swept in total/s/^/    /p' build/fault-check.log
-if [[ -s build/fault/tests/summary ]]; then
-    collect_unit build/fault "fault injection sweeps"
+if [[ -s build/asan/tests/fault.summary ]]; then
+    collect_unit build/asan "fault injection sweeps" fault
 else
     count fault-check 1
     echo "FAIL fault-check: last lines of build/fault-check.log:"

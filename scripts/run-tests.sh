@@ -13,7 +13,9 @@
 # It is SKIP, with the reason, when it exits 77, when no case ran (a filter matched none), or
 # when every case skipped (the reason is its "SKIP: ..." line if it printed one). Cases that
 # skipped inside a passing binary are named too. Writes BUILD_DIR/tests/summary
-# ("P passed F failed S skipped", binaries) and BUILD_DIR/tests/skipped (one line per skip).
+# ("P passed F failed S skipped", binaries) and BUILD_DIR/tests/skipped (one line per skip);
+# with RUN_TESTS_SET=NAME, tests/NAME.summary and tests/NAME.skipped instead, so that two sets
+# of one build's binaries can run side by side (make check's ASan tests and fault sweeps).
 # Exit status: 1 if a binary failed, else 77 if none passed and one skipped, else 0.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,7 +48,8 @@ shift $(($# < 2 ? $# : 2))
 names=("$@")
 [[ ${#names[@]} -gt 0 ]] || mapfile -t names < <(all_names)
 mkdir -p "$dir/tests"
-: >"$dir/tests/skipped"
+results=$dir/tests/${RUN_TESTS_SET:+$RUN_TESTS_SET.}
+: >"${results}skipped"
 
 if [[ $mode == concurrent ]]; then
     selected=() left_out=()
@@ -69,7 +72,7 @@ passed=0 failed=0 skipped=0
 note_skip() { # name, reason
     skipped=$((skipped + 1))
     echo "SKIP $dir $1: $2"
-    echo "$dir $1: $2" >>"$dir/tests/skipped"
+    echo "$dir $1: $2" >>"${results}skipped"
 }
 for name in "${names[@]}"; do
     test=$dir/tests/$name
@@ -109,13 +112,13 @@ for name in "${names[@]}"; do
         passed=$((passed + 1))
         if [[ $skips -gt 0 ]]; then
             echo "PASS $dir $name ($took; $ok passed, $skips of $ran cases skipped)"
-            echo "$dir $name: $skips of $ran cases skipped${reason:+: $reason}" >>"$dir/tests/skipped"
+            echo "$dir $name: $skips of $ran cases skipped${reason:+: $reason}" >>"${results}skipped"
         else
             echo "PASS $dir $name ($took; $ok cases)"
         fi
     fi
 done
-echo "$passed passed $failed failed $skipped skipped" >"$dir/tests/summary"
+echo "$passed passed $failed failed $skipped skipped" >"${results}summary"
 [[ $failed -eq 0 ]] || exit 1
 [[ $passed -eq 0 && $skipped -gt 0 ]] && exit 77
 exit 0
