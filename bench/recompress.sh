@@ -25,7 +25,9 @@
 # image to use instead of building bench/image.bash's), KEEP_IMAGE (a path: keep the image there,
 # with PATH.desc, for IMAGE= in a later run or in bench/writeback.sh), FULL_SPEED (1, the
 # default: the memory part lifts the thread's CPU budget, recompress_cpu 100, and rate; 0: it
-# keeps the library's budget and rate, as users run it, and takes minutes longer to settle).
+# keeps the library's budget and rate, as users run it, and takes minutes longer to settle), SPIN
+# (N processes spinning at nice 0 through the throughput part, the other work of a busy machine:
+# SPIN=$(nproc) measures what the thread costs the foreground when every CPU is taken; default 0).
 #
 # The image ("build-tree"): /usr/include, this project's sources with three builds of them
 # (-O2, ASan+UBSan, -O0 -g), and, with KERNEL=1, the Linux 6.1 source tree with a tinyconfig
@@ -58,6 +60,7 @@ RATE=${RATE:-}
 RATES=${RATES:-}
 NORMAL=${NORMAL:-1}
 FULL_SPEED=${FULL_SPEED:-1}
+SPIN=${SPIN:-0}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 die() { echo "recompress.sh: $*" >&2; exit 2; }
@@ -76,11 +79,13 @@ mkdir -p "$RES"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/uzram-recompress.XXXXXX") || die "mktemp failed"
 CACHE=$(realpath -m build/bench-cache)
 SERVER_PID=
+SPIN_PIDS=()
 ZRAM_TOUCHED=0
 export XDG_RUNTIME_DIR=$WORK/run
 mkdir -p "$XDG_RUNTIME_DIR"
 
 cleanup() {
+    spin_stop
     [ -n "$SERVER_PID" ] && { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; }
     [ "$ZRAM_TOUCHED" = 1 ] && { echo 1 > "$ZSYS/reset" 2>/dev/null || echo "recompress.sh: could not reset $ZDEV" >&2; }
     rm -rf "$WORK"
@@ -173,6 +178,31 @@ print(json.dumps(d))' "$(((mid - start) / 1000000))e-3" "$(((end - mid) / 100000
 }
 
 # ---- throughput: foreground randwrite with the thread idle and busy; reads of each form ----------
+# The other work of a busy machine: SPIN shell loops at nice 0, for the throughput part only.
+spin_start() {
+    for _ in $(seq "$SPIN"); do
+        (while :; do :; done) &
+        SPIN_PIDS+=($!)
+    done
+}
+spin_stop() {
+    [ ${#SPIN_PIDS[@]} -gt 0 ] || return 0
+    kill "${SPIN_PIDS[@]}" 2>/dev/null
+    wait "${SPIN_PIDS[@]}" 2>/dev/null
+    SPIN_PIDS=()
+}
+# recomp_ticks: CPU clock ticks (user + system) the server's recompression thread has used; 0
+# while it has none (recompress_idle 0 ends it).
+recomp_ticks() {
+    local task f ticks=0
+    for task in /proc/"$SERVER_PID"/task/*; do
+        [ "$(cat "$task/comm" 2>/dev/null)" = uzram-recomp ] || continue
+        read -r -a f < <(sed 's/^.*) //' "$task/stat" 2>/dev/null) || continue
+        ticks=$((ticks + f[11] + f[12])) # utime, stime: fields 14 and 15 of stat
+    done
+    echo "$ticks"
+}
+
 run_fio() { # OUTPUT OFFSET SIZE RW
     fio --output-format=json --output="$1" --name=fg --ioengine=nbd --uri="$(uri t)" \
         --bs=4k --offset="$2" --size="$3" --rw="$4" --iodepth=16 --time_based --runtime="$RUNTIME" \
@@ -181,7 +211,7 @@ run_fio() { # OUTPUT OFFSET SIZE RW
 }
 
 throughput() {
-    local size image_bytes region_offset rates state rate
+    local size image_bytes region_offset rates state rate ticks
     image_bytes=$(stat -c %s "$WORK/image")
     region_offset=$(((image_bytes + 1048575) / 1048576 * 1048576))
     size=$((region_offset + $(numfmt --from=iec "$FIO_REGION")))
@@ -193,6 +223,7 @@ throughput() {
     local normal=
     [ "$NORMAL" = 1 ] && normal=busy-normal-$(attr t recompress_rate)
     run_fio "$WORK/warm.json" "$region_offset" "$FIO_REGION" write
+    spin_start
     for round in $(seq "$ROUNDS"); do
         for state in idle $(printf 'busy-%s ' $rates) $normal; do
             # the image in lz4 form again: the thread has all of it to do
@@ -210,12 +241,15 @@ throughput() {
             # the thread's work during the run: pages recompressed, and pages bundled (with
             # GROUP, most of its work, which recomp_pages does not count)
             before=$(($(json_field t recomp_pages) + $(json_field t bundled_pages)))
+            ticks=$(recomp_ticks)
             run_fio "$RES/randwrite-$state-$round.json" "$region_offset" "$FIO_REGION" randwrite
+            echo "$(($(recomp_ticks) - ticks))" >"$RES/randwrite-$state-$round.ticks"
             echo "$(($(json_field t recomp_pages) + $(json_field t bundled_pages) - before))" \
                 >"$RES/randwrite-$state-$round.recompressed"
         done
         echo "  round $round of $ROUNDS done" >&2
     done
+    spin_stop
     # reads of recompressed pages: let the thread finish, then read the image region. It may go
     # as fast as it can (as in the memory part): what is measured next is reading the pages it
     # recompressed, not how fast it got there, and at the busy runs' rate it would also spend
@@ -265,16 +299,18 @@ fi
 END=$(date +%s)
 
 # What was run, on which commit (GIT, at the start): the results section names them.
-COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES STEPS SIDES SWEEP DICT_SWEEP LEVEL DICT_SIZE GROUP IMAGE KEEP_IMAGE; do
+COMMAND="$(for v in ROUNDS RUNTIME KERNEL RATE RATES SPIN STEPS SIDES SWEEP DICT_SWEEP LEVEL DICT_SIZE GROUP IMAGE KEEP_IMAGE; do
     [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)bench/recompress.sh$([ "$QUICK" = 1 ] && echo " --quick")"
 "$PY" - "$RES" "$OUT/recompress.json" "$LEVEL" "$DICT_SIZE" "$ROUNDS" "$RUNTIME" "$((END - START))" "$QUICK" \
-    "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" "$LOAD_START" "$GROUP" <<'EOF'
+    "$GIT" "$COMMAND" "$(cut -d' ' -f1-3 /proc/loadavg)" "$LOAD_START" "$GROUP" "$SPIN" \
+    "$(getconf CLK_TCK)" <<'EOF'
 import glob, json, os, statistics, sys
 res, out, level, dict_size, rounds, runtime, seconds, quick, git, command, load, load_start, \
-    group = sys.argv[1:14]
+    group, spin, clk_tck = sys.argv[1:16]
 doc = {"level": int(level), "dict_size": dict_size, "rounds": int(rounds), "runtime": int(runtime),
        "seconds": int(seconds), "quick": quick == "1", "git": git, "command": command,
-       "load_at_end": load, "load_at_start": load_start, "group": int(group)}
+       "load_at_end": load, "load_at_start": load_start, "group": int(group), "spinners": int(spin),
+       "nproc": os.cpu_count()}
 if os.path.exists(os.path.join(res, "skipped")):
     doc["skipped"] = open(os.path.join(res, "skipped")).read().strip()
 else:
@@ -296,6 +332,17 @@ else:
         return ([iops(p) for p in runs],
                 [int(open(p.replace(".json", ".recompressed")).read()) for p in runs])
     doc["randwrite_idle"], doc["recompressed_during_idle"] = runs_of("idle")
+    # per state, run by run: the thread's share of one CPU, and the foreground's 99th percentile
+    # completion latency in microseconds
+    doc["runs"] = {}
+    for path in sorted(glob.glob(os.path.join(res, "randwrite-*-[0-9]*.json"))):
+        state = os.path.basename(path)[len("randwrite-"):-len(".json")].rsplit("-", 1)[0]
+        r = doc["runs"].setdefault(state, {"thread_cpu": [], "clat_p99_us": []})
+        ticks = path.replace(".json", ".ticks")
+        if os.path.exists(ticks):
+            r["thread_cpu"].append(int(open(ticks).read()) / int(clk_tck) / int(runtime))
+        clat = json.load(open(path))["jobs"][0]["write"]["clat_ns"]
+        r["clat_p99_us"].append(clat["percentile"]["99.000000"] / 1000)
     doc["rates"] = rates
     doc["by_rate"] = {}
     for rate in rates:
@@ -313,7 +360,7 @@ else:
         state = os.path.basename(normal[0])[len("randwrite-"):-len("-1.json")]
         busy, done = runs_of(state)
         doc["normal_priority"] = {
-            "rate": int(state.rsplit("-", 1)[1]), "randwrite_busy": busy,
+            "state": state, "rate": int(state.rsplit("-", 1)[1]), "randwrite_busy": busy,
             "recompressed_during_busy": done,
             "busy_vs_idle": statistics.median(busy) / statistics.median(doc["randwrite_idle"])}
     doc["randwrite_busy"] = doc["by_rate"][main]["randwrite_busy"] if main else []

@@ -476,36 +476,48 @@ def recompress_throughput(rc):
     if not rc.get("randwrite_idle"):
         return ["The throughput step did not run."]
     if True:
+        spin = rc.get("spinners", 0)
         out += [
                 "Foreground fio, NBD, 4 KiB randwrite, iodepth 16, %d s a run, 50%%-compressible data, "
                 "on a 256 MiB region beside the image; rounds interleaved, the image rewritten in lz4 "
                 "form before each run: idle = thread off, busy = the thread recompressing the image "
                 "meanwhile%s at the `recompress_rate` in the first column, pages/s, at its own "
                 "CPU budget (recompress_cpu) unless the row says normal priority (pages it recompressed or "
-                "bundled during the run in brackets; the library's default is %s):" % (
+                "bundled during the run in brackets; the library's default is %s)%s:" % (
                     rc["runtime"],
                     " (zstd level %d, `dict=auto`, bundles of %d pages)" % (rc["level"], rc["group"])
-                    if rc.get("group") else "", rc.get("rate", "-")), ""]
-        out.append("| thread | IOPS per round | median | busy / idle |")
-        out.append("| --- | --- | --- | --- |")
+                    if rc.get("group") else "", rc.get("rate", "-"),
+                    "; beside all of it, %d shell loops spinning at nice 0 on %s CPUs, the other work of "
+                    "a busy machine" % (spin, rc.get("nproc", "?")) if spin else ""), ""]
+        runs_by_state = rc.get("runs")  # per run: the thread's CPU share and p99 latency
+        extra = " thread's CPU, median | p99 latency, median |" if runs_by_state else ""
+        out.append("| thread | IOPS per round | median | busy / idle |" + extra)
+        out.append("| --- | --- | --- | --- |" + (" --- | --- |" if runs_by_state else ""))
         import statistics
-        rows = [("idle", rc.get("randwrite_idle", []), None, None)]
+        rows = [("idle", "idle", rc.get("randwrite_idle", []), None, None)]
         by_rate = rc.get("by_rate") or {str(rc.get("rate", "-")): {
             "randwrite_busy": rc.get("randwrite_busy", []),
             "recompressed_during_busy": rc.get("recompressed_during_busy", []),
             "busy_vs_idle": rc.get("randwrite_busy_vs_idle")}}
         for rate, r in by_rate.items():
-            rows.append(("busy, %s pages/s" % rate, r["randwrite_busy"], r["recompressed_during_busy"],
-                         r["busy_vs_idle"]))
+            rows.append(("busy, %s pages/s" % rate, "busy-%s" % rate, r["randwrite_busy"],
+                         r["recompressed_during_busy"], r["busy_vs_idle"]))
         normal = rc.get("normal_priority")  # the thread at the normal priority, without its CPU budget
         if normal:
-            rows.append(("busy, %s pages/s, normal priority" % normal["rate"], normal["randwrite_busy"],
-                         normal["recompressed_during_busy"], normal["busy_vs_idle"]))
-        for name, runs, done, ratio in rows:
+            rows.append(("busy, %s pages/s, normal priority" % normal["rate"], normal.get("state"),
+                         normal["randwrite_busy"], normal["recompressed_during_busy"],
+                         normal["busy_vs_idle"]))
+        for name, state, runs, done, ratio in rows:
             cells = ", ".join("%.0f%s" % (v, " (%d)" % d if done else "")
                               for v, d in zip(runs, done or [0] * len(runs)))
-            out.append("| %s | %s | %.0f | %s |" % (name, cells, statistics.median(runs) if runs else 0,
-                                                     ratio_text(ratio, 3) if ratio else "-"))
+            line = "| %s | %s | %.0f | %s |" % (name, cells, statistics.median(runs) if runs else 0,
+                                                ratio_text(ratio, 3) if ratio else "-")
+            if runs_by_state:
+                r = runs_by_state.get(state) or {}
+                cpu, p99 = r.get("thread_cpu"), r.get("clat_p99_us")
+                line += " %s | %s |" % ("%.1f%% of one CPU" % (100 * statistics.median(cpu)) if cpu else "-",
+                                        "%.0f us" % statistics.median(p99) if p99 else "-")
+            out.append(line)
         out.append("")
         out.append("busy / idle at %s pages/s: **%s**. 4 KiB randread over the image: %.0f IOPS in lz4 "
                    "form, %.0f IOPS recompressed (%s)." % (
@@ -688,9 +700,14 @@ RATES_BEGIN = "<!-- BEGIN RECOMPRESS RATES RESULTS (bench/report.py --part recom
 RATES_END = "<!-- END RECOMPRESS RATES RESULTS -->"
 
 
-def part_recompress_rates(rc, d, doc_path):
-    """bench/recompress.sh STEPS=throughput RATES=...: foreground randwrite beside the thread at
-    each recompress_rate, between markers of their own (the memory results stay apart)."""
+BUSY_BEGIN = "<!-- BEGIN RECOMPRESS BUSY RESULTS (bench/report.py --part recompress-busy; do not edit by hand) -->"
+BUSY_END = "<!-- END RECOMPRESS BUSY RESULTS -->"
+
+
+def part_recompress_rates(rc, d, doc_path, name="recompress-rates", begin=RATES_BEGIN, end=RATES_END):
+    """bench/recompress.sh STEPS=throughput RATES=... (or SPIN=N, as the part recompress-busy):
+    foreground randwrite beside the thread, between markers of their own (the memory results
+    stay apart)."""
     t = targets_section({}, None, None, None, None, None, rc)
     rows = [r for r in t if (r.startswith("| 12 ") and "randwrite" in r) or r.startswith("| issue")
             or r.startswith("| ---")]
@@ -698,7 +715,7 @@ def part_recompress_rates(rc, d, doc_path):
         rc.get("command", "?"), rc.get("git", "?"), rc.get("load_at_end", "?"), rc.get("seconds", 0)),
         "", "Image: %s, %.1f MiB." % (rc.get("image", "?"), rc.get("image_bytes", 0) / (1 << 20)), ""]
     text = "\n".join(rows + [""] + head + recompress_throughput(rc)) + "\n"
-    write_results(text, os.path.join(d, "recompress-rates.md"), doc_path, RATES_BEGIN, RATES_END)
+    write_results(text, os.path.join(d, name + ".md"), doc_path, begin, end)
     return 0
 
 
@@ -738,7 +755,8 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--plots", help="folder of the plots, relative to the document")
     parser.add_argument("--doc", help="markdown file whose RESULTS part is replaced")
-    parser.add_argument("--part", choices=["recompress", "recompress-rates", "writeback", "attach"],
+    parser.add_argument("--part", choices=["recompress", "recompress-rates", "recompress-busy", "writeback",
+                                           "attach"],
                         help="only this part (bench/recompress.sh, bench/writeback.sh or "
                              "bench/attach.sh alone): its targets and section, between its own "
                              "markers of --doc")
@@ -768,6 +786,8 @@ def main():
         return part_recompress(rc, d, args.doc)
     if args.part == "recompress-rates":
         return part_recompress_rates(rc, d, args.doc)
+    if args.part == "recompress-busy":
+        return part_recompress_rates(rc, d, args.doc, "recompress-busy", BUSY_BEGIN, BUSY_END)
     if args.part == "writeback":
         return part_writeback(wb, d, args.doc)
     md = []
